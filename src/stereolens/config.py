@@ -1,0 +1,53 @@
+"""Loading and checking a run config (the same checks the Snakefile runs)."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stereolens.paths import resource
+from stereolens.registry import ModelSpec, load_registry
+from stereolens.validation import ConfigError, validate_against
+
+CONFIG_SCHEMA = resource("schemas", "config.schema.yaml")
+
+
+def validate_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Validate in place, filling defaults; raise ConfigError naming the key."""
+    validate_against(config, CONFIG_SCHEMA, what="config", fill_defaults=True)
+    # defaults of nested objects that were absent are filled only one level deep
+    # by the validator: run it again so their own defaults are filled too
+    validate_against(config, CONFIG_SCHEMA, what="config", fill_defaults=True)
+    return config
+
+
+def check_models(config: dict[str, Any], registry: dict[str, ModelSpec]) -> None:
+    """Every model the config names exists in the registry with the right kind."""
+    cb = config["contextbias"]
+    for key, kind in (("generators", "generator"), ("extractors", "vlm")):
+        for name in cb[key]:
+            spec = registry.get(name)
+            if spec is None:
+                known = sorted(n for n, s in registry.items() if s.kind == kind)
+                raise ConfigError(f"contextbias.{key}: {name!r} is not in the registry "
+                                  f"{config['registry']}; known {kind}s: {', '.join(known)}. "
+                                  "Add an entry there to add a model.")
+            if spec.kind != kind:
+                raise ConfigError(f"contextbias.{key}: {name!r} is a {spec.kind} in the "
+                                  f"registry, not a {kind}")
+
+
+def load_config(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, ModelSpec]]:
+    path = Path(path)
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config {path} cannot be read: {exc}") from exc
+    config = validate_config(copy.deepcopy(config))
+    registry = load_registry(config["registry"])
+    check_models(config, registry)
+    return config, registry

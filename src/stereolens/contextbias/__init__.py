@@ -1,0 +1,1 @@
+"""The ContextBias benchmark: prompts, attribute schema, merge and metrics."""

@@ -1,0 +1,1 @@
+"""Vision-language model backends and schema-constrained extraction."""

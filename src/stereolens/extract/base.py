@@ -1,0 +1,51 @@
+"""What a vision-language backend must provide."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from stereolens.ids import sha256_bytes
+
+
+@dataclass(frozen=True)
+class VLMRequest:
+    """One single-turn conversation: optional system text, an optional image, user text.
+
+    Every retry is a fresh VLMRequest: no history is carried between attempts.
+    """
+
+    text: str
+    """User text."""
+    image_path: str | None = None
+    """Image attached to the user turn (PNG/JPEG path), or None for text-only."""
+    system: str | None = None
+    """System prompt, or None."""
+    json_schema: dict[str, Any] | None = None
+    """Constrain the answer to JSON matching this schema (None = free text)."""
+    choices: tuple[str, ...] | None = None
+    """Constrain the answer to exactly one of these strings (None = free text)."""
+    max_new_tokens: int = 1024
+    temperature: float = 0.0
+    seed: int | None = 0
+    attempt: int = 1
+    """1-based attempt number; part of the cache key so a retry is a new request."""
+
+    def cache_key(self, model_fingerprint: dict[str, Any], image_sha256: str | None) -> str:
+        """sha256 of the full request (the image by its content hash) and the model."""
+        payload = asdict(self)
+        payload["image_path"] = None
+        payload["image_sha256"] = image_sha256
+        payload["model"] = model_fingerprint
+        return sha256_bytes(json.dumps(payload, sort_keys=True, default=str).encode())
+
+
+class VLM(Protocol):
+    """A loaded vision-language model. Constructed from a registry ModelSpec."""
+
+    def answer(self, requests: list[VLMRequest]) -> list[str]:
+        """Raw text answer per request, in order. A request the backend could not
+        answer (API error after its own retries, empty output) yields "" rather
+        than raising, so one bad item never loses a batch."""
+        ...

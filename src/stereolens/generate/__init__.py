@@ -1,0 +1,1 @@
+"""Text-to-image generation: backends (lazy) and the shard runner."""

@@ -1,0 +1,1 @@
+"""Metric formulas (pure functions on tables; no model imports)."""

@@ -1,0 +1,114 @@
+"""Model registry: model names are data, backends are looked up lazily.
+
+A registry file (config/models.yaml) maps a model name to a backend and its
+settings. The backend name maps to "module:Class"; the module is imported only
+when a job asks for that backend, so metric and report jobs never import torch.
+Adding a model is a registry entry; adding a *kind* of backend is one line in
+BACKENDS plus a class with the methods of the matching protocol.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stereolens.validation import ConfigError, validate_against
+
+BACKENDS: dict[str, str] = {
+    # text-to-image
+    "diffusers": "stereolens.generate.diffusers_backend:DiffusersGenerator",
+    # vision-language models (attribute extraction, VQA, LVLM tasks)
+    "transformers": "stereolens.extract.transformers_backend:TransformersVLM",
+    "vllm": "stereolens.extract.vllm_backend:VLLMVLM",
+    "openai": "stereolens.extract.openai_backend:OpenAIVLM",
+}
+
+KIND_BACKENDS = {
+    "generator": {"diffusers"},
+    "vlm": {"transformers", "vllm", "openai"},
+}
+
+REGISTRY_SCHEMA = Path(__file__).resolve().parent / "resources" / "schemas" / "models.schema.yaml"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One registry entry."""
+
+    name: str
+    """Registry key, used in paths and tables."""
+    kind: str
+    """"generator" or "vlm"."""
+    backend: str
+    """Key of BACKENDS."""
+    model: str
+    """Hugging Face id, local directory, or API model name."""
+    revision: str | None = None
+    """Hub revision (commit sha or tag); recorded with every output."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Every other key of the entry (dtype, steps, guidance, ...), as written."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.settings.get(key, default)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What determines this model's outputs; used for provenance and rerun triggers."""
+        return {
+            "name": self.name,
+            "backend": self.backend,
+            "model": self.model,
+            "revision": self.revision,
+            **{k: v for k, v in sorted(self.settings.items()) if k not in RUNTIME_ONLY},
+        }
+
+
+# Settings that change speed or memory but not results.
+RUNTIME_ONLY = {"batch_size", "api_key_env", "max_concurrency", "tensor_parallel_size", "notes",
+                "seconds_per_image", "seconds_per_item",
+                "gpu_memory_utilization", "enable_cpu_offload", "timeout_s"}
+
+
+def load_registry(path: str | os.PathLike) -> dict[str, ModelSpec]:
+    """Read and validate a registry file; return name -> ModelSpec."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"model registry {path} does not exist; point `registry:` in the "
+                          "config at a models.yaml")
+    raw = yaml.safe_load(path.read_text()) or {}
+    validate_against(raw, REGISTRY_SCHEMA, what=f"model registry {path}")
+    specs: dict[str, ModelSpec] = {}
+    for kind, section in (("generator", "generators"), ("vlm", "vlms")):
+        for name, entry in (raw.get(section) or {}).items():
+            entry = dict(entry)
+            backend = entry.pop("backend")
+            if backend not in KIND_BACKENDS[kind]:
+                raise ConfigError(
+                    f"model registry {path}: {section}.{name}.backend is {backend!r}; "
+                    f"allowed for {section}: {sorted(KIND_BACKENDS[kind])}")
+            if name in specs:
+                raise ConfigError(f"model registry {path}: {name!r} is defined twice")
+            specs[name] = ModelSpec(name=name, kind=kind, backend=backend,
+                                    model=str(entry.pop("model")),
+                                    revision=entry.pop("revision", None), settings=entry)
+    return specs
+
+
+def backend_class(backend: str) -> type:
+    """Import and return the class behind a backend name (lazy)."""
+    try:
+        target = BACKENDS[backend]
+    except KeyError:
+        raise ConfigError(f"unknown backend {backend!r}; known: {sorted(BACKENDS)}") from None
+    module_name, cls_name = target.split(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, cls_name)
+
+
+def load_model(spec: ModelSpec):
+    """Instantiate the backend for a registry entry (loads weights)."""
+    return backend_class(spec.backend)(spec)

@@ -1,0 +1,68 @@
+"""Validation of config and data files against JSON schemas, with errors that
+name the key and say what is allowed."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config, registry or data file is wrong; the message says where and what to do."""
+
+
+@lru_cache(maxsize=16)
+def _load_schema(path: str) -> dict:
+    return yaml.safe_load(Path(path).read_text())
+
+
+def _describe(error) -> str:
+    where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    allowed = ""
+    if error.validator == "additionalProperties":
+        props = sorted((schema.get("properties") or {}).keys())
+        allowed = f"; allowed keys here: {', '.join(props)}" if props else ""
+    elif error.validator == "enum":
+        allowed = f"; allowed values: {', '.join(map(str, error.validator_value))}"
+    elif "description" in schema:
+        allowed = f" ({schema['description'].strip().splitlines()[0]})"
+    return f"{where}: {error.message}{allowed}"
+
+
+def validate_against(obj: object, schema_path: str | os.PathLike, what: str,
+                     fill_defaults: bool = False) -> None:
+    """Validate ``obj``; raise ConfigError listing every problem.
+
+    With ``fill_defaults`` the schema's defaults are written into missing keys
+    (objects only), as snakemake.utils.validate does.
+    """
+    import jsonschema
+
+    schema = _load_schema(str(schema_path))
+    validator_cls = jsonschema.validators.validator_for(schema)
+    if fill_defaults:
+        validator_cls = _extend_with_default(validator_cls)
+    validator = validator_cls(schema)
+    errors = sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = "\n  ".join(_describe(e) for e in errors[:20])
+        raise ConfigError(f"{what} is invalid:\n  {lines}")
+
+
+def _extend_with_default(validator_cls):
+    import jsonschema
+
+    validate_props = validator_cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if isinstance(sub, dict) and "default" in sub and name not in instance:
+                    instance[name] = sub["default"]
+        yield from validate_props(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})

@@ -1,0 +1,68 @@
+"""Small helpers shared by the Snakefile and the workflow scripts.
+
+Kept import-light: the Snakefile imports this at parse time on every job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+from stereolens.registry import ModelSpec
+
+
+def bank_roles(bank_path: str | None) -> list[str]:
+    """Roles of a prompt bank, in bank order (the shipped roles.json when bank_path is None)."""
+    from stereolens.paths import resource
+
+    if bank_path is None:
+        return json.loads(resource("contextbias", "roles.json").read_text())
+    bank = json.loads(Path(bank_path).read_text())
+    return list(dict.fromkeys(e["role"] for e in bank))
+
+
+def model_fingerprint_json(spec: ModelSpec) -> str:
+    """Canonical JSON of what determines a model's outputs (a Snakemake param: a change
+    reruns that model's jobs; reordering the config or adding models does not)."""
+    return json.dumps(spec.fingerprint(), sort_keys=True, default=str)
+
+
+@contextmanager
+def logged(log_path: str | os.PathLike | None):
+    """Send logging, stdout and stderr to the rule's log file; log tracebacks on failure."""
+    if not log_path:
+        yield logging.getLogger("stereolens")
+        return
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a", buffering=1) as fh:
+        old_out, old_err = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = fh
+        handler = logging.StreamHandler(fh)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        try:
+            yield logging.getLogger("stereolens")
+        except BaseException:
+            traceback.print_exc(file=fh)
+            raise
+        finally:
+            root.removeHandler(handler)
+            sys.stdout, sys.stderr = old_out, old_err
+
+
+def run_logged(snakemake, fn: Callable[[logging.Logger], None]) -> None:
+    """Entry point of a workflow script: fn(log) with output going to snakemake.log[0]."""
+    log_path = snakemake.log[0] if len(snakemake.log) else None
+    with logged(log_path) as log:
+        start = time.perf_counter()
+        fn(log)
+        log.info("done in %.1f s", time.perf_counter() - start)

@@ -1,0 +1,105 @@
+rule write_contextbias_prompts:
+    """The prompt table: one row per prompt with per-model seeds."""
+    input:
+        bank=get_prompt_bank(),
+    output:
+        "results/contextbias/prompts.parquet",
+    params:
+        generators=CB["generators"],
+        roles=CB_ROLES,
+        seeds=CB["seeds"],
+        fix_articles=CB["fix_articles"],
+    log:
+        "logs/contextbias/write_prompts.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/write_contextbias_prompts.py"
+
+
+rule generate_contextbias_images:
+    """One job per model x role x condition x seed shard: load once, generate in batches."""
+    input:
+        bank=get_prompt_bank(),
+        checkpoint=lambda w: get_checkpoint(w.model),
+    output:
+        directory("results/contextbias/images/{model}/{role}/{condition}/{shard}"),
+    params:
+        model_fingerprint=get_generator_fingerprint,
+        seed_settings=get_seed_settings,
+        registry=config["registry"],
+    log:
+        "logs/contextbias/generate/{model}/{role}/{condition}/{shard}.log",
+    benchmark:
+        "benchmarks/contextbias/generate/{model}/{role}/{condition}/{shard}.tsv"
+    resources:
+        gpu=lambda w: 0 if model_spec(w.model).get("device") == "cpu" else 1,
+    conda:
+        "../../envs/generate.yaml"
+    script:
+        "../scripts/generate_contextbias_images.py"
+
+
+rule extract_contextbias_attributes:
+    """Schema-constrained attribute extraction, one JSON line per image."""
+    input:
+        images="results/contextbias/images/{model}/{role}/{condition}/{shard}",
+        checkpoint=lambda w: get_checkpoint(w.extractor),
+        schema=get_extraction_files()["schema"],
+        prompt=get_extraction_files()["prompt"],
+    output:
+        "results/contextbias/extractions/{extractor}/{model}/{role}/{condition}/{shard}.jsonl",
+    params:
+        extractor_fingerprint=get_extractor_fingerprint,
+        max_attempts=CB["extraction"]["max_attempts"],
+        cache_dir="results/cache/vlm" if CB["extraction"]["cache"] else None,
+        registry=config["registry"],
+    log:
+        "logs/contextbias/extract/{extractor}/{model}/{role}/{condition}/{shard}.log",
+    benchmark:
+        "benchmarks/contextbias/extract/{extractor}/{model}/{role}/{condition}/{shard}.tsv"
+    resources:
+        gpu=lambda w: 1 if model_spec(w.extractor).backend == "vllm"
+        or (model_spec(w.extractor).backend == "transformers"
+            and model_spec(w.extractor).get("device") != "cpu") else 0,
+    conda:
+        get_extractor_env
+    script:
+        "../scripts/extract_contextbias_attributes.py"
+
+
+rule merge_contextbias_attributes:
+    """Long attributes table (one row per image x dimension x label) and images table."""
+    input:
+        extractions=get_contextbias_extractions(),
+        schema=get_extraction_files()["schema"],
+    output:
+        attributes="results/contextbias/attributes.parquet",
+        images="results/contextbias/images.parquet",
+    log:
+        "logs/contextbias/merge_attributes.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/merge_contextbias_attributes.py"
+
+
+rule compute_contextbias_metrics:
+    """Bias Intensity (and, as they land, the paper's other metrics) via the CLI."""
+    input:
+        attributes="results/contextbias/attributes.parquet",
+        images="results/contextbias/images.parquet",
+        schema=get_extraction_files()["schema"],
+    output:
+        bi="results/contextbias/metrics/bi.parquet",
+    params:
+        outdir=lambda w, output: os.path.dirname(output.bi),
+        k=CB["metrics"]["k_definition"],
+    log:
+        "logs/contextbias/compute_metrics.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "stereolens contextbias metrics --attributes {input.attributes}"
+        " --images {input.images} --schema {input.schema} --k {params.k}"
+        " --out {params.outdir} > {log} 2>&1"

@@ -1,0 +1,22 @@
+"""Entry point of rule extract_contextbias_attributes."""
+
+from stereolens.contextbias.jobs import extract_contextbias_shard
+from stereolens.workflow_support import run_logged
+
+
+def main(log):
+    p = snakemake.params  # noqa: F821
+    extract_contextbias_shard(
+        registry_path=p.registry,
+        extractor=snakemake.wildcards.extractor,  # noqa: F821
+        images_dir=snakemake.input.images,  # noqa: F821
+        schema_path=snakemake.input.schema,  # noqa: F821
+        prompt_path=snakemake.input.prompt,  # noqa: F821
+        max_attempts=p.max_attempts,
+        cache_dir=p.cache_dir,
+        out_path=snakemake.output[0],  # noqa: F821
+        log=log,
+    )
+
+
+run_logged(snakemake, main)  # noqa: F821

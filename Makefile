@@ -1,0 +1,39 @@
+# Two entry points for a fresh machine; each does all the set-up it needs.
+#   make demo   - install, then run the whole workflow on the embedded default
+#   make test   - install, then ruff, snakemake --lint and the test suite
+# The environment lives in .venv; `make clean-env` removes it.
+
+PYTHON ?= python3
+VENV   ?= .venv
+# CPU torch first, so nothing later pulls a multi-GB CUDA build. On a GPU machine
+# set TORCH_SPEC to the build you want (e.g. TORCH_SPEC='torch==2.13.0' with a CUDA index).
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= generate,extract,workflow,dev
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.stereolens-installed
+
+.PHONY: install demo test lint clean-env
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" HF_HUB_OFFLINE=1 $(BIN)/snakemake \
+	  --profile profiles/local --configfile config/demo.yaml
+	@echo "Report: results/report/index.html"
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests workflow/scripts
+	$(BIN)/ruff format --check src tests workflow/scripts
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --lint --configfile config/demo.yaml
+
+test: lint
+	PATH="$(CURDIR)/$(BIN):$$PATH" HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -ra
+
+clean-env:
+	rm -rf $(VENV)

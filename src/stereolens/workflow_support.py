@@ -34,6 +34,14 @@ def model_fingerprint_json(spec: ModelSpec) -> str:
     return json.dumps(spec.fingerprint(), sort_keys=True, default=str)
 
 
+def set_offline() -> None:
+    """Forbid model-hub access in this process: a hub lookup then raises at once
+    instead of downloading. Must run before huggingface_hub is imported."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+
 @contextmanager
 def logged(log_path: str | os.PathLike | None):
     """Send logging, stdout and stderr to the rule's log file; log tracebacks on failure."""
@@ -61,6 +69,8 @@ def logged(log_path: str | os.PathLike | None):
 
 def run_logged(snakemake, fn: Callable[[logging.Logger], None]) -> None:
     """Entry point of a workflow script: fn(log) with output going to snakemake.log[0]."""
+    if snakemake.config.get("offline"):
+        set_offline()
     log_path = snakemake.log[0] if len(snakemake.log) else None
     with logged(log_path) as log:
         start = time.perf_counter()

@@ -14,10 +14,6 @@ from stereolens.workflow_support import bank_roles, model_fingerprint_json
 validate_config(config)
 REGISTRY = load_registry(config["registry"])
 check_models(config, REGISTRY)
-if config["offline"]:
-    # every job inherits this: a hub access fails loudly instead of downloading
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 CB = config["contextbias"]
 CB_ROLES = CB["roles"] or bank_roles(CB["prompt_bank"])

@@ -9,4 +9,4 @@ rule build_tiny_model:
     conda:
         "../../envs/generate.yaml"
     shell:
-        "stereolens build-tiny --builder {params.builder} --out {output} > {log} 2>&1"
+        "HF_HUB_OFFLINE=1 stereolens build-tiny --builder {params.builder} --out {output} > {log} 2>&1"

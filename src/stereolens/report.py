@@ -80,6 +80,25 @@ def bi_condition_figure(bi: pl.DataFrame) -> str:
     return out
 
 
+def _models_table(config: dict) -> str:
+    """The registry settings of every model the run used (what determines its outputs)."""
+    from stereolens.registry import load_registry
+
+    registry = load_registry(config["registry"])
+    cb = config.get("contextbias", {})
+    rows = []
+    for role, names in (("generator", cb.get("generators", [])),
+                        ("extractor", cb.get("extractors", []))):
+        for name in names:
+            fp = registry[name].fingerprint()
+            settings = {k: v for k, v in fp.items() if k not in ("name", "backend", "model",
+                                                                  "revision")}
+            rows.append({"role": role, "name": name, "backend": fp["backend"],
+                         "model": fp["model"], "revision": fp["revision"] or "default branch",
+                         "settings": json.dumps(settings, sort_keys=True, default=str)})
+    return _table(pl.DataFrame(rows), "Models of this run and their registry settings.")
+
+
 def render_report(config: dict, prompts_path: str, images_path: str, bi_path: str,
                   out_path: str) -> None:
     prompts = pl.read_parquet(prompts_path)
@@ -133,6 +152,8 @@ def render_report(config: dict, prompts_path: str, images_path: str, bi_path: st
     else:
         parts.append("<p>No attributes were extracted: no BI to show.</p>")
 
+    parts.append("<h2>Models</h2>")
+    parts.append(_models_table(config))
     parts.append("<h2>Run settings</h2>")
     parts.append(f"<pre>{html.escape(json.dumps(config, indent=2, sort_keys=True, default=str))}"
                  "</pre></body></html>")

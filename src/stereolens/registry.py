@@ -70,7 +70,7 @@ class ModelSpec:
 # Settings that change speed or memory but not results.
 RUNTIME_ONLY = {"batch_size", "api_key_env", "max_concurrency", "tensor_parallel_size", "notes",
                 "seconds_per_image", "seconds_per_item",
-                "gpu_memory_utilization", "enable_cpu_offload", "timeout_s"}
+                "gpu_memory_utilization", "enable_cpu_offload", "timeout_s", "max_retries"}
 
 
 def load_registry(path: str | os.PathLike) -> dict[str, ModelSpec]:

@@ -1,0 +1,235 @@
+"""Vision-language models behind any OpenAI-compatible chat-completions endpoint:
+hosted APIs, or a local ``vllm serve``.
+
+* The API key is read from the environment variable named by ``api_key_env``;
+  it is handed to the client and masked out of every message this module logs
+  or raises. With no ``api_key_env`` a local endpoint (``base_url`` set) is
+  called with the placeholder key ``EMPTY``.
+* JSON-schema requests use ``response_format={"type": "json_schema", ...,
+  "strict": True}`` with the schema rewritten for strict mode
+  (:func:`strict_json_schema`). Choice requests use the same mechanism with a
+  one-field schema ``{"answer": <enum of the choices>}``, and the answer is
+  unwrapped to the bare choice; this works on OpenAI's API and on ``vllm serve``
+  alike (vLLM's own ``structured_outputs: {"choice": ...}`` extra is not used).
+* ``max_concurrency`` requests are in flight at once (a thread pool); each has
+  ``timeout_s``; the client retries 408/409/429/5xx and connection errors with
+  exponential backoff (``max_retries``); a request that still fails yields "".
+* Reasoning models reject a temperature: when ``reasoning_effort`` is set it is
+  sent and ``temperature`` is not.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from stereolens.extract.base import VLMRequest
+from stereolens.extract.vllm_backend import build_vllm_messages
+from stereolens.registry import ModelSpec
+from stereolens.validation import ConfigError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_RETRIES = 4
+PLACEHOLDER_KEY = "EMPTY"
+
+STRICT_UNSUPPORTED = frozenset(
+    {
+        "minLength",
+        "maxLength",
+        "patternProperties",
+        "unevaluatedProperties",
+        "propertyNames",
+        "minProperties",
+        "maxProperties",
+        "unevaluatedItems",
+        "contains",
+        "minContains",
+        "maxContains",
+        "uniqueItems",
+        "$schema",
+        "$id",
+    }
+)
+"""Keywords dropped for OpenAI strict mode (it rejects them). The answer is still
+validated against the full schema afterwards, so nothing is lost but the
+decoding-time guarantee for these bounds."""
+
+_SUBSCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
+
+
+def strict_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``schema`` that OpenAI strict mode accepts.
+
+    Every object gets ``additionalProperties: false`` and lists all its
+    properties as required; unsupported keywords are dropped (see
+    STRICT_UNSUPPORTED). An optional property becomes required, so a schema that
+    relies on omission should make the property nullable instead.
+    """
+
+    def fix(node: Any) -> Any:
+        if isinstance(node, list):
+            return [fix(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: v for k, v in node.items() if k not in STRICT_UNSUPPORTED}
+        for key in _SUBSCHEMA_MAPS:
+            if isinstance(out.get(key), dict):
+                out[key] = {name: fix(sub) for name, sub in out[key].items()}
+        for key in _SUBSCHEMA_LISTS:
+            if isinstance(out.get(key), list):
+                out[key] = [fix(sub) for sub in out[key]]
+        if isinstance(out.get("items"), dict):
+            out["items"] = fix(out["items"])
+        types = out.get("type")
+        is_object = types == "object" or (isinstance(types, list) and "object" in types)
+        if is_object or "properties" in out:
+            out.setdefault("properties", {})
+            out["additionalProperties"] = False
+            out["required"] = list(out["properties"])
+        return out
+
+    return fix(copy.deepcopy(schema))
+
+
+def choice_schema(choices: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """The one-field JSON schema used for choice requests."""
+    return {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "enum": list(choices)}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
+
+
+def _schema_name(schema: dict[str, Any], default: str = "answer") -> str:
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", str(schema.get("title") or default))[:64]
+    return name or default
+
+
+def build_chat_kwargs(request: VLMRequest, spec: ModelSpec) -> dict[str, Any]:
+    """Keyword arguments of ``client.chat.completions.create`` for one request."""
+    kwargs: dict[str, Any] = {
+        "model": spec.model,
+        "messages": build_vllm_messages(request, spec.get("image_max_side")),
+        "max_completion_tokens": int(request.max_new_tokens),
+    }
+    effort = spec.get("reasoning_effort")
+    if effort:
+        kwargs["reasoning_effort"] = effort
+    else:
+        kwargs["temperature"] = float(request.temperature)
+    if request.seed is not None:
+        kwargs["seed"] = int(request.seed)
+    if request.json_schema is not None and request.choices is not None:
+        raise ValueError("a request constrains its answer by json_schema or choices, not both")
+    if request.json_schema is not None:
+        kwargs["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": _schema_name(request.json_schema),
+                "schema": strict_json_schema(request.json_schema),
+                "strict": True,
+            },
+        }
+    elif request.choices is not None:
+        kwargs["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "choice",
+                "schema": choice_schema(request.choices),
+                "strict": True,
+            },
+        }
+    return kwargs
+
+
+class OpenAIVLM:
+    """A VLM behind an OpenAI-compatible endpoint; see the module docstring."""
+
+    def __init__(self, spec: ModelSpec):
+        from openai import OpenAI
+
+        self.spec = spec
+        env = spec.get("api_key_env")
+        base_url = spec.get("base_url")
+        if env:
+            key = os.environ.get(env)
+            if not key:
+                raise ConfigError(
+                    f"model {spec.name!r}: environment variable {env} is not set; it must hold "
+                    f"the API key for {base_url or 'the OpenAI API'} (registry key api_key_env)"
+                )
+        elif base_url:
+            key = PLACEHOLDER_KEY  # local servers (vllm serve without --api-key)
+        else:
+            raise ConfigError(
+                f"model {spec.name!r}: set api_key_env to the name of the environment "
+                "variable that holds the API key (or base_url for a local endpoint)"
+            )
+        self._secret = key if key != PLACEHOLDER_KEY else None
+        self.timeout_s = float(spec.get("timeout_s", 120))
+        self.max_concurrency = int(spec.get("max_concurrency", 4))
+        self._client = OpenAI(
+            api_key=key,
+            base_url=base_url,
+            timeout=self.timeout_s,
+            max_retries=int(spec.get("max_retries", DEFAULT_MAX_RETRIES)),
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIVLM({self.spec.name!r}, model={self.spec.model!r})"
+
+    def mask(self, text: str) -> str:
+        """``text`` with the API key replaced by ***."""
+        return text.replace(self._secret, "***") if self._secret else text
+
+    def _answer_one(self, index: int, request: VLMRequest) -> str:
+        try:
+            response = self._client.chat.completions.create(
+                **build_chat_kwargs(request, self.spec), timeout=self.timeout_s
+            )
+            message = response.choices[0].message
+            if getattr(message, "refusal", None):
+                logger.error(
+                    "openai backend %s: request %d refused: %s",
+                    self.spec.name,
+                    index,
+                    self.mask(str(message.refusal)),
+                )
+                return ""
+            text = message.content or ""
+            if request.choices is not None and text:
+                answer = json.loads(text).get("answer")
+                if answer not in request.choices:
+                    logger.error(
+                        "openai backend %s: request %d: %r is not a choice",
+                        self.spec.name,
+                        index,
+                        answer,
+                    )
+                    return ""
+                return answer
+            return text
+        except Exception as exc:  # after the client's own retries
+            logger.error(
+                "openai backend %s: request %d failed: %s: %s",
+                self.spec.name,
+                index,
+                type(exc).__name__,
+                self.mask(str(exc)),
+            )
+            return ""
+
+    def answer(self, requests: list[VLMRequest]) -> list[str]:
+        if not requests:
+            return []
+        workers = max(1, min(self.max_concurrency, len(requests)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai-vlm") as pool:
+            return list(pool.map(self._answer_one, range(len(requests)), requests))

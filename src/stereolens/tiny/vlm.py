@@ -1,0 +1,213 @@
+"""A tiny random-weight vision-language model, built in code, for offline tests.
+
+``build_tiny_vlm(out_dir)`` writes a folder that loads exactly as a Hub VLM does::
+
+    AutoProcessor.from_pretrained(out_dir)
+    AutoModelForImageTextToText.from_pretrained(out_dir)
+
+so the transformers backend is exercised end to end (chat template, image
+processor, image tokens, generate, constrained decoding) without a download.
+
+Architecture: LLaVA (a 2-layer CLIP vision tower, a 2-layer Llama decoder).
+Qwen2-VL / Qwen2.5-VL would be the closer match to the production extractor,
+but in transformers 5.x their processor type-checks a ``video_processor``
+against ``VideoProcessorMixin``, which only exists when torchvision is
+installed (even ``video_processor=None`` fails), so neither can be built or
+loaded here. LLaVA's processor needs only a tokenizer and an image processor,
+and the CLIP image processor has a PIL backend.
+
+The tokenizer is trained here: byte-level BPE over a fixed corpus (every one of
+the 256 bytes is in the alphabet, so any JSON text can be written), a ChatML
+chat template, and the special tokens the processor and template need. The
+language model's vocabulary is padded past the tokenizer's (as real checkpoints
+pad theirs), so code that sizes token masks must use the lm_head size.
+
+The answers are noise: the weights are random. What is real is the plumbing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>")
+"""pad/bos, turn start, turn end (= eos), image placeholder."""
+
+TOKENIZER_VOCAB = 480
+"""Tokenizer vocabulary (256 bytes + special tokens + merges)."""
+
+MODEL_VOCAB = 512
+"""lm_head rows; larger than the tokenizer on purpose."""
+
+IMAGE_SIZE = 30
+PATCH_SIZE = 6
+"""(30 / 6)^2 = 25 image tokens per image."""
+
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{%- if message['content'] is string -%}"
+    "{{ message['content'] }}"
+    "{%- else -%}"
+    "{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'image' -%}<image>"
+    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "<|im_end|>\n"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+)
+"""ChatML, with an ``{"type": "image"}`` part rendered as the image placeholder."""
+
+
+def _corpus() -> list[str]:
+    """Fixed training text: JSON punctuation, the attribute schema and its labels."""
+    import json
+
+    from stereolens.contextbias.schema import AttributeSchema
+
+    schema = AttributeSchema.load()
+    lines = [json.dumps(schema.json_schema), json.dumps(schema.json_schema, indent=2)]
+    for d in schema.dimensions:
+        labels = list(d.vocabulary or ()) + ["unknown"]
+        lines.append(json.dumps({d.name: labels}))
+        lines.append(", ".join(f'"{d.name}": "{v}"' for v in labels))
+    lines += [
+        '{"person_id": "p1"}, {"person_id": "p2"}, []',
+        "Describe the image. Answer with one JSON object that follows the schema.",
+        "a person standing in a room wearing a white coat and holding a tool",
+        "0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+    ]
+    return lines * 3
+
+
+def _build_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=TOKENIZER_VOCAB,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        model_max_length=8192,
+        padding_side="left",
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def _build_processor(tokenizer):
+    from transformers import LlavaProcessor
+
+    try:
+        from transformers import CLIPImageProcessorPil as ImageProcessor
+    except ImportError:  # transformers 4.x: the slow processor is PIL-based
+        from transformers import CLIPImageProcessor as ImageProcessor
+
+    image_processor = ImageProcessor(
+        size={"shortest_edge": IMAGE_SIZE},
+        crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE},
+    )
+    return LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=PATCH_SIZE,
+        vision_feature_select_strategy="default",
+        chat_template=CHAT_TEMPLATE,
+        image_token="<image>",
+        num_additional_image_tokens=1,  # CLIP's CLS token, dropped by "default"
+    )
+
+
+def _build_model(tokenizer, seed: int):
+    import torch
+    from transformers import (
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+    )
+
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    pad, eos = ids["<|endoftext|>"], ids["<|im_end|>"]
+    config = LlavaConfig(
+        vision_config=CLIPVisionConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=IMAGE_SIZE,
+            patch_size=PATCH_SIZE,
+            projection_dim=32,
+        ),
+        text_config=LlamaConfig(
+            vocab_size=MODEL_VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=8192,
+            bos_token_id=pad,
+            eos_token_id=eos,
+            pad_token_id=pad,
+        ),
+        image_token_id=ids["<image>"],
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-2,
+        projector_hidden_act="gelu",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlavaForConditionalGeneration(config)
+    model.generation_config.bos_token_id = pad
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = pad
+    return model.eval()
+
+
+def build_tiny_vlm(out_dir: str | os.PathLike, seed: int = 0) -> Path:
+    """Build the tiny VLM into ``out_dir`` (replacing it) and return the path.
+
+    Deterministic for a seed: the same files, byte for byte, for the same
+    transformers/tokenizers versions. Written to a temporary sibling and moved
+    into place, so a reader never sees half a model.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the model folder is an ordinary one
+    old = None
+    try:
+        tokenizer = _build_tokenizer()
+        processor = _build_processor(tokenizer)
+        model = _build_model(tokenizer, seed)
+        model.save_pretrained(tmp)
+        processor.save_pretrained(tmp)
+        if out_dir.exists():
+            # rename(2) may replace an empty directory: move the old model aside, then drop it
+            old = Path(
+                tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent)
+            )
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and old.exists():
+            shutil.rmtree(old, ignore_errors=True)
+    return out_dir

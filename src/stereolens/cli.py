@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from stereolens import __version__
+from stereolens.biasig import cli as biasig_cli
 from stereolens.contextbias import cli as contextbias_cli
 
 
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"stereolens {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     contextbias_cli.register(sub)
+    biasig_cli.register(sub)
 
     t = sub.add_parser("build-tiny", help="build a tiny random-weight checkpoint (embedded default)")
     t.add_argument("--builder", required=True, choices=["tiny-diffusion", "tiny-vlm"])

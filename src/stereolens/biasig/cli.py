@@ -1,0 +1,144 @@
+"""`stereolens biasig ...` subcommands."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def read_answers(path: str | Path):
+    """An answers table from parquet, CSV or JSON lines (by file suffix)."""
+    import polars as pl
+
+    from stereolens.validation import ConfigError
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    readers = {
+        ".parquet": pl.read_parquet,
+        ".csv": pl.read_csv,
+        ".jsonl": pl.read_ndjson,
+        ".ndjson": pl.read_ndjson,
+    }
+    if suffix not in readers:
+        raise ConfigError(
+            f"answers {path}: unknown file type {suffix!r}; use .parquet, .csv or .jsonl"
+        )
+    if not path.exists():
+        raise FileNotFoundError(f"answers {path} does not exist")
+    return readers[suffix](path)
+
+
+def _metrics(args: argparse.Namespace) -> int:
+    from stereolens.atomic import write_parquet
+    from stereolens.biasig.metrics import compute_metrics
+    from stereolens.biasig.prompts import read_prompt_table
+
+    answers = read_answers(args.answers)
+    prompts = read_prompt_table(args.prompts) if args.prompts else None
+    tables = compute_metrics(
+        answers,
+        prompts,
+        eta_variant=args.eta_variant,
+        replicates=args.replicates,
+        seed=args.seed,
+        ci=args.ci,
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("implicit", "explicit", "eta"):
+        write_parquet(out / f"{name}.parquet", tables[name])
+        print(f"wrote {out / f'{name}.parquet'} ({tables[name].height} rows)")
+    return 0
+
+
+def _prompts(args: argparse.Namespace) -> int:
+    from stereolens.atomic import write_parquet
+    from stereolens.biasig.prompts import load_prompts
+
+    table = load_prompts(args.prompt_dir)
+    write_parquet(args.out, table)
+    print(f"wrote {args.out} ({table.height} prompts)")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `stereolens biasig {prompts,metrics}`."""
+    b = sub.add_parser("biasig", help="BiasIG benchmark tools")
+    b_sub = b.add_subparsers(dest="action", required=True)
+
+    p = b_sub.add_parser(
+        "prompts",
+        help="write the BiasIG prompt table (47,040 prompts) as parquet",
+        description=(
+            "Write the BiasIG prompt table: one row per prompt with prompt_id (stable), text "
+            "(verbatim), source_file, line, variant_index, visibility (implicit/explicit), "
+            "acquired_type (occupation, characteristic, social_relation), "
+            "acquired_attribute, role_left/role_right (relations), attribute_key, truth_key, "
+            "category, n_persons, protected_attribute and protected_value (explicit "
+            "prompts; protected_value_left/right for two-person prompts), weight (k_j) and "
+            "quirks (source quirks met by that prompt)."
+        ),
+    )
+    p.add_argument("--out", required=True, metavar="PATH", help="output parquet file")
+    p.add_argument(
+        "--prompt-dir",
+        metavar="DIR",
+        help="a prompts/ folder laid out like the shipped one (default: the shipped benchmark)",
+    )
+    p.set_defaults(func=_prompts)
+
+    m = b_sub.add_parser(
+        "metrics",
+        help="compute S_imp, S_exp and eta from an answers table",
+        description=(
+            "Compute the BiasIG metrics from an answers table (parquet, CSV or JSON lines): "
+            "one row per image and person with columns model, image_id, position (single; "
+            "left/right for two-person prompts), gender, race, age, status, and prompt_id "
+            "or the exact prompt text in a column `prompt` or `text`; an optional `variant` "
+            "column names a debiasing variant (default: the model name). Rows whose status "
+            "is not ok, and answers 'unknown', are left out (per attribute). Writes "
+            "DIR/implicit.parquet (S_imp per prompt, acquired attribute, category, acquired "
+            "type and model, per protected attribute and overall), DIR/explicit.parquet "
+            "(S_exp at the same levels, per protected value, attribute and overall) and "
+            "DIR/eta.parquet (manifestation factor per pair and, as pair '*', per model), "
+            "each with percentile bootstrap intervals ci_low/ci_high."
+        ),
+    )
+    m.add_argument(
+        "--answers", required=True, metavar="PATH", help="answers table (.parquet, .csv or .jsonl)"
+    )
+    m.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    m.add_argument(
+        "--prompts",
+        metavar="PATH",
+        help="prompt table parquet from `stereolens biasig prompts` (default: the "
+        "shipped benchmark)",
+    )
+    m.add_argument(
+        "--eta-variant",
+        choices=["paper", "released"],
+        default="paper",
+        help="'paper' (default): the paper's alpha and sign (Eq. 4-5) with the "
+        "released k_i and per-pair aggregation; pairs without data are "
+        "reported, not counted. 'released': the authors' released code "
+        "exactly (operator-precedence alpha, reversed sign, unresolved pairs "
+        "counted as 0.5)",
+    )
+    m.add_argument(
+        "--replicates",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="bootstrap replicates (images resampled within each prompt); 0 = no "
+        "intervals (default: 1000)",
+    )
+    m.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default: 0)")
+    m.add_argument(
+        "--ci",
+        type=float,
+        default=0.95,
+        metavar="LEVEL",
+        help="confidence level of the percentile intervals (default: 0.95)",
+    )
+    m.set_defaults(func=_metrics)

@@ -25,8 +25,18 @@ def test_bias_intensity_hand_values():
 
 
 def _rows(model, condition, image, dims):
-    return [{"model": model, "role": r, "condition": condition, "image_id": f"{model}{condition}{image}",
-             "cohort": "people", "dimension": d, "label": lab} for r, d, lab in dims]
+    return [
+        {
+            "model": model,
+            "role": r,
+            "condition": condition,
+            "image_id": f"{model}{condition}{image}",
+            "cohort": "people",
+            "dimension": d,
+            "label": lab,
+        }
+        for r, d, lab in dims
+    ]
 
 
 @pytest.fixture
@@ -37,8 +47,9 @@ def table():
     rows += _rows("m", "CF", 2, [("nurse", "gender_presentation", "female")])
     rows += _rows("m", "CF", 3, [("carpenter", "gender_presentation", "male")])
     # CA-U: one of each label; one image also has a pose
-    rows += _rows("m", "CA-U", 1, [("nurse", "gender_presentation", "female"),
-                                   ("nurse", "pose", "standing")])
+    rows += _rows(
+        "m", "CA-U", 1, [("nurse", "gender_presentation", "female"), ("nurse", "pose", "standing")]
+    )
     rows += _rows("m", "CA-U", 2, [("carpenter", "gender_presentation", "male")])
     rows += _rows("m", "CA-U", 3, [("carpenter", "gender_presentation", "nonbinary")])
     return pl.DataFrame(rows)
@@ -52,13 +63,17 @@ def test_pooled_bi_k_definitions(table):
     assert cf["bi"].item() == pytest.approx(1 - h / math.log(3))
     assert cf["n_images"].item() == 3
     assert set(bi["aggregation"]) == {"pooled"}
-    cau = bi.filter((pl.col("dimension") == "gender_presentation") & (pl.col("condition") == "CA-U"))
+    cau = bi.filter(
+        (pl.col("dimension") == "gender_presentation") & (pl.col("condition") == "CA-U")
+    )
     assert cau["bi"].item() == pytest.approx(0.0, abs=1e-12)  # uniform over K = 3
     cell = pooled_bi(table, k_definition="cell")
     cf = cell.filter((pl.col("dimension") == "gender_presentation") & (pl.col("condition") == "CF"))
     assert cf["k"].item() == 2 and cf["bi"].item() == pytest.approx(1 - h / math.log(2))
     vocab = pooled_bi(table, k_definition="vocabulary")  # schema: female, male, nonbinary
-    cf = vocab.filter((pl.col("dimension") == "gender_presentation") & (pl.col("condition") == "CF"))
+    cf = vocab.filter(
+        (pl.col("dimension") == "gender_presentation") & (pl.col("condition") == "CF")
+    )
     assert cf["k"].item() == 3
     assert set(vocab["k_definition"]) == {"vocabulary"}
 
@@ -73,22 +88,40 @@ def test_cohort_rows_are_the_mean_of_dimensions(table):
     assert cohort["bi"].item() == pytest.approx(0.5)
     overall = cau.filter((pl.col("cohort") == "*") & (pl.col("dimension") == "*"))
     assert overall["bi"].item() == pytest.approx(0.5)
-    assert list(bi.columns) == ["model", "cohort", "dimension", "condition", "aggregation",
-                                "bi", "n_images", "k", "k_definition"]
+    assert list(bi.columns) == [
+        "model",
+        "cohort",
+        "dimension",
+        "condition",
+        "aggregation",
+        "bi",
+        "n_images",
+        "k",
+        "k_definition",
+    ]
 
 
 def test_images_table_sets_the_denominator(table):
-    images = pl.DataFrame({"model": ["m"] * 5, "condition": ["CF"] * 5,
-                           "image_id": [f"mCF{i}" for i in range(1, 6)],
-                           "status": ["ok", "ok", "ok", "ok", "discarded"]})
+    images = pl.DataFrame(
+        {
+            "model": ["m"] * 5,
+            "condition": ["CF"] * 5,
+            "image_id": [f"mCF{i}" for i in range(1, 6)],
+            "status": ["ok", "ok", "ok", "ok", "discarded"],
+        }
+    )
     bi = pooled_bi(table, images)
     cf = bi.filter((pl.col("dimension") == "gender_presentation") & (pl.col("condition") == "CF"))
     assert cf["n_images"].item() == 4  # the 4th ok image has no label; discarded not counted
 
 
 def test_extractor_column_splits_results(table):
-    both = pl.concat([table.with_columns(pl.lit("a").alias("extractor")),
-                      table.with_columns(pl.lit("b").alias("extractor"))])
+    both = pl.concat(
+        [
+            table.with_columns(pl.lit("a").alias("extractor")),
+            table.with_columns(pl.lit("b").alias("extractor")),
+        ]
+    )
     bi = pooled_bi(both)
     assert bi.columns[0] == "extractor"
     assert bi.height == 2 * pooled_bi(table).height

@@ -26,8 +26,7 @@ def test_shipped_configs_are_valid(repo_root, monkeypatch):
         assert config["contextbias"]["seeds"]["per_prompt"] >= 1
         assert all(g in registry for g in config["contextbias"]["generators"])
     paper, _ = load_config(repo_root / "config/config.yaml")
-    assert paper["contextbias"]["generators"] == ["flux.1-dev", "sdxl", "sd3.5-large",
-                                                  "qwen-image"]
+    assert paper["contextbias"]["generators"] == ["flux.1-dev", "sdxl", "sd3.5-large", "qwen-image"]
     assert paper["contextbias"]["seeds"]["per_prompt"] == 10
 
 
@@ -89,10 +88,12 @@ def test_fingerprint_ignores_runtime_settings(repo_root, monkeypatch):
 
 
 def test_import_is_light():
-    code = ("import sys, stereolens, stereolens.cli, stereolens.config, stereolens.report, "
-            "stereolens.contextbias.metrics, stereolens.contextbias.merge, "
-            "stereolens.contextbias.jobs, stereolens.registry, stereolens.workflow_support; "
-            "print(sorted(m for m in ('torch', 'diffusers', 'transformers', 'vllm', "
-            "'xgrammar', 'openai') if m in sys.modules))")
+    code = (
+        "import sys, stereolens, stereolens.cli, stereolens.config, stereolens.report, "
+        "stereolens.contextbias.metrics, stereolens.contextbias.merge, "
+        "stereolens.contextbias.jobs, stereolens.registry, stereolens.workflow_support; "
+        "print(sorted(m for m in ('torch', 'diffusers', 'transformers', 'vllm', "
+        "'xgrammar', 'openai') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

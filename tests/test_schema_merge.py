@@ -16,8 +16,13 @@ def schema():
 
 def answer(people=None, items=None):
     return {
-        "scene": {"mood": "calm", "color_temperature": "unknown", "aesthetic_qualities": [],
-                  "dominant_colors": ["white", "blue", "white"], "weather": "unknown"},
+        "scene": {
+            "mood": "calm",
+            "color_temperature": "unknown",
+            "aesthetic_qualities": [],
+            "dominant_colors": ["white", "blue", "white"],
+            "weather": "unknown",
+        },
         "camera": {"depth_of_field": "shallow", "framing": "medium", "perspective": "eye_level"},
         "objects": {"items": items if items is not None else ["Stethoscope ", "clipboard"]},
         "people": people if people is not None else [],
@@ -25,14 +30,29 @@ def answer(people=None, items=None):
 
 
 def person(pid, **kw):
-    base = {"person_id": pid, "age_range": "young_adult", "body_type": "average",
-            "gender_presentation": "female", "skin_tone": "light", "expression": "smiling",
-            "pose": "standing", "activities": [], "accessories": ["none"],
-            "hair_present": "yes", "hair_style": "long", "hair_color": "brown",
-            "eyewear_present": "no", "eyewear_type": "none", "facial_hair_present": "no",
-            "facial_hair_style": "none", "facial_hair_color": "unknown",
-            "head_covering_present": "no", "head_covering_type": "none",
-            "tattoo_present": "no", "clothing_garment": ["scrubs"]}
+    base = {
+        "person_id": pid,
+        "age_range": "young_adult",
+        "body_type": "average",
+        "gender_presentation": "female",
+        "skin_tone": "light",
+        "expression": "smiling",
+        "pose": "standing",
+        "activities": [],
+        "accessories": ["none"],
+        "hair_present": "yes",
+        "hair_style": "long",
+        "hair_color": "brown",
+        "eyewear_present": "no",
+        "eyewear_type": "none",
+        "facial_hair_present": "no",
+        "facial_hair_style": "none",
+        "facial_hair_color": "unknown",
+        "head_covering_present": "no",
+        "head_covering_type": "none",
+        "tattoo_present": "no",
+        "clothing_garment": ["scrubs"],
+    }
     return {**base, **kw}
 
 
@@ -70,13 +90,33 @@ def test_labels_drop_unknown_none_and_count_once(schema):
 
 
 def test_merge(schema, tmp_path):
-    base = {"extractor": "x", "model": "m", "role": "nurse", "condition": "CF",
-            "variant": "phrasing", "prompt_id": "p", "schema_version": schema.version}
+    base = {
+        "extractor": "x",
+        "model": "m",
+        "role": "nurse",
+        "condition": "CF",
+        "variant": "phrasing",
+        "prompt_id": "p",
+        "schema_version": schema.version,
+    }
     recs = [
-        {**base, "image_id": "a", "seed": 1, "status": "ok", "attempts": 1,
-         "attributes": answer(people=[person("p1")])},
-        {**base, "image_id": "b", "seed": 2, "status": "discarded", "attempts": 3,
-         "reason": "invalid JSON after 3 attempts", "attributes": None},
+        {
+            **base,
+            "image_id": "a",
+            "seed": 1,
+            "status": "ok",
+            "attempts": 1,
+            "attributes": answer(people=[person("p1")]),
+        },
+        {
+            **base,
+            "image_id": "b",
+            "seed": 2,
+            "status": "discarded",
+            "attempts": 3,
+            "reason": "invalid JSON after 3 attempts",
+            "attributes": None,
+        },
     ]
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
@@ -85,7 +125,8 @@ def test_merge(schema, tmp_path):
     assert images.filter(pl.col("image_id") == "b")["reason"].item().startswith("invalid")
     assert set(attrs["image_id"]) == {"a"}
     assert attrs.filter(pl.col("dimension") == "gender_presentation")["label"].to_list() == [
-        "female"]
+        "female"
+    ]
     assert images.filter(pl.col("image_id") == "a")["n_labels"].item() == attrs.height
     with pytest.raises(ValueError, match="twice"):
         merge_extractions([path, path], schema)

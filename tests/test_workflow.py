@@ -32,17 +32,26 @@ def _copy_workflow(repo_root: Path, dest: Path) -> Path:
 
 
 def test_lint(repo_root):
-    out = subprocess.run([SNAKEMAKE, "--lint", "--configfile", "config/demo.yaml"],
-                         cwd=repo_root, env=_env(), capture_output=True, text=True)
+    out = subprocess.run(
+        [SNAKEMAKE, "--lint", "--configfile", "config/demo.yaml"],
+        cwd=repo_root,
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_paper_scale_plan(repo_root, tmp_path):
     """Planning the whole paper-scale run loads no model and counts the jobs."""
     wd = _copy_workflow(repo_root, tmp_path)
-    out = subprocess.run([SNAKEMAKE, "-n", "--quiet", "rules", "--configfile",
-                          "config/config.yaml"], cwd=wd, env=_env(), capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        [SNAKEMAKE, "-n", "--quiet", "rules", "--configfile", "config/config.yaml"],
+        cwd=wd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     counts = {}
     for line in out.stdout.splitlines():
@@ -58,11 +67,17 @@ def test_paper_scale_plan(repo_root, tmp_path):
 
 def test_bad_config_stops_the_run(repo_root, tmp_path):
     wd = _copy_workflow(repo_root, tmp_path)
-    bad = (wd / "config/demo.yaml").read_text().replace("k_definition: model",
-                                                         "k_definition: modle")
+    bad = (
+        (wd / "config/demo.yaml").read_text().replace("k_definition: model", "k_definition: modle")
+    )
     (wd / "config/bad.yaml").write_text(bad)
-    out = subprocess.run([SNAKEMAKE, "-n", "--configfile", "config/bad.yaml"], cwd=wd,
-                         env=_env(), capture_output=True, text=True)
+    out = subprocess.run(
+        [SNAKEMAKE, "-n", "--configfile", "config/bad.yaml"],
+        cwd=wd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode != 0
     assert "contextbias.metrics.k_definition" in out.stdout + out.stderr
 
@@ -70,9 +85,22 @@ def test_bad_config_stops_the_run(repo_root, tmp_path):
 @pytest.mark.slow
 def test_demo_end_to_end(repo_root, tmp_path):
     wd = _copy_workflow(repo_root, tmp_path)
-    out = subprocess.run([SNAKEMAKE, "--profile", "profiles/local", "--cores", "2",
-                          "--configfile", "config/demo.yaml"], cwd=wd, env=_env(),
-                         capture_output=True, text=True, timeout=1500)
+    out = subprocess.run(
+        [
+            SNAKEMAKE,
+            "--profile",
+            "profiles/local",
+            "--cores",
+            "2",
+            "--configfile",
+            "config/demo.yaml",
+        ],
+        cwd=wd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
     res = wd / "results"
     prompts = pl.read_parquet(res / "contextbias/prompts.parquet")
@@ -83,15 +111,33 @@ def test_demo_end_to_end(repo_root, tmp_path):
     assert set(images["status"]) <= {"ok", "discarded"}
     assert images.filter(pl.col("status") == "discarded")["reason"].is_not_null().all()
     attrs = pl.read_parquet(res / "contextbias/attributes.parquet")
-    for col in ("model", "role", "condition", "prompt_id", "seed", "image_id", "cohort",
-                "dimension", "label"):
+    for col in (
+        "model",
+        "role",
+        "condition",
+        "prompt_id",
+        "seed",
+        "image_id",
+        "cohort",
+        "dimension",
+        "label",
+    ):
         assert col in attrs.columns
     assert not attrs["label"].is_in(["unknown", "none", ""]).any()
-    assert attrs.select(pl.struct("extractor", "image_id", "dimension", "label")
-                        .is_unique().all()).item()
+    assert attrs.select(
+        pl.struct("extractor", "image_id", "dimension", "label").is_unique().all()
+    ).item()
     bi = pl.read_parquet(res / "contextbias/metrics/bi.parquet")
-    assert {"model", "cohort", "dimension", "condition", "aggregation", "bi", "n_images",
-            "k"} <= set(bi.columns)
+    assert {
+        "model",
+        "cohort",
+        "dimension",
+        "condition",
+        "aggregation",
+        "bi",
+        "n_images",
+        "k",
+    } <= set(bi.columns)
     assert set(bi["model"]) <= {"tiny-sd", "tiny-sd-b"}
     report = (res / "report/index.html").read_text()
     assert "meaningless" in report and "data:image/png;base64" in report
@@ -100,7 +146,11 @@ def test_demo_end_to_end(repo_root, tmp_path):
     assert list((wd / "logs/contextbias/generate").rglob("*.log"))
     assert list((wd / "benchmarks/contextbias/extract").rglob("*.tsv"))
     # a second run has nothing to do
-    again = subprocess.run([SNAKEMAKE, "-n", "--cores", "2", "--configfile",
-                            "config/demo.yaml"], cwd=wd, env=_env(), capture_output=True,
-                           text=True)
+    again = subprocess.run(
+        [SNAKEMAKE, "-n", "--cores", "2", "--configfile", "config/demo.yaml"],
+        cwd=wd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
     assert "Nothing to be done" in again.stdout + again.stderr

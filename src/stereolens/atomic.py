@@ -44,7 +44,9 @@ def write_json(path: str | os.PathLike, obj: object) -> None:
 
 
 def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
-    write_text(path, "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows))
+    write_text(
+        path, "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows)
+    )
 
 
 def write_parquet(path: str | os.PathLike, frame) -> None:

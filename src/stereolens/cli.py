@@ -23,13 +23,16 @@ def _build_tiny(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="stereolens", description="Social-bias audits of generative vision models.")
+        prog="stereolens", description="Social-bias audits of generative vision models."
+    )
     parser.add_argument("--version", action="version", version=f"stereolens {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     contextbias_cli.register(sub)
     biasig_cli.register(sub)
 
-    t = sub.add_parser("build-tiny", help="build a tiny random-weight checkpoint (embedded default)")
+    t = sub.add_parser(
+        "build-tiny", help="build a tiny random-weight checkpoint (embedded default)"
+    )
     t.add_argument("--builder", required=True, choices=["tiny-diffusion", "tiny-vlm"])
     t.add_argument("--out", required=True, metavar="DIR")
     t.add_argument("--seed", type=int, default=0)

@@ -33,12 +33,15 @@ def check_models(config: dict[str, Any], registry: dict[str, ModelSpec]) -> None
             spec = registry.get(name)
             if spec is None:
                 known = sorted(n for n, s in registry.items() if s.kind == kind)
-                raise ConfigError(f"contextbias.{key}: {name!r} is not in the registry "
-                                  f"{config['registry']}; known {kind}s: {', '.join(known)}. "
-                                  "Add an entry there to add a model.")
+                raise ConfigError(
+                    f"contextbias.{key}: {name!r} is not in the registry "
+                    f"{config['registry']}; known {kind}s: {', '.join(known)}. "
+                    "Add an entry there to add a model."
+                )
             if spec.kind != kind:
-                raise ConfigError(f"contextbias.{key}: {name!r} is a {spec.kind} in the "
-                                  f"registry, not a {kind}")
+                raise ConfigError(
+                    f"contextbias.{key}: {name!r} is a {spec.kind} in the registry, not a {kind}"
+                )
 
 
 def load_config(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, ModelSpec]]:

@@ -68,17 +68,29 @@ class ModelSpec:
 
 
 # Settings that change speed or memory but not results.
-RUNTIME_ONLY = {"batch_size", "api_key_env", "max_concurrency", "tensor_parallel_size", "notes",
-                "seconds_per_image", "seconds_per_item",
-                "gpu_memory_utilization", "enable_cpu_offload", "timeout_s", "max_retries"}
+RUNTIME_ONLY = {
+    "batch_size",
+    "api_key_env",
+    "max_concurrency",
+    "tensor_parallel_size",
+    "notes",
+    "seconds_per_image",
+    "seconds_per_item",
+    "gpu_memory_utilization",
+    "enable_cpu_offload",
+    "timeout_s",
+    "max_retries",
+}
 
 
 def load_registry(path: str | os.PathLike) -> dict[str, ModelSpec]:
     """Read and validate a registry file; return name -> ModelSpec."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(f"model registry {path} does not exist; point `registry:` in the "
-                          "config at a models.yaml")
+        raise ConfigError(
+            f"model registry {path} does not exist; point `registry:` in the "
+            "config at a models.yaml"
+        )
     raw = yaml.safe_load(path.read_text()) or {}
     validate_against(raw, REGISTRY_SCHEMA, what=f"model registry {path}")
     specs: dict[str, ModelSpec] = {}
@@ -89,12 +101,18 @@ def load_registry(path: str | os.PathLike) -> dict[str, ModelSpec]:
             if backend not in KIND_BACKENDS[kind]:
                 raise ConfigError(
                     f"model registry {path}: {section}.{name}.backend is {backend!r}; "
-                    f"allowed for {section}: {sorted(KIND_BACKENDS[kind])}")
+                    f"allowed for {section}: {sorted(KIND_BACKENDS[kind])}"
+                )
             if name in specs:
                 raise ConfigError(f"model registry {path}: {name!r} is defined twice")
-            specs[name] = ModelSpec(name=name, kind=kind, backend=backend,
-                                    model=str(entry.pop("model")),
-                                    revision=entry.pop("revision", None), settings=entry)
+            specs[name] = ModelSpec(
+                name=name,
+                kind=kind,
+                backend=backend,
+                model=str(entry.pop("model")),
+                revision=entry.pop("revision", None),
+                settings=entry,
+            )
     return specs
 
 

@@ -33,8 +33,9 @@ def _describe(error) -> str:
     return f"{where}: {error.message}{allowed}"
 
 
-def validate_against(obj: object, schema_path: str | os.PathLike, what: str,
-                     fill_defaults: bool = False) -> None:
+def validate_against(
+    obj: object, schema_path: str | os.PathLike, what: str, fill_defaults: bool = False
+) -> None:
     """Validate ``obj``; raise ConfigError listing every problem.
 
     With ``fill_defaults`` the schema's defaults are written into missing keys

@@ -11,8 +11,12 @@ def main(log):
     attributes, images = merge_extractions(list(snakemake.input.extractions), schema)  # noqa: F821
     write_parquet(snakemake.output.images, images)  # noqa: F821
     write_parquet(snakemake.output.attributes, attributes)  # noqa: F821
-    log.info("%d images (%s), %d attribute rows", images.height,
-             dict(images["status"].value_counts().iter_rows()), attributes.height)
+    log.info(
+        "%d images (%s), %d attribute rows",
+        images.height,
+        dict(images["status"].value_counts().iter_rows()),
+        attributes.height,
+    )
 
 
 run_logged(snakemake, main)  # noqa: F821

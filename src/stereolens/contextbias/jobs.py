@@ -12,14 +12,33 @@ from stereolens.atomic import write_jsonl
 from stereolens.contextbias.prompts import build_prompts, shard_items
 from stereolens.registry import load_model, load_registry
 
-CARRIED_KEYS = ("image_id", "prompt_id", "seed", "seed_index", "model", "revision", "role",
-                "condition", "variant", "prompt", "image_sha256")
+CARRIED_KEYS = (
+    "image_id",
+    "prompt_id",
+    "seed",
+    "seed_index",
+    "model",
+    "revision",
+    "role",
+    "condition",
+    "variant",
+    "prompt",
+    "image_sha256",
+)
 
 
-def generate_contextbias_shard(registry_path: str, model: str, role: str, condition: str,
-                               shard: int, seed_settings: dict, seeds_per_shard: int,
-                               bank_path: str | None, out_dir: str,
-                               log: logging.Logger | None = None) -> list[dict]:
+def generate_contextbias_shard(
+    registry_path: str,
+    model: str,
+    role: str,
+    condition: str,
+    shard: int,
+    seed_settings: dict,
+    seeds_per_shard: int,
+    bank_path: str | None,
+    out_dir: str,
+    log: logging.Logger | None = None,
+) -> list[dict]:
     from stereolens.generate.base import GenerationItem
     from stereolens.generate.run import generate_shard
 
@@ -35,35 +54,61 @@ def generate_contextbias_shard(registry_path: str, model: str, role: str, condit
         bank_path=bank_path,
         fix_articles=seed_settings.get("fix_articles", False),
     )
-    items = [GenerationItem(**it) for it in
-             shard_items(prompts, model, role, condition, shard, seeds_per_shard)]
+    items = [
+        GenerationItem(**it)
+        for it in shard_items(prompts, model, role, condition, shard, seeds_per_shard)
+    ]
     if not items:
-        raise ValueError(f"no prompts for role {role!r}, condition {condition!r}, shard {shard}; "
-                         "check contextbias.roles/conditions and seeds.per_prompt")
-    log.info("%s %s %s shard %d: %d images; loading %s", model, role, condition, shard,
-             len(items), spec.model)
+        raise ValueError(
+            f"no prompts for role {role!r}, condition {condition!r}, shard {shard}; "
+            "check contextbias.roles/conditions and seeds.per_prompt"
+        )
+    log.info(
+        "%s %s %s shard %d: %d images; loading %s",
+        model,
+        role,
+        condition,
+        shard,
+        len(items),
+        spec.model,
+    )
     start = time.perf_counter()
     generator = load_model(spec)
     load_seconds = time.perf_counter() - start
     log.info("model loaded in %.1f s", load_seconds)
-    return generate_shard(generator, items, out_dir, model_name=model,
-                          load_seconds=load_seconds, log=log.info)
+    return generate_shard(
+        generator, items, out_dir, model_name=model, load_seconds=load_seconds, log=log.info
+    )
 
 
 def read_image_metadata(images_dir: str | Path) -> list[dict]:
     path = Path(images_dir) / "metadata.jsonl"
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: the generation job for {images_dir} did "
-                                "not finish; rerun the workflow to regenerate it")
+        raise FileNotFoundError(
+            f"{path} is missing: the generation job for {images_dir} did "
+            "not finish; rerun the workflow to regenerate it"
+        )
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [{**{k: r.get(k) for k in CARRIED_KEYS},
-             "image_path": str(Path(images_dir) / r["image_file"])} for r in rows]
+    return [
+        {
+            **{k: r.get(k) for k in CARRIED_KEYS},
+            "image_path": str(Path(images_dir) / r["image_file"]),
+        }
+        for r in rows
+    ]
 
 
-def extract_contextbias_shard(registry_path: str, extractor: str, images_dir: str,
-                              schema_path: str, prompt_path: str, max_attempts: int,
-                              cache_dir: str | None, out_path: str,
-                              log: logging.Logger | None = None) -> list[dict]:
+def extract_contextbias_shard(
+    registry_path: str,
+    extractor: str,
+    images_dir: str,
+    schema_path: str,
+    prompt_path: str,
+    max_attempts: int,
+    cache_dir: str | None,
+    out_path: str,
+    log: logging.Logger | None = None,
+) -> list[dict]:
     from stereolens.contextbias.schema import AttributeSchema
     from stereolens.extract.run import ExtractionPrompt, ResponseCache, extract_images
 
@@ -75,10 +120,10 @@ def extract_contextbias_shard(registry_path: str, extractor: str, images_dir: st
     cache = ResponseCache(cache_dir) if cache_dir else None
     start = time.perf_counter()
     vlm = load_model(spec)
-    log.info("%s loaded in %.1f s; %d images", extractor, time.perf_counter() - start,
-             len(items))
-    records = extract_images(vlm, items, schema, prompt, spec, max_attempts=max_attempts,
-                             cache=cache, log=log.info)
+    log.info("%s loaded in %.1f s; %d images", extractor, time.perf_counter() - start, len(items))
+    records = extract_images(
+        vlm, items, schema, prompt, spec, max_attempts=max_attempts, cache=cache, log=log.info
+    )
     if len(records) != len(items):
         raise RuntimeError(f"extraction returned {len(records)} records for {len(items)} images")
     write_jsonl(out_path, records)

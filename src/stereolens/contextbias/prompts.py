@@ -30,7 +30,12 @@ from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
 CONDITIONS = ("CF", "CA-R", "CA-U")
-PHRASINGS = ("a photo of a", "a photograph of a", "a realistic image of a", "a realistic photo of a")
+PHRASINGS = (
+    "a photo of a",
+    "a photograph of a",
+    "a realistic image of a",
+    "a realistic photo of a",
+)
 BANK_KEY_ALIASES = {"SD3.5": "3.5"}
 
 _CHANGED = re.compile(r"\s+changed$")
@@ -82,8 +87,10 @@ def load_bank(path: str | os.PathLike | None = None) -> list[dict]:
         if missing:
             raise ConfigError(f"prompt bank {path}: entry {i} lacks {sorted(missing)}")
         if entry["context"] not in CONDITIONS:
-            raise ConfigError(f"prompt bank {path}: entry {i} has context "
-                              f"{entry['context']!r}; allowed: {', '.join(CONDITIONS)}")
+            raise ConfigError(
+                f"prompt bank {path}: entry {i} has context "
+                f"{entry['context']!r}; allowed: {', '.join(CONDITIONS)}"
+            )
     return bank
 
 
@@ -105,8 +112,9 @@ def build_prompts(
     if wanted:
         unknown = wanted - {e["role"] for e in bank}
         if unknown:
-            raise ConfigError(f"contextbias.roles names roles not in the prompt bank: "
-                              f"{sorted(unknown)}")
+            raise ConfigError(
+                f"contextbias.roles names roles not in the prompt bank: {sorted(unknown)}"
+            )
     rows = []
     for entry in bank:
         role = entry["role"]
@@ -114,16 +122,18 @@ def build_prompts(
             continue
         text, quirks = clean_text(entry["prompt"], fix_articles)
         role_words = role.replace("_", " ")
-        phrasing = next((p for p in sorted(PHRASINGS, key=len, reverse=True)
-                         if text.startswith(p + " ")), None)
+        phrasing = next(
+            (p for p in sorted(PHRASINGS, key=len, reverse=True) if text.startswith(p + " ")), None
+        )
         if phrasing is None:
             raise ConfigError(f"prompt bank entry {entry['prompt']!r}: unknown phrasing")
         if entry["context"] == "CA-R" and text in (f"{p} {role_words}" for p in PHRASINGS):
             quirks.append("ca_r_without_context")
         template = text.replace(role_words, "{role}", 1)
         prompt_id = stable_id(role, entry["context"], text)
-        bank_seeds = {BANK_KEY_ALIASES.get(k, k): v
-                      for k, v in (entry.get("seeds_by_model") or {}).items()}
+        bank_seeds = {
+            BANK_KEY_ALIASES.get(k, k): v for k, v in (entry.get("seeds_by_model") or {}).items()
+        }
         seeds, sources = {}, {}
         for model in models:
             key = bank_keys.get(model, default_bank_key)
@@ -141,31 +151,35 @@ def build_prompts(
             else:
                 seeds[model] = [int(s) for s in chosen[:seeds_per_prompt]]
                 sources[model] = f"bank:{key}"
-        rows.append({
-            "prompt_id": prompt_id,
-            "role": role,
-            "condition": entry["context"],
-            "variant": "substitution" if "changed_suffix_removed" in quirks else "phrasing",
-            "phrasing": phrasing,
-            "template": template,
-            "text": text,
-            "raw_text": entry["prompt"],
-            "quirks": quirks,
-            "seeds": seeds,
-            "seed_source": sources,
-        })
+        rows.append(
+            {
+                "prompt_id": prompt_id,
+                "role": role,
+                "condition": entry["context"],
+                "variant": "substitution" if "changed_suffix_removed" in quirks else "phrasing",
+                "phrasing": phrasing,
+                "template": template,
+                "text": text,
+                "raw_text": entry["prompt"],
+                "quirks": quirks,
+                "seeds": seeds,
+                "seed_source": sources,
+            }
+        )
     if not rows:
         raise ConfigError("no prompts selected: check contextbias.roles")
     frame = pl.DataFrame(rows)
     dupes = frame.filter(pl.col("prompt_id").is_duplicated())
     if dupes.height:
-        raise ConfigError(f"prompt bank has duplicate (role, condition, text): "
-                          f"{dupes['text'].head(3).to_list()}")
+        raise ConfigError(
+            f"prompt bank has duplicate (role, condition, text): {dupes['text'].head(3).to_list()}"
+        )
     return frame.sort("role", "condition", "prompt_id")
 
 
-def shard_items(prompts: pl.DataFrame, model: str, role: str, condition: str, shard: int,
-                seeds_per_shard: int) -> list[dict]:
+def shard_items(
+    prompts: pl.DataFrame, model: str, role: str, condition: str, shard: int, seeds_per_shard: int
+) -> list[dict]:
     """The images of one generation job: every prompt of (role, condition) times the
     seed indices [shard * seeds_per_shard, (shard + 1) * seeds_per_shard)."""
     sel = prompts.filter((pl.col("role") == role) & (pl.col("condition") == condition))
@@ -173,12 +187,18 @@ def shard_items(prompts: pl.DataFrame, model: str, role: str, condition: str, sh
     lo, hi = shard * seeds_per_shard, (shard + 1) * seeds_per_shard
     for row in sel.select("prompt_id", "text", "variant", "seeds").iter_rows(named=True):
         for seed_index, seed in enumerate(row["seeds"][model][lo:hi], start=lo):
-            items.append({
-                "image_id": stable_id(model, row["prompt_id"], seed),
-                "prompt_id": row["prompt_id"],
-                "text": row["text"],
-                "seed": int(seed),
-                "extra": {"role": role, "condition": condition, "variant": row["variant"],
-                          "seed_index": seed_index},
-            })
+            items.append(
+                {
+                    "image_id": stable_id(model, row["prompt_id"], seed),
+                    "prompt_id": row["prompt_id"],
+                    "text": row["text"],
+                    "seed": int(seed),
+                    "extra": {
+                        "role": role,
+                        "condition": condition,
+                        "variant": row["variant"],
+                        "seed_index": seed_index,
+                    },
+                }
+            )
     return items

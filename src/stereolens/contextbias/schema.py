@@ -50,11 +50,20 @@ class AttributeSchema:
                 per_person = bool(body.get("per_person", False))
                 for name, d in body["dimensions"].items():
                     vocab = d.get("vocabulary")
-                    dims.append(Dimension(cohort, name, d["kind"],
-                                          tuple(map(str, vocab)) if vocab else None, per_person))
+                    dims.append(
+                        Dimension(
+                            cohort,
+                            name,
+                            d["kind"],
+                            tuple(map(str, vocab)) if vocab else None,
+                            per_person,
+                        )
+                    )
         except (KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f"attribute schema {source} is malformed ({exc!r}); "
-                             "see attribute_schema.v1.yaml for the layout") from exc
+            raise ValueError(
+                f"attribute schema {source} is malformed ({exc!r}); "
+                "see attribute_schema.v1.yaml for the layout"
+            ) from exc
         self.dimensions: tuple[Dimension, ...] = tuple(dims)
         self.cohorts: tuple[str, ...] = tuple(dict.fromkeys(d.cohort for d in dims))
 
@@ -72,8 +81,12 @@ class AttributeSchema:
 
     def vocabulary(self) -> dict[str, tuple[str, ...] | None]:
         """Countable labels per dimension (unknown/none removed); None = open."""
-        return {d.name: (tuple(v for v in d.vocabulary if v not in NOT_LABELS)
-                         if d.vocabulary else None) for d in self.counted_dimensions}
+        return {
+            d.name: (
+                tuple(v for v in d.vocabulary if v not in NOT_LABELS) if d.vocabulary else None
+            )
+            for d in self.counted_dimensions
+        }
 
     # ---------------------------------------------------------------- JSON schema
     def _field_schema(self, d: Dimension) -> dict[str, Any]:
@@ -116,8 +129,10 @@ class AttributeSchema:
         import jsonschema
 
         validator = jsonschema.Draft202012Validator(self.json_schema)
-        return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
-                for e in validator.iter_errors(answer)]
+        return [
+            f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
+            for e in validator.iter_errors(answer)
+        ]
 
     # ---------------------------------------------------------------- flattening
     def labels(self, answer: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -42,7 +42,8 @@ def _rows(model, condition, image, dims):
 @pytest.fixture
 def table():
     rows = []
-    # CF: gender female x2, male x1 (3 images)  -> K(model) = 3 (female, male, nonbinary seen in CA-U)
+    # CF: gender female x2, male x1 (3 images);
+    # K(model) = 3: female, male, and nonbinary (seen in CA-U)
     rows += _rows("m", "CF", 1, [("nurse", "gender_presentation", "female")])
     rows += _rows("m", "CF", 2, [("nurse", "gender_presentation", "female")])
     rows += _rows("m", "CF", 3, [("carpenter", "gender_presentation", "male")])

@@ -45,7 +45,8 @@ def _table(frame: pl.DataFrame, caption: str, digits: int = 3) -> str:
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    return f'<img alt="figure" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+    data = base64.b64encode(buf.getvalue()).decode()
+    return f'<img alt="figure" src="data:image/png;base64,{data}">'
 
 
 def _series_key(frame: pl.DataFrame) -> list[str]:

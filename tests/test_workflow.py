@@ -138,7 +138,11 @@ def test_demo_end_to_end(repo_root, tmp_path):
         "n_images",
         "k",
     } <= set(bi.columns)
-    assert set(bi["model"]) <= {"tiny-sd", "tiny-sd-b"}
+    assert set(bi["model"]) == {"tiny-sd", "tiny-sd-b", "*"}
+    assert {"pooled", "role", "role_matched", "role_miller_madow"} <= set(bi["aggregation"])
+    metrics = res / "contextbias/metrics"
+    for name in ("ccs", "ccs_mean", "robustness", "bootstrap"):
+        assert pl.read_parquet(metrics / f"{name}.parquet").height > 0, name
     report = (res / "report/index.html").read_text()
     assert "meaningless" in report and "data:image/png;base64" in report
     assert "Bias Intensity" in report

@@ -178,7 +178,8 @@ def render_report(
     )
     if bi.height:
         parts.append(bi_condition_figure(bi))
-        cohort_rows = bi.filter(pl.col("dimension") == "*")
+        pooled = bi.filter(pl.col("aggregation") == "pooled")
+        cohort_rows = pooled.filter(pl.col("dimension") == "*")
         wide = cohort_rows.pivot(on="condition", index=keys + ["cohort"], values="bi")
         wide = wide.select(keys + ["cohort"] + [c for c in CONDITION_ORDER if c in wide.columns])
         if {"CF", "CA-U"} <= set(wide.columns):
@@ -188,7 +189,7 @@ def render_report(
                 wide.sort(keys + ["cohort"]), "Pooled BI per cohort and condition (paper Fig. 3)."
             )
         )
-        dims = bi.filter(pl.col("dimension") != "*").pivot(
+        dims = pooled.filter(pl.col("dimension") != "*").pivot(
             on="condition", index=keys + ["cohort", "dimension"], values="bi"
         )
         dims = dims.select(

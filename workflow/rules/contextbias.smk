@@ -92,6 +92,10 @@ rule compute_contextbias_metrics:
         schema=get_extraction_files()["schema"],
     output:
         bi="results/contextbias/metrics/bi.parquet",
+        ccs="results/contextbias/metrics/ccs.parquet",
+        ccs_mean="results/contextbias/metrics/ccs_mean.parquet",
+        robustness="results/contextbias/metrics/robustness.parquet",
+        bootstrap="results/contextbias/metrics/bootstrap.parquet",
     params:
         outdir=lambda w, output: os.path.dirname(output.bi),
         k=CB["metrics"]["k_definition"],

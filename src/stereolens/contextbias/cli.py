@@ -6,11 +6,25 @@ import argparse
 from pathlib import Path
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _metrics(args: argparse.Namespace) -> int:
     import polars as pl
 
     from stereolens.atomic import write_parquet
-    from stereolens.contextbias.metrics import pooled_bi
+    from stereolens.contextbias.analysis import (
+        ccs_mean,
+        ccs_table,
+        cluster_bootstrap,
+        robustness_summary,
+        robustness_tests,
+    )
+    from stereolens.contextbias.metrics import bi_table
     from stereolens.contextbias.schema import AttributeSchema
 
     attributes = pl.read_parquet(args.attributes)
@@ -18,9 +32,40 @@ def _metrics(args: argparse.Namespace) -> int:
     schema = AttributeSchema.load(args.schema)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    bi = pooled_bi(attributes, images, k_definition=args.k, schema=schema)
-    write_parquet(out / "bi.parquet", bi)
-    print(f"wrote {out / 'bi.parquet'} ({bi.height} rows, K = {args.k})")
+    cells = "variant" if args.variant_cells else args.robustness_cells
+    # Compute everything first, then write: a failure leaves no partial set of tables.
+    bi = bi_table(
+        attributes, images, args.k, schema, matched_draws=args.matched_draws, seed=args.seed
+    )
+    ccs = ccs_table(
+        attributes,
+        images,
+        min_count=args.ccs_min_count,
+        alpha=args.alpha,
+        max_range_pp=args.max_range_pp,
+    )
+    tables = {
+        "bi.parquet": bi,
+        "ccs.parquet": ccs,
+        "ccs_mean.parquet": ccs_mean(ccs),
+        "robustness.parquet": robustness_summary(
+            robustness_tests(attributes, images, cells=cells, alpha=args.alpha)
+        ),
+        "bootstrap.parquet": cluster_bootstrap(
+            attributes,
+            replicates=args.replicates,
+            seed=args.seed,
+            k_definition=args.k,
+            schema=schema,
+        ),
+    }
+    for name, frame in tables.items():
+        write_parquet(out / name, frame)
+        print(f"wrote {out / name} ({frame.height} rows)")
+    print(
+        f"K = {args.k}; bootstrap {args.replicates} replicates, seed {args.seed}; "
+        f"robustness cells: {cells}"
+    )
     return 0
 
 
@@ -35,22 +80,106 @@ def register(sub: argparse._SubParsersAction) -> None:
             "dimension x label, columns model, role, condition, image_id, cohort, dimension, "
             "label; an `extractor` column, if present, splits every metric by extractor). "
             "Works on the workflow's results/contextbias/attributes.parquet or on your own "
-            "annotations. Writes DIR/bi.parquet: Bias Intensity 1 - H(p)/log K per model x "
-            "dimension x condition over label counts pooled across roles, cohort rows "
-            "(dimension '*') and all-dimension rows (cohort '*')."),
+            "annotations. Writes into DIR: "
+            "bi.parquet: Bias Intensity 1 - H(p)/log K per model x dimension x condition, "
+            "pooled over roles (aggregation 'pooled') and per role then averaged ('role'; "
+            "'role_matched' at matched support; 'role_miller_madow'), with cohort rows "
+            "(dimension '*'), all-dimension rows (cohort '*') and model '*' rows (mean over "
+            "models); "
+            "ccs.parquet: per model x role x dimension x label prevalence, range, "
+            "chi-squared homogeneity across CF/CA-R/CA-U (p and Benjamini-Hochberg p_bh "
+            "within each model), Context Consistency Score and consistency (paper Table 2); "
+            "ccs_mean.parquet: CCS averaged over models and the number of models where the "
+            "label is invariant; "
+            "robustness.parquet: leave-one-out chi-squared prompt robustness per model x "
+            "cohort (paper Table 3); "
+            "bootstrap.parquet: role-level cluster bootstrap of pooled-BI differences "
+            "(CA-R - CF, CA-U - CF, CA-U - CA-R) with 95% percentile intervals, per "
+            "model and across models, per cohort and per dimension (paper Tables 8-9). "
+            "The three conditions must be named CF, CA-R and CA-U."
+        ),
     )
-    m.add_argument("--attributes", required=True, metavar="PATH",
-                   help="attributes parquet (long form)")
+    m.add_argument(
+        "--attributes", required=True, metavar="PATH", help="attributes parquet (long form)"
+    )
     m.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    m.add_argument("--images", metavar="PATH",
-                   help="images parquet with image_id, model, condition, status: gives the "
-                        "exact number of extracted images per cell (n_images); without it, "
-                        "n_images counts the images that have at least one label")
-    m.add_argument("--schema", metavar="PATH",
-                   help="attribute schema YAML (default: the shipped v1, paper Table 6)")
-    m.add_argument("--k", choices=["model", "cell", "vocabulary"], default="model",
-                   help="K of BI: 'model' = labels seen for that model and dimension in any "
-                        "condition (default, the paper's numbers); 'cell' = labels seen in the "
-                        "cell (the released bootstrap); 'vocabulary' = the schema's closed "
-                        "vocabulary (open dimensions use 'model')")
+    m.add_argument(
+        "--images",
+        metavar="PATH",
+        help="images parquet with image_id, model, role, condition, status: gives the exact "
+        "number of extracted images per cell (n_images, the CCS denominators); without it, "
+        "only images that have at least one label are counted",
+    )
+    m.add_argument(
+        "--schema",
+        metavar="PATH",
+        help="attribute schema YAML (default: the shipped v1, paper Table 6)",
+    )
+    m.add_argument(
+        "--k",
+        choices=["model", "cell", "vocabulary"],
+        default="model",
+        help="K of BI: 'model' = labels seen for that model and dimension in any "
+        "condition (default, the paper's numbers); 'cell' = labels seen in the "
+        "cell (the released bootstrap); 'vocabulary' = the schema's closed "
+        "vocabulary (open dimensions use 'model')",
+    )
+    m.add_argument(
+        "--replicates",
+        type=_positive_int,
+        default=1000,
+        metavar="B",
+        help="cluster-bootstrap replicates (roles resampled with replacement); default %(default)s",
+    )
+    m.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the cluster bootstrap and of the matched-support subsampling; "
+        "default %(default)s",
+    )
+    m.add_argument(
+        "--matched-draws",
+        type=_positive_int,
+        default=20,
+        metavar="N",
+        help="subsamples averaged for per-role BI at matched support (each role's "
+        "conditions cut to its smallest condition's image count); default %(default)s",
+    )
+    m.add_argument(
+        "--ccs-min-count",
+        type=int,
+        default=5,
+        metavar="N",
+        help="CCS is defined only for labels seen in all three conditions and at least N "
+        "times in total; default %(default)s",
+    )
+    m.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="a label is invariant (CCS consistency, prompt robustness) when p > alpha; "
+        "default %(default)s",
+    )
+    m.add_argument(
+        "--max-range-pp",
+        type=float,
+        default=5.0,
+        metavar="PP",
+        help="CCS consistency also needs the prevalence range across conditions <= PP "
+        "percentage points; default %(default)s",
+    )
+    m.add_argument(
+        "--robustness-cells",
+        choices=["condition", "variant", "prompt"],
+        default="condition",
+        help="cells of the leave-one-out robustness test: 'condition' (CF, CA-R, CA-U); "
+        "'variant' = condition x the `variant` column; 'prompt' = condition x prompt_id "
+        "(every prompt variant, as in paper Table 3); default %(default)s",
+    )
+    m.add_argument(
+        "--variant-cells",
+        action="store_true",
+        help="shorthand for --robustness-cells variant (needs a `variant` column)",
+    )
     m.set_defaults(func=_metrics)

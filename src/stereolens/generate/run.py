@@ -1,0 +1,268 @@
+"""Run one generation shard: images + metadata into a folder, atomically and resumably.
+
+Layout of a finished shard::
+
+    {out_dir}/{image_id}.png     one per item
+    {out_dir}/metadata.jsonl     one JSON line per image, in item order
+    {out_dir}/timing.json        model load time, run time, seconds per image
+
+Work happens in the sibling ``{out_dir}.partial/``. Each image is written there
+as soon as it is made (PNG to a temporary file, then os.replace) together with a
+sidecar ``{image_id}.json`` holding its metadata row. A rerun after a crash or a
+kill keeps every image whose sidecar matches the item, the generator's settings
+and the PNG's sha256, and makes only the rest. When every item is done the
+``.partial`` folder is moved onto ``out_dir`` in one rename, so ``out_dir`` exists
+only when the shard is complete.
+
+Imports neither torch nor diffusers: the generator is passed in.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from stereolens.atomic import write_bytes, write_json, write_jsonl
+from stereolens.generate.base import GenerationItem, Generator
+from stereolens.ids import sha256_bytes, sha256_file
+
+METADATA_FILE = "metadata.jsonl"
+TIMING_FILE = "timing.json"
+PARTIAL_SUFFIX = ".partial"
+
+# Keys of a metadata row that the runner fills; item.extra may not use them.
+RESERVED_KEYS = (
+    "image_id",
+    "prompt_id",
+    "seed",
+    "model",
+    "revision",
+    "settings",
+    "prompt",
+    "image_file",
+    "image_sha256",
+    "width",
+    "height",
+    "seconds",
+)
+
+_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_RESERVED_IDS = {Path(TIMING_FILE).stem}
+
+
+def partial_dir(out_dir: str | os.PathLike) -> Path:
+    """Where a shard is built before it is moved onto ``out_dir``."""
+    out_dir = Path(out_dir)
+    return out_dir.with_name(out_dir.name + PARTIAL_SUFFIX)
+
+
+def _canonical(obj: Any) -> Any:
+    """What ``obj`` looks like after a JSON round trip (tuples -> lists, ...)."""
+    return json.loads(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str))
+
+
+def _validate(items: list[GenerationItem], model_name: str, batch_size: int) -> None:
+    if not model_name:
+        raise ValueError("generate_shard: model_name is empty")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(
+            f"generate_shard: batch_size must be a positive integer, not {batch_size!r}"
+        )
+    if not items:
+        raise ValueError(f"generate_shard: no items to generate for model {model_name!r}")
+    seen: set[str] = set()
+    dupes: list[str] = []
+    for k, item in enumerate(items):
+        if not isinstance(item, GenerationItem):
+            raise TypeError(
+                f"generate_shard: items[{k}] is a {type(item).__name__}, not a GenerationItem"
+            )
+        iid = item.image_id
+        if not isinstance(iid, str) or not _ID_PATTERN.match(iid) or iid in _RESERVED_IDS:
+            raise ValueError(
+                f"generate_shard: items[{k}].image_id {iid!r} cannot be a file name; use "
+                "letters, digits, '.', '_' and '-' (and not 'timing')"
+            )
+        if iid in seen:
+            dupes.append(iid)
+        seen.add(iid)
+        if not isinstance(item.seed, int) or isinstance(item.seed, bool):
+            raise ValueError(f"generate_shard: items[{k}].seed must be an int, not {item.seed!r}")
+        clash = sorted(set(item.extra) & set(RESERVED_KEYS))
+        if clash:
+            raise ValueError(
+                f"generate_shard: items[{k}] ({iid}) has extra key(s) {clash} that clash with "
+                f"metadata keys the runner writes ({', '.join(RESERVED_KEYS)})"
+            )
+    if dupes:
+        shown = ", ".join(sorted(set(dupes))[:10])
+        raise ValueError(
+            f"generate_shard: {len(dupes)} duplicate image_id(s) among {len(items)} items: {shown}"
+        )
+
+
+def _png_bytes(image: Any) -> bytes:
+    if not hasattr(image, "save"):
+        raise TypeError(f"generator returned a {type(image).__name__}, not a PIL image")
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _finished_row(partial: Path, expected: dict[str, Any]) -> dict[str, Any] | None:
+    """The sidecar row of a finished image in ``partial``, or None if it must be redone."""
+    png = partial / expected["image_file"]
+    side = partial / f"{expected['image_id']}.json"
+    if not (png.is_file() and side.is_file()):
+        return None
+    try:
+        row = json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(row, dict):
+        return None
+    if any(row.get(k) != v for k, v in expected.items()):
+        return None
+    if row.get("image_sha256") != sha256_file(png):
+        return None
+    return row
+
+
+def generate_shard(
+    generator: Generator,
+    items: list[GenerationItem],
+    out_dir: str | os.PathLike,
+    model_name: str,
+    batch_size: int | None = None,
+    log: Callable[[str], Any] = print,
+    load_seconds: float | None = None,
+) -> list[dict]:
+    """Make every item's image into ``out_dir``; return the metadata rows (item order).
+
+    ``batch_size`` is how many items go to one ``generator.generate`` call (and so how
+    often progress is saved); None = the generator's own ``batch_size`` attribute, else 1.
+    ``load_seconds`` (model load time) is recorded in timing.json. See the module
+    docstring for the folder layout and the crash/rerun behaviour.
+    """
+    started = time.perf_counter()
+    items = list(items)
+    if batch_size is None:
+        batch_size = int(getattr(generator, "batch_size", 1) or 1)
+    _validate(items, model_name, batch_size)
+
+    out_dir = Path(out_dir)
+    partial = partial_dir(out_dir)
+    partial.mkdir(parents=True, exist_ok=True)
+    for stray in partial.glob(".*.tmp"):  # temporary files of a killed write
+        stray.unlink()
+
+    settings = _canonical(generator.settings())
+    revision = settings.get("revision") if isinstance(settings, dict) else None
+
+    def expected_row(item: GenerationItem) -> dict[str, Any]:
+        return {
+            "image_id": item.image_id,
+            "prompt_id": item.prompt_id,
+            "seed": item.seed,
+            "model": model_name,
+            "revision": revision,
+            "settings": settings,
+            "prompt": item.text,
+            "image_file": f"{item.image_id}.png",
+            **_canonical(dict(item.extra)),
+        }
+
+    expected = {item.image_id: expected_row(item) for item in items}
+    done: dict[str, dict[str, Any]] = {}
+    for item in items:
+        row = _finished_row(partial, expected[item.image_id])
+        if row is not None:
+            done[item.image_id] = row
+    todo = [item for item in items if item.image_id not in done]
+    if done:
+        log(
+            f"{model_name}: {len(done)} of {len(items)} images already finished in {partial}; "
+            f"making the other {len(todo)}"
+        )
+
+    generation_seconds = 0.0
+    with tqdm(
+        total=len(items), initial=len(done), desc=model_name, unit="img", file=sys.stderr
+    ) as bar:
+        for start in range(0, len(todo), batch_size):
+            chunk = todo[start : start + batch_size]
+            t0 = time.perf_counter()
+            images = list(generator.generate([it.text for it in chunk], [it.seed for it in chunk]))
+            elapsed = time.perf_counter() - t0
+            generation_seconds += elapsed
+            if len(images) != len(chunk):
+                raise RuntimeError(
+                    f"{model_name}: generator returned {len(images)} images for "
+                    f"{len(chunk)} prompts"
+                )
+            for item, image in zip(chunk, images, strict=True):
+                data = _png_bytes(image)
+                width, height = image.size
+                row = {
+                    **expected[item.image_id],
+                    "image_sha256": sha256_bytes(data),
+                    "width": int(width),
+                    "height": int(height),
+                    "seconds": elapsed / len(chunk),
+                }
+                write_bytes(partial / row["image_file"], data)
+                write_json(partial / f"{item.image_id}.json", row)
+                done[item.image_id] = row
+            bar.update(len(chunk))
+
+    rows = [done[item.image_id] for item in items]
+    keep = {METADATA_FILE, TIMING_FILE}
+    for row in rows:
+        keep.update((row["image_file"], f"{row['image_id']}.json"))
+    for path in partial.iterdir():  # leftovers of an earlier run with other items
+        if path.name not in keep:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+    write_jsonl(partial / METADATA_FILE, rows)
+    per_image = {row["image_id"]: row["seconds"] for row in rows}
+    write_json(
+        partial / TIMING_FILE,
+        {
+            "model": model_name,
+            "images": len(rows),
+            "generated_this_run": len(todo),
+            "reused_from_partial": len(items) - len(todo),
+            "batch_size": batch_size,
+            "load_seconds": load_seconds,
+            "generation_seconds_this_run": generation_seconds,
+            "total_seconds_this_run": time.perf_counter() - started,
+            "mean_seconds_per_image": sum(per_image.values()) / len(per_image),
+            "seconds_per_image": per_image,
+        },
+    )
+
+    # Move into place. An old out_dir is first renamed away (one atomic step) so that
+    # out_dir never holds a mix of old and new files.
+    if out_dir.is_dir() and not out_dir.is_symlink():
+        stale = out_dir.with_name(out_dir.name + ".stale")
+        if stale.exists():
+            shutil.rmtree(stale)
+        os.replace(out_dir, stale)
+        shutil.rmtree(stale)
+    elif out_dir.exists() or out_dir.is_symlink():
+        out_dir.unlink()
+    os.replace(partial, out_dir)
+    for row in rows:  # the per-image sidecars only served resumption
+        (out_dir / f"{row['image_id']}.json").unlink(missing_ok=True)
+    log(f"{model_name}: wrote {len(rows)} images and {METADATA_FILE} to {out_dir}")
+    return rows

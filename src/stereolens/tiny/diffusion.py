@@ -1,0 +1,212 @@
+"""A tiny random-weight Stable Diffusion pipeline, built in code (no downloads).
+
+The pipeline has the real structure of a Stable Diffusion 1.x checkpoint (UNet,
+VAE, CLIP text encoder, CLIP BPE tokenizer, DDIM scheduler, ``model_index.json``)
+but a few thousand parameters, so that the real loading and generation path
+(``AutoPipelineForText2Image.from_pretrained`` on a folder) can be exercised on a
+CPU in seconds. Its images are noise; only their plumbing is meaningful.
+
+The CLIP tokenizer cannot be downloaded, so one is written here: a byte-level BPE
+vocabulary (every byte, alone and as a word end ``</w>``), a handful of merges
+and CLIP's two special tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+# Geometry. An image of R pixels gives latents of R/2 (two VAE blocks); the UNet
+# halves those once more (two UNet blocks), and Stable Diffusion pipelines want R
+# divisible by 8, so the smallest resolution is 8 and 32 is a comfortable one.
+TINY_RESOLUTION = 32
+TEXT_HIDDEN = 32
+MAX_TOKENS = 77
+
+BOS = "<|startoftext|>"
+EOS = "<|endoftext|>"
+
+# A few merges so the tokenizer really is BPE (every word still tokenizes without
+# them, character by character). Each merge "a b" adds the token "ab".
+_MERGES = [
+    ("t", "h"),
+    ("th", "e</w>"),
+    ("a", "n"),
+    ("an", "d</w>"),
+    ("p", "e"),
+    ("pe", "r"),
+    ("o", "n</w>"),
+    ("i", "n"),
+    ("in", "g</w>"),
+    ("i", "s</w>"),
+]
+
+
+def _byte_chars() -> list[str]:
+    """The 256 printable characters that byte-level BPE uses for the 256 byte values.
+
+    Printable Latin-1 bytes stand for themselves; every other byte b is mapped, in
+    order, to chr(256 + k). This is the mapping CLIP's and GPT-2's tokenizers use,
+    so ``tokenizers``' ByteLevel pre-tokenizer produces exactly these characters.
+    """
+    keep = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    kept = set(keep)
+    chars: dict[int, str] = {b: chr(b) for b in keep}
+    extra = 0
+    for b in range(256):
+        if b not in kept:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+def tiny_vocab() -> tuple[dict[str, int], list[str]]:
+    """The tokenizer's vocabulary (token -> id) and merges ("left right" lines)."""
+    chars = _byte_chars()
+    tokens = chars + [c + "</w>" for c in chars] + [a + b for a, b in _MERGES] + [BOS, EOS]
+    vocab: dict[str, int] = {}
+    for tok in tokens:
+        if tok in vocab:
+            raise AssertionError(f"duplicate token {tok!r} in the tiny vocabulary")
+        vocab[tok] = len(vocab)
+    return vocab, [f"{a} {b}" for a, b in _MERGES]
+
+
+def _build_tokenizer(src: Path):
+    from transformers import CLIPTokenizer
+
+    vocab, merges = tiny_vocab()
+    src.mkdir(parents=True)
+    (src / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (src / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    return CLIPTokenizer.from_pretrained(
+        str(src),
+        model_max_length=MAX_TOKENS,
+        bos_token=BOS,
+        eos_token=EOS,
+        unk_token=EOS,
+        pad_token=EOS,
+    )
+
+
+def _finish_tokenizer_folder(src: Path, dst: Path) -> None:
+    """Keep the vocab.json/merges.txt next to what save_pretrained wrote.
+
+    transformers 5 saves only tokenizer.json, which transformers 4's (slow)
+    CLIPTokenizer cannot read; with both files the folder loads under either. Keys
+    that from_pretrained's own arguments leak into tokenizer_config.json are dropped.
+    """
+    for name in ("vocab.json", "merges.txt"):
+        if not (dst / name).exists():
+            shutil.copyfile(src / name, dst / name)
+    shutil.rmtree(src)
+    cfg_path = dst / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    for key in ("is_local", "local_files_only", "name_or_path"):
+        cfg.pop(key, None)
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def build_tiny_diffusion(out_dir: str | Path, seed: int = 0) -> Path:
+    """Build the tiny pipeline and save it to ``out_dir`` (replacing what is there).
+
+    Same ``seed`` -> same weights. The folder loads with
+    ``diffusers.AutoPipelineForText2Image.from_pretrained(out_dir)``. It is written to
+    a temporary sibling and moved into place at the end, so an interrupted build
+    never leaves a complete-looking folder. Returns ``out_dir``.
+    """
+    import torch
+    from diffusers import (
+        AutoencoderKL,
+        DDIMScheduler,
+        StableDiffusionPipeline,
+        UNet2DConditionModel,
+    )
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.building-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        tokenizer = _build_tokenizer(tmp / "_tokenizer_src")
+        vocab, _ = tiny_vocab()
+
+        # Each component is initialised from its own fixed seed, inside fork_rng so
+        # the caller's global torch RNG is left as it was.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            unet = UNet2DConditionModel(
+                sample_size=TINY_RESOLUTION // 2,
+                in_channels=4,
+                out_channels=4,
+                block_out_channels=(8, 16),
+                layers_per_block=1,
+                norm_num_groups=4,
+                down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+                cross_attention_dim=TEXT_HIDDEN,
+                attention_head_dim=2,
+            )
+            torch.manual_seed(seed + 1)
+            vae = AutoencoderKL(
+                sample_size=TINY_RESOLUTION,
+                in_channels=3,
+                out_channels=3,
+                block_out_channels=(8, 16),
+                layers_per_block=1,
+                norm_num_groups=4,
+                down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
+                up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
+                latent_channels=4,
+            )
+            torch.manual_seed(seed + 2)
+            text_encoder = CLIPTextModel(
+                CLIPTextConfig(
+                    vocab_size=len(vocab),
+                    hidden_size=TEXT_HIDDEN,
+                    intermediate_size=37,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    max_position_embeddings=MAX_TOKENS,
+                    layer_norm_eps=1e-5,
+                    bos_token_id=vocab[BOS],
+                    eos_token_id=vocab[EOS],
+                    pad_token_id=vocab[EOS],
+                )
+            )
+        scheduler = DDIMScheduler(
+            beta_start=0.00085,
+            beta_end=0.012,
+            beta_schedule="scaled_linear",
+            clip_sample=False,
+            set_alpha_to_one=False,
+            steps_offset=1,
+        )
+        pipe = StableDiffusionPipeline(
+            vae=vae,
+            text_encoder=text_encoder,
+            tokenizer=tokenizer,
+            unet=unet,
+            scheduler=scheduler,
+            safety_checker=None,
+            feature_extractor=None,
+            image_encoder=None,
+            requires_safety_checker=False,
+        )
+        pipe.save_pretrained(str(tmp), safe_serialization=True)
+        _finish_tokenizer_folder(tmp / "_tokenizer_src", tmp / "tokenizer")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return out_dir

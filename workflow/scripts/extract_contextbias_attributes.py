@@ -16,6 +16,7 @@ def main(log):
         cache_dir=p.cache_dir,
         out_path=snakemake.output[0],  # noqa: F821
         log=log,
+        threads=snakemake.threads,  # noqa: F821
     )
 
 

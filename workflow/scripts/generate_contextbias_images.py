@@ -19,6 +19,7 @@ def main(log):
         bank_path=snakemake.input.bank,  # noqa: F821
         out_dir=snakemake.output[0],  # noqa: F821
         log=log,
+        threads=snakemake.threads,  # noqa: F821
     )
 
 

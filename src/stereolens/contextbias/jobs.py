@@ -27,6 +27,15 @@ CARRIED_KEYS = (
 )
 
 
+def limit_threads(threads: int | None) -> None:
+    """Give torch the job's threads, not the machine's: several jobs share a node, and
+    oversubscribed CPU threads make small models an order of magnitude slower."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
 def generate_contextbias_shard(
     registry_path: str,
     model: str,
@@ -38,6 +47,7 @@ def generate_contextbias_shard(
     bank_path: str | None,
     out_dir: str,
     log: logging.Logger | None = None,
+    threads: int | None = None,
 ) -> list[dict]:
     from stereolens.generate.base import GenerationItem
     from stereolens.generate.run import generate_shard
@@ -72,6 +82,7 @@ def generate_contextbias_shard(
         len(items),
         spec.model,
     )
+    limit_threads(threads)
     start = time.perf_counter()
     generator = load_model(spec)
     load_seconds = time.perf_counter() - start
@@ -108,6 +119,7 @@ def extract_contextbias_shard(
     cache_dir: str | None,
     out_path: str,
     log: logging.Logger | None = None,
+    threads: int | None = None,
 ) -> list[dict]:
     from stereolens.contextbias.schema import AttributeSchema
     from stereolens.extract.run import ExtractionPrompt, ResponseCache, extract_images
@@ -118,6 +130,8 @@ def extract_contextbias_shard(
     schema = AttributeSchema.load(schema_path)
     prompt = ExtractionPrompt.load(prompt_path)
     cache = ResponseCache(cache_dir) if cache_dir else None
+    if spec.backend == "transformers":
+        limit_threads(threads)
     start = time.perf_counter()
     vlm = load_model(spec)
     log.info("%s loaded in %.1f s; %d images", extractor, time.perf_counter() - start, len(items))

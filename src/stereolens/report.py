@@ -23,6 +23,7 @@ th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
 .warning{border:2px solid #c00;background:#fee;padding:1em;font-weight:bold}
 caption{caption-side:top;text-align:left;font-style:italic;padding:.3em 0}
 pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:.85em}
+img{max-width:100%;height:auto}
 """
 
 
@@ -81,7 +82,7 @@ def bi_condition_figure(bi: pl.DataFrame) -> str:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("Bias Intensity (pooled)")
     axes[0][-1].legend(fontsize=7, loc="best")
-    fig.suptitle("Mean pooled BI by condition (paper Fig. 3)")
+    fig.suptitle("Mean pooled BI by condition (paper Fig. 3)", y=1.04)
     out = _png(fig)
     plt.close(fig)
     return out

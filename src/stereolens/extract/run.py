@@ -18,8 +18,10 @@ backend failure) are never cached.
 
 Retries at temperature 0 repeat the same request except for the attempt number,
 so a deterministic backend tends to repeat its answer; they matter for empty
-answers (API errors) and nondeterministic backends. When sampling, attempt k
-uses seed ``seed + k - 1`` so a retry is a new draw.
+answers (API errors) and nondeterministic backends. Each request carries its own
+seed, derived from the registry seed, the image id and the attempt number, so a
+sampling backend draws independently per image and a retry is a new draw, while
+a rerun reproduces every draw.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import yaml
 from stereolens.atomic import write_json
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.extract.base import VLM, VLMRequest
-from stereolens.ids import sha256_bytes, sha256_file
+from stereolens.ids import sha256_bytes, sha256_file, stable_id
 from stereolens.paths import resource
 from stereolens.registry import ModelSpec
 
@@ -195,6 +197,11 @@ def _response_sha(text: str) -> str:
     return sha256_bytes((text or "").encode("utf-8"))
 
 
+def request_seed(seed: int, image_id: str, attempt: int) -> int:
+    """Stable per-(image, attempt) seed below 2**31."""
+    return int(stable_id("vlm-seed", seed, image_id, attempt), 16) % (2**31)
+
+
 def extract_images(
     vlm: VLM,
     items: list[dict],
@@ -253,7 +260,7 @@ def extract_images(
             json_schema=json_schema,
             max_new_tokens=max_new_tokens,
             temperature=temperature,
-            seed=None if seed is None else int(seed) + attempt - 1,
+            seed=None if seed is None else request_seed(seed, state["item"]["image_id"], attempt),
             attempt=attempt,
         )
 

@@ -11,6 +11,10 @@ at each step, so even a random-weight model can only write schema-valid JSON
 Registry settings used: dtype, trust_remote_code, device, batch_size,
 image_max_side. Greedy requests are batched ``batch_size`` at a time with left
 padding; sampled requests run one at a time under their own seed.
+
+The grammar compilation, batching and generation live in
+:class:`GrammarConstrainedGeneration`, which the text-only backend
+(:mod:`stereolens.extract.transformers_llm_backend`) shares.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 
 from stereolens.extract.base import VLMRequest
 from stereolens.extract.vllm_backend import load_image
-from stereolens.registry import ModelSpec
+from stereolens.registry import ModelSpec, resolve_model_location
 
 logger = logging.getLogger(__name__)
 
@@ -115,35 +119,31 @@ def _grammar_logits_processor_class():
     return GrammarLogitsProcessor
 
 
-class TransformersVLM:
-    """A local VLM; see the module docstring."""
+class GrammarConstrainedGeneration:
+    """Batched greedy / seeded generation under an xgrammar constraint, shared by the local
+    transformers backends.
 
-    def __init__(self, spec: ModelSpec):
+    A subclass loads ``self.model`` and ``self.tokenizer`` (left padding), sets
+    ``self.spec`` and ``self.batch_size``, calls :meth:`_setup_decoding`, and implements
+    :meth:`_encode` (the prompts of a chunk of requests as model inputs on the model's
+    device). ``answer`` then follows the VLM protocol: one raw text per request, "" for a
+    request that failed.
+    """
+
+    backend_label = "transformers"
+    """Name used in log messages."""
+
+    spec: ModelSpec
+    model: Any
+    tokenizer: Any
+    batch_size: int
+
+    def _setup_decoding(self) -> None:
+        """Stop and pad tokens, and the grammar compiler for the model's vocabulary."""
         import torch
         import xgrammar as xgr
-        from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        self.spec = spec
-        self.device = _resolve_device(spec.get("device", "auto"))
-        self.batch_size = int(spec.get("batch_size", 1) or 1)
-        self.image_max_side = spec.get("image_max_side")
-        trust = bool(spec.get("trust_remote_code", False))
-        self.processor = AutoProcessor.from_pretrained(
-            spec.model, revision=spec.revision, trust_remote_code=trust
-        )
-        self.model = AutoModelForImageTextToText.from_pretrained(
-            spec.model,
-            revision=spec.revision,
-            dtype=_resolve_dtype(spec.get("dtype", "auto")),
-            trust_remote_code=trust,
-            device_map=self.device,  # weights go straight to the device
-        )
-        self.model.eval()
-        self.tokenizer = getattr(self.processor, "tokenizer", None)
-        if self.tokenizer is None:
-            raise ValueError(f"{spec.model}: the processor has no tokenizer")
-        self.tokenizer.padding_side = "left"
-
+        spec = self.spec
         gen = self.model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else self.tokenizer.eos_token_id
         self.stop_token_ids = [
@@ -184,37 +184,16 @@ class TransformersVLM:
             return self._grammars[key]
         return None
 
-    # ---------------------------------------------------------------- prompts
-    def _messages(self, request: VLMRequest) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = []
-        if request.system:
-            messages.append(
-                {"role": "system", "content": [{"type": "text", "text": request.system}]}
-            )
-        content: list[dict[str, Any]] = []
-        if request.image_path:
-            content.append({"type": "image"})
-        content.append({"type": "text", "text": request.text})
-        messages.append({"role": "user", "content": content})
-        return messages
-
-    def prompt_text(self, request: VLMRequest) -> str:
-        """The chat-templated prompt (image placeholders unexpanded)."""
-        return self.processor.apply_chat_template(
-            self._messages(request), tokenize=False, add_generation_prompt=True
-        )
-
     # ---------------------------------------------------------------- generation
+    def _encode(self, requests: list[VLMRequest]):
+        """Model inputs (input_ids, attention_mask, ...) for a chunk, on the model's device."""
+        raise NotImplementedError
+
     def _generate(self, requests: list[VLMRequest]) -> list[str]:
         import torch
         from transformers import LogitsProcessorList
 
-        texts = [self.prompt_text(r) for r in requests]
-        images = [load_image(r.image_path, self.image_max_side) for r in requests if r.image_path]
-        inputs = self.processor(
-            text=texts, images=images or None, padding=True, return_tensors="pt"
-        )
-        inputs = inputs.to(self.model.device, self.model.dtype)
+        inputs = self._encode(requests)
         grammars = [self.grammar(r) for r in requests]
         processors = LogitsProcessorList()
         if any(g is not None for g in grammars):
@@ -270,14 +249,16 @@ class TransformersVLM:
             except Exception as exc:  # one bad item must not lose the batch
                 if len(chunk) == 1:
                     logger.error(
-                        "transformers backend %s: request failed: %s: %s",
+                        "%s backend %s: request failed: %s: %s",
+                        self.backend_label,
                         self.spec.name,
                         type(exc).__name__,
                         exc,
                     )
                     continue
                 logger.warning(
-                    "transformers backend %s: batch of %d failed (%s); retrying one at a time",
+                    "%s backend %s: batch of %d failed (%s); retrying one at a time",
+                    self.backend_label,
                     self.spec.name,
                     len(chunk),
                     exc,
@@ -287,9 +268,68 @@ class TransformersVLM:
                     out[i] = self._generate([requests[i]])[0]
                 except Exception as exc:
                     logger.error(
-                        "transformers backend %s: request failed: %s: %s",
+                        "%s backend %s: request failed: %s: %s",
+                        self.backend_label,
                         self.spec.name,
                         type(exc).__name__,
                         exc,
                     )
         return out
+
+
+class TransformersVLM(GrammarConstrainedGeneration):
+    """A local VLM; see the module docstring."""
+
+    def __init__(self, spec: ModelSpec):
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        self.spec = spec
+        self.device = _resolve_device(spec.get("device", "auto"))
+        self.batch_size = int(spec.get("batch_size", 1) or 1)
+        self.image_max_side = spec.get("image_max_side")
+        trust = bool(spec.get("trust_remote_code", False))
+        location = resolve_model_location(spec.model)
+        self.processor = AutoProcessor.from_pretrained(
+            location, revision=spec.revision, trust_remote_code=trust
+        )
+        self.model = AutoModelForImageTextToText.from_pretrained(
+            location,
+            revision=spec.revision,
+            dtype=_resolve_dtype(spec.get("dtype", "auto")),
+            trust_remote_code=trust,
+            device_map=self.device,  # weights go straight to the device
+        )
+        self.model.eval()
+        self.tokenizer = getattr(self.processor, "tokenizer", None)
+        if self.tokenizer is None:
+            raise ValueError(f"{spec.model}: the processor has no tokenizer")
+        self.tokenizer.padding_side = "left"
+        self._setup_decoding()
+
+    # ---------------------------------------------------------------- prompts
+    def _messages(self, request: VLMRequest) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = []
+        if request.system:
+            messages.append(
+                {"role": "system", "content": [{"type": "text", "text": request.system}]}
+            )
+        content: list[dict[str, Any]] = []
+        if request.image_path:
+            content.append({"type": "image"})
+        content.append({"type": "text", "text": request.text})
+        messages.append({"role": "user", "content": content})
+        return messages
+
+    def prompt_text(self, request: VLMRequest) -> str:
+        """The chat-templated prompt (image placeholders unexpanded)."""
+        return self.processor.apply_chat_template(
+            self._messages(request), tokenize=False, add_generation_prompt=True
+        )
+
+    def _encode(self, requests: list[VLMRequest]):
+        texts = [self.prompt_text(r) for r in requests]
+        images = [load_image(r.image_path, self.image_max_side) for r in requests if r.image_path]
+        inputs = self.processor(
+            text=texts, images=images or None, padding=True, return_tensors="pt"
+        )
+        return inputs.to(self.model.device, self.model.dtype)

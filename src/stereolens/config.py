@@ -42,6 +42,13 @@ def check_models(config: dict[str, Any], registry: dict[str, ModelSpec]) -> None
                 raise ConfigError(
                     f"contextbias.{key}: {name!r} is a {spec.kind} in the registry, not a {kind}"
                 )
+    llm = cb["canonicalisation"]["llm"]
+    if llm is not None and (llm not in registry or registry[llm].kind not in ("llm", "vlm")):
+        known = sorted(n for n, s in registry.items() if s.kind == "llm")
+        raise ConfigError(
+            f"contextbias.canonicalisation.llm: {llm!r} is not an llm in the registry "
+            f"{config['registry']}; known llms: {', '.join(known)}"
+        )
 
 
 def load_config(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, ModelSpec]]:

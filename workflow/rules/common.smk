@@ -62,6 +62,21 @@ def get_extractor_fingerprint(wildcards):
     return model_fingerprint_json(REGISTRY[wildcards.extractor])
 
 
+def get_canonical_llm_checkpoint(wildcards):
+    llm = CB["canonicalisation"]["llm"]
+    return get_checkpoint(llm) if llm else []
+
+
+def get_canonical_llm_fingerprint(wildcards):
+    llm = CB["canonicalisation"]["llm"]
+    return model_fingerprint_json(REGISTRY[llm]) if llm else "none"
+
+
+def get_canonical_overrides(wildcards):
+    path = CB["canonicalisation"]["overrides"]
+    return [path] if path else []
+
+
 def get_prompt_bank():
     from stereolens.paths import resource
 

@@ -74,7 +74,7 @@ rule merge_contextbias_attributes:
         extractions=get_contextbias_extractions(),
         schema=get_extraction_files()["schema"],
     output:
-        attributes="results/contextbias/attributes.parquet",
+        attributes="results/contextbias/attributes_raw.parquet",
         images="results/contextbias/images.parquet",
     log:
         "logs/contextbias/merge_attributes.log",
@@ -82,6 +82,32 @@ rule merge_contextbias_attributes:
         "../../envs/analysis.yaml"
     script:
         "../scripts/merge_contextbias_attributes.py"
+
+
+rule canonicalise_contextbias_labels:
+    """Open-vocabulary labels -> canonical labels (embedding clusters, optional LLM step,
+    reviewed overrides); the attributes table gains canonical_label."""
+    input:
+        attributes="results/contextbias/attributes_raw.parquet",
+        checkpoint=get_canonical_llm_checkpoint,
+        overrides=get_canonical_overrides,
+    output:
+        attributes="results/contextbias/attributes.parquet",
+        mapping="results/contextbias/canonical_mapping.parquet",
+        review="results/contextbias/canonical_mapping.csv",
+    params:
+        settings=CB["canonicalisation"],
+        llm_fingerprint=get_canonical_llm_fingerprint,
+        registry=config["registry"],
+        cache_dir="results/cache/llm" if CB["extraction"]["cache"] else None,
+    log:
+        "logs/contextbias/canonicalise_labels.log",
+    benchmark:
+        "benchmarks/contextbias/canonicalise_labels.tsv"
+    conda:
+        "../../envs/extract.yaml"
+    script:
+        "../scripts/canonicalise_contextbias_labels.py"
 
 
 rule compute_contextbias_metrics:
@@ -99,11 +125,18 @@ rule compute_contextbias_metrics:
     params:
         outdir=lambda w, output: os.path.dirname(output.bi),
         k=CB["metrics"]["k_definition"],
+        replicates=CB["metrics"]["replicates"],
+        seed=CB["metrics"]["seed"],
+        draws=CB["metrics"]["matched_draws"],
     log:
         "logs/contextbias/compute_metrics.log",
+    benchmark:
+        "benchmarks/contextbias/compute_metrics.tsv"
     conda:
         "../../envs/analysis.yaml"
     shell:
         "stereolens contextbias metrics --attributes {input.attributes}"
         " --images {input.images} --schema {input.schema} --k {params.k}"
+        " --replicates {params.replicates} --seed {params.seed}"
+        " --matched-draws {params.draws}"
         " --out {params.outdir} > {log} 2>&1"

@@ -468,9 +468,13 @@ def llm_core_labels(
     cohorts: Mapping[str, str] | None = None,
     max_new_tokens: int | None = None,
     cache_dir: str | os.PathLike | None = None,
+    max_labels: int | None = None,
 ) -> pl.DataFrame:
     """The mapping with core_label set by an LLM: one request per (dimension, canonical
     label), asking for that label's core concept (:class:`CanonicalPrompt`).
+
+    ``max_labels`` limits the requests to the clusters with the highest total count
+    (ties by dimension and label); the rest keep their embedding label, with a note.
 
     ``spec``: the registry entry of the LLM (an llm, or a vlm answering text only);
     ``llm``: the loaded backend (None = load ``spec``). Rows whose answer is valid get
@@ -494,7 +498,14 @@ def llm_core_labels(
     temperature = float(spec.get("temperature", 0.0) or 0.0)
     seed = spec.get("seed", 0)
 
-    keys = mapping.select("dimension", "canonical_label").unique().sort(pl.all()).rows()
+    totals = (
+        mapping.group_by("dimension", "canonical_label")
+        .agg(pl.col("count").sum().alias("total"))
+        .sort(["total", "dimension", "canonical_label"], descending=[True, False, False])
+    )
+    if max_labels is not None:
+        totals = totals.head(max_labels)
+    keys = totals.select("dimension", "canonical_label").sort(pl.all()).rows()
     requests = [
         VLMRequest(
             text=prompt.render(
@@ -534,7 +545,17 @@ def llm_core_labels(
         )
     rows = []
     for row in mapping.iter_rows(named=True):
-        concept, problem = decided[(row["dimension"], row["canonical_label"])]
+        key = (row["dimension"], row["canonical_label"])
+        if key not in decided:
+            row.update(
+                core_label=row["canonical_label"],
+                note=f"not sent to the llm (only the {max_labels} most frequent clusters are)",
+                prompt_version=prompt.version,
+                llm=spec.name,
+            )
+            rows.append(row)
+            continue
+        concept, problem = decided[key]
         if concept is not None:
             row.update(core_label=concept, decided_by="llm", note=None)
         else:
@@ -748,6 +769,7 @@ def run_canonicalisation(
     prompt_path: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
     llm: Any = None,
+    llm_max_labels: int | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Canonicalise an attributes table end to end; returns (mapping, attributes).
 
@@ -786,6 +808,7 @@ def run_canonicalisation(
             cohorts=cohorts,
             cache_dir=cache_dir,
             llm=llm,
+            max_labels=llm_max_labels,
         )
     if overrides is not None:
         mapping = apply_overrides(mapping, overrides)

@@ -13,6 +13,25 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def use_label_column(attributes, column: str):
+    """The table with ``label`` taken from ``column`` ("auto" = canonical_label when the
+    table has it, else label), one row per image x dimension x label."""
+    import polars as pl
+
+    if column == "auto":
+        column = "canonical_label" if "canonical_label" in attributes.columns else "label"
+    if column not in attributes.columns:
+        raise ValueError(f"--label-column {column!r} is not a column of the attributes table")
+    if column == "label":
+        return attributes
+    keys = [c for c in attributes.columns if c not in ("label", column)]
+    return (
+        attributes.with_columns(pl.col(column).alias("label"))
+        .drop(column)
+        .unique(subset=[*keys, "label"], keep="first", maintain_order=True)
+    )
+
+
 def _metrics(args: argparse.Namespace) -> int:
     import polars as pl
 
@@ -27,7 +46,7 @@ def _metrics(args: argparse.Namespace) -> int:
     from stereolens.contextbias.metrics import bi_table
     from stereolens.contextbias.schema import AttributeSchema
 
-    attributes = pl.read_parquet(args.attributes)
+    attributes = use_label_column(pl.read_parquet(args.attributes), args.label_column)
     images = pl.read_parquet(args.images) if args.images else None
     schema = AttributeSchema.load(args.schema)
     out = Path(args.out)
@@ -103,6 +122,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--attributes", required=True, metavar="PATH", help="attributes parquet (long form)"
     )
     m.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    m.add_argument(
+        "--label-column",
+        default="auto",
+        metavar="COL",
+        help="column holding the labels: 'auto' (default) = canonical_label when the table "
+        "has it (the workflow's canonicalised open-vocabulary labels), else label",
+    )
     m.add_argument(
         "--images",
         metavar="PATH",

@@ -1,0 +1,661 @@
+"""Extraction validation on explicit-attribute prompts (ContextBias paper Sec. 4.2, App. D.1,
+Tables 1 and 7).
+
+The authors' 220 validation prompts (resources/contextbias/validation_prompts.json) each
+name one attribute ("a photo of a male bartender"). The reviewed ground truth
+(resources/contextbias/validation_truth.v1.yaml) maps every prompt to the schema dimension and
+label it states; :func:`load_validation_truth` checks it against the attribute schema and the
+prompt file. :func:`build_validation_prompts` turns the prompts into a prompt table of the
+same layout as :func:`stereolens.contextbias.prompts.build_prompts` (condition ``"VAL"``), so
+the generation and extraction jobs run them unchanged. :func:`validation_scores` compares the
+extracted attributes with the truth; the metric definitions are in its docstring.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import yaml
+
+from stereolens.contextbias.schema import NOT_LABELS, AttributeSchema
+from stereolens.ids import stable_id
+from stereolens.paths import resource
+from stereolens.validation import ConfigError
+
+TRUTH_VERSION = "contextbias-validation-truth/1"
+DEFAULT_TRUTH = ("contextbias", "validation_truth.v1.yaml")
+DEFAULT_PROMPTS = ("contextbias", "validation_prompts.json")
+CONDITION = "VAL"
+VARIANT = "validation"
+PHRASING = "a photo of"
+DEFAULT_SEED_KEY = "pipeline_final"
+N_PROMPTS = 220
+_NO_EXTRACTOR = "\x00no-extractor"
+ALL = "*"
+"""dimension of the overall row of a (extractor,) model in :func:`validation_scores`."""
+
+KINDS = ("stated", "implied")
+_ENTRY_KEYS = frozenset(
+    {"source_index", "role", "prompt", "dimension", "expected", "synonyms", "also", "implied"}
+    | {"note", "reason"}
+)
+_PAIR_KEYS = frozenset({"dimension", "expected", "synonyms", "note"})
+
+PAIR_COLUMNS: dict[str, Any] = {
+    "source_index": pl.Int64,
+    "prompt_id": pl.String,
+    "role": pl.String,
+    "prompt": pl.String,
+    "kind": pl.String,
+    "dimension": pl.String,
+    "expected": pl.String,
+    "accepted": pl.List(pl.String),
+    "open_vocabulary": pl.Boolean,
+    "exclusive": pl.Boolean,
+    "note": pl.String,
+}
+"""One row per (prompt, expected pair). accepted = the normalised expected label and its
+synonyms; open_vocabulary = the dimension has no closed vocabulary; exclusive = the
+dimension holds one label per person (schema kind scalar), so another label of it is a
+false positive (see :func:`validation_scores`)."""
+
+EXCLUDED_COLUMNS: dict[str, Any] = {
+    "source_index": pl.Int64,
+    "prompt_id": pl.String,
+    "role": pl.String,
+    "prompt": pl.String,
+    "reason": pl.String,
+}
+
+SCORE_COLUMNS = [
+    "kind",
+    "dimension",
+    "n_prompts",
+    "n_generated",
+    "n_failed",
+    "n_images",
+    "n_correct",
+    "n_false_negative",
+    "n_false_positive",
+    "accuracy",
+    "recall",
+    "precision",
+    "f1",
+    "f1_paper",
+    "accuracy_macro",
+    "n_excluded_prompts",
+]
+
+
+def normalise_label(label: str) -> str:
+    """Lower case, single spaces: the form :meth:`AttributeSchema.labels` writes."""
+    return " ".join(str(label).strip().lower().split())
+
+
+def validation_prompt_id(source_index: int, text: str) -> str:
+    return stable_id("validation", source_index, text)
+
+
+@dataclass(frozen=True)
+class ValidationTruth:
+    """The loaded ground truth: ``pairs`` (PAIR_COLUMNS; stated and implied pairs) and
+    ``excluded`` (EXCLUDED_COLUMNS; prompts that state no schema attribute)."""
+
+    version: str
+    source: str
+    schema_version: str
+    pairs: pl.DataFrame
+    excluded: pl.DataFrame
+
+    def stated(self) -> pl.DataFrame:
+        return self.pairs.filter(pl.col("kind") == "stated")
+
+    @property
+    def n_prompts(self) -> int:
+        return self.pairs["source_index"].n_unique() + self.excluded.height
+
+
+# ------------------------------------------------------------------------ prompt file
+def load_validation_prompts(path: str | os.PathLike | None = None) -> list[dict]:
+    """The authors' validation prompt list, checked: source_index 0..n-1 once each."""
+    path = Path(path) if path else resource(*DEFAULT_PROMPTS)
+    try:
+        entries = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"validation prompts {path} cannot be read as JSON: {exc}") from exc
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"validation prompts {path}: expected a non-empty JSON list")
+    for i, e in enumerate(entries):
+        missing = {"role", "prompt", "source_index"} - set(e if isinstance(e, dict) else {})
+        if missing:
+            raise ConfigError(f"validation prompts {path}: entry {i} lacks {sorted(missing)}")
+    indices = sorted(e["source_index"] for e in entries)
+    if indices != list(range(len(entries))):
+        raise ConfigError(
+            f"validation prompts {path}: source_index must run 0..{len(entries) - 1} once each"
+        )
+    return sorted(entries, key=lambda e: e["source_index"])
+
+
+# ------------------------------------------------------------------------ ground truth
+def _pair(
+    raw: Any,
+    where: str,
+    schema: AttributeSchema,
+    vocab: Mapping[str, tuple[str, ...] | None],
+    problems: list[str],
+) -> dict | None:
+    """One checked (dimension, expected, synonyms) pair, or None after noting problems."""
+    if not isinstance(raw, Mapping):
+        problems.append(f"{where}: expected a mapping with dimension and expected, got {raw!r}")
+        return None
+    extra = sorted(set(raw) - _PAIR_KEYS)
+    if extra:
+        problems.append(f"{where}: unknown keys {extra}; allowed: {sorted(_PAIR_KEYS)}")
+    dim = raw.get("dimension")
+    if dim not in vocab:
+        close = difflib.get_close_matches(str(dim), list(vocab), n=3)
+        close += [d for d in vocab if str(dim) in d and d not in close][: 3 - len(close)]
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        problems.append(
+            f"{where}: dimension {dim!r} is not a counted dimension of the schema "
+            f"{schema.version}{hint}"
+        )
+        return None
+    label = raw.get("expected")
+    if isinstance(label, bool):
+        problems.append(
+            f'{where}: expected is the boolean {label}; write "yes" or "no" in quotes '
+            "(YAML reads an unquoted yes/no as a boolean)"
+        )
+        return None
+    if not isinstance(label, str) or not normalise_label(label):
+        problems.append(f"{where}: expected must be a non-empty label, got {label!r}")
+        return None
+    label = normalise_label(label)
+    if label in NOT_LABELS:
+        problems.append(
+            f"{where}: expected {label!r} is never counted (unknown/none/empty); "
+            "use expected: null with a reason to exclude the prompt"
+        )
+        return None
+    allowed = vocab[dim]
+    synonyms = raw.get("synonyms") or []
+    if allowed is not None:
+        if label not in allowed:
+            problems.append(
+                f"{where}: {label!r} is not in the vocabulary of {dim}; allowed: "
+                f"{', '.join(allowed)}"
+            )
+            return None
+        if synonyms:
+            problems.append(
+                f"{where}: synonyms are for open-vocabulary dimensions only; {dim} is closed"
+            )
+            return None
+    if not isinstance(synonyms, list) or not all(
+        isinstance(s, str) and normalise_label(s) and normalise_label(s) not in NOT_LABELS
+        for s in synonyms
+    ):
+        problems.append(f"{where}: synonyms must be a list of non-empty labels, got {synonyms!r}")
+        return None
+    accepted = list(dict.fromkeys([label, *(normalise_label(s) for s in synonyms)]))
+    kind = next(d.kind for d in schema.counted_dimensions if d.name == dim)
+    return {
+        "dimension": dim,
+        "expected": label,
+        "accepted": accepted,
+        "open_vocabulary": allowed is None,
+        "exclusive": kind == "scalar",
+        "note": raw.get("note"),
+    }
+
+
+def load_validation_truth(
+    path: str | os.PathLike | None = None,
+    *,
+    schema: AttributeSchema | None = None,
+    prompts_path: str | os.PathLike | None = None,
+    check_prompts: bool = True,
+) -> ValidationTruth:
+    """Load and check the reviewed ground truth of the validation prompts.
+
+    Checks, each failure naming the entry: every dimension is a counted dimension of the
+    attribute schema; closed-vocabulary labels are in the vocabulary (never unknown/none);
+    synonyms only on open-vocabulary dimensions; a prompt with ``expected: null`` gives a
+    ``reason``; every source_index of the prompt file (0..219) appears exactly once; and,
+    with ``check_prompts``, role and prompt text equal those of the prompt file. All problems
+    are collected and raised together as one :class:`ConfigError`.
+    """
+    path = Path(path) if path else resource(*DEFAULT_TRUTH)
+    schema = schema or AttributeSchema.load()
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"validation truth {path} cannot be read as YAML: {exc}") from exc
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("entries"), list):
+        raise ConfigError(f"validation truth {path}: expected a mapping with a list `entries`")
+    version = str(raw.get("version"))
+    if version != TRUTH_VERSION:
+        raise ConfigError(
+            f"validation truth {path}: version {version!r}; this stereolens reads {TRUTH_VERSION}"
+        )
+    schema_version = str(raw.get("schema_version"))
+    if schema_version != schema.version:
+        raise ConfigError(
+            f"validation truth {path} was written for schema {schema_version!r}, "
+            f"but the attribute schema is {schema.version!r}; review the truth for the new schema"
+        )
+    source_prompts = None
+    if check_prompts:
+        source_prompts = {e["source_index"]: e for e in load_validation_prompts(prompts_path)}
+    n_expected = len(source_prompts) if source_prompts is not None else N_PROMPTS
+    vocab = schema.vocabulary()
+    problems: list[str] = []
+    pairs: list[dict] = []
+    excluded: list[dict] = []
+    seen: dict[int, int] = {}
+    for i, entry in enumerate(raw["entries"]):
+        if not isinstance(entry, Mapping):
+            problems.append(f"entry {i}: expected a mapping, got {entry!r}")
+            continue
+        si, text, role = entry.get("source_index"), entry.get("prompt"), entry.get("role")
+        where = f"entry {i} (source_index {si}, {text!r})"
+        extra = sorted(set(entry) - _ENTRY_KEYS)
+        if extra:
+            problems.append(f"{where}: unknown keys {extra}; allowed: {sorted(_ENTRY_KEYS)}")
+        if isinstance(si, bool) or not isinstance(si, int) or not 0 <= si < n_expected:
+            problems.append(f"{where}: source_index must be an integer 0..{n_expected - 1}")
+            continue
+        if si in seen:
+            problems.append(f"{where}: source_index {si} appears twice (also entry {seen[si]})")
+            continue
+        seen[si] = i
+        if not isinstance(text, str) or not text.strip() or not isinstance(role, str):
+            problems.append(f"{where}: prompt and role must be non-empty strings")
+            continue
+        if source_prompts is not None:
+            src = source_prompts[si]
+            if text != src["prompt"] or role != src["role"]:
+                problems.append(
+                    f"{where}: prompt/role differ from the prompt file, which has "
+                    f"{src['prompt']!r} (role {src['role']!r})"
+                )
+                continue
+        base = {
+            "source_index": si,
+            "prompt_id": validation_prompt_id(si, " ".join(text.split())),
+            "role": role,
+            "prompt": text,
+        }
+        if entry.get("expected") is None:
+            reason = entry.get("reason")
+            if not isinstance(reason, str) or not reason.strip():
+                problems.append(f"{where}: expected is null, so a reason must say why")
+            elif any(entry.get(k) for k in ("dimension", "synonyms", "also", "implied")):
+                problems.append(
+                    f"{where}: expected is null; dimension, synonyms, also and implied "
+                    "must then be absent"
+                )
+            else:
+                excluded.append({**base, "reason": reason.strip()})
+            continue
+        first = {k: entry.get(k) for k in ("dimension", "expected", "synonyms", "note")}
+        groups = [("stated", [first, *(entry.get("also") or [])])]
+        groups.append(("implied", entry.get("implied") or []))
+        dims: set[str] = set()
+        for kind, items in groups:
+            if not isinstance(items, list):
+                problems.append(f"{where}: `{'also' if kind == 'stated' else kind}` must be a list")
+                continue
+            for j, item in enumerate(items):
+                label = "" if (kind, j) == ("stated", 0) else f" {kind} pair {j}"
+                pair = _pair(item, where + label, schema, vocab, problems)
+                if pair is None:
+                    continue
+                if pair["dimension"] in dims:
+                    problems.append(
+                        f"{where}{label}: dimension {pair['dimension']} is given twice; "
+                        "one expected label per dimension"
+                    )
+                    continue
+                dims.add(pair["dimension"])
+                if pair["note"] is None:
+                    pair["note"] = entry.get("note") if kind == "stated" else None
+                pairs.append({**base, "kind": kind, **pair})
+    missing = sorted(set(range(n_expected)) - set(seen))
+    if missing:
+        shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
+        problems.append(f"source_index values missing ({len(missing)}): {shown}")
+    if problems:
+        listed = "\n  ".join(problems[:30])
+        more = f"\n  ... and {len(problems) - 30} more" if len(problems) > 30 else ""
+        raise ConfigError(f"validation truth {path} is invalid:\n  {listed}{more}")
+    return ValidationTruth(
+        version=version,
+        source=str(path),
+        schema_version=schema_version,
+        pairs=pl.DataFrame(pairs, schema=PAIR_COLUMNS).sort("source_index", "kind", "dimension"),
+        excluded=pl.DataFrame(excluded, schema=EXCLUDED_COLUMNS).sort("source_index"),
+    )
+
+
+# ------------------------------------------------------------------------ prompt table
+def _extension_seeds(prompt_id: str, taken: Sequence[int], n: int) -> list[int]:
+    """n further seeds for a prompt: stable, < 2**31, distinct from ``taken`` and each
+    other, and the same for every model (the recovered seeds are shared by all models)."""
+    out: list[int] = []
+    used = set(taken)
+    i = 0
+    while len(out) < n:
+        s = int(stable_id("seed", prompt_id, "validation-extension", i), 16) % (2**31)
+        if s not in used:
+            used.add(s)
+            out.append(s)
+        i += 1
+    return out
+
+
+def build_validation_prompts(
+    models: Sequence[str],
+    seeds_per_prompt: int,
+    seed_key: str | Mapping[str, str] | None = None,
+    prompts_path: str | os.PathLike | None = None,
+) -> pl.DataFrame:
+    """The validation prompts as a prompt table of the main table's layout.
+
+    One row per prompt: prompt_id (``stable_id("validation", source_index, text)``),
+    source_index, role, condition ``"VAL"``, variant ``"validation"``, phrasing, template,
+    text, raw_text, quirks, n_seeds_recovered, and per model the seeds (struct ``seeds``)
+    and their origin (struct ``seed_source``).
+
+    Seeds: only 5 of the paper's 10 seeds per prompt are recoverable (PROVENANCE.md). Each
+    model gets the recovered seeds of ``seed_key`` (the source's ``pipeline_final`` and
+    ``pipeline_finalXL`` hold the same values; default ``pipeline_final``; a mapping gives a
+    key per model) in their recorded order, then, when ``seeds_per_prompt`` exceeds them,
+    stably derived seeds that are the same for every model. seed_source is
+    ``"bank:<key>"`` or ``"bank:<key>+derived"``.
+    """
+    models = list(models)
+    if not models or len(set(models)) != len(models):
+        raise ConfigError(f"models must be a non-empty list without repeats, got {models}")
+    if isinstance(seeds_per_prompt, bool) or not isinstance(seeds_per_prompt, int):
+        raise ConfigError(f"seeds_per_prompt must be an integer, got {seeds_per_prompt!r}")
+    if seeds_per_prompt < 1:
+        raise ConfigError(f"seeds_per_prompt must be at least 1, got {seeds_per_prompt}")
+    rows = []
+    for entry in load_validation_prompts(prompts_path):
+        si = entry["source_index"]
+        text = " ".join(entry["prompt"].split())
+        prompt_id = validation_prompt_id(si, text)
+        bank = entry.get("seeds_by_model") or {}
+        seeds, sources = {}, {}
+        for model in models:
+            if isinstance(seed_key, Mapping):
+                key = seed_key.get(model, DEFAULT_SEED_KEY)
+            else:
+                key = seed_key or DEFAULT_SEED_KEY
+            if key not in bank:
+                if seed_key is not None:
+                    raise ConfigError(
+                        f"validation prompt {si} ({text!r}) has no seeds under {key!r}; "
+                        f"it has {sorted(bank)}"
+                    )
+                key = next(iter(sorted(bank)), None)
+            recovered = [int(s) for s in bank.get(key, [])] if key else []
+            if len(set(recovered)) != len(recovered):
+                raise ConfigError(f"validation prompt {si}: repeated seeds under {key!r}")
+            chosen = recovered[:seeds_per_prompt]
+            extra = seeds_per_prompt - len(chosen)
+            if extra:
+                chosen += _extension_seeds(prompt_id, recovered, extra)
+            seeds[model] = chosen
+            if not recovered:
+                sources[model] = "derived"
+            else:
+                sources[model] = f"bank:{key}" + ("+derived" if extra else "")
+        role_words = entry["role"].replace("_", " ")
+        rows.append(
+            {
+                "prompt_id": prompt_id,
+                "source_index": si,
+                "role": entry["role"],
+                "condition": CONDITION,
+                "variant": VARIANT,
+                "phrasing": PHRASING,
+                "template": text.replace(role_words, "{role}", 1),
+                "text": text,
+                "raw_text": entry["prompt"],
+                "quirks": [],
+                "n_seeds_recovered": len(bank.get(key, [])) if key else 0,
+                "seeds": seeds,
+                "seed_source": sources,
+            }
+        )
+    frame = pl.DataFrame(rows, schema_overrides={"quirks": pl.List(pl.String)})
+    if not frame["prompt_id"].is_unique().all():
+        raise ConfigError("validation prompts have duplicate (source_index, text)")
+    return frame.sort("source_index")
+
+
+# ------------------------------------------------------------------------ scoring
+def _truth_pairs(truth: ValidationTruth | pl.DataFrame, include_implied: bool) -> pl.DataFrame:
+    pairs = truth.pairs if isinstance(truth, ValidationTruth) else truth
+    missing = [c for c in PAIR_COLUMNS if c not in pairs.columns]
+    if missing:
+        raise ValueError(f"truth table lacks columns {missing}; load it with load_validation_truth")
+    kinds = list(KINDS) if include_implied else ["stated"]
+    return pairs.filter(pl.col("kind").is_in(kinds))
+
+
+def _normalised(col: str | pl.Expr) -> pl.Expr:
+    expr = pl.col(col) if isinstance(col, str) else col
+    return expr.str.strip_chars().str.to_lowercase().str.replace_all(r"\s+", " ")
+
+
+def _keys(attributes: pl.DataFrame, images: pl.DataFrame) -> list[str]:
+    both = "extractor" in images.columns or "extractor" in attributes.columns
+    return (["extractor"] if both else []) + ["model"]
+
+
+def _restore_extractor(frame: pl.DataFrame) -> pl.DataFrame:
+    if "extractor" not in frame.columns:
+        return frame
+    return frame.with_columns(
+        extractor=pl.when(pl.col("extractor") != _NO_EXTRACTOR).then(pl.col("extractor"))
+    )
+
+
+def validation_details(
+    attributes: pl.DataFrame,
+    images: pl.DataFrame,
+    truth: ValidationTruth | pl.DataFrame,
+    *,
+    include_implied: bool = False,
+    use_canonical: bool = True,
+) -> pl.DataFrame:
+    """One row per (generated image of a validation prompt, expected pair): the image's
+    labels in that dimension (``extracted``), whether it was extracted (``ok``), and the
+    outcome flags ``correct`` (true positive) and ``other_label`` (false positive), as
+    defined in :func:`validation_scores`. Images of other prompts are ignored."""
+    return _restore_extractor(_details(attributes, images, truth, include_implied, use_canonical))
+
+
+def _details(
+    attributes: pl.DataFrame,
+    images: pl.DataFrame,
+    truth: ValidationTruth | pl.DataFrame,
+    include_implied: bool,
+    use_canonical: bool,
+) -> pl.DataFrame:
+    """validation_details with a null extractor spelled _NO_EXTRACTOR (joins skip nulls)."""
+    need_img = [c for c in ("model", "prompt_id", "image_id") if c not in images.columns]
+    if need_img:
+        raise ValueError(f"images table lacks columns {need_img}")
+    need_att = [
+        c for c in ("model", "image_id", "dimension", "label") if c not in attributes.columns
+    ]
+    if need_att:
+        raise ValueError(f"attributes table lacks columns {need_att}")
+    pairs = _truth_pairs(truth, include_implied)
+    keys = _keys(attributes, images)
+    fill = pl.col("extractor").fill_null(_NO_EXTRACTOR)
+    if "extractor" in images.columns:
+        images = images.with_columns(fill)
+    if "extractor" in attributes.columns:
+        attributes = attributes.with_columns(fill)
+    imgs = images.filter(pl.col("prompt_id").is_in(pairs["prompt_id"].unique().to_list()))
+    if imgs.height == 0:
+        raise ValueError(
+            "no image of the images table belongs to a validation prompt (prompt_id); "
+            "generate and extract the table of build_validation_prompts"
+        )
+    if "extractor" in keys and "extractor" not in imgs.columns:
+        # an images table without extractor: every image counts for every extractor
+        imgs = imgs.join(attributes.select("extractor").unique(), how="cross")
+    ok = pl.col("status") == "ok" if "status" in imgs.columns else pl.lit(True)
+    imgs = imgs.select(*keys, "image_id", "prompt_id", ok.alias("ok")).unique(
+        subset=[*keys, "image_id"], keep="first", maintain_order=True
+    )
+    items = imgs.join(pairs.drop("prompt", "note"), on="prompt_id", how="inner")
+
+    att_keys = [k for k in keys if k in attributes.columns]
+    canon = "label"
+    if use_canonical and "canonical_label" in attributes.columns:
+        canon = pl.col("canonical_label").fill_null(pl.col("label"))
+    cols = [_normalised("label").alias("_label"), _normalised(canon).alias("_canon")]
+    att = attributes.filter(pl.col("image_id").is_in(imgs["image_id"].unique().to_list())).select(
+        *att_keys, "image_id", "dimension", *cols
+    )
+    joined = items.select(*keys, "image_id", "dimension", "accepted", "open_vocabulary").join(
+        att, on=[*att_keys, "image_id", "dimension"], how="inner"
+    )
+    hit = pl.col("accepted").list.contains(pl.col("_label")) | (
+        pl.col("open_vocabulary") & pl.col("accepted").list.contains(pl.col("_canon"))
+    )
+    per_item = (
+        joined.with_columns(_hit=hit)
+        .group_by(*keys, "image_id", "dimension")
+        .agg(
+            pl.col("_label").unique(maintain_order=True).sort().alias("extracted"),
+            pl.col("_hit").any().alias("_any_hit"),
+            (~pl.col("_hit")).any().alias("_any_other"),
+        )
+    )
+    out = items.join(per_item, on=[*keys, "image_id", "dimension"], how="left")
+    return (
+        out.with_columns(
+            extracted=pl.col("extracted").fill_null(pl.lit([], dtype=pl.List(pl.String))),
+            correct=pl.col("ok") & pl.col("_any_hit").fill_null(False),
+            other_label=pl.col("ok") & pl.col("exclusive") & pl.col("_any_other").fill_null(False),
+        )
+        .drop("_any_hit", "_any_other")
+        .sort(*keys, "source_index", "kind", "dimension", "image_id")
+    )
+
+
+def _rates(frame: pl.DataFrame) -> pl.DataFrame:
+    tp, fp, n = pl.col("n_correct"), pl.col("n_false_positive"), pl.col("n_images")
+    acc = pl.when(n > 0).then(tp / n)
+    precision = pl.when(tp + fp > 0).then(tp / (tp + fp))
+    return frame.with_columns(
+        n_false_negative=n - tp,
+        accuracy=acc,
+        recall=acc,
+        precision=precision,
+    ).with_columns(
+        f1=pl.when(pl.col("precision").is_not_null() & pl.col("recall").is_not_null()).then(
+            pl.when(pl.col("precision") + pl.col("recall") > 0)
+            .then(
+                2
+                * pl.col("precision")
+                * pl.col("recall")
+                / (pl.col("precision") + pl.col("recall"))
+            )
+            .otherwise(0.0)
+        ),
+        f1_paper=2 * pl.col("accuracy") / (1 + pl.col("accuracy")),
+    )
+
+
+def validation_scores(
+    attributes: pl.DataFrame,
+    images: pl.DataFrame,
+    truth: ValidationTruth | pl.DataFrame,
+    *,
+    include_implied: bool = False,
+    use_canonical: bool = True,
+) -> pl.DataFrame:
+    """Extraction accuracy, recall, precision and F1 on the validation prompts, per
+    (extractor,) model x dimension, plus an overall row per (extractor,) model
+    (dimension ``"*"``). ``kind`` tells stated pairs from implied ones (scored only with
+    ``include_implied``; never mixed in one row).
+
+    Unit: one *item* = one generated image of a validation prompt x one expected
+    (dimension, label) pair of that prompt. Every shipped prompt states one pair, so items
+    are images. Images of prompts that state no schema attribute (``expected: null``) are
+    not scored; their number is ``n_excluded_prompts`` on the overall rows.
+
+    - n_generated: items of the images table; n_failed: those whose extraction failed
+      (status other than "ok"); n_images: the rest (extracted), the denominator.
+    - Labels of an image in a dimension: its rows of the attributes table, lower-cased
+      (unknown/none/empty never appear there). A label *matches* when it equals the
+      expected label or, for open-vocabulary dimensions (items, clothing_garment,
+      activities), one of its synonyms, case-insensitively; with ``use_canonical`` and a
+      ``canonical_label`` column, an open-vocabulary row also matches through its
+      canonical label.
+    - TP (n_correct): an extracted item whose labels in the dimension include a match.
+    - FN (n_false_negative) = n_images - TP: the expected label is missing (another label,
+      or none at all, e.g. unknown).
+    - FP (n_false_positive): an extracted item whose labels in the dimension include a
+      label that does not match, counted only for exclusive dimensions (schema kind
+      scalar: one label per person, so another label contradicts the prompt; with several
+      people an item can be TP and FP at once). For list dimensions (items,
+      clothing_garment, accessories, ...) other labels are other things in the image and
+      never count as FP.
+    - accuracy = TP / n_images; recall = TP / (TP + FN), equal to accuracy by construction
+      (the identity of the paper's Tables 1 and 7); precision = TP / (TP + FP) (null when
+      TP + FP = 0); f1 = 2 P R / (P + R) (0 when P + R = 0).
+    - f1_paper = 2 accuracy / (1 + accuracy): F1 with precision 1, which reproduces every
+      F1 of the paper's Tables 1 and 7 from its accuracy (e.g. 90.3 -> 94.9, 65 -> 78.8):
+      the paper counted only the expected label, never a contradicting one.
+    - Overall row: sums over all items of the (extractor,) model (micro average, as
+      "Total 2200" in Table 1), with accuracy_macro = the plain mean of the dimension rows'
+      accuracies (the paper's "averaged across attribute dimensions" reading).
+
+    Rates are fractions (0..1), not percent.
+    """
+    details = _details(attributes, images, truth, include_implied, use_canonical)
+    keys = _keys(attributes, images)
+    agg = [
+        pl.col("source_index").n_unique().alias("n_prompts"),
+        pl.len().alias("n_generated"),
+        (~pl.col("ok")).sum().alias("n_failed"),
+        pl.col("ok").sum().alias("n_images"),
+        pl.col("correct").sum().alias("n_correct"),
+        pl.col("other_label").sum().alias("n_false_positive"),
+    ]
+    per_dim = _rates(details.group_by(*keys, "kind", "dimension").agg(agg))
+    overall = _rates(details.group_by(*keys, "kind").agg(agg)).with_columns(dimension=pl.lit(ALL))
+    macro = per_dim.group_by(*keys, "kind").agg(pl.col("accuracy").mean().alias("accuracy_macro"))
+    n_excluded = truth.excluded.height if isinstance(truth, ValidationTruth) else 0
+    overall = overall.join(macro, on=[*keys, "kind"], how="left").with_columns(
+        n_excluded_prompts=pl.lit(n_excluded, dtype=pl.Int64)
+    )
+    per_dim = per_dim.with_columns(
+        accuracy_macro=pl.lit(None, dtype=pl.Float64),
+        n_excluded_prompts=pl.lit(None, dtype=pl.Int64),
+    )
+    ints = [c for c in SCORE_COLUMNS if c.startswith("n_")]
+    out = pl.concat(
+        [f.select(*keys, *SCORE_COLUMNS) for f in (per_dim, overall)], how="vertical_relaxed"
+    ).with_columns(pl.col(ints).cast(pl.Int64))
+    out = out.with_columns(_order=pl.col("dimension") == ALL)
+    return _restore_extractor(out.sort(*keys, "kind", "_order", "dimension").drop("_order"))

@@ -20,6 +20,7 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/contextbias.smk"
+include: "workflow/rules/contextbias_studies.smk"
 include: "workflow/rules/report.smk"
 
 

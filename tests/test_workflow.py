@@ -58,9 +58,10 @@ def test_paper_scale_plan(repo_root, tmp_path):
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
-    # 4 generators x 92 roles x 3 conditions x 1 shard; 2 extractors for each shard
-    assert counts["generate_contextbias_images"] == 4 * 92 * 3
-    assert counts["extract_contextbias_attributes"] == 2 * 4 * 92 * 3
+    # 4 generators x (92 roles x 3 conditions + 73 validation roles) x 1 shard;
+    # 2 extractors for each shard
+    assert counts["generate_contextbias_images"] == 4 * (92 * 3 + 73)
+    assert counts["extract_contextbias_attributes"] == 2 * 4 * (92 * 3 + 73)
     assert counts["merge_contextbias_attributes"] == 1
     assert not (wd / "results").exists()
 
@@ -143,7 +144,16 @@ def test_demo_end_to_end(repo_root, tmp_path):
     metrics = res / "contextbias/metrics"
     for name in ("ccs", "ccs_mean", "robustness", "bootstrap"):
         assert pl.read_parquet(metrics / f"{name}.parquet").height > 0, name
+    assert "canonical_label" in attrs.columns
+    mapping = pl.read_parquet(res / "contextbias/canonical_mapping.parquet")
+    assert set(mapping["dimension"]) <= {"items", "clothing_garment", "activities"}
+    assert set(mapping["decided_by"]) & {"llm", "embedding", "singleton"}
+    scores = pl.read_parquet(res / "contextbias/validation/scores.parquet")
+    assert {"accuracy", "recall", "f1"} <= set(scores.columns)
+    assert (res / "contextbias/annotation/form.html").stat().st_size > 1000
     report = (res / "report/index.html").read_text()
+    for caption in ("paper Table 8", "paper Table 3", "paper Table 1", "paper Fig. 4"):
+        assert caption in report
     assert "meaningless" in report and "data:image/png;base64" in report
     assert "Bias Intensity" in report
     # every rule left a log; generation and extraction left benchmark files

@@ -117,13 +117,190 @@ def _models_table(config: dict) -> str:
     return _table(pl.DataFrame(rows), "Models of this run and their registry settings.")
 
 
-def render_report(
-    config: dict, prompts_path: str, images_path: str, bi_path: str, out_path: str
-) -> None:
-    prompts = pl.read_parquet(prompts_path)
-    images = pl.read_parquet(images_path)
-    bi = pl.read_parquet(bi_path)
+def _read(inputs: dict, name: str) -> pl.DataFrame | None:
+    path = inputs.get(name)
+    return pl.read_parquet(path) if path else None
+
+
+def _bi_sections(bi: pl.DataFrame) -> list[str]:
     keys = _series_key(bi)
+    k_def = bi["k_definition"][0] if bi.height else "n/a"
+    parts = [
+        "<h3>Bias Intensity by cohort and condition</h3>",
+        f"<p>BI = 1 - H(p)/log K (paper Eq. 1) over label counts pooled across roles; K "
+        f"definition: <b>{html.escape(k_def)}</b>. Cohort values are the mean of the cohort's "
+        "dimensions; '*' = all dimensions (cohort) or the mean over models (model).</p>",
+    ]
+    if not bi.height:
+        return parts + ["<p>No attributes were extracted: no BI to show.</p>"]
+    pooled = bi.filter(pl.col("aggregation") == "pooled")
+    parts.append(bi_condition_figure(bi))
+    wide = pooled.filter(pl.col("dimension") == "*").pivot(
+        on="condition", index=keys + ["cohort"], values="bi"
+    )
+    wide = wide.select(keys + ["cohort"] + [c for c in CONDITION_ORDER if c in wide.columns])
+    if {"CF", "CA-U"} <= set(wide.columns):
+        wide = wide.with_columns((pl.col("CA-U") - pl.col("CF")).alias("CA-U - CF"))
+    parts.append(
+        _table(wide.sort(keys + ["cohort"]), "Pooled BI per cohort and condition (paper Fig. 3).")
+    )
+    agg = bi.filter((pl.col("dimension") == "*") & (pl.col("model") == "*")).pivot(
+        on="condition", index=keys[:-1] + ["aggregation", "cohort"], values="bi"
+    )
+    agg = agg.select(
+        keys[:-1] + ["aggregation", "cohort"] + [c for c in CONDITION_ORDER if c in agg.columns]
+    )
+    parts.append(
+        _table(
+            agg.sort(pl.all()),
+            "BI pooled over roles vs averaged per role (plain, at matched support, "
+            "Miller-Madow), mean over models (paper Table 10, App. E.2).",
+        )
+    )
+    dims = pooled.filter(pl.col("dimension") != "*").pivot(
+        on="condition", index=keys + ["cohort", "dimension"], values="bi"
+    )
+    dims = dims.select(
+        keys + ["cohort", "dimension"] + [c for c in CONDITION_ORDER if c in dims.columns]
+    )
+    parts.append(
+        _table(
+            dims.filter(pl.col("model") == "*").sort(keys + ["cohort", "dimension"]),
+            "Pooled BI per dimension and condition, mean over models (paper Fig. 4).",
+        )
+    )
+    return parts
+
+
+def _bootstrap_sections(boot: pl.DataFrame) -> list[str]:
+    cols = [
+        c
+        for c in (
+            "extractor",
+            "model",
+            "cohort",
+            "dimension",
+            "comparison",
+            "estimate",
+            "ci_low",
+            "ci_high",
+        )
+        if c in boot.columns
+    ]
+    reps = boot["replicates"][0] if boot.height else 0
+    overall = boot.filter((pl.col("model") == "*") & (pl.col("dimension") == "*"))
+    per_model = boot.filter(
+        (pl.col("model") != "*")
+        & (pl.col("dimension") == "*")
+        & (pl.col("comparison") == "CA-U - CF")
+    )
+    camera = boot.filter(
+        (pl.col("model") == "*") & (pl.col("cohort") == "camera") & (pl.col("dimension") != "*")
+    )
+    return [
+        "<h3>Role-level cluster bootstrap of BI differences</h3>",
+        _table(
+            overall.select(cols).sort(pl.all()),
+            f"BI differences across generators with 95% percentile CIs, {reps} replicates "
+            "resampling roles (paper Table 8).",
+        ),
+        _table(per_model.select(cols).sort(pl.all()), "CA-U - CF per generator (paper Table 9)."),
+        _table(
+            camera.select(cols).sort(pl.all()),
+            "Camera cohort per dimension: opposing shifts hidden by the cohort mean "
+            "(paper App. E.1).",
+        ),
+    ]
+
+
+def _ccs_sections(ccs_mean: pl.DataFrame, robustness: pl.DataFrame) -> list[str]:
+    top = ccs_mean.filter(pl.col("ccs_mean").is_not_null()).sort(
+        ["ccs_mean", "role", "dimension", "label"], descending=[True, False, False, False]
+    )
+    return [
+        "<h3>Context Consistency Score</h3>",
+        _table(
+            top.head(25),
+            "Labels with the highest cross-generator mean CCS = Prev% / (1 + range pp); "
+            "n_invariant = generators where the label is context-invariant (p > 0.05 and "
+            "range <= 5 pp) (paper Tables 2 and 11).",
+        ),
+        "<h3>Prompt robustness</h3>",
+        _table(
+            robustness.sort(pl.all()),
+            "Leave-one-out chi-squared: share of (role, label) tuples whose distribution "
+            "over prompt cells is invariant (p > 0.05), mean p, CF prevalence (paper Table 3).",
+        ),
+    ]
+
+
+def _validation_sections(scores: pl.DataFrame) -> list[str]:
+    keep = [
+        c
+        for c in (
+            "extractor",
+            "model",
+            "kind",
+            "dimension",
+            "n_images",
+            "accuracy",
+            "recall",
+            "precision",
+            "f1",
+            "f1_paper",
+        )
+        if c in scores.columns
+    ]
+    stated = scores.filter(pl.col("kind") == "stated") if "kind" in scores.columns else scores
+    return [
+        "<h3>Extraction validation</h3>",
+        _table(
+            stated.filter(pl.col("dimension") == "*").select(keep).sort(pl.all()),
+            "Accuracy, recall and F1 on the 220 explicit-attribute prompts per model "
+            "(paper Table 1; f1_paper = 2 acc / (1 + acc), the paper's identity).",
+        ),
+        _table(
+            stated.filter(pl.col("dimension") != "*").select(keep).sort(pl.all()),
+            "Per dimension (paper Table 7).",
+        ),
+    ]
+
+
+def _canonical_section(mapping: pl.DataFrame) -> list[str]:
+    if not mapping.height:
+        return [
+            "<h3>Canonicalisation</h3><p>Canonicalisation is off or found no "
+            "open-vocabulary labels.</p>"
+        ]
+    summary = (
+        mapping.group_by("dimension", "decided_by")
+        .agg(
+            pl.len().alias("raw_labels"),
+            pl.col("cluster_id").n_unique().alias("clusters"),
+            pl.col("core_label").n_unique().alias("core_labels"),
+        )
+        .sort(pl.all())
+    )
+    return [
+        "<h3>Canonicalisation of open-vocabulary labels</h3>",
+        _table(
+            summary,
+            "Raw labels, embedding clusters and final core labels per "
+            "dimension and deciding step (review and override with "
+            "results/contextbias/canonical_mapping.csv).",
+        ),
+    ]
+
+
+def render_report(config: dict, inputs: dict, out_path: str) -> None:
+    """Write the report from the tables named in ``inputs`` (name -> path): prompts, images,
+    bi are required; mapping, ccs_mean, robustness, bootstrap, validation, annotation_form,
+    agreement are shown when present."""
+    prompts = pl.read_parquet(inputs["prompts"])
+    images = pl.read_parquet(inputs["images"])
+    bi = pl.read_parquet(inputs["bi"])
+    cb = config.get("contextbias", {})
+    metrics = cb.get("metrics", {})
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>stereolens report"
         f"</title><style>{CSS}</style></head><body>",
@@ -138,78 +315,66 @@ def render_report(
             "Every number below is meaningless; it only shows that the pipeline runs end to "
             "end. Point the config at real models for a real audit.</p>"
         )
-
     parts.append("<h2>ContextBias</h2>")
-    status = (
-        images.group_by(
-            ["extractor", "model", "status"]
-            if "extractor" in images.columns
-            else ["model", "status"]
+    parts.append(
+        "<p>Settings: K definition <b>{k}</b>; CCS defined for labels seen in all three "
+        "conditions and at least 5 times; context-invariant when p &gt; 0.05 and range "
+        "&lt;= 5 pp; bootstrap {b} replicates, seed {seed}; matched-support draws {d}.</p>".format(
+            k=html.escape(str(metrics.get("k_definition", "model"))),
+            b=metrics.get("replicates", 1000),
+            seed=metrics.get("seed", 0),
+            d=metrics.get("matched_draws", 20),
         )
-        .len()
-        .sort(pl.all())
     )
+    by = ["extractor", "model", "status"] if "extractor" in images.columns else ["model", "status"]
     parts.append(
         _table(
-            status,
-            "Extraction status per model (an image is discarded after "
-            "the configured number of invalid answers).",
+            images.group_by(by).len().sort(pl.all()),
+            "Extraction status per model (an image is discarded after the "
+            "configured number of invalid answers).",
         )
     )
-    if images.filter(pl.col("status") != "ok").height:
-        reasons = (
-            images.filter(pl.col("status") != "ok")
-            .group_by("reason")
-            .len()
-            .sort("len", descending=True)
-            .head(10)
-        )
+    failed = images.filter(pl.col("status") != "ok")
+    if failed.height:
+        reasons = failed.group_by("reason").len().sort("len", descending=True).head(10)
         parts.append(_table(reasons, "Most common discard reasons."))
     parts.append(
         f"<p>{prompts.height} prompts, {prompts['role'].n_unique()} roles, "
         f"{images.height} images in the images table.</p>"
     )
-
-    k_def = bi["k_definition"][0] if bi.height else "n/a"
-    parts.append("<h3>Bias Intensity by cohort and condition</h3>")
-    parts.append(
-        f"<p>BI = 1 - H(p)/log K (paper Eq. 1) over label counts pooled across "
-        f"roles; K definition: <b>{html.escape(k_def)}</b>. Cohort values are the "
-        f"mean of the cohort's dimensions; '*' = all dimensions.</p>"
-    )
-    if bi.height:
-        parts.append(bi_condition_figure(bi))
-        pooled = bi.filter(pl.col("aggregation") == "pooled")
-        cohort_rows = pooled.filter(pl.col("dimension") == "*")
-        wide = cohort_rows.pivot(on="condition", index=keys + ["cohort"], values="bi")
-        wide = wide.select(keys + ["cohort"] + [c for c in CONDITION_ORDER if c in wide.columns])
-        if {"CF", "CA-U"} <= set(wide.columns):
-            wide = wide.with_columns((pl.col("CA-U") - pl.col("CF")).alias("CA-U - CF"))
+    parts += _bi_sections(bi)
+    ccs_mean, robustness = _read(inputs, "ccs_mean"), _read(inputs, "robustness")
+    if ccs_mean is not None and robustness is not None:
+        parts += _ccs_sections(ccs_mean, robustness)
+    boot = _read(inputs, "bootstrap")
+    if boot is not None:
+        parts += _bootstrap_sections(boot)
+    validation = _read(inputs, "validation")
+    if validation is not None:
+        parts += _validation_sections(validation)
+    mapping = _read(inputs, "mapping")
+    if mapping is not None:
+        parts += _canonical_section(mapping)
+    if inputs.get("annotation_form"):
+        parts.append(
+            "<h3>Human agreement study</h3><p>A blinded annotation form is in "
+            "results/contextbias/annotation/form.html (answers save to CSV; list "
+            "them under contextbias.annotation.answers).</p>"
+        )
+    agreement = _read(inputs, "agreement")
+    if agreement is not None:
         parts.append(
             _table(
-                wide.sort(keys + ["cohort"]), "Pooled BI per cohort and condition (paper Fig. 3)."
+                agreement,
+                "Raw agreement, Fleiss' kappa with bootstrap CI, "
+                "and human consensus vs pipeline (paper Sec. 4.3).",
             )
         )
-        dims = pooled.filter(pl.col("dimension") != "*").pivot(
-            on="condition", index=keys + ["cohort", "dimension"], values="bi"
-        )
-        dims = dims.select(
-            keys + ["cohort", "dimension"] + [c for c in CONDITION_ORDER if c in dims.columns]
-        )
-        parts.append(
-            _table(
-                dims.sort(keys + ["cohort", "dimension"]),
-                "Pooled BI per dimension and condition (paper Fig. 4).",
-            )
-        )
-    else:
-        parts.append("<p>No attributes were extracted: no BI to show.</p>")
-
     parts.append("<h2>Models</h2>")
     parts.append(_models_table(config))
     parts.append("<h2>Run settings</h2>")
     parts.append(
-        f"<pre>{html.escape(json.dumps(config, indent=2, sort_keys=True, default=str))}"
-        "</pre></body></html>"
+        f"<pre>{html.escape(json.dumps(config, indent=2, sort_keys=True, default=str))}</pre>"
+        "</body></html>"
     )
     write_text(out_path, "\n".join(parts))

@@ -28,6 +28,15 @@ def bank_roles(bank_path: str | None) -> list[str]:
     return list(dict.fromkeys(e["role"] for e in bank))
 
 
+def validation_roles(roles: list[str] | None) -> list[str]:
+    """Roles of the validation prompts, restricted to ``roles`` when given."""
+    from stereolens.paths import resource
+
+    entries = json.loads(resource("contextbias", "validation_prompts.json").read_text())
+    found = list(dict.fromkeys(e["role"] for e in entries))
+    return [r for r in found if roles is None or r in roles]
+
+
 def model_fingerprint_json(spec: ModelSpec) -> str:
     """Canonical JSON of what determines a model's outputs (a Snakemake param: a change
     reruns that model's jobs; reordering the config or adding models does not)."""

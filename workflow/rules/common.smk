@@ -8,7 +8,7 @@ import os
 from stereolens.config import check_models, validate_config
 from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
 from stereolens.registry import load_registry
-from stereolens.workflow_support import bank_roles, model_fingerprint_json
+from stereolens.workflow_support import bank_roles, model_fingerprint_json, validation_roles
 
 
 validate_config(config)
@@ -19,13 +19,16 @@ CB = config["contextbias"]
 CB_ROLES = CB["roles"] or bank_roles(CB["prompt_bank"])
 CB_CONDITIONS = CB["conditions"]
 CB_SHARDS = list(range(math.ceil(CB["seeds"]["per_prompt"] / CB["seeds"]["per_shard"])))
+CB_VAL = CB["validation"]
+CB_VAL_ROLES = validation_roles(CB["roles"]) if CB_VAL["enabled"] else []
+CB_VAL_SHARDS = list(range(math.ceil(CB_VAL["seeds_per_prompt"] / CB["seeds"]["per_shard"])))
 
 
 wildcard_constraints:
     model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     extractor=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     role=r"[a-z0-9_]+",
-    condition="|".join(ALL_CONDITIONS),
+    condition="|".join([*ALL_CONDITIONS, "VAL"]),
     shard=r"[0-9]+",
     checkpoint=r"[A-Za-z0-9][A-Za-z0-9._-]*",
 
@@ -86,6 +89,11 @@ def get_prompt_bank():
 def get_seed_settings(wildcards):
     """What decides a generator's seeds; a change here regenerates that model only."""
     seeds = CB["seeds"]
+    if wildcards.condition == "VAL":
+        return json.dumps(
+            {"per_prompt": CB_VAL["seeds_per_prompt"], "seed_key": CB_VAL["seed_key"]},
+            sort_keys=True,
+        )
     return json.dumps(
         {
             "per_prompt": seeds["per_prompt"],
@@ -118,8 +126,51 @@ def get_contextbias_extractions(wildcards=None):
     )
 
 
+def get_validation_extractions(wildcards=None):
+    return expand(
+        "results/contextbias/extractions/{extractor}/{model}/{role}/VAL/{shard}.jsonl",
+        extractor=CB["extractors"],
+        model=CB["generators"],
+        role=CB_VAL_ROLES,
+        shard=CB_VAL_SHARDS,
+    )
+
+
+def get_validation_truth():
+    from stereolens.paths import resource
+
+    return CB_VAL["truth"] or str(resource("contextbias", "validation_truth.v1.yaml"))
+
+
+def get_report_inputs(wildcards):
+    """Every table the report shows; optional studies only when configured."""
+    inputs = {
+        "prompts": "results/contextbias/prompts.parquet",
+        "images": "results/contextbias/images.parquet",
+        "mapping": "results/contextbias/canonical_mapping.parquet",
+        **{
+            name: f"results/contextbias/metrics/{name}.parquet"
+            for name in ("bi", "ccs", "ccs_mean", "robustness", "bootstrap")
+        },
+    }
+    if CB_VAL["enabled"]:
+        inputs["validation"] = "results/contextbias/validation/scores.parquet"
+    if CB["annotation"]["enabled"]:
+        inputs["annotation_form"] = "results/contextbias/annotation/form.html"
+    if CB["annotation"]["answers"]:
+        inputs["agreement"] = "results/contextbias/annotation/agreement_summary.parquet"
+    return inputs
+
+
 def get_final_targets():
-    return [
+    targets = []
+    if CB_VAL["enabled"]:
+        targets.append("results/contextbias/validation/scores.parquet")
+    if CB["annotation"]["enabled"]:
+        targets.append("results/contextbias/annotation/form.html")
+    if CB["annotation"]["answers"]:
+        targets.append("results/contextbias/annotation/agreement_summary.parquet")
+    return targets + [
         "results/contextbias/prompts.parquet",
         "results/contextbias/attributes.parquet",
         "results/contextbias/metrics/bi.parquet",

@@ -1,9 +1,7 @@
 rule render_report:
     """Self-contained HTML report (opens from disk)."""
     input:
-        prompts="results/contextbias/prompts.parquet",
-        images="results/contextbias/images.parquet",
-        bi="results/contextbias/metrics/bi.parquet",
+        unpack(get_report_inputs),
     output:
         report(
             "results/report/index.html",

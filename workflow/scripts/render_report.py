@@ -5,12 +5,9 @@ from stereolens.workflow_support import run_logged
 
 
 def main(log):
-    i = snakemake.input  # noqa: F821
     render_report(
         config=snakemake.params.config,  # noqa: F821
-        prompts_path=i.prompts,
-        images_path=i.images,
-        bi_path=i.bi,
+        inputs=dict(snakemake.input.items()),  # noqa: F821
         out_path=snakemake.output[0],  # noqa: F821
     )
 

@@ -8,9 +8,14 @@ import logging
 import time
 from pathlib import Path
 
+import polars as pl
+
 from stereolens.atomic import write_jsonl
 from stereolens.contextbias.prompts import build_prompts, shard_items
 from stereolens.registry import load_model, load_registry
+
+VALIDATION = "VAL"
+"""Condition name of the explicit-attribute validation prompts (paper Table 1)."""
 
 CARRIED_KEYS = (
     "image_id",
@@ -54,16 +59,25 @@ def generate_contextbias_shard(
 
     log = log or logging.getLogger(__name__)
     spec = load_registry(registry_path)[model]
-    bank_key = seed_settings.get("bank_key")
-    prompts = build_prompts(
-        models=[model],
-        seeds_per_prompt=seed_settings["per_prompt"],
-        bank_keys={model: bank_key} if bank_key else {},
-        default_bank_key=seed_settings.get("default_bank_key"),
-        roles=[role],
-        bank_path=bank_path,
-        fix_articles=seed_settings.get("fix_articles", False),
-    )
+    if condition == VALIDATION:
+        from stereolens.contextbias.validation import build_validation_prompts
+
+        prompts = build_validation_prompts(
+            models=[model],
+            seeds_per_prompt=seed_settings["per_prompt"],
+            seed_key=seed_settings.get("seed_key"),
+        ).filter(pl.col("role") == role)
+    else:
+        bank_key = seed_settings.get("bank_key")
+        prompts = build_prompts(
+            models=[model],
+            seeds_per_prompt=seed_settings["per_prompt"],
+            bank_keys={model: bank_key} if bank_key else {},
+            default_bank_key=seed_settings.get("default_bank_key"),
+            roles=[role],
+            bank_path=bank_path,
+            fix_articles=seed_settings.get("fix_articles", False),
+        )
     items = [
         GenerationItem(**it)
         for it in shard_items(prompts, model, role, condition, shard, seeds_per_shard)

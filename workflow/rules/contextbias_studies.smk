@@ -1,0 +1,77 @@
+# Extraction validation (paper Table 1, 7) and the human agreement study (Sec. 4.3).
+# Validation images use the generation and extraction rules of contextbias.smk with
+# condition "VAL".
+
+
+rule merge_contextbias_validation:
+    """Attributes and images tables of the validation prompts."""
+    input:
+        extractions=get_validation_extractions(),
+        schema=get_extraction_files()["schema"],
+    output:
+        attributes="results/contextbias/validation/attributes.parquet",
+        images="results/contextbias/validation/images.parquet",
+    log:
+        "logs/contextbias/merge_validation.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/merge_contextbias_attributes.py"
+
+
+rule score_contextbias_validation:
+    """Accuracy, recall, precision and F1 per model and dimension against the truth file."""
+    input:
+        attributes="results/contextbias/validation/attributes.parquet",
+        images="results/contextbias/validation/images.parquet",
+        truth=get_validation_truth(),
+    output:
+        scores="results/contextbias/validation/scores.parquet",
+        details="results/contextbias/validation/details.parquet",
+    log:
+        "logs/contextbias/score_validation.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/score_contextbias_validation.py"
+
+
+rule export_contextbias_annotation:
+    """Blinded annotation form (self-contained HTML; answers save to CSV) and its key."""
+    input:
+        images="results/contextbias/images.parquet",
+        attributes="results/contextbias/attributes.parquet",
+    output:
+        form="results/contextbias/annotation/form.html",
+        key="results/contextbias/annotation/key.parquet",
+    params:
+        settings=CB["annotation"],
+        roles=CB["annotation"]["roles"] or CB_ROLES,
+        generators=CB["generators"],
+        conditions=CB_CONDITIONS,
+    log:
+        "logs/contextbias/export_annotation.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/export_contextbias_annotation.py"
+
+
+rule compute_contextbias_agreement:
+    """Raw agreement, Cohen's and Fleiss' kappa, and human consensus vs pipeline."""
+    input:
+        answers=CB["annotation"]["answers"],
+        key="results/contextbias/annotation/key.parquet",
+        attributes="results/contextbias/attributes.parquet",
+    output:
+        summary="results/contextbias/annotation/agreement_summary.parquet",
+    params:
+        replicates=CB["annotation"]["replicates"],
+        seed=CB["annotation"]["seed"],
+        extractor=CB["extractors"][0],
+    log:
+        "logs/contextbias/compute_agreement.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/compute_contextbias_agreement.py"

@@ -1,0 +1,26 @@
+"""Entry point of rule score_contextbias_validation."""
+
+import polars as pl
+
+from stereolens.atomic import write_parquet
+from stereolens.contextbias.validation import (
+    load_validation_truth,
+    validation_details,
+    validation_scores,
+)
+from stereolens.workflow_support import run_logged
+
+
+def main(log):
+    i = snakemake.input  # noqa: F821
+    attributes = pl.read_parquet(i.attributes)
+    images = pl.read_parquet(i.images)
+    truth = load_validation_truth(i.truth)
+    scores = validation_scores(attributes, images, truth)
+    details = validation_details(attributes, images, truth)
+    write_parquet(snakemake.output.details, details)  # noqa: F821
+    write_parquet(snakemake.output.scores, scores)  # noqa: F821
+    log.info("validation scores: %d rows", scores.height)
+
+
+run_logged(snakemake, main)  # noqa: F821

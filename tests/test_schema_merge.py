@@ -133,3 +133,27 @@ def test_merge(schema, tmp_path):
     (tmp_path / "broken.jsonl").write_text('{"image_id": ')
     with pytest.raises(ValueError, match="broken.jsonl:1"):
         merge_extractions([tmp_path / "broken.jsonl"], schema)
+
+
+def test_jsonl_survives_unicode_line_separators(schema, tmp_path):
+    """A sampled VLM can put U+2028 in an open-vocabulary label; json.dumps leaves it
+    unescaped, so splitting on every Unicode line break would corrupt the record."""
+    from stereolens.atomic import read_jsonl, write_jsonl
+
+    rec = {
+        "extractor": "x",
+        "model": "m",
+        "role": "nurse",
+        "condition": "CF",
+        "prompt_id": "p",
+        "image_id": "a",
+        "seed": 1,
+        "status": "ok",
+        "attempts": 1,
+        "attributes": answer(items=["odd\u2028label", "tab\x85here"]),
+    }
+    path = tmp_path / "s.jsonl"
+    write_jsonl(path, [rec, {**rec, "image_id": "b"}])
+    assert [r["image_id"] for r in read_jsonl(path)] == ["a", "b"]
+    attrs, _ = merge_extractions([path], schema)
+    assert "odd label" in attrs["label"].to_list()  # labels have whitespace normalised

@@ -64,3 +64,24 @@ def write_parquet(path: str | os.PathLike, frame) -> None:
     """Write a polars DataFrame atomically."""
     with atomic_path(path, suffix=".parquet") as tmp:
         frame.write_parquet(tmp)
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Rows of a JSON-lines file written by :func:`write_jsonl`.
+
+    Lines are split on "\\n" only: str.splitlines() would also split inside a value
+    holding U+2028 or other Unicode line breaks, which json.dumps leaves unescaped.
+    """
+    rows = []
+    with open(path, encoding="utf-8", newline="\n") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(
+                    f"{path}:{n} is not valid JSON ({exc}); delete the file and rerun the job "
+                    "that wrote it"
+                ) from exc
+    return rows

@@ -3,14 +3,13 @@ workflow scripts, usable from Python). Heavy imports happen only inside."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
 
 import polars as pl
 
-from stereolens.atomic import write_jsonl
+from stereolens.atomic import read_jsonl, write_jsonl
 from stereolens.contextbias.prompts import build_prompts, shard_items
 from stereolens.registry import load_model, load_registry
 
@@ -113,7 +112,7 @@ def read_image_metadata(images_dir: str | Path) -> list[dict]:
             f"{path} is missing: the generation job for {images_dir} did "
             "not finish; rerun the workflow to regenerate it"
         )
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = read_jsonl(path)
     return [
         {
             **{k: r.get(k) for k in CARRIED_KEYS},

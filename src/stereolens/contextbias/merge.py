@@ -3,11 +3,11 @@ images table."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import polars as pl
 
+from stereolens.atomic import read_jsonl
 from stereolens.contextbias.schema import AttributeSchema
 
 KEY_COLUMNS = ["extractor", "model", "role", "condition", "prompt_id", "seed", "image_id"]
@@ -48,19 +48,7 @@ ATTRIBUTE_COLUMNS = {
 
 
 def read_records(paths: list[str | Path]) -> list[dict]:
-    records = []
-    for path in paths:
-        for n, line in enumerate(Path(path).read_text().splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"{path}:{n} is not valid JSON ({exc}); delete the file "
-                    "and rerun its extraction job"
-                ) from exc
-    return records
+    return [rec for path in paths for rec in read_jsonl(path)]
 
 
 def merge_extractions(

@@ -202,6 +202,62 @@ def request_seed(seed: int, image_id: str, attempt: int) -> int:
     return int(stable_id("vlm-seed", seed, image_id, attempt), 16) % (2**31)
 
 
+def ask_round(
+    vlm: VLM,
+    requests: list[VLMRequest],
+    keys: list[str] | None,
+    cache: ResponseCache | None,
+    model_name: str,
+    attempt: int,
+    max_attempts: int | None = None,
+    label: str = "",
+    log: Callable[[str], Any] = print,
+) -> tuple[list[str], list[bool], list[float]]:
+    """One round of requests: cached answers first, the rest in one ``vlm.answer`` call.
+
+    ``keys`` are the requests' cache keys (None = no cache); ``model_name`` and
+    ``attempt`` are recorded with each cache entry; ``label`` prefixes the log line
+    (default: the model name). Returns (raw answer per request, "" where the backend
+    failed; whether it came from the cache; backend seconds attributed to each request).
+    A backend that raises loses this round, not the run; empty answers are never cached.
+    """
+    use_cache = cache is not None and keys is not None
+    label = label or model_name
+    answers: list[str | None] = (
+        [cache.get(k) for k in keys] if use_cache else [None] * len(requests)
+    )
+    cached = [a is not None for a in answers]
+    ask = [j for j, a in enumerate(answers) if a is None]
+    seconds = [0.0] * len(requests)
+    log(
+        f"{label}: attempt {attempt}{f'/{max_attempts}' if max_attempts else ''}:"
+        f" {len(requests)} image(s)"
+        f" ({len(requests) - len(ask)} cached, {len(ask)} asked)"
+    )
+    if ask:
+        started = time.perf_counter()
+        try:
+            got = vlm.answer([requests[j] for j in ask])
+            if len(got) != len(ask):
+                raise RuntimeError(f"backend returned {len(got)} answers for {len(ask)} requests")
+        except Exception as exc:  # a backend that raises loses this round, not the run
+            logger.error(
+                "%s: backend failed on attempt %d: %s: %s", label, attempt, type(exc).__name__, exc
+            )
+            got = [""] * len(ask)
+        share = (time.perf_counter() - started) / len(ask)
+        for j, text in zip(ask, got, strict=True):
+            text = text if isinstance(text, str) else ""
+            answers[j] = text
+            seconds[j] = share
+            if use_cache and text:
+                try:
+                    cache.put(keys[j], text, model=model_name, attempt=attempt)
+                except OSError as exc:  # a full or read-only cache costs speed only
+                    logger.warning("response cache: not written (%s)", exc)
+    return [a or "" for a in answers], cached, seconds
+
+
 def extract_images(
     vlm: VLM,
     items: list[dict],
@@ -281,40 +337,19 @@ def extract_images(
             if use_cache
             else [None] * len(pending)
         )
-        answers: list[str | None] = [cache.get(k) if use_cache else None for k in keys]
-        cached = [a is not None for a in answers]
-        ask = [j for j, a in enumerate(answers) if a is None]
-        log(
-            f"extract {spec.name}: attempt {attempt}/{max_attempts}: {len(pending)} image(s)"
-            f" ({len(pending) - len(ask)} cached, {len(ask)} asked)"
+        answers, cached, seconds = ask_round(
+            vlm,
+            requests,
+            keys if use_cache else None,
+            cache,
+            spec.name,
+            attempt,
+            max_attempts,
+            label=f"extract {spec.name}",
+            log=log,
         )
-        if ask:
-            started = time.perf_counter()
-            try:
-                got = vlm.answer([requests[j] for j in ask])
-                if len(got) != len(ask):
-                    raise RuntimeError(
-                        f"backend returned {len(got)} answers for {len(ask)} requests"
-                    )
-            except Exception as exc:  # a backend that raises loses this round, not the run
-                logger.error(
-                    "extract %s: backend failed on attempt %d: %s: %s",
-                    spec.name,
-                    attempt,
-                    type(exc).__name__,
-                    exc,
-                )
-                got = [""] * len(ask)
-            share = (time.perf_counter() - started) / len(ask)
-            for j, text in zip(ask, got, strict=True):
-                text = text if isinstance(text, str) else ""
-                answers[j] = text
-                pending[j]["seconds"] += share
-                if use_cache and text:
-                    try:
-                        cache.put(keys[j], text, model=spec.name, attempt=attempt)
-                    except OSError as exc:  # a full or read-only cache costs speed only
-                        logger.warning("response cache: not written (%s)", exc)
+        for state, spent in zip(pending, seconds, strict=True):
+            state["seconds"] += spent
         still: list[dict[str, Any]] = []
         for j, state in enumerate(pending):
             text = answers[j] or ""

@@ -1,0 +1,246 @@
+"""The body of one BiasIG generation or VQA job (called by the workflow scripts, usable
+from Python). Heavy imports happen only inside.
+
+A generation job is one model x acquired attribute type (occupation / characteristic /
+social_relation) x prompt condition (implicit / explicit) x shard, where a shard is a
+contiguous block of ``prompts_per_shard`` prompts (prompts sorted by prompt_id) with all
+their images: 47,040 prompts at 40 per shard are 1,178 jobs per model, instead of one job
+per prompt or image.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+
+import polars as pl
+
+from stereolens.atomic import read_jsonl, write_jsonl
+from stereolens.contextbias.jobs import limit_threads
+from stereolens.ids import stable_id
+from stereolens.registry import load_model, load_registry
+
+ACQUIRED_TYPES = ("occupation", "characteristic", "social_relation")
+CONDITIONS = ("implicit", "explicit")
+CARRIED_KEYS = (
+    "image_id",
+    "prompt_id",
+    "seed",
+    "image_index",
+    "model",
+    "revision",
+    "acquired_type",
+    "condition",
+    "n_persons",
+    "prompt",
+    "image_sha256",
+)
+"""Metadata keys of a generated image passed on to the VQA."""
+
+
+def _selection(prompts: pl.DataFrame, acquired_type: str, condition: str) -> pl.DataFrame:
+    if acquired_type not in ACQUIRED_TYPES:
+        raise ValueError(f"acquired_type must be one of {ACQUIRED_TYPES}, got {acquired_type!r}")
+    if condition not in CONDITIONS:
+        raise ValueError(f"condition must be one of {CONDITIONS}, got {condition!r}")
+    return prompts.filter(
+        (pl.col("acquired_type") == acquired_type) & (pl.col("visibility") == condition)
+    ).sort("prompt_id", maintain_order=True)
+
+
+def _check_positive(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def n_shards(
+    prompts: pl.DataFrame, acquired_type: str, condition: str, prompts_per_shard: int
+) -> int:
+    """How many generation jobs (blocks of ``prompts_per_shard`` prompts) the prompts of
+    (acquired_type, condition) make."""
+    _check_positive("prompts_per_shard", prompts_per_shard)
+    return math.ceil(_selection(prompts, acquired_type, condition).height / prompts_per_shard)
+
+
+def image_seed(prompt_id: str, image_index: int, seed_base: int = 0, salt: int = 0) -> int:
+    """Stable seed (below 2**31) of the image_index-th image of a prompt; the same for
+    every model, so models are compared on the same seeds."""
+    parts = ("biasig-seed", seed_base, prompt_id, image_index) + ((salt,) if salt else ())
+    return int(stable_id(*parts), 16) % (2**31)
+
+
+def biasig_shard_items(
+    prompts: pl.DataFrame,
+    model: str,
+    acquired_type: str,
+    condition: str,
+    shard: int,
+    prompts_per_shard: int,
+    images_per_prompt: int,
+    seed_base: int = 0,
+) -> list[dict]:
+    """The images of one generation job, as GenerationItem keyword dicts: the prompts
+    [shard * prompts_per_shard, (shard + 1) * prompts_per_shard) of (acquired_type,
+    condition) sorted by prompt_id, each with ``images_per_prompt`` seeds. Empty past the
+    last shard.
+
+    ``prompts`` is the prompt table (stereolens.biasig.prompts.load_prompts); condition is
+    its ``visibility``. image_id = stable_id(model, prompt_id, seed).
+    """
+    _check_positive("prompts_per_shard", prompts_per_shard)
+    _check_positive("images_per_prompt", images_per_prompt)
+    if isinstance(shard, bool) or not isinstance(shard, int) or shard < 0:
+        raise ValueError(f"shard must be a non-negative integer, got {shard!r}")
+    block = _selection(prompts, acquired_type, condition).slice(
+        shard * prompts_per_shard, prompts_per_shard
+    )
+    items = []
+    for row in block.select("prompt_id", "text", "n_persons").iter_rows(named=True):
+        used: set[int] = set()
+        for image_index in range(images_per_prompt):
+            salt = 0
+            seed = image_seed(row["prompt_id"], image_index, seed_base)
+            while seed in used:  # a 2**31 collision within one prompt: vanishingly rare
+                salt += 1
+                seed = image_seed(row["prompt_id"], image_index, seed_base, salt)
+            used.add(seed)
+            items.append(
+                {
+                    "image_id": stable_id(model, row["prompt_id"], seed),
+                    "prompt_id": row["prompt_id"],
+                    "text": row["text"],
+                    "seed": seed,
+                    "extra": {
+                        "acquired_type": acquired_type,
+                        "condition": condition,
+                        "n_persons": int(row["n_persons"]),
+                        "image_index": image_index,
+                    },
+                }
+            )
+    return items
+
+
+def _load_prompt_table(prompts_path: str | None) -> pl.DataFrame:
+    from stereolens.biasig.prompts import load_prompts, read_prompt_table
+
+    return read_prompt_table(prompts_path) if prompts_path else load_prompts()
+
+
+def generate_biasig_shard(
+    registry_path: str,
+    model: str,
+    acquired_type: str,
+    condition: str,
+    shard: int,
+    prompts_per_shard: int,
+    images_per_prompt: int,
+    out_dir: str,
+    prompts_path: str | None = None,
+    seed_base: int = 0,
+    log: logging.Logger | None = None,
+    threads: int | None = None,
+) -> list[dict]:
+    """Make one shard's images into ``out_dir`` (stereolens.generate.run.generate_shard:
+    PNGs + metadata.jsonl, written atomically and resumably). ``prompts_path`` is a prompt
+    table parquet (default: the shipped prompts)."""
+    from stereolens.generate.base import GenerationItem
+    from stereolens.generate.run import generate_shard
+
+    log = log or logging.getLogger(__name__)
+    spec = load_registry(registry_path)[model]
+    prompts = _load_prompt_table(prompts_path)
+    items = [
+        GenerationItem(**it)
+        for it in biasig_shard_items(
+            prompts,
+            model,
+            acquired_type,
+            condition,
+            shard,
+            prompts_per_shard,
+            images_per_prompt,
+            seed_base,
+        )
+    ]
+    if not items:
+        raise ValueError(
+            f"no prompts for {acquired_type} {condition} shard {shard} "
+            f"({n_shards(prompts, acquired_type, condition, prompts_per_shard)} shard(s) of "
+            f"{prompts_per_shard} prompts)"
+        )
+    log.info(
+        "%s %s %s shard %d: %d images; loading %s",
+        model,
+        acquired_type,
+        condition,
+        shard,
+        len(items),
+        spec.model,
+    )
+    limit_threads(threads)
+    start = time.perf_counter()
+    generator = load_model(spec)
+    load_seconds = time.perf_counter() - start
+    log.info("model loaded in %.1f s", load_seconds)
+    return generate_shard(
+        generator, items, out_dir, model_name=model, load_seconds=load_seconds, log=log.info
+    )
+
+
+def read_biasig_metadata(images_dir: str | Path) -> list[dict]:
+    """The VQA items of a finished generation shard (its metadata.jsonl)."""
+    path = Path(images_dir) / "metadata.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing: the generation job for {images_dir} did "
+            "not finish; rerun the workflow to regenerate it"
+        )
+    rows = read_jsonl(path)
+    return [
+        {
+            **{k: r.get(k) for k in CARRIED_KEYS},
+            "image_path": str(Path(images_dir) / r["image_file"]),
+        }
+        for r in rows
+    ]
+
+
+def vqa_biasig_shard(
+    registry_path: str,
+    vlm_name: str,
+    images_dir: str,
+    out_path: str,
+    prompt_path: str | None = None,
+    max_attempts: int = 3,
+    cache_dir: str | None = None,
+    log: logging.Logger | None = None,
+    threads: int | None = None,
+) -> list[dict]:
+    """Ask the VQA of every image of a generation shard; write the answer rows
+    (stereolens.biasig.vqa.ROW_COLUMNS) as JSONL to ``out_path`` atomically."""
+    from stereolens.biasig.vqa import VQAPrompt, vqa_answers
+    from stereolens.extract.run import ResponseCache
+
+    log = log or logging.getLogger(__name__)
+    spec = load_registry(registry_path)[vlm_name]
+    items = read_biasig_metadata(images_dir)
+    prompt = VQAPrompt.load(prompt_path)
+    cache = ResponseCache(cache_dir) if cache_dir else None
+    if spec.backend == "transformers":
+        limit_threads(threads)
+    start = time.perf_counter()
+    vlm = load_model(spec)
+    log.info("%s loaded in %.1f s; %d images", vlm_name, time.perf_counter() - start, len(items))
+    rows = vqa_answers(
+        vlm, items, prompt, spec, max_attempts=max_attempts, cache=cache, log=log.info
+    )
+    expected = sum(int(it["n_persons"]) for it in items)
+    if len(rows) != expected:
+        raise RuntimeError(f"VQA returned {len(rows)} rows for {expected} image positions")
+    write_jsonl(out_path, rows)
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "partial", "discarded")}
+    log.info("%d rows: %s", len(rows), counts)
+    return rows

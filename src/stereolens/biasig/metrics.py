@@ -4,8 +4,9 @@ Input: an answers table, one row per image x person (columns model, image_id, po
 gender, race, age, status, and prompt_id or the prompt text in ``prompt`` or ``text``; an
 optional ``variant`` column names a debiasing variant of a model and defaults to the model
 name). ``position`` is "single" for one-person prompts and "left" / "right" for the
-two-person social-relation prompts. A row whose status is not "ok" counts for nothing; an
-answer "unknown" (or empty) is left out of that attribute only.
+two-person social-relation prompts. A row whose status is "ok" or "partial" (some attribute
+still unknown after the VQA retries) counts; any other status (discarded) counts for
+nothing; an answer "unknown" (or empty) is left out of that attribute only.
 
 Per prompt and person, the generated distribution of an attribute is its counts over the
 usable (non-unknown) answers. Everything below is computed from those counts, so the same
@@ -290,7 +291,10 @@ def prepare_answers(answers: pl.DataFrame, prompts: pl.DataFrame) -> _Prepared:
 
     a = a.with_columns(
         pl.col("position").str.strip_chars().str.to_lowercase(),
-        (pl.col("status").str.strip_chars().str.to_lowercase() == "ok")
+        pl.col("status")
+        .str.strip_chars()
+        .str.to_lowercase()
+        .is_in(["ok", "partial"])
         .fill_null(False)
         .alias("_ok"),
     )

@@ -21,6 +21,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/contextbias.smk"
 include: "workflow/rules/contextbias_studies.smk"
+include: "workflow/rules/biasig.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -316,3 +316,23 @@ def test_cli_prompts_writes_the_table(tmp_path):
     table = read_prompt_table(out)
     assert table.height == TOTAL_PROMPTS
     assert np.array_equal(table["prompt_id"].to_numpy(), load_prompts()["prompt_id"].to_numpy())
+
+
+def test_shipped_prompt_table_is_current():
+    """The stored table (fast planning) equals a fresh build from the text files."""
+    from stereolens.biasig.prompts import _shipped_prompts, build_shipped_prompts
+
+    assert _shipped_prompts().equals(build_shipped_prompts())
+
+
+def test_select_prompts():
+    import pytest
+
+    from stereolens.biasig.prompts import load_prompts, select_prompts
+    from stereolens.validation import ConfigError
+
+    p = load_prompts()
+    sel = select_prompts(p, ["characteristic"], ["implicit"], ["rich", "poor"], max_variants=2)
+    assert sel.height == 4 and set(sel["variant_index"]) == {0, 1}
+    with pytest.raises(ConfigError, match="Richh"):
+        select_prompts(p, acquired_attributes=["Richh"])

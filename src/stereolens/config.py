@@ -42,6 +42,20 @@ def check_models(config: dict[str, Any], registry: dict[str, ModelSpec]) -> None
                 raise ConfigError(
                     f"contextbias.{key}: {name!r} is a {spec.kind} in the registry, not a {kind}"
                 )
+    bg = config["biasig"]
+    if bg["enabled"]:
+        for name in bg["generators"]:
+            if registry.get(name) is None or registry[name].kind != "generator":
+                raise ConfigError(
+                    f"biasig.generators: {name!r} is not a generator in the registry "
+                    f"{config['registry']}"
+                )
+        if bg["vqa"] is None or registry.get(bg["vqa"]) is None or registry[
+            bg["vqa"]
+        ].kind != "vlm":
+            raise ConfigError(
+                f"biasig.vqa: {bg['vqa']!r} is not a vlm in the registry {config['registry']}"
+            )
     llm = cb["canonicalisation"]["llm"]
     if llm is not None and (llm not in registry or registry[llm].kind not in ("llm", "vlm")):
         known = sorted(n for n, s in registry.items() if s.kind == "llm")

@@ -94,10 +94,13 @@ def _models_table(config: dict) -> str:
 
     registry = load_registry(config["registry"])
     cb = config.get("contextbias", {})
+    bg = config.get("biasig", {})
     rows = []
     for role, names in (
         ("generator", cb.get("generators", [])),
         ("extractor", cb.get("extractors", [])),
+        ("biasig generator", bg.get("generators", []) if bg.get("enabled") else []),
+        ("biasig vqa", [bg["vqa"]] if bg.get("enabled") and bg.get("vqa") else []),
     ):
         for name in names:
             fp = registry[name].fingerprint()
@@ -292,6 +295,121 @@ def _canonical_section(mapping: pl.DataFrame) -> list[str]:
     ]
 
 
+def _biasig_figure(model_rows: pl.DataFrame) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = ["S_imp", "S_exp", "eta"]
+    labels = model_rows["variant"].to_list()
+    fig, ax = plt.subplots(figsize=(max(4, 1.6 * len(labels) + 2), 3))
+    width = 0.8 / len(metrics)
+    for i, m in enumerate(metrics):
+        vals = model_rows[m].to_list()
+        lo = [
+            v - (lw if lw is not None else v) if v is not None else 0
+            for v, lw in zip(vals, model_rows[f"{m}_low"].to_list(), strict=True)
+        ]
+        hi = [
+            (hw if hw is not None else v) - v if v is not None else 0
+            for v, hw in zip(vals, model_rows[f"{m}_high"].to_list(), strict=True)
+        ]
+        xs = [j + (i - 1) * width for j in range(len(labels))]
+        ax.bar(
+            xs, [v if v is not None else 0 for v in vals], width, yerr=[lo, hi], label=m, capsize=2
+        )
+    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
+    ax.set_title("BiasIG model level with 95% bootstrap CIs")
+    out = _png(fig)
+    plt.close(fig)
+    return out
+
+
+def _biasig_sections(
+    implicit: pl.DataFrame, explicit: pl.DataFrame, eta: pl.DataFrame
+) -> list[str]:
+    key = ["variant", "model"]
+
+    def model_level(frame, name, extra=()):
+        rows = frame.filter(pl.col("level") == "model")
+        for col, val in extra:
+            rows = rows.filter(pl.col(col) == val)
+        return rows.select(
+            key
+            + [
+                pl.col("score").alias(name),
+                pl.col("ci_low").alias(f"{name}_low"),
+                pl.col("ci_high").alias(f"{name}_high"),
+            ]
+        )
+
+    imp = model_level(implicit, "S_imp", [("protected_attribute", "*")])
+    exp = model_level(explicit, "S_exp", [("protected_attribute", "*"), ("protected_value", "*")])
+    et = eta.filter(pl.col("pair") == "*").select(
+        key
+        + [
+            pl.col("eta_total").alias("eta"),
+            pl.col("ci_low").alias("eta_low"),
+            pl.col("ci_high").alias("eta_high"),
+        ]
+    )
+    table = (
+        imp.join(exp, on=key, how="full", coalesce=True)
+        .join(et, on=key, how="full", coalesce=True)
+        .sort(key)
+    )
+    parts = [
+        "<h2>BiasIG</h2>",
+        "<p>S_imp (implicit bias: cosine agreement of generated and ground-truth "
+        "demographics, paper Eq. 1-2), S_exp (explicit: share of images showing the "
+        "value asked for, Eq. 3) and eta (manifestation factor, Eq. 4-5: towards 1 "
+        "discrimination, towards 0 ignorance), with bootstrap CIs over images. A "
+        "debiasing variant sits beside its base model (column model).</p>",
+    ]
+    if table.height:
+        parts.append(_biasig_figure(table))
+    parts.append(_table(table, "Model level: implicit, explicit and eta (paper Table 2)."))
+    cats = implicit.filter(
+        (pl.col("level") == "category") & (pl.col("protected_attribute") == "*")
+    ).select(
+        key + ["acquired_type", "category", "score", "ci_low", "ci_high", "n_prompts", "n_missing"]
+    )
+    parts.append(_table(cats.sort(pl.all()), "S_imp per category of acquired attribute."))
+    per_attr = implicit.filter(
+        (pl.col("level") == "model") & (pl.col("protected_attribute") != "*")
+    ).select(key + ["protected_attribute", "score", "ci_low", "ci_high"])
+    parts.append(_table(per_attr.sort(pl.all()), "S_imp per protected attribute."))
+    pairs = eta.filter(pl.col("pair") != "*")
+    pair_cols = [
+        c
+        for c in (
+            "variant",
+            "model",
+            "pair",
+            "advantaged",
+            "disadvantaged",
+            "eta_total",
+            "eta_gender",
+            "eta_race",
+            "eta_age",
+            "ci_low",
+            "ci_high",
+            "status",
+        )
+        if c in pairs.columns
+    ]
+    parts.append(
+        _table(
+            pairs.select(pair_cols).sort(pl.all()),
+            "eta per advantaged / disadvantaged pair (unresolved pairs are reported, not scored).",
+        )
+    )
+    return parts
+
+
 def render_report(config: dict, inputs: dict, out_path: str) -> None:
     """Write the report from the tables named in ``inputs`` (name -> path): prompts, images,
     bi are required; mapping, ccs_mean, robustness, bootstrap, validation, annotation_form,
@@ -369,6 +487,12 @@ def render_report(config: dict, inputs: dict, out_path: str) -> None:
                 "Raw agreement, Fleiss' kappa with bootstrap CI, "
                 "and human consensus vs pipeline (paper Sec. 4.3).",
             )
+        )
+    if inputs.get("biasig_eta"):
+        parts += _biasig_sections(
+            _read(inputs, "biasig_implicit"),
+            _read(inputs, "biasig_explicit"),
+            _read(inputs, "biasig_eta"),
         )
     parts.append("<h2>Models</h2>")
     parts.append(_models_table(config))

@@ -31,6 +31,8 @@ wildcard_constraints:
     condition="|".join([*ALL_CONDITIONS, "VAL"]),
     shard=r"[0-9]+",
     checkpoint=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    atype="occupation|characteristic|social_relation",
+    visibility="implicit|explicit",
 
 
 def model_spec(name):
@@ -142,6 +144,67 @@ def get_validation_truth():
     return CB_VAL["truth"] or str(resource("contextbias", "validation_truth.v1.yaml"))
 
 
+BG = config["biasig"]
+
+
+def biasig_selection():
+    """The configured subset of the shipped BiasIG prompt table (read from its stored
+    parquet: milliseconds, so every cluster job can re-plan cheaply)."""
+    from stereolens.biasig.prompts import load_prompts, select_prompts
+
+    return select_prompts(
+        load_prompts(),
+        BG["acquired_types"],
+        BG["conditions"],
+        BG["acquired_attributes"],
+        BG["max_variants"],
+    )
+
+
+def biasig_shards():
+    """(acquired_type, condition, shard) of every BiasIG generation job."""
+    from stereolens.biasig.jobs import n_shards
+
+    if not BG["enabled"]:
+        return []
+    sel = biasig_selection()
+    out = []
+    for (atype, cond), _ in sel.group_by(["acquired_type", "visibility"]):
+        n = n_shards(sel, atype, cond, BG["prompts_per_shard"])
+        out += [(atype, cond, i) for i in range(n)]
+    return sorted(out)
+
+
+BG_SHARDS = biasig_shards()
+
+
+def get_biasig_vqa_outputs(wildcards=None):
+    return [
+        f"results/biasig/vqa/{BG['vqa']}/{model}/{atype}/{cond}/{shard}.jsonl"
+        for model in BG["generators"]
+        for atype, cond, shard in BG_SHARDS
+    ]
+
+
+def get_biasig_settings(wildcards):
+    """What decides a BiasIG shard's images besides the model (a change reruns it)."""
+    return json.dumps(
+        {
+            k: BG[k]
+            for k in (
+                "acquired_types",
+                "conditions",
+                "acquired_attributes",
+                "max_variants",
+                "images_per_prompt",
+                "prompts_per_shard",
+                "seed_base",
+            )
+        },
+        sort_keys=True,
+    )
+
+
 def get_report_inputs(wildcards):
     """Every table the report shows; optional studies only when configured."""
     inputs = {
@@ -159,11 +222,16 @@ def get_report_inputs(wildcards):
         inputs["annotation_form"] = "results/contextbias/annotation/form.html"
     if CB["annotation"]["answers"]:
         inputs["agreement"] = "results/contextbias/annotation/agreement_summary.parquet"
+    if BG["enabled"]:
+        for name in ("implicit", "explicit", "eta"):
+            inputs[f"biasig_{name}"] = f"results/biasig/metrics/{name}.parquet"
     return inputs
 
 
 def get_final_targets():
     targets = []
+    if BG["enabled"]:
+        targets += ["results/biasig/answers.parquet", "results/biasig/metrics/eta.parquet"]
     if CB_VAL["enabled"]:
         targets.append("results/contextbias/validation/scores.parquet")
     if CB["annotation"]["enabled"]:

@@ -244,3 +244,21 @@ def vqa_biasig_shard(
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "partial", "discarded")}
     log.info("%d rows: %s", len(rows), counts)
     return rows
+
+
+def merge_answers(paths: list[str | Path], registry: dict | None = None) -> pl.DataFrame:
+    """results/biasig/answers.parquet from the VQA shards: one row per image x position
+    (model, prompt_id, image_id, position, gender, race, age, attempts, status, ...).
+
+    ``variant`` is the registry name of the generator; ``model`` is the base model a
+    debiasing variant belongs to (its registry ``variant_of``), so a variant's rows sit
+    beside its base model's in every table."""
+    rows = [r for path in paths for r in read_jsonl(path)]
+    for r in rows:
+        r.pop("attempt_log", None)
+        name = r["model"]
+        spec = (registry or {}).get(name)
+        r["variant"] = name
+        r["model"] = (spec.get("variant_of") if spec is not None else None) or name
+    frame = pl.DataFrame(rows, infer_schema_length=None)
+    return frame.sort("model", "variant", "prompt_id", "image_id", "position")

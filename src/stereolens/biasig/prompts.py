@@ -208,9 +208,57 @@ def parse_subject(subject: str, acquired_type: str, visibility: str) -> dict:
     return out
 
 
+SHIPPED_TABLE = "prompt_table.parquet"
+"""The shipped prompt table, built from prompts/ and truth/ and stored so that planning a
+workflow (which re-parses on every cluster job) reads it in milliseconds instead of
+parsing 47,040 lines; tests/test_biasig_prompts.py checks it equals a fresh build.
+Regenerate with ``stereolens biasig prompts --out src/stereolens/resources/biasig/
+prompt_table.parquet``."""
+
+
 @lru_cache(maxsize=1)
 def _shipped_prompts() -> pl.DataFrame:
+    from stereolens.paths import RESOURCES
+
+    table = RESOURCES / "biasig" / SHIPPED_TABLE
+    if table.exists():
+        return pl.read_parquet(table)
+    return build_shipped_prompts()
+
+
+def build_shipped_prompts() -> pl.DataFrame:
+    """The shipped prompt table built from the text files (slow: seconds)."""
     return _build(resource("biasig", "prompts"), load_truth())
+
+
+def select_prompts(
+    prompts: pl.DataFrame,
+    acquired_types: list[str] | None = None,
+    conditions: list[str] | None = None,
+    acquired_attributes: list[str] | None = None,
+    max_variants: int | None = None,
+) -> pl.DataFrame:
+    """A subset of the prompt table: acquired types, prompt conditions (implicit /
+    explicit), acquired attributes by whole name, and the first ``max_variants`` variants
+    (variant_index < max_variants). None keeps everything."""
+    out = prompts
+    if acquired_types:
+        out = out.filter(pl.col("acquired_type").is_in(acquired_types))
+    if conditions:
+        out = out.filter(pl.col("visibility").is_in(conditions))
+    if acquired_attributes:
+        known = set(prompts["acquired_attribute"].unique())
+        unknown = sorted(set(acquired_attributes) - known)
+        if unknown:
+            raise ConfigError(
+                f"biasig.acquired_attributes names attributes not in the benchmark: {unknown}"
+            )
+        out = out.filter(pl.col("acquired_attribute").is_in(acquired_attributes))
+    if max_variants is not None:
+        out = out.filter(pl.col("variant_index") < max_variants)
+    if not out.height:
+        raise ConfigError("the BiasIG selection (types, conditions, attributes) is empty")
+    return out
 
 
 def load_prompts(

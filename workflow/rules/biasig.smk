@@ -1,0 +1,108 @@
+# BiasIG (paper 000): generation -> VQA of sex, race and age -> answers -> metrics.
+# A job covers one model x acquired-attribute type x prompt condition x block of
+# prompts (biasig.prompts_per_shard), so job counts stay in the low thousands.
+
+
+rule write_biasig_prompts:
+    """The configured subset of the 47,040-prompt table."""
+    output:
+        "results/biasig/prompts.parquet",
+    params:
+        settings=get_biasig_settings,
+    log:
+        "logs/biasig/write_prompts.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/write_biasig_prompts.py"
+
+
+rule generate_biasig_images:
+    """One job per model x acquired type x condition x prompt block (shared generation code)."""
+    input:
+        prompts="results/biasig/prompts.parquet",
+        checkpoint=lambda w: get_checkpoint(w.model),
+    output:
+        directory("results/biasig/images/{model}/{atype}/{visibility}/{shard}"),
+    params:
+        model_fingerprint=get_generator_fingerprint,
+        settings=get_biasig_settings,
+        registry=config["registry"],
+    log:
+        "logs/biasig/generate/{model}/{atype}/{visibility}/{shard}.log",
+    benchmark:
+        "benchmarks/biasig/generate/{model}/{atype}/{visibility}/{shard}.tsv"
+    resources:
+        gpu=lambda w: 0 if model_spec(w.model).get("device") == "cpu" else 1,
+    conda:
+        "../../envs/generate.yaml"
+    script:
+        "../scripts/generate_biasig_images.py"
+
+
+rule answer_biasig_vqa:
+    """Sex, race and age of the most prominent (or left and right) person, with retries."""
+    input:
+        images="results/biasig/images/{model}/{atype}/{visibility}/{shard}",
+        checkpoint=lambda w: get_checkpoint(w.extractor),
+    output:
+        "results/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.jsonl",
+    params:
+        extractor_fingerprint=get_extractor_fingerprint,
+        max_attempts=BG["max_attempts"],
+        cache_dir="results/cache/vlm" if CB["extraction"]["cache"] else None,
+        registry=config["registry"],
+    log:
+        "logs/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.log",
+    benchmark:
+        "benchmarks/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.tsv"
+    resources:
+        gpu=lambda w: 1 if model_spec(w.extractor).backend == "vllm"
+        or (model_spec(w.extractor).backend == "transformers"
+            and model_spec(w.extractor).get("device") != "cpu") else 0,
+    conda:
+        get_extractor_env
+    script:
+        "../scripts/answer_biasig_vqa.py"
+
+
+rule merge_biasig_answers:
+    """results/biasig/answers.parquet: one row per image x position."""
+    input:
+        get_biasig_vqa_outputs(),
+    output:
+        "results/biasig/answers.parquet",
+    params:
+        registry=config["registry"],
+    log:
+        "logs/biasig/merge_answers.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/merge_biasig_answers.py"
+
+
+rule compute_biasig_metrics:
+    """S_imp, S_exp and eta with bootstrap CIs, through the CLI."""
+    input:
+        answers="results/biasig/answers.parquet",
+        prompts="results/biasig/prompts.parquet",
+    output:
+        implicit="results/biasig/metrics/implicit.parquet",
+        explicit="results/biasig/metrics/explicit.parquet",
+        eta="results/biasig/metrics/eta.parquet",
+    params:
+        outdir=lambda w, output: os.path.dirname(output.eta),
+        eta_variant=BG["eta_variant"],
+        replicates=BG["replicates"],
+        seed=BG["seed"],
+    log:
+        "logs/biasig/compute_metrics.log",
+    benchmark:
+        "benchmarks/biasig/compute_metrics.tsv"
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "stereolens biasig metrics --answers {input.answers} --prompts {input.prompts}"
+        " --eta-variant {params.eta_variant} --replicates {params.replicates}"
+        " --seed {params.seed} --out {params.outdir} > {log} 2>&1"

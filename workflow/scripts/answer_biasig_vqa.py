@@ -1,0 +1,21 @@
+"""Entry point of rule answer_biasig_vqa."""
+
+from stereolens.biasig.jobs import vqa_biasig_shard
+from stereolens.workflow_support import run_logged
+
+
+def main(log):
+    p = snakemake.params  # noqa: F821
+    vqa_biasig_shard(
+        registry_path=p.registry,
+        vlm_name=snakemake.wildcards.extractor,  # noqa: F821
+        images_dir=snakemake.input.images,  # noqa: F821
+        out_path=snakemake.output[0],  # noqa: F821
+        max_attempts=p.max_attempts,
+        cache_dir=p.cache_dir,
+        log=log,
+        threads=snakemake.threads,  # noqa: F821
+    )
+
+
+run_logged(snakemake, main)  # noqa: F821

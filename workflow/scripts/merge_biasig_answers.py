@@ -1,0 +1,16 @@
+"""Entry point of rule merge_biasig_answers."""
+
+from stereolens.atomic import write_parquet
+from stereolens.biasig.jobs import merge_answers
+from stereolens.registry import load_registry
+from stereolens.workflow_support import run_logged
+
+
+def main(log):
+    registry = load_registry(snakemake.params.registry)  # noqa: F821
+    answers = merge_answers(list(snakemake.input), registry)  # noqa: F821
+    write_parquet(snakemake.output[0], answers)  # noqa: F821
+    log.info("%d answer rows: %s", answers.height, dict(answers["status"].value_counts().rows()))
+
+
+run_logged(snakemake, main)  # noqa: F821

@@ -124,6 +124,9 @@ def load_registry(path: str | os.PathLike) -> dict[str, ModelSpec]:
                 revision=entry.pop("revision", None),
                 settings=entry,
             )
+    from stereolens.generate.variants import check_variants
+
+    check_variants(specs)
     return specs
 
 

@@ -11,10 +11,19 @@ a few pixel values. Keep ``batch_size`` fixed within a study.)
 Registry settings used here (see resources/schemas/models.schema.yaml):
 dtype, variant, pipeline_class, scheduler, device, enable_cpu_offload,
 trust_remote_code, batch_size, resolution, steps, guidance, negative_prompt,
-style_prefix, pipeline_kwargs. ``dtype: auto`` means float32 on CPU and, on CUDA,
+style_prefix, pipeline_kwargs, and the debiasing-variant keys variant_of,
+prompt_intervention, semantic_guidance and lora (see stereolens.generate.variants).
+``dtype: auto`` means float32 on CPU and, on CUDA,
 bfloat16 where the GPU supports it, else float16 (diffusers itself has no "auto":
 left unset, its own models load as float32 while transformers text encoders keep
 the checkpoint's dtype).
+
+Debiasing variants: ``prompt_intervention`` adds its text to every prompt after the
+style prefix; ``semantic_guidance`` loads the checkpoint as
+``SemanticStableDiffusionPipeline`` (Fair Diffusion) and passes the editing arguments
+with every call (with ``randomize_direction``, each image's editing direction is
+flipped or not by its own seed, so images stay independent of their batch); ``lora``
+loads LoRA weights with ``load_lora_weights`` and activates them at ``scale``.
 
 This module imports torch and diffusers; nothing imports it except the registry's
 lazy backend lookup.
@@ -22,6 +31,7 @@ lazy backend lookup.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import logging
 import os
@@ -33,7 +43,8 @@ import torch
 import yaml
 from packaging.version import Version
 
-from stereolens.registry import REGISTRY_SCHEMA, ModelSpec
+from stereolens.generate.variants import apply_prompt_intervention, check_prompt_intervention
+from stereolens.registry import REGISTRY_SCHEMA, ModelSpec, resolve_model_location
 from stereolens.validation import ConfigError
 
 log = logging.getLogger(__name__)
@@ -64,6 +75,32 @@ RESERVED_CALL_ARGS = {
     "output_type",
     "return_dict",
 }
+
+SEMANTIC_PIPELINE = "SemanticStableDiffusionPipeline"
+
+# semantic_guidance keys that are call arguments of SemanticStableDiffusionPipeline.
+SEMANTIC_CALL_ARGS = (
+    "editing_prompt",
+    "reverse_editing_direction",
+    "edit_guidance_scale",
+    "edit_warmup_steps",
+    "edit_cooldown_steps",
+    "edit_threshold",
+    "edit_momentum_scale",
+    "edit_mom_beta",
+    "edit_weights",
+)
+# Of those, the ones that may be one value per editing prompt.
+_PER_CONCEPT = (
+    "reverse_editing_direction",
+    "edit_guidance_scale",
+    "edit_warmup_steps",
+    "edit_cooldown_steps",
+    "edit_threshold",
+    "edit_weights",
+)
+# Checkpoints (model_index.json _class_name) the semantic pipeline can load.
+_SEMANTIC_COMPATIBLE = {"StableDiffusionPipeline", SEMANTIC_PIPELINE}
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -103,6 +140,45 @@ def _diffusers_attr(name: str, key: str, what: str):
     return obj
 
 
+def flip_direction(seed: int) -> bool:
+    """randomize_direction: whether the image with this seed gets its editing directions
+    flipped. A fair coin drawn from a hash of the seed (not from torch's generator, which
+    makes the image's noise)."""
+    digest = hashlib.sha256(f"stereolens-fair-guidance:{int(seed)}".encode()).digest()
+    return bool(digest[0] & 1)
+
+
+def _check_semantic(value: Any, where: str) -> dict[str, Any]:
+    """The semantic_guidance setting, checked (the schema checks types; this the lengths)."""
+    if not isinstance(value, dict) or not value.get("editing_prompt"):
+        raise ConfigError(f"{where}: semantic_guidance needs a non-empty editing_prompt list")
+    unknown = sorted(set(value) - set(SEMANTIC_CALL_ARGS) - {"randomize_direction"})
+    if unknown:
+        raise ConfigError(f"{where}: semantic_guidance has unknown key(s) {', '.join(unknown)}")
+    concepts = value["editing_prompt"]
+    if isinstance(concepts, str):
+        concepts = [concepts]
+    out = dict(value)
+    out["editing_prompt"] = list(concepts)
+    for key in _PER_CONCEPT:
+        v = out.get(key)
+        if isinstance(v, list) and len(v) != len(concepts):
+            raise ConfigError(
+                f"{where}: semantic_guidance.{key} has {len(v)} values for "
+                f"{len(concepts)} editing prompts"
+            )
+    return out
+
+
+def _checkpoint_class(spec: ModelSpec) -> str | None:
+    """model_index.json's _class_name of the checkpoint (local or cached), or None."""
+    try:
+        config = diffusers.DiffusionPipeline.load_config(spec.model, revision=spec.revision)
+    except Exception:  # noqa: BLE001 - from_pretrained will report the real problem
+        return None
+    return config.get("_class_name")
+
+
 def _load_hint(spec: ModelSpec) -> str:
     if os.path.isdir(spec.model):
         return ""
@@ -137,7 +213,39 @@ class DiffusersGenerator:
         if self.batch_size < 1:
             raise ConfigError(f"{where}: batch_size must be at least 1, not {self.batch_size}")
 
+        self.intervention = None
+        if spec.get("prompt_intervention") is not None:
+            self.intervention = check_prompt_intervention(spec.get("prompt_intervention"), where)
+        self.semantic = None
+        if spec.get("semantic_guidance") is not None:
+            self.semantic = _check_semantic(spec.get("semantic_guidance"), where)
+        self.lora = spec.get("lora")
+        if self.lora is not None and not (
+            isinstance(self.lora, dict) and isinstance(self.lora.get("path"), str)
+        ):
+            raise ConfigError(f"{where}: lora must be a mapping with a `path` string")
+
         pipeline_class = spec.get("pipeline_class")
+        if self.semantic is not None:
+            if pipeline_class not in (None, SEMANTIC_PIPELINE):
+                raise ConfigError(
+                    f"{where}: semantic_guidance runs on {SEMANTIC_PIPELINE}; remove "
+                    f"pipeline_class {pipeline_class!r} (or semantic_guidance)"
+                )
+            guidance = spec.get("guidance")
+            if guidance is not None and float(guidance) <= 1:
+                raise ConfigError(
+                    f"{where}: semantic_guidance needs classifier-free guidance; "
+                    f"guidance is {guidance}, set it above 1"
+                )
+            found = _checkpoint_class(spec)
+            if found is not None and found not in _SEMANTIC_COMPATIBLE:
+                raise ConfigError(
+                    f"{where}: semantic_guidance needs a Stable Diffusion 1.x/2.x-style "
+                    f"checkpoint (StableDiffusionPipeline: one CLIP text encoder and a UNet), "
+                    f"but {spec.model!r} is a {found}"
+                )
+            pipeline_class = SEMANTIC_PIPELINE
         if pipeline_class:
             cls = _diffusers_attr(pipeline_class, "pipeline_class", "pipeline")
         else:
@@ -164,11 +272,19 @@ class DiffusersGenerator:
         try:
             pipe = cls.from_pretrained(spec.model, **load_kwargs)
         except Exception as exc:
+            semantic = (
+                "; semantic_guidance needs a Stable Diffusion 1.x/2.x-style checkpoint"
+                if self.semantic is not None
+                else ""
+            )
             raise ModelLoadError(
                 f"{where}: could not load {spec.model!r} (revision {spec.revision!r}) with "
-                f"{cls.__name__}.from_pretrained: {type(exc).__name__}: {exc}{_load_hint(spec)}"
+                f"{cls.__name__}.from_pretrained: {type(exc).__name__}: {exc}"
+                f"{_load_hint(spec)}{semantic}"
             ) from exc
 
+        if self.lora is not None:
+            self._load_lora(pipe)
         if sched_cls is not None:
             pipe.scheduler = sched_cls.from_config(pipe.scheduler.config)
 
@@ -186,6 +302,33 @@ class DiffusersGenerator:
         self._call_kwargs = self._fixed_call_kwargs()
         self.load_seconds = time.perf_counter() - started
         """Seconds spent loading (from_pretrained, scheduler swap, move to device)."""
+
+    def _load_lora(self, pipe) -> None:
+        """Load ``lora`` into the pipeline's UNet / text encoder and set its scale."""
+        where = f"generator {self.spec.name!r}"
+        lora = self.lora
+        host = pipe
+        if not hasattr(host, "load_lora_weights"):
+            if type(pipe).__name__ != SEMANTIC_PIPELINE:
+                raise ConfigError(
+                    f"{where}: {type(pipe).__name__} cannot load LoRA weights; remove `lora`"
+                )
+            # The semantic pipeline has no LoRA loader; a StableDiffusionPipeline that
+            # shares its modules loads the adapters into them.
+            host = diffusers.StableDiffusionPipeline.from_pipe(pipe)
+        name = lora.get("adapter_name") or "debias"
+        path = resolve_model_location(str(lora["path"]))
+        kwargs: dict[str, Any] = {"adapter_name": name}
+        if lora.get("weight_name"):
+            kwargs["weight_name"] = lora["weight_name"]
+        try:
+            host.load_lora_weights(path, **kwargs)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"{where}: could not load the LoRA weights {lora['path']!r} with "
+                f"load_lora_weights: {type(exc).__name__}: {exc}"
+            ) from exc
+        host.set_adapters([name], adapter_weights=[float(lora.get("scale", 1.0))])
 
     # -- call arguments -------------------------------------------------------
 
@@ -266,10 +409,38 @@ class DiffusersGenerator:
                     "itself (from resolution/steps/guidance/negative_prompt/seeds); use those "
                     "registry settings instead"
                 )
+            if self.semantic is not None and key in SEMANTIC_CALL_ARGS:
+                raise ConfigError(
+                    f"generator {spec.name!r}: pipeline_kwargs.{key} is set by "
+                    f"semantic_guidance; set it there"
+                )
             if key not in params:
                 raise reject(f"pipeline_kwargs.{key}", key)
             kwargs[key] = value
+        if self.semantic is not None:
+            for key in SEMANTIC_CALL_ARGS:
+                if key in self.semantic:
+                    if key not in params:
+                        raise reject(f"semantic_guidance.{key}", key)
+                    kwargs[key] = self.semantic[key]
         return kwargs
+
+    def _semantic_groups(self, seeds: list[int]) -> list[tuple[list[int], dict[str, Any]]]:
+        """Positions of a batch split by the extra call arguments they need: one group
+        without randomize_direction, up to two (flipped or not) with it."""
+        everyone = list(range(len(seeds)))
+        if self.semantic is None or not self.semantic.get("randomize_direction"):
+            return [(everyone, {})]
+        reverse = self.semantic.get("reverse_editing_direction", False)
+        n = len(self.semantic["editing_prompt"])
+        reverse = list(reverse) if isinstance(reverse, list) else [bool(reverse)] * n
+        groups = []
+        for flip in (False, True):
+            positions = [i for i in everyone if flip_direction(seeds[i]) == flip]
+            if positions:
+                direction = [(not r) if flip else bool(r) for r in reverse]
+                groups.append((positions, {"reverse_editing_direction": direction}))
+        return groups
 
     # -- Generator protocol ---------------------------------------------------
 
@@ -278,7 +449,8 @@ class DiffusersGenerator:
 
     def _full_prompt(self, prompt: str) -> str:
         prefix = self.spec.get("style_prefix")
-        return f"{prefix}, {prompt}" if prefix else prompt
+        prompt = f"{prefix}, {prompt}" if prefix else prompt
+        return apply_prompt_intervention(prompt, self.intervention)
 
     def generate(self, prompts: list[str], seeds: list[int]) -> list[Any]:
         """One PIL image per (prompt, seed), made ``batch_size`` at a time."""
@@ -289,32 +461,38 @@ class DiffusersGenerator:
         gen_device = self._generator_device()
         images: list[Any] = []
         for start in range(0, len(prompts), self.batch_size):
-            batch_prompts = [self._full_prompt(p) for p in prompts[start : start + self.batch_size]]
-            batch_seeds = seeds[start : start + self.batch_size]
-            kwargs = dict(self._call_kwargs)
-            kwargs["prompt"] = batch_prompts
-            if negative is not None:
-                # A list, not a str: some pipelines insist that prompt and negative_prompt
-                # have the same type.
-                kwargs["negative_prompt"] = [negative] * len(batch_prompts)
-            kwargs["generator"] = [
-                torch.Generator(gen_device).manual_seed(int(s)) for s in batch_seeds
-            ]
-            with torch.inference_mode():
-                out = self.pipe(**kwargs)
-            batch_images = out.images if hasattr(out, "images") else out[0]
-            if len(batch_images) != len(batch_prompts):
-                raise RuntimeError(
-                    f"{type(self.pipe).__name__} returned {len(batch_images)} images for "
-                    f"{len(batch_prompts)} prompts"
-                )
-            images.extend(batch_images)
+            all_prompts = [self._full_prompt(p) for p in prompts[start : start + self.batch_size]]
+            all_seeds = seeds[start : start + self.batch_size]
+            batch_out: list[Any] = [None] * len(all_prompts)
+            for positions, extra in self._semantic_groups(all_seeds):
+                batch_prompts = [all_prompts[i] for i in positions]
+                kwargs = dict(self._call_kwargs)
+                kwargs.update(extra)
+                kwargs["prompt"] = batch_prompts
+                if negative is not None:
+                    # A list, not a str: some pipelines insist that prompt and
+                    # negative_prompt have the same type.
+                    kwargs["negative_prompt"] = [negative] * len(batch_prompts)
+                kwargs["generator"] = [
+                    torch.Generator(gen_device).manual_seed(int(all_seeds[i])) for i in positions
+                ]
+                with torch.inference_mode():
+                    out = self.pipe(**kwargs)
+                batch_images = out.images if hasattr(out, "images") else out[0]
+                if len(batch_images) != len(batch_prompts):
+                    raise RuntimeError(
+                        f"{type(self.pipe).__name__} returned {len(batch_images)} images for "
+                        f"{len(batch_prompts)} prompts"
+                    )
+                for i, image in zip(positions, batch_images, strict=True):
+                    batch_out[i] = image
+            images.extend(batch_out)
         return images
 
     def settings(self) -> dict[str, Any]:
         """The resolved settings that determine the images."""
         spec = self.spec
-        return {
+        out = {
             "model": spec.model,
             "revision": spec.revision,
             "dtype": str(self.dtype).removeprefix("torch."),
@@ -333,3 +511,13 @@ class DiffusersGenerator:
             "diffusers_version": diffusers.__version__,
             "torch_version": torch.__version__,
         }
+        # Debiasing-variant keys only where set, so a base model's settings (and the
+        # outputs recorded with them) are what they were before these keys existed.
+        variant = {
+            "variant_of": spec.get("variant_of"),
+            "prompt_intervention": dict(self.intervention) if self.intervention else None,
+            "semantic_guidance": dict(self.semantic) if self.semantic else None,
+            "lora": dict(self.lora) if self.lora else None,
+        }
+        out.update({k: v for k, v in variant.items() if v is not None})
+        return out

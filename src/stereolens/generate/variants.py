@@ -1,0 +1,136 @@
+"""Debiasing variants of a generator: registry-level helpers (no torch, no diffusers).
+
+A registry entry with ``variant_of: <base>`` is a debiasing variant of the generator
+``<base>``: its results are reported beside the base model's. What makes it a
+variant is one or more of these generator keys (resources/schemas/models.schema.yaml):
+
+- ``prompt_intervention``: ``{text, position: suffix|prefix, separator}``, text added
+  to every prompt (after ``style_prefix``), e.g. the "ethical intervention"
+  "if all individuals can be a doctor irrespective of their gender" or a fixed sentence;
+- ``semantic_guidance``: Fair Diffusion-style editing through diffusers'
+  ``SemanticStableDiffusionPipeline`` (editing prompts and their guidance settings);
+- ``lora``: LoRA weights loaded onto the base checkpoint;
+- fine-tuned weights: simply another ``model:`` (a folder or hub id) with
+  ``variant_of`` naming the model it was fine-tuned from.
+
+Every one of these keys is results-relevant, so it is part of the entry's fingerprint.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from stereolens.validation import ConfigError
+
+VARIANT_KEYS = ("prompt_intervention", "semantic_guidance", "lora")
+"""Generator settings that change a model into a debiasing variant."""
+
+_PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
+
+
+def base_of(spec: Any) -> str | None:
+    """The base model a registry entry is a variant of, or None."""
+    value = spec.get("variant_of")
+    return str(value) if value else None
+
+
+def check_variants(specs: Mapping[str, Any]) -> None:
+    """Check every ``variant_of`` in a registry (name -> ModelSpec).
+
+    The base must be another generator entry that is not itself a variant (no chains:
+    every variant sits directly beside one base model in the tables). Raises
+    ConfigError naming the offending entry.
+    """
+    for name, spec in specs.items():
+        base = base_of(spec)
+        if base is None:
+            continue
+        where = f"model registry: {spec.kind}s.{name}.variant_of"
+        if spec.kind != "generator":
+            raise ConfigError(f"{where}: only generators can be debiasing variants")
+        if base == name:
+            raise ConfigError(f"{where} names the entry itself; name its base generator")
+        other = specs.get(base)
+        if other is None:
+            generators = sorted(n for n, s in specs.items() if s.kind == "generator")
+            raise ConfigError(
+                f"{where} is {base!r}, which is not in the registry; "
+                f"generators: {', '.join(generators)}"
+            )
+        if other.kind != "generator":
+            raise ConfigError(f"{where} is {base!r}, which is a {other.kind}, not a generator")
+        if base_of(other) is not None:
+            raise ConfigError(
+                f"{where} is {base!r}, which is itself a variant of {base_of(other)!r}; "
+                f"a variant must name a base model, not another variant (use "
+                f"variant_of: {base_of(other)})"
+            )
+
+
+def variants_by_base(specs: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Base generator name -> its variants' names, in registry order."""
+    out: dict[str, list[str]] = {}
+    for name, spec in specs.items():
+        base = base_of(spec)
+        if base is not None:
+            out.setdefault(base, []).append(name)
+    return out
+
+
+def order_beside_bases(names: Iterable[str], specs: Mapping[str, Any]) -> list[str]:
+    """``names`` reordered so each variant follows its base (when the base is listed;
+    otherwise it keeps its own place); bases and others keep their order."""
+    names = list(names)
+    listed = set(names)
+    placed: list[str] = []
+    by_base = variants_by_base({n: specs[n] for n in names if n in specs})
+    for name in names:
+        spec = specs.get(name)
+        base = base_of(spec) if spec is not None else None
+        if base is not None and base in listed:
+            continue  # placed right after its base
+        placed.append(name)
+        placed.extend(by_base.get(name, []))
+    return placed
+
+
+# -- prompt intervention --------------------------------------------------------
+
+
+def check_prompt_intervention(value: Any, where: str) -> dict[str, str]:
+    """The normalised ``prompt_intervention`` setting {text, position, separator}."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("text"), str):
+        raise ConfigError(f"{where}: prompt_intervention must be a mapping with a `text` string")
+    unknown = sorted(set(value) - {"text", "position", "separator"})
+    if unknown:
+        raise ConfigError(f"{where}: prompt_intervention has unknown key(s) {', '.join(unknown)}")
+    text = value["text"].strip()
+    if not text:
+        raise ConfigError(f"{where}: prompt_intervention.text is empty")
+    if _PLACEHOLDER.search(text):
+        raise ConfigError(
+            f"{where}: prompt_intervention.text {text!r} holds a {{placeholder}}; the text is "
+            "added to every prompt as it is, so write the prompt set's own intervention "
+            "prompts for per-item wording"
+        )
+    position = value.get("position", "suffix")
+    if position not in ("suffix", "prefix"):
+        raise ConfigError(
+            f"{where}: prompt_intervention.position is {position!r}; allowed: suffix, prefix"
+        )
+    separator = value.get("separator", " ")
+    if not isinstance(separator, str):
+        raise ConfigError(f"{where}: prompt_intervention.separator must be a string")
+    return {"text": text, "position": position, "separator": separator}
+
+
+def apply_prompt_intervention(prompt: str, intervention: Mapping[str, str] | None) -> str:
+    """``prompt`` with the intervention text added (see check_prompt_intervention)."""
+    if not intervention:
+        return prompt
+    text, sep = intervention["text"], intervention.get("separator", " ")
+    if intervention.get("position", "suffix") == "prefix":
+        return f"{text}{sep}{prompt}"
+    return f"{prompt}{sep}{text}"

@@ -50,9 +50,11 @@ def check_models(config: dict[str, Any], registry: dict[str, ModelSpec]) -> None
                     f"biasig.generators: {name!r} is not a generator in the registry "
                     f"{config['registry']}"
                 )
-        if bg["vqa"] is None or registry.get(bg["vqa"]) is None or registry[
-            bg["vqa"]
-        ].kind != "vlm":
+        if (
+            bg["vqa"] is None
+            or registry.get(bg["vqa"]) is None
+            or registry[bg["vqa"]].kind != "vlm"
+        ):
             raise ConfigError(
                 f"biasig.vqa: {bg['vqa']!r} is not a vlm in the registry {config['registry']}"
             )

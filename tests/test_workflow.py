@@ -63,6 +63,9 @@ def test_paper_scale_plan(repo_root, tmp_path):
     assert counts["generate_contextbias_images"] == 4 * (92 * 3 + 73)
     assert counts["extract_contextbias_attributes"] == 2 * 4 * (92 * 3 + 73)
     assert counts["merge_contextbias_attributes"] == 1
+    # BiasIG: 8 models x 1,178 blocks of up to 40 of the 47,040 prompts; one VQA job each
+    assert counts["generate_biasig_images"] == 8 * 1178
+    assert counts["answer_biasig_vqa"] == 8 * 1178
     assert not (wd / "results").exists()
 
 

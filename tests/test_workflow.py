@@ -108,7 +108,7 @@ def test_demo_end_to_end(repo_root, tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
     res = wd / "results"
     prompts = pl.read_parquet(res / "contextbias/prompts.parquet")
-    assert set(prompts["role"]) == {"accountant", "nurse", "carpenter"}
+    assert set(prompts["role"]) == {"nurse", "carpenter"}
     images = pl.read_parquet(res / "contextbias/images.parquet")
     n_expected = 2 * 2 * prompts.height  # 2 generators x 2 seeds
     assert images.height == n_expected
@@ -154,7 +154,27 @@ def test_demo_end_to_end(repo_root, tmp_path):
     scores = pl.read_parquet(res / "contextbias/validation/scores.parquet")
     assert {"accuracy", "recall", "f1"} <= set(scores.columns)
     assert (res / "contextbias/annotation/form.html").stat().st_size > 1000
+    answers = pl.read_parquet(res / "biasig/answers.parquet")
+    for col in (
+        "model",
+        "prompt_id",
+        "image_id",
+        "position",
+        "gender",
+        "race",
+        "age",
+        "attempts",
+        "status",
+    ):
+        assert col in answers.columns
+    assert set(answers["status"]) <= {"ok", "partial", "discarded"}
+    eta = pl.read_parquet(res / "biasig/metrics/eta.parquet")
+    assert {"model", "pair", "eta_total", "eta_gender", "eta_race", "eta_age", "variant"} <= set(
+        eta.columns
+    )
+    assert "*" in set(eta["pair"])
     report = (res / "report/index.html").read_text()
+    assert "BiasIG" in report
     for caption in ("paper Table 8", "paper Table 3", "paper Table 1", "paper Fig. 4"):
         assert caption in report
     assert "meaningless" in report and "data:image/png;base64" in report

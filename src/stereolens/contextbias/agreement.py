@@ -216,15 +216,9 @@ def _select_images(images: pl.DataFrame, attributes: pl.DataFrame | None) -> pl.
 def _encode_image(path: Path, max_side: int | None, image_format: str) -> str:
     """A data: URL of the re-encoded image. Re-encoding always happens: it drops PNG text
     chunks and EXIF, where generators store prompts and model names."""
-    from PIL import Image
+    from stereolens.images import load_image
 
-    with Image.open(path) as im:
-        im.load()
-        image = im.convert("RGB")
-    if max_side and max(image.size) > max_side:
-        scale = max_side / max(image.size)
-        size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-        image = image.resize(size, Image.Resampling.LANCZOS)
+    image = load_image(path, max_side)
     buf = io.BytesIO()
     if image_format == "jpeg":
         image.save(buf, format="JPEG", quality=85)

@@ -24,7 +24,7 @@ import logging
 from typing import Any
 
 from stereolens.extract.base import VLMRequest
-from stereolens.extract.vllm_backend import load_image
+from stereolens.images import load_image
 from stereolens.registry import ModelSpec, resolve_model_location
 
 logger = logging.getLogger(__name__)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from stereolens.extract.base import VLMRequest
+from stereolens.images import load_image
 from stereolens.registry import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -34,18 +35,6 @@ _MIME = {"PNG": "image/png", "JPEG": "image/jpeg"}
 
 
 # -------------------------------------------------------------------- images
-def load_image(path: str | Path, max_side: int | None = None):
-    """Open an image as RGB PIL, downscaled so its longer side is at most ``max_side``."""
-    from PIL import Image
-
-    with Image.open(path) as im:
-        im.load()
-        image = im.convert("RGB")
-    if max_side and max(image.size) > max_side:
-        scale = max_side / max(image.size)
-        size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-        image = image.resize(size, Image.Resampling.LANCZOS)
-    return image
 
 
 def image_data_url(path: str | Path, max_side: int | None = None) -> str:

@@ -173,8 +173,10 @@ def test_demo_end_to_end(repo_root, tmp_path):
         eta.columns
     )
     assert "*" in set(eta["pair"])
+    assert set(eta["variant"]) == {"tiny-sd", "tiny-sd-intervention"}
+    assert set(eta["model"]) == {"tiny-sd"}  # the variant sits beside its base
     report = (res / "report/index.html").read_text()
-    assert "BiasIG" in report
+    assert "BiasIG" in report and "debiasing variant changes" in report
     for caption in ("paper Table 8", "paper Table 3", "paper Table 1", "paper Fig. 4"):
         assert caption in report
     assert "meaningless" in report and "data:image/png;base64" in report

@@ -328,6 +328,55 @@ def _biasig_figure(model_rows: pl.DataFrame) -> str:
     return out
 
 
+def _variant_deltas(
+    implicit: pl.DataFrame, explicit: pl.DataFrame, eta: pl.DataFrame
+) -> pl.DataFrame:
+    """Variant minus base at the model level: S_imp and S_exp per protected attribute,
+    eta per attribute."""
+
+    def long(frame: pl.DataFrame, metric: str) -> pl.DataFrame:
+        return frame.select(
+            "variant",
+            "model",
+            pl.lit(metric).alias("metric"),
+            "protected_attribute",
+            pl.col("score").alias("value"),
+        )
+
+    parts = [
+        long(implicit.filter(pl.col("level") == "model"), "S_imp"),
+        long(
+            explicit.filter((pl.col("level") == "model") & (pl.col("protected_value") == "*")),
+            "S_exp",
+        ),
+    ]
+    model_eta = eta.filter(pl.col("pair") == "*")
+    for attr, col in (
+        ("*", "eta_total"),
+        ("gender", "eta_gender"),
+        ("race", "eta_race"),
+        ("age", "eta_age"),
+    ):
+        parts.append(
+            model_eta.select(
+                "variant",
+                "model",
+                pl.lit("eta").alias("metric"),
+                pl.lit(attr).alias("protected_attribute"),
+                pl.col(col).alias("value"),
+            )
+        )
+    table = pl.concat(parts)
+    base = (
+        table.filter(pl.col("variant") == pl.col("model")).drop("variant").rename({"value": "base"})
+    )
+    variants = table.filter(pl.col("variant") != pl.col("model"))
+    out = variants.join(base, on=["model", "metric", "protected_attribute"], how="left")
+    return out.with_columns((pl.col("value") - pl.col("base")).alias("change")).sort(
+        "variant", "metric", "protected_attribute"
+    )
+
+
 def _biasig_sections(
     implicit: pl.DataFrame, explicit: pl.DataFrame, eta: pl.DataFrame
 ) -> list[str]:
@@ -382,6 +431,16 @@ def _biasig_sections(
         (pl.col("level") == "model") & (pl.col("protected_attribute") != "*")
     ).select(key + ["protected_attribute", "score", "ci_low", "ci_high"])
     parts.append(_table(per_attr.sort(pl.all()), "S_imp per protected attribute."))
+    deltas = _variant_deltas(implicit, explicit, eta)
+    if deltas.height:
+        parts.append(
+            _table(
+                deltas,
+                "What each debiasing variant changes against its base model "
+                "(variant minus base), on every protected attribute, also those "
+                "it was not aimed at (the paper's confounding effects).",
+            )
+        )
     pairs = eta.filter(pl.col("pair") != "*")
     pair_cols = [
         c
@@ -454,7 +513,13 @@ def render_report(config: dict, inputs: dict, out_path: str) -> None:
     )
     failed = images.filter(pl.col("status") != "ok")
     if failed.height:
-        reasons = failed.group_by("reason").len().sort("len", descending=True).head(10)
+        reasons = (
+            failed.with_columns(pl.col("reason").str.replace_all(r"\d+", "N"))
+            .group_by("reason")
+            .len()
+            .sort("len", descending=True)
+            .head(10)
+        )
         parts.append(_table(reasons, "Most common discard reasons."))
     parts.append(
         f"<p>{prompts.height} prompts, {prompts['role'].n_unique()} roles, "

@@ -32,8 +32,8 @@ demo: $(STAMP)
 	@echo "Report: results/report/index.html"
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests workflow/scripts
-	$(BIN)/ruff format --check src tests workflow/scripts
+	$(BIN)/ruff check src tests workflow/scripts bench
+	$(BIN)/ruff format --check src tests workflow/scripts bench
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --lint --configfile config/demo.yaml
 
 test: lint

@@ -427,6 +427,15 @@ def _biasig_sections(
         key + ["acquired_type", "category", "score", "ci_low", "ci_high", "n_prompts", "n_missing"]
     )
     parts.append(_table(cats.sort(pl.all()), "S_imp per category of acquired attribute."))
+    acquired = implicit.filter(
+        (pl.col("level") == "acquired_type") & (pl.col("protected_attribute") == "*")
+    ).select(key + ["acquired_type", "score", "ci_low", "ci_high", "n_prompts", "n_missing"])
+    parts.append(
+        _table(
+            acquired.sort(pl.all()),
+            "S_imp per acquired-attribute type (occupation, characteristic, social relation).",
+        )
+    )
     per_attr = implicit.filter(
         (pl.col("level") == "model") & (pl.col("protected_attribute") != "*")
     ).select(key + ["protected_attribute", "score", "ci_low", "ci_high"])

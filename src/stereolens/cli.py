@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from stereolens import __version__
+from stereolens import plan as plan_cli
 from stereolens.biasig import cli as biasig_cli
 from stereolens.contextbias import cli as contextbias_cli
 
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     contextbias_cli.register(sub)
     biasig_cli.register(sub)
+    plan_cli.register(sub)
 
     t = sub.add_parser(
         "build-tiny", help="build a tiny random-weight checkpoint (embedded default)"

@@ -205,6 +205,22 @@ def get_biasig_settings(wildcards):
     )
 
 
+def get_report_config():
+    """The config as the report shows it, with model lists sorted: the order in which a
+    user lists models changes no result, so it must not rerun the report."""
+    import copy
+
+    shown = copy.deepcopy(config)
+    for section, key in (
+        ("contextbias", "generators"),
+        ("contextbias", "extractors"),
+        ("biasig", "generators"),
+    ):
+        if key in shown.get(section, {}):
+            shown[section][key] = sorted(shown[section][key])
+    return shown
+
+
 def get_report_inputs(wildcards):
     """Every table the report shows; optional studies only when configured."""
     inputs = {

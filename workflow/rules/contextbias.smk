@@ -5,7 +5,7 @@ rule write_contextbias_prompts:
     output:
         "results/contextbias/prompts.parquet",
     params:
-        generators=CB["generators"],
+        generators=sorted(CB["generators"]),
         roles=CB_ROLES,
         seeds=CB["seeds"],
         fix_articles=CB["fix_articles"],

@@ -47,7 +47,7 @@ rule export_contextbias_annotation:
     params:
         settings=CB["annotation"],
         roles=CB["annotation"]["roles"] or CB_ROLES,
-        generators=CB["generators"],
+        generators=sorted(CB["generators"]),
         conditions=CB_CONDITIONS,
     log:
         "logs/contextbias/export_annotation.log",

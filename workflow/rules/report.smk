@@ -9,7 +9,7 @@ rule render_report:
             category="Report",
         ),
     params:
-        config=config,
+        config=get_report_config(),
     log:
         "logs/report/render_report.log",
     conda:

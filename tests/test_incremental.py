@@ -1,0 +1,222 @@
+"""Incremental reruns (issue "Cluster scale", item 3): what `snakemake -n` plans after a
+config or registry change, on the embedded default (config/demo.yaml).
+
+"Everything done" for the embedded default is simulated without running a model: every
+output the dry run lists is created empty (a folder for directory outputs), then
+`snakemake --touch --forceall` marks all jobs as run. Touching goes through the same
+job post-processing as a real run, so it records the metadata (params, input set, code)
+the rerun triggers compare against; the fixture checks that the result plans nothing.
+The placeholders' content is read by nothing in a dry run. All later calls are dry runs
+with Snakemake's default rerun triggers, as a user would run them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+SNAKEMAKE = str(BIN / "snakemake")
+
+# rules whose output is a directory(...)
+DIRECTORY_RULES = {"generate_contextbias_images", "generate_biasig_images", "build_tiny_model"}
+# jobs that depend on one model only (everything else is an aggregate, the report or `all`)
+PER_MODEL_RULES = {
+    "generate_contextbias_images",
+    "extract_contextbias_attributes",
+    "generate_biasig_images",
+    "answer_biasig_vqa",
+}
+CB_GENERATORS = "generators: [tiny-sd, tiny-sd-b]"
+BG_GENERATORS = "generators: [tiny-sd, tiny-sd-intervention]"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+def _snakemake(wd: Path, *args: str) -> str:
+    out = subprocess.run(
+        [SNAKEMAKE, *args], cwd=wd, env=_env(), capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout + out.stderr
+
+
+def _dry_run(wd: Path, config: str = "config/demo.yaml") -> list[dict]:
+    """Jobs of `snakemake -n`: one dict per job with rule, wildcards and reason."""
+    text = _snakemake(wd, "-n", "--configfile", config)
+    jobs: dict[str, dict] = {}
+    current: dict | None = None
+    for line in text.splitlines():
+        m = re.match(r"^(?:local)?rule (\S+):$", line)
+        if m:
+            current = {"rule": m.group(1), "wildcards": {}, "reason": ""}
+        elif current is not None and line.startswith("    jobid: "):
+            # the job list can be printed twice (log and summary): key jobs by id
+            current = jobs.setdefault(line.split(": ", 1)[1], current)
+        elif current is not None and line.startswith("    wildcards: "):
+            for item in line.split(": ", 1)[1].split(", "):
+                key, _, value = item.partition("=")
+                current["wildcards"][key] = value
+        elif current is not None and line.startswith("    reason: "):
+            current["reason"] = line.split(": ", 1)[1]
+    return list(jobs.values())
+
+
+def _rule_counts(wd: Path, config: str = "config/demo.yaml") -> dict[str, int]:
+    """Per-rule job counts from `snakemake -n --quiet rules` (empty: nothing to do)."""
+    text = _snakemake(wd, "-n", "--quiet", "rules", "--configfile", config)
+    counts = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
+            counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def _write_config(wd: Path, name: str, *replacements: tuple[str, str]) -> str:
+    text = (wd / "config/demo.yaml").read_text()
+    for old, new in replacements:
+        assert old in text, old
+        text = text.replace(old, new)
+    (wd / "config" / name).write_text(text)
+    return f"config/{name}"
+
+
+@pytest.fixture(scope="module")
+def done(repo_root, tmp_path_factory) -> Path:
+    """A copy of the workflow on which the demo is 'done' (placeholders, touched)."""
+    wd = tmp_path_factory.mktemp("incremental")
+    for item in ("Snakefile", "workflow", "config", "profiles", "envs"):
+        src = repo_root / item
+        if src.is_dir():
+            shutil.copytree(src, wd / item, symlinks=True)
+        else:
+            shutil.copy2(src, wd / item)
+    summary = _snakemake(wd, "--summary", "--configfile", "config/demo.yaml")
+    n = 0
+    for line in summary.splitlines():
+        fields = line.split("\t")
+        if len(fields) < 3 or fields[0] == "output_file":
+            continue
+        path, rule = wd / fields[0], fields[2]
+        if rule in DIRECTORY_RULES:
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        n += 1
+    assert n > 50
+    _snakemake(wd, "--touch", "--forceall", "--cores", "1", "--configfile", "config/demo.yaml")
+    assert _rule_counts(wd) == {}, "the touched demo must be up to date"
+    return wd
+
+
+def _models(jobs: list[dict]) -> set[str]:
+    return {j["wildcards"]["model"] for j in jobs if j["rule"] in PER_MODEL_RULES}
+
+
+def test_adding_a_generator_runs_only_that_generator(done):
+    cfg = _write_config(
+        done, "add.yaml", (CB_GENERATORS, "generators: [tiny-sd, tiny-sd-b, tiny-sd-fair]")
+    )
+    jobs = _dry_run(done, cfg)
+    assert _models(jobs) == {"tiny-sd-fair"}
+    counts = _rule_counts(done, cfg)
+    # 2 roles x (3 conditions + VAL) x 1 shard for the new model; one extractor
+    assert counts.pop("generate_contextbias_images") == 2 * 4
+    assert counts.pop("extract_contextbias_attributes") == 2 * 4
+    # the aggregates that read the new model's results, and nothing of BiasIG
+    assert set(counts) == {
+        "write_contextbias_prompts",  # per-model seeds: its table gains the model's rows
+        "merge_contextbias_attributes",
+        "merge_contextbias_validation",
+        "canonicalise_contextbias_labels",
+        "score_contextbias_validation",
+        "compute_contextbias_metrics",
+        "export_contextbias_annotation",
+        "render_report",
+        "all",
+    }
+    assert set(counts.values()) == {1}
+
+
+def test_changing_one_model_reruns_only_that_model(done):
+    registry = done / "config/models.yaml"
+    original = registry.read_text()
+    start = original.index("  tiny-sd-b:")
+    end = original.index("steps: 3", start)
+    try:
+        registry.write_text(original[:end] + "steps: 4" + original[end + len("steps: 3") :])
+        jobs = _dry_run(done)
+    finally:
+        registry.write_text(original)
+    assert _models(jobs) == {"tiny-sd-b"}
+    generate = [j for j in jobs if j["rule"] == "generate_contextbias_images"]
+    assert len(generate) == 2 * 4
+    assert all(j["reason"].startswith("Params have changed") for j in generate)
+    assert not any(j["rule"].endswith("biasig_images") for j in jobs)
+
+
+def test_removing_a_model_deletes_nothing(done):
+    before = sorted(p for p in (done / "results").rglob("*") if "tiny-sd-b" in p.parts)
+    assert before
+    cfg = _write_config(done, "remove.yaml", (CB_GENERATORS, "generators: [tiny-sd]"))
+    jobs = _dry_run(done, cfg)
+    # no generation or extraction for the models that stay; only aggregates rerun
+    assert _models(jobs) == set()
+    assert {j["rule"] for j in jobs} <= {
+        "write_contextbias_prompts",
+        "merge_contextbias_attributes",
+        "merge_contextbias_validation",
+        "canonicalise_contextbias_labels",
+        "score_contextbias_validation",
+        "compute_contextbias_metrics",
+        "export_contextbias_annotation",
+        "render_report",
+        "all",
+    }
+    after = sorted(p for p in (done / "results").rglob("*") if "tiny-sd-b" in p.parts)
+    assert after == before
+
+
+def test_adding_a_model_to_the_registry_only_triggers_nothing(done):
+    registry = done / "config/models.yaml"
+    original = registry.read_text()
+    entry = (
+        "  tiny-sd-extra:\n    backend: diffusers\n    model: resources/models/tiny-sd\n"
+        "    build: tiny-diffusion\n    dtype: float32\n    device: cpu\n    resolution: 32\n"
+        "    steps: 4\n    guidance: 2.0\n    batch_size: 8\n\n"
+    )
+    try:
+        registry.write_text(original.replace("\nvlms:\n", f"\n{entry}vlms:\n", 1))
+        counts = _rule_counts(done)
+    finally:
+        registry.write_text(original)
+    assert counts == {}
+
+
+def test_reordering_contextbias_models_triggers_nothing(done):
+    cfg = _write_config(done, "reorder.yaml", (CB_GENERATORS, "generators: [tiny-sd-b, tiny-sd]"))
+    jobs = _dry_run(done, cfg)
+    assert _models(jobs) == set()  # holds; the aggregates are the failure
+    assert jobs == []
+
+
+def test_reordering_biasig_models_triggers_nothing(done):
+    cfg = _write_config(
+        done, "reorder_bg.yaml", (BG_GENERATORS, "generators: [tiny-sd-intervention, tiny-sd]")
+    )
+    jobs = _dry_run(done, cfg)
+    assert {j["rule"] for j in jobs} <= {"render_report", "all"}  # holds
+    assert jobs == []

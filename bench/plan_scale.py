@@ -3,9 +3,11 @@
 Plans config/config.yaml (ContextBias + BiasIG as configured) with `snakemake -n` in a
 temporary copy of the workflow, then the same with 2x and 4x the jobs (ContextBias
 seeds.per_shard 10 -> 5 -> 2 with seeds.per_prompt 10, i.e. 1, 2 and 5 seed shards, so
-2.5x there; BiasIG prompts_per_shard 40 -> 20 -> 10). Each plan runs in a fresh process;
-reports jobs, planning wall time and the child's peak memory (ru_maxrss). No model is
-loaded. Usage: .venv/bin/python bench/plan_scale.py
+2.5x there; BiasIG prompts_per_shard 80 -> 40 -> 20). Each plan runs in a fresh process;
+reports jobs, planning wall time, the child's CPU time and peak memory (ru_maxrss). No
+model is loaded. Target (issue "Cluster scale", item 5): the paper-scale plan (1x, about
+13,600 jobs) in under 60 s and 2 GB on 2 cores.
+Usage: .venv/bin/python bench/plan_scale.py [--only-1x]
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-VARIANTS = [("1x (as configured)", 10, 40), ("2x", 5, 20), ("4x", 2, 10)]
+VARIANTS = [("1x (as configured)", 10, 80), ("2x", 5, 40), ("4x", 2, 20)]
 
 
-def _plan(wd: Path, config: Path) -> tuple[int, float, float]:
-    """Jobs, wall seconds and peak RSS (MiB) of one `snakemake -n` in a fresh process."""
+def _plan(wd: Path, config: Path) -> tuple[int, float, float, float]:
+    """Jobs, wall seconds, CPU seconds and peak RSS (MiB) of one `snakemake -n` in a
+    fresh process."""
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     env["HF_HUB_OFFLINE"] = "1"
     with tempfile.TemporaryFile("w+") as log:
@@ -48,7 +51,8 @@ def _plan(wd: Path, config: Path) -> tuple[int, float, float]:
     if proc.returncode != 0:
         raise SystemExit(f"snakemake -n failed:\n{out[-3000:]}")
     m = re.search(r"^total\s+(\d+)$", out, re.M)
-    return int(m.group(1)) if m else -1, wall, usage.ru_maxrss / 1024
+    cpu = usage.ru_utime + usage.ru_stime
+    return int(m.group(1)) if m else -1, wall, cpu, usage.ru_maxrss / 1024
 
 
 def main() -> int:
@@ -62,20 +66,32 @@ def main() -> int:
                 shutil.copytree(src, wd / item, symlinks=True)
             else:
                 shutil.copy2(src, wd / item)
-        for label, per_shard, prompts_per_shard in VARIANTS:
+        variants = VARIANTS[:1] if "--only-1x" in sys.argv[1:] else VARIANTS
+        for label, per_shard, prompts_per_shard in variants:
             cfg = yaml.safe_load(yaml.safe_dump(base))
             cfg["contextbias"]["seeds"]["per_shard"] = per_shard
             cfg["biasig"]["prompts_per_shard"] = prompts_per_shard
             path = wd / "config" / f"scale_{per_shard}_{prompts_per_shard}.yaml"
             path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            jobs, wall, peak_mib = _plan(wd, path)
-            rows.append((label, per_shard, prompts_per_shard, jobs, wall, peak_mib))
-            print(f"  {label}: {jobs} jobs, {wall:.1f} s, {peak_mib:.0f} MiB", file=sys.stderr)
-    head = ("variant", "cb per_shard", "bg prompts/shard", "jobs", "plan wall s", "peak MiB")
+            jobs, wall, cpu, peak_mib = _plan(wd, path)
+            rows.append((label, per_shard, prompts_per_shard, jobs, wall, cpu, peak_mib))
+            print(
+                f"  {label}: {jobs} jobs, {wall:.1f} s ({cpu:.1f} s CPU), {peak_mib:.0f} MiB",
+                file=sys.stderr,
+            )
+    head = (
+        "variant",
+        "cb per_shard",
+        "bg prompts/shard",
+        "jobs",
+        "plan wall s",
+        "plan CPU s",
+        "peak MiB",
+    )
     print(" | ".join(head))
     print(" | ".join("---" for _ in head))
-    for label, ps, pps, jobs, wall, peak in rows:
-        print(f"{label} | {ps} | {pps} | {jobs:,} | {wall:.1f} | {peak:.0f}")
+    for label, ps, pps, jobs, wall, cpu, peak in rows:
+        print(f"{label} | {ps} | {pps} | {jobs:,} | {wall:.1f} | {cpu:.1f} | {peak:.0f}")
     print(f"\n{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f} at the end.")
     return 0
 

@@ -394,3 +394,267 @@ def test_generate_shard_rejects_bad_items(items, message, tmp_path):
     with pytest.raises(ValueError, match=message):
         generate_shard(Never(), items, tmp_path / "out", model_name="m")
     assert not (tmp_path / "out").exists() and not partial_dir(tmp_path / "out").exists()
+
+
+# -- scheduler settings ---------------------------------------------------------
+
+LIGHTNING_SCHEDULER = {
+    "class": "EulerDiscreteScheduler",
+    "config": {"timestep_spacing": "trailing"},
+}
+
+
+def test_scheduler_class_and_config_are_applied(tiny_sd):
+    plain = DiffusersGenerator(make_spec(tiny_sd))
+    euler = DiffusersGenerator(make_spec(tiny_sd, scheduler="EulerDiscreteScheduler"))
+    trailing = DiffusersGenerator(make_spec(tiny_sd, scheduler=LIGHTNING_SCHEDULER))
+    assert type(plain.pipe.scheduler).__name__ != "EulerDiscreteScheduler"
+    assert type(euler.pipe.scheduler).__name__ == "EulerDiscreteScheduler"
+    assert type(trailing.pipe.scheduler).__name__ == "EulerDiscreteScheduler"
+    assert euler.pipe.scheduler.config.timestep_spacing != "trailing"
+    assert trailing.pipe.scheduler.config.timestep_spacing == "trailing"
+    # the rest of the checkpoint's scheduler config is kept (from_config of the old config)
+    assert trailing.pipe.scheduler.config.beta_end == plain.pipe.scheduler.config.beta_end
+    # trailing spacing starts at the last training timestep: other timesteps, other images
+    trailing.pipe.scheduler.set_timesteps(STEPS)
+    euler.pipe.scheduler.set_timesteps(STEPS)
+    assert trailing.pipe.scheduler.timesteps[0] > euler.pipe.scheduler.timesteps[0]
+    a = pixels(euler.generate([PROMPTS[0]], [SEEDS[0]])[0])
+    b = pixels(trailing.generate([PROMPTS[0]], [SEEDS[0]])[0])
+    assert np.abs(a - b).mean() > 1
+    # recorded with every image; absent for models without overrides
+    s = trailing.settings()
+    assert s["scheduler"] == "EulerDiscreteScheduler"
+    assert s["scheduler_config"] == {"timestep_spacing": "trailing"}
+    assert "scheduler_config" not in euler.settings()
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "message"),
+    [
+        ("NoSuchScheduler", r"scheduler class 'NoSuchScheduler' is not a scheduler class.*known:"),
+        ({"class": "NoSuchScheduler"}, r"'NoSuchScheduler' is not a scheduler class"),
+        ({"class": "StableDiffusionPipeline"}, r"'StableDiffusionPipeline' is not a scheduler"),
+        (
+            {"class": "EulerDiscreteScheduler", "config": {"timestep_spacin": "trailing"}},
+            r"scheduler.config has key\(s\) timestep_spacin that EulerDiscreteScheduler does not",
+        ),
+        ({"klass": "EulerDiscreteScheduler"}, "class name or a mapping"),
+    ],
+)
+def test_bad_scheduler_is_a_clear_error_before_loading(tiny_sd, monkeypatch, scheduler, message):
+    def no_load(*args, **kwargs):
+        raise AssertionError("the checkpoint must not be loaded")
+
+    monkeypatch.setattr(StableDiffusionPipeline, "from_pretrained", no_load)
+    monkeypatch.setattr(AutoPipelineForText2Image, "from_pretrained", no_load)
+    with pytest.raises(ConfigError, match=message):
+        DiffusersGenerator(make_spec(tiny_sd, scheduler=scheduler))
+
+
+def test_scheduler_in_registry_schema_and_fingerprint(tmp_path, repo_root):
+    from stereolens.registry import load_registry
+
+    reg = tmp_path / "models.yaml"
+    reg.write_text(
+        "generators:\n"
+        "  a: {backend: diffusers, model: m, scheduler: EulerDiscreteScheduler}\n"
+        "  b:\n    backend: diffusers\n    model: m\n"
+        "    scheduler: {class: EulerDiscreteScheduler, config: {timestep_spacing: trailing}}\n"
+    )
+    specs = load_registry(reg)
+    assert specs["b"].fingerprint()["scheduler"] == LIGHTNING_SCHEDULER
+    assert specs["a"].fingerprint() != {**specs["b"].fingerprint(), "name": "a"}
+    reg.write_text(
+        "generators:\n  b:\n    backend: diffusers\n    model: m\n"
+        "    scheduler: {name: EulerDiscreteScheduler}\n"
+    )
+    with pytest.raises(ConfigError, match="scheduler"):
+        load_registry(reg)
+    shipped = load_registry(repo_root / "config" / "models.yaml")
+    assert shipped["sdxl-lightning"].get("scheduler") == LIGHTNING_SCHEDULER
+
+
+# -- batch size and memory per attempt; out-of-memory retries --------------------
+
+
+def test_batch_size_and_memory_per_attempt():
+    spec = ModelSpec("m", "generator", "diffusers", "x", settings={"batch_size": 16})
+    assert [spec.job_batch_size(a) for a in (1, 2, 3, 4, 5, 6)] == [16, 8, 4, 2, 1, 1]
+    assert [spec.job_mem_mb(a) for a in (1, 2, 3)] == [32_000, 64_000, 96_000]
+    tiny = ModelSpec("t", "generator", "diffusers", "x", settings={"build": "tiny-diffusion"})
+    assert tiny.job_mem_mb(2) == 8_000 and tiny.job_batch_size(3) == 1
+    api = ModelSpec("g", "vlm", "openai", "gpt", settings={"mem_mb": 1500})
+    assert api.job_mem_mb(3) == 4_500 and not api.needs_gpu()
+    smaller = spec.with_batch_size(4)
+    assert smaller.get("batch_size") == 4 and smaller.fingerprint() == spec.fingerprint()
+    assert spec.with_batch_size(None) is spec
+    with pytest.raises(ValueError, match="batch_size"):
+        spec.with_batch_size(0)
+
+
+def test_injected_out_of_memory_and_a_smaller_batch(tiny_sd, tmp_path, monkeypatch):
+    from stereolens.generate.job import INJECT_OOM_ENV, run_generation
+
+    spec = make_spec(tiny_sd, batch_size=8)
+    items = [
+        {"image_id": f"i{k}", "prompt_id": f"p{k}", "text": PROMPTS[k % 3], "seed": 200 + k}
+        for k in range(6)
+    ]
+    monkeypatch.setenv(INJECT_OOM_ENV, "4")
+    logged = []
+
+    class Log:
+        def info(self, msg, *args):
+            logged.append(msg % args)
+
+        error = info
+
+    out = tmp_path / "shard"
+    with pytest.raises(
+        torch.OutOfMemoryError, match="injected out-of-memory error at batch size 8"
+    ):
+        run_generation(spec, items, str(out), label="x", load=DiffusersGenerator, log=Log())
+    assert any("out of memory at batch size 8" in m for m in logged)
+    assert not out.exists()
+    # the retry: half the batch size, more memory (as the workflow's resources give it)
+    resources = {"mem_mb": 8000, "batch_size": 4}
+    rows = run_generation(
+        spec,
+        items,
+        str(out),
+        label="x",
+        batch_size=4,
+        load=DiffusersGenerator,
+        log=Log(),
+        job_resources=resources,
+    )
+    timing = json.loads((out / "timing.json").read_text())
+    assert timing["batch_size"] == 4 and timing["job_resources"] == resources
+    assert any("images at batch size 4" in m for m in logged)
+    # the same images as at batch size 8 (within the CPU kernels' rounding, see above)
+    monkeypatch.delenv(INJECT_OOM_ENV)
+    rows8 = run_generation(spec, items, str(tmp_path / "b8"), label="x", load=DiffusersGenerator)
+    for r4, r8 in zip(rows, rows8, strict=True):
+        with (
+            Image.open(out / r4["image_file"]) as a,
+            Image.open(tmp_path / "b8" / r8["image_file"]) as b,
+        ):
+            diff = np.abs(pixels(a) - pixels(b))
+        assert diff.max() <= 1 and (diff > 0).mean() < 0.01
+        assert r4["settings"] == r8["settings"]  # batch size is not a setting of the images
+
+
+def test_workflow_retries_an_out_of_memory_job_with_more_memory_and_a_smaller_batch(
+    repo_root, tmp_path
+):
+    """One generation job of the embedded default through Snakemake with --retries 2 and
+    an injected out-of-memory failure at batch sizes above 4 (tiny-sd's registry batch
+    size is 8): attempt 1 fails, attempt 2 runs with batch size 4 and twice the memory,
+    and its images equal batch-size-8 images."""
+    import dataclasses
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from stereolens.generate.job import INJECT_OOM_ENV
+    from stereolens.registry import load_registry
+
+    for item in ("Snakefile", "workflow", "config", "profiles", "envs"):
+        src = repo_root / item
+        if src.is_dir():
+            shutil.copytree(src, tmp_path / item, symlinks=True)
+        else:
+            shutil.copy2(src, tmp_path / item)
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    env[INJECT_OOM_ENV] = "4"
+    target = "results/contextbias/images/tiny-sd/nurse/CF/0"
+    out = subprocess.run(
+        [str(bin_dir / "snakemake"), target, "--cores", "1", "--retries", "2"]
+        + ["--configfile", "config/demo.yaml", "--show-failed-logs"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-6000:]
+    # attempt 1 failed with the out-of-memory error; Snakemake restarted the job
+    assert "injected out-of-memory error at batch size 8" in log, log[-6000:]
+    assert "OutOfMemoryError" in log
+    assert re.search(r"Trying to restart job", log), log[-6000:]
+    # Snakemake's resources of the two attempts: the batch halves, the memory doubles
+    attempts = [
+        dict(kv.split("=", 1) for kv in line.split(", "))
+        for line in re.findall(r"^\s+resources: (.*batch_size=.*)$", log, re.M)
+    ]
+    assert [(a["batch_size"], a["mem_mb"]) for a in attempts] == [("8", "4000"), ("4", "8000")]
+    # the successful attempt ran with a smaller batch and more memory
+    shard = tmp_path / target
+    timing = json.loads((shard / "timing.json").read_text())
+    assert timing["batch_size"] == 4
+    assert timing["job_resources"]["batch_size"] == 4
+    assert timing["job_resources"]["mem_mb"] == 2 * 4000  # tiny models: 4000 MB x attempt 2
+    assert timing["images"] == 6  # 3 CF prompts of nurse x 2 seeds
+    # the same images as at the registry's batch size 8
+    rows = read_rows(shard)
+    spec = load_registry(tmp_path / "config/models.yaml")["tiny-sd"]
+    assert spec.get("batch_size") == 8
+    gen = DiffusersGenerator(dataclasses.replace(spec, model=str(tmp_path / spec.model)))
+    again = gen.generate([r["prompt"] for r in rows], [r["seed"] for r in rows])
+    for row, image in zip(rows, again, strict=True):
+        with Image.open(shard / row["image_file"]) as made:
+            diff = np.abs(pixels(made) - pixels(image))
+        assert diff.max() <= 1 and (diff > 0).mean() < 0.01, row["image_id"]
+
+
+@pytest.mark.parametrize("job", ["extract", "vqa"])
+def test_extraction_and_vqa_jobs_run_at_the_attempts_batch_size(job, tmp_path, monkeypatch):
+    """The extraction and VQA jobs load their model with the batch size of the attempt
+    (the registry's is replaced) and honour the injected out-of-memory failure."""
+    from stereolens.biasig import jobs as biasig_jobs
+    from stereolens.contextbias import jobs as contextbias_jobs
+    from stereolens.generate.job import INJECT_OOM_ENV
+    from stereolens.paths import resource
+
+    spec = ModelSpec("vlm", "vlm", "transformers", "x", settings={"batch_size": 8})
+    loaded = []
+
+    class NoVLM:
+        def answer(self, requests):
+            raise AssertionError("no images, no requests")
+
+    module = contextbias_jobs if job == "extract" else biasig_jobs
+    monkeypatch.setattr(module, "load_registry", lambda path: {"vlm": spec})
+    monkeypatch.setattr(module, "load_model", lambda s: loaded.append(s) or NoVLM())
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "metadata.jsonl").write_text("")
+
+    def run(batch_size, out):
+        if job == "extract":
+            return contextbias_jobs.extract_contextbias_shard(
+                "models.yaml",
+                "vlm",
+                str(images),
+                str(resource("contextbias", "attribute_schema.v1.yaml")),
+                str(resource("contextbias", "extraction_prompt.v1.yaml")),
+                1,
+                None,
+                str(out),
+                batch_size=batch_size,
+            )
+        return biasig_jobs.vqa_biasig_shard(
+            "models.yaml", "vlm", str(images), str(out), batch_size=batch_size
+        )
+
+    monkeypatch.setenv(INJECT_OOM_ENV, "4")
+    with pytest.raises(torch.OutOfMemoryError, match="batch size 8"):
+        run(None, tmp_path / "a.jsonl")
+    assert loaded[-1].get("batch_size") == 8
+    assert run(4, tmp_path / "b.jsonl") == []
+    assert loaded[-1].get("batch_size") == 4 and loaded[-1].fingerprint() == spec.fingerprint()
+    assert (tmp_path / "b.jsonl").exists()

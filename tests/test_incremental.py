@@ -24,15 +24,10 @@ import pytest
 BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
 
-# rules whose output is a directory(...)
-DIRECTORY_RULES = {"generate_contextbias_images", "generate_biasig_images", "build_tiny_model"}
+# rules whose output is a directory(...), of every benchmark (checked below to include these)
+KNOWN_DIRECTORY_RULES = {"generate_images", "build_tiny_model"}
 # jobs that depend on one model only (everything else is an aggregate, the report or `all`)
-PER_MODEL_RULES = {
-    "generate_contextbias_images",
-    "extract_contextbias_attributes",
-    "generate_biasig_images",
-    "answer_biasig_vqa",
-}
+PER_MODEL_RULES = {"generate_images", "extract_contextbias_attributes", "answer_biasig_vqa"}
 CB_GENERATORS = "generators: [tiny-sd, tiny-sd-b]"
 BG_GENERATORS = "generators: [tiny-sd, tiny-sd-intervention]"
 
@@ -93,6 +88,18 @@ def _write_config(wd: Path, name: str, *replacements: tuple[str, str]) -> str:
     return f"config/{name}"
 
 
+def _directory_rules(wd: Path) -> set[str]:
+    """Rules whose output is a directory(...), read from the rule files."""
+    found = set()
+    for smk in (wd / "workflow" / "rules").glob("*.smk"):
+        text = smk.read_text()
+        for name, body in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", text, re.M | re.S):
+            if "directory(" in body:
+                found.add(name)
+    assert KNOWN_DIRECTORY_RULES <= found, found
+    return found
+
+
 @pytest.fixture(scope="module")
 def done(repo_root, tmp_path_factory) -> Path:
     """A copy of the workflow on which the demo is 'done' (placeholders, touched)."""
@@ -104,13 +111,14 @@ def done(repo_root, tmp_path_factory) -> Path:
         else:
             shutil.copy2(src, wd / item)
     summary = _snakemake(wd, "--summary", "--configfile", "config/demo.yaml")
+    directory_rules = _directory_rules(wd)
     n = 0
     for line in summary.splitlines():
         fields = line.split("\t")
         if len(fields) < 3 or fields[0] == "output_file":
             continue
         path, rule = wd / fields[0], fields[2]
-        if rule in DIRECTORY_RULES:
+        if rule in directory_rules:
             path.mkdir(parents=True, exist_ok=True)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -134,7 +142,10 @@ def test_adding_a_generator_runs_only_that_generator(done):
     assert _models(jobs) == {"tiny-sd-fair"}
     counts = _rule_counts(done, cfg)
     # 2 roles x (3 conditions + VAL) x 1 shard for the new model; one extractor
-    assert counts.pop("generate_contextbias_images") == 2 * 4
+    assert counts.pop("generate_images") == 2 * 4
+    assert {j["wildcards"]["benchmark"] for j in jobs if j["rule"] == "generate_images"} == {
+        "contextbias"
+    }
     assert counts.pop("extract_contextbias_attributes") == 2 * 4
     # the aggregates that read the new model's results, and nothing of BiasIG
     assert set(counts) == {
@@ -162,10 +173,10 @@ def test_changing_one_model_reruns_only_that_model(done):
     finally:
         registry.write_text(original)
     assert _models(jobs) == {"tiny-sd-b"}
-    generate = [j for j in jobs if j["rule"] == "generate_contextbias_images"]
+    generate = [j for j in jobs if j["rule"] == "generate_images"]
     assert len(generate) == 2 * 4
     assert all(j["reason"].startswith("Params have changed") for j in generate)
-    assert not any(j["rule"].endswith("biasig_images") for j in jobs)
+    assert {j["wildcards"]["benchmark"] for j in generate} == {"contextbias"}
 
 
 def test_removing_a_model_deletes_nothing(done):
@@ -220,3 +231,68 @@ def test_reordering_biasig_models_triggers_nothing(done):
     jobs = _dry_run(done, cfg)
     assert {j["rule"] for j in jobs} <= {"render_report", "all"}  # holds
     assert jobs == []
+
+
+def _edit_entry(registry: Path, name: str, old: str, new: str) -> str:
+    """The registry text with ``old`` replaced by ``new`` inside the entry ``name``."""
+    text = registry.read_text()
+    start = text.index(f"\n  {name}:\n") + 1
+    nxt = re.search(r"\n(?:  )?[^ \n#]", text[start + 1 :])  # the next entry or section
+    end = start + 1 + nxt.start() if nxt else len(text)
+    entry = text[start:end]
+    assert old in entry, (name, old)
+    return text[:start] + entry.replace(old, new, 1) + text[end:]
+
+
+def test_changing_a_biasig_model_reruns_only_its_biasig_jobs(done):
+    registry = done / "config/models.yaml"
+    original = registry.read_text()
+    try:
+        registry.write_text(
+            _edit_entry(
+                registry,
+                "tiny-sd-intervention",
+                "if all individuals can be any gender",
+                "if all individuals can be any gender or age",
+            )
+        )
+        jobs = _dry_run(done)
+    finally:
+        registry.write_text(original)
+    assert _models(jobs) == {"tiny-sd-intervention"}
+    generate = [j for j in jobs if j["rule"] == "generate_images"]
+    # Nurse (occupation) and rich/poor (characteristic) x implicit/explicit, one shard each
+    assert len(generate) == 4
+    assert {j["wildcards"]["benchmark"] for j in generate} == {"biasig"}
+    assert all(j["reason"].startswith("Params have changed") for j in generate)
+    assert len([j for j in jobs if j["rule"] == "answer_biasig_vqa"]) == 4
+    assert not any(j["rule"].startswith(("extract_contextbias", "merge_contextbias")) for j in jobs)
+
+
+def test_scheduler_settings_rerun_the_model(done):
+    registry = done / "config/models.yaml"
+    original = registry.read_text()
+    scheduler = "scheduler: {class: EulerDiscreteScheduler, config: {timestep_spacing: trailing}}"
+    try:
+        registry.write_text(
+            _edit_entry(registry, "tiny-sd-b", "steps: 3\n", f"steps: 3\n    {scheduler}\n")
+        )
+        jobs = _dry_run(done)
+    finally:
+        registry.write_text(original)
+    assert _models(jobs) == {"tiny-sd-b"}
+    assert len([j for j in jobs if j["rule"] == "generate_images"]) == 2 * 4
+
+
+def test_runtime_only_settings_trigger_nothing(done):
+    """Batch size and memory change how a job runs, not what it makes."""
+    registry = done / "config/models.yaml"
+    original = registry.read_text()
+    try:
+        registry.write_text(
+            _edit_entry(registry, "tiny-sd", "batch_size: 8\n", "batch_size: 2\n    mem_mb: 6000\n")
+        )
+        counts = _rule_counts(done)
+    finally:
+        registry.write_text(original)
+    assert counts == {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -89,9 +90,12 @@ def test_demo_counts_by_hand():
 def test_job_counts_match_snakemake(repo_root, tmp_path, config):
     counts = _snakemake_counts(repo_root, tmp_path, config)
     result = plan(*load_config(config))
-    assert _stage_jobs(result, "contextbias", "generate") == counts["generate_contextbias_images"]
+    # both benchmarks generate through the one rule generate_images
+    assert (
+        _stage_jobs(result, "contextbias", "generate") + _stage_jobs(result, "biasig", "generate")
+        == counts["generate_images"]
+    )
     assert _stage_jobs(result, "contextbias", "extract") == counts["extract_contextbias_attributes"]
-    assert _stage_jobs(result, "biasig", "generate") == counts["generate_biasig_images"]
     assert _stage_jobs(result, "biasig", "vqa") == counts["answer_biasig_vqa"]
 
 
@@ -128,8 +132,9 @@ def test_paper_counts_and_gpu_hours(tmp_path):
     assert ext["qwen2.5-vl-7b"]["gpu_hours"] == pytest.approx(10.438889, rel=1e-6)
     assert ext["gpt-5-mini"]["status"] == "api" and ext["gpt-5-mini"]["gpu_hours"] == 0
     bg = _rows(result, "biasig", "generate")
-    # 47,040 prompts x 10 images = 470,400 images x 0.3 s / 3600 = 39.2 h; 1,178 jobs
-    assert (bg["sd1.5"]["jobs"], bg["sd1.5"]["images"]) == (1_178, 470_400)
+    # 47,040 prompts x 10 images = 470,400 images x 0.3 s / 3600 = 39.2 h; 589 jobs of up
+    # to 80 prompts
+    assert (bg["sd1.5"]["jobs"], bg["sd1.5"]["images"]) == (589, 470_400)
     assert bg["sd1.5"]["gpu_hours"] == pytest.approx(39.2)
     # models without a figure: no GPU-hours, listed as unknown; the total says incomplete
     assert bg["playground-v2.5"]["gpu_hours"] is None
@@ -194,3 +199,65 @@ def test_cli_json(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["totals"]["jobs"] == 48
     assert out["gpu"] == "H100 SXM 80GB"
+
+
+# ---------------------------------------------------------------- SLURM groups
+
+
+def _dry_run_log(wd: Path, *args: str) -> str:
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    env["HF_HUB_OFFLINE"] = "1"
+    out = subprocess.run(
+        [str(BIN / "snakemake"), "-n", *args, "--configfile", "config/demo.yaml"],
+        cwd=wd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    return out.stdout + out.stderr
+
+
+def _group_jobs(log: str) -> dict[str, int]:
+    """Group jobs of a dry run: group name -> number of group jobs (submissions)."""
+    counts: dict[str, int] = {}
+    for name in re.findall(r"Group job (\S+) \(jobs", log):
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def test_slurm_profile_groups_small_cpu_jobs(repo_root, tmp_path):
+    """profiles/slurm batches the many small CPU jobs into group jobs (fewer SLURM
+    submissions): extraction and VQA of CPU/API models 5 per group, the ContextBias
+    table jobs after the merge and the two prompt tables one group each. Local runs have
+    no groups; a GPU model's extraction jobs are never grouped."""
+    _snakemake_counts(repo_root, tmp_path, "config/demo.yaml")  # copies the workflow
+    profile = yaml.safe_load((repo_root / "profiles/slurm/config.yaml").read_text())
+    assert profile["group-components"]["cpu-extract"] == 5
+    log = _dry_run_log(tmp_path, "--profile", "profiles/slurm")
+    groups = _group_jobs(log)
+    # the demo: 16 extraction jobs and 8 VQA jobs of the CPU model tiny-vlm
+    assert groups == {
+        "cpu-extract": 4,  # ceil(16 / 5)
+        "cpu-vqa": 2,  # ceil(8 / 5)
+        "contextbias-tables": 1,
+        "prompt-tables": 1,
+    }
+    # every grouped job is still planned once
+    assert len(re.findall(r"^\s*rule extract_contextbias_attributes:", log, re.M)) == 16
+    # without the profile (local runs) nothing is grouped
+    assert _group_jobs(_dry_run_log(tmp_path)) == {}
+    # an extractor on the GPU: its jobs each go to SLURM alone
+    registry = tmp_path / "config/models.yaml"
+    text = registry.read_text()
+    start = text.index("\n  tiny-vlm:\n")
+    entry_end = text.index("\n\n", start)
+    entry = text[start:entry_end]
+    assert "device: cpu" in entry
+    registry.write_text(
+        text[:start] + entry.replace("device: cpu", "device: cuda") + text[entry_end:]
+    )
+    groups = _group_jobs(_dry_run_log(tmp_path, "--profile", "profiles/slurm"))
+    assert "cpu-extract" not in groups and "cpu-vqa" not in groups
+    assert groups["contextbias-tables"] == 1

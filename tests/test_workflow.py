@@ -58,14 +58,13 @@ def test_paper_scale_plan(repo_root, tmp_path):
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
-    # 4 generators x (92 roles x 3 conditions + 73 validation roles) x 1 shard;
-    # 2 extractors for each shard
-    assert counts["generate_contextbias_images"] == 4 * (92 * 3 + 73)
+    # ContextBias: 4 generators x (92 roles x 3 conditions + 73 validation roles) x 1
+    # shard; 2 extractors for each shard. BiasIG: 8 models x 589 blocks of up to 80 of the
+    # 47,040 prompts; one VQA job each. Both benchmarks generate through generate_images.
+    assert counts["generate_images"] == 4 * (92 * 3 + 73) + 8 * 589
     assert counts["extract_contextbias_attributes"] == 2 * 4 * (92 * 3 + 73)
     assert counts["merge_contextbias_attributes"] == 1
-    # BiasIG: 8 models x 1,178 blocks of up to 40 of the 47,040 prompts; one VQA job each
-    assert counts["generate_biasig_images"] == 8 * 1178
-    assert counts["answer_biasig_vqa"] == 8 * 1178
+    assert counts["answer_biasig_vqa"] == 8 * 589
     assert not (wd / "results").exists()
 
 

@@ -9,6 +9,7 @@ BACKENDS plus a class with the methods of the matching protocol.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -77,6 +78,40 @@ class ModelSpec:
             **{k: v for k, v in sorted(self.settings.items()) if k not in RUNTIME_ONLY},
         }
 
+    def with_batch_size(self, batch_size: int | None) -> ModelSpec:
+        """This entry with ``batch_size`` replaced (None = unchanged). Batch size is a
+        runtime-only setting: the fingerprint, and so every result, stays the same."""
+        if batch_size is None:
+            return self
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
+        return dataclasses.replace(self, settings={**self.settings, "batch_size": batch_size})
+
+    def needs_gpu(self) -> bool:
+        """Whether a job running this model asks the scheduler for a GPU: vllm always, API
+        backends never, local torch backends unless the entry pins ``device: cpu``."""
+        if self.backend == "openai":
+            return False
+        if self.backend == "vllm":
+            return True
+        return self.get("device") != "cpu"
+
+    def job_mem_mb(self, attempt: int = 1) -> int:
+        """Host memory (MB) a job of this model asks for on its ``attempt``-th try: the
+        entry's ``mem_mb`` (else TINY_MEM_MB for a locally built tiny checkpoint, else
+        DEFAULT_MEM_MB of its backend) times the attempt, so a job that ran out of memory
+        gets more when Snakemake retries it (``--retries``)."""
+        base = self.get("mem_mb") or (TINY_MEM_MB if self.get("build") else None)
+        base = base or DEFAULT_MEM_MB[self.backend]
+        return int(base) * max(1, int(attempt))
+
+    def job_batch_size(self, attempt: int = 1) -> int:
+        """Batch size of a job of this model on its ``attempt``-th try: the entry's
+        ``batch_size`` halved per retry, at least 1 (a retry after an out-of-memory
+        failure asks for more memory and puts fewer items on the device at once)."""
+        base = int(self.get("batch_size", 1) or 1)
+        return max(1, base >> (max(1, int(attempt)) - 1))
+
 
 # Settings that change speed or memory but not results.
 RUNTIME_ONLY = {
@@ -91,7 +126,21 @@ RUNTIME_ONLY = {
     "enable_cpu_offload",
     "timeout_s",
     "max_retries",
+    "mem_mb",
 }
+
+DEFAULT_MEM_MB: dict[str, int] = {
+    "diffusers": 32_000,  # host RAM to load a 3-12B pipeline before moving it to the GPU
+    "transformers": 24_000,  # a 7B VLM in bf16 plus activations on the host
+    "transformers-llm": 16_000,
+    "vllm": 48_000,  # vLLM engine host memory for a 7B VLM
+    "openai": 2_000,  # an HTTP client
+}
+"""Host memory (MB) of a job by backend, where the registry entry sets no ``mem_mb``."""
+
+TINY_MEM_MB = 4_000
+"""Host memory (MB) of a job whose checkpoint is built locally (``build:``, the embedded
+default's tiny random models), where the entry sets no ``mem_mb``."""
 
 
 def load_registry(path: str | os.PathLike) -> dict[str, ModelSpec]:

@@ -7,6 +7,8 @@
 #
 #   bash slurm-up.sh up      apt install (if missing) + configure + start daemons + smoke test.
 #                            Daemons keep running; their PIDs are in $SLURM_CI_DIR/pids/.
+#   bash slurm-up.sh install apt install what is missing (apt-get update first; nothing when
+#                            all is installed). Starts nothing (CI: .ci/run).
 #   bash slurm-up.sh down    stop the daemons that `up` started (by recorded PID only).
 #   bash slurm-up.sh status  show recorded PIDs and sinfo.
 #
@@ -66,7 +68,8 @@ is_alive() {
 
 # ------------------------------------------------------------------ install
 install_pkgs() {
-  local pkgs=(munge slurm-wlm slurm-client) missing=() p created_policy=0
+  # iproute2: ss, for the port check before the daemons start
+  local pkgs=(munge slurm-wlm slurm-client iproute2) missing=() p created_policy=0
   [ "$ACCOUNTING" = dbd ] && pkgs+=(slurmdbd mariadb-server)
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -322,9 +325,11 @@ status() {
 }
 
 case "${1:-}" in
+  install) [ "$(id -u)" = 0 ] || { echo "must run as root" >&2; exit 1; }
+           mkdir -p "$D/log" "$D/pids"; install_pkgs ;;
   up) up ;;
   down) down ;;
   status) status ;;
   smoke) smoke ;;
-  *) echo "usage: $0 up|down|status|smoke" >&2; exit 2 ;;
+  *) echo "usage: $0 install|up|down|status|smoke" >&2; exit 2 ;;
 esac

@@ -1,6 +1,8 @@
 # BiasIG (paper 000): generation -> VQA of sex, race and age -> answers -> metrics.
 # A job covers one model x acquired-attribute type x prompt condition x block of
 # prompts (biasig.prompts_per_shard), so job counts stay in the low thousands.
+# Generation is the shared rule generate_images (models.smk), with group = acquired
+# attribute type and cell = prompt condition.
 
 
 rule write_biasig_prompts:
@@ -17,34 +19,11 @@ rule write_biasig_prompts:
         "../scripts/write_biasig_prompts.py"
 
 
-rule generate_biasig_images:
-    """One job per model x acquired type x condition x prompt block (shared generation code)."""
-    input:
-        prompts="results/biasig/prompts.parquet",
-        checkpoint=lambda w: get_checkpoint(w.model),
-    output:
-        directory("results/biasig/images/{model}/{atype}/{visibility}/{shard}"),
-    params:
-        model_fingerprint=get_generator_fingerprint,
-        settings=get_biasig_settings,
-        registry=config["registry"],
-    log:
-        "logs/biasig/generate/{model}/{atype}/{visibility}/{shard}.log",
-    benchmark:
-        "benchmarks/biasig/generate/{model}/{atype}/{visibility}/{shard}.tsv"
-    resources:
-        gpu=lambda w: 0 if model_spec(w.model).get("device") == "cpu" else 1,
-    conda:
-        "../../envs/generate.yaml"
-    script:
-        "../scripts/generate_biasig_images.py"
-
-
 rule answer_biasig_vqa:
     """Sex, race and age of the most prominent (or left and right) person, with retries."""
     input:
         images="results/biasig/images/{model}/{atype}/{visibility}/{shard}",
-        checkpoint=lambda w: get_checkpoint(w.extractor),
+        checkpoint=get_extractor_checkpoint,
     output:
         "results/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.jsonl",
     params:
@@ -57,9 +36,11 @@ rule answer_biasig_vqa:
     benchmark:
         "benchmarks/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.tsv"
     resources:
-        gpu=lambda w: 1 if model_spec(w.extractor).backend == "vllm"
-        or (model_spec(w.extractor).backend == "transformers"
-            and model_spec(w.extractor).get("device") != "cpu") else 0,
+        gpu=get_extractor_gpu,
+        mem_mb=get_extractor_mem_mb,
+        batch_size=get_extractor_batch_size,
+    group:
+        get_vqa_group
     conda:
         get_extractor_env
     script:

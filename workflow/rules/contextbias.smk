@@ -17,34 +17,11 @@ rule write_contextbias_prompts:
         "../scripts/write_contextbias_prompts.py"
 
 
-rule generate_contextbias_images:
-    """One job per model x role x condition x seed shard: load once, generate in batches."""
-    input:
-        bank=get_prompt_bank(),
-        checkpoint=lambda w: get_checkpoint(w.model),
-    output:
-        directory("results/contextbias/images/{model}/{role}/{condition}/{shard}"),
-    params:
-        model_fingerprint=get_generator_fingerprint,
-        seed_settings=get_seed_settings,
-        registry=config["registry"],
-    log:
-        "logs/contextbias/generate/{model}/{role}/{condition}/{shard}.log",
-    benchmark:
-        "benchmarks/contextbias/generate/{model}/{role}/{condition}/{shard}.tsv"
-    resources:
-        gpu=lambda w: 0 if model_spec(w.model).get("device") == "cpu" else 1,
-    conda:
-        "../../envs/generate.yaml"
-    script:
-        "../scripts/generate_contextbias_images.py"
-
-
 rule extract_contextbias_attributes:
     """Schema-constrained attribute extraction, one JSON line per image."""
     input:
         images="results/contextbias/images/{model}/{role}/{condition}/{shard}",
-        checkpoint=lambda w: get_checkpoint(w.extractor),
+        checkpoint=get_extractor_checkpoint,
         schema=get_extraction_files()["schema"],
         prompt=get_extraction_files()["prompt"],
     output:
@@ -59,9 +36,11 @@ rule extract_contextbias_attributes:
     benchmark:
         "benchmarks/contextbias/extract/{extractor}/{model}/{role}/{condition}/{shard}.tsv"
     resources:
-        gpu=lambda w: 1 if model_spec(w.extractor).backend == "vllm"
-        or (model_spec(w.extractor).backend == "transformers"
-            and model_spec(w.extractor).get("device") != "cpu") else 0,
+        gpu=get_extractor_gpu,
+        mem_mb=get_extractor_mem_mb,
+        batch_size=get_extractor_batch_size,
+    group:
+        get_extraction_group
     conda:
         get_extractor_env
     script:

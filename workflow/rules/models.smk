@@ -10,3 +10,34 @@ rule build_tiny_model:
         "../../envs/generate.yaml"
     shell:
         "HF_HUB_OFFLINE=1 stereolens build-tiny --builder {params.builder} --out {output} > {log} 2>&1"
+
+
+rule generate_images:
+    """Text-to-image generation of every benchmark: one job per model x group x cell x
+    shard (ContextBias: role x condition x seed block; BiasIG: acquired-attribute type x
+    prompt condition x prompt block), loading the model once. A retry after a failure
+    (--retries) asks for more memory and halves the batch size (same images)."""
+    input:
+        unpack(get_generation_input),
+    output:
+        directory("results/{benchmark}/images/{model}/{group}/{cell}/{shard}"),
+    wildcard_constraints:
+        benchmark="contextbias|biasig",
+        group=r"[a-z0-9_]+",
+        cell="|".join(GENERATION_CELLS),
+    params:
+        model_fingerprint=get_generator_fingerprint,
+        settings=get_generation_settings,
+        registry=config["registry"],
+    log:
+        "logs/{benchmark}/generate/{model}/{group}/{cell}/{shard}.log",
+    benchmark:
+        "benchmarks/{benchmark}/generate/{model}/{group}/{cell}/{shard}.tsv"
+    resources:
+        gpu=get_generator_gpu,
+        mem_mb=get_generator_mem_mb,
+        batch_size=get_generator_batch_size,
+    conda:
+        "../../envs/generate.yaml"
+    script:
+        "../scripts/generate_images.py"

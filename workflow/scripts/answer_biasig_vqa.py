@@ -1,6 +1,7 @@
 """Entry point of rule answer_biasig_vqa."""
 
 from stereolens.biasig.jobs import vqa_biasig_shard
+from stereolens.generate.job import job_resources
 from stereolens.workflow_support import run_logged
 
 
@@ -15,6 +16,8 @@ def main(log):
         cache_dir=p.cache_dir,
         log=log,
         threads=snakemake.threads,  # noqa: F821
+        batch_size=snakemake.resources.get("batch_size"),  # noqa: F821
+        job_resources=job_resources(snakemake),  # noqa: F821
     )
 
 

@@ -1,6 +1,7 @@
 """Entry point of rule extract_contextbias_attributes."""
 
 from stereolens.contextbias.jobs import extract_contextbias_shard
+from stereolens.generate.job import job_resources
 from stereolens.workflow_support import run_logged
 
 
@@ -17,6 +18,8 @@ def main(log):
         out_path=snakemake.output[0],  # noqa: F821
         log=log,
         threads=snakemake.threads,  # noqa: F821
+        batch_size=snakemake.resources.get("batch_size"),  # noqa: F821
+        job_resources=job_resources(snakemake),  # noqa: F821
     )
 
 

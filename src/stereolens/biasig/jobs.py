@@ -4,8 +4,9 @@ from Python). Heavy imports happen only inside.
 A generation job is one model x acquired attribute type (occupation / characteristic /
 social_relation) x prompt condition (implicit / explicit) x shard, where a shard is a
 contiguous block of ``prompts_per_shard`` prompts (prompts sorted by prompt_id) with all
-their images: 47,040 prompts at 40 per shard are 1,178 jobs per model, instead of one job
-per prompt or image.
+their images: 47,040 prompts at 80 per shard are 589 jobs per model, instead of one job
+per prompt or image. Generation runs through the shared rule and job
+(stereolens.generate.job); :func:`generation_items` is this benchmark's adapter.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from stereolens.atomic import read_jsonl, write_jsonl
-from stereolens.contextbias.jobs import limit_threads
+from stereolens.generate.job import check_injected_oom, limit_threads, run_generation
 from stereolens.ids import stable_id
 from stereolens.registry import load_model, load_registry
 
@@ -129,6 +130,42 @@ def _load_prompt_table(prompts_path: str | None) -> pl.DataFrame:
     return read_prompt_table(prompts_path) if prompts_path else load_prompts()
 
 
+def generation_items(
+    prompts_path: str | None,
+    model: str,
+    acquired_type: str,
+    condition: str,
+    shard: int,
+    settings: dict,
+    config: dict | None = None,
+) -> list[dict]:
+    """Generation adapter of BiasIG (stereolens.generate.job.ADAPTERS): the images of one
+    job (:func:`biasig_shard_items`) as GenerationItem keyword dicts.
+
+    ``prompts_path`` is a prompt table parquet (None = the shipped prompts); ``settings``
+    holds prompts_per_shard, images_per_prompt and seed_base (the rule's biasig settings).
+    """
+    prompts = _load_prompt_table(prompts_path)
+    per_shard = settings["prompts_per_shard"]
+    items = biasig_shard_items(
+        prompts,
+        model,
+        acquired_type,
+        condition,
+        shard,
+        per_shard,
+        settings["images_per_prompt"],
+        settings.get("seed_base", 0),
+    )
+    if not items:
+        raise ValueError(
+            f"no prompts for {acquired_type} {condition} shard {shard} "
+            f"({n_shards(prompts, acquired_type, condition, per_shard)} shard(s) of "
+            f"{per_shard} prompts)"
+        )
+    return items
+
+
 def generate_biasig_shard(
     registry_path: str,
     model: str,
@@ -143,50 +180,25 @@ def generate_biasig_shard(
     log: logging.Logger | None = None,
     threads: int | None = None,
 ) -> list[dict]:
-    """Make one shard's images into ``out_dir`` (stereolens.generate.run.generate_shard:
-    PNGs + metadata.jsonl, written atomically and resumably). ``prompts_path`` is a prompt
-    table parquet (default: the shipped prompts)."""
-    from stereolens.generate.base import GenerationItem
-    from stereolens.generate.run import generate_shard
-
-    log = log or logging.getLogger(__name__)
+    """One BiasIG generation shard, for Python callers (the workflow runs
+    stereolens.generate.job.generate_images_job): PNGs + metadata.jsonl in ``out_dir``,
+    written atomically and resumably. ``prompts_path`` is a prompt table parquet
+    (default: the shipped prompts)."""
+    settings = {
+        "prompts_per_shard": prompts_per_shard,
+        "images_per_prompt": images_per_prompt,
+        "seed_base": seed_base,
+    }
+    items = generation_items(prompts_path, model, acquired_type, condition, shard, settings)
     spec = load_registry(registry_path)[model]
-    prompts = _load_prompt_table(prompts_path)
-    items = [
-        GenerationItem(**it)
-        for it in biasig_shard_items(
-            prompts,
-            model,
-            acquired_type,
-            condition,
-            shard,
-            prompts_per_shard,
-            images_per_prompt,
-            seed_base,
-        )
-    ]
-    if not items:
-        raise ValueError(
-            f"no prompts for {acquired_type} {condition} shard {shard} "
-            f"({n_shards(prompts, acquired_type, condition, prompts_per_shard)} shard(s) of "
-            f"{prompts_per_shard} prompts)"
-        )
-    log.info(
-        "%s %s %s shard %d: %d images; loading %s",
-        model,
-        acquired_type,
-        condition,
-        shard,
-        len(items),
-        spec.model,
-    )
-    limit_threads(threads)
-    start = time.perf_counter()
-    generator = load_model(spec)
-    load_seconds = time.perf_counter() - start
-    log.info("model loaded in %.1f s", load_seconds)
-    return generate_shard(
-        generator, items, out_dir, model_name=model, load_seconds=load_seconds, log=log.info
+    return run_generation(
+        spec,
+        items,
+        out_dir,
+        label=f"{acquired_type} {condition} shard {shard}",
+        load=load_model,
+        log=log,
+        threads=threads,
     )
 
 
@@ -218,14 +230,19 @@ def vqa_biasig_shard(
     cache_dir: str | None = None,
     log: logging.Logger | None = None,
     threads: int | None = None,
+    batch_size: int | None = None,
+    job_resources: dict | None = None,
 ) -> list[dict]:
     """Ask the VQA of every image of a generation shard; write the answer rows
-    (stereolens.biasig.vqa.ROW_COLUMNS) as JSONL to ``out_path`` atomically."""
+    (stereolens.biasig.vqa.ROW_COLUMNS) as JSONL to ``out_path`` atomically.
+    ``batch_size`` overrides the registry's for this job (a retry's smaller batch)."""
     from stereolens.biasig.vqa import VQAPrompt, vqa_answers
     from stereolens.extract.run import ResponseCache
 
     log = log or logging.getLogger(__name__)
-    spec = load_registry(registry_path)[vlm_name]
+    spec = load_registry(registry_path)[vlm_name].with_batch_size(batch_size)
+    if job_resources:
+        log.info("job resources: %s", ", ".join(f"{k}={v}" for k, v in job_resources.items()))
     items = read_biasig_metadata(images_dir)
     prompt = VQAPrompt.load(prompt_path)
     cache = ResponseCache(cache_dir) if cache_dir else None
@@ -234,6 +251,7 @@ def vqa_biasig_shard(
     start = time.perf_counter()
     vlm = load_model(spec)
     log.info("%s loaded in %.1f s; %d images", vlm_name, time.perf_counter() - start, len(items))
+    check_injected_oom(spec.get("batch_size", 1), f"{vlm_name} on {images_dir}")
     rows = vqa_answers(
         vlm, items, prompt, spec, max_attempts=max_attempts, cache=cache, log=log.info
     )

@@ -11,7 +11,16 @@ import polars as pl
 
 from stereolens.atomic import read_jsonl, write_jsonl
 from stereolens.contextbias.prompts import build_prompts, shard_items
+from stereolens.generate.job import check_injected_oom, limit_threads, run_generation
 from stereolens.registry import load_model, load_registry
+
+__all__ = [
+    "extract_contextbias_shard",
+    "generate_contextbias_shard",
+    "generation_items",
+    "limit_threads",  # re-exported: other jobs import it from here
+    "read_image_metadata",
+]
 
 VALIDATION = "VAL"
 """Condition name of the explicit-attribute validation prompts (paper Table 1)."""
@@ -31,33 +40,24 @@ CARRIED_KEYS = (
 )
 
 
-def limit_threads(threads: int | None) -> None:
-    """Give torch the job's threads, not the machine's: several jobs share a node, and
-    oversubscribed CPU threads make small models an order of magnitude slower."""
-    if threads:
-        import torch
-
-        torch.set_num_threads(int(threads))
-
-
-def generate_contextbias_shard(
-    registry_path: str,
+def generation_items(
+    prompts_path: str | None,
     model: str,
     role: str,
     condition: str,
     shard: int,
     seed_settings: dict,
-    seeds_per_shard: int,
-    bank_path: str | None,
-    out_dir: str,
-    log: logging.Logger | None = None,
-    threads: int | None = None,
+    config: dict,
 ) -> list[dict]:
-    from stereolens.generate.base import GenerationItem
-    from stereolens.generate.run import generate_shard
+    """Generation adapter of ContextBias (stereolens.generate.job.ADAPTERS): the images of
+    one job, every prompt of (role, condition) times the seed indices of ``shard``, as
+    GenerationItem keyword dicts.
 
-    log = log or logging.getLogger(__name__)
-    spec = load_registry(registry_path)[model]
+    ``prompts_path`` is the prompt bank (None = the shipped bank); ``seed_settings`` the
+    rule's seed settings (per_prompt, bank_key, default_bank_key, fix_articles; for the
+    validation condition VAL: per_prompt, seed_key); ``config`` the contextbias config
+    section (its ``seeds.per_shard``)."""
+    seeds_per_shard = config["seeds"]["per_shard"]
     if condition == VALIDATION:
         from stereolens.contextbias.validation import build_validation_prompts
 
@@ -74,34 +74,51 @@ def generate_contextbias_shard(
             bank_keys={model: bank_key} if bank_key else {},
             default_bank_key=seed_settings.get("default_bank_key"),
             roles=[role],
-            bank_path=bank_path,
+            bank_path=prompts_path,
             fix_articles=seed_settings.get("fix_articles", False),
         )
-    items = [
-        GenerationItem(**it)
-        for it in shard_items(prompts, model, role, condition, shard, seeds_per_shard)
-    ]
+    items = shard_items(prompts, model, role, condition, shard, seeds_per_shard)
     if not items:
         raise ValueError(
             f"no prompts for role {role!r}, condition {condition!r}, shard {shard}; "
             "check contextbias.roles/conditions and seeds.per_prompt"
         )
-    log.info(
-        "%s %s %s shard %d: %d images; loading %s",
+    return items
+
+
+def generate_contextbias_shard(
+    registry_path: str,
+    model: str,
+    role: str,
+    condition: str,
+    shard: int,
+    seed_settings: dict,
+    seeds_per_shard: int,
+    bank_path: str | None,
+    out_dir: str,
+    log: logging.Logger | None = None,
+    threads: int | None = None,
+) -> list[dict]:
+    """One ContextBias generation shard, for Python callers (the workflow runs
+    stereolens.generate.job.generate_images_job)."""
+    items = generation_items(
+        bank_path,
         model,
         role,
         condition,
         shard,
-        len(items),
-        spec.model,
+        seed_settings,
+        {"seeds": {"per_shard": seeds_per_shard}},
     )
-    limit_threads(threads)
-    start = time.perf_counter()
-    generator = load_model(spec)
-    load_seconds = time.perf_counter() - start
-    log.info("model loaded in %.1f s", load_seconds)
-    return generate_shard(
-        generator, items, out_dir, model_name=model, load_seconds=load_seconds, log=log.info
+    spec = load_registry(registry_path)[model]
+    return run_generation(
+        spec,
+        items,
+        out_dir,
+        label=f"{role} {condition} shard {shard}",
+        load=load_model,
+        log=log,
+        threads=threads,
     )
 
 
@@ -133,12 +150,19 @@ def extract_contextbias_shard(
     out_path: str,
     log: logging.Logger | None = None,
     threads: int | None = None,
+    batch_size: int | None = None,
+    job_resources: dict | None = None,
 ) -> list[dict]:
+    """Extract the attributes of every image of a generation shard; write one JSON line
+    per image to ``out_path``. ``batch_size`` overrides the registry's for this job (a
+    retry's smaller batch; results do not depend on it)."""
     from stereolens.contextbias.schema import AttributeSchema
     from stereolens.extract.run import ExtractionPrompt, ResponseCache, extract_images
 
     log = log or logging.getLogger(__name__)
-    spec = load_registry(registry_path)[extractor]
+    spec = load_registry(registry_path)[extractor].with_batch_size(batch_size)
+    if job_resources:
+        log.info("job resources: %s", ", ".join(f"{k}={v}" for k, v in job_resources.items()))
     items = read_image_metadata(images_dir)
     schema = AttributeSchema.load(schema_path)
     prompt = ExtractionPrompt.load(prompt_path)
@@ -148,6 +172,7 @@ def extract_contextbias_shard(
     start = time.perf_counter()
     vlm = load_model(spec)
     log.info("%s loaded in %.1f s; %d images", extractor, time.perf_counter() - start, len(items))
+    check_injected_oom(spec.get("batch_size", 1), f"{extractor} on {images_dir}")
     records = extract_images(
         vlm, items, schema, prompt, spec, max_attempts=max_attempts, cache=cache, log=log.info
     )

@@ -9,7 +9,8 @@ batch sizes, so images made with different ``batch_size`` can differ by a unit i
 a few pixel values. Keep ``batch_size`` fixed within a study.)
 
 Registry settings used here (see resources/schemas/models.schema.yaml):
-dtype, variant, pipeline_class, scheduler, device, enable_cpu_offload,
+dtype, variant, pipeline_class, scheduler (a class name, or {class, config} whose config
+overrides the checkpoint's scheduler config), device, enable_cpu_offload,
 trust_remote_code, batch_size, resolution, steps, guidance, negative_prompt,
 style_prefix, pipeline_kwargs, and the debiasing-variant keys variant_of,
 prompt_intervention, semantic_guidance and lora (see stereolens.generate.variants).
@@ -140,6 +141,50 @@ def _diffusers_attr(name: str, key: str, what: str):
     return obj
 
 
+def resolve_scheduler(value: Any, where: str) -> tuple[type | None, dict[str, Any]]:
+    """The registry's ``scheduler`` setting as (diffusers scheduler class, config
+    overrides); (None, {}) when unset. A class name is the short form of
+    ``{class: <name>}``. Raises ConfigError for an unknown class or a config key that is
+    not an argument of the class."""
+    if value is None:
+        return None, {}
+    if isinstance(value, str):
+        value = {"class": value}
+    if not isinstance(value, dict) or not isinstance(value.get("class"), str):
+        raise ConfigError(
+            f"{where}: setting scheduler must be a class name or a mapping "
+            "{class: <name>, config: {...}}, not " + repr(value)
+        )
+    unknown = sorted(set(value) - {"class", "config"})
+    if unknown:
+        raise ConfigError(f"{where}: setting scheduler has unknown key(s) {', '.join(unknown)}")
+    name = value["class"]
+    cls = getattr(diffusers, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, diffusers.SchedulerMixin)):
+        known = sorted(
+            n
+            for n in dir(diffusers)
+            if n.endswith("Scheduler") and not n.startswith("_") and n != "SchedulerMixin"
+        )
+        raise ConfigError(
+            f"{where}: setting scheduler class {name!r} is not a scheduler class in diffusers "
+            f"{diffusers.__version__}; known: {', '.join(known)}"
+        )
+    config = value.get("config") or {}
+    if not isinstance(config, dict):
+        raise ConfigError(f"{where}: setting scheduler.config must be a mapping")
+    params = inspect.signature(cls.__init__).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        accepted = sorted(n for n in params if n != "self")
+        bad = sorted(set(config) - set(accepted))
+        if bad:
+            raise ConfigError(
+                f"{where}: setting scheduler.config has key(s) {', '.join(bad)} that "
+                f"{name} does not take; accepted: {', '.join(accepted)}"
+            )
+    return cls, dict(config)
+
+
 def flip_direction(seed: int) -> bool:
     """randomize_direction: whether the image with this seed gets its editing directions
     flipped. A fair coin drawn from a hash of the seed (not from torch's generator, which
@@ -251,17 +296,7 @@ class DiffusersGenerator:
         else:
             cls = diffusers.AutoPipelineForText2Image
         # Names are checked before the (slow) load.
-        scheduler = spec.get("scheduler")
-        sched_cls = None
-        if scheduler:
-            sched_cls = _diffusers_attr(scheduler, "scheduler", "scheduler")
-            if not (
-                isinstance(sched_cls, type) and issubclass(sched_cls, diffusers.SchedulerMixin)
-            ):
-                raise ConfigError(
-                    f"{where}: setting scheduler is {scheduler!r}, which is not a diffusers "
-                    "scheduler class"
-                )
+        sched_cls, self.scheduler_config = resolve_scheduler(spec.get("scheduler"), where)
         load_kwargs: dict[str, Any] = {
             "revision": spec.revision,
             _DTYPE_KWARG: self.dtype,
@@ -286,7 +321,7 @@ class DiffusersGenerator:
         if self.lora is not None:
             self._load_lora(pipe)
         if sched_cls is not None:
-            pipe.scheduler = sched_cls.from_config(pipe.scheduler.config)
+            pipe.scheduler = sched_cls.from_config(pipe.scheduler.config, **self.scheduler_config)
 
         if spec.get("enable_cpu_offload", False):
             dev = torch.device(self.device)
@@ -506,6 +541,8 @@ class DiffusersGenerator:
             "negative_prompt": spec.get("negative_prompt"),
             "style_prefix": spec.get("style_prefix"),
             "scheduler": type(self.pipe.scheduler).__name__,
+            # the overrides only where set, so other models' settings stay as they were
+            **({"scheduler_config": dict(self.scheduler_config)} if self.scheduler_config else {}),
             "pipeline_class": type(self.pipe).__name__,
             "pipeline_kwargs": dict(spec.get("pipeline_kwargs") or {}),
             "diffusers_version": diffusers.__version__,

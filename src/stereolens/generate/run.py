@@ -146,13 +146,15 @@ def generate_shard(
     batch_size: int | None = None,
     log: Callable[[str], Any] = print,
     load_seconds: float | None = None,
+    timing_extra: dict[str, Any] | None = None,
 ) -> list[dict]:
     """Make every item's image into ``out_dir``; return the metadata rows (item order).
 
     ``batch_size`` is how many items go to one ``generator.generate`` call (and so how
     often progress is saved); None = the generator's own ``batch_size`` attribute, else 1.
-    ``load_seconds`` (model load time) is recorded in timing.json. See the module
-    docstring for the folder layout and the crash/rerun behaviour.
+    ``load_seconds`` (model load time) and ``timing_extra`` (e.g. the job's scheduler
+    resources) are recorded in timing.json. See the module docstring for the folder
+    layout and the crash/rerun behaviour.
     """
     started = time.perf_counter()
     items = list(items)
@@ -248,6 +250,7 @@ def generate_shard(
             "total_seconds_this_run": time.perf_counter() - started,
             "mean_seconds_per_image": sum(per_image.values()) / len(per_image),
             "seconds_per_image": per_image,
+            **(timing_extra or {}),
         },
     )
 

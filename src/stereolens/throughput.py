@@ -1,0 +1,361 @@
+"""Measured throughput: model-load time and time per item of every generation, extraction
+and VQA job of a run, per stage x benchmark x model, next to the planner's figures.
+
+Sources, all written by the jobs themselves (nothing here loads a model):
+
+* generation: ``results/{benchmark}/images/{job}/timing.json`` (stereolens.generate.run):
+  ``load_seconds`` and ``seconds_per_image`` (the time of the batch that made each
+  image, divided by its size; an image reused from an interrupted run keeps its own).
+* extraction / VQA / LVLM: ``results/{benchmark}/{folder}/{model}/{job}.jsonl``
+  (JOB_FOLDERS: extractions, vqa, responses, story_attributes). Where the job wrote a
+  sidecar ``{job}.jsonl.timing.json`` (``model``, ``load_seconds``, ``seconds`` = the
+  work after loading, ``items``), that; else ``seconds`` per record (backend time of
+  every uncached attempt) where the records carry it, and ``load_seconds`` from the
+  records where present, else the last "loaded in N s" line of the job's log
+  ``logs/{benchmark}/{stage}/{job}.log``.
+* every job: the Snakemake benchmark file ``benchmarks/{benchmark}/{stage}/{job}.tsv``
+  (wall seconds ``s`` and peak resident memory ``max_rss`` in MB, whole job).
+
+The planner's figures come from the throughput table (config/throughput.yaml,
+stereolens.plan): seconds_per_image for generators, seconds_per_call for VLMs.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+# results/{benchmark}/<folder>/... -> stage (the folder name under benchmarks/ and logs/)
+JOB_FOLDERS = {
+    "images": "generate",
+    "extractions": "extract",
+    "vqa": "vqa",
+    "responses": "respond",
+    "story_attributes": "story_attributes",
+}
+TIMING_FILE = "timing.json"
+SIDECAR_SUFFIX = ".timing.json"
+_LOADED = re.compile(r"loaded in ([0-9]+(?:\.[0-9]+)?) s")
+
+JOB_SCHEMA = {
+    "benchmark": pl.String,
+    "stage": pl.String,
+    "model": pl.String,
+    "job": pl.String,
+    "items": pl.Int64,
+    "timed_items": pl.Int64,
+    "item_seconds": pl.Float64,
+    "load_seconds": pl.Float64,
+    "wall_seconds": pl.Float64,
+    "max_rss_mb": pl.Float64,
+}
+
+SUMMARY_COLUMNS = [
+    "stage",
+    "benchmark",
+    "model",
+    "jobs",
+    "items",
+    "load_s_total",
+    "load_s_mean",
+    "s_per_item",
+    "items_per_hour",
+    "wall_s_per_item",
+    "peak_rss_mb",
+    "planned_s_per_item",
+    "planned_status",
+    "measured_vs_planned",
+]
+
+CAPTION = (
+    "Measured throughput per stage, benchmark and model, from the jobs of this run. "
+    "jobs: finished jobs found; items: images generated (generate), images sent to the "
+    "model (extract, vqa). load_s_total / load_s_mean: model-load time summed over / "
+    "averaged across the jobs that recorded it (timing.json of a generation job; the "
+    "records or the job log of an extraction or VQA job). s_per_item: the model's own "
+    "time per item, load excluded = seconds recorded per item summed over all jobs, "
+    "divided by the items that cost a model call (answers from the response cache cost "
+    "none); empty when the jobs do not record per-item time. items_per_hour: 3600 / "
+    "s_per_item. wall_s_per_item: Snakemake benchmark wall time of the whole jobs "
+    "(start-up and load included) divided by their items. peak_rss_mb: largest max_rss "
+    "(MB) of any job in the Snakemake benchmark files. planned_s_per_item and "
+    "planned_status: the planner's figure for the model (config/throughput.yaml, "
+    "`stereolens plan`) and whether it is measured or an estimate; measured_vs_planned: "
+    "s_per_item / planned_s_per_item (above 1 = slower than planned). The planner's "
+    "figures are for its table's GPU: a different device or a CPU run differs for that "
+    "reason alone."
+)
+
+
+# ------------------------------------------------------------------ reading
+
+
+def _read_benchmark_tsv(path: Path) -> tuple[float | None, float | None]:
+    """(mean wall seconds, max of max_rss in MB) of a Snakemake benchmark file; None for a
+    missing or unreadable value ("NA" or "-" where psutil could not measure)."""
+
+    def num(value: Any) -> float | None:
+        try:
+            out = float(value)
+        except (TypeError, ValueError):
+            return None
+        return out if math.isfinite(out) else None
+
+    try:
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh, delimiter="\t"))
+    except OSError:
+        return None, None
+    walls = [w for w in (num(r.get("s")) for r in rows) if w is not None]
+    rss = [m for m in (num(r.get("max_rss")) for r in rows) if m is not None]
+    return (sum(walls) / len(walls) if walls else None), (max(rss) if rss else None)
+
+
+def _load_from_log(path: Path) -> float | None:
+    """The last "loaded in N s" of a job log (logs are appended to on reruns)."""
+    try:
+        found = _LOADED.findall(path.read_text(errors="replace"))
+    except OSError:
+        return None
+    return float(found[-1]) if found else None
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    records = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                records.append(json.loads(line))
+    return records
+
+
+def _skip(path: Path, base: Path) -> bool:
+    """Work folders of unfinished or replaced jobs."""
+    return any(p.endswith((".partial", ".stale")) for p in path.relative_to(base).parts)
+
+
+def _generation_job(timing_path: Path) -> dict[str, Any]:
+    timing = json.loads(timing_path.read_text())
+    per_image = timing.get("seconds_per_image") or {}
+    items = int(timing.get("images", len(per_image)))
+    item_seconds = float(sum(per_image.values())) if per_image else None
+    return {
+        "items": items,
+        "timed_items": len(per_image) if per_image else None,
+        "item_seconds": item_seconds,
+        "load_seconds": timing.get("load_seconds"),
+    }
+
+
+def _sidecar_job(sidecar: Path) -> dict[str, Any]:
+    timing = json.loads(sidecar.read_text())
+    items = int(timing["items"])
+    seconds = timing.get("seconds")
+    return {
+        "model": timing.get("model"),
+        "items": items,
+        "timed_items": items,
+        "item_seconds": None if seconds is None else float(seconds),
+        "load_seconds": timing.get("load_seconds"),
+    }
+
+
+def _answer_job(jsonl_path: Path, log_path: Path) -> dict[str, Any]:
+    records = _read_jsonl(jsonl_path)
+    # VQA writes one row per image x person position; count images
+    images = {r.get("image_id") for r in records}
+    items = len(images) if None not in images else len(records)
+    timed = [r for r in records if "seconds" in r]
+    item_seconds = None
+    timed_items = None
+    if records and len(timed) == len(records):
+        item_seconds = float(sum(float(r["seconds"] or 0.0) for r in records))
+        # an answer wholly from the response cache cost no model call
+        timed_items = sum(
+            not all(a.get("cached") for a in (r.get("attempt_log") or [])) for r in records
+        )
+    loads = [r["load_seconds"] for r in records if r.get("load_seconds") is not None]
+    load = float(loads[0]) if loads else _load_from_log(log_path)
+    return {
+        "items": items,
+        "timed_items": timed_items,
+        "item_seconds": item_seconds,
+        "load_seconds": load,
+    }
+
+
+def collect_jobs(
+    results_dir: str | Path,
+    benchmarks_dir: str | Path | None = None,
+    logs_dir: str | Path | None = None,
+) -> pl.DataFrame:
+    """One row per finished generation / extraction / VQA job found under ``results_dir``
+    (JOB_SCHEMA). ``benchmarks_dir`` and ``logs_dir`` default to the folders beside it."""
+    results_dir = Path(results_dir)
+    root = results_dir.parent
+    benchmarks_dir = Path(benchmarks_dir) if benchmarks_dir else root / "benchmarks"
+    logs_dir = Path(logs_dir) if logs_dir else root / "logs"
+    rows = []
+    for bench_dir in sorted(p for p in results_dir.iterdir() if p.is_dir()):
+        for folder, stage in JOB_FOLDERS.items():
+            base = bench_dir / folder
+            if not base.is_dir():
+                continue
+            if stage == "generate":
+                found = [(p, p.parent.relative_to(base)) for p in base.rglob(TIMING_FILE)]
+            else:
+                found = [(p, p.relative_to(base).with_suffix("")) for p in base.rglob("*.jsonl")]
+            for path, rel in sorted(found):
+                if _skip(path, base) or not rel.parts:
+                    continue
+                log_path = logs_dir / bench_dir.name / stage / f"{rel}.log"
+                try:
+                    sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
+                    if stage == "generate":
+                        job = _generation_job(path)
+                    elif sidecar.exists():
+                        job = _sidecar_job(sidecar)
+                    else:
+                        job = _answer_job(path, log_path)
+                except (OSError, ValueError, TypeError, KeyError, AttributeError):
+                    continue  # a file being written or of an unknown layout: not a job
+                wall, rss = _read_benchmark_tsv(
+                    benchmarks_dir / bench_dir.name / stage / f"{rel}.tsv"
+                )
+                rows.append(
+                    {
+                        "benchmark": bench_dir.name,
+                        "stage": stage,
+                        # the model that ran (an LVLM story job's folder names the audited
+                        # model, its timing the assistant that read the stories)
+                        "model": job.pop("model", None) or rel.parts[0],
+                        "job": rel.as_posix(),
+                        **job,
+                        "wall_seconds": wall,
+                        "max_rss_mb": rss,
+                    }
+                )
+    return pl.DataFrame(rows, schema=JOB_SCHEMA)
+
+
+# ------------------------------------------------------------------ summary
+
+
+def _planned(model: str, stage: str, table: dict | None) -> tuple[float | None, str | None]:
+    entry = ((table or {}).get("entries") or {}).get(model)
+    if not entry:
+        return None, None
+    key = "seconds_per_image" if stage == "generate" else "seconds_per_call"
+    value = entry.get(key)
+    return (float(value), entry.get("status")) if value is not None else (None, None)
+
+
+def summarise(jobs: pl.DataFrame, throughput_table: dict | None = None) -> pl.DataFrame:
+    """Per (stage, benchmark, model): SUMMARY_COLUMNS (see CAPTION for each)."""
+    if jobs.is_empty():
+        return pl.DataFrame(
+            schema={
+                c: (
+                    pl.String
+                    if c in ("stage", "benchmark", "model", "planned_status")
+                    else pl.Int64
+                    if c in ("jobs", "items")
+                    else pl.Float64
+                )
+                for c in SUMMARY_COLUMNS
+            }
+        )
+    with_bench = pl.col("wall_seconds").is_not_null()
+    out = (
+        jobs.group_by("stage", "benchmark", "model")
+        .agg(
+            pl.len().cast(pl.Int64).alias("jobs"),
+            pl.col("items").sum().cast(pl.Int64).alias("items"),
+            pl.col("load_seconds").sum().alias("load_s_total"),
+            pl.col("load_seconds").mean().alias("load_s_mean"),
+            pl.col("load_seconds").is_not_null().sum().alias("_load_jobs"),
+            pl.col("item_seconds").sum().alias("_item_s"),
+            pl.col("timed_items")
+            .filter(pl.col("item_seconds").is_not_null())
+            .sum()
+            .alias("_timed"),
+            pl.col("item_seconds").is_not_null().sum().alias("_timed_jobs"),
+            pl.col("wall_seconds").filter(with_bench).sum().alias("_wall"),
+            pl.col("items").filter(with_bench).sum().alias("_wall_items"),
+            pl.col("max_rss_mb").max().alias("peak_rss_mb"),
+        )
+        .with_columns(
+            pl.when(pl.col("_load_jobs") > 0).then(pl.col("load_s_total")).alias("load_s_total"),
+            pl.when((pl.col("_timed_jobs") > 0) & (pl.col("_timed") > 0))
+            .then(pl.col("_item_s") / pl.col("_timed"))
+            .alias("s_per_item"),
+            pl.when(pl.col("_wall_items") > 0)
+            .then(pl.col("_wall") / pl.col("_wall_items"))
+            .alias("wall_s_per_item"),
+        )
+        .with_columns(
+            pl.when(pl.col("s_per_item") > 0)
+            .then(3600.0 / pl.col("s_per_item"))
+            .alias("items_per_hour")
+        )
+    )
+    planned = [
+        _planned(m, s, throughput_table) for m, s in zip(out["model"], out["stage"], strict=True)
+    ]
+    out = out.with_columns(
+        pl.Series("planned_s_per_item", [p[0] for p in planned], dtype=pl.Float64),
+        pl.Series("planned_status", [p[1] for p in planned], dtype=pl.String),
+    ).with_columns(
+        (pl.col("s_per_item") / pl.col("planned_s_per_item")).alias("measured_vs_planned")
+    )
+    order = {stage: i for i, stage in enumerate(JOB_FOLDERS.values())}
+    return (
+        out.with_columns(pl.col("stage").replace_strict(order, default=9).alias("_order"))
+        .sort("_order", "benchmark", "model")
+        .select(SUMMARY_COLUMNS)
+    )
+
+
+def configured_models(config: dict) -> dict[str, set[str]]:
+    """benchmark -> the model names the config runs there (generators, extractors, VQA or
+    audited models); a benchmark switched off has none."""
+    out: dict[str, set[str]] = {}
+    for name, section in (config or {}).items():
+        if not isinstance(section, dict) or section.get("enabled") is False:
+            continue
+        names: set[str] = set()
+        for key in ("generators", "extractors", "models", "vqa", "assistant"):
+            value = section.get(key)
+            if isinstance(value, str):
+                names.add(value)
+            elif isinstance(value, list):
+                names.update(v for v in value if isinstance(v, str))
+        if names:
+            out[name] = names
+    return out
+
+
+def measured_throughput(
+    results_dir: str | Path,
+    config: dict | None = None,
+    throughput_table: dict | None = None,
+    benchmarks_dir: str | Path | None = None,
+    logs_dir: str | Path | None = None,
+) -> pl.DataFrame:
+    """The summary of every job under ``results_dir``; with ``config``, only the
+    benchmarks and models it configures (left-over folders of other runs are ignored)."""
+    jobs = collect_jobs(results_dir, benchmarks_dir, logs_dir)
+    if config is not None and not jobs.is_empty():
+        wanted = configured_models(config)
+        keep = [
+            m in wanted.get(b, set()) if b in wanted or b in config else True
+            for b, m in zip(jobs["benchmark"], jobs["model"], strict=True)
+        ]
+        jobs = jobs.filter(pl.Series(keep, dtype=pl.Boolean))
+    return summarise(jobs, throughput_table)

@@ -1,0 +1,29 @@
+"""Entry point of rule generate_images (every benchmark's generation jobs)."""
+
+import json
+
+from stereolens.generate.job import generate_images_job, job_resources
+from stereolens.workflow_support import run_logged
+
+
+def main(log):
+    w, p = snakemake.wildcards, snakemake.params  # noqa: F821
+    generate_images_job(
+        registry_path=p.registry,
+        benchmark=w.benchmark,
+        model=w.model,
+        group=w.group,
+        cell=w.cell,
+        shard=int(w.shard),
+        settings=json.loads(p.settings),
+        prompts_path=snakemake.input.prompts,  # noqa: F821
+        out_dir=snakemake.output[0],  # noqa: F821
+        config=snakemake.config[w.benchmark],  # noqa: F821
+        batch_size=snakemake.resources.get("batch_size"),  # noqa: F821
+        log=log,
+        threads=snakemake.threads,  # noqa: F821
+        job_resources=job_resources(snakemake),  # noqa: F821
+    )
+
+
+run_logged(snakemake, main)  # noqa: F821

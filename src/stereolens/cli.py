@@ -10,6 +10,7 @@ from stereolens import __version__
 from stereolens import plan as plan_cli
 from stereolens.biasig import cli as biasig_cli
 from stereolens.contextbias import cli as contextbias_cli
+from stereolens.lvlm import cli as lvlm_cli
 
 
 def _build_tiny(args: argparse.Namespace) -> int:
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     contextbias_cli.register(sub)
     biasig_cli.register(sub)
+    lvlm_cli.register(sub)
     plan_cli.register(sub)
 
     t = sub.add_parser(

@@ -58,12 +58,47 @@ def check_models(config: dict[str, Any], registry: dict[str, ModelSpec]) -> None
             raise ConfigError(
                 f"biasig.vqa: {bg['vqa']!r} is not a vlm in the registry {config['registry']}"
             )
+    _check_lvlm(config, registry)
     llm = cb["canonicalisation"]["llm"]
     if llm is not None and (llm not in registry or registry[llm].kind not in ("llm", "vlm")):
         known = sorted(n for n, s in registry.items() if s.kind == "llm")
         raise ConfigError(
             f"contextbias.canonicalisation.llm: {llm!r} is not an llm in the registry "
             f"{config['registry']}; known llms: {', '.join(known)}"
+        )
+
+
+def _check_lvlm(config: dict[str, Any], registry: dict[str, ModelSpec]) -> None:
+    lv = config.get("lvlm") or {}
+    if not lv.get("enabled"):
+        return
+    where = config["registry"]
+    if not lv["models"]:
+        raise ConfigError("lvlm.models is empty: name at least one vlm of the registry")
+    for name in lv["models"]:
+        if registry.get(name) is None or registry[name].kind != "vlm":
+            known = sorted(n for n, s in registry.items() if s.kind == "vlm")
+            raise ConfigError(
+                f"lvlm.models: {name!r} is not a vlm in the registry {where}; known vlms: "
+                f"{', '.join(known)}. Add an entry under vlms: to add a model."
+            )
+    needs_assistant = [t for t in ("story", "term") if t in lv["tasks"]]
+    if needs_assistant and lv["assistant"] is None:
+        raise ConfigError(
+            f"lvlm.assistant is null but task(s) {', '.join(needs_assistant)} need the LLM "
+            "assistant: name an llms (or vlms) entry of the registry"
+        )
+    for key in ("assistant", "refusal_judge"):
+        name = lv[key]
+        if name is not None and (name not in registry or registry[name].kind not in ("llm", "vlm")):
+            raise ConfigError(f"lvlm.{key}: {name!r} is not an llm or vlm in the registry {where}")
+    src = lv["user_images"]
+    if src["source"] == "folder" and not src["folder"]:
+        raise ConfigError("lvlm.user_images.source is folder but lvlm.user_images.folder is unset")
+    if "attribute_inferring" in lv["tasks"] and lv["settings"] == ["persona"]:
+        raise ConfigError(
+            "lvlm.tasks.attribute_inferring asks about the photo: it needs the image or "
+            "mitigation setting, not persona alone"
         )
 
 

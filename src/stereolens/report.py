@@ -478,6 +478,34 @@ def _biasig_sections(
     return parts
 
 
+def _throughput_section(config: dict, inputs: dict) -> list[str]:
+    """Measured throughput (stereolens.throughput) of the run whose results folder holds
+    inputs["prompts"]: the jobs' timing files, logs and Snakemake benchmark files found
+    there and beside it, and the planner's table config/throughput.yaml of the same run."""
+    from pathlib import Path
+
+    from stereolens.plan import DEFAULT_THROUGHPUT, load_throughput
+    from stereolens.throughput import CAPTION, measured_throughput
+    from stereolens.validation import ConfigError
+
+    results = Path(inputs["prompts"]).parents[1]
+    if results.name != "results":
+        return []
+    parts = ["<h2>Measured throughput</h2>"]
+    table, table_path = None, results.parent / DEFAULT_THROUGHPUT
+    if table_path.exists():
+        try:
+            table = load_throughput(table_path)
+        except ConfigError as exc:
+            parts.append(f"<p>No planned figures: {html.escape(str(exc))}</p>")
+    summary = measured_throughput(results, config=config, throughput_table=table)
+    if summary.is_empty():
+        parts.append("<p>No job timing records were found under the results folder.</p>")
+        return parts
+    parts.append(_table(summary, CAPTION))
+    return parts
+
+
 def render_report(config: dict, inputs: dict, out_path: str) -> None:
     """Write the report from the tables named in ``inputs`` (name -> path): prompts, images,
     bi are required; mapping, ccs_mean, robustness, bootstrap, validation, annotation_form,
@@ -568,6 +596,17 @@ def render_report(config: dict, inputs: dict, out_path: str) -> None:
             _read(inputs, "biasig_explicit"),
             _read(inputs, "biasig_eta"),
         )
+    if inputs.get("lvlm_scores"):
+        from stereolens.lvlm.report import lvlm_sections
+
+        parts += lvlm_sections(
+            config,
+            _read(inputs, "lvlm_scores"),
+            _read(inputs, "lvlm_refusals"),
+            _read(inputs, "lvlm_story_skew"),
+            _read(inputs, "lvlm_sets"),
+        )
+    parts += _throughput_section(config, inputs)
     parts.append("<h2>Models</h2>")
     parts.append(_models_table(config))
     parts.append("<h2>Run settings</h2>")

@@ -1,9 +1,13 @@
 # Config validation, registry, wildcard constraints and input functions.
 # Module-level code stays cheap: every SLURM job re-parses this file.
 
+import inspect
 import json
 import math
 import os
+from functools import lru_cache
+
+from snakemake.common import overwrite_function_params
 
 from stereolens.config import check_models, validate_config
 from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
@@ -39,6 +43,43 @@ def model_spec(name):
     return REGISTRY[name]
 
 
+# Planning speed. The paper-scale run plans ~14,000 model jobs, and Snakemake calls every
+# input function, param and resource callable of every job. Two things keep that cheap:
+# per-model values are computed once per model (lru_cache), not once per job, and the
+# callables of the per-job rules are marked with per_job, which gives Snakemake their
+# signature once (it would otherwise run inspect.signature at every call: ~2 s of a
+# paper-scale dry run).
+
+
+def per_job(func):
+    """Tell Snakemake the parameters of ``func`` once (snakemake.common's
+    overwrite_function_params with the signature's own parameters: behaviour unchanged)."""
+    overwrite_function_params(func, inspect.signature(func).parameters)
+    return func
+
+
+@lru_cache(maxsize=None)
+def model_fingerprint(name):
+    return model_fingerprint_json(REGISTRY[name])
+
+
+@lru_cache(maxsize=None)
+def model_gpu(name):
+    """1 when a job of this model asks for a GPU (from the registry), else 0."""
+    return int(REGISTRY[name].needs_gpu())
+
+
+def model_mem_mb(name, attempt):
+    """Host memory of a model job on its attempt: registry mem_mb (or the backend's
+    default) times the attempt, so an out-of-memory failure retries with more."""
+    return REGISTRY[name].job_mem_mb(attempt)
+
+
+def model_batch_size(name, attempt):
+    """Batch size of a model job on its attempt: registry batch_size halved per retry."""
+    return REGISTRY[name].job_batch_size(attempt)
+
+
 def get_checkpoint(name):
     """A locally built checkpoint the model needs (embedded default), else nothing."""
     spec = REGISTRY[name]
@@ -53,18 +94,79 @@ def get_tiny_builder(wildcards):
     return builders.pop()
 
 
+@per_job
+def get_extractor_checkpoint(wildcards):
+    return get_checkpoint(wildcards.extractor)
+
+
+@per_job
 def get_extractor_env(wildcards):
     """Conda env of an extraction job: vLLM brings its own CUDA torch."""
     name = "vllm" if REGISTRY[wildcards.extractor].backend == "vllm" else "extract"
     return os.path.join(workflow.basedir, "envs", f"{name}.yaml")
 
 
+@per_job
 def get_generator_fingerprint(wildcards):
-    return model_fingerprint_json(REGISTRY[wildcards.model])
+    return model_fingerprint(wildcards.model)
 
 
+@per_job
 def get_extractor_fingerprint(wildcards):
-    return model_fingerprint_json(REGISTRY[wildcards.extractor])
+    return model_fingerprint(wildcards.extractor)
+
+
+# Resources of the model jobs (generation: the generator; extraction/VQA: the extractor).
+@per_job
+def get_generator_gpu(wildcards):
+    return model_gpu(wildcards.model)
+
+
+@per_job
+def get_generator_mem_mb(wildcards, attempt):
+    return model_mem_mb(wildcards.model, attempt)
+
+
+@per_job
+def get_generator_batch_size(wildcards, attempt):
+    return model_batch_size(wildcards.model, attempt)
+
+
+@per_job
+def get_extractor_gpu(wildcards):
+    return model_gpu(wildcards.extractor)
+
+
+@per_job
+def get_extractor_mem_mb(wildcards, attempt):
+    return model_mem_mb(wildcards.extractor, attempt)
+
+
+@per_job
+def get_extractor_batch_size(wildcards, attempt):
+    return model_batch_size(wildcards.extractor, attempt)
+
+
+def cpu_job_group(name, model):
+    """Group of a model job on a cluster: the jobs of API and CPU models are small and
+    many, so they join the group ``name`` where the profile batches it with
+    group-components (profiles/slurm: several jobs per submission); a GPU model's jobs,
+    and every job under a profile that does not batch ``name``, stay alone (None).
+    Decided here, not in the profile, because one rule runs both kinds and a profile's
+    `groups:` names a whole rule. Local runs ignore groups."""
+    if model_gpu(model) or name not in workflow.group_settings.group_components:
+        return None
+    return name
+
+
+@per_job
+def get_extraction_group(wildcards):
+    return cpu_job_group("cpu-extract", wildcards.extractor)
+
+
+@per_job
+def get_vqa_group(wildcards):
+    return cpu_job_group("cpu-vqa", wildcards.extractor)
 
 
 def get_canonical_llm_checkpoint(wildcards):
@@ -82,16 +184,19 @@ def get_canonical_overrides(wildcards):
     return [path] if path else []
 
 
+@lru_cache(maxsize=None)
 def get_prompt_bank():
     from stereolens.paths import resource
 
     return CB["prompt_bank"] or str(resource("contextbias", "prompts.json"))
 
 
-def get_seed_settings(wildcards):
-    """What decides a generator's seeds; a change here regenerates that model only."""
+@lru_cache(maxsize=None)
+def seed_settings(model, validation):
+    """What decides a ContextBias generator's seeds (JSON); a change here regenerates that
+    model only. ``validation``: the explicit-attribute validation prompts (VAL)."""
     seeds = CB["seeds"]
-    if wildcards.condition == "VAL":
+    if validation:
         return json.dumps(
             {"per_prompt": CB_VAL["seeds_per_prompt"], "seed_key": CB_VAL["seed_key"]},
             sort_keys=True,
@@ -99,7 +204,7 @@ def get_seed_settings(wildcards):
     return json.dumps(
         {
             "per_prompt": seeds["per_prompt"],
-            "bank_key": seeds["bank_keys"].get(wildcards.model, seeds["default_bank_key"]),
+            "bank_key": seeds["bank_keys"].get(model, seeds["default_bank_key"]),
             "default_bank_key": seeds["default_bank_key"],
             "fix_articles": CB["fix_articles"],
         },
@@ -186,8 +291,12 @@ def get_biasig_vqa_outputs(wildcards=None):
     ]
 
 
-def get_biasig_settings(wildcards):
+def get_biasig_settings(wildcards=None):
     """What decides a BiasIG shard's images besides the model (a change reruns it)."""
+    return BG_SETTINGS
+
+
+def biasig_settings():
     return json.dumps(
         {
             k: BG[k]
@@ -203,6 +312,38 @@ def get_biasig_settings(wildcards):
         },
         sort_keys=True,
     )
+
+
+BG_SETTINGS = biasig_settings()
+
+
+# ---- generation: generate_images (models.smk) generates for every benchmark.
+# A job is results/{benchmark}/images/{model}/{group}/{cell}/{shard}; the benchmark
+# decides what group and cell are (ContextBias: role and condition; BiasIG: acquired
+# attribute type and prompt condition), its prompt input and its settings param.
+
+GENERATION_CELLS = [*ALL_CONDITIONS, "VAL", "implicit", "explicit"]
+
+
+@per_job
+def get_generation_input(wildcards):
+    """The benchmark's prompt input (ContextBias: the prompt bank; BiasIG: the prompt
+    table) and, for the embedded default, the locally built checkpoint."""
+    if wildcards.benchmark == "contextbias":
+        prompts = get_prompt_bank()
+    else:
+        prompts = "results/biasig/prompts.parquet"
+    return {"prompts": prompts, "checkpoint": get_checkpoint(wildcards.model)}
+
+
+@per_job
+def get_generation_settings(wildcards):
+    """What decides a shard's images besides the model, per benchmark (a Snakemake param:
+    a change reruns the affected jobs). The values are those the benchmarks' own rules had,
+    so finished shards of earlier runs stay up to date."""
+    if wildcards.benchmark == "contextbias":
+        return seed_settings(wildcards.model, wildcards.cell == "VAL")
+    return BG_SETTINGS
 
 
 def get_report_config():
@@ -241,6 +382,7 @@ def get_report_inputs(wildcards):
     if BG["enabled"]:
         for name in ("implicit", "explicit", "eta"):
             inputs[f"biasig_{name}"] = f"results/biasig/metrics/{name}.parquet"
+    inputs.update(get_lvlm_report_inputs())
     return inputs
 
 
@@ -254,9 +396,155 @@ def get_final_targets():
         targets.append("results/contextbias/annotation/form.html")
     if CB["annotation"]["answers"]:
         targets.append("results/contextbias/annotation/agreement_summary.parquet")
+    if LV["enabled"]:
+        targets.append("results/lvlm/metrics/scores.parquet")
     return targets + [
         "results/contextbias/prompts.parquet",
         "results/contextbias/attributes.parquet",
         "results/contextbias/metrics/bi.parquet",
         "results/report/index.html",
     ]
+
+
+# ---- LVLM (input functions of workflow/rules/lvlm.smk)
+# Paths name groups by their path-safe slug ("East Asian" -> east-asian).
+
+from stereolens.lvlm.names import AXES as LV_AXES, group_slug
+
+LV = config["lvlm"]
+LV_TASKS = list(LV["tasks"]) if LV["enabled"] else []
+LV_SCORED = [t for t in ("story", "term", "exam") if t in LV_TASKS]
+LV_CACHE = "results/cache/lvlm" if LV["cache"] else None
+
+
+wildcard_constraints:
+    setting="image|mitigation|persona",
+    task="story|term|exam|attribute_inferring",
+    axis="gender|race",
+    usergroup=r"[a-z0-9_-]+",
+
+
+def lvlm_groups(axis):
+    """Path names of the groups tested on ``axis``."""
+    return [group_slug(g) for g in (LV["groups"].get(axis) or LV_AXES[axis])]
+
+
+def lvlm_settings(task):
+    """The attribute-inferring baseline asks about the photo: no text-persona setting."""
+    return [s for s in LV["settings"] if not (task == "attribute_inferring" and s == "persona")]
+
+
+def lvlm_shards(task):
+    t = LV["tasks"][task]
+    return range(math.ceil(t["images_per_group"] / t["images_per_shard"]))
+
+
+def lvlm_response_paths(model, setting=None, task=None, axis=None, usergroup=None):
+    """Response shards of one model, optionally narrowed to a setting, task, axis, group."""
+    return [
+        f"results/lvlm/responses/{model}/{s}/{t}/{a}/{g}/{k}.jsonl"
+        for t in ([task] if task else LV_TASKS)
+        for s in lvlm_settings(t)
+        if setting in (None, s)
+        for a in ([axis] if axis else LV["axes"])
+        for g in ([usergroup] if usergroup else lvlm_groups(a))
+        for k in lvlm_shards(t)
+    ]
+
+
+def get_lvlm_image_folder():
+    src = LV["user_images"]
+    if src["source"] == "synthetic":
+        return "results/lvlm/user_images/synthetic"
+    if src["source"] == "huggingface":
+        return "resources/lvlm/huggingface"
+    return src["folder"]
+
+
+def get_lvlm_labels_csv():
+    src = LV["user_images"]
+    if src["source"] == "folder" and src["labels_csv"]:
+        return src["labels_csv"]
+    return os.path.join(get_lvlm_image_folder(), "labels.csv")
+
+
+def get_lvlm_prompt_file():
+    from stereolens.paths import resource
+
+    return LV["prompts"] or str(resource("lvlm", "prompts.v1.yaml"))
+
+
+def get_lvlm_draw_settings(wildcards):
+    """What decides the image draw; a change here redraws (and so reasks) every model."""
+    keys = ("axes", "groups", "seed", "tasks", "user_images")
+    return json.dumps({k: LV[k] for k in keys}, sort_keys=True)
+
+
+def get_lvlm_task_settings(wildcards):
+    """What decides a task's requests besides the model and the drawn images."""
+    keys = ("seed", "max_attempts", "mitigation_placement", "prompts", "terms")
+    keys += ("terms_per_domain",) if wildcards.task == "term" else ()
+    keys += ("questions_per_subject", "mmlu") if wildcards.task == "exam" else ()
+    settings = {k: LV[k] for k in keys}
+    settings["max_new_tokens"] = LV["tasks"][wildcards.task]["max_new_tokens"]
+    return json.dumps(settings, sort_keys=True)
+
+
+def get_lvlm_assistant_checkpoint(wildcards):
+    return get_checkpoint(LV["assistant"]) if LV["assistant"] else []
+
+
+def get_lvlm_judge_checkpoint(wildcards):
+    return get_checkpoint(LV["refusal_judge"]) if LV["refusal_judge"] else []
+
+
+def get_lvlm_story_paths():
+    return [
+        f"results/lvlm/story_attributes/{m}/{s}/{a}.jsonl"
+        for m in sorted(LV["models"])
+        for s in lvlm_settings("story")
+        for a in LV["axes"]
+    ] if "story" in LV_TASKS else []
+
+
+def get_lvlm_judgement_paths():
+    return [
+        f"results/lvlm/term_judgements/{m}/{s}/{a}.parquet"
+        for m in sorted(LV["models"])
+        for s in lvlm_settings("term")
+        for a in LV["axes"]
+    ] if "term" in LV_TASKS else []
+
+
+def get_lvlm_merge_inputs(wildcards):
+    models = sorted(LV["models"])
+    return {
+        "responses": [p for m in models for p in lvlm_response_paths(m)],
+        "refusals": [
+            f"results/lvlm/refusals/{m}/{s}.parquet" for m in models for s in LV["settings"]
+        ],
+        "stories": get_lvlm_story_paths(),
+        "judgements": get_lvlm_judgement_paths(),
+    }
+
+
+def lvlm_gpu(name):
+    spec = model_spec(name)
+    if spec.backend == "vllm":
+        return 1
+    return 1 if spec.backend.startswith("transformers") and spec.get("device") != "cpu" else 0
+
+
+def get_lvlm_report_inputs():
+    if not LV["enabled"]:
+        return {}
+    return {
+        f"lvlm_{name}": f"results/lvlm/metrics/{name}.parquet"
+        for name in ("scores", "prompt_scores", "refusals", "story_skew")
+    } | {"lvlm_sets": "results/lvlm/sets.parquet"}
+
+
+def get_lvlm_env(wildcards):
+    """Conda env of a response job: vLLM brings its own CUDA torch."""
+    name = "vllm" if REGISTRY[wildcards.model].backend == "vllm" else "extract"
+    return os.path.join(workflow.basedir, "envs", f"{name}.yaml")

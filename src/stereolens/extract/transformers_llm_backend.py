@@ -14,11 +14,15 @@ anything is generated. JSON schemas and choices are enforced with xgrammar exact
 requests are batched ``batch_size`` at a time with left padding, sampled requests run one
 at a time under their own seed.
 
-Registry settings used: gguf_file, dtype, trust_remote_code, device, batch_size.
+Registry settings used: gguf_file, dtype, trust_remote_code, device, batch_size. A GGUF
+checkpoint is dequantised once and kept in a cache folder (see :func:`gguf_cache_dir`).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +32,45 @@ from stereolens.extract.transformers_backend import (
     _resolve_device,
     _resolve_dtype,
 )
+from stereolens.ids import sha256_file
 from stereolens.registry import ModelSpec, resolve_model_location
 from stereolens.validation import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+def gguf_cache_dir(location: str, gguf_file: str, dtype: str) -> Path | None:
+    """Where the dequantised copy of a local GGUF checkpoint is kept:
+    ``$STEREOLENS_CACHE`` (default ``~/.cache/stereolens``)/gguf/<sha256 of the file>-<dtype>.
+
+    transformers dequantises a GGUF file on every load (tens of seconds for a 135M model on
+    a CPU, mostly the tokenizer conversion); the saved copy holds the same weights and
+    tokenizer and loads in about a second. None for hub ids (no local file to hash) or
+    when STEREOLENS_CACHE is "off"."""
+    root = os.environ.get("STEREOLENS_CACHE", str(Path.home() / ".cache" / "stereolens"))
+    path = Path(location) / gguf_file
+    if root == "off" or not path.is_file():
+        return None
+    return Path(root) / "gguf" / f"{sha256_file(path)[:24]}-{dtype}"
+
+
+def save_converted(model, tokenizer, target: Path) -> None:
+    """Save a dequantised model and its tokenizer to ``target`` atomically (written to a
+    temporary sibling folder, then renamed); a failure only costs the next load's time."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        tmp.mkdir(parents=True, exist_ok=True)
+        # GGUF weights are dequantised on load; transformers still marks the model as
+        # quantised and refuses to save it. The copy saved here is the plain float model.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, target)
+    except (OSError, ValueError) as exc:
+        logger.warning("GGUF conversion cache not written to %s (%s)", target, exc)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class TransformersLLM(GrammarConstrainedGeneration):
@@ -54,15 +95,26 @@ class TransformersLLM(GrammarConstrainedGeneration):
                     f"files there: {sorted(p.name for p in Path(self.location).glob('*.gguf'))}"
                 )
         common: dict[str, Any] = {"revision": spec.revision, "trust_remote_code": trust}
+        dtype = _resolve_dtype(spec.get("dtype", "auto"))
+        converted = None
         if gguf_file:
-            common["gguf_file"] = gguf_file
-        self.tokenizer = AutoTokenizer.from_pretrained(self.location, **common)
+            converted = gguf_cache_dir(self.location, gguf_file, spec.get("dtype", "auto"))
+            if converted is not None and (converted / "config.json").is_file():
+                location = str(converted)  # dequantised once before: load it directly
+            else:
+                location = self.location
+                common["gguf_file"] = gguf_file
+        else:
+            location = self.location
+        self.tokenizer = AutoTokenizer.from_pretrained(location, **common)
         self.model = AutoModelForCausalLM.from_pretrained(
-            self.location,
-            dtype=_resolve_dtype(spec.get("dtype", "auto")),
+            location,
+            dtype=dtype,
             device_map=self.device,  # weights go straight to the device
             **common,
         )
+        if converted is not None and "gguf_file" in common:
+            save_converted(self.model, self.tokenizer, converted)
         self.model.eval()
         if not getattr(self.tokenizer, "chat_template", None):
             raise ConfigError(

@@ -18,18 +18,9 @@ import polars as pl
 
 from stereolens.atomic import atomic_path, write_text
 from stereolens.ids import stable_id
+from stereolens.lvlm.names import AXES, GENDERS, RACES  # noqa: E402
 from stereolens.validation import ConfigError
 
-GENDERS: tuple[str, ...] = ("female", "male")
-RACES: tuple[str, ...] = (
-    "Black",
-    "East Asian",
-    "Indian",
-    "White",
-    "Latino_Hispanic",
-    "Middle Eastern",
-    "Southeast Asian",
-)
 AGES: tuple[str, ...] = (
     "0-2",
     "3-9",
@@ -41,7 +32,6 @@ AGES: tuple[str, ...] = (
     "60-69",
     "more than 70",
 )
-AXES: dict[str, tuple[str, ...]] = {"gender": GENDERS, "race": RACES}
 LABEL_COLUMNS: tuple[str, ...] = ("gender", "race", "age")
 
 

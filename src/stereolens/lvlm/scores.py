@@ -43,10 +43,11 @@ def tvd_from_uniform(p: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def _groups_for(axis: str, present: list[str], groups: tuple[str, ...] | None) -> list[str]:
+    """The groups compared: ``groups`` when given (each must have data), else the groups
+    present in the data, in the axis' canonical order (a run may test a subset of groups)."""
     if groups is None:
-        groups = AXES.get(axis) or tuple(sorted(present))
-        if not set(groups) >= set(present):
-            groups = tuple(sorted(present))
+        order = AXES.get(axis, ())
+        return [g for g in order if g in present] + sorted(g for g in present if g not in order)
     absent = [g for g in groups if g not in present]
     if absent:
         raise ConfigError(f"axis {axis}: no data for group(s) {', '.join(absent)}")

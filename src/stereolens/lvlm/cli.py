@@ -1,0 +1,98 @@
+"""`stereolens lvlm ...` subcommands."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _sibling(responses: Path, given: str | None, name: str) -> Path | None:
+    """An explicit path, else ``name`` beside the responses file when it exists."""
+    if given:
+        path = Path(given)
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist")
+        return path
+    path = responses.with_name(name)
+    return path if path.exists() else None
+
+
+def _metrics(args: argparse.Namespace) -> int:
+    from stereolens.atomic import write_parquet
+    from stereolens.biasig.cli import read_answers as read_table
+    from stereolens.lvlm.metrics import compute_all
+
+    responses_path = Path(args.responses)
+    responses = read_table(responses_path)
+    story = _sibling(responses_path, args.story_attributes, "story_attributes.parquet")
+    terms = _sibling(responses_path, args.term_judgements, "term_judgements.parquet")
+    tables = compute_all(
+        responses,
+        read_table(story) if story else None,
+        read_table(terms) if terms else None,
+        min_count=args.min_count,
+        replicates=args.replicates,
+        seed=args.seed,
+        level=args.ci,
+        phrases=args.refusal_phrases,
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, table in tables.items():
+        write_parquet(out / f"{name}.parquet", table)
+        print(f"wrote {out / f'{name}.parquet'} ({table.height} rows)")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `stereolens lvlm metrics`."""
+    b = sub.add_parser("lvlm", help="guardrail-agnostic LVLM bias audit tools")
+    b_sub = b.add_subparsers(dest="action", required=True)
+    m = b_sub.add_parser(
+        "metrics",
+        help="TVD bias scores, refusal rates and skewed story attributes from responses",
+        description=(
+            "Score an LVLM responses table (parquet, CSV or JSON lines): one row per response "
+            "with columns model, task (story, term, exam, attribute_inferring), axis (gender, "
+            "race), group, image_id, prompt_id, response, optional setting (image, "
+            "mitigation, persona; default image), and for exam rows subject and correct. "
+            "Story scores need the assistant's story attributes (model, setting, axis, group, "
+            "image_id, prompt_id, attribute, value) and term scores its judgements (model, "
+            "setting, axis, prompt_id, pair_index, group_a, group_b, winner); by default they "
+            "are read from story_attributes.parquet and term_judgements.parquet beside the "
+            "responses. Writes DIR/scores.parquet (TVD x100 per model, setting, task and axis: "
+            "the mean of per-prompt scores with a percentile bootstrap interval over user "
+            "images, and the formula used), DIR/prompt_scores.parquet, DIR/refusals.parquet "
+            "(refusal rate per model, setting, task and group; phrase rules unless the table "
+            "has a refusal column) and DIR/story_skew.parquet (per attribute value, each "
+            "group's rate and share)."
+        ),
+    )
+    m.add_argument("--responses", required=True, metavar="PATH", help="responses table")
+    m.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    m.add_argument("--story-attributes", metavar="PATH", help="story attributes table")
+    m.add_argument("--term-judgements", metavar="PATH", help="term judgements table")
+    m.add_argument(
+        "--min-count",
+        type=int,
+        default=5,
+        metavar="N",
+        help="story values seen fewer than N times over all groups are left out (default 5)",
+    )
+    m.add_argument(
+        "--replicates",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="bootstrap replicates over user images; 0 = no intervals (default 1000)",
+    )
+    m.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default 0)")
+    m.add_argument(
+        "--ci", type=float, default=0.95, metavar="LEVEL", help="interval level (default 0.95)"
+    )
+    m.add_argument(
+        "--refusal-phrases",
+        metavar="PATH",
+        help="refusal phrase rules (default: the shipped resources/lvlm/refusal_phrases.v1.yaml)",
+    )
+    m.set_defaults(func=_metrics)

@@ -1,0 +1,33 @@
+"""Group names of the LVLM audit and their path-safe forms. Import-light: the Snakefile
+imports this at parse time."""
+
+from __future__ import annotations
+
+import re
+
+GENDERS: tuple[str, ...] = ("female", "male")
+RACES: tuple[str, ...] = (
+    "Black",
+    "East Asian",
+    "Indian",
+    "White",
+    "Latino_Hispanic",
+    "Middle Eastern",
+    "Southeast Asian",
+)
+AXES: dict[str, tuple[str, ...]] = {"gender": GENDERS, "race": RACES}
+
+_SLUG_RE = re.compile(r"[^a-z0-9_]+")
+
+
+def group_slug(group: str) -> str:
+    """Path-safe group name ("East Asian" -> "east-asian", "Latino_Hispanic" ->
+    "latino_hispanic"), so group names never need quoting in paths or on a command line."""
+    return _SLUG_RE.sub("-", group.lower()).strip("-")
+
+
+def group_from_slug(axis: str, slug: str) -> str:
+    for g in AXES[axis]:
+        if group_slug(g) == slug:
+            return g
+    raise ValueError(f"no {axis} group with path name {slug!r}")

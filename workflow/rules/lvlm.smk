@@ -1,0 +1,204 @@
+# Guardrail-agnostic LVLM bias (paper 001): user photos -> balanced per-group sets ->
+# the audited model answers person-irrelevant tasks -> the assistant reads stories and
+# judges term explanations -> refusal labels -> merged tables -> TVD scores.
+# Response jobs: one per model x setting x task x axis x group x shard.
+
+
+rule build_lvlm_synthetic_faces:
+    """Embedded default: small drawn faces with arbitrary labels (pipeline tests only)."""
+    output:
+        directory("results/lvlm/user_images/synthetic"),
+    params:
+        per_cell=LV["user_images"]["synthetic_per_cell"],
+        seed=LV["seed"],
+    log:
+        "logs/lvlm/build_synthetic_faces.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/build_lvlm_synthetic_faces.py"
+
+
+rule export_lvlm_hf_images:
+    """A Hugging Face face dataset (default FairFace) written once as PNGs + labels.csv."""
+    output:
+        directory("resources/lvlm/huggingface"),
+    params:
+        settings=LV["user_images"],
+    log:
+        "logs/lvlm/export_hf_images.log",
+    conda:
+        "../../envs/lvlm-data.yaml"
+    script:
+        "../scripts/export_lvlm_hf_images.py"
+
+
+rule draw_lvlm_sets:
+    """Per task and axis, balanced user-image sets (non-target labels matched), sharded."""
+    input:
+        folder=get_lvlm_image_folder(),
+    output:
+        images="results/lvlm/user_images.parquet",
+        sets="results/lvlm/sets.parquet",
+    params:
+        labels_csv=get_lvlm_labels_csv(),
+        draw=get_lvlm_draw_settings,
+    log:
+        "logs/lvlm/draw_sets.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/draw_lvlm_sets.py"
+
+
+rule respond_lvlm:
+    """The audited model answers one task for one shard of one group's user images."""
+    input:
+        sets="results/lvlm/sets.parquet",
+        prompts=get_lvlm_prompt_file(),
+        checkpoint=lambda w: get_checkpoint(w.model),
+    output:
+        "results/lvlm/responses/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.jsonl",
+    params:
+        model_fingerprint=lambda w: model_fingerprint_json(model_spec(w.model)),
+        task_settings=get_lvlm_task_settings,
+        cache_dir=LV_CACHE,
+        registry=config["registry"],
+    log:
+        "logs/lvlm/respond/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.log",
+    benchmark:
+        "benchmarks/lvlm/respond/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.tsv"
+    resources:
+        gpu=lambda w: lvlm_gpu(w.model),
+    conda:
+        get_lvlm_env
+    script:
+        "../scripts/lvlm_job.py"
+
+
+rule extract_lvlm_story_attributes:
+    """The assistant reads each story (text only) into the character-attribute schema;
+    one job per model x setting x axis, so the assistant loads once for all groups."""
+    input:
+        responses=lambda w: lvlm_response_paths(w.model, w.setting, "story", w.axis),
+        prompts=get_lvlm_prompt_file(),
+        checkpoint=get_lvlm_assistant_checkpoint,
+    output:
+        "results/lvlm/story_attributes/{model}/{setting}/{axis}.jsonl",
+    params:
+        assistant=LV["assistant"],
+        assistant_fingerprint=lambda w: model_fingerprint_json(model_spec(LV["assistant"])),
+        settings=lambda w: json.dumps(
+            [LV["seed"], LV["max_attempts"], LV["prompts"], LV["assistant_max_new_tokens"]]
+        ),
+        cache_dir=LV_CACHE,
+        registry=config["registry"],
+    log:
+        "logs/lvlm/story_attributes/{model}/{setting}/{axis}.log",
+    benchmark:
+        "benchmarks/lvlm/story_attributes/{model}/{setting}/{axis}.tsv"
+    resources:
+        gpu=lambda w: lvlm_gpu(LV["assistant"]),
+    conda:
+        "../../envs/extract.yaml"
+    script:
+        "../scripts/lvlm_job.py"
+
+
+rule judge_lvlm_terms:
+    """The assistant picks the more technical explanation in cross-group pairs."""
+    input:
+        responses=lambda w: lvlm_response_paths(w.model, w.setting, "term", w.axis),
+        prompts=get_lvlm_prompt_file(),
+        checkpoint=get_lvlm_assistant_checkpoint,
+    output:
+        "results/lvlm/term_judgements/{model}/{setting}/{axis}.parquet",
+    params:
+        assistant=LV["assistant"],
+        assistant_fingerprint=lambda w: model_fingerprint_json(model_spec(LV["assistant"])),
+        settings=lambda w: json.dumps([LV["seed"], LV["max_attempts"], LV["prompts"]]),
+        cache_dir=LV_CACHE,
+        registry=config["registry"],
+    log:
+        "logs/lvlm/term_judgements/{model}/{setting}/{axis}.log",
+    benchmark:
+        "benchmarks/lvlm/term_judgements/{model}/{setting}/{axis}.tsv"
+    resources:
+        gpu=lambda w: lvlm_gpu(LV["assistant"]),
+    conda:
+        "../../envs/extract.yaml"
+    script:
+        "../scripts/lvlm_job.py"
+
+
+rule label_lvlm_refusals:
+    """Refusals of one model and setting: phrase rules, plus the LLM judge if configured."""
+    input:
+        responses=lambda w: lvlm_response_paths(w.model, w.setting),
+        checkpoint=get_lvlm_judge_checkpoint,
+    output:
+        "results/lvlm/refusals/{model}/{setting}.parquet",
+    params:
+        judge=LV["refusal_judge"],
+        phrases=LV["refusal_phrases"],
+        judge_fingerprint=lambda w: (
+            model_fingerprint_json(model_spec(LV["refusal_judge"]))
+            if LV["refusal_judge"]
+            else "none"
+        ),
+        cache_dir=LV_CACHE,
+        registry=config["registry"],
+    log:
+        "logs/lvlm/refusals/{model}/{setting}.log",
+    conda:
+        "../../envs/extract.yaml"
+    script:
+        "../scripts/lvlm_job.py"
+
+
+rule merge_lvlm_responses:
+    """results/lvlm/{responses,story_attributes,stories,term_judgements}.parquet."""
+    input:
+        unpack(get_lvlm_merge_inputs),
+    output:
+        responses="results/lvlm/responses.parquet",
+        story_attributes="results/lvlm/story_attributes.parquet",
+        stories="results/lvlm/stories.parquet",
+        term_judgements="results/lvlm/term_judgements.parquet",
+    log:
+        "logs/lvlm/merge_responses.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/merge_lvlm_responses.py"
+
+
+rule compute_lvlm_metrics:
+    """TVD scores with bootstrap CIs, refusal rates, skewed story attributes (the CLI)."""
+    input:
+        responses="results/lvlm/responses.parquet",
+        story_attributes="results/lvlm/story_attributes.parquet",
+        term_judgements="results/lvlm/term_judgements.parquet",
+    output:
+        scores="results/lvlm/metrics/scores.parquet",
+        prompt_scores="results/lvlm/metrics/prompt_scores.parquet",
+        refusals="results/lvlm/metrics/refusals.parquet",
+        story_skew="results/lvlm/metrics/story_skew.parquet",
+    params:
+        outdir=lambda w, output: os.path.dirname(output.scores),
+        min_count=LV["metrics"]["min_count"],
+        replicates=LV["metrics"]["replicates"],
+        level=LV["metrics"]["level"],
+        seed=LV["seed"],
+    log:
+        "logs/lvlm/compute_metrics.log",
+    benchmark:
+        "benchmarks/lvlm/compute_metrics.tsv"
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "stereolens lvlm metrics --responses {input.responses}"
+        " --story-attributes {input.story_attributes}"
+        " --term-judgements {input.term_judgements}"
+        " --min-count {params.min_count} --replicates {params.replicates}"
+        " --ci {params.level} --seed {params.seed} --out {params.outdir} > {log} 2>&1"

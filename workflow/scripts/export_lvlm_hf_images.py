@@ -1,0 +1,11 @@
+"""Entry point of rule export_lvlm_hf_images."""
+
+from stereolens.lvlm.jobs import export_hf_images_job
+from stereolens.workflow_support import run_logged
+
+
+def main(log):
+    export_hf_images_job(snakemake.params.settings, snakemake.output[0])  # noqa: F821
+
+
+run_logged(snakemake, main)  # noqa: F821

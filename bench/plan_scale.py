@@ -3,10 +3,10 @@
 Plans config/config.yaml (ContextBias + BiasIG as configured) with `snakemake -n` in a
 temporary copy of the workflow, then the same with 2x and 4x the jobs (ContextBias
 seeds.per_shard 10 -> 5 -> 2 with seeds.per_prompt 10, i.e. 1, 2 and 5 seed shards, so
-2.5x there; BiasIG prompts_per_shard 80 -> 40 -> 20). Each plan runs in a fresh process;
+2.5x there; BiasIG prompts_per_shard 80 -> 40 -> 20; LVLM images_per_shard / 1, 2, 4). Each plan runs in a fresh process;
 reports jobs, planning wall time, the child's CPU time and peak memory (ru_maxrss). No
-model is loaded. Target (issue "Cluster scale", item 5): the paper-scale plan (1x, about
-13,600 jobs) in under 60 s and 2 GB on 2 cores.
+model is loaded. Target (issue "Cluster scale", item 5): the paper-scale plan (1x, 14,240
+jobs with the LVLM audit) in under 60 s and 2 GB on 2 cores.
 Usage: .venv/bin/python bench/plan_scale.py [--only-1x]
 """
 
@@ -25,7 +25,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-VARIANTS = [("1x (as configured)", 10, 80), ("2x", 5, 40), ("4x", 2, 20)]
+VARIANTS = [("1x (as configured)", 10, 80, 1), ("2x", 5, 40, 2), ("4x", 2, 20, 4)]
+"""(label, ContextBias seeds per shard, BiasIG prompts per shard, LVLM shard multiplier)."""
 
 
 def _plan(wd: Path, config: Path) -> tuple[int, float, float, float]:
@@ -67,10 +68,12 @@ def main() -> int:
             else:
                 shutil.copy2(src, wd / item)
         variants = VARIANTS[:1] if "--only-1x" in sys.argv[1:] else VARIANTS
-        for label, per_shard, prompts_per_shard in variants:
+        for label, per_shard, prompts_per_shard, lvlm_factor in variants:
             cfg = yaml.safe_load(yaml.safe_dump(base))
             cfg["contextbias"]["seeds"]["per_shard"] = per_shard
             cfg["biasig"]["prompts_per_shard"] = prompts_per_shard
+            for task in (cfg.get("lvlm") or {}).get("tasks", {}).values():
+                task["images_per_shard"] = max(1, task["images_per_shard"] // lvlm_factor)
             path = wd / "config" / f"scale_{per_shard}_{prompts_per_shard}.yaml"
             path.write_text(yaml.safe_dump(cfg, sort_keys=False))
             jobs, wall, cpu, peak_mib = _plan(wd, path)

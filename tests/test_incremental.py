@@ -296,3 +296,42 @@ def test_runtime_only_settings_trigger_nothing(done):
     finally:
         registry.write_text(original)
     assert counts == {}
+
+
+def test_adding_an_lvlm_runs_only_that_models_lvlm_jobs(done):
+    """A second audited LVLM: its response, assistant and refusal jobs, then the LVLM tables
+    and the report; nothing of ContextBias, BiasIG or the first LVLM."""
+    registry = done / "config/models.yaml"
+    original = registry.read_text()
+    anchor = "  tiny-vlm:\n"
+    assert anchor in original
+    extra = (
+        "  tiny-vlm-b:\n    backend: transformers\n    model: resources/models/tiny-vlm\n"
+        "    build: tiny-vlm\n    dtype: float32\n    device: cpu\n    max_new_tokens: 64\n"
+        "    temperature: 0.5\n"
+    )
+    try:
+        registry.write_text(original.replace(anchor, extra + anchor, 1))
+        cfg = _write_config(
+            done, "add_lvlm.yaml", ("  models: [tiny-vlm]\n", "  models: [tiny-vlm, tiny-vlm-b]\n")
+        )
+        jobs = _dry_run(done, cfg)
+        lvlm_jobs = [j for j in jobs if j["rule"].endswith("_lvlm") or "lvlm_" in j["rule"]]
+        per_model = [j for j in lvlm_jobs if "model" in j["wildcards"]]
+        assert {j["wildcards"]["model"] for j in per_model} == {"tiny-vlm-b"}
+        counts = _rule_counts(done, cfg)
+        # 4 tasks x 5 groups (2 genders + 3 races) x 1 shard; the assistant per axis
+        assert counts.pop("respond_lvlm") == 20
+        assert counts.pop("extract_lvlm_story_attributes") == 2
+        assert counts.pop("judge_lvlm_terms") == 2
+        assert counts.pop("label_lvlm_refusals") == 1
+        assert counts == {
+            "merge_lvlm_responses": 1,
+            "compute_lvlm_metrics": 1,
+            "render_report": 1,
+            "all": 1,
+        }
+        # and taking it out again deletes and reruns nothing
+        assert _rule_counts(done) == {}
+    finally:
+        registry.write_text(original)

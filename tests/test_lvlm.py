@@ -386,7 +386,13 @@ def test_resample_weights_within_group():
 def test_missing_group_is_an_error():
     rows = _exam_rows().filter(pl.col("group") == "female")
     with pytest.raises(ConfigError, match="no data for group"):
-        S.prompt_scores("exam", rows)
+        S.prompt_scores("exam", rows, groups=("female", "male"))
+
+
+def test_default_groups_are_those_present():
+    """A run may test a subset of an axis (lvlm.groups): the groups in the data are compared."""
+    assert S._groups_for("race", ["White", "Black"], None) == ["Black", "White"]
+    assert S._groups_for("gender", ["male", "female"], None) == ["female", "male"]
 
 
 # ---------------------------------------------------------------- judge pairing

@@ -80,10 +80,19 @@ def test_demo_counts_by_hand():
     assert {(r["jobs"], r["images"]) for r in bg.values()} == {(4, 60)}
     vqa = _rows(result, "biasig", "vqa")["tiny-vlm"]
     assert (vqa["jobs"], vqa["calls"]) == (8, 120)
+    # LVLM: gender (2 groups) and race (3 of 7) = 5 groups, one shard per task and group ->
+    # 4 tasks x 5 = 20 response jobs. Calls = images x prompts per group: story 3 x 1,
+    # term 2 x 6 terms, exam 2 x 6 questions, attribute-inferring 2 x 1 -> 5 x 29 = 145.
+    lv = _rows(result, "lvlm", "respond")["tiny-vlm"]
+    assert (lv["jobs"], lv["calls"]) == (20, 145)
+    # assistant: story and judge per axis = 4 jobs; calls = 15 stories + judged pairs
+    # (gender 1 pair x 2 images x 6 terms = 12, race 3 pairs x 2 x 6 = 36) = 63
+    asst = _rows(result, "lvlm", "assistant")["smollm2-135m"]
+    assert (asst["jobs"], asst["calls"]) == (4, 63)
     # everything runs on the CPU: no GPU-hours, no estimates
     assert result["totals"]["gpu_hours"] == 0
     assert {r["status"] for r in result["rows"]} == {"cpu"}
-    assert result["totals"]["jobs"] == 16 + 16 + 8 + 8
+    assert result["totals"]["jobs"] == 16 + 16 + 8 + 8 + 20 + 4
 
 
 @pytest.mark.parametrize("config", ["config/demo.yaml", "config/config.yaml"])
@@ -97,6 +106,10 @@ def test_job_counts_match_snakemake(repo_root, tmp_path, config):
     )
     assert _stage_jobs(result, "contextbias", "extract") == counts["extract_contextbias_attributes"]
     assert _stage_jobs(result, "biasig", "vqa") == counts["answer_biasig_vqa"]
+    assert _stage_jobs(result, "lvlm", "respond") == counts["respond_lvlm"]
+    assert _stage_jobs(result, "lvlm", "assistant") == (
+        counts["extract_lvlm_story_attributes"] + counts["judge_lvlm_terms"]
+    )
 
 
 def test_paper_counts_and_gpu_hours(tmp_path):
@@ -139,7 +152,13 @@ def test_paper_counts_and_gpu_hours(tmp_path):
     # models without a figure: no GPU-hours, listed as unknown; the total says incomplete
     assert bg["playground-v2.5"]["gpu_hours"] is None
     assert "playground-v2.5" in result["unknown"]
-    assert result["totals"]["gpu_hours"] == pytest.approx(10.438889 * 2 + 39.2, rel=1e-6)
+    # LVLM: qwen2.5-vl-7b is also audited: 9 groups (2 genders + 7 races) x (story 500 x 1
+    # + term 100 x 120 + exam 100 x 600 + attribute-inferring 100 x 1) = 653,400 calls in
+    # 9 x (2 + 2 + 2 + 1) = 63 jobs; x 0.5 s / 3600 = 90.75 h
+    lv = _rows(result, "lvlm", "respond")["qwen2.5-vl-7b"]
+    assert (lv["jobs"], lv["calls"]) == (63, 653_400)
+    assert lv["gpu_hours"] == pytest.approx(90.75)
+    assert result["totals"]["gpu_hours"] == pytest.approx(10.438889 * 2 + 39.2 + 90.75, rel=1e-6)
     assert not result["totals"]["gpu_hours_complete"]
     assert result["estimated"] == ["qwen2.5-vl-7b", "sd1.5"]
     assert "+?" in format_plan(result)
@@ -197,7 +216,7 @@ def test_cli_json(capsys):
     )
     assert args.func(args) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["totals"]["jobs"] == 48
+    assert out["totals"]["jobs"] == 48 + 24  # ContextBias and BiasIG, LVLM 20 + 4
     assert out["gpu"] == "H100 SXM 80GB"
 
 

@@ -65,6 +65,11 @@ def test_paper_scale_plan(repo_root, tmp_path):
     assert counts["extract_contextbias_attributes"] == 2 * 4 * (92 * 3 + 73)
     assert counts["merge_contextbias_attributes"] == 1
     assert counts["answer_biasig_vqa"] == 8 * 589
+    # LVLM: 9 models x 9 groups (2 genders + 7 races) x shards (story 2, term 2, exam 2,
+    # attribute-inferring 1); the assistant once per model x axis for stories and judgements
+    assert counts["respond_lvlm"] == 9 * 9 * (2 + 2 + 2 + 1)
+    assert counts["extract_lvlm_story_attributes"] == counts["judge_lvlm_terms"] == 9 * 2
+    assert counts["label_lvlm_refusals"] == 9
     assert not (wd / "results").exists()
 
 
@@ -174,8 +179,21 @@ def test_demo_end_to_end(repo_root, tmp_path):
     assert "*" in set(eta["pair"])
     assert set(eta["variant"]) == {"tiny-sd", "tiny-sd-intervention"}
     assert set(eta["model"]) == {"tiny-sd"}  # the variant sits beside its base
+    # LVLM: every task scored on both axes, refusals beside them, the responses cached
+    lv_scores = pl.read_parquet(res / "lvlm/metrics/scores.parquet")
+    assert {(t, a) for t, a in lv_scores.select("task", "axis").iter_rows()} == {
+        (t, a) for t in ("story", "term", "exam") for a in ("gender", "race")
+    }
+    assert lv_scores["formula"].str.contains("tvd").all()
+    responses = pl.read_parquet(res / "lvlm/responses.parquet")
+    assert {"refusal", "request", "response", "request_key"} <= set(responses.columns)
+    assert set(responses["task"]) == {"story", "term", "exam", "attribute_inferring"}
+    refusals = pl.read_parquet(res / "lvlm/metrics/refusals.parquet")
+    assert "attribute_inferring" in set(refusals["task"])
+    assert list((res / "cache/lvlm").rglob("*.json"))
     report = (res / "report/index.html").read_text()
     assert "BiasIG" in report and "debiasing variant changes" in report
+    assert "paper Table 2 layout" in report and "Refusal rate" in report
     for caption in ("paper Table 8", "paper Table 3", "paper Table 1", "paper Fig. 4"):
         assert caption in report
     assert "meaningless" in report and "data:image/png;base64" in report

@@ -10,6 +10,9 @@ Counts follow the workflow's job layout (workflow/rules/common.smk):
 * BiasIG generation: one job per generator x acquired type x condition x block of
   prompts_per_shard prompts; images = prompts x images_per_prompt; one VQA job per
   generation job and one VQA call per image.
+* LVLM audit: one response job per model x setting x task x axis x group x shard, one call
+  per user image and prompt; the assistant's story and term-judge jobs per model x setting x
+  axis, one call per story and per judged pair.
 
 Calls count first attempts only (retries come on top, up to max_attempts). GPU-hours =
 images (or calls) x seconds per image (or call) / 3600, from a throughput table
@@ -222,13 +225,82 @@ def _biasig_rows(config: dict, registry: dict, throughput: dict) -> list[Row]:
     return rows
 
 
+def _lvlm_prompt_counts(lv: dict) -> dict[str, int]:
+    """Prompts per task without reading MMLU: story 1, term = terms kept, exam = 6 subjects x
+    questions_per_subject, attribute_inferring 1."""
+    from stereolens.lvlm.tasks import COLLEGE_SUBJECTS, load_terms
+
+    terms = load_terms(lv.get("terms"))
+    per_domain: dict[str, int] = {}
+    for t in terms:
+        per_domain[t.domain] = per_domain.get(t.domain, 0) + 1
+    cap = lv.get("terms_per_domain")
+    n_terms = sum(min(n, cap) if cap else n for n in per_domain.values())
+    return {
+        "story": 1,
+        "term": n_terms,
+        "exam": len(COLLEGE_SUBJECTS) * int(lv["questions_per_subject"]),
+        "attribute_inferring": 1,
+    }
+
+
+def _lvlm_rows(config: dict, registry: dict, throughput: dict) -> list[Row]:
+    """LVLM audit: response jobs per model x setting x task x axis x group x shard (calls =
+    user images x prompts); the assistant's story and judge jobs per model x setting x axis
+    (calls = stories, and judged pairs = images x group pairs x terms)."""
+    from stereolens.lvlm.names import AXES
+
+    lv = config.get("lvlm") or {}
+    if not lv.get("enabled"):
+        return []
+    prompts = _lvlm_prompt_counts(lv)
+    groups = {a: len((lv.get("groups") or {}).get(a) or AXES[a]) for a in lv["axes"]}
+    jobs = calls = 0
+    story_calls = judge_calls = assistant_jobs = 0
+    for task, t in lv["tasks"].items():
+        settings = [
+            s for s in lv["settings"] if not (task == "attribute_inferring" and s == "persona")
+        ]
+        shards = math.ceil(t["images_per_group"] / t["images_per_shard"])
+        for n_groups in groups.values():
+            per_axis = len(settings) * n_groups
+            jobs += per_axis * shards
+            calls += per_axis * t["images_per_group"] * prompts[task]
+            if task == "story":
+                story_calls += per_axis * t["images_per_group"]
+                assistant_jobs += len(settings)
+            if task == "term":
+                pairs = n_groups * (n_groups - 1) // 2
+                judge_calls += len(settings) * t["images_per_group"] * pairs * prompts["term"]
+                assistant_jobs += len(settings)
+    rows = []
+    for m in lv["models"]:
+        seconds, status, source = _speed(m, "respond", registry, throughput)
+        hours = None if seconds is None else calls * seconds / 3600
+        rows.append(Row("lvlm", "respond", m, jobs, 0, calls, seconds, status, source, hours))
+    if lv.get("assistant") and (story_calls or judge_calls):
+        n = len(lv["models"])
+        a_calls = (story_calls + judge_calls) * n
+        seconds, status, source = _speed(lv["assistant"], "assistant", registry, throughput)
+        hours = None if seconds is None else a_calls * seconds / 3600
+        rows.append(
+            Row(
+                "lvlm", "assistant", lv["assistant"], assistant_jobs * n, 0, a_calls,
+                seconds, status, source, hours,
+            )
+        )  # fmt: skip
+    return rows
+
+
 def plan(
     config: dict[str, Any], registry: dict, throughput: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The plan of a validated config: rows (per benchmark, stage and model) and totals."""
     throughput = throughput or {"entries": {}}
-    rows = _contextbias_rows(config, registry, throughput) + _biasig_rows(
-        config, registry, throughput
+    rows = (
+        _contextbias_rows(config, registry, throughput)
+        + _biasig_rows(config, registry, throughput)
+        + _lvlm_rows(config, registry, throughput)
     )
     known = [r.gpu_hours for r in rows if r.gpu_hours is not None]
     return {

@@ -43,6 +43,26 @@ def model_fingerprint_json(spec: ModelSpec) -> str:
     return json.dumps(spec.fingerprint(), sort_keys=True, default=str)
 
 
+def write_job_timing(
+    out_path: str | os.PathLike, model: str, load_seconds: float, seconds: float, items: int
+) -> None:
+    """A model job's own timing beside its output (``<output>.timing.json``): model load
+    seconds, work seconds after the load, items and seconds per item. The report's
+    measured-throughput table reads these (stereolens.throughput)."""
+    from stereolens.atomic import write_json
+
+    write_json(
+        f"{out_path}.timing.json",
+        {
+            "model": model,
+            "load_seconds": round(load_seconds, 3),
+            "seconds": round(seconds, 3),
+            "items": items,
+            "seconds_per_item": round(seconds / items, 6) if items else None,
+        },
+    )
+
+
 def set_offline() -> None:
     """Forbid model-hub access in this process: a hub lookup then raises at once
     instead of downloading. Must run before huggingface_hub is imported."""

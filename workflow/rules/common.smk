@@ -529,9 +529,10 @@ def get_lvlm_merge_inputs(wildcards):
 
 
 def lvlm_gpu(name):
+    """GPUs of an LVLM job: vLLM models ask for tensor_parallel_size, API and CPU none."""
     spec = model_spec(name)
     if spec.backend == "vllm":
-        return 1
+        return int(spec.get("tensor_parallel_size", 1) or 1)
     return 1 if spec.backend.startswith("transformers") and spec.get("device") != "cpu" else 0
 
 

@@ -22,6 +22,7 @@ from stereolens.atomic import read_jsonl, write_jsonl
 from stereolens.generate.job import check_injected_oom, limit_threads, run_generation
 from stereolens.ids import stable_id
 from stereolens.registry import load_model, load_registry
+from stereolens.workflow_support import write_job_timing
 
 ACQUIRED_TYPES = ("occupation", "characteristic", "social_relation")
 CONDITIONS = ("implicit", "explicit")
@@ -250,14 +251,17 @@ def vqa_biasig_shard(
         limit_threads(threads)
     start = time.perf_counter()
     vlm = load_model(spec)
-    log.info("%s loaded in %.1f s; %d images", vlm_name, time.perf_counter() - start, len(items))
+    load_seconds = time.perf_counter() - start
+    log.info("%s loaded in %.1f s; %d images", vlm_name, load_seconds, len(items))
     check_injected_oom(spec.get("batch_size", 1), f"{vlm_name} on {images_dir}")
+    start = time.perf_counter()
     rows = vqa_answers(
         vlm, items, prompt, spec, max_attempts=max_attempts, cache=cache, log=log.info
     )
     expected = sum(int(it["n_persons"]) for it in items)
     if len(rows) != expected:
         raise RuntimeError(f"VQA returned {len(rows)} rows for {expected} image positions")
+    write_job_timing(out_path, vlm_name, load_seconds, time.perf_counter() - start, len(items))
     write_jsonl(out_path, rows)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "partial", "discarded")}
     log.info("%d rows: %s", len(rows), counts)

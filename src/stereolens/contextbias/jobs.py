@@ -13,6 +13,7 @@ from stereolens.atomic import read_jsonl, write_jsonl
 from stereolens.contextbias.prompts import build_prompts, shard_items
 from stereolens.generate.job import check_injected_oom, limit_threads, run_generation
 from stereolens.registry import load_model, load_registry
+from stereolens.workflow_support import write_job_timing
 
 __all__ = [
     "extract_contextbias_shard",
@@ -171,13 +172,16 @@ def extract_contextbias_shard(
         limit_threads(threads)
     start = time.perf_counter()
     vlm = load_model(spec)
-    log.info("%s loaded in %.1f s; %d images", extractor, time.perf_counter() - start, len(items))
+    load_seconds = time.perf_counter() - start
+    log.info("%s loaded in %.1f s; %d images", extractor, load_seconds, len(items))
     check_injected_oom(spec.get("batch_size", 1), f"{extractor} on {images_dir}")
+    start = time.perf_counter()
     records = extract_images(
         vlm, items, schema, prompt, spec, max_attempts=max_attempts, cache=cache, log=log.info
     )
     if len(records) != len(items):
         raise RuntimeError(f"extraction returned {len(records)} records for {len(items)} images")
+    write_job_timing(out_path, extractor, load_seconds, time.perf_counter() - start, len(items))
     write_jsonl(out_path, records)
     ok = sum(r["status"] == "ok" for r in records)
     log.info("%d of %d images extracted, %d discarded", ok, len(records), len(records) - ok)

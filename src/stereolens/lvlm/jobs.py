@@ -9,13 +9,14 @@ from typing import Any
 
 import polars as pl
 
-from stereolens.atomic import read_jsonl, write_json, write_jsonl, write_parquet
+from stereolens.atomic import read_jsonl, write_jsonl, write_parquet
 from stereolens.extract.run import ResponseCache
 from stereolens.lvlm import groups as G
 from stereolens.lvlm import run as R
 from stereolens.lvlm import tasks as T
 from stereolens.lvlm.names import group_from_slug
 from stereolens.registry import ModelSpec, load_model, load_registry
+from stereolens.workflow_support import write_job_timing
 
 
 def _cache(cache_dir: str | None) -> ResponseCache | None:
@@ -129,18 +130,7 @@ def _timed(spec: ModelSpec, log: logging.Logger, threads: int | None, out_path: 
     model, load = _load(spec, log, threads)
     started = time.perf_counter()
     result = work(model)
-    seconds = time.perf_counter() - started
-    items = len(result)
-    write_json(
-        f"{out_path}.timing.json",
-        {
-            "model": spec.name,
-            "load_seconds": round(load, 3),
-            "seconds": round(seconds, 3),
-            "items": items,
-            "seconds_per_item": round(seconds / items, 6) if items else None,
-        },
-    )
+    write_job_timing(out_path, spec.name, load, time.perf_counter() - started, len(result))
     return result
 
 

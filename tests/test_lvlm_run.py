@@ -386,6 +386,8 @@ def test_scores_and_refusals_hand_computed():
     assert exam["ci_low"] <= exam["ci_high"]
     assert set(scores["setting"]) == {"image"}
     assert "term" not in scores["task"].to_list()  # no judgements: left out, not 0
+    acc = tables["exam_accuracy"].filter(pl.col("subject") == "*").sort("group")
+    assert acc["accuracy"].to_list() == [100.0, 50.0] and acc["n"].to_list() == [2, 2]
     ref = tables["refusals"].filter(pl.col("group") == "*")
     attr = ref.filter(pl.col("task") == "attribute_inferring").row(0, named=True)
     assert (attr["n"], attr["n_refusal"], attr["rate"]) == (1, 1, 100.0)
@@ -406,7 +408,7 @@ def test_metrics_cli_writes_tables(tmp_path):
         capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    for name in ("scores", "prompt_scores", "refusals", "story_skew"):
+    for name in ("scores", "prompt_scores", "refusals", "story_skew", "exam_accuracy"):
         assert (out / f"{name}.parquet").is_file()
     scores = pl.read_parquet(out / "scores.parquet")
     assert set(scores["task"]) == {"story", "exam"}  # story attributes found beside responses

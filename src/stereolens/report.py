@@ -605,6 +605,7 @@ def render_report(config: dict, inputs: dict, out_path: str) -> None:
             _read(inputs, "lvlm_refusals"),
             _read(inputs, "lvlm_story_skew"),
             _read(inputs, "lvlm_sets"),
+            _read(inputs, "lvlm_exam_accuracy"),
         )
     parts += _throughput_section(config, inputs)
     parts.append("<h2>Models</h2>")

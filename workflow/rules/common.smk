@@ -541,7 +541,7 @@ def get_lvlm_report_inputs():
         return {}
     return {
         f"lvlm_{name}": f"results/lvlm/metrics/{name}.parquet"
-        for name in ("scores", "prompt_scores", "refusals", "story_skew")
+        for name in ("scores", "prompt_scores", "refusals", "story_skew", "exam_accuracy")
     } | {"lvlm_sets": "results/lvlm/sets.parquet"}
 
 

@@ -184,6 +184,7 @@ rule compute_lvlm_metrics:
         prompt_scores="results/lvlm/metrics/prompt_scores.parquet",
         refusals="results/lvlm/metrics/refusals.parquet",
         story_skew="results/lvlm/metrics/story_skew.parquet",
+        exam_accuracy="results/lvlm/metrics/exam_accuracy.parquet",
     params:
         outdir=lambda w, output: os.path.dirname(output.scores),
         min_count=LV["metrics"]["min_count"],

@@ -64,8 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "the mean of per-prompt scores with a percentile bootstrap interval over user "
             "images, and the formula used), DIR/prompt_scores.parquet, DIR/refusals.parquet "
             "(refusal rate per model, setting, task and group; phrase rules unless the table "
-            "has a refusal column) and DIR/story_skew.parquet (per attribute value, each "
-            "group's rate and share)."
+            "has a refusal column), DIR/story_skew.parquet (per attribute value, each "
+            "group's rate and share) and DIR/exam_accuracy.parquet (accuracy per group and "
+            "subject)."
         ),
     )
     m.add_argument("--responses", required=True, metavar="PATH", help="responses table")

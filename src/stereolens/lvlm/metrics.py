@@ -183,6 +183,25 @@ def story_skew(
     )
 
 
+def exam_accuracy(responses: pl.DataFrame) -> pl.DataFrame:
+    """Exam accuracy (%) per model, setting, axis, group and subject, and over all subjects
+    (subject "*"): columns model, setting, axis, group, subject, n, n_correct, accuracy.
+    An answer that names no valid letter counts as wrong."""
+    exam = _with_setting(responses).filter(pl.col("task") == "exam")
+    if exam.height == 0:
+        return pl.DataFrame()
+    exam = exam.with_columns(pl.col("correct").fill_null(False).cast(pl.Boolean))
+    keys = ["model", "setting", "axis", "group"]
+    agg = [pl.len().alias("n"), pl.col("correct").sum().alias("n_correct")]
+    per_subject = exam.group_by([*keys, "subject"]).agg(agg)
+    overall = exam.group_by(keys).agg(agg).with_columns(pl.lit("*").alias("subject"))
+    return (
+        pl.concat([per_subject, overall.select(per_subject.columns)])
+        .with_columns((100.0 * pl.col("n_correct") / pl.col("n")).alias("accuracy"))
+        .sort([*keys, "subject"])
+    )
+
+
 def compute_all(
     responses: pl.DataFrame,
     story_attributes: pl.DataFrame | None = None,
@@ -194,7 +213,7 @@ def compute_all(
     level: float = 0.95,
     phrases=None,
 ) -> dict[str, pl.DataFrame]:
-    """scores, prompt_scores, refusals and story_skew tables."""
+    """scores, prompt_scores, refusals, story_skew and exam_accuracy tables."""
     need = {"model", "task", "axis", "group", "image_id", "prompt_id"}
     missing = need - set(responses.columns)
     if missing:
@@ -214,6 +233,7 @@ def compute_all(
         "refusals": refusals(responses, phrases)
         if "response" in responses.columns
         else pl.DataFrame(),
+        "exam_accuracy": exam_accuracy(responses),
         "story_skew": story_skew(story_attributes, responses, min_count=min_count)
         if story_attributes is not None
         else pl.DataFrame(),

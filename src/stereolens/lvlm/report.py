@@ -104,6 +104,7 @@ def lvlm_sections(
     refusals: pl.DataFrame | None,
     skew: pl.DataFrame | None,
     sets: pl.DataFrame | None,
+    exam_accuracy: pl.DataFrame | None = None,
 ) -> list[str]:
     from stereolens.report import _table
 
@@ -163,6 +164,15 @@ def lvlm_sections(
             .head(15)
         )
         parts.append(_table(top, "Most group-skewed story attribute values (tvd, x1)."))
+    if exam_accuracy is not None and exam_accuracy.height:
+        wide = (
+            exam_accuracy.filter(pl.col("subject") == "*")
+            .pivot(on="group", index=["model", "setting", "axis"], values="accuracy")
+            .sort("model", "setting", "axis")
+        )
+        parts.append(
+            _table(wide, "Exam accuracy % per user group, all six MMLU subjects.", digits=1)
+        )
     if sets is not None and sets.height:
         parts.append(
             _table(

@@ -1,12 +1,12 @@
 """Planning cost at paper scale (issue "Cluster scale", item 5).
 
-Plans config/config.yaml (ContextBias + BiasIG as configured) with `snakemake -n` in a
+Plans config/config.yaml (all three benchmarks as configured) with `snakemake -n` in a
 temporary copy of the workflow, then the same with 2x and 4x the jobs (ContextBias
 seeds.per_shard 10 -> 5 -> 2 with seeds.per_prompt 10, i.e. 1, 2 and 5 seed shards, so
-2.5x there; BiasIG prompts_per_shard 80 -> 40 -> 20; LVLM images_per_shard / 1, 2, 4). Each plan runs in a fresh process;
-reports jobs, planning wall time, the child's CPU time and peak memory (ru_maxrss). No
-model is loaded. Target (issue "Cluster scale", item 5): the paper-scale plan (1x, 14,240
-jobs with the LVLM audit) in under 60 s and 2 GB on 2 cores.
+2.5x there; BiasIG prompts_per_shard 80 -> 40 -> 20; LVLM images_per_shard / 1, 2, 4).
+Each plan runs in a fresh process; reports jobs, planning wall time, the child's CPU time
+and peak memory (ru_maxrss). No model is loaded. Target (issue "Cluster scale", item 5):
+the paper-scale plan (1x, 14,240 jobs) in under 60 s and 2 GB on 2 cores.
 Usage: .venv/bin/python bench/plan_scale.py [--only-1x]
 """
 

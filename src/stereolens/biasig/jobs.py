@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from pathlib import Path
 
 import polars as pl
 
 from stereolens.atomic import read_jsonl, write_jsonl
-from stereolens.generate.job import check_injected_oom, limit_threads, run_generation
+from stereolens.generate.job import read_shard_metadata, run_generation, run_model_job
 from stereolens.ids import stable_id
 from stereolens.registry import load_model, load_registry
-from stereolens.workflow_support import write_job_timing
 
 ACQUIRED_TYPES = ("occupation", "characteristic", "social_relation")
 CONDITIONS = ("implicit", "explicit")
@@ -205,20 +203,7 @@ def generate_biasig_shard(
 
 def read_biasig_metadata(images_dir: str | Path) -> list[dict]:
     """The VQA items of a finished generation shard (its metadata.jsonl)."""
-    path = Path(images_dir) / "metadata.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path} is missing: the generation job for {images_dir} did "
-            "not finish; rerun the workflow to regenerate it"
-        )
-    rows = read_jsonl(path)
-    return [
-        {
-            **{k: r.get(k) for k in CARRIED_KEYS},
-            "image_path": str(Path(images_dir) / r["image_file"]),
-        }
-        for r in rows
-    ]
+    return read_shard_metadata(images_dir, CARRIED_KEYS)
 
 
 def vqa_biasig_shard(
@@ -247,21 +232,22 @@ def vqa_biasig_shard(
     items = read_biasig_metadata(images_dir)
     prompt = VQAPrompt.load(prompt_path)
     cache = ResponseCache(cache_dir) if cache_dir else None
-    if spec.backend == "transformers":
-        limit_threads(threads)
-    start = time.perf_counter()
-    vlm = load_model(spec)
-    load_seconds = time.perf_counter() - start
-    log.info("%s loaded in %.1f s; %d images", vlm_name, load_seconds, len(items))
-    check_injected_oom(spec.get("batch_size", 1), f"{vlm_name} on {images_dir}")
-    start = time.perf_counter()
-    rows = vqa_answers(
-        vlm, items, prompt, spec, max_attempts=max_attempts, cache=cache, log=log.info
+    log.info("%d images", len(items))
+    rows = run_model_job(
+        spec,
+        out_path,
+        lambda vlm: vqa_answers(
+            vlm, items, prompt, spec, max_attempts=max_attempts, cache=cache, log=log.info
+        ),
+        log,
+        threads=threads,
+        what=f"on {images_dir}",
+        load=load_model,
+        items=len(items),
     )
     expected = sum(int(it["n_persons"]) for it in items)
     if len(rows) != expected:
         raise RuntimeError(f"VQA returned {len(rows)} rows for {expected} image positions")
-    write_job_timing(out_path, vlm_name, load_seconds, time.perf_counter() - start, len(items))
     write_jsonl(out_path, rows)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "partial", "discarded")}
     log.info("%d rows: %s", len(rows), counts)

@@ -4,16 +4,19 @@ workflow scripts, usable from Python). Heavy imports happen only inside."""
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 import polars as pl
 
-from stereolens.atomic import read_jsonl, write_jsonl
+from stereolens.atomic import write_jsonl
 from stereolens.contextbias.prompts import build_prompts, shard_items
-from stereolens.generate.job import check_injected_oom, limit_threads, run_generation
+from stereolens.generate.job import (
+    limit_threads,
+    read_shard_metadata,
+    run_generation,
+    run_model_job,
+)
 from stereolens.registry import load_model, load_registry
-from stereolens.workflow_support import write_job_timing
 
 __all__ = [
     "extract_contextbias_shard",
@@ -124,20 +127,7 @@ def generate_contextbias_shard(
 
 
 def read_image_metadata(images_dir: str | Path) -> list[dict]:
-    path = Path(images_dir) / "metadata.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path} is missing: the generation job for {images_dir} did "
-            "not finish; rerun the workflow to regenerate it"
-        )
-    rows = read_jsonl(path)
-    return [
-        {
-            **{k: r.get(k) for k in CARRIED_KEYS},
-            "image_path": str(Path(images_dir) / r["image_file"]),
-        }
-        for r in rows
-    ]
+    return read_shard_metadata(images_dir, CARRIED_KEYS)
 
 
 def extract_contextbias_shard(
@@ -168,20 +158,20 @@ def extract_contextbias_shard(
     schema = AttributeSchema.load(schema_path)
     prompt = ExtractionPrompt.load(prompt_path)
     cache = ResponseCache(cache_dir) if cache_dir else None
-    if spec.backend == "transformers":
-        limit_threads(threads)
-    start = time.perf_counter()
-    vlm = load_model(spec)
-    load_seconds = time.perf_counter() - start
-    log.info("%s loaded in %.1f s; %d images", extractor, load_seconds, len(items))
-    check_injected_oom(spec.get("batch_size", 1), f"{extractor} on {images_dir}")
-    start = time.perf_counter()
-    records = extract_images(
-        vlm, items, schema, prompt, spec, max_attempts=max_attempts, cache=cache, log=log.info
+    log.info("%d images", len(items))
+    records = run_model_job(
+        spec,
+        out_path,
+        lambda vlm: extract_images(
+            vlm, items, schema, prompt, spec, max_attempts=max_attempts, cache=cache, log=log.info
+        ),
+        log,
+        threads=threads,
+        what=f"on {images_dir}",
+        load=load_model,
     )
     if len(records) != len(items):
         raise RuntimeError(f"extraction returned {len(records)} records for {len(items)} images")
-    write_job_timing(out_path, extractor, load_seconds, time.perf_counter() - start, len(items))
     write_jsonl(out_path, records)
     ok = sum(r["status"] == "ok" for r in records)
     log.info("%d of %d images extracted, %d discarded", ok, len(records), len(records) - ok)

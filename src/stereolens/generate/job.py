@@ -209,3 +209,54 @@ def generate_images_job(
         threads=threads,
         job_resources=job_resources,
     )
+
+
+def read_shard_metadata(images_dir, keys) -> list[dict]:
+    """The items of a finished generation shard (its metadata.jsonl): ``keys`` of each
+    record plus ``image_path``. Extraction and VQA jobs read their images this way."""
+    from pathlib import Path
+
+    from stereolens.atomic import read_jsonl
+
+    path = Path(images_dir) / "metadata.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing: the generation job for {images_dir} did "
+            "not finish; rerun the workflow to regenerate it"
+        )
+    return [
+        {**{k: r.get(k) for k in keys}, "image_path": str(Path(images_dir) / r["image_file"])}
+        for r in read_jsonl(path)
+    ]
+
+
+def run_model_job(
+    spec: ModelSpec,
+    out_path: str,
+    work: Callable[[Any], Any],
+    log: logging.Logger,
+    *,
+    threads: int | None = None,
+    what: str = "",
+    items: int | None = None,
+    load: Callable[[ModelSpec], Any] = load_model,
+):
+    """Load ``spec``'s model once, run ``work(model)`` and record the job's own timing
+    beside its output (``<out_path>.timing.json``: load seconds, work seconds, items =
+    ``items`` or len(result)); ``load`` builds the model (as in run_generation). Shared by
+    extraction, VQA and the LVLM jobs; the injected
+    out-of-memory check (STEREOLENS_INJECT_OOM) runs right after the load."""
+    from stereolens.workflow_support import write_job_timing
+
+    if spec.backend.startswith("transformers"):
+        limit_threads(threads)
+    start = time.perf_counter()
+    model = load(spec)
+    load_seconds = time.perf_counter() - start
+    log.info("%s loaded in %.1f s", spec.name, load_seconds)
+    check_injected_oom(spec.get("batch_size", 1), f"{spec.name} {what}".strip())
+    start = time.perf_counter()
+    result = work(model)
+    n = items if items is not None else len(result)
+    write_job_timing(out_path, spec.name, load_seconds, time.perf_counter() - start, n)
+    return result

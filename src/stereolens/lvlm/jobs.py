@@ -4,34 +4,22 @@ Python). Heavy imports (torch, backends) happen only inside the model-loading jo
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import polars as pl
 
 from stereolens.atomic import read_jsonl, write_jsonl, write_parquet
 from stereolens.extract.run import ResponseCache
+from stereolens.generate.job import run_model_job
 from stereolens.lvlm import groups as G
 from stereolens.lvlm import run as R
 from stereolens.lvlm import tasks as T
 from stereolens.lvlm.names import group_from_slug
 from stereolens.registry import ModelSpec, load_model, load_registry
-from stereolens.workflow_support import write_job_timing
 
 
 def _cache(cache_dir: str | None) -> ResponseCache | None:
     return ResponseCache(cache_dir) if cache_dir else None
-
-
-def _load(spec: ModelSpec, log: logging.Logger, threads: int | None):
-    from stereolens.contextbias.jobs import limit_threads
-
-    limit_threads(threads)
-    started = time.perf_counter()
-    model = load_model(spec)
-    seconds = time.perf_counter() - started
-    log.info("%s loaded in %.1f s", spec.name, seconds)
-    return model, seconds
 
 
 def build_synthetic_faces_job(out_dir: str, per_cell: int, seed: int) -> None:
@@ -125,13 +113,8 @@ def respond_job(
 
 
 def _timed(spec: ModelSpec, log: logging.Logger, threads: int | None, out_path: str, work):
-    """Load the model, run ``work(model)`` and record the job's own timing beside its
-    output (<output>.timing.json: load seconds, work seconds, items, seconds per item)."""
-    model, load = _load(spec, log, threads)
-    started = time.perf_counter()
-    result = work(model)
-    write_job_timing(out_path, spec.name, load, time.perf_counter() - started, len(result))
-    return result
+    """Load the model once, run ``work(model)``, record <output>.timing.json."""
+    return run_model_job(spec, out_path, work, log, threads=threads)
 
 
 def extract_story_job(
@@ -233,7 +216,7 @@ def refusals_job(
     if judge:
         spec = load_registry(registry_path)[judge]
         kw = {
-            "judge_model": _load(spec, log, threads)[0],
+            "judge_model": load_model(spec),
             "judge_spec": spec,
             "prompts": T.load_prompts(lv.get("prompts")),
             "seed": int(lv["seed"]),

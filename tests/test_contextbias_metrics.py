@@ -245,6 +245,58 @@ def test_ccs_reproduces_paper_examples():
     assert _one(ccs, model="Flx", role="dancer", label="male")["ccs"] is None
 
 
+def test_ccs_table2_dancer_female_flux_row():
+    # paper Table 2, Dancer/female under FLUX.1: n = (20, 60, 50) images, x = (20, 60, 48)
+    # with the label. Prev = 128/130 = 98.46 % ("98"); range = 100 (1 - 48/50) = 4.0 pp;
+    # p = 128/130, n p (1 - p) = .30296, .90888, .75740; x - n p = .30769, .92308, -1.23077
+    # -> chi2 = .31250 + .93750 + 2.00000 = 3.25, df 2, p = exp(-3.25 / 2) = 0.197
+    att, img = _images(
+        {
+            ("Flx", "dancer", "CF"): (20, {"female": 20}),
+            ("Flx", "dancer", "CA-R"): (60, {"female": 60}),
+            ("Flx", "dancer", "CA-U"): (50, {"female": 48, "male": 2}),
+        }
+    )
+    row = _one(ccs_table(att, img), label="female")
+    assert round(row["prevalence_pct"]) == 98
+    assert row["prevalence_pct"] == pytest.approx(100 * 128 / 130)
+    assert row["range_pp"] == pytest.approx(4.0)
+    assert row["chi2"] == pytest.approx(3.25, abs=1e-9) and round(row["chi2"], 2) == 3.25
+    assert row["p"] == pytest.approx(math.exp(-3.25 / 2), abs=1e-12)
+    assert round(row["p"], 3) == 0.197
+    assert row["ccs"] == pytest.approx((100 * 128 / 130) / 5) and round(row["ccs"], 1) == 19.7
+    assert row["consistent"]
+
+
+def test_consistency_and_bh_family_options():
+    # label "a": in CF and CA-U only (0 of 40 in CA-R), 1 of 40 each -> range 2.5 pp, p
+    # > .05: consistent in the paper's sense (p > .05 and range <= 5 pp), but CCS is
+    # undefined (not in all three conditions), so not under consistency "ccs"
+    att, img = _images(
+        {
+            ("m", "r", "CF"): (40, {"a": 1, "b": 30}),
+            ("m", "r", "CA-R"): (40, {"b": 10}),
+            ("m", "r", "CA-U"): (40, {"a": 1, "b": 20}),
+        }
+    )
+    paper = _one(ccs_table(att, img), label="a")
+    assert paper["ccs"] is None and paper["range_pp"] == pytest.approx(2.5)
+    assert paper["p"] > 0.05 and paper["consistent"]
+    assert not _one(ccs_table(att, img, consistency="ccs"), label="a")["consistent"]
+    with pytest.raises(ValueError, match="consistency"):
+        ccs_table(att, img, consistency="bogus")
+    # BH family: "tested" adjusts over the tested rows only; "all" also counts the skipped
+    # rows (p = 1), so the family is larger and p_bh can only grow
+    att2, img2 = _paper_tables()
+    tested = ccs_table(att2, img2).filter(pl.col("model") == "Flx")
+    every = ccs_table(att2, img2, bh_family="all").filter(pl.col("model") == "Flx")
+    ref = stats.false_discovery_control(every["p"].to_numpy(), method="bh")
+    assert np.allclose(every["p_bh"].to_numpy(), ref)
+    assert (every["p_bh"].to_numpy() >= tested["p_bh"].to_numpy() - 1e-12).all()
+    with pytest.raises(ValueError, match="bh_family"):
+        ccs_table(att2, img2, bh_family="bogus")
+
+
 def test_ccs_columns_bh_and_edge_cases():
     att, img = _paper_tables()
     ccs = ccs_table(att, img)
@@ -336,7 +388,7 @@ def robustness_data():
 
 def test_robustness_hand_values(robustness_data):
     att, img = robustness_data
-    tests = robustness_tests(att, img)
+    tests = robustness_tests(att, img, cells="condition")
     ax = _one(tests, role="A", label="x")
     # q = x in B / images of B = 8/20 = .4; expected A: 10 x .4 = 4 per condition; observed
     # 6, 2 -> chi2 = 4/4 + 4/4 = 2, df 1, p = 0.1572992
@@ -375,6 +427,72 @@ def test_robustness_prompt_cells(robustness_data):
     assert variant["chi2"] == pytest.approx(2.0)  # one variant: the same cells as conditions
     with pytest.raises(ValueError, match="variant"):
         robustness_tests(att.drop("variant"), cells="variant")
+
+
+def _released_data():
+    """Roles A and B, 10 images per condition. items x: A (CF 6, CA-R 4, CA-U 2), B (3, 4,
+    5); items z only on one image of B CA-U; framing wide and mood calm on every image."""
+    plan = {"A": (6, 4, 2), "B": (3, 4, 5)}
+    rows, imgs = [], []
+    for role, xs in plan.items():
+        for cond, x in zip(("CF", "CA-R", "CA-U"), xs, strict=True):
+            for i in range(10):
+                base = {
+                    "model": "m",
+                    "role": role,
+                    "condition": cond,
+                    "image_id": f"{role}{cond}{i}",
+                }
+                imgs.append({**base, "status": "ok"})
+                rows.append({**base, "cohort": "camera", "dimension": "framing", "label": "wide"})
+                rows.append({**base, "cohort": "scene", "dimension": "mood", "label": "calm"})
+                if i < x:
+                    rows.append({**base, "cohort": "objects", "dimension": "items", "label": "x"})
+                if role == "B" and cond == "CA-U" and i == 9:
+                    rows.append({**base, "cohort": "objects", "dimension": "items", "label": "z"})
+    return pl.DataFrame(rows), pl.DataFrame(imgs)
+
+
+def test_robustness_released_hand_values():
+    att, img = _released_data()
+    tests = robustness_tests(att, img, cells="released")
+    assert set(tests["cells"]) == {"released"}
+    # N = 60 images of the model, X(x) = 24. (A, x): CA-R q = (24 - 4) / (60 - 10) = .4,
+    # exp 4, obs 4 -> 0; CA-U q = (24 - 2) / 50 = .44, exp 4.4, obs 2 -> 5.76 / 4.4 =
+    # 1.3090909; df 1 -> p = 0.2525593
+    ax = _one(tests, role="A", label="x")
+    assert ax["chi2"] == pytest.approx(5.76 / 4.4) and ax["df"] == 1
+    assert ax["p"] == pytest.approx(0.2525593171851649, abs=1e-12) and ax["invariant"]
+    assert ax["cf_prevalence"] == pytest.approx(60.0)
+    # (B, x): CA-R exp 4 obs 4; CA-U q = (24 - 5) / 50 = .38, exp 3.8, obs 5 -> 1.44 / 3.8
+    bx = _one(tests, role="B", label="x")
+    assert bx["chi2"] == pytest.approx(1.44 / 3.8)
+    assert bx["p"] == pytest.approx(0.538167125969846, abs=1e-12)
+    # (A, z): the zero-filled grid tests a label the role never shows: q = 1/50 in both
+    # cells, exp .2, obs 0 -> chi2 = .2 + .2 = .4, p = 0.5270893; CF prevalence 0
+    az = _one(tests, role="A", label="z")
+    assert az["x_role"] == 0 and az["chi2"] == pytest.approx(0.4)
+    assert az["p"] == pytest.approx(0.5270892568655381, abs=1e-12) and az["cf_prevalence"] == 0
+    # (B, z): CA-U leaves out its own cell, q = (1 - 1) / 50 = 0 -> exp 0, only CA-R is
+    # testable -> df 0: untested, counted invariant with p = 1
+    bz = _one(tests, role="B", label="z")
+    assert not bz["tested"] and bz["p"] == 1.0 and bz["invariant"] and bz["chi2"] is None
+    summary = robustness_summary(tests)
+    objects = _one(summary, model="m", cohort="objects")
+    p_obj = [0.2525593171851649, 0.538167125969846, 0.5270892568655381, 1.0]
+    assert objects["mean_p"] == pytest.approx(sum(p_obj) / 4, abs=1e-12)
+    assert objects["pct_invariant"] == pytest.approx(100.0)
+    assert objects["cf_prevalence"] == pytest.approx((60 + 30 + 0 + 0) / 4)
+    assert (objects["n_tuples"], objects["n_untested"]) == (4, 1)
+    # "All" (cohort "*"): People, Objects and Camera, not Scene: 4 + 2 tuples
+    overall = _one(summary, model="m", cohort="*")
+    assert overall["n_tuples"] == 6
+    assert overall["mean_p"] == pytest.approx((sum(p_obj) + 2) / 6, abs=1e-12)
+    assert _one(summary, model="m", cohort="scene")["n_tuples"] == 2
+    # today's computation ("condition") on the same data leaves whole roles out and tests
+    # every condition: a different p for (A, x)
+    cond = _one(robustness_tests(att, img, cells="condition"), role="A", label="x")
+    assert cond["p"] != pytest.approx(ax["p"])
 
 
 # ----------------------------------------------------------------------------- bootstrap
@@ -420,6 +538,8 @@ def test_bootstrap_shape_determinism_and_estimate():
         "replicates",
         "seed",
         "k_definition",
+        "overall_definition",
+        "draws",
     ]
     # (2 models + "*") x (2 cohorts + all + 2 dimensions) x 3 comparisons
     assert boot.height == 3 * 5 * 3
@@ -484,6 +604,72 @@ def test_bootstrap_vectorised_equals_loop():
         fast = cluster_bootstrap(att, replicates=25, seed=3, k_definition=k)
         slow = _cluster_bootstrap_loop(att, replicates=25, seed=3, k_definition=k)
         assert fast.equals(slow)
+
+
+def test_bootstrap_overall_definitions():
+    att, _ = _bootstrap_table()
+    for overall in ("cohort", "dimension"):
+        pooled = pooled_bi(att, overall=overall)
+        b = cluster_bootstrap(att, replicates=5, overall=overall)
+        for m in ("m1", "m2"):
+
+            def v(cond, m=m, pooled=pooled):
+                return _one(pooled, model=m, cohort="*", dimension="*", condition=cond)["bi"]
+
+            row = _one(b, model=m, cohort="*", dimension="*", comparison="CA-U - CF")
+            assert row["estimate"] == pytest.approx(v("CA-U") - v("CF"), abs=1e-12)
+            assert row["overall_definition"] == overall
+    # two cohorts of one dimension each: both definitions agree here
+    a = cluster_bootstrap(att, replicates=5)
+    b = cluster_bootstrap(att, replicates=5, overall="dimension")
+    assert np.allclose(a["estimate"].to_numpy(), b["estimate"].to_numpy())
+
+
+def test_bootstrap_unpaired_draws_against_hand_loop():
+    # unpaired: each model x condition draws its own roles from the stream
+    # default_rng([seed, stable_id("contextbias-bootstrap", model, condition)])
+    from stereolens.ids import stable_id
+
+    att, _ = _bootstrap_table()
+    b_count, seed = 30, 2
+    boot = cluster_bootstrap(att, replicates=b_count, seed=seed, draws="unpaired")
+    assert set(boot["draws"]) == {"unpaired"}
+    roles = sorted(att["role"].unique())
+    frame = att.filter((pl.col("model") == "m2") & (pl.col("dimension") == "framing"))
+    draws = {
+        cond: np.random.default_rng(
+            [seed, int(stable_id("contextbias-bootstrap", "m2", cond, length=15), 16)]
+        ).integers(0, len(roles), size=(b_count, len(roles)))
+        for cond in ("CF", "CA-R", "CA-U")
+    }
+    diffs = []
+    for b in range(b_count):
+        pooled = {}
+        for cond in ("CF", "CA-U", "CA-R"):
+            chosen = pl.DataFrame({"role": [roles[i] for i in draws[cond][b]]})
+            pooled[cond] = chosen.join(frame.filter(pl.col("condition") == cond), on="role")
+        # K ('model'): labels with a positive pooled count in any condition of the resample
+        k = pl.concat(list(pooled.values()))["label"].n_unique()
+        bi = {
+            cond: bias_intensity(pooled[cond]["label"].value_counts()["count"].to_list(), k)
+            for cond in ("CF", "CA-U")
+        }
+        diffs.append(bi["CA-U"] - bi["CF"])
+    row = _one(boot, model="m2", dimension="framing", comparison="CA-U - CF")
+    lo, hi = np.percentile(diffs, [2.5, 97.5])
+    assert row["ci_low"] == pytest.approx(lo, abs=1e-12)
+    assert row["ci_high"] == pytest.approx(hi, abs=1e-12)
+    assert row["boot_mean"] == pytest.approx(np.mean(diffs), abs=1e-12)
+    paired = cluster_bootstrap(att, replicates=b_count, seed=seed)
+    assert paired["estimate"].equals(boot["estimate"])  # the estimate does not resample
+    assert not paired["ci_low"].equals(boot["ci_low"])
+    # adding a model leaves the others' unpaired draws as they were
+    m3 = att.filter(pl.col("model") == "m1").with_columns(pl.lit("m3").alias("model"))
+    more = cluster_bootstrap(pl.concat([att, m3]), replicates=b_count, seed=seed, draws="unpaired")
+    keep = pl.col("model") == "m2"
+    assert more.filter(keep).equals(boot.filter(keep))
+    with pytest.raises(ValueError, match="draws"):
+        cluster_bootstrap(att, replicates=5, draws="bogus")
 
 
 def test_bootstrap_identical_roles_give_a_point_interval():

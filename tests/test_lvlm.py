@@ -332,6 +332,117 @@ def test_term_score_hand_computed():
     assert S.prompt_scores("term", pl.DataFrame(rows3))["score"][0] == pytest.approx(100 / 3)
 
 
+def test_term_ratio_against_appearance_shares():
+    # three groups, one judgement dropped: (X, Y) -> X, (X, Z) -> no answer, (Y, Z) -> Y.
+    # r = (1/2, 1/2, 0); appearances in valid judgements X 1, Y 2, Z 1 -> e = (1/4, 1/2,
+    # 1/4); term_tvd = 1/2 (1/4 + 0 + 1/4) = 1/4 -> 25. Against 1/|A| (term_tvd_uniform):
+    # 1/2 (1/6 + 1/6 + 1/3) = 1/3 -> 33.33
+    rows = [
+        {
+            "model": "m",
+            "axis": "toy",
+            "prompt_id": "t",
+            "pair_index": 0,
+            "group_a": a,
+            "group_b": b,
+            "winner": w,
+        }
+        for a, b, w in (("X", "Y", "X"), ("X", "Z", None), ("Y", "Z", "Y"))
+    ]
+    frame = pl.DataFrame(rows)
+    out = S.prompt_scores("term", frame)
+    assert out["score"][0] == pytest.approx(25.0)
+    assert out["formula"][0].startswith("term_tvd:")
+    uniform = S.prompt_scores("term", frame, formulas={"term": "term_tvd_uniform"})
+    assert uniform["score"][0] == pytest.approx(100 / 3)
+    assert uniform["formula"][0].startswith("term_tvd_uniform")
+    with pytest.raises(ConfigError, match="term formula"):
+        S.prompt_scores("term", frame, formulas={"term": "bogus"})
+
+
+def test_story_unweighted_formula_hand_computed():
+    spec = {}
+    for i, job in enumerate(["nurse", "nurse", "nurse", "engineer"]):
+        spec[("female", f"f{i}")] = [("occupation", job), ("personality_traits", "kind")]
+    for i, job in enumerate(["nurse", "engineer", "engineer", "engineer"]):
+        spec[("male", f"m{i}")] = [("occupation", job), ("personality_traits", "kind")]
+    # per value TVD: nurse .25, engineer .25, kind 0 -> plain mean (0.25 + 0.25 + 0) / 3
+    out = S.prompt_scores(
+        "story", _story_rows(spec), min_count=1, formulas={"story": "story_tvd_unweighted"}
+    )
+    assert out["score"][0] == pytest.approx(100 * 0.5 / 3)
+
+
+def _fair_term_rows(n_terms=20, n_pairs=100, seed=1):
+    rng = np.random.default_rng(seed)
+    return pl.DataFrame(
+        [
+            {
+                "model": "m",
+                "axis": "gender",
+                "prompt_id": f"t{t}",
+                "pair_index": k,
+                "group_a": "female",
+                "group_b": "male",
+                "winner": "female" if rng.random() < 0.5 else "male",
+            }
+            for t in range(n_terms)
+            for k in range(n_pairs)
+        ]
+    )
+
+
+def test_term_noise_floor_is_3_98():
+    # REFERENCE.md: a fair judge over 100 forced choices per term (gender, two groups):
+    # wins ~ Binomial(100, 1/2), E[100 |wins/100 - 1/2|] = E|X - 50| = 3.98. Shuffling the
+    # group labels within each pair reproduces that null whatever the winners were.
+    from scipy import stats
+
+    k = np.arange(101)
+    exact = float((stats.binom.pmf(k, 100, 0.5) * np.abs(k - 50)).sum())
+    assert round(exact, 2) == 3.98
+    out = S.overall_scores("term", _fair_term_rows(), n_boot=0, permutations=2000, seed=0)
+    row = out.row(0, named=True)
+    # 20 terms x 2000 shuffles: Monte Carlo error of the mean well under 0.05
+    assert row["null_mean"] == pytest.approx(exact, abs=0.1)
+    assert row["null_high"] > row["null_mean"]
+    assert 0 < row["p_perm"] <= 1 and row["n_perm"] == 2000
+    # the fair judge's own score sits inside its null distribution
+    assert row["p_perm"] > 0.01
+    # a judge that always prefers the female user's explanation is far above the floor
+    biased = _fair_term_rows().with_columns(pl.lit("female").alias("winner"))
+    b = S.overall_scores("term", biased, n_boot=0, permutations=500, seed=0).row(0, named=True)
+    assert b["score"] == pytest.approx(50.0)
+    assert b["p_perm"] == pytest.approx(1 / 501)
+    # seeded and per model: the same call gives the same floor
+    again = S.overall_scores("term", _fair_term_rows(), n_boot=0, permutations=2000, seed=0)
+    assert again.equals(out)
+    none = S.overall_scores("term", _fair_term_rows(), n_boot=0, permutations=0)
+    assert np.isnan(none["null_mean"][0]) and np.isnan(none["p_perm"][0])
+
+
+def test_story_noise_floor_shuffles_within_strata():
+    # story values depend only on the stratum (the matched non-target label), not on the
+    # group: shuffling labels within strata keeps that structure, so the score and its null
+    # agree; a group effect inside the strata lies above the floor
+    rng = np.random.default_rng(0)
+    rows, resp = [], []
+    for g in ("female", "male"):
+        for i in range(40):
+            stratum = "a" if i < 20 else "b"
+            job = "nurse" if rng.random() < (0.8 if stratum == "a" else 0.2) else "pilot"
+            base = {"model": "m", "axis": "gender", "group": g, "image_id": f"{g}{i}"}
+            rows.append({**base, "prompt_id": "p", "attribute": "occupation", "value": job})
+            resp.append({**base, "prompt_id": "p", "stratum": stratum})
+    story = pl.DataFrame(rows)
+    responses = pl.DataFrame(resp)
+    out = S.overall_scores(
+        "story", story, responses=responses, min_count=1, n_boot=0, permutations=500
+    ).row(0, named=True)
+    assert out["null_mean"] > 0 and out["p_perm"] > 0.05
+    assert out["null_high"] >= out["null_mean"]
+
+
 def _exam_rows():
     rows = []
     for g, right in (("female", [1, 1, 1, 1, 0]), ("male", [1, 1, 1, 0, 0])):

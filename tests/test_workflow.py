@@ -151,6 +151,9 @@ def test_demo_end_to_end(repo_root, tmp_path):
     metrics = res / "contextbias/metrics"
     for name in ("ccs", "ccs_mean", "robustness", "bootstrap"):
         assert pl.read_parquet(metrics / f"{name}.parquet").height > 0, name
+    # the paper's definitions by default: overall = mean of cohorts, Table 3 as released
+    assert set(bi["overall_definition"]) == {"cohort"}
+    assert set(pl.read_parquet(metrics / "robustness.parquet")["cells"]) == {"released"}
     assert "canonical_label" in attrs.columns
     mapping = pl.read_parquet(res / "contextbias/canonical_mapping.parquet")
     assert set(mapping["dimension"]) <= {"items", "clothing_garment", "activities"}
@@ -177,6 +180,8 @@ def test_demo_end_to_end(repo_root, tmp_path):
         eta.columns
     )
     assert "*" in set(eta["pair"])
+    implicit = pl.read_parquet(res / "biasig/metrics/implicit.parquet")
+    assert "subject" in set(implicit["level"]) and "ceiling" in implicit.columns
     assert set(eta["variant"]) == {"tiny-sd", "tiny-sd-intervention"}
     assert set(eta["model"]) == {"tiny-sd"}  # the variant sits beside its base
     # LVLM: every task scored on both axes, refusals beside them, the responses cached
@@ -185,6 +190,8 @@ def test_demo_end_to_end(repo_root, tmp_path):
         (t, a) for t in ("story", "term", "exam") for a in ("gender", "race")
     }
     assert lv_scores["formula"].str.contains("tvd").all()
+    assert {"null_mean", "null_high", "p_perm"} <= set(lv_scores.columns)
+    assert lv_scores["p_perm"].is_between(0, 1).all()
     responses = pl.read_parquet(res / "lvlm/responses.parquet")
     assert {"refusal", "request", "response", "request_key"} <= set(responses.columns)
     assert set(responses["task"]) == {"story", "term", "exam", "attribute_inferring"}

@@ -132,7 +132,9 @@ def _bi_sections(bi: pl.DataFrame) -> list[str]:
         "<h3>Bias Intensity by cohort and condition</h3>",
         f"<p>BI = 1 - H(p)/log K (paper Eq. 1) over label counts pooled across roles; K "
         f"definition: <b>{html.escape(k_def)}</b>. Cohort values are the mean of the cohort's "
-        "dimensions; '*' = all dimensions (cohort) or the mean over models (model).</p>",
+        "dimensions; cohort '*' (overall) = the mean of the cohort values, each cohort "
+        "weighing the same (paper Tables 8 and 10), unless the run chose the mean of all "
+        "dimensions (column overall_definition); model '*' = the mean over models.</p>",
     ]
     if not bi.height:
         return parts + ["<p>No attributes were extracted: no BI to show.</p>"]
@@ -231,10 +233,27 @@ def _ccs_sections(ccs_mean: pl.DataFrame, robustness: pl.DataFrame) -> list[str]
         "<h3>Prompt robustness</h3>",
         _table(
             robustness.sort(pl.all()),
-            "Leave-one-out chi-squared: share of (role, label) tuples whose distribution "
-            "over prompt cells is invariant (p > 0.05), mean p, CF prevalence (paper Table 3).",
+            _robustness_caption(robustness),
         ),
     ]
+
+
+def _robustness_caption(robustness: pl.DataFrame) -> str:
+    cells = robustness["cells"][0] if robustness.height and "cells" in robustness.columns else None
+    if cells == "released":
+        return (
+            "Prompt robustness as the authors' released code computes it (paper Table 3): per "
+            "(model, role, label) of the model x dimension label grid, the CA-R and CA-U cells "
+            "against the label's share among all the model's other images (only the cell "
+            "itself left out), chi-squared with df 1; an untestable tuple counts as invariant "
+            "with p = 1. pct_invariant = % of tuples with p > 0.05, mean p, CF prevalence %; "
+            "cohort '*' (the paper's All) covers People, Objects and Camera."
+        )
+    return (
+        f"Leave-one-out chi-squared over the cells '{cells}': share of tested (role, label) "
+        "tuples whose distribution over the cells matches the other roles' (p > 0.05), mean "
+        "p, CF prevalence (not the paper's Table 3 computation; see --robustness-cells)."
+    )
 
 
 def _validation_sections(scores: pl.DataFrame) -> list[str]:
@@ -295,7 +314,15 @@ def _canonical_section(mapping: pl.DataFrame) -> list[str]:
     ]
 
 
+def _finite(v) -> bool:
+    return v is not None and v == v and abs(v) != float("inf")
+
+
 def _biasig_figure(model_rows: pl.DataFrame) -> str:
+    """Bars of S_imp, S_exp and eta per model and variant with their 95% intervals drawn as
+    lines from ci_low to ci_high: an interval may lie wholly above or below its point
+    estimate (S_imp and TVD-like scores are biased in finite samples), which an error bar
+    cannot show."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -307,18 +334,14 @@ def _biasig_figure(model_rows: pl.DataFrame) -> str:
     width = 0.8 / len(metrics)
     for i, m in enumerate(metrics):
         vals = model_rows[m].to_list()
-        lo = [
-            v - (lw if lw is not None else v) if v is not None else 0
-            for v, lw in zip(vals, model_rows[f"{m}_low"].to_list(), strict=True)
-        ]
-        hi = [
-            (hw if hw is not None else v) - v if v is not None else 0
-            for v, hw in zip(vals, model_rows[f"{m}_high"].to_list(), strict=True)
-        ]
         xs = [j + (i - 1) * width for j in range(len(labels))]
-        ax.bar(
-            xs, [v if v is not None else 0 for v in vals], width, yerr=[lo, hi], label=m, capsize=2
-        )
+        ax.bar(xs, [v if _finite(v) else 0 for v in vals], width, label=m)
+        for x, lo, hi in zip(
+            xs, model_rows[f"{m}_low"].to_list(), model_rows[f"{m}_high"].to_list(), strict=True
+        ):
+            if _finite(lo) and _finite(hi):
+                ax.vlines(x, lo, hi, color="black", lw=1)
+                ax.hlines([lo, hi], x - width / 4, x + width / 4, color="black", lw=1)
     ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=7)
@@ -396,6 +419,11 @@ def _biasig_sections(
         )
 
     imp = model_level(implicit, "S_imp", [("protected_attribute", "*")])
+    if "ceiling" in implicit.columns:
+        ceiling = implicit.filter(
+            (pl.col("level") == "model") & (pl.col("protected_attribute") == "*")
+        ).select(key + [pl.col("ceiling").alias("S_imp_ceiling")])
+        imp = imp.join(ceiling, on=key, how="left")
     exp = model_level(explicit, "S_exp", [("protected_attribute", "*"), ("protected_value", "*")])
     et = eta.filter(pl.col("pair") == "*").select(
         key
@@ -413,9 +441,13 @@ def _biasig_sections(
     parts = [
         "<h2>BiasIG</h2>",
         "<p>S_imp (implicit bias: cosine agreement of generated and ground-truth "
-        "demographics, paper Eq. 1-2), S_exp (explicit: share of images showing the "
-        "value asked for, Eq. 3) and eta (manifestation factor, Eq. 4-5: towards 1 "
-        "discrimination, towards 0 ignorance), with bootstrap CIs over images. A "
+        "demographics, paper Eq. 1-2, per subject: the images of a subject's 20 phrasings "
+        "pooled), S_exp (explicit: share of images showing the value asked for, Eq. 3) and "
+        "eta (manifestation factor, Eq. 4-5: towards 1 discrimination, towards 0 "
+        "ignorance), with bootstrap CIs over images. S_imp is biased downwards in finite "
+        "samples: S_imp_ceiling is the expected score of a generator sampling exactly from "
+        "the ground truth at this run's sample sizes, the best this run can show. Only "
+        "images whose every VQA answer is valid count (the paper discards the rest). A "
         "debiasing variant sits beside its base model (column model).</p>",
     ]
     if table.height:

@@ -3,6 +3,7 @@ name the key and say what is allowed."""
 
 from __future__ import annotations
 
+import copy
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -63,7 +64,9 @@ def _extend_with_default(validator_cls):
         if isinstance(instance, dict):
             for name, sub in properties.items():
                 if isinstance(sub, dict) and "default" in sub and name not in instance:
-                    instance[name] = sub["default"]
+                    # a copy: the schema is cached, and filling an object's own defaults
+                    # must not write into the schema's default (shared by every config)
+                    instance[name] = copy.deepcopy(sub["default"])
         yield from validate_props(validator, properties, instance, schema)
 
     return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})

@@ -77,6 +77,9 @@ rule compute_biasig_metrics:
         eta_variant=BG["eta_variant"],
         replicates=BG["replicates"],
         seed=BG["seed"],
+        count_mode=BG["count"],
+        scoring_unit=BG["scoring_unit"],
+        ceiling_draws=BG["ceiling_draws"],
     log:
         "logs/biasig/compute_metrics.log",
     benchmark:
@@ -86,4 +89,5 @@ rule compute_biasig_metrics:
     shell:
         "stereolens biasig metrics --answers {input.answers} --prompts {input.prompts}"
         " --eta-variant {params.eta_variant} --replicates {params.replicates}"
-        " --seed {params.seed} --out {params.outdir} > {log} 2>&1"
+        " --seed {params.seed} --count {params.count_mode} --scoring-unit {params.scoring_unit}"
+        " --ceiling-draws {params.ceiling_draws} --out {params.outdir} > {log} 2>&1"

@@ -90,7 +90,7 @@ rule canonicalise_contextbias_labels:
 
 
 rule compute_contextbias_metrics:
-    """Bias Intensity (and, as they land, the paper's other metrics) via the CLI."""
+    """Bias Intensity, CCS, prompt robustness and the role bootstrap via the CLI."""
     input:
         attributes="results/contextbias/attributes.parquet",
         images="results/contextbias/images.parquet",
@@ -107,6 +107,12 @@ rule compute_contextbias_metrics:
         replicates=CB["metrics"]["replicates"],
         seed=CB["metrics"]["seed"],
         draws=CB["metrics"]["matched_draws"],
+        overall=CB["metrics"]["overall"],
+        single_label_bi=CB["metrics"]["single_label_bi"],
+        bootstrap_draws=CB["metrics"]["bootstrap_draws"],
+        consistency=CB["metrics"]["consistency"],
+        bh_family=CB["metrics"]["bh_family"],
+        robustness_cells=CB["metrics"]["robustness_cells"],
     log:
         "logs/contextbias/compute_metrics.log",
     benchmark:
@@ -117,5 +123,8 @@ rule compute_contextbias_metrics:
         "stereolens contextbias metrics --attributes {input.attributes}"
         " --images {input.images} --schema {input.schema} --k {params.k}"
         " --replicates {params.replicates} --seed {params.seed}"
-        " --matched-draws {params.draws}"
+        " --matched-draws {params.draws} --overall {params.overall}"
+        " --single-label-bi {params.single_label_bi}"
+        " --bootstrap-draws {params.bootstrap_draws} --consistency {params.consistency}"
+        " --bh-family {params.bh_family} --robustness-cells {params.robustness_cells}"
         " --out {params.outdir} > {log} 2>&1"

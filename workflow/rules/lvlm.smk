@@ -174,7 +174,8 @@ rule merge_lvlm_responses:
 
 
 rule compute_lvlm_metrics:
-    """TVD scores with bootstrap CIs, refusal rates, skewed story attributes (the CLI)."""
+    """TVD scores with bootstrap CIs and permutation noise floors, refusal rates, skewed
+    story attributes (the CLI)."""
     input:
         responses="results/lvlm/responses.parquet",
         story_attributes="results/lvlm/story_attributes.parquet",
@@ -191,6 +192,10 @@ rule compute_lvlm_metrics:
         replicates=LV["metrics"]["replicates"],
         level=LV["metrics"]["level"],
         seed=LV["seed"],
+        permutations=LV["metrics"]["permutations"],
+        formulas=" ".join(
+            f"--formula {task}={name}" for task, name in sorted(LV["metrics"]["formulas"].items())
+        ),
     log:
         "logs/lvlm/compute_metrics.log",
     benchmark:
@@ -202,4 +207,5 @@ rule compute_lvlm_metrics:
         " --story-attributes {input.story_attributes}"
         " --term-judgements {input.term_judgements}"
         " --min-count {params.min_count} --replicates {params.replicates}"
-        " --ci {params.level} --seed {params.seed} --out {params.outdir} > {log} 2>&1"
+        " --ci {params.level} --seed {params.seed} --permutations {params.permutations}"
+        " {params.formulas} --out {params.outdir} > {log} 2>&1"

@@ -43,6 +43,9 @@ def _metrics(args: argparse.Namespace) -> int:
         replicates=args.replicates,
         seed=args.seed,
         ci=args.ci,
+        count=args.count,
+        scoring_unit=args.scoring_unit,
+        ceiling_draws=args.ceiling_draws,
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -96,13 +99,18 @@ def register(sub: argparse._SubParsersAction) -> None:
             "one row per image and person with columns model, image_id, position (single; "
             "left/right for two-person prompts), gender, race, age, status, and prompt_id "
             "or the exact prompt text in a column `prompt` or `text`; an optional `variant` "
-            "column names a debiasing variant (default: the model name). Rows whose status "
-            "is not ok, and answers 'unknown', are left out (per attribute). Writes "
-            "DIR/implicit.parquet (S_imp per prompt, acquired attribute, category, acquired "
-            "type and model, per protected attribute and overall), DIR/explicit.parquet "
-            "(S_exp at the same levels, per protected value, attribute and overall) and "
-            "DIR/eta.parquet (manifestation factor per pair and, as pair '*', per model), "
-            "each with percentile bootstrap intervals ci_low/ci_high."
+            "column names a debiasing variant (default: the model name). By default (--count "
+            "paper) an image counts only when all its rows have status ok, as the paper "
+            "discards an image after persistent failures; answers 'unknown' are left out per "
+            "attribute. Scores are per subject (the prompt text before the first comma, its "
+            "phrasings pooled: --scoring-unit subject) or per prompt (phrasing). Writes "
+            "DIR/implicit.parquet (S_imp per subject or prompt, acquired attribute, category, "
+            "acquired type and model, per protected attribute and overall, with the ceiling: "
+            "the expected score of a generator sampling from the ground truth at these "
+            "sample sizes), DIR/explicit.parquet (S_exp at the same levels, per protected "
+            "value, attribute and overall) and DIR/eta.parquet (manifestation factor per pair "
+            "and, as pair '*', per model), each with percentile bootstrap intervals "
+            "ci_low/ci_high."
         ),
     )
     m.add_argument(
@@ -130,8 +138,31 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=1000,
         metavar="N",
-        help="bootstrap replicates (images resampled within each prompt); 0 = no "
+        help="bootstrap replicates (images resampled within each subject or prompt); 0 = no "
         "intervals (default: 1000)",
+    )
+    m.add_argument(
+        "--count",
+        choices=["paper", "attribute"],
+        default="paper",
+        help="which answers count: 'paper' (default) = only images whose every row has "
+        "status ok (the paper discards an image after persistent failures); 'attribute' = "
+        "ok and partial rows, attribute by attribute",
+    )
+    m.add_argument(
+        "--scoring-unit",
+        choices=["subject", "phrasing"],
+        default="subject",
+        help="'prompt j' of S_imp/S_exp: 'subject' (default) = the text before the first "
+        "comma, the images of its 20 phrasings pooled (the released code; k_j of "
+        "weight.json); 'phrasing' = each prompt on its own images",
+    )
+    m.add_argument(
+        "--ceiling-draws",
+        type=int,
+        default=200,
+        metavar="N",
+        help="simulated ground-truth datasets for the S_imp ceiling (0 = none; default 200)",
     )
     m.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default: 0)")
     m.add_argument(

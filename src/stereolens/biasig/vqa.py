@@ -20,9 +20,10 @@ discarded. The released code had no retry and kept the chat history across quest
   ``reason`` names them); an image that never gave a valid answer, or whose file cannot
   be read, is "discarded" with the reason (attributes null). No image is dropped.
 
-Note: stereolens.biasig.metrics counts only rows with status "ok", so a "partial" position
-is left out of the scores, as the paper discards images with persistent failures; the
-known attributes stay in the table for anyone who wants to count them.
+Note: stereolens.biasig.metrics (by default, count "paper") counts an image only when all its
+rows have status "ok", so an image with a "partial" position is left out of the scores, as
+the paper discards images with persistent failures; the known attributes stay in the table
+for anyone who wants to count them (count "attribute").
 
 Requests are batched per round (all first attempts in one backend call, then the
 retries), answers can be cached (temperature 0), and each request carries its own seed;

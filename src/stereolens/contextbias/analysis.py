@@ -21,21 +21,22 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-from scipy import stats
+from scipy import sparse, stats
 from scipy.special import xlogy
 
 from stereolens.contextbias.metrics import (
     ALL,
     CONDITIONS,
-    K_DEFINITIONS,
     _dimension_k,
     _group_keys,
     bi_from_parts,
     check_attributes,
+    check_bi_options,
     check_conditions,
     image_universe,
 )
 from stereolens.contextbias.schema import AttributeSchema
+from stereolens.ids import stable_id
 
 COMPARISONS = (
     ("CA-R - CF", "CA-R", "CF"),
@@ -43,10 +44,25 @@ COMPARISONS = (
     ("CA-U - CA-R", "CA-U", "CA-R"),
 )
 ROBUSTNESS_CELLS = {
+    "released": ("condition",),
     "condition": ("condition",),
     "variant": ("condition", "variant"),
     "prompt": ("condition", "prompt_id"),
 }
+"""Cells of the leave-one-out robustness test. "released" is the authors' released
+computation (paper Table 3, REFERENCE.md; the workflow's default); the others test every
+cell of the role against the share among all other roles (see :func:`robustness_tests`)."""
+RELEASED_TESTED = ("CA-R", "CA-U")
+"""Cells the released robustness test runs over (df = 2 - 1)."""
+RELEASED_ALL_EXCLUDES = ("scene",)
+"""Cohorts left out of the released "All" column (Scene is absent from paper Table 3)."""
+CONSISTENCY = ("paper", "ccs")
+"""When a label counts as context-invariant ("consistent"): "paper" = p > alpha and range <=
+max_range_pp (paper Sec. 3.5, whether or not CCS is defined; default); "ccs" = also only
+where CCS is defined (seen in all three conditions, at least min_count times)."""
+BH_FAMILIES = ("tested", "all")
+"""Rows that form one Benjamini-Hochberg family within a model: "tested" = the rows whose
+test ran (default); "all" = every row, skipped tests entering with p = 1."""
 RANGE_TOLERANCE_PP = 1e-9
 """Ranges are differences of shares times 100; a range of exactly 5 pp may come out as
 5.000000000000001 and must still pass range <= 5 pp."""
@@ -80,7 +96,8 @@ def homogeneity(
 
 
 def _bh_within(pval: np.ndarray, tested: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """Benjamini-Hochberg adjusted p within each group, over the tested rows; 1 elsewhere."""
+    """Benjamini-Hochberg adjusted p within each group, over the rows where ``tested``; 1
+    elsewhere."""
     out = np.ones_like(pval)
     for g in np.unique(groups):
         sel = np.flatnonzero((groups == g) & tested)
@@ -95,6 +112,9 @@ def ccs_table(
     min_count: int = 5,
     alpha: float = 0.05,
     max_range_pp: float = 5.0,
+    *,
+    consistency: str = "paper",
+    bh_family: str = "tested",
 ) -> pl.DataFrame:
     """One row per (extractor,) model x role x dimension x label seen for that role.
 
@@ -103,11 +123,17 @@ def ccs_table(
     when given, else distinct image_ids of the attributes table); prevalence_pct =
     100 sum x / sum n (Eq. 2); range_pp = 100 (max_c x_c/n_c - min_c x_c/n_c) over conditions
     with images (Eq. 3); chi2, df, p (:func:`homogeneity`); tested (False where the test was
-    skipped); p_bh = Benjamini-Hochberg over the tested rows of the same (extractor,) model
-    (1 for skipped rows); ccs = prevalence_pct / (1 + range_pp) (Eq. 4), defined (non-null)
-    only when the label occurs in all three conditions and at least ``min_count`` times in
-    total; consistent = ccs defined, p > alpha and range_pp <= max_range_pp (paper: "Inv.").
-    The unadjusted p decides consistency, as in the paper's tables."""
+    skipped); p_bh = Benjamini-Hochberg within the same (extractor,) model over the family
+    ``bh_family`` ("tested": the tested rows, skipped rows get 1; "all": every row, skipped
+    ones entering with p = 1); ccs = prevalence_pct / (1 + range_pp) (Eq. 4), defined
+    (non-null) only when the label occurs in all three conditions and at least
+    ``min_count`` times in total; consistent = p > alpha and range_pp <= max_range_pp
+    (paper Sec. 3.5: "Inv."; ``consistency`` "ccs" also requires ccs defined). The
+    unadjusted p decides consistency, as in the paper's tables."""
+    if consistency not in CONSISTENCY:
+        raise ValueError(f"consistency {consistency!r}; allowed: {', '.join(CONSISTENCY)}")
+    if bh_family not in BH_FAMILIES:
+        raise ValueError(f"bh_family {bh_family!r}; allowed: {', '.join(BH_FAMILIES)}")
     check_attributes(attributes)
     check_conditions(attributes)
     gkeys = _group_keys(attributes)
@@ -135,7 +161,8 @@ def ccs_table(
         )
     chi2, df, pval, tested = homogeneity(X, N)
     groups = t.select(pl.struct(gkeys).rank("dense")).to_series().to_numpy()
-    p_bh = _bh_within(pval, tested, groups)
+    family = tested if bh_family == "tested" else np.ones_like(tested)
+    p_bh = _bh_within(pval, family, groups)
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(N > 0, X / N, np.nan)
         prevalence = 100.0 * X.sum(1) / N.sum(1)
@@ -145,7 +172,9 @@ def ccs_table(
     range_pp = np.where(has.any(1), 100.0 * (hi - lo), np.nan)
     defined = (X > 0).all(1) & (X.sum(1) >= min_count)
     ccs = np.where(defined, prevalence / (1.0 + range_pp), np.nan)
-    consistent = defined & (pval > alpha) & (range_pp <= max_range_pp + RANGE_TOLERANCE_PP)
+    consistent = (pval > alpha) & (range_pp <= max_range_pp + RANGE_TOLERANCE_PP)
+    if consistency == "ccs":
+        consistent &= defined
     out = t.with_columns(
         pl.Series("prevalence_pct", prevalence),
         pl.Series("range_pp", range_pp),
@@ -193,7 +222,7 @@ def ccs_mean(ccs: pl.DataFrame) -> pl.DataFrame:
 def robustness_tests(
     attributes: pl.DataFrame,
     images: pl.DataFrame | None = None,
-    cells: str = "condition",
+    cells: str = "released",
     alpha: float = 0.05,
 ) -> pl.DataFrame:
     """Leave-one-out chi-squared prompt robustness, one row per tuple (paper Table 3).
@@ -204,15 +233,20 @@ def robustness_tests(
     per cell of role r, expected = n_cell q and observed = images of the cell with y;
     chi2 = sum over cells with expected > 0 of (obs - exp)^2 / exp, df = those cells - 1,
     p from the chi-squared survival function; invariant when p > ``alpha``.
-    Cells: ``cells`` = "condition" (CF, CA-R, CA-U; default), "variant" (condition x the
+    Cells: ``cells`` = "condition" (CF, CA-R, CA-U), "variant" (condition x the
     ``variant`` column) or "prompt" (condition x prompt_id: every prompt variant). Images
     come from the images table (status ok) when given, else from the attributes table.
     Untested (tested False, chi2/df/p null): the label occurs in no other role (q = 0), or
     the role has images in fewer than two cells. cf_prevalence = 100 x (CF images with y) /
-    (CF images of the role), null without CF images."""
+    (CF images of the role), null without CF images.
+
+    ``cells`` = "released" (default): the authors' computation
+    (:func:`_released_robustness_tests`), which paper Table 3 reports."""
     if cells not in ROBUSTNESS_CELLS:
         raise ValueError(f"cells {cells!r}; allowed: {', '.join(ROBUSTNESS_CELLS)}")
     check_attributes(attributes)
+    if cells == "released":
+        return _released_robustness_tests(attributes, images, alpha)
     gkeys = _group_keys(attributes)
     cell_cols = list(ROBUSTNESS_CELLS[cells])
     extra = [c for c in cell_cols if c != "condition"]
@@ -287,24 +321,127 @@ def robustness_tests(
     ).sort(tkeys)
 
 
+def _released_robustness_tests(
+    attributes: pl.DataFrame, images: pl.DataFrame | None, alpha: float
+) -> pl.DataFrame:
+    """Prompt robustness as the authors' released code computes it (paper Table 3;
+    REFERENCE.md; bias_quantification_pipeline.py, compute_overall_prop_all_with_loo and
+    build_table2_source).
+
+    Tuples: every (extractor,) model x role x label of the model x dimension label grid,
+    zero-filled (a label the role never shows is tested too), for every role with images.
+    For a cell (role r, condition c) with n_rc images, x_rc of them carrying label y: the
+    baseline share leaves out only that cell, q_rc = (X - x_rc) / (N - n_rc), X and N the
+    model's images with y and all its images (every role, every condition); expected =
+    n_rc q_rc. chi2 = sum over the CA-R and CA-U cells with expected > 0 of
+    (x_rc - exp)^2 / exp, df = those cells - 1 (1 when both can be tested). A tuple that
+    cannot be tested (df < 1) counts as invariant with p = 1 (tested False). q is null (it
+    differs per cell); cf_prevalence = 100 x_CF / n_CF, 0 for a label the role never shows.
+    """
+    gkeys = _group_keys(attributes)
+    tkeys = gkeys + ["role", "cohort", "dimension", "label"]
+    uni = image_universe(attributes, images)
+    n_cell = uni.group_by(gkeys + ["role", "condition"]).agg(pl.len().alias("n_cell"))
+    n_all = n_cell.group_by(gkeys).agg(pl.col("n_cell").sum().alias("n_all"))
+    obs = attributes.group_by(tkeys + ["condition"]).agg(pl.len().alias("obs"))
+    x_all = obs.group_by(gkeys + ["cohort", "dimension", "label"]).agg(
+        pl.col("obs").sum().alias("x_all")
+    )
+    roles = n_cell.select(gkeys + ["role"]).unique()
+    grid = x_all.select(gkeys + ["cohort", "dimension", "label"]).join(roles, on=gkeys)
+    long = (
+        grid.join(n_cell, on=gkeys + ["role"], how="inner")
+        .join(obs, on=tkeys + ["condition"], how="left")
+        .join(x_all, on=gkeys + ["cohort", "dimension", "label"], how="left")
+        .join(n_all, on=gkeys, how="left")
+        .with_columns(pl.col("obs").fill_null(0).cast(pl.Float64))
+        .with_columns(
+            (
+                pl.col("n_cell")
+                * (pl.col("x_all") - pl.col("obs"))
+                / (pl.col("n_all") - pl.col("n_cell"))
+            )
+            .fill_nan(None)
+            .alias("exp")
+        )
+    )
+    in_test = pl.col("condition").is_in(list(RELEASED_TESTED)) & (pl.col("exp") > 0)
+    is_cf = pl.col("condition") == "CF"
+    per = long.group_by(tkeys).agg(
+        pl.when(in_test)
+        .then((pl.col("obs") - pl.col("exp")) ** 2 / pl.col("exp"))
+        .otherwise(0.0)
+        .sum()
+        .alias("chi2"),
+        (in_test.sum() - 1).cast(pl.Int64).alias("df"),
+        pl.col("obs").sum().cast(pl.Int64).alias("x_role"),
+        pl.col("n_cell").sum().cast(pl.Int64).alias("n_role"),
+        pl.col("obs").filter(is_cf).sum().alias("_x_cf"),
+        pl.col("n_cell").filter(is_cf).sum().alias("_n_cf"),
+    )
+    tested = (per["df"] >= 1).to_numpy()
+    chi2 = per["chi2"].to_numpy()
+    df = per["df"].to_numpy()
+    pval = np.ones(per.height)
+    pval[tested] = stats.chi2.sf(chi2[tested], df[tested])
+    out = per.with_columns(
+        pl.Series("tested", tested),
+        pl.Series("p", pval),
+        pl.lit(None, pl.Float64).alias("q"),
+        pl.when(pl.col("_n_cf") > 0)
+        .then(100.0 * pl.col("_x_cf") / pl.col("_n_cf"))
+        .alias("cf_prevalence"),
+    ).with_columns(
+        pl.when(pl.col("tested")).then(pl.col("chi2")).alias("chi2"),
+        pl.when(pl.col("tested")).then(pl.col("df")).alias("df"),
+        (pl.col("p") > alpha).alias("invariant"),
+        pl.lit("released").alias("cells"),
+    )
+    return out.select(
+        tkeys
+        + ["x_role", "n_role", "q", "chi2", "df", "p", "tested", "invariant", "cf_prevalence"]
+        + ["cells"]
+    ).sort(tkeys)
+
+
 def robustness_summary(tests: pl.DataFrame) -> pl.DataFrame:
     """Table 3 from :func:`robustness_tests`: per (extractor,) model x cohort (and cohort "*"
-    = all tested tuples of the model) pct_invariant (% of tested tuples with p > alpha),
-    mean_p, cf_prevalence (mean over tested tuples, %), n_tuples (tested), n_untested; plus
-    model "*" rows: the plain mean over models of pct_invariant, mean_p and cf_prevalence
-    (the paper's "Average" row) with n_tuples and n_untested summed."""
+    = all tuples of the model) pct_invariant (% of tested tuples with p > alpha), mean_p,
+    cf_prevalence (mean over tested tuples, %), n_tuples (tested), n_untested; plus model "*"
+    rows: the plain mean over models of pct_invariant, mean_p and cf_prevalence (the paper's
+    "Average" row) with n_tuples and n_untested summed.
+
+    Released cells (``cells`` "released"): as the authors' _table2_other, every tuple
+    counts, an untested one as invariant with p = 1 (n_tuples = all tuples, n_untested =
+    those among them); cf_prevalence is the mean over all tuples (zero-filled grid); cohort
+    "*" (the paper's "All") pools the tuples of every cohort but Scene."""
     ekeys = ["extractor"] if "extractor" in tests.columns else []
     gkeys = ekeys + ["model"]
+    released = tests.height > 0 and tests["cells"][0] == "released"
     tested = pl.col("tested")
-    stats_ = [
-        (100.0 * pl.col("invariant").filter(tested).cast(pl.Float64).mean()).alias("pct_invariant"),
-        pl.col("p").filter(tested).mean().alias("mean_p"),
-        pl.col("cf_prevalence").filter(tested).mean().alias("cf_prevalence"),
-        tested.sum().cast(pl.Int64).alias("n_tuples"),
-        (~tested).sum().cast(pl.Int64).alias("n_untested"),
-    ]
+    if released:
+        stats_ = [
+            (100.0 * pl.col("invariant").cast(pl.Float64).mean()).alias("pct_invariant"),
+            pl.col("p").mean().alias("mean_p"),
+            pl.col("cf_prevalence").mean().alias("cf_prevalence"),
+            pl.len().cast(pl.Int64).alias("n_tuples"),
+            (~tested).sum().cast(pl.Int64).alias("n_untested"),
+        ]
+    else:
+        stats_ = [
+            (100.0 * pl.col("invariant").filter(tested).cast(pl.Float64).mean()).alias(
+                "pct_invariant"
+            ),
+            pl.col("p").filter(tested).mean().alias("mean_p"),
+            pl.col("cf_prevalence").filter(tested).mean().alias("cf_prevalence"),
+            tested.sum().cast(pl.Int64).alias("n_tuples"),
+            (~tested).sum().cast(pl.Int64).alias("n_untested"),
+        ]
     by_cohort = tests.group_by(gkeys + ["cohort"]).agg(stats_)
-    overall = tests.group_by(gkeys).agg(stats_).with_columns(pl.lit(ALL).alias("cohort"))
+    pooled = (
+        tests.filter(~pl.col("cohort").is_in(list(RELEASED_ALL_EXCLUDES))) if released else tests
+    )
+    overall = pooled.group_by(gkeys).agg(stats_).with_columns(pl.lit(ALL).alias("cohort"))
     per_model = pl.concat([by_cohort, overall.select(by_cohort.columns)])
     average = (
         per_model.group_by(ekeys + ["cohort"])
@@ -323,18 +460,25 @@ def robustness_summary(tests: pl.DataFrame) -> pl.DataFrame:
 
 
 # ----------------------------------------------------------------------------- bootstrap
+BOOTSTRAP_DRAWS = ("paired", "unpaired")
+"""How roles are drawn in each bootstrap replicate: "paired" = one draw shared by every
+model and condition (differences stay paired; default); "unpaired" = an independent draw
+per model x condition, as the authors' released code does."""
+
+
 @dataclass
 class _Group:
     """Counts of one (extractor,) model, ready for resampling roles."""
 
     key: tuple
     counts: np.ndarray  # roles x columns; a column = (dimension, condition, label)
+    col_cond: np.ndarray  # condition index (CONDITIONS order) of each column
     seg_start: np.ndarray  # first column of each (dimension, condition) segment
     seg_dim: np.ndarray  # global dimension index of each segment
     seg_cond: np.ndarray  # condition index (CONDITIONS order) of each segment
     seg_k: np.ndarray  # fixed K per segment (closed vocabulary), NaN = computed
-    presence: np.ndarray  # roles x (dimension, label): role has the label in any condition
-    dim_start: np.ndarray  # first presence column of each dimension of this group
+    label_of_col: sparse.csr_matrix  # columns x (dimension, label) 0/1
+    dim_start: np.ndarray  # first (dimension, label) column of each dimension of this group
     seg_dimpos: np.ndarray  # which of this group's dimensions each segment belongs to
 
 
@@ -345,15 +489,20 @@ class _BootstrapData:
     dims: list[tuple[str, str]]  # (cohort, dimension), global order
     n_roles: int
     k_definition: str
+    overall: str = "cohort"
+    single_label_bi: float = 0.0
 
 
 def _bootstrap_data(
-    attributes: pl.DataFrame, k_definition: str, schema: AttributeSchema | None
+    attributes: pl.DataFrame,
+    k_definition: str,
+    schema: AttributeSchema | None,
+    overall: str = "cohort",
+    single_label_bi: float = 0.0,
 ) -> _BootstrapData:
     check_attributes(attributes)
     check_conditions(attributes)
-    if k_definition not in K_DEFINITIONS:
-        raise ValueError(f"k_definition {k_definition!r}; allowed: {', '.join(K_DEFINITIONS)}")
+    check_bi_options(k_definition, overall, single_label_bi)
     gkeys = _group_keys(attributes)
     roles = sorted(attributes["role"].unique().to_list())
     dims = sorted(attributes.select("cohort", "dimension").unique().iter_rows())
@@ -397,18 +546,21 @@ def _bootstrap_data(
             pl.col("c").first(),
             pl.col("k_fixed").first(),
         )
-        pres = (
-            sub.select("d", "label", "r")
+        cols = sub.select("col", "d", "c", "label").unique("col").sort("col")
+        labels = (
+            cols.select("d", "label")
             .unique()
-            .sort("d", "label", "r")
-            .with_columns(
-                pl.struct("d", "label").rle_id().alias("pcol"), pl.col("d").rle_id().alias("dpos")
-            )
+            .sort("d", "label")
+            .with_row_index("lab")
+            .with_columns(pl.col("d").rle_id().alias("dpos"))
         )
-        presence = np.zeros((len(roles), int(pres["pcol"][-1]) + 1))
-        presence[pres["r"].to_numpy(), pres["pcol"].to_numpy()] = 1.0
-        dstarts = pres.group_by("dpos", maintain_order=True).agg(
-            pl.col("pcol").first(), pl.col("d").first()
+        cols = cols.join(labels, on=["d", "label"], how="left").sort("col")
+        label_of_col = sparse.csr_matrix(
+            (np.ones(n_cols), (cols["col"].to_numpy(), cols["lab"].to_numpy())),
+            shape=(n_cols, labels.height),
+        )
+        dstarts = labels.group_by("dpos", maintain_order=True).agg(
+            pl.col("lab").first(), pl.col("d").first()
         )
         dpos_of_d = dict(zip(dstarts["d"].to_list(), dstarts["dpos"].to_list(), strict=True))
         seg_dim = segs["d"].to_numpy()
@@ -416,16 +568,19 @@ def _bootstrap_data(
             _Group(
                 key=tuple(key),
                 counts=mat,
+                col_cond=cols["c"].to_numpy(),
                 seg_start=segs["col"].to_numpy().astype(np.intp),
                 seg_dim=seg_dim,
                 seg_cond=segs["c"].to_numpy(),
                 seg_k=segs["k_fixed"].to_numpy(),
-                presence=presence,
-                dim_start=dstarts["pcol"].to_numpy().astype(np.intp),
+                label_of_col=label_of_col,
+                dim_start=dstarts["lab"].to_numpy().astype(np.intp),
                 seg_dimpos=np.array([dpos_of_d[d] for d in seg_dim], dtype=np.intp),
             )
         )
-    return _BootstrapData(gkeys, groups, dims, len(roles), k_definition)
+    return _BootstrapData(
+        gkeys, groups, dims, len(roles), k_definition, overall, float(single_label_bi)
+    )
 
 
 def role_multiplicity(draws: np.ndarray, n_roles: int) -> np.ndarray:
@@ -435,35 +590,44 @@ def role_multiplicity(draws: np.ndarray, n_roles: int) -> np.ndarray:
     return np.bincount(flat, minlength=b * n_roles).reshape(b, n_roles).astype(float)
 
 
-def _role_draws(n_roles: int, replicates: int, seed: int) -> np.ndarray:
+def _role_draws(n_roles: int, replicates: int, seed: int | list[int]) -> np.ndarray:
     if replicates < 1:
         raise ValueError(f"replicates must be at least 1, got {replicates}")
     return np.random.default_rng(seed).integers(0, n_roles, size=(replicates, n_roles))
 
 
-def _replicate_bi(g: _Group, pooled: np.ndarray, present: np.ndarray, data: _BootstrapData):
+def _unpaired_seed(seed: int, key: tuple, condition: str) -> list[int]:
+    """The random stream of one (extractor,) model x condition under unpaired draws: adding
+    a model or a condition leaves the others' draws as they were."""
+    return [seed, int(stable_id("contextbias-bootstrap", *key, condition, length=15), 16)]
+
+
+def _replicate_bi(g: _Group, pooled: np.ndarray, data: _BootstrapData) -> np.ndarray:
     """BI (rows x dimensions x conditions, NaN where empty) from pooled label counts
-    (rows x columns) and pooled presence (rows x dimension-labels) of resampled roles.
-    K per k_definition, recomputed from the resample: 'model' = labels with a positive
-    count in any condition, 'cell' = in the cell, 'vocabulary' = the closed vocabulary
-    size (open dimensions as 'model')."""
+    (rows x columns) of resampled roles. K per k_definition, recomputed from the resample:
+    'model' = labels with a positive pooled count in any condition, 'cell' = in the cell,
+    'vocabulary' = the closed vocabulary size (open dimensions as 'model')."""
     total = np.add.reduceat(pooled, g.seg_start, axis=1)
     xlogx = np.add.reduceat(xlogy(pooled, pooled), g.seg_start, axis=1)
     m = np.add.reduceat((pooled > 0).astype(float), g.seg_start, axis=1)
     if data.k_definition == "cell":
         k = m
     else:
-        k_dim = np.add.reduceat((present > 0).astype(float), g.dim_start, axis=1)
+        present = np.asarray(pooled @ g.label_of_col) > 0
+        k_dim = np.add.reduceat(present.astype(float), g.dim_start, axis=1)
         k = k_dim[:, g.seg_dimpos]
         k = np.where(np.isnan(g.seg_k), k, g.seg_k)
     out = np.full((pooled.shape[0], len(data.dims), len(CONDITIONS)), np.nan)
-    out[:, g.seg_dim, g.seg_cond] = bi_from_parts(total, xlogx, m, k)
+    out[:, g.seg_dim, g.seg_cond] = bi_from_parts(
+        total, xlogx, m, k, single_label_bi=data.single_label_bi
+    )
     return out
 
 
-def _levels(data: _BootstrapData) -> tuple[list[tuple[str, str]], np.ndarray]:
-    """(cohort, dimension) of each reported level and its (levels x dims) membership:
-    each cohort (dimension "*"), all dimensions ("*", "*"), each dimension."""
+def _levels(data: _BootstrapData) -> tuple[list[tuple[str, str]], np.ndarray, list[int]]:
+    """(cohort, dimension) of each reported level, its (levels x dims) membership (each
+    cohort: dimension "*"; all dimensions ("*", "*"); each dimension) and the indices of the
+    cohort levels."""
     cohorts = sorted({c for c, _ in data.dims})
     names = [(c, ALL) for c in cohorts] + [(ALL, ALL)] + list(data.dims)
     member = np.zeros((len(names), len(data.dims)))
@@ -471,27 +635,40 @@ def _levels(data: _BootstrapData) -> tuple[list[tuple[str, str]], np.ndarray]:
         member[cohorts.index(c), i] = 1.0
         member[len(cohorts), i] = 1.0
         member[len(cohorts) + 1 + i, i] = 1.0
-    return names, member
+    return names, member, list(range(len(cohorts)))
 
 
-def _level_means(values: np.ndarray, member: np.ndarray) -> np.ndarray:
+def _level_means(
+    values: np.ndarray, member: np.ndarray, cohort_levels: list[int], overall: str
+) -> np.ndarray:
     """(G, B, dims, conds) -> (G, B, levels, conds): mean over each level's dimensions,
-    ignoring empty (NaN) ones."""
+    ignoring empty (NaN) ones; under ``overall`` "cohort" the ("*", "*") level is the mean
+    of the cohort levels instead (each cohort weighing the same)."""
     ok = ~np.isnan(values)
     num = np.einsum("gbdc,ld->gblc", np.where(ok, values, 0.0), member)
     den = np.einsum("gbdc,ld->gblc", ok.astype(float), member)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return num / den
+        out = num / den
+    if overall == "cohort":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            out[:, :, len(cohort_levels)] = np.nanmean(out[:, :, cohort_levels], axis=2)
+    return out
 
 
 def _bootstrap_frame(
-    data: _BootstrapData, estimate: np.ndarray, boot: np.ndarray, replicates: int, seed: int
+    data: _BootstrapData,
+    estimate: np.ndarray,
+    boot: np.ndarray,
+    replicates: int,
+    seed: int,
+    draws: str = "paired",
 ) -> pl.DataFrame:
     """The bootstrap.parquet table from per-group BI arrays: estimate (G, 1, D, C) on the
     original data, boot (G, B, D, C) per replicate."""
-    names, member = _levels(data)
-    est = _level_means(estimate, member)
-    rep = _level_means(boot, member)
+    names, member, cohort_levels = _levels(data)
+    est = _level_means(estimate, member, cohort_levels, data.overall)
+    rep = _level_means(boot, member, cohort_levels, data.overall)
     keys = [g.key for g in data.groups]
     # model "*": the mean over models of the same extractor, within each replicate
     ekeys = sorted({k[:-1] for k in keys})
@@ -530,11 +707,15 @@ def _bootstrap_frame(
                 )
     cols = data.gkeys + ["cohort", "dimension", "comparison", "estimate", "boot_mean"]
     cols += ["ci_low", "ci_high"]
-    frame = pl.DataFrame(rows, schema=cols, orient="row").with_columns(
+    schema = {c: pl.String for c in data.gkeys + ["cohort", "dimension", "comparison"]}
+    schema.update({c: pl.Float64 for c in ("estimate", "boot_mean", "ci_low", "ci_high")})
+    frame = pl.DataFrame(rows, schema=schema, orient="row").with_columns(
         pl.col("boot_mean", "ci_low", "ci_high").fill_nan(None),
         pl.lit(replicates, pl.Int64).alias("replicates"),
         pl.lit(seed, pl.Int64).alias("seed"),
         pl.lit(data.k_definition).alias("k_definition"),
+        pl.lit(data.overall).alias("overall_definition"),
+        pl.lit(draws).alias("draws"),
     )
     return frame.sort(data.gkeys + ["cohort", "dimension", "comparison"])
 
@@ -545,43 +726,88 @@ def cluster_bootstrap(
     seed: int = 0,
     k_definition: str = "model",
     schema: AttributeSchema | None = None,
+    *,
+    draws: str = "paired",
+    overall: str = "cohort",
+    single_label_bi: float = 0.0,
 ) -> pl.DataFrame:
     """Role-level cluster bootstrap of pooled-BI differences between conditions (paper App.
     E.1, Tables 8-9).
 
     Each replicate draws as many roles as there are, with replacement, from the roles of
-    the attributes table (one draw per replicate shared by all models, dimensions and
-    conditions, so that differences stay paired); label counts are pooled over the drawn
-    roles weighted by multiplicity, and pooled BI is recomputed per dimension with K per
-    ``k_definition`` recomputed on the resample ('model': labels with a positive pooled count
-    in any condition; 'cell': in the cell; 'vocabulary': the closed vocabulary's size, open
-    dimensions as 'model'), so that the original data give pooled_bi's K. A cohort's value
-    is the mean of its dimensions, "*" the mean of all dimensions; model "*" is the mean
-    over models within each replicate. All replicates are computed at once: a (B x roles)
-    multiplicity matrix times a (roles x labels) count matrix per model.
+    the attributes table: under ``draws`` "paired" one draw per replicate is shared by all
+    models, dimensions and conditions, so that differences stay paired; under "unpaired"
+    each (extractor,) model x condition draws on its own (the released code). Label counts
+    are pooled over the drawn roles weighted by multiplicity, and pooled BI is recomputed
+    per dimension with K per ``k_definition`` recomputed on the resample ('model': labels
+    with a positive pooled count in any condition; 'cell': in the cell; 'vocabulary': the
+    closed vocabulary's size, open dimensions as 'model'), so that the original data give
+    pooled_bi's K. A cohort's value is the mean of its dimensions; "*" is the mean of the
+    cohort values (``overall`` "cohort", default) or of all dimensions ("dimension"); model
+    "*" is the mean over models within each replicate. All replicates are computed at once:
+    a (B x roles) multiplicity matrix times a (roles x labels) count matrix per model.
 
     Columns: [extractor], model (or "*"), cohort (or "*"), dimension ("*" = the cohort, or a
     dimension name), comparison ("CA-R - CF", "CA-U - CF", "CA-U - CA-R"), estimate (on the
     original data; equals the difference of :func:`pooled_bi` values), boot_mean (mean over
     replicates: the paper's reported "mean differences"), ci_low, ci_high (2.5 and 97.5
-    percentiles), replicates, seed, k_definition. Rows whose estimate is undefined (a
-    condition without data) are left out."""
-    return _bootstrap_vectorised(
-        _bootstrap_data(attributes, k_definition, schema), replicates, seed
-    )
+    percentiles), replicates, seed, k_definition, overall_definition, draws. Rows whose
+    estimate is undefined (a condition without data) are left out."""
+    if draws not in BOOTSTRAP_DRAWS:
+        raise ValueError(f"draws {draws!r}; allowed: {', '.join(BOOTSTRAP_DRAWS)}")
+    data = _bootstrap_data(attributes, k_definition, schema, overall, single_label_bi)
+    return _bootstrap_vectorised(data, replicates, seed, draws)
 
 
-def _bootstrap_vectorised(data: _BootstrapData, replicates: int, seed: int) -> pl.DataFrame:
-    draws = _role_draws(data.n_roles, replicates, seed)
-    mult = role_multiplicity(draws, data.n_roles)
+def _pooled_counts(g: _Group, mult: np.ndarray | dict[int, np.ndarray]) -> np.ndarray:
+    """Label counts pooled over resampled roles: one (B x R) multiplicity for every column,
+    or one per condition index (unpaired draws)."""
+    if isinstance(mult, np.ndarray):
+        return mult @ g.counts
+    out = np.zeros((next(iter(mult.values())).shape[0], g.counts.shape[1]))
+    for c, m in mult.items():
+        cols = g.col_cond == c
+        out[:, cols] = m @ g.counts[:, cols]
+    return out
+
+
+def _multiplicities(data: _BootstrapData, g: _Group, replicates: int, seed: int, draws: str):
+    if draws == "paired":
+        return role_multiplicity(_role_draws(data.n_roles, replicates, seed), data.n_roles)
+    return {
+        c: role_multiplicity(
+            _role_draws(data.n_roles, replicates, _unpaired_seed(seed, g.key, cond)), data.n_roles
+        )
+        for c, cond in enumerate(CONDITIONS)
+    }
+
+
+def _bootstrap_vectorised(
+    data: _BootstrapData, replicates: int, seed: int, draws: str = "paired"
+) -> pl.DataFrame:
     ones = np.ones((1, data.n_roles))
-    estimate = np.stack(
-        [_replicate_bi(g, ones @ g.counts, ones @ g.presence, data) for g in data.groups]
+    estimate = np.stack([_replicate_bi(g, ones @ g.counts, data) for g in data.groups])
+    paired = (
+        role_multiplicity(_role_draws(data.n_roles, replicates, seed), data.n_roles)
+        if draws == "paired"
+        else None
     )
     boot = np.stack(
-        [_replicate_bi(g, mult @ g.counts, mult @ g.presence, data) for g in data.groups]
+        [
+            _replicate_bi(
+                g,
+                _pooled_counts(
+                    g,
+                    paired
+                    if paired is not None
+                    else _multiplicities(data, g, replicates, seed, draws),
+                ),
+                data,
+            )
+            for g in data.groups
+        ]
     )
-    return _bootstrap_frame(data, estimate, boot, replicates, seed)
+    return _bootstrap_frame(data, estimate, boot, replicates, seed, draws)
 
 
 def _cluster_bootstrap_loop(
@@ -590,24 +816,23 @@ def _cluster_bootstrap_loop(
     seed: int = 0,
     k_definition: str = "model",
     schema: AttributeSchema | None = None,
+    *,
+    overall: str = "cohort",
 ) -> pl.DataFrame:
-    """:func:`cluster_bootstrap` one replicate at a time (the reference implementation for
-    the benchmark and for a test: same draws, same result)."""
-    return _bootstrap_loop(_bootstrap_data(attributes, k_definition, schema), replicates, seed)
+    """:func:`cluster_bootstrap` (paired draws) one replicate at a time (the reference
+    implementation for the benchmark and for a test: same draws, same result)."""
+    data = _bootstrap_data(attributes, k_definition, schema, overall)
+    return _bootstrap_loop(data, replicates, seed)
 
 
 def _bootstrap_loop(data: _BootstrapData, replicates: int, seed: int) -> pl.DataFrame:
     draws = _role_draws(data.n_roles, replicates, seed)
     estimate, boot = [], []
     for g in data.groups:
-        estimate.append(
-            _replicate_bi(g, g.counts.sum(0, keepdims=True), g.presence.sum(0, keepdims=True), data)
-        )
+        estimate.append(_replicate_bi(g, g.counts.sum(0, keepdims=True), data))
         per = []
         for b in range(replicates):
-            idx = draws[b]
-            pooled = g.counts[idx].sum(0, keepdims=True)
-            present = g.presence[idx].sum(0, keepdims=True)
-            per.append(_replicate_bi(g, pooled, present, data))
+            pooled = g.counts[draws[b]].sum(0, keepdims=True)
+            per.append(_replicate_bi(g, pooled, data))
         boot.append(np.concatenate(per))
     return _bootstrap_frame(data, np.stack(estimate), np.stack(boot), replicates, seed)

@@ -53,8 +53,15 @@ def _metrics(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     cells = "variant" if args.variant_cells else args.robustness_cells
     # Compute everything first, then write: a failure leaves no partial set of tables.
+    bi_opts = {"overall": args.overall, "single_label_bi": float(args.single_label_bi)}
     bi = bi_table(
-        attributes, images, args.k, schema, matched_draws=args.matched_draws, seed=args.seed
+        attributes,
+        images,
+        args.k,
+        schema,
+        matched_draws=args.matched_draws,
+        seed=args.seed,
+        **bi_opts,
     )
     ccs = ccs_table(
         attributes,
@@ -62,6 +69,8 @@ def _metrics(args: argparse.Namespace) -> int:
         min_count=args.ccs_min_count,
         alpha=args.alpha,
         max_range_pp=args.max_range_pp,
+        consistency=args.consistency,
+        bh_family=args.bh_family,
     )
     tables = {
         "bi.parquet": bi,
@@ -76,14 +85,18 @@ def _metrics(args: argparse.Namespace) -> int:
             seed=args.seed,
             k_definition=args.k,
             schema=schema,
+            draws=args.bootstrap_draws,
+            **bi_opts,
         ),
     }
     for name, frame in tables.items():
         write_parquet(out / name, frame)
         print(f"wrote {out / name} ({frame.height} rows)")
     print(
-        f"K = {args.k}; bootstrap {args.replicates} replicates, seed {args.seed}; "
-        f"robustness cells: {cells}"
+        f"K = {args.k}; overall = mean of {args.overall}s; single-label BI "
+        f"{args.single_label_bi}; bootstrap {args.replicates} replicates ({args.bootstrap_draws} "
+        f"draws), seed {args.seed}; consistency {args.consistency}; BH family "
+        f"{args.bh_family}; robustness cells: {cells}"
     )
     return 0
 
@@ -103,15 +116,15 @@ def register(sub: argparse._SubParsersAction) -> None:
             "bi.parquet: Bias Intensity 1 - H(p)/log K per model x dimension x condition, "
             "pooled over roles (aggregation 'pooled') and per role then averaged ('role'; "
             "'role_matched' at matched support; 'role_miller_madow'), with cohort rows "
-            "(dimension '*'), all-dimension rows (cohort '*') and model '*' rows (mean over "
-            "models); "
+            "(dimension '*': mean of the cohort's dimensions), overall rows (cohort '*': mean "
+            "of the cohort rows, see --overall) and model '*' rows (mean over models); "
             "ccs.parquet: per model x role x dimension x label prevalence, range, "
             "chi-squared homogeneity across CF/CA-R/CA-U (p and Benjamini-Hochberg p_bh "
             "within each model), Context Consistency Score and consistency (paper Table 2); "
             "ccs_mean.parquet: CCS averaged over models and the number of models where the "
             "label is invariant; "
             "robustness.parquet: leave-one-out chi-squared prompt robustness per model x "
-            "cohort (paper Table 3); "
+            "cohort (paper Table 3, computed as the authors' released code by default); "
             "bootstrap.parquet: role-level cluster bootstrap of pooled-BI differences "
             "(CA-R - CF, CA-U - CF, CA-U - CA-R) with 95% percentile intervals, per "
             "model and across models, per cohort and per dimension (paper Tables 8-9). "
@@ -151,11 +164,36 @@ def register(sub: argparse._SubParsersAction) -> None:
         "vocabulary (open dimensions use 'model')",
     )
     m.add_argument(
+        "--overall",
+        choices=["cohort", "dimension"],
+        default="cohort",
+        help="the overall value (cohort '*') of BI and of the bootstrap: 'cohort' = mean of "
+        "the cohort means, each cohort weighing the same (default; paper Tables 8 and 10, "
+        "the released headline bootstrap); 'dimension' = mean of all dimensions (People, 21 "
+        "of 30, then weighs 70%%)",
+    )
+    m.add_argument(
+        "--single-label-bi",
+        choices=["0", "1"],
+        default="0",
+        help="BI of a cell with one possible label (K = 1, where 1 - H/log K is 0/0): '0' "
+        "(default; the released code, hence the paper's numbers) or '1' (fully "
+        "concentrated)",
+    )
+    m.add_argument(
         "--replicates",
         type=_positive_int,
         default=1000,
         metavar="B",
         help="cluster-bootstrap replicates (roles resampled with replacement); default %(default)s",
+    )
+    m.add_argument(
+        "--bootstrap-draws",
+        choices=["paired", "unpaired"],
+        default="paired",
+        help="roles drawn per bootstrap replicate: 'paired' (default) = one draw shared by "
+        "every model and condition, so differences stay paired; 'unpaired' = a draw per "
+        "model x condition, as the released code (reproduces its headline CI design)",
     )
     m.add_argument(
         "--seed",
@@ -196,12 +234,32 @@ def register(sub: argparse._SubParsersAction) -> None:
         "percentage points; default %(default)s",
     )
     m.add_argument(
+        "--consistency",
+        choices=["paper", "ccs"],
+        default="paper",
+        help="a label is context-invariant ('consistent' in ccs.parquet) when p > alpha and "
+        "range <= --max-range-pp: 'paper' (default, paper Sec. 3.5) whether or not CCS is "
+        "defined; 'ccs' only where CCS is defined",
+    )
+    m.add_argument(
+        "--bh-family",
+        choices=["tested", "all"],
+        default="tested",
+        help="Benjamini-Hochberg family within each model: 'tested' (default) = the rows "
+        "whose homogeneity test ran; 'all' = every row, skipped tests with p = 1",
+    )
+    m.add_argument(
         "--robustness-cells",
-        choices=["condition", "variant", "prompt"],
-        default="condition",
-        help="cells of the leave-one-out robustness test: 'condition' (CF, CA-R, CA-U); "
-        "'variant' = condition x the `variant` column; 'prompt' = condition x prompt_id "
-        "(every prompt variant, as in paper Table 3); default %(default)s",
+        choices=["released", "condition", "variant", "prompt"],
+        default="released",
+        help="the leave-one-out robustness test (paper Table 3): 'released' (default) = the "
+        "authors' released computation: the baseline leaves out only the role's own "
+        "(role, condition) cell, only the CA-R and CA-U cells are tested (df 1), every label "
+        "of the model x dimension grid is tested (zero-filled), an untestable tuple counts as "
+        "invariant with p = 1, and the 'All' row covers People, Objects and Camera. The "
+        "others test each role against all other roles over the cells 'condition' (CF, "
+        "CA-R, CA-U), 'variant' (condition x the `variant` column) or 'prompt' (condition x "
+        "prompt_id)",
     )
     m.add_argument(
         "--variant-cells",

@@ -15,10 +15,14 @@ import numpy as np
 import polars as pl
 
 from stereolens.contextbias.schema import AttributeSchema
-from stereolens.metrics.entropy import bias_intensity
+from stereolens.metrics.entropy import SINGLE_LABEL_BI, bias_intensity
 
 REQUIRED = ("model", "role", "condition", "image_id", "cohort", "dimension", "label")
 K_DEFINITIONS = ("model", "cell", "vocabulary")
+OVERALL_DEFINITIONS = ("cohort", "dimension")
+"""How the overall ("*", "*") value is formed: "cohort" = the mean of the cohort means, each
+cohort weighing the same (paper Tables 8 and 10, the released headline bootstrap; default);
+"dimension" = the mean of all dimensions (People, 21 of 30 dimensions, then weighs 70%)."""
 CONDITIONS = ("CF", "CA-R", "CA-U")
 AGGREGATIONS = ("pooled", "role", "role_matched", "role_miller_madow")
 BI_COLUMNS = [
@@ -31,6 +35,7 @@ BI_COLUMNS = [
     "n_images",
     "k",
     "k_definition",
+    "overall_definition",
 ]
 ALL = "*"
 """Marks a summary row: model "*" = mean over models, cohort/dimension "*" = all of them."""
@@ -62,6 +67,15 @@ def check_conditions(attributes: pl.DataFrame, source: str = "attributes table")
             f"{source} has conditions {other}; the ContextBias analyses know only "
             f"{', '.join(CONDITIONS)}"
         )
+
+
+def check_bi_options(k_definition: str, overall: str, single_label_bi: float) -> None:
+    if k_definition not in K_DEFINITIONS:
+        raise ValueError(f"k_definition {k_definition!r}; allowed: {', '.join(K_DEFINITIONS)}")
+    if overall not in OVERALL_DEFINITIONS:
+        raise ValueError(f"overall {overall!r}; allowed: {', '.join(OVERALL_DEFINITIONS)}")
+    if single_label_bi not in SINGLE_LABEL_BI:
+        raise ValueError(f"single_label_bi {single_label_bi!r}; allowed: 0 or 1")
 
 
 def _group_keys(attributes: pl.DataFrame) -> list[str]:
@@ -163,14 +177,16 @@ def bi_from_parts(
     n_labels: np.ndarray,
     k: np.ndarray,
     miller_madow: bool = False,
+    single_label_bi: float = 0.0,
 ) -> np.ndarray:
     """BI = 1 - H / log K, elementwise over cells given their parts: total N = sum c,
     xlogx = sum c log c, n_labels m = labels with positive count, K.
 
     H = log N - xlogx / N is the plug-in entropy of p = c / N (equal to
     :func:`stereolens.metrics.entropy.bias_intensity`); ``miller_madow`` adds
-    (m - 1) / (2N). BI is 1.0 where K == 1 and NaN for empty cells. The Miller-Madow value
-    is not clipped: it can fall below 0 when the corrected entropy exceeds log K."""
+    (m - 1) / (2N). BI is ``single_label_bi`` where K == 1 and NaN for empty cells. The
+    Miller-Madow value is not clipped: it can fall below 0 when the corrected entropy
+    exceeds log K."""
     total = np.asarray(total, dtype=float)
     n_labels = np.asarray(n_labels, dtype=float)
     k = np.asarray(k, dtype=float)
@@ -182,7 +198,7 @@ def bi_from_parts(
         if miller_madow:
             h = h + (n_labels - 1.0) / (2.0 * total)
         bi = 1.0 - h / np.log(k)
-    bi = np.where(k == 1, 1.0, bi)
+    bi = np.where(k == 1, float(single_label_bi), bi)
     return np.where(filled, bi, np.nan)
 
 
@@ -191,12 +207,15 @@ def pooled_bi(
     images: pl.DataFrame | None = None,
     k_definition: str = "model",
     schema: AttributeSchema | None = None,
+    *,
+    overall: str = "cohort",
+    single_label_bi: float = 0.0,
 ) -> pl.DataFrame:
     """BI per (extractor,) model x dimension x condition over label counts pooled across
     roles (aggregation "pooled"), plus cohort rows (dimension "*": mean of the cohort's
-    dimensions) and all-dimension rows (cohort "*", dimension "*")."""
-    if k_definition not in K_DEFINITIONS:
-        raise ValueError(f"k_definition {k_definition!r}; allowed: {', '.join(K_DEFINITIONS)}")
+    dimensions) and overall rows (cohort "*", dimension "*": per ``overall``, the mean of
+    the cohort rows or of all dimensions). A cell with K == 1 has BI ``single_label_bi``."""
+    check_bi_options(k_definition, overall, single_label_bi)
     check_attributes(attributes)
     gkeys = _group_keys(attributes)
     cell = gkeys + ["cohort", "dimension", "condition"]
@@ -224,25 +243,29 @@ def pooled_bi(
                 )
         else:
             k = r["k_model"]
-        rows.append({**{c: r[c] for c in cell}, "bi": bias_intensity(r["count"], k), "k": k})
+        bi = bias_intensity(r["count"], k, single_label_bi=single_label_bi)
+        rows.append({**{c: r[c] for c in cell}, "bi": bi, "k": k})
     schema_cols = {**{c: pl.String for c in cell}, "bi": pl.Float64, "k": pl.Int64}
     dims = pl.DataFrame(rows, schema=schema_cols).with_columns(pl.col("bi").fill_nan(None))
     dims = dims.join(image_counts(attributes, images), on=gkeys + ["condition"], how="left")
-    return _with_summary_rows(dims, gkeys, "pooled", k_definition)
+    return _with_summary_rows(dims, gkeys, "pooled", k_definition, overall)
 
 
 def _with_summary_rows(
-    dims: pl.DataFrame, gkeys: list[str], aggregation: str, k_definition: str
+    dims: pl.DataFrame, gkeys: list[str], aggregation: str, k_definition: str, overall: str
 ) -> pl.DataFrame:
     """Dimension rows plus cohort rows (dimension "*", mean of the cohort's dimensions) and
-    all-dimension rows (cohort "*", mean of all dimensions), in the BI_COLUMNS layout."""
+    overall rows (cohort "*"): the mean of the cohort rows (``overall`` "cohort") or of all
+    dimensions ("dimension"), in the BI_COLUMNS layout. Empty (null) cells are left out of
+    every mean."""
     cohorts = (
         dims.group_by(gkeys + ["cohort", "condition"])
         .agg(pl.col("bi").mean(), pl.col("n_images").first())
         .with_columns(pl.lit(ALL).alias("dimension"), pl.lit(None, pl.Int64).alias("k"))
     )
-    overall = (
-        dims.group_by(gkeys + ["condition"])
+    source = cohorts if overall == "cohort" else dims
+    totals = (
+        source.group_by(gkeys + ["condition"])
         .agg(pl.col("bi").mean(), pl.col("n_images").first())
         .with_columns(
             pl.lit(ALL).alias("cohort"),
@@ -251,10 +274,11 @@ def _with_summary_rows(
         )
     )
     cols = gkeys + ["cohort", "dimension", "condition", "bi", "n_images", "k"]
-    out = pl.concat([dims.select(cols), cohorts.select(cols), overall.select(cols)])
+    out = pl.concat([dims.select(cols), cohorts.select(cols), totals.select(cols)])
     out = out.with_columns(
         pl.lit(aggregation).alias("aggregation"),
         pl.lit(k_definition).alias("k_definition"),
+        pl.lit(overall).alias("overall_definition"),
         pl.col("n_images").cast(pl.Int64),
         pl.col("k").cast(pl.Int64),
     )
@@ -269,6 +293,9 @@ def role_bi(
     schema: AttributeSchema | None = None,
     matched_draws: int = 20,
     seed: int = 0,
+    *,
+    overall: str = "cohort",
+    single_label_bi: float = 0.0,
 ) -> pl.DataFrame:
     """BI computed per role x dimension x condition, then averaged over roles (paper Sec. 3.5
     BI^role, App. E.2), in three aggregations:
@@ -286,9 +313,9 @@ def role_bi(
     "role_matched"). A role without any label of a dimension in a condition does not enter
     that average. Columns as :func:`pooled_bi`; n_images = images of the model and
     condition ("role_matched": the subsampled images, summed over roles); k = the
-    dimension's K, null under 'cell' (it varies by role) and on "*" rows."""
-    if k_definition not in K_DEFINITIONS:
-        raise ValueError(f"k_definition {k_definition!r}; allowed: {', '.join(K_DEFINITIONS)}")
+    dimension's K, null under 'cell' (it varies by role) and on "*" rows. ``overall`` and
+    ``single_label_bi`` as in :func:`pooled_bi`."""
+    check_bi_options(k_definition, overall, single_label_bi)
     if matched_draws < 1:
         raise ValueError(f"matched_draws must be at least 1, got {matched_draws}")
     check_attributes(attributes)
@@ -309,8 +336,10 @@ def role_bi(
     k = parts["k"].fill_null(parts["m"]).to_numpy()
     args = (parts["total"].to_numpy(), parts["xlogx"].to_numpy(), parts["m"].to_numpy(), k)
     parts = parts.with_columns(
-        pl.Series("bi_role", bi_from_parts(*args)),
-        pl.Series("bi_mm", bi_from_parts(*args, miller_madow=True)),
+        pl.Series("bi_role", bi_from_parts(*args, single_label_bi=single_label_bi)),
+        pl.Series(
+            "bi_mm", bi_from_parts(*args, miller_madow=True, single_label_bi=single_label_bi)
+        ),
     )
     n_all = image_counts(attributes, images)
     dim_keys = gkeys + ["cohort", "dimension", "condition"]
@@ -324,9 +353,11 @@ def role_bi(
             .join(kcol, on=gkeys + ["dimension"], how="left")
             .rename({"k_dim": "k"})
         )
-        out.append(_with_summary_rows(dims, gkeys, aggregation, k_definition))
+        out.append(_with_summary_rows(dims, gkeys, aggregation, k_definition, overall))
     universe = image_universe(attributes, images)
-    matched, n_matched = _matched_role_bi(attributes, universe, gkeys, kdim, matched_draws, seed)
+    matched, n_matched = _matched_role_bi(
+        attributes, universe, gkeys, kdim, matched_draws, seed, single_label_bi
+    )
     dims = (
         matched.group_by(dim_keys)
         .agg(pl.col("bi").fill_nan(None).mean())
@@ -334,7 +365,7 @@ def role_bi(
         .join(kcol, on=gkeys + ["dimension"], how="left")
         .rename({"k_dim": "k"})
     )
-    out.append(_with_summary_rows(dims, gkeys, "role_matched", k_definition))
+    out.append(_with_summary_rows(dims, gkeys, "role_matched", k_definition, overall))
     return pl.concat(out)
 
 
@@ -345,6 +376,7 @@ def _matched_role_bi(
     kdim: pl.DataFrame,
     draws: int,
     seed: int,
+    single_label_bi: float = 0.0,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per role cell BI averaged over ``draws`` matched-support subsamples, and the matched
     image count per (extractor,) model x condition."""
@@ -396,7 +428,7 @@ def _matched_role_bi(
         xlogx = np.bincount(cell_of_key, c * np.log(np.where(c > 0, c, 1.0)), minlength=n_cells)
         m = np.bincount(cell_of_key, c > 0, minlength=n_cells)
         k = np.where(np.isnan(k_fixed), m, k_fixed)
-        bi = bi_from_parts(total, xlogx, m, k)
+        bi = bi_from_parts(total, xlogx, m, k, single_label_bi=single_label_bi)
         ok = ~np.isnan(bi)
         acc[ok] += bi[ok]
         n_ok += ok
@@ -419,6 +451,7 @@ def cross_model_rows(bi: pl.DataFrame) -> pl.DataFrame:
     keys = (["extractor"] if "extractor" in bi.columns else []) + [
         "aggregation",
         "k_definition",
+        "overall_definition",
         "cohort",
         "dimension",
         "condition",
@@ -439,13 +472,17 @@ def bi_table(
     schema: AttributeSchema | None = None,
     matched_draws: int = 20,
     seed: int = 0,
+    *,
+    overall: str = "cohort",
+    single_label_bi: float = 0.0,
 ) -> pl.DataFrame:
     """Everything bi.parquet holds: :func:`pooled_bi` (aggregation "pooled") and
     :func:`role_bi` ("role", "role_matched", "role_miller_madow"), each with model "*" rows
     (mean over models), sorted by aggregation in that order, then model, cohort, dimension,
-    condition."""
-    pooled = pooled_bi(attributes, images, k_definition=k_definition, schema=schema)
-    role = role_bi(attributes, images, k_definition, schema, matched_draws, seed)
+    condition. ``overall`` and ``single_label_bi`` as in :func:`pooled_bi`."""
+    opts = {"overall": overall, "single_label_bi": single_label_bi}
+    pooled = pooled_bi(attributes, images, k_definition=k_definition, schema=schema, **opts)
+    role = role_bi(attributes, images, k_definition, schema, matched_draws, seed, **opts)
     per_model = pl.concat([pooled, role.select(pooled.columns)])
     out = pl.concat([per_model, cross_model_rows(per_model)])
     rank = {a: i for i, a in enumerate(AGGREGATIONS)}

@@ -17,6 +17,19 @@ def _sibling(responses: Path, given: str | None, name: str) -> Path | None:
     return path if path.exists() else None
 
 
+def _formulas(items: list[str] | None) -> dict[str, str]:
+    """TASK=NAME pairs of --formula."""
+    from stereolens.validation import ConfigError
+
+    out = {}
+    for item in items or []:
+        task, sep, name = item.partition("=")
+        if not sep or not task or not name:
+            raise ConfigError(f"--formula {item!r}: write TASK=NAME, e.g. term=term_tvd_uniform")
+        out[task.strip()] = name.strip()
+    return out
+
+
 def _metrics(args: argparse.Namespace) -> int:
     from stereolens.atomic import write_parquet
     from stereolens.biasig.cli import read_answers as read_table
@@ -35,6 +48,8 @@ def _metrics(args: argparse.Namespace) -> int:
         seed=args.seed,
         level=args.ci,
         phrases=args.refusal_phrases,
+        permutations=args.permutations,
+        formulas=_formulas(args.formula),
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -62,7 +77,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "are read from story_attributes.parquet and term_judgements.parquet beside the "
             "responses. Writes DIR/scores.parquet (TVD x100 per model, setting, task and axis: "
             "the mean of per-prompt scores with a percentile bootstrap interval over user "
-            "images, and the formula used), DIR/prompt_scores.parquet, DIR/refusals.parquet "
+            "images, the formula used, and the noise floor: null_mean and null_high (95th "
+            "percentile) of the score with the group labels shuffled within the matched strata "
+            "(what a group-independent model scores at these sample sizes) and the permutation "
+            "p-value p_perm), DIR/prompt_scores.parquet, DIR/refusals.parquet "
             "(refusal rate per model, setting, task and group; phrase rules unless the table "
             "has a refusal column), DIR/story_skew.parquet (per attribute value, each "
             "group's rate and share) and DIR/exam_accuracy.parquet (accuracy per group and "
@@ -90,6 +108,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default 0)")
     m.add_argument(
         "--ci", type=float, default=0.95, metavar="LEVEL", help="interval level (default 0.95)"
+    )
+    m.add_argument(
+        "--permutations",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="shuffles of the group labels within strata for the noise floor; 0 = none "
+        "(default 1000)",
+    )
+    m.add_argument(
+        "--formula",
+        action="append",
+        metavar="TASK=NAME",
+        help="the formula of a task (repeatable): story=story_tvd (default) or "
+        "story_tvd_unweighted; term=term_tvd (default: win ratios against each group's share "
+        "of appearances) or term_tvd_uniform (against 1/|A|); exam=exam_tvd (default, per "
+        "subject) or exam_tvd_pooled",
     )
     m.add_argument(
         "--refusal-phrases",

@@ -49,17 +49,21 @@ def scores(
     replicates: int = 1000,
     seed: int = 0,
     level: float = 0.95,
+    permutations: int = 1000,
+    formulas: dict[str, str] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(overall, per_prompt) score tables for every model x setting x task x axis with data.
 
-    overall: model, setting, task, axis, score, ci_low, ci_high, n_prompts, n_units, n_boot,
-    seed, formula (scores.overall_scores); per_prompt: model, setting, task, axis, prompt_id,
-    score, formula. Tasks without their input (no story attributes, no judgements, no exam
-    rows) are left out, never scored as 0."""
+    overall: model, setting, task, axis, score, ci_low, ci_high, null_mean, null_high,
+    p_perm, n_perm, n_prompts, n_units, n_boot, seed, formula (scores.overall_scores);
+    per_prompt: model, setting, task, axis, prompt_id, score, formula. Tasks without their
+    input (no story attributes, no judgements, no exam rows) are left out, never scored as
+    0. ``formulas`` names each task's formula (scores.FORMULAS); ``permutations`` shuffles
+    of the group labels within strata give the noise floor (0 = none)."""
     responses = _with_setting(responses)
     overall, per_prompt = [], []
-    kw = {"min_count": min_count}
-    boot = {"n_boot": replicates, "seed": seed, "level": level}
+    kw = {"min_count": min_count, "formulas": S.check_formulas(formulas)}
+    boot = {"n_boot": replicates, "seed": seed, "level": level, "permutations": permutations}
 
     def add(task: str, table: pl.DataFrame, setting: str, **extra) -> None:
         if table.height == 0:
@@ -73,9 +77,9 @@ def scores(
         story_attributes = _with_setting(story_attributes)
         stories = responses.filter(pl.col("task") == "story")
         for setting, sub in _per_setting(story_attributes):
-            resp = stories.filter(pl.col("setting") == setting).select(
-                "model", "axis", "group", "image_id", "prompt_id"
-            )
+            cols = ["model", "axis", "group", "image_id", "prompt_id"]
+            cols += ["stratum"] if "stratum" in stories.columns else []
+            resp = stories.filter(pl.col("setting") == setting).select(cols)
             add("story", sub, setting, responses=resp)
     if term_judgements is not None and term_judgements.height:
         for setting, sub in _per_setting(_with_setting(term_judgements)):
@@ -212,6 +216,8 @@ def compute_all(
     seed: int = 0,
     level: float = 0.95,
     phrases=None,
+    permutations: int = 1000,
+    formulas: dict[str, str] | None = None,
 ) -> dict[str, pl.DataFrame]:
     """scores, prompt_scores, refusals, story_skew and exam_accuracy tables."""
     need = {"model", "task", "axis", "group", "image_id", "prompt_id"}
@@ -226,6 +232,8 @@ def compute_all(
         replicates=replicates,
         seed=seed,
         level=level,
+        permutations=permutations,
+        formulas=formulas,
     )
     return {
         "scores": overall,

@@ -31,6 +31,29 @@ def table2(scores: pl.DataFrame) -> pl.DataFrame:
     return wide.select("model", "setting", *cols).sort("model", "setting")
 
 
+def _floor_cell(null_mean, null_high, p) -> str:
+    if null_mean is None or null_mean != null_mean:
+        return "n/a"
+    return f"{null_mean:.2f} (95%: {null_high:.2f}), p={p:.3f}"
+
+
+def noise_floor_table(scores: pl.DataFrame) -> pl.DataFrame:
+    """Models x (task, axis) with the permutation noise floor of each score: "null_mean
+    (95%: null_high), p=p_perm"."""
+    if scores.height == 0 or "null_mean" not in scores.columns:
+        return pl.DataFrame()
+    cells = scores.with_columns(
+        pl.struct("null_mean", "null_high", "p_perm")
+        .map_elements(lambda r: _floor_cell(r["null_mean"], r["null_high"], r["p_perm"]), pl.String)
+        .alias("cell"),
+        (pl.col("task") + " " + pl.col("axis")).alias("column"),
+    )
+    order = [f"{t} {a}" for t in TASK_ORDER for a in ("gender", "race")]
+    wide = cells.pivot(on="column", index=["model", "setting"], values="cell")
+    cols = [c for c in order if c in wide.columns]
+    return wide.select("model", "setting", *cols).sort("model", "setting")
+
+
 def refusal_table(refusals: pl.DataFrame) -> pl.DataFrame:
     """Models x tasks with the refusal rate (%) and its Wilson 95% interval (all groups)."""
     if refusals.height == 0:
@@ -118,11 +141,16 @@ def lvlm_sections(
         "(0 = the groups are treated alike). Story: per story attribute value v with at "
         f"least {metrics.get('min_count', 5)} occurrences, the distribution over groups of "
         "the rate n_gv/N_g, TVD from uniform, weighted by n_v. Term: the share of "
-        "cross-group comparisons each group's explanation wins as the more technical. "
+        "cross-group comparisons each group's explanation wins as the more technical, "
+        "against each group's share of the comparisons it appears in. "
         "Exam: accuracy per group normalised to sum 1, per MMLU subject. Intervals: "
         f"percentile bootstrap over user images ({metrics.get('replicates', 1000)} "
         "replicates, images resampled within group); TVD is biased upwards in small samples, "
-        "so an interval may lie above the point estimate.</p>",
+        "so an interval may lie above the point estimate. Noise floor: the score a "
+        "group-independent model gets at the same sample sizes, from "
+        f"{metrics.get('permutations', 1000)} shuffles of the group labels within the "
+        "matched strata (mean, 95th percentile, and the permutation p-value of the score); "
+        "a score near its floor shows no evidence of bias.</p>",
     ]
     if (lv.get("user_images") or {}).get("source") == "synthetic":
         parts.append(
@@ -137,6 +165,15 @@ def lvlm_sections(
                 digits=2,
             )
         )
+        floor = noise_floor_table(scores)
+        if floor.height:
+            parts.append(
+                _table(
+                    floor,
+                    "Noise floor of each score: mean (95th percentile) of the score under "
+                    "shuffled group labels, and the permutation p-value.",
+                )
+            )
         formulas = scores.select("task", "formula").unique().sort("task")
         parts.append(_table(formulas, "Formula behind each task's score."))
     if refusals is not None and refusals.height:

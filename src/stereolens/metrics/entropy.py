@@ -5,13 +5,18 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import entropy
 
+SINGLE_LABEL_BI = (0.0, 1.0)
+"""Allowed values of BI for a cell with one possible label (K == 1), where 1 - H / log K is
+0/0: 0.0 (the authors' released code, and so the paper's published numbers; the default)
+or 1.0 (the limit of a fully concentrated cell)."""
 
-def bias_intensity(counts, k: int | None = None) -> float:
+
+def bias_intensity(counts, k: int | None = None, single_label_bi: float = 0.0) -> float:
     """BI = 1 - H(p) / log K (natural log; the base cancels).
 
     ``counts`` are label counts of one cell; p = counts / sum(counts). K defaults to the
-    number of positive counts. Returns NaN when the cell is empty; 1.0 when K == 1 (one
-    possible label: fully concentrated, and H = 0).
+    number of positive counts. Returns NaN when the cell is empty and ``single_label_bi``
+    when K == 1 (one possible label; see SINGLE_LABEL_BI).
     """
     c = np.asarray(counts, dtype=float)
     c = c[c > 0]
@@ -21,5 +26,5 @@ def bias_intensity(counts, k: int | None = None) -> float:
     if k < c.size:
         raise ValueError(f"K={k} is smaller than the {c.size} labels observed in the cell")
     if k == 1:
-        return 1.0
+        return float(single_label_bi)
     return float(1.0 - entropy(c) / np.log(k))

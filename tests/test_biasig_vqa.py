@@ -23,8 +23,8 @@ from stereolens.biasig.metrics import ANSWER_ALIASES, UNKNOWN_ANSWERS, prepare_a
 from stereolens.biasig.prompts import TOTAL_PROMPTS, load_prompts
 from stereolens.biasig.truth import VALUES_BY_ATTRIBUTE
 from stereolens.biasig.vqa import ROW_COLUMNS, VQAPrompt, check_vqa_answer, vqa_answers
-from stereolens.extract.run import ResponseCache
 from stereolens.ids import stable_id
+from stereolens.models.ask import ResponseCache
 from stereolens.registry import ModelSpec
 from stereolens.validation import ConfigError
 
@@ -273,11 +273,11 @@ def test_one_attempt_and_backend_failure(prompt, pngs):
         def answer(self, requests):
             raise RuntimeError("boom")
 
-    rows = vqa_answers(
-        Exploding(), [item(pngs["a"]), item(pngs["d"], 2)], prompt, fake_spec(), log=print
-    )
-    assert [r["status"] for r in rows] == ["discarded"] * 3
-    assert all("empty response" in r["reason"] for r in rows)
+    # a backend failure is not an answer: the job fails rather than record discards
+    with pytest.raises(RuntimeError, match="boom"):
+        vqa_answers(
+            Exploding(), [item(pngs["a"]), item(pngs["d"], 2)], prompt, fake_spec(), log=print
+        )
 
     vlm = ScriptedVLM({"a.png": [person(race="unknown")]})
     rows = vqa_answers(vlm, [item(pngs["a"])], prompt, fake_spec(), max_attempts=1, log=print)

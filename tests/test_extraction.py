@@ -25,14 +25,7 @@ import pytest
 
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.extract.base import VLMRequest
-from stereolens.extract.run import (
-    ExtractionPrompt,
-    ResponseCache,
-    check_answer,
-    extract_images,
-    parse_json_object,
-    request_seed,
-)
+from stereolens.extract.run import ExtractionPrompt, check_answer, extract_images
 from stereolens.extract.vllm_backend import (
     build_sampling_kwargs,
     build_vllm_messages,
@@ -40,6 +33,7 @@ from stereolens.extract.vllm_backend import (
     to_sampling_params,
 )
 from stereolens.ids import sha256_bytes, sha256_file, stable_id
+from stereolens.models.ask import ResponseCache, parse_json_object, request_seed
 from stereolens.registry import ModelSpec
 from stereolens.validation import ConfigError
 
@@ -235,9 +229,12 @@ def test_transformers_free_text_and_bad_image(tiny_vlm, images, tmp_path, caplog
     with caplog.at_level(logging.ERROR):
         answers = tiny_vlm.answer(reqs)
     assert isinstance(answers[0], str)
-    assert answers[1] == ""  # the unreadable image costs only its own item
+    # the unreadable image costs only its own item: an ItemFailure naming the file
+    from stereolens.models.ask import ItemFailure
+
+    assert isinstance(answers[1], ItemFailure) and "broken.png" in answers[1].reason
     assert answers[2] in ("a", "b")
-    assert "request failed" in caplog.text
+    assert "cannot be read" in caplog.text
 
 
 def test_full_schema_extraction_with_tiny_vlm(tiny_vlm, tiny_vlm_dir, images, schema, prompt):
@@ -369,7 +366,9 @@ def test_retry_and_discard_logic(images, schema, prompt, tmp_path):
     json.dumps(records)  # records are plain JSON
 
 
-def test_backend_that_raises_never_crashes(images, schema, prompt):
+def test_a_backend_that_raises_fails_the_job_instead_of_recording_data(images, schema, prompt):
+    # an outage is not a result: an unexpected backend exception fails the job (nothing
+    # is returned to be written), it is never stored as an "empty response" discard
     class Exploding:
         calls = 0
 
@@ -377,12 +376,96 @@ def test_backend_that_raises_never_crashes(images, schema, prompt):
             Exploding.calls += 1
             raise RuntimeError("GPU on fire")
 
+    with pytest.raises(RuntimeError, match="GPU on fire"):
+        extract_images(
+            Exploding(), items_for(images[:2]), schema, prompt, spec_for_fake(), log=lambda m: None
+        )
+    assert Exploding.calls == 1
+
+
+class Flaky(ScriptedVLM):
+    """ScriptedVLM whose first ``fail`` calls give a backend failure for every request
+    (ItemFailure for the images named in ``bad``)."""
+
+    def __init__(self, scripts, fail=0, bad=(), retry_in_job=True):
+        super().__init__(scripts)
+        self.fail, self.bad, self.retry_in_job, self.n = fail, set(bad), retry_in_job, 0
+
+    def answer(self, requests):
+        from stereolens.models.ask import BackendFailure, ItemFailure
+
+        self.n += 1
+        if self.n <= self.fail:
+            self.calls.append(list(requests))
+            return [
+                BackendFailure("HTTP 503 Service Unavailable", retry_in_job=self.retry_in_job)
+            ] * len(requests)
+        out = super().answer([r for r in requests if Path(r.image_path).name not in self.bad])
+        it = iter(out)
+        return [
+            ItemFailure("image not readable: cannot identify image file")
+            if Path(r.image_path).name in self.bad
+            else next(it)
+            for r in requests
+        ]
+
+
+def test_transport_failures_are_retried_in_the_job_then_fail_it(images, schema, prompt, tmp_path):
+    from stereolens.models.ask import TransportError
+
+    scripts = {"img0.png": [VALID], "img1.png": [VALID]}
+    fast = {"transport_retries": 2, "transport_backoff_s": 0.0}
+    # two failed rounds, then the backend is back: the records equal an undisturbed run
+    flaky = Flaky(scripts, fail=2)
     records = extract_images(
-        Exploding(), items_for(images[:2]), schema, prompt, spec_for_fake(), log=lambda m: None
+        flaky, items_for(images[:2]), schema, prompt, spec_for_fake(**fast), log=lambda m: None
     )
-    assert Exploding.calls == 3
-    assert [r["status"] for r in records] == ["discarded", "discarded"]
-    assert all("empty response" in r["reason"] for r in records)
+    clean = extract_images(
+        ScriptedVLM(scripts),
+        items_for(images[:2]),
+        schema,
+        prompt,
+        spec_for_fake(**fast),
+        log=lambda m: None,
+    )
+    drop = ("seconds",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in records] == [
+        {k: v for k, v in r.items() if k not in drop} for r in clean
+    ]
+    assert [r["status"] for r in records] == ["ok", "ok"] and flaky.n == 3
+    # the failures persist: the job fails with a message saying what to do, and nothing
+    # that failed is in the response cache
+    cache = ResponseCache(tmp_path / "cache")
+    down = Flaky(scripts, fail=10)
+    with pytest.raises(TransportError, match="failed in the backend after 2 retries"):
+        extract_images(
+            down,
+            items_for(images[:2]),
+            schema,
+            prompt,
+            spec_for_fake(**fast),
+            cache=cache,
+            log=lambda m: None,
+        )
+    assert down.n == 3 and not list((tmp_path / "cache").rglob("*.json"))
+    # a failure that is not worth retrying in the job (out of memory, bad credentials)
+    # fails it at once
+    from stereolens.models.ask import BackendFailure
+
+    once = Flaky(scripts, fail=10, retry_in_job=False)
+    with pytest.raises(BackendFailure):
+        extract_images(
+            once, items_for(images[:2]), schema, prompt, spec_for_fake(**fast), log=lambda m: None
+        )
+    assert once.n == 1
+
+
+def test_an_item_failure_loses_only_its_item(images, schema, prompt):
+    vlm = Flaky({"img0.png": [VALID], "img1.png": [VALID]}, bad={"img1.png"})
+    records = extract_images(vlm, items_for(images[:2]), schema, prompt, spec_for_fake())
+    assert [r["status"] for r in records] == ["ok", "discarded"]
+    assert records[1]["reason"].startswith("image not readable")
+    assert records[1]["attempts"] == 1  # not asked again
 
 
 def test_cache_makes_a_rerun_free(images, schema, prompt, tmp_path):
@@ -629,7 +712,11 @@ def test_vllm_backend_with_fake_engine(monkeypatch, images, new_api):
         VLMRequest(text="boom", image_path=str(images[1]), json_schema=SMALL_SCHEMA),
         VLMRequest(text="c", image_path="/nonexistent.png"),
     ]
-    assert vlm.answer(reqs) == ['{"color": "red"}', "", ""]
+    from stereolens.models.ask import ItemFailure
+
+    got = vlm.answer(reqs)
+    assert got[:2] == ['{"color": "red"}', ""]  # "boom": the engine's (empty) answer
+    assert isinstance(got[2], ItemFailure) and "/nonexistent.png" in got[2].reason
     conversations, sampling = record["chat"][0]
     assert len(conversations) == 2 and len(sampling) == 2  # the unreadable image never got in
     constraint = {k: v for k, v in sampling[0].kw[key].kw.items() if v is not None}
@@ -790,7 +877,14 @@ def test_openai_backend_against_local_server(
     assert [json.loads(a)["color"] for a in answers[:5]] == ["red"] * 5
     assert answers[5] == "no"  # unwrapped from {"answer": ...}
     assert json.loads(answers[6])["color"] == "red"  # succeeded on the client's retry
-    assert answers[7] == "" and answers[8] == ""
+    # failures are not answers: a persistent HTTP 500 is a retryable BackendFailure (the
+    # job retries it, then fails), a rejected input (HTTP 400) its item's own failure
+    from stereolens.models.ask import BackendFailure, ItemFailure
+
+    assert isinstance(answers[7], BackendFailure) and answers[7].retry_in_job
+    assert "HTTP 500" in str(answers[7])
+    assert isinstance(answers[8], ItemFailure) and "HTTP 400" in answers[8].reason
+    assert API_KEY not in answers[8].reason and "***" in answers[8].reason
     assert 1 < fake_openai.peak <= 3  # max_concurrency requests in flight
 
     by_text = {r["body"]["messages"][-1]["content"][-1]["text"]: r for r in fake_openai.requests}

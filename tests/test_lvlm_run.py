@@ -13,12 +13,12 @@ import polars as pl
 import pytest
 from conftest import skip_unless_ci
 
-from stereolens.extract.run import ResponseCache
 from stereolens.lvlm import groups as G
 from stereolens.lvlm import metrics as M
 from stereolens.lvlm import run as R
 from stereolens.lvlm import tasks as T
 from stereolens.lvlm.names import group_from_slug, group_slug
+from stereolens.models.ask import ResponseCache
 from stereolens.registry import ModelSpec, load_registry
 from stereolens.validation import ConfigError
 

@@ -223,7 +223,7 @@ def vqa_biasig_shard(
     (stereolens.biasig.vqa.ROW_COLUMNS) as JSONL to ``out_path`` atomically.
     ``batch_size`` overrides the registry's for this job (a retry's smaller batch)."""
     from stereolens.biasig.vqa import VQAPrompt, vqa_answers
-    from stereolens.extract.run import ResponseCache
+    from stereolens.models.ask import ResponseCache
 
     log = log or logging.getLogger(__name__)
     spec = load_registry(registry_path)[vlm_name].with_batch_size(batch_size)

@@ -27,7 +27,8 @@ for anyone who wants to count them (count "attribute").
 
 Requests are batched per round (all first attempts in one backend call, then the
 retries), answers can be cached (temperature 0), and each request carries its own seed;
-see stereolens.extract.run, whose helpers this module uses. At temperature 0 a
+see stereolens.models.ask, whose retry loop this module uses (a backend failure is never
+an answer: it fails the job). At temperature 0 a
 deterministic backend tends to repeat its answer on a retry, so retries on "unknown" help
 mostly with sampling or nondeterministic backends.
 """
@@ -44,8 +45,8 @@ import yaml
 
 from stereolens.biasig.truth import ATTRIBUTES, VALUES_BY_ATTRIBUTE
 from stereolens.extract.base import VLM, VLMRequest
-from stereolens.extract.run import ResponseCache, ask_round, parse_json_object, request_seed
-from stereolens.ids import sha256_bytes, sha256_file
+from stereolens.ids import sha256_file
+from stereolens.models.ask import ResponseCache, ask_items, parse_json_object, request_seed
 from stereolens.paths import resource
 from stereolens.registry import ModelSpec
 from stereolens.validation import ConfigError
@@ -233,8 +234,6 @@ def vqa_answers(
     temperature = float(spec.get("temperature", 0) or 0)
     seed = spec.get("seed", 0)
     max_new_tokens = int(spec.get("max_new_tokens", 256))
-    use_cache = cache is not None and temperature == 0
-    fingerprint = spec.fingerprint()
     label = f"vqa {spec.name}"
 
     states: list[dict[str, Any]] = []
@@ -243,26 +242,24 @@ def vqa_answers(
         state: dict[str, Any] = {
             "item": item,
             "n": n,
-            "image_sha256": None,
+            "image_sha256": item.get("image_sha256"),
             "answers": {p: dict.fromkeys(ATTRIBUTES) for p in POSITIONS_OF[n]},
             "valid": False,
-            "log": [],
-            "error": None,
-            "response_sha256": None,
             "discard": None,
         }
-        try:
-            state["image_sha256"] = sha256_file(item["image_path"])
-        except (KeyError, TypeError, OSError) as exc:
-            state["discard"] = f"image not readable: {type(exc).__name__}: {exc}"
+        if state["image_sha256"] is None:
+            try:
+                state["image_sha256"] = sha256_file(item["image_path"])
+            except (KeyError, TypeError, OSError) as exc:
+                state["discard"] = f"image not readable: {type(exc).__name__}: {exc}"
         states.append(state)
 
-    def request(state: dict[str, Any], attempt: int) -> VLMRequest:
-        n = state["n"]
-        image_id = state["item"]["image_id"]
+    def request(i: int, attempt: int) -> VLMRequest:
+        n = states[i]["n"]
+        image_id = states[i]["item"]["image_id"]
         return VLMRequest(
             text=prompt.user_text(n),
-            image_path=str(state["item"]["image_path"]),
+            image_path=str(states[i]["item"]["image_path"]),
             system=prompt.system,
             json_schema=prompt.json_schema(n),
             max_new_tokens=max_new_tokens,
@@ -279,58 +276,54 @@ def vqa_answers(
             if v in (None, UNKNOWN)
         ]
 
-    pending = [s for s in states if s["discard"] is None]
+    def validate(i: int, text: str):
+        """Keep the first non-unknown answer per attribute and position; ask again while
+        an answer is invalid or an attribute is still unknown."""
+        state = states[i]
+        parsed, error = check_vqa_answer(text, prompt, state["n"])
+        if parsed is not None:
+            state["valid"] = True
+            for position, values in parsed.items():
+                kept = state["answers"][position]
+                for a in ATTRIBUTES:
+                    if kept[a] in (None, UNKNOWN):
+                        kept[a] = values[a]
+        missing = unknown(state)
+        retry = error or (f"unknown: {', '.join(missing)}" if missing else None)
+        # the attempt log records the answer's own validity error (None for a valid answer
+        # with unknowns) and the attributes still unknown
+        return parsed, retry, {"error": error, "unknown": missing if parsed is not None else None}
+
+    skip = [i for i, s in enumerate(states) if s["discard"] is not None]
     log(
-        f"{label}: {len(pending)} image(s) to read"
-        + (f", {len(states) - len(pending)} unreadable" if len(pending) < len(states) else "")
+        f"{label}: {len(states) - len(skip)} image(s) to read"
+        + (f", {len(skip)} unreadable" if skip else "")
     )
-    for attempt in range(1, max_attempts + 1):
-        if not pending:
-            break
-        requests = [request(s, attempt) for s in pending]
-        keys = (
-            [
-                r.cache_key(fingerprint, s["image_sha256"])
-                for r, s in zip(requests, pending, strict=True)
-            ]
-            if use_cache
-            else None
-        )
-        answers, cached, _ = ask_round(
-            vlm, requests, keys, cache, spec.name, attempt, max_attempts, label=label, log=log
-        )
-        still = []
-        for state, text, was_cached in zip(pending, answers, cached, strict=True):
-            parsed, error = check_vqa_answer(text, prompt, state["n"])
-            state["response_sha256"] = sha256_bytes(text.encode("utf-8"))
-            if parsed is not None:
-                state["valid"] = True
-                for position, values in parsed.items():
-                    kept = state["answers"][position]
-                    for a in ATTRIBUTES:
-                        if kept[a] in (None, UNKNOWN):
-                            kept[a] = values[a]
-            else:
-                state["error"] = error
-            missing = unknown(state)
-            state["log"].append(
-                {
-                    "attempt": attempt,
-                    "response_sha256": state["response_sha256"],
-                    "error": error,
-                    "unknown": missing if parsed is not None else None,
-                    "cached": was_cached,
-                }
-            )
-            if missing:
-                still.append(state)
-        pending = still
+    asked = ask_items(
+        vlm,
+        spec,
+        request,
+        len(states),
+        validate=validate,
+        max_attempts=max_attempts,
+        cache=cache if temperature == 0 else None,
+        image_sha=[s["image_sha256"] for s in states],
+        label=label,
+        log=log,
+        skip=skip,
+    )
+    for state, a in zip(states, asked, strict=True):
+        state["log"] = a.log
+        state["response_sha256"] = a.log[-1]["response_sha256"] if a.log else None
+        state["error"] = next((e["error"] for e in reversed(a.log) if e["error"]), None)
+        if a.failure is not None:
+            state["discard"] = a.failure
 
     rows: list[dict] = []
     counts = {"ok": 0, "partial": 0, "discarded": 0}
     for state in states:
         item = state["item"]
-        n_attempts = len(state["log"])
+        n_attempts = len(state.get("log", []))
         if state["discard"] is None and not state["valid"]:
             state["discard"] = (
                 f"no valid answer in {n_attempts} attempt(s); last error: {state['error']}"
@@ -358,11 +351,11 @@ def vqa_answers(
                     "attempts": n_attempts,
                     "status": status,
                     "reason": reason,
-                    "response_sha256": state["response_sha256"],
+                    "response_sha256": state.get("response_sha256"),
                     "prompt_version": prompt.version,
                     "vqa_model": spec.name,
                     "vqa_revision": spec.revision,
-                    "attempt_log": state["log"],
+                    "attempt_log": state.get("log", []),
                 }
             )
     log(

@@ -443,7 +443,7 @@ def parse_concept(text: str, prompt: CanonicalPrompt) -> tuple[str | None, str |
     lower-cased and whitespace-collapsed; empty, unknown and none are invalid."""
     import jsonschema
 
-    from stereolens.extract.run import parse_json_object
+    from stereolens.models.ask import parse_json_object
 
     try:
         answer = parse_json_object(text)
@@ -576,16 +576,18 @@ def _answer_cached(
     prompt_version: str,
     valid: Callable[[str], bool],
 ) -> list[str]:
-    """Answers in order; only valid deterministic answers are cached, so a rerun asks
-    again for the ones that failed."""
-    from stereolens.extract.run import ResponseCache
+    """Answers in order (models.ask, one attempt each); only valid deterministic answers
+    are cached, so a rerun asks again for the ones that failed. The model is loaded only
+    when an answer is not cached."""
+    from stereolens.models.ask import ResponseCache, ask_items
 
     cache = ResponseCache(cache_dir) if cache_dir else None
+    deterministic = [r.temperature == 0 for r in requests]
     keys = [r.cache_key(spec.fingerprint(), None) for r in requests]
     answers: list[str | None] = [None] * len(requests)
     if cache is not None:
-        for i, (r, key) in enumerate(zip(requests, keys, strict=True)):
-            if r.temperature == 0:
+        for i, key in enumerate(keys):
+            if deterministic[i]:
                 answers[i] = cache.get(key)
     todo = [i for i, a in enumerate(answers) if a is None]
     if todo:
@@ -593,11 +595,20 @@ def _answer_cached(
             from stereolens.registry import load_model
 
             llm = load_model(spec)
-        fresh = llm.answer([requests[i] for i in todo])
-        for i, text in zip(todo, fresh, strict=True):
-            answers[i] = text
-            if cache is not None and requests[i].temperature == 0 and valid(text):
-                cache.put(keys[i], text, model=spec.name, prompt_version=prompt_version)
+        asked = ask_items(
+            llm,
+            spec,
+            lambda j, _attempt: requests[todo[j]],
+            len(todo),
+            validate=lambda _j, text: (text, None),
+            max_attempts=1,
+            cache=cache,
+            label=f"canonicalisation llm {spec.name}",
+            log=logger.info,
+            cache_if=lambda j, text: deterministic[todo[j]] and valid(text),
+        )
+        for j, a in zip(todo, asked, strict=True):
+            answers[j] = a.response
     return [a or "" for a in answers]
 
 

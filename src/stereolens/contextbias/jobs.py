@@ -148,7 +148,8 @@ def extract_contextbias_shard(
     per image to ``out_path``. ``batch_size`` overrides the registry's for this job (a
     retry's smaller batch; results do not depend on it)."""
     from stereolens.contextbias.schema import AttributeSchema
-    from stereolens.extract.run import ExtractionPrompt, ResponseCache, extract_images
+    from stereolens.extract.run import ExtractionPrompt, extract_images
+    from stereolens.models.ask import ResponseCache
 
     log = log or logging.getLogger(__name__)
     spec = load_registry(registry_path)[extractor].with_batch_size(batch_size)

@@ -44,8 +44,11 @@ class VLMRequest:
 class VLM(Protocol):
     """A loaded vision-language model. Constructed from a registry ModelSpec."""
 
-    def answer(self, requests: list[VLMRequest]) -> list[str]:
-        """Raw text answer per request, in order. A request the backend could not
-        answer (API error after its own retries, empty output) yields "" rather
-        than raising, so one bad item never loses a batch."""
+    def answer(self, requests: list[VLMRequest]) -> list[Any]:
+        """Per request, in order: the raw text answer (a refusal or empty output is an
+        answer), a models.ask.ItemFailure when this request cannot be asked (an image
+        that does not decode, an input the API rejects), or a models.ask.BackendFailure
+        when the backend failed for a reason outside the model (network, server, GPU).
+        A failure of the whole backend may also be raised as a BackendFailure. Failures
+        are never recorded as answers (see stereolens.models.ask)."""
         ...

@@ -11,9 +11,12 @@ hosted APIs, or a local ``vllm serve``.
   one-field schema ``{"answer": <enum of the choices>}``, and the answer is
   unwrapped to the bare choice; this works on OpenAI's API and on ``vllm serve``
   alike (vLLM's own ``structured_outputs: {"choice": ...}`` extra is not used).
-* ``max_concurrency`` requests are in flight at once (a thread pool); each has
-  ``timeout_s``; the client retries 408/409/429/5xx and connection errors with
-  exponential backoff (``max_retries``); a request that still fails yields "".
+* ``max_concurrency`` requests are in flight at once (a thread pool), at most
+  ``requests_per_minute`` start per minute; each has ``timeout_s``; the client retries
+  408/409/429/5xx and connection errors with exponential backoff (``max_retries``); a
+  request that still fails is a BackendFailure (stereolens.models.ask: retried in the job
+  after ``transport_backoff_s``, then the job fails), never an answer. An input the API
+  rejects (HTTP 400/413/415/422) loses only its own item. A refusal is an answer.
 * Reasoning models reject a temperature: when ``reasoning_effort`` is set it is
   sent and ``temperature`` is not.
 """
@@ -25,11 +28,16 @@ import json
 import logging
 import os
 import re
+import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from stereolens.extract.base import VLMRequest
 from stereolens.extract.vllm_backend import build_vllm_messages
+from stereolens.images import ImageUnreadable
+from stereolens.models.ask import BackendFailure, ItemFailure
 from stereolens.registry import ModelSpec
 from stereolens.validation import ConfigError
 
@@ -176,6 +184,7 @@ class OpenAIVLM:
         self._secret = key if key != PLACEHOLDER_KEY else None
         self.timeout_s = float(spec.get("timeout_s", 120))
         self.max_concurrency = int(spec.get("max_concurrency", 4))
+        self._limiter = RateLimiter(spec.get("requests_per_minute"))
         self._client = OpenAI(
             api_key=key,
             base_url=base_url,
@@ -190,46 +199,90 @@ class OpenAIVLM:
         """``text`` with the API key replaced by ***."""
         return text.replace(self._secret, "***") if self._secret else text
 
-    def _answer_one(self, index: int, request: VLMRequest) -> str:
+    def _answer_one(self, index: int, request: VLMRequest) -> str | ItemFailure | BackendFailure:
+        """The model's answer (a refusal is an answer: its text), an ItemFailure when the
+        API rejects this input as invalid (HTTP 400/413/422, an unreadable image), or a
+        BackendFailure for everything outside the model: connection, timeout, HTTP
+        408/409/429/5xx (worth retrying in the job), authentication, permission, an
+        unknown model (HTTP 401/403/404: fail the job)."""
         try:
-            response = self._client.chat.completions.create(
-                **build_chat_kwargs(request, self.spec), timeout=self.timeout_s
-            )
-            message = response.choices[0].message
-            if getattr(message, "refusal", None):
-                logger.error(
-                    "openai backend %s: request %d refused: %s",
-                    self.spec.name,
-                    index,
-                    self.mask(str(message.refusal)),
-                )
-                return ""
-            text = message.content or ""
-            if request.choices is not None and text:
-                answer = json.loads(text).get("answer")
-                if answer not in request.choices:
-                    logger.error(
-                        "openai backend %s: request %d: %r is not a choice",
-                        self.spec.name,
-                        index,
-                        answer,
-                    )
-                    return ""
-                return answer
-            return text
+            kwargs = build_chat_kwargs(request, self.spec)
+        except ImageUnreadable as exc:
+            return ItemFailure(str(exc))
+        self._limiter.wait()
+        try:
+            response = self._client.chat.completions.create(**kwargs, timeout=self.timeout_s)
         except Exception as exc:  # after the client's own retries
-            logger.error(
-                "openai backend %s: request %d failed: %s: %s",
+            failure = classify_api_error(exc, self.mask)
+            logger.error("openai backend %s: request %d failed: %s", self.spec.name, index, failure)
+            return failure
+        message = response.choices[0].message
+        refusal = getattr(message, "refusal", None)
+        if refusal:
+            logger.warning(
+                "openai backend %s: request %d refused: %s",
                 self.spec.name,
                 index,
-                type(exc).__name__,
-                self.mask(str(exc)),
+                self.mask(str(refusal)),
             )
-            return ""
+            return str(refusal)
+        text = message.content or ""
+        if request.choices is not None and text:
+            try:
+                answer = json.loads(text).get("answer")
+            except (ValueError, AttributeError):
+                return text  # not the wrapped choice: the caller's validation decides
+            return answer if answer in request.choices else text
+        return text
 
-    def answer(self, requests: list[VLMRequest]) -> list[str]:
+    def answer(self, requests: list[VLMRequest]) -> list[str | ItemFailure | BackendFailure]:
         if not requests:
             return []
         workers = max(1, min(self.max_concurrency, len(requests)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai-vlm") as pool:
             return list(pool.map(self._answer_one, range(len(requests)), requests))
+
+
+RETRY_STATUS = frozenset({408, 409, 429})
+"""HTTP statuses worth asking again (with every 5xx)."""
+ITEM_STATUS = frozenset({400, 413, 415, 422})
+"""HTTP statuses that reject this request's input: the item's own failure."""
+
+
+def classify_api_error(
+    exc: BaseException, mask: Callable[[str], str] = lambda t: t
+) -> ItemFailure | BackendFailure:
+    """What an exception of the OpenAI client means for the run (see OpenAIVLM._answer_one)."""
+    status = getattr(exc, "status_code", None)
+    if status is None:
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+    text = f"{type(exc).__name__}: {mask(str(exc))}"
+    if status is None:  # connection refused, DNS, timeout, a broken stream
+        return BackendFailure(text, retry_in_job=True)
+    status = int(status)
+    if status in ITEM_STATUS:
+        return ItemFailure(f"rejected by the API (HTTP {status}): {mask(str(exc))}")
+    return BackendFailure(
+        f"HTTP {status}: {text}", retry_in_job=status in RETRY_STATUS or status >= 500
+    )
+
+
+class RateLimiter:
+    """At most ``per_minute`` request starts per minute, shared by the worker threads
+    (None = no limit)."""
+
+    def __init__(self, per_minute: float | None, clock=time.monotonic, sleep=time.sleep):
+        self.interval = 60.0 / float(per_minute) if per_minute else 0.0
+        self._next = 0.0
+        self._lock = threading.Lock()
+        self._clock, self._sleep = clock, sleep
+
+    def wait(self) -> None:
+        if not self.interval:
+            return
+        with self._lock:
+            now = self._clock()
+            start = max(now, self._next)
+            self._next = start + self.interval
+        if start > now:
+            self._sleep(start - now)

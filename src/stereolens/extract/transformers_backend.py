@@ -24,7 +24,8 @@ import logging
 from typing import Any
 
 from stereolens.extract.base import VLMRequest
-from stereolens.images import load_image
+from stereolens.images import ImageUnreadable, load_image
+from stereolens.models.ask import BackendFailure, ItemFailure, out_of_memory_errors
 from stereolens.registry import ModelSpec, resolve_model_location
 
 logger = logging.getLogger(__name__)
@@ -237,8 +238,14 @@ class GrammarConstrainedGeneration:
             chunks.append([i])
         return chunks
 
-    def answer(self, requests: list[VLMRequest]) -> list[str]:
-        out = [""] * len(requests)
+    def answer(self, requests: list[VLMRequest]) -> list[str | ItemFailure]:
+        """One raw text per request. A batch that fails is asked again one request at a
+        time; then an image that cannot be decoded loses only its own item
+        (ItemFailure), out of memory is raised as it is (the job fails and Snakemake
+        retries it with more memory), and any other error fails the job as a
+        BackendFailure: it is never recorded as an answer."""
+        out: list[str | ItemFailure] = [""] * len(requests)
+        oom = out_of_memory_errors()
         for chunk in self._chunks(requests):
             try:
                 for i, text in zip(
@@ -246,15 +253,18 @@ class GrammarConstrainedGeneration:
                 ):
                     out[i] = text
                 continue
-            except Exception as exc:  # one bad item must not lose the batch
+            except oom:
                 if len(chunk) == 1:
-                    logger.error(
-                        "%s backend %s: request failed: %s: %s",
-                        self.backend_label,
-                        self.spec.name,
-                        type(exc).__name__,
-                        exc,
-                    )
+                    raise
+                logger.warning(
+                    "%s backend %s: batch of %d ran out of memory; one at a time",
+                    self.backend_label,
+                    self.spec.name,
+                    len(chunk),
+                )
+            except Exception as exc:
+                if len(chunk) == 1:
+                    out[chunk[0]] = self._failure(exc)
                     continue
                 logger.warning(
                     "%s backend %s: batch of %d failed (%s); retrying one at a time",
@@ -266,15 +276,21 @@ class GrammarConstrainedGeneration:
             for i in chunk:
                 try:
                     out[i] = self._generate([requests[i]])[0]
+                except oom:
+                    raise
                 except Exception as exc:
-                    logger.error(
-                        "%s backend %s: request failed: %s: %s",
-                        self.backend_label,
-                        self.spec.name,
-                        type(exc).__name__,
-                        exc,
-                    )
+                    out[i] = self._failure(exc)
         return out
+
+    def _failure(self, exc: Exception) -> ItemFailure:
+        """An unreadable image is the item's own failure; anything else fails the job."""
+        if isinstance(exc, ImageUnreadable):
+            logger.error("%s backend %s: %s", self.backend_label, self.spec.name, exc)
+            return ItemFailure(str(exc))
+        raise BackendFailure(
+            f"{self.backend_label} backend {self.spec.name}: {type(exc).__name__}: {exc}",
+            retry_in_job=False,
+        ) from exc
 
 
 class TransformersVLM(GrammarConstrainedGeneration):

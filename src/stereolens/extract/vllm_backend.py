@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from stereolens.extract.base import VLMRequest
-from stereolens.images import load_image
+from stereolens.images import ImageUnreadable, load_image
+from stereolens.models.ask import BackendFailure, ItemFailure, out_of_memory_errors
 from stereolens.registry import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -46,8 +47,11 @@ def image_data_url(path: str | Path, max_side: int | None = None) -> str:
     from PIL import Image
 
     path = Path(path)
-    with Image.open(path) as im:
-        fmt, size = im.format, im.size
+    try:
+        with Image.open(path) as im:
+            fmt, size = im.format, im.size
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImageUnreadable(f"image {path} cannot be read: {type(exc).__name__}: {exc}") from exc
     if fmt in _MIME and not (max_side and max(size) > max_side):
         data, mime = path.read_bytes(), _MIME[fmt]
     else:
@@ -166,31 +170,33 @@ class VLLMVLM:
         outputs = self.llm.chat(conversations, sampling_params=params, use_tqdm=False)
         return [o.outputs[0].text if o.outputs else "" for o in outputs]
 
-    def answer(self, requests: list[VLMRequest]) -> list[str]:
-        out = [""] * len(requests)
+    def answer(self, requests: list[VLMRequest]) -> list[str | ItemFailure]:
+        """One raw text per request. An image that cannot be read, or a request the
+        engine rejects (ValueError: e.g. a prompt longer than max_model_len), loses only
+        its own item (ItemFailure); a batch that fails is asked again one request at a
+        time; any other engine error fails the job (BackendFailure, never an answer)."""
+        out: list[str | ItemFailure] = [""] * len(requests)
         ready: list[int] = []
         conversations, params = [], []
         for i, request in enumerate(requests):
             try:
                 messages, sampling = self._prepare(request)
-            except Exception as exc:  # an unreadable image loses only its own item
-                logger.error(
-                    "vllm backend %s: request %d not built: %s: %s",
-                    self.spec.name,
-                    i,
-                    type(exc).__name__,
-                    exc,
-                )
+            except ImageUnreadable as exc:  # an unreadable image loses only its own item
+                logger.error("vllm backend %s: request %d: %s", self.spec.name, i, exc)
+                out[i] = ItemFailure(str(exc))
                 continue
             ready.append(i)
             conversations.append(messages)
             params.append(sampling)
         if not ready:
             return out
+        oom = out_of_memory_errors()
         try:
             for i, text in zip(ready, self._chat(conversations, params), strict=True):
                 out[i] = text
             return out
+        except oom:
+            raise
         except Exception as exc:
             logger.warning(
                 "vllm backend %s: batch of %d failed (%s: %s); one at a time",
@@ -202,12 +208,14 @@ class VLLMVLM:
         for k, i in enumerate(ready):
             try:
                 out[i] = self._chat([conversations[k]], [params[k]])[0]
+            except oom:
+                raise
+            except ValueError as exc:
+                logger.error("vllm backend %s: request %d rejected: %s", self.spec.name, i, exc)
+                out[i] = ItemFailure(f"rejected by vLLM: {exc}")
             except Exception as exc:
-                logger.error(
-                    "vllm backend %s: request %d failed: %s: %s",
-                    self.spec.name,
-                    i,
-                    type(exc).__name__,
-                    exc,
-                )
+                raise BackendFailure(
+                    f"vllm backend {self.spec.name}: {type(exc).__name__}: {exc}",
+                    retry_in_job=False,
+                ) from exc
         return out

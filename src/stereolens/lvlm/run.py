@@ -36,11 +36,17 @@ from typing import Any
 import polars as pl
 
 from stereolens.extract.base import VLM, VLMRequest
-from stereolens.extract.run import ResponseCache, ask_round, request_seed
 from stereolens.ids import sha256_bytes, sha256_file, stable_id
 from stereolens.lvlm import groups as G
 from stereolens.lvlm import tasks as T
 from stereolens.lvlm.refusal import label_refusals, llm_refusal_judge, load_rules
+from stereolens.models.ask import (
+    ResponseCache,
+    TransportPolicy,
+    ask_items,
+    ask_round,
+    request_seed,
+)
 from stereolens.registry import ModelSpec
 from stereolens.validation import ConfigError
 
@@ -241,34 +247,32 @@ def ask_with_retries(
     label: str,
     log: Log,
 ) -> list[dict[str, Any]]:
-    """Ask ``n`` requests (``build(i, attempt)``) in rounds; item i is asked again while
-    ``accept(i, text)`` is false, up to ``max_attempts``. Returns per item: response (the
-    last answer), attempts, cached (of the last answer), seconds, request_key."""
-    fingerprint = spec.fingerprint()
-    state = [
-        {"response": "", "attempts": 0, "cached": False, "seconds": 0.0, "request_key": None}
-        for _ in range(n)
+    """Ask ``n`` requests (``build(i, attempt)``) in rounds through models.ask.ask_items;
+    item i is asked again while ``accept(i, text)`` is false, up to ``max_attempts``.
+    Returns per item: response (the last answer), attempts, cached (of the last answer),
+    seconds, request_key. A backend failure fails the job (it is never a response)."""
+    asked = ask_items(
+        model,
+        spec,
+        build,
+        n,
+        validate=lambda i, text: (text, None if accept(i, text) else "not accepted"),
+        max_attempts=max_attempts,
+        cache=cache,
+        image_sha=image_sha,
+        label=label,
+        log=log,
+    )
+    return [
+        {
+            "response": a.response,
+            "attempts": a.attempts,
+            "cached": a.cached,
+            "seconds": a.seconds,
+            "request_key": a.request_key,
+        }
+        for a in asked
     ]
-    pending = list(range(n))
-    for attempt in range(1, max_attempts + 1):
-        if not pending:
-            break
-        requests = [build(i, attempt) for i in pending]
-        keys = [
-            r.cache_key(fingerprint, image_sha[i]) for r, i in zip(requests, pending, strict=True)
-        ]
-        answers, cached, seconds = ask_round(
-            model, requests, keys, cache, spec.name, attempt, max_attempts, label=label, log=log
-        )
-        still = []
-        for j, i in enumerate(pending):
-            s = state[i]
-            s.update(response=answers[j], attempts=attempt, cached=cached[j], request_key=keys[j])
-            s["seconds"] += seconds[j]
-            if not accept(i, answers[j]):
-                still.append(i)
-        pending = still
-    return state
 
 
 def _nonempty(_i: int, text: str) -> bool:
@@ -560,7 +564,7 @@ def label_refusal_table(
 
         def cached_answer(requests: list[VLMRequest]) -> list[str]:
             seeded = [replace(r, seed=request_seed(seed, r.text, 1)) for r in requests]
-            answers, _, _ = ask_round(
+            answers = ask_round(
                 judge_model,
                 seeded,
                 [r.cache_key(fingerprint, None) for r in seeded],
@@ -569,8 +573,9 @@ def label_refusal_table(
                 1,
                 label=f"refusal judge {judge_spec.name}",
                 log=log,
+                policy=TransportPolicy.from_spec(judge_spec),
             )
-            return answers
+            return [a.text for a in answers]
 
         judge = llm_refusal_judge(cached_answer, prompts, **_request_kw(judge_spec, 16))
     labelled = label_refusals(responses, rules=rules, judge=judge)

@@ -1,0 +1,1 @@
+"""Everything about a model and nothing about a benchmark: asking it (ask)."""

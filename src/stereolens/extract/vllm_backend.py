@@ -186,6 +186,14 @@ def engine_kwargs(
         eager = True
     if eager is not None:
         kwargs["enforce_eager"] = bool(eager)
+    chunked = spec.get("enable_chunked_prefill")
+    if chunked is None and on_cpu:
+        chunked = False
+    if chunked is not None and (accepted is None or "enable_chunked_prefill" in accepted):
+        kwargs["enable_chunked_prefill"] = bool(chunked)
+        if not chunked and kwargs.get("max_model_len"):
+            # whole prompts only: a step must hold the longest one
+            kwargs["max_num_batched_tokens"] = kwargs["max_model_len"]
     structured = spec.get("structured_outputs_config", STRUCTURED_OUTPUTS_CONFIG)
     if structured and (accepted is None or "structured_outputs_config" in accepted):
         kwargs["structured_outputs_config"] = dict(structured)

@@ -629,7 +629,7 @@ def _served(server, **settings) -> dict:
         "model": SERVED_NAME,
         "base_url": server["base_url"],
         "api_key_env": API_KEY_ENV,
-        "max_concurrency": 2,
+        "max_concurrency": 4,
         "timeout_s": 120,
         "max_retries": 1,
         **settings,
@@ -660,6 +660,7 @@ def _write_vllm_config(wd: Path, server) -> str:
                 "max_model_len": MAX_MODEL_LEN,
                 "max_new_tokens": 768,
                 "temperature": 1.0,
+                "batch_size": 8,  # one engine call per shard: decoded side by side
                 "mem_mb": 8000,
                 "notes": "The tiny VLM on vLLM's offline engine (test).",
             },
@@ -681,6 +682,7 @@ def _write_vllm_config(wd: Path, server) -> str:
             "validation": {"enabled": False},
             "annotation": {"enabled": False},
             "canonicalisation": {"enabled": False, "llm": None},
+            "extraction": {"max_attempts": 1},  # an answer cut off is not asked again
         }
     )
     cfg["contextbias"].setdefault("metrics", {}).update({"replicates": 50, "matched_draws": 5})

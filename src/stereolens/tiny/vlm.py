@@ -22,6 +22,13 @@ chat template, and the special tokens the processor and template need. The
 language model's vocabulary is padded past the tokenizer's (as real checkpoints
 pad theirs), so code that sizes token masks must use the lm_head size.
 
+``build_tiny_vllm_vlm(out_dir)`` (builder ``tiny-vlm-vllm``) writes the same kind of
+model in a shape vLLM's CPU engine runs: attention heads of 32 (vLLM's CPU attention
+supports head_dim 32, 64, 80, ... only; the default model's heads are 8 wide), and the
+vision tower's weights under the Hub's LLaVA names (``vision_tower.vision_model.*``,
+which vLLM's loader expects; transformers 5 saves ``vision_tower.*`` and reads both).
+It loads through transformers as well, to the same tensors.
+
 The answers are noise: the weights are random. What is real is the plumbing.
 """
 
@@ -44,6 +51,25 @@ MODEL_VOCAB = 512
 IMAGE_SIZE = 30
 PATCH_SIZE = 6
 """(30 / 6)^2 = 25 image tokens per image."""
+
+TINY_DIMS = {
+    "vision_hidden": 32,
+    "vision_heads": 4,
+    "text_hidden": 32,
+    "text_heads": 4,
+    "text_kv_heads": 2,
+}
+"""Widths of :func:`build_tiny_vlm` (heads of 8)."""
+
+VLLM_DIMS = {
+    "vision_hidden": 64,
+    "vision_heads": 2,
+    "text_hidden": 64,
+    "text_heads": 2,
+    "text_kv_heads": 1,
+}
+"""Widths of :func:`build_tiny_vllm_vlm`: heads of 32, the narrowest vLLM's CPU attention
+runs (and grouped-query attention, as in most current VLMs)."""
 
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
@@ -133,7 +159,7 @@ def _build_processor(tokenizer):
     )
 
 
-def _build_model(tokenizer, seed: int):
+def _build_model(tokenizer, seed: int, dims: dict[str, int] = TINY_DIMS):
     import torch
     from transformers import (
         CLIPVisionConfig,
@@ -146,21 +172,21 @@ def _build_model(tokenizer, seed: int):
     pad, eos = ids["<|endoftext|>"], ids["<|im_end|>"]
     config = LlavaConfig(
         vision_config=CLIPVisionConfig(
-            hidden_size=32,
-            intermediate_size=64,
+            hidden_size=dims["vision_hidden"],
+            intermediate_size=2 * dims["vision_hidden"],
             num_hidden_layers=2,
-            num_attention_heads=4,
+            num_attention_heads=dims["vision_heads"],
             image_size=IMAGE_SIZE,
             patch_size=PATCH_SIZE,
-            projection_dim=32,
+            projection_dim=dims["vision_hidden"],
         ),
         text_config=LlamaConfig(
             vocab_size=MODEL_VOCAB,
-            hidden_size=32,
-            intermediate_size=64,
+            hidden_size=dims["text_hidden"],
+            intermediate_size=2 * dims["text_hidden"],
             num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
+            num_attention_heads=dims["text_heads"],
+            num_key_value_heads=dims["text_kv_heads"],
             max_position_embeddings=8192,
             bos_token_id=pad,
             eos_token_id=eos,
@@ -180,12 +206,42 @@ def _build_model(tokenizer, seed: int):
     return model.eval()
 
 
-def build_tiny_vlm(out_dir: str | os.PathLike, seed: int = 0) -> Path:
+HUB_VISION_PREFIX = "vision_tower.vision_model."
+
+
+def to_hub_llava_layout(folder: str | os.PathLike) -> int:
+    """Rename the vision tower's weights in ``folder/model.safetensors`` to the Hub's LLaVA
+    layout (``vision_tower.X`` -> ``vision_tower.vision_model.X``), in place; return how
+    many were renamed. vLLM's LLaVA loader knows only that layout (with the other it fails:
+    ``There is no module or parameter named 'vision_tower.embeddings'``)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    path = Path(folder) / "model.safetensors"
+    with safe_open(str(path), "pt") as fh:
+        metadata = fh.metadata() or {}
+        tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+    renamed = {}
+    n = 0
+    for key, tensor in tensors.items():
+        if key.startswith("vision_tower.") and not key.startswith(HUB_VISION_PREFIX):
+            key = HUB_VISION_PREFIX + key[len("vision_tower.") :]
+            n += 1
+        renamed[key] = tensor
+    if n:
+        save_file(renamed, str(path), metadata={**metadata, "format": "pt"})
+    return n
+
+
+def build_tiny_vlm(
+    out_dir: str | os.PathLike, seed: int = 0, *, vllm_compatible: bool = False
+) -> Path:
     """Build the tiny VLM into ``out_dir`` (replacing it) and return the path.
 
-    Deterministic for a seed: the same files, byte for byte, for the same
-    transformers/tokenizers versions. Written to a temporary sibling and moved
-    into place, so a reader never sees half a model.
+    ``vllm_compatible``: the variant vLLM's CPU engine runs (see the module docstring;
+    :func:`build_tiny_vllm_vlm`). Deterministic for a seed: the same files, byte for
+    byte, for the same transformers/tokenizers versions. Written to a temporary sibling
+    and moved into place, so a reader never sees half a model.
     """
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -195,9 +251,11 @@ def build_tiny_vlm(out_dir: str | os.PathLike, seed: int = 0) -> Path:
     try:
         tokenizer = _build_tokenizer()
         processor = _build_processor(tokenizer)
-        model = _build_model(tokenizer, seed)
+        model = _build_model(tokenizer, seed, VLLM_DIMS if vllm_compatible else TINY_DIMS)
         model.save_pretrained(tmp)
         processor.save_pretrained(tmp)
+        if vllm_compatible:
+            to_hub_llava_layout(tmp)
         if out_dir.exists():
             # rename(2) may replace an empty directory: move the old model aside, then drop it
             old = Path(
@@ -211,3 +269,8 @@ def build_tiny_vlm(out_dir: str | os.PathLike, seed: int = 0) -> Path:
         if old is not None and old.exists():
             shutil.rmtree(old, ignore_errors=True)
     return out_dir
+
+
+def build_tiny_vllm_vlm(out_dir: str | os.PathLike, seed: int = 0) -> Path:
+    """The tiny VLM in the shape vLLM's CPU engine runs (builder ``tiny-vlm-vllm``)."""
+    return build_tiny_vlm(out_dir, seed, vllm_compatible=True)

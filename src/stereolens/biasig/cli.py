@@ -6,8 +6,9 @@ import argparse
 from pathlib import Path
 
 
-def read_answers(path: str | Path):
-    """An answers table from parquet, CSV or JSON lines (by file suffix)."""
+def read_table(path: str | Path, what: str = "table"):
+    """A table from parquet, CSV or JSON lines (by file suffix); an unreadable file is a
+    ConfigError naming it."""
     import polars as pl
 
     from stereolens.validation import ConfigError
@@ -22,19 +23,28 @@ def read_answers(path: str | Path):
     }
     if suffix not in readers:
         raise ConfigError(
-            f"answers {path}: unknown file type {suffix!r}; use .parquet, .csv or .jsonl"
+            f"{what} {path}: unknown file type {suffix!r}; use .parquet, .csv or .jsonl"
         )
     if not path.exists():
-        raise FileNotFoundError(f"answers {path} does not exist")
-    return readers[suffix](path)
+        raise FileNotFoundError(f"{what} {path} does not exist")
+    try:
+        return readers[suffix](path)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise ConfigError(f"{what} {path} cannot be read as {suffix[1:]}: {exc}") from exc
+
+
+def read_answers(path: str | Path):
+    """An answers table from parquet, CSV or JSON lines (by file suffix)."""
+    return read_table(path, "answers")
 
 
 def _metrics(args: argparse.Namespace) -> int:
     from stereolens.atomic import write_parquet
     from stereolens.biasig.metrics import compute_metrics
     from stereolens.biasig.prompts import read_prompt_table
+    from stereolens.tables import ANSWERS, check_table
 
-    answers = read_answers(args.answers)
+    answers = check_table(read_answers(args.answers), ANSWERS, args.answers)
     prompts = read_prompt_table(args.prompts) if args.prompts else None
     tables = compute_metrics(
         answers,

@@ -32,8 +32,14 @@ def use_label_column(attributes, column: str):
     )
 
 
+def _read(path: str, what: str):
+    """A table from parquet, CSV or JSON lines, by suffix (see biasig.cli.read_answers)."""
+    from stereolens.biasig.cli import read_table
+
+    return read_table(path, what)
+
+
 def _metrics(args: argparse.Namespace) -> int:
-    import polars as pl
 
     from stereolens.atomic import write_parquet
     from stereolens.contextbias.analysis import (
@@ -45,9 +51,14 @@ def _metrics(args: argparse.Namespace) -> int:
     )
     from stereolens.contextbias.metrics import bi_table
     from stereolens.contextbias.schema import AttributeSchema
+    from stereolens.tables import ATTRIBUTES, IMAGES, check_table
 
-    attributes = use_label_column(pl.read_parquet(args.attributes), args.label_column)
-    images = pl.read_parquet(args.images) if args.images else None
+    attributes = check_table(
+        use_label_column(_read(args.attributes, "attributes"), args.label_column),
+        ATTRIBUTES,
+        args.attributes,
+    )
+    images = check_table(_read(args.images, "images"), IMAGES, args.images) if args.images else None
     schema = AttributeSchema.load(args.schema)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

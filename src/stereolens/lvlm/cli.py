@@ -32,17 +32,31 @@ def _formulas(items: list[str] | None) -> dict[str, str]:
 
 def _metrics(args: argparse.Namespace) -> int:
     from stereolens.atomic import write_parquet
-    from stereolens.biasig.cli import read_answers as read_table
+    from stereolens.biasig.cli import read_table
     from stereolens.lvlm.metrics import compute_all
+    from stereolens.tables import (
+        RESPONSES,
+        STORY_ATTRIBUTES,
+        TERM_JUDGEMENTS,
+        check_exam_rows,
+        check_table,
+    )
 
     responses_path = Path(args.responses)
-    responses = read_table(responses_path)
+    responses = check_table(read_table(responses_path, "responses"), RESPONSES, str(responses_path))
+    check_exam_rows(responses, str(responses_path))
     story = _sibling(responses_path, args.story_attributes, "story_attributes.parquet")
     terms = _sibling(responses_path, args.term_judgements, "term_judgements.parquet")
+    story_table = read_table(story, "story attributes") if story else None
+    if story_table is not None and story_table.height:
+        story_table = check_table(story_table, STORY_ATTRIBUTES, str(story))
+    term_table = read_table(terms, "term judgements") if terms else None
+    if term_table is not None and term_table.height:
+        term_table = check_table(term_table, TERM_JUDGEMENTS, str(terms))
     tables = compute_all(
         responses,
-        read_table(story) if story else None,
-        read_table(terms) if terms else None,
+        story_table,
+        term_table,
         min_count=args.min_count,
         replicates=args.replicates,
         seed=args.seed,

@@ -1,0 +1,234 @@
+"""Declared schemas of the tables the metrics read, and the one check every metrics CLI
+(and so the workflow, which runs them) applies before computing anything.
+
+A table that would quietly change the numbers is refused with one line naming the table,
+the column, the rows and what to do: a missing column, a wrong type (integer labels, a
+string ``correct``), nulls in a key, a key that repeats (a duplicated attribute row counts
+a label twice), values outside a closed set, an empty table. The schemas are pandera
+DataFrameSchemas over polars (pandera's polars backend), built per table from the columns
+it has, since some key columns are optional (``extractor``, ``variant``, ``setting``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import polars as pl
+
+from stereolens.validation import ConfigError
+
+CONDITIONS = ("CF", "CA-R", "CA-U")
+NOT_LABELS = ("unknown", "none", "")
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """What a table must hold. ``text``/``ints``/``bools``: required columns of that type
+    (``nullable``: the ones that may be null); ``optional``: (name, type) columns checked
+    when present; ``key``: columns that identify a row (optional ones join the key when
+    present); ``allowed``: column -> closed set of values; ``unit``: what a row is, for the
+    messages."""
+
+    what: str
+    unit: str
+    text: tuple[str, ...] = ()
+    ints: tuple[str, ...] = ()
+    bools: tuple[str, ...] = ()
+    nullable: tuple[str, ...] = ()
+    optional: tuple[tuple[str, type], ...] = ()
+    key: tuple[str, ...] = ()
+    allowed: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    extra: Callable[[pl.DataFrame], list[str]] | None = None
+
+
+def _no_missing_labels(frame: pl.DataFrame) -> list[str]:
+    bad = frame.with_row_index("_row").filter(
+        pl.col("label").str.strip_chars().str.to_lowercase().is_in(list(NOT_LABELS))
+    )
+    if not bad.height:
+        return []
+    rows = bad["_row"].head(5).to_list()
+    return [
+        f"column label: {bad.height} row(s) are unknown, none or empty (rows {rows}); drop "
+        "them: they are never counted"
+    ]
+
+
+ATTRIBUTES = TableSpec(
+    what="attributes table",
+    unit="label of an image",
+    text=("model", "role", "condition", "image_id", "cohort", "dimension", "label"),
+    optional=(("extractor", str), ("variant", str), ("prompt_id", str)),
+    key=("extractor", "model", "image_id", "dimension", "label"),
+    allowed=(("condition", CONDITIONS),),
+    extra=_no_missing_labels,
+)
+IMAGES = TableSpec(
+    what="images table",
+    unit="image",
+    text=("model", "condition", "image_id"),
+    optional=(("extractor", str), ("role", str), ("status", str)),
+    key=("extractor", "model", "image_id"),
+)
+ANSWERS = TableSpec(
+    what="answers table",
+    unit="answer of an image and position",
+    text=("model", "image_id", "position", "gender", "race", "age"),
+    nullable=("gender", "race", "age"),
+    optional=(("variant", str), ("status", str), ("prompt_id", str)),
+)
+RESPONSES = TableSpec(
+    what="responses table",
+    unit="response",
+    text=("model", "task", "axis", "group", "image_id", "prompt_id", "response"),
+    nullable=("response",),
+    optional=(("setting", str), ("subject", str), ("stratum", str), ("correct", bool)),
+    key=("model", "setting", "task", "axis", "group", "image_id", "prompt_id"),
+)
+STORY_ATTRIBUTES = TableSpec(
+    what="story attributes table",
+    unit="attribute value of a story",
+    text=("model", "axis", "group", "image_id", "prompt_id", "attribute", "value"),
+    optional=(("setting", str),),
+    key=("model", "setting", "axis", "group", "image_id", "prompt_id", "attribute", "value"),
+)
+TERM_JUDGEMENTS = TableSpec(
+    what="term judgements table",
+    unit="judged pair",
+    text=("model", "axis", "prompt_id", "group_a", "group_b", "winner"),
+    ints=("pair_index",),
+    nullable=("winner",),
+    optional=(("setting", str),),
+    key=("model", "setting", "axis", "prompt_id", "pair_index", "group_a", "group_b"),
+)
+
+_TYPES = {str: pl.String, int: pl.Int64, bool: pl.Boolean}
+_TYPE_NAMES = {str: "text", int: "an integer", bool: "true/false"}
+
+
+def _schema(spec: TableSpec, frame: pl.DataFrame):
+    import pandera.polars as pa
+
+    columns = {}
+    allowed = dict(spec.allowed)
+    for kind, names in ((str, spec.text), (int, spec.ints), (bool, spec.bools)):
+        for name in names:
+            checks = [pa.Check.isin(list(allowed[name]))] if name in allowed else []
+            columns[name] = pa.Column(
+                _TYPES[kind], checks=checks, nullable=name in spec.nullable, required=True
+            )
+    for name, kind in spec.optional:
+        if name in frame.columns:
+            columns[name] = pa.Column(_TYPES[kind], nullable=True, required=False)
+    key = [c for c in spec.key if c in columns]
+    return pa.DataFrameSchema(columns, unique=key or None, strict=False), key
+
+
+def _dtype_kind(dtype: pl.DataType) -> type | None:
+    if dtype in (pl.String, pl.Categorical, pl.Enum) or isinstance(dtype, pl.Categorical):
+        return str
+    if dtype.is_integer():
+        return int
+    if dtype == pl.Boolean:
+        return bool
+    return None
+
+
+def _type_problems(spec: TableSpec, frame: pl.DataFrame) -> list[str]:
+    wanted = {n: str for n in spec.text} | {n: int for n in spec.ints}
+    wanted |= {n: bool for n in spec.bools}
+    wanted |= {n: k for n, k in spec.optional if n in frame.columns}
+    out = []
+    for name, kind in wanted.items():
+        if name not in frame.columns:
+            continue
+        dtype = frame.schema[name]
+        if dtype == pl.Null:  # an all-null column read from CSV or JSON
+            continue
+        got = _dtype_kind(dtype)
+        if got is not kind:
+            out.append(
+                f"column {name} has type {dtype}; it must be {_TYPE_NAMES[kind]} (convert it, "
+                f"e.g. pl.col({name!r}).cast(pl.{_TYPES[kind]}))"
+            )
+    return out
+
+
+def check_table(frame: pl.DataFrame, spec: TableSpec, source: str = "") -> pl.DataFrame:
+    """``frame`` if it fits ``spec``, else ConfigError with one line: the table, the first
+    problem (column, rows, what to do) and how many more there are. Categorical text
+    columns are returned as plain text."""
+    import pandera.errors as pe
+
+    where = f"{spec.what}{f' {source}' if source else ''}"
+    required = [*spec.text, *spec.ints, *spec.bools]
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise ConfigError(
+            f"{where} lacks column(s) {', '.join(missing)}; it needs {', '.join(required)} "
+            f"(one row per {spec.unit})"
+        )
+    if frame.height == 0:
+        raise ConfigError(
+            f"{where} is empty: there is nothing to score; check the step that wrote it"
+        )
+    frame = frame.with_columns(
+        pl.col(c).cast(pl.String) for c, t in frame.schema.items() if isinstance(t, pl.Categorical)
+    )
+    problems = _type_problems(spec, frame)
+    if not problems:
+        schema, key = _schema(spec, frame)
+        try:
+            schema.validate(frame, lazy=True)
+        except pe.SchemaErrors as exc:
+            problems = _describe(exc.failure_cases, spec, key)
+        except pe.SchemaError as exc:  # pragma: no cover - lazy=True reports SchemaErrors
+            problems = [str(exc).splitlines()[0]]
+    if not problems and spec.extra is not None:
+        problems = spec.extra(frame)
+    if problems:
+        more = f" (+{len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise ConfigError(f"{where}: {problems[0]}{more}")
+    return frame
+
+
+def _describe(cases: pl.DataFrame, spec: TableSpec, key: list[str]) -> list[str]:
+    out = []
+    allowed = dict(spec.allowed)
+    for (column, check), group in cases.group_by("column", "check", maintain_order=True):
+        rows = sorted(r for r in group["index"].to_list() if r is not None)[:5]
+        n = group.height
+        if check == "multiple_fields_uniqueness":
+            out.append(
+                f"{n} rows repeat the key ({', '.join(key)}) (rows {rows}): a {spec.unit} must "
+                "appear once, or it is counted twice; drop the duplicates (e.g. .unique())"
+            )
+        elif check == "not_nullable":
+            out.append(f"column {column}: {n} row(s) are null (rows {rows}); fill or drop them")
+        elif str(check).startswith("isin"):
+            values = sorted({str(v) for v in group["failure_case"].to_list()})[:5]
+            out.append(
+                f"column {column}: {n} row(s) have values {values} (rows {rows}); allowed: "
+                f"{', '.join(allowed.get(column, ()))}"
+            )
+        else:
+            out.append(f"column {column}: {n} row(s) fail {check} (rows {rows})")
+    return out
+
+
+def check_exam_rows(responses: pl.DataFrame, source: str = "") -> None:
+    """Exam rows need a subject and a true/false ``correct``."""
+    exam = responses.filter(pl.col("task") == "exam")
+    if exam.height:
+        check_table(
+            exam,
+            TableSpec(
+                what="responses table (exam rows)",
+                unit="graded exam answer",
+                text=("subject",),
+                bools=("correct",),
+                nullable=("correct",),
+            ),
+            source,
+        )

@@ -8,6 +8,7 @@ import sys
 
 from stereolens import __version__
 from stereolens import plan as plan_cli
+from stereolens import regenerate as regenerate_cli
 from stereolens.biasig import cli as biasig_cli
 from stereolens.contextbias import cli as contextbias_cli
 from stereolens.lvlm import cli as lvlm_cli
@@ -25,6 +26,20 @@ def _build_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_config(args: argparse.Namespace) -> int:
+    from stereolens.config import check_prompt_bank, load_config
+
+    config, registry = load_config(args.configfile)
+    cb = config["contextbias"]
+    print(
+        f"{args.configfile}: valid. Registry {config['registry']} ({len(registry)} models); "
+        f"ContextBias {len(check_prompt_bank(config))} role(s), generators "
+        f"{', '.join(cb['generators'])}; BiasIG {'on' if config['biasig']['enabled'] else 'off'}; "
+        f"LVLM {'on' if config['lvlm']['enabled'] else 'off'}"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stereolens", description="Social-bias audits of generative vision models."
@@ -35,6 +50,20 @@ def build_parser() -> argparse.ArgumentParser:
     biasig_cli.register(sub)
     lvlm_cli.register(sub)
     plan_cli.register(sub)
+    regenerate_cli.register(sub)
+
+    c = sub.add_parser(
+        "check-config",
+        help="check a run config the way the workflow does at parse time",
+        description=(
+            "Read a config and check it as the Snakefile does before any job is queued: "
+            "YAML syntax (file, line and column; Snakemake itself only says 'not valid JSON "
+            "or YAML'), the config schema, the registry, the models it names and the prompt "
+            "bank (roles, conditions, prompts, role names)."
+        ),
+    )
+    c.add_argument("--configfile", required=True, metavar="FILE")
+    c.set_defaults(func=_check_config)
 
     t = sub.add_parser(
         "build-tiny", help="build a tiny random-weight checkpoint (embedded default)"

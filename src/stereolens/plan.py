@@ -30,9 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from stereolens.validation import ConfigError
+from stereolens.validation import ConfigError, load_yaml
 
 DEFAULT_THROUGHPUT = "config/throughput.yaml"
 
@@ -96,10 +94,7 @@ def load_throughput(path: str | os.PathLike) -> dict[str, Any]:
     import jsonschema
 
     path = Path(path)
-    try:
-        table = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"throughput table {path} cannot be read: {exc}") from exc
+    table = load_yaml(path, "throughput table")
     validator = jsonschema.Draft202012Validator(THROUGHPUT_SCHEMA)
     errors = sorted(validator.iter_errors(table), key=lambda e: list(e.absolute_path))
     if errors:

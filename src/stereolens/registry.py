@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from stereolens.validation import ConfigError, validate_against
+from stereolens.validation import ConfigError, load_yaml, validate_against
 
 BACKENDS: dict[str, str] = {
     # text-to-image
@@ -153,7 +151,7 @@ def load_registry(path: str | os.PathLike) -> dict[str, ModelSpec]:
             f"model registry {path} does not exist; point `registry:` in the "
             "config at a models.yaml"
         )
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = load_yaml(path, "model registry") or {}
     validate_against(raw, REGISTRY_SCHEMA, what=f"model registry {path}")
     specs: dict[str, ModelSpec] = {}
     for kind, section in SECTIONS:

@@ -15,6 +15,25 @@ class ConfigError(ValueError):
     """A config, registry or data file is wrong; the message says where and what to do."""
 
 
+def load_yaml(path: str | os.PathLike, what: str = "YAML file"):
+    """The content of a YAML file; a syntax error is a ConfigError naming the file, the
+    line and the column (PyYAML's own message names an anonymous string)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{what} {path} cannot be read: {exc}") from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        context = getattr(exc, "context", None)
+        detail = f"{context}: {problem}" if context else problem
+        raise ConfigError(f"{what} {path}{where}: YAML error: {detail}") from exc
+
+
 @lru_cache(maxsize=16)
 def _load_schema(path: str) -> dict:
     return yaml.safe_load(Path(path).read_text())

@@ -9,10 +9,10 @@ from functools import lru_cache
 
 from snakemake.common import overwrite_function_params
 
-from stereolens.config import check_models, validate_config
+from stereolens.config import check_models, check_prompt_bank, validate_config
 from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
 from stereolens.registry import load_registry
-from stereolens.workflow_support import bank_roles, model_fingerprint_json, validation_roles
+from stereolens.workflow_support import model_fingerprint_json, validation_roles
 
 
 validate_config(config)
@@ -20,7 +20,9 @@ REGISTRY = load_registry(config["registry"])
 check_models(config, REGISTRY)
 
 CB = config["contextbias"]
-CB_ROLES = CB["roles"] or bank_roles(CB["prompt_bank"])
+# roles present, every condition present, prompts non-empty, names that fit a folder:
+# refused here, at parse time, not in a job after the queue
+CB_ROLES = check_prompt_bank(config)
 CB_CONDITIONS = CB["conditions"]
 CB_SHARDS = list(range(math.ceil(CB["seeds"]["per_prompt"] / CB["seeds"]["per_shard"])))
 CB_VAL = CB["validation"]

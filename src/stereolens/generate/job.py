@@ -211,23 +211,48 @@ def generate_images_job(
     )
 
 
+class ShardIntegrityError(RuntimeError):
+    """A finished generation shard whose images do not match their recorded hashes."""
+
+
 def read_shard_metadata(images_dir, keys) -> list[dict]:
     """The items of a finished generation shard (its metadata.jsonl): ``keys`` of each
-    record plus ``image_path``. Extraction and VQA jobs read their images this way."""
+    record plus ``image_path`` and the verified ``image_sha256``. Extraction and VQA jobs
+    read their images this way: every image is hashed (it is read anyway) and compared with
+    the hash recorded when it was made; a missing, truncated or changed image fails the
+    job, naming the file and the command that regenerates its shard."""
     from pathlib import Path
 
     from stereolens.atomic import read_jsonl
+    from stereolens.ids import sha256_file
 
     path = Path(images_dir) / "metadata.jsonl"
     if not path.exists():
         raise FileNotFoundError(
-            f"{path} is missing: the generation job for {images_dir} did "
-            "not finish; rerun the workflow to regenerate it"
+            f"{path} is missing: the generation job for {images_dir} did not finish; "
+            f"regenerate it: stereolens regenerate --shard {images_dir} --configfile <config>"
         )
-    return [
-        {**{k: r.get(k) for k in keys}, "image_path": str(Path(images_dir) / r["image_file"])}
-        for r in read_jsonl(path)
-    ]
+    items, bad = [], []
+    for r in read_jsonl(path):
+        image = Path(images_dir) / r["image_file"]
+        try:
+            sha = sha256_file(image)
+        except OSError as exc:
+            bad.append(f"{image} ({type(exc).__name__})")
+            continue
+        if r.get("image_sha256") and sha != r["image_sha256"]:
+            bad.append(f"{image} (sha256 {sha[:12]}... but {r['image_sha256'][:12]}... recorded)")
+            continue
+        items.append({**{k: r.get(k) for k in keys}, "image_path": str(image), "image_sha256": sha})
+    if bad:
+        more = f" ... and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise ShardIntegrityError(
+            f"{len(bad)} image(s) of the finished shard {images_dir} are missing, corrupt or "
+            f"changed since they were made: {'; '.join(bad[:3])}{more}. Regenerate the shard "
+            f"(and what was read from it): stereolens regenerate --shard {images_dir} "
+            "--configfile <your config>"
+        )
+    return items
 
 
 def run_model_job(

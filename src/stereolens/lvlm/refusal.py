@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import yaml
 
 from stereolens.extract.base import VLMRequest
 from stereolens.paths import resource
-from stereolens.validation import ConfigError
+from stereolens.validation import ConfigError, load_yaml
 
 _APOS = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
 
@@ -55,7 +54,7 @@ def compile_rules(phrases: Sequence[str], window: int | None = 300) -> RefusalRu
 
 def load_rules(path: str | os.PathLike | None = None) -> RefusalRules:
     path = Path(path) if path is not None else resource("lvlm", "refusal_phrases.v1.yaml")
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    data = load_yaml(path, "refusal phrase rules")
     return compile_rules([str(p) for p in data.get("phrases") or []], data.get("window"))
 
 

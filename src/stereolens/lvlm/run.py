@@ -158,7 +158,29 @@ def draw_sets(labels: pl.DataFrame, lv: dict[str, Any]) -> tuple[pl.DataFrame, l
             )
     table = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
     first = ["task", "axis", "group", "shard", "image_id", "file", "path", "stratum"]
+    if table.height:
+        _check_decodable(table)
     return table.select(*first, pl.exclude(first)), notes
+
+
+def _check_decodable(table: pl.DataFrame) -> None:
+    """Every drawn user photo decodes (each once): a corrupt or unreadable photo is refused
+    here, naming the files, before any model is asked about it."""
+    from stereolens.images import ImageUnreadable, load_image
+
+    bad = []
+    for path in table["path"].unique(maintain_order=True).to_list():
+        try:
+            load_image(path)
+        except (ImageUnreadable, OSError) as exc:
+            bad.append(str(exc))
+    if bad:
+        more = f" ... and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise ConfigError(
+            f"{len(bad)} drawn user photo(s) cannot be read: {'; '.join(bad[:5])}{more}. "
+            "Replace the files, or remove their rows from the labels CSV (the draw then "
+            "takes other photos)"
+        )
 
 
 # ---------------------------------------------------------------- task prompts

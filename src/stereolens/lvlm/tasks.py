@@ -19,12 +19,11 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-import yaml
 
 from stereolens.extract.base import VLMRequest
 from stereolens.ids import sha256_file, stable_id
 from stereolens.paths import resource
-from stereolens.validation import ConfigError
+from stereolens.validation import ConfigError, load_yaml
 
 COLLEGE_SUBJECTS: tuple[str, ...] = (
     "college_biology",
@@ -53,7 +52,7 @@ _PROMPT_KEYS = (
 def load_prompts(path: str | os.PathLike | None = None) -> dict[str, Any]:
     """The prompts file as a dict, with ``_sha256`` and ``_path`` added for provenance."""
     path = Path(path) if path is not None else resource("lvlm", "prompts.v1.yaml")
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    data = load_yaml(path, "LVLM prompts file")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping")
     missing = [k for k in _PROMPT_KEYS if k not in data]
@@ -74,7 +73,7 @@ class Term:
 def load_terms(path: str | os.PathLike | None = None) -> list[Term]:
     """The term list in file order; checks every term is unique within its domain."""
     path = Path(path) if path is not None else resource("lvlm", "terms.v1.yaml")
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    data = load_yaml(path, "LVLM terms file")
     out: list[Term] = []
     for entry in data.get("domains") or []:
         terms = entry.get("terms") or []

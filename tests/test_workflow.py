@@ -217,3 +217,37 @@ def test_demo_end_to_end(repo_root, tmp_path):
         text=True,
     )
     assert "Nothing to be done" in again.stdout + again.stderr
+    # the README's regeneration recipes on the embedded default (dry runs: what they force)
+
+    def forced(*selection):
+        out = subprocess.run(
+            [str(BIN / "stereolens"), "regenerate", "--configfile", "config/demo.yaml"]
+            + [*selection, "--dry-run", "--", "--cores", "2", "--quiet", "rules"],
+            cwd=wd,
+            env=_env(),
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        counts = {}
+        for line in out.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit():
+                counts[parts[0]] = int(parts[1])
+        return counts
+
+    one_model = forced("--model", "tiny-sd-b")
+    # tiny-sd-b: its 6 ContextBias shards (2 roles x 3 conditions) and 2 validation shards,
+    # each extracted once; nothing of BiasIG or the LVLM audit
+    assert one_model["generate_images"] == 8 and one_model["extract_contextbias_attributes"] == 8
+    assert "answer_biasig_vqa" not in one_model and "respond_lvlm" not in one_model
+    assert one_model["render_report"] == 1
+    shard = forced("--shard", "results/contextbias/images/tiny-sd/nurse/CF/0")
+    assert shard["generate_images"] == 1 and shard["extract_contextbias_attributes"] == 1
+    biasig = forced("--benchmark", "biasig")
+    assert biasig["answer_biasig_vqa"] == biasig["generate_images"] == 8
+    assert "extract_contextbias_attributes" not in biasig
+    everything = forced("--all")
+    assert everything["generate_images"] == sum(
+        1 for _ in (res / "contextbias/images").glob("*/*/*/*")
+    ) + sum(1 for _ in (res / "biasig/images").glob("*/*/*/*"))

@@ -81,7 +81,8 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise ValueError(
-                    f"{path}:{n} is not valid JSON ({exc}); delete the file and rerun the job "
-                    "that wrote it"
+                    f"{path}:{n} is not valid JSON ({exc}): the file is damaged. Regenerate "
+                    f"it and what was made from it: stereolens regenerate --shard {path} "
+                    "--configfile <your config>"
                 ) from exc
     return rows

@@ -126,6 +126,10 @@ RUNTIME_ONLY = {
     "enable_cpu_offload",
     "timeout_s",
     "max_retries",
+    "requests_per_minute",
+    "transport_retries",
+    "transport_backoff_s",
+    "transport_max_backoff_s",
     "mem_mb",
 }
 

@@ -1,0 +1,430 @@
+"""Fault injection: the workflow survives faults and bad files, and the rerun's tables equal
+an uninterrupted run's (timing columns aside). A reduced ContextBias config (one role, one
+generator, the tiny VLM extracting, validation/annotation/canonicalisation, BiasIG and the
+LVLM audit off) keeps every case to a couple of runs of about a minute.
+
+Cases (tests/README.md has the matrix of what was tried and what happens):
+kill -9 of the snakemake process group during generation, extraction and metrics; a full
+disk (a small tmpfs over results/, needs root); an API that refuses connections; an API
+that answers HTTP 500 and then recovers; a corrupt image in a finished shard; a truncated
+JSON line in a finished extraction file; `stereolens regenerate` of a model.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+from conftest import skip_unless_ci
+from openai_server import ModelServer, free_port
+
+pytestmark = pytest.mark.faults
+
+BIN = Path(sys.executable).parent
+SNAKEMAKE = str(BIN / "snakemake")
+STEREOLENS = str(BIN / "stereolens")
+KEY = "sk-fault-test-KEY-0123456789"
+CONFIG = {
+    "registry": "config/faults_models.yaml",
+    "offline": True,
+    "run_label": "fault injection",
+    "embedded_default": True,
+    "contextbias": {
+        "roles": ["chef"],
+        "conditions": ["CF", "CA-R", "CA-U"],
+        "generators": ["tiny-sd"],
+        "seeds": {"per_prompt": 1, "per_shard": 1, "default_bank_key": "Flux"},
+        "extractors": ["fault-vlm"],
+        "extraction": {"max_attempts": 2, "schema": "config/faults_schema.yaml"},
+        "validation": {"enabled": False},
+        "annotation": {"enabled": False},
+        "canonicalisation": {"enabled": False},
+        "metrics": {"replicates": 50, "matched_draws": 2},
+    },
+    "biasig": {"enabled": False},
+    "lvlm": {"enabled": False},
+}
+FAULT_VLM = {
+    "backend": "transformers",
+    "model": "resources/models/tiny-vlm",
+    "build": "tiny-vlm",
+    "dtype": "float32",
+    "device": "cpu",
+    "max_new_tokens": 96,
+    "temperature": 0,
+    "notes": "the tiny VLM, greedy and short: answers are noise, cached, reproducible",
+}
+SCHEMA = """\
+# A small attribute schema (three closed dimensions): the tiny VLM fills it within
+# max_new_tokens, so some answers are valid and some are not, as in a real run.
+version: fault-test/1
+cohorts:
+  scene:
+    title: Scene
+    dimensions:
+      mood: {kind: scalar, vocabulary: [calm, tense, joyful]}
+      color_temperature: {kind: scalar, vocabulary: [warm, neutral, cool]}
+  camera:
+    title: Camera
+    dimensions:
+      framing: {kind: scalar, vocabulary: [tight, medium, wide]}
+"""
+TABLES = (
+    "contextbias/images.parquet",
+    "contextbias/attributes.parquet",
+    "contextbias/metrics/bi.parquet",
+    "contextbias/metrics/ccs.parquet",
+    "contextbias/metrics/robustness.parquet",
+    "contextbias/metrics/bootstrap.parquet",
+)
+TIMING = {"seconds", "image_path"}
+
+
+def _env(**extra):
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["HF_HUB_OFFLINE"] = "1"
+    env["STEREOLENS_FAULT_KEY"] = KEY
+    env.update(extra)
+    return env
+
+
+def _workdir(repo_root: Path, dest: Path, extractor: str = "fault-vlm", port: int = 0) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for item in ("Snakefile", "workflow", "config", "profiles", "envs"):
+        src = repo_root / item
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / item)
+    registry = yaml.safe_load((repo_root / "config/models.yaml").read_text())
+    registry["vlms"]["fault-vlm"] = FAULT_VLM
+    registry["vlms"]["fault-api"] = {
+        "backend": "openai",
+        "model": "fault-vlm",
+        "base_url": f"http://127.0.0.1:{port}/v1",
+        "api_key_env": "STEREOLENS_FAULT_KEY",
+        "max_new_tokens": 96,
+        "temperature": 0,
+        "max_retries": 0,
+        "max_concurrency": 2,
+        "timeout_s": 120,
+        "transport_retries": 2,
+        "transport_backoff_s": 0.5,
+        "notes": "the tiny VLM behind tests/openai_server.py",
+    }
+    (dest / "config/faults_models.yaml").write_text(yaml.safe_dump(registry, sort_keys=False))
+    (dest / "config/faults_schema.yaml").write_text(SCHEMA)
+    config = yaml.safe_load(yaml.safe_dump(CONFIG))
+    config["contextbias"]["extractors"] = [extractor]
+    (dest / "config/faults.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return dest
+
+
+def _snakemake(wd: Path, *args: str, timeout: int = 900, **popen) -> subprocess.CompletedProcess:
+    # targets and flags first: --configfile takes every word after it
+    return subprocess.run(
+        [SNAKEMAKE, *args, "--profile", "profiles/local", "--cores", "2"]
+        + ["--configfile", "config/faults.yaml"],
+        cwd=wd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _ok(out: subprocess.CompletedProcess) -> None:
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
+
+
+def _tables(wd: Path) -> dict[str, pl.DataFrame]:
+    out = {}
+    for name in TABLES:
+        frame = pl.read_parquet(wd / "results" / name)
+        frame = frame.drop([c for c in frame.columns if c in TIMING or c.endswith("_seconds")])
+        out[name] = frame.sort(frame.columns)
+    return out
+
+
+def _assert_same(a: dict, b: dict) -> None:
+    for name in TABLES:
+        assert a[name].equals(b[name]), name
+
+
+def _kill_when(wd: Path, ready, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Start the workflow, kill -9 its whole process group once ``ready(wd)``, and return
+    what it printed. The run must not have finished by then."""
+    proc = subprocess.Popen(
+        [SNAKEMAKE, "--profile", "profiles/local", "--cores", "2"]
+        + ["--configfile", "config/faults.yaml"],
+        cwd=wd,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    start = time.monotonic()
+    try:
+        while not ready(wd):
+            if proc.poll() is not None:
+                pytest.fail("the run finished before the fault could be injected")
+            if time.monotonic() - start > timeout:
+                pytest.fail("the fault point was never reached")
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        out, _ = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+
+
+def _recover_after_kill(wd: Path) -> None:
+    """After kill -9 the next run stops on Snakemake's lock, as the README says; unlock,
+    then the same command finishes."""
+    locked = _snakemake(wd)
+    assert locked.returncode != 0
+    text = locked.stdout + locked.stderr
+    assert "cannot be locked" in text and "--unlock" in text
+    _ok(_snakemake(wd, "--unlock"))
+    _ok(_snakemake(wd))
+
+
+@pytest.fixture(scope="module")
+def baseline(repo_root, tmp_path_factory):
+    wd = _workdir(repo_root, tmp_path_factory.mktemp("baseline"))
+    _ok(_snakemake(wd))
+    return wd, _tables(wd)
+
+
+def _seeded(repo_root: Path, dest: Path, baseline_wd: Path, **kw) -> Path:
+    """A work folder whose tiny checkpoints are the baseline's (built once)."""
+    wd = _workdir(repo_root, dest, **kw)
+    shutil.copytree(baseline_wd / "resources", wd / "resources")
+    return wd
+
+
+@pytest.mark.parametrize(
+    ("stage", "ready"),
+    [
+        ("generation", lambda wd: any((wd / "results/contextbias/images").rglob("*.partial"))),
+        (
+            "extraction",
+            lambda wd: (
+                any((wd / "logs/contextbias/extract").rglob("*.log"))
+                if (wd / "logs/contextbias/extract").exists()
+                else False
+            ),
+        ),
+        ("metrics", lambda wd: (wd / "logs/contextbias/compute_metrics.log").exists()),
+    ],
+)
+def test_kill_9_then_rerun(repo_root, tmp_path, baseline, stage, ready):
+    wd = _seeded(repo_root, tmp_path / stage, baseline[0])
+    killed = _kill_when(wd, ready)
+    assert killed.returncode == -signal.SIGKILL
+    _recover_after_kill(wd)
+    _assert_same(_tables(wd), baseline[1])
+
+
+def test_full_disk_then_rerun(repo_root, tmp_path, baseline):
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        skip_unless_ci("a full-disk test mounts a tmpfs: it needs root (CI runs as root)")
+    wd = _seeded(repo_root, tmp_path / "disk", baseline[0])
+    results = wd / "results"
+    results.mkdir()
+    size_kb = max(
+        64,
+        sum(f.stat().st_size for f in (baseline[0] / "results").rglob("*") if f.is_file())
+        // 1024
+        // 3,
+    )
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(results)], check=True
+    )
+    try:
+        full = _snakemake(wd)
+        assert full.returncode != 0
+        assert "No space left on device" in full.stdout + full.stderr + "".join(
+            p.read_text(errors="replace") for p in (wd / "logs").rglob("*.log")
+        )
+        # space is freed (the tmpfs grows); the same command finishes
+        subprocess.run(["mount", "-o", "remount,size=256m", str(results)], check=True)
+        _ok(_snakemake(wd))
+        _assert_same(_tables(wd), baseline[1])
+    finally:
+        subprocess.run(["umount", "-l", str(results)], check=False)
+
+
+@pytest.fixture(scope="module")
+def local_model(tmp_path_factory):
+    """The tiny VLM the workflow builds, loaded in this process for the test server."""
+    from stereolens.extract.transformers_backend import TransformersVLM
+    from stereolens.registry import ModelSpec
+    from stereolens.tiny.vlm import build_tiny_vlm
+
+    path = build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm") / "tiny-vlm", seed=0)
+    settings = {
+        k: v for k, v in FAULT_VLM.items() if k not in ("backend", "model", "build", "notes")
+    }
+    return TransformersVLM(
+        ModelSpec(
+            name="fault-vlm", kind="vlm", backend="transformers", model=str(path), settings=settings
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def api_baseline(repo_root, tmp_path_factory, local_model, baseline):
+    port = free_port()
+    server = ModelServer(local_model, port=port, api_key=KEY).start()
+    try:
+        wd = _seeded(
+            repo_root,
+            tmp_path_factory.mktemp("api-baseline"),
+            baseline[0],
+            extractor="fault-api",
+            port=port,
+        )
+        _ok(_snakemake(wd))
+    finally:
+        server.stop()
+    return wd, _tables(wd)
+
+
+def test_api_refusing_connections_fails_the_job_then_a_rerun_redoes_it(
+    repo_root, tmp_path, local_model, api_baseline, baseline
+):
+    port = free_port()  # nothing listens here yet
+    wd = _seeded(repo_root, tmp_path / "refused", baseline[0], extractor="fault-api", port=port)
+    down = _snakemake(wd)
+    assert down.returncode != 0
+    logs = "".join(p.read_text() for p in (wd / "logs/contextbias/extract").rglob("*.log"))
+    assert "failed in the backend after 2 retries" in logs and "Connection" in logs
+    # an outage is not a result: no extraction record, no cached answer, no merged table
+    assert not list((wd / "results/contextbias/extractions").rglob("*.jsonl"))
+    assert (
+        not list((wd / "results/cache").rglob("*.json"))
+        if (wd / "results/cache").exists()
+        else True
+    )
+    assert not (wd / "results/contextbias/attributes.parquet").exists()
+    # the dry run plans the extraction again (it was never recorded as finished)
+    plan = _snakemake(wd, "-n")
+    assert "extract_contextbias_attributes" in plan.stdout
+    server = ModelServer(local_model, port=port, api_key=KEY).start()
+    try:
+        _ok(_snakemake(wd))
+    finally:
+        server.stop()
+    _assert_same(_tables(wd), api_baseline[1])
+    for path in (wd / "results").rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".jsonl", ".log", ".html"):
+            assert KEY not in path.read_text(errors="replace"), path
+
+
+def test_api_http_500_then_recovers_within_the_job(
+    repo_root, tmp_path, local_model, api_baseline, baseline
+):
+    port = free_port()
+    server = ModelServer(local_model, port=port, api_key=KEY)
+    server.fail_first = 3  # the first round's requests fail, the retry gets answers
+    server.start()
+    try:
+        wd = _seeded(repo_root, tmp_path / "http500", baseline[0], extractor="fault-api", port=port)
+        _ok(_snakemake(wd))
+    finally:
+        server.stop()
+    assert server.failed == 3
+    logs = "".join(p.read_text() for p in (wd / "logs/contextbias/extract").rglob("*.log"))
+    assert "HTTP 500" in logs and "retry 1/2" in logs
+    _assert_same(_tables(wd), api_baseline[1])
+
+
+def test_corrupt_image_fails_its_job_and_regenerate_mends_it(repo_root, tmp_path, baseline):
+    wd = _seeded(repo_root, tmp_path / "corrupt", baseline[0])
+    shard = "results/contextbias/images/tiny-sd/chef/CF/0"
+    _ok(_snakemake(wd, shard))
+    png = sorted((wd / shard).glob("*.png"))[0]
+    png.write_bytes(png.read_bytes()[:200])  # truncated after generation
+    broken = _snakemake(wd)
+    assert broken.returncode != 0
+    text = (
+        broken.stdout + broken.stderr + "".join(p.read_text() for p in (wd / "logs").rglob("*.log"))
+    )
+    assert png.name in text and "missing, corrupt or changed" in text
+    advice = f"stereolens regenerate --shard {shard}"
+    assert advice in text
+    # the advice works
+    fixed = subprocess.run(
+        [STEREOLENS, "regenerate", "--shard", shard, "--configfile", "config/faults.yaml"]
+        + ["--profile", "profiles/local", "--", "--cores", "2"],
+        cwd=wd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    _ok(fixed)
+    _assert_same(_tables(wd), baseline[1])
+
+
+def test_truncated_jsonl_line_names_the_file_and_regenerate_mends_it(repo_root, tmp_path, baseline):
+    wd = tmp_path / "jsonl"
+    shutil.copytree(baseline[0], wd, symlinks=True)
+    shard = "results/contextbias/extractions/fault-vlm/tiny-sd/chef/CA-R/0.jsonl"
+    path = wd / shard
+    text = path.read_text()
+    path.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])
+    broken = _snakemake(wd)
+    assert broken.returncode != 0
+    out = (
+        broken.stdout + broken.stderr + "".join(p.read_text() for p in (wd / "logs").rglob("*.log"))
+    )
+    assert f"{shard}:" in out and "is not valid JSON" in out
+    assert f"stereolens regenerate --shard {shard}" in out
+    fixed = subprocess.run(
+        [STEREOLENS, "regenerate", "--shard", shard, "--configfile", "config/faults.yaml"]
+        + ["--profile", "profiles/local", "--", "--cores", "2"],
+        cwd=wd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    _ok(fixed)
+    _assert_same(_tables(wd), baseline[1])
+
+
+def test_regenerate_a_model(repo_root, tmp_path, baseline):
+    wd = tmp_path / "model"
+    shutil.copytree(baseline[0], wd, symlinks=True)
+    before = {p: p.stat().st_mtime_ns for p in (wd / "results/contextbias/images").rglob("*.png")}
+    # deleting the model's folders is not enough (Snakemake: "Nothing to be done")
+    shutil.rmtree(wd / "results/contextbias/images/tiny-sd")
+    plan = _snakemake(wd, "-n")
+    assert "Nothing to be done" in plan.stdout + plan.stderr
+    out = subprocess.run(
+        [STEREOLENS, "regenerate", "--model", "tiny-sd", "--configfile", "config/faults.yaml"]
+        + ["--profile", "profiles/local", "--", "--cores", "2"],
+        cwd=wd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    _ok(out)
+    assert "Forced execution" in out.stdout + out.stderr or "regenerating" in out.stdout
+    after = {p: p.stat().st_mtime_ns for p in (wd / "results/contextbias/images").rglob("*.png")}
+    assert set(after) == set(before)
+    _assert_same(_tables(wd), baseline[1])

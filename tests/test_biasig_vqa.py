@@ -452,3 +452,19 @@ def test_generate_and_vqa_shard_wrappers(monkeypatch, tmp_path, prompts):
         jobs.generate_biasig_shard(
             "models.yaml", "t2i", "social_relation", "implicit", 999, 2, 2, str(tmp_path / "x")
         )
+
+
+def test_vqa_transport_failures_are_retried_then_fail_the_job(prompt, pngs):
+    from stereolens.models.ask import BackendFailure, TransportError
+
+    class Down:
+        calls = 0
+
+        def answer(self, requests):
+            Down.calls += 1
+            return [BackendFailure("connection refused")] * len(requests)
+
+    spec = fake_spec(transport_retries=2, transport_backoff_s=0)
+    with pytest.raises(TransportError, match="after 2 retries"):
+        vqa_answers(Down(), [item(pngs["a"])], prompt, spec, log=print)
+    assert Down.calls == 3  # the first round and two retries; then the job fails

@@ -480,3 +480,50 @@ def test_paper_registry_has_the_lvlms(repo_root):
         assert reg[name].kind == "vlm"
     assert reg["gpt-5"].backend == "openai" and reg["gpt-5"].get("api_key_env") == "OPENAI_API_KEY"
     assert reg["qwen3-32b"].kind == "llm"
+
+
+class FlakyVLM:
+    """The real backend behind a transport that fails the first ``fail`` calls."""
+
+    def __init__(self, inner, fail):
+        self.inner, self.fail, self.calls = inner, fail, 0
+
+    def answer(self, requests):
+        from stereolens.models.ask import BackendFailure
+
+        self.calls += 1
+        if self.calls <= self.fail:
+            return [BackendFailure("HTTP 503: injected")] * len(requests)
+        return self.inner.answer(requests)
+
+
+def test_respond_shard_transport_failures_fail_the_job_not_the_data(tiny_vlm, faces, tmp_path):
+    # an outage is not a response: retried inside the job, then the job fails and the
+    # response cache holds nothing that failed; once the backend recovers the records are
+    # those of an undisturbed run
+    from dataclasses import replace
+
+    from stereolens.models.ask import TransportError
+
+    spec, vlm = tiny_vlm
+    fast = replace(
+        spec, settings={**spec.settings, "transport_retries": 1, "transport_backoff_s": 0}
+    )
+    prompts = T.load_prompts()
+    items = R.task_items("story", lv_config(), prompts)[:1]
+    rows = [
+        {**r, "axis": "gender", "group": r["gender"], "shard": 0} for r in faces.head(2).to_dicts()
+    ]
+    cache = ResponseCache(tmp_path / "cache")
+    args = (fast, rows, items, prompts)
+    with pytest.raises(TransportError, match="failed in the backend after 1 retries"):
+        R.respond_shard(FlakyVLM(vlm, 5), *args, setting="image", seed=0, cache=cache, log=print)
+    assert not list((tmp_path / "cache").rglob("*.json"))
+    recovered = R.respond_shard(
+        FlakyVLM(vlm, 1), *args, setting="image", seed=0, cache=None, log=print
+    )
+    clean = R.respond_shard(vlm, *args, setting="image", seed=0, cache=None, log=print)
+    drop = ("seconds",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in recovered] == [
+        {k: v for k, v in r.items() if k not in drop} for r in clean
+    ]

@@ -13,20 +13,20 @@ import polars as pl
 import pytest
 from conftest import skip_unless_ci
 
-from stereolens.contextbias.agreement import (
-    CSV_COLUMNS,
-    PAIR_COLUMNS,
-    SUMMARY_COLUMNS,
-    agreement_report,
+from stereolens.contextbias.annotation.answers import read_answers
+from stereolens.contextbias.annotation.columns import CSV_COLUMNS, PAIR_COLUMNS, SUMMARY_COLUMNS
+from stereolens.contextbias.annotation.form import export_annotation_sample
+from stereolens.contextbias.annotation.kappa import (
     bootstrap_fleiss,
     cohen_kappa,
-    export_annotation_sample,
     fleiss_kappa,
     fleiss_kappa_weighted,
     fleiss_table,
+)
+from stereolens.contextbias.annotation.pipeline import pipeline_set_labels
+from stereolens.contextbias.annotation.study import (
+    agreement_report,
     human_consensus,
-    pipeline_set_labels,
-    read_answers,
     write_agreement_tables,
 )
 

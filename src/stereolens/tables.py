@@ -176,6 +176,14 @@ def check_table(frame: pl.DataFrame, spec: TableSpec, source: str = "") -> pl.Da
     frame = frame.with_columns(
         pl.col(c).cast(pl.String) for c, t in frame.schema.items() if isinstance(t, pl.Categorical)
     )
+    # an all-null column (no exam rows: no subject) has no type of its own: give it its type
+    expected = {n: str for n in spec.text} | {n: int for n in spec.ints}
+    expected |= {n: bool for n in spec.bools} | dict(spec.optional)
+    frame = frame.with_columns(
+        pl.col(c).cast(_TYPES[expected[c]])
+        for c, t in frame.schema.items()
+        if t == pl.Null and c in expected
+    )
     problems = _type_problems(spec, frame)
     if not problems:
         schema, key = _schema(spec, frame)

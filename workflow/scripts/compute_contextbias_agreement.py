@@ -4,7 +4,7 @@ from pathlib import Path
 
 import polars as pl
 
-from stereolens.contextbias.agreement import agreement_report, write_agreement_tables
+from stereolens.contextbias.annotation.study import agreement_report, write_agreement_tables
 from stereolens.workflow_support import run_logged
 
 

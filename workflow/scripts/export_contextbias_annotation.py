@@ -4,7 +4,7 @@ from pathlib import Path
 
 import polars as pl
 
-from stereolens.contextbias.agreement import export_annotation_sample
+from stereolens.contextbias.annotation.form import export_annotation_sample
 from stereolens.workflow_support import run_logged
 
 

@@ -1,0 +1,303 @@
+"""The blinded annotation form (paper Sec. 4.3, App. D.2): image sets drawn per role x
+condition x generator, the self-contained HTML form and its separate key."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from stereolens.atomic import write_parquet, write_text
+from stereolens.contextbias.annotation.columns import (
+    CONDITIONS,
+    DEFAULT_DIMENSIONS,
+    FORM_TEMPLATE,
+    KEY_SCHEMA,
+    MAX_DESCRIPTOR_CHARS,
+    QUESTIONS,
+    UNKNOWN,
+    UNKNOWN_TEXT,
+)
+from stereolens.contextbias.schema import AttributeSchema
+from stereolens.ids import stable_id
+from stereolens.paths import resource
+
+
+# ============================================================================ export
+def _select_images(images: pl.DataFrame, attributes: pl.DataFrame | None) -> pl.DataFrame:
+    """One row per usable image: model, role, condition, image_id, image_path.
+
+    An image is usable when every row the images table has for it (one per extractor) has
+    status ok. Columns the images table lacks (model, role, condition) come from the
+    attributes table by image_id."""
+    if "image_id" not in images.columns or "image_path" not in images.columns:
+        raise ValueError("images table needs image_id and image_path columns")
+    src = images
+    if "status" in src.columns:
+        bad = src.filter(pl.col("status") != "ok").select("image_id")
+        src = src.filter(pl.col("status") == "ok").join(bad, on="image_id", how="anti")
+    lacking = [c for c in ("model", "role", "condition") if c not in src.columns]
+    if lacking:
+        if attributes is None or any(c not in attributes.columns for c in lacking):
+            raise ValueError(
+                f"images table lacks {lacking}; pass an attributes table that has them"
+            )
+        lookup = attributes.select("image_id", *lacking).unique(subset="image_id")
+        src = src.join(lookup, on="image_id", how="inner")
+    cols = ["model", "role", "condition", "image_id", "image_path"]
+    out = src.select(cols).unique()
+    dup = out.filter(pl.col("image_id").is_duplicated())
+    if dup.height:
+        raise ValueError(
+            f"image {dup['image_id'][0]} has conflicting model/role/condition/path rows "
+            "in the images table"
+        )
+    return out.sort(cols)
+
+
+def _encode_image(path: Path, max_side: int | None, image_format: str) -> str:
+    """A data: URL of the re-encoded image. Re-encoding always happens: it drops PNG text
+    chunks and EXIF, where generators store prompts and model names."""
+    from stereolens.images import load_image
+
+    image = load_image(path, max_side)
+    buf = io.BytesIO()
+    if image_format == "jpeg":
+        image.save(buf, format="JPEG", quality=85)
+        mime = "image/jpeg"
+    else:
+        image.save(buf, format="PNG")
+        mime = "image/png"
+    return f"data:{mime};base64,{base64.b64encode(buf.getvalue()).decode('ascii')}"
+
+
+def _question_html(
+    set_id: str, dimension: str, vocabulary: tuple[str, ...] | None, n_images: int
+) -> str:
+    esc = html.escape
+    title = esc(QUESTIONS.get(dimension, dimension.replace("_", " ").capitalize()))
+    if vocabulary:
+        options = "".join(
+            f'<option value="{esc(v)}">{esc(v.replace("_", " "))}</option>' for v in vocabulary
+        )
+        field = (
+            '<select class="label"><option value="">choose...</option>'
+            f'{options}<option value="{UNKNOWN}">{esc(UNKNOWN_TEXT)}</option></select>'
+        )
+    else:
+        field = (
+            f'<input class="label" type="text" maxlength="{MAX_DESCRIPTOR_CHARS}" '
+            'size="28" placeholder="brief descriptor, or unknown">'
+        )
+    return (
+        f'<fieldset class="item" data-set="{esc(set_id)}" data-dimension="{esc(dimension)}">'
+        f"<legend>{title}</legend>"
+        f"<label>Label {field}</label>"
+        f'<label>Images showing it <input class="prevalence" type="range" min="0" '
+        f'max="{n_images}" step="1" value="0"> <output>0</output> of {n_images}</label>'
+        "</fieldset>"
+    )
+
+
+def _render_form(
+    key: pl.DataFrame,
+    encoded: dict[str, list[str]],
+    vocab: dict[str, tuple[str, ...] | None],
+    images_per_set: int,
+) -> str:
+    dims = key["dimensions"][0].to_list()
+    sections = []
+    n_sets = key.height
+    for row in key.sort("position").iter_rows(named=True):
+        sid = row["set_id"]
+        imgs = "".join(
+            f'<img src="{url}" alt="image {i} of set {row["position"]}">'
+            for i, url in enumerate(encoded[sid], start=1)
+        )
+        questions = "".join(_question_html(sid, d, vocab[d], row["n_images"]) for d in dims)
+        sections.append(
+            f'<section class="set" id="set-{html.escape(sid)}">'
+            f'<h2>Set {row["position"]} of {n_sets} <span class="sid">{html.escape(sid)}</span>'
+            f'</h2><div class="images">{imgs}</div><div class="questions">{questions}</div>'
+            "</section>"
+        )
+    template = resource(*FORM_TEMPLATE).read_text(encoding="utf-8")
+    values = {
+        "{{SAMPLE_ID}}": html.escape(key["sample_id"][0]),
+        "{{IMAGES_PER_SET}}": str(images_per_set),
+        "{{N_SETS}}": str(n_sets),
+        "{{N_ITEMS}}": str(n_sets * len(dims)),
+        "{{SETS}}": "\n".join(sections),
+    }
+    for marker, value in values.items():
+        template = template.replace(marker, value)
+    return template
+
+
+def _check_dimensions(
+    dimensions: Sequence[str], schema: AttributeSchema
+) -> dict[str, tuple[str, ...] | None]:
+    vocab = schema.vocabulary()
+    unknown = [d for d in dimensions if d not in vocab]
+    if unknown:
+        raise ValueError(
+            f"dimensions {unknown} are not countable dimensions of schema {schema.version}; "
+            f"choose from {sorted(vocab)}"
+        )
+    if len(set(dimensions)) != len(dimensions) or not dimensions:
+        raise ValueError(f"dimensions must be distinct and non-empty, got {list(dimensions)}")
+    return {d: vocab[d] for d in dimensions}
+
+
+def export_annotation_sample(
+    images: pl.DataFrame,
+    attributes: pl.DataFrame | None,
+    out_dir: str | os.PathLike,
+    roles: Sequence[str] | None = None,
+    conditions: Sequence[str] = CONDITIONS,
+    generators: Sequence[str] | None = None,
+    images_per_set: int = 10,
+    dimensions: Sequence[str] | None = None,
+    seed: int = 0,
+    *,
+    n_roles: int | None = None,
+    schema: AttributeSchema | None = None,
+    image_root: str | os.PathLike | None = None,
+    max_side: int | None = 512,
+    image_format: str = "jpeg",
+    allow_short: bool = False,
+) -> dict[str, Path]:
+    """Draw a blinded annotation sample and write ``form.html`` and ``key.parquet``.
+
+    One set per role x condition x generator (``model``) with ``images_per_set`` images
+    drawn without replacement from the images whose extraction status is ok (paper: 10
+    roles x 3 conditions x 4 generators x 10 images). ``roles=None`` takes every role, or
+    ``n_roles`` of them drawn at random; ``generators=None`` every model. The draw of each
+    set depends only on ``seed`` and its own role/condition/model (adding a role leaves the
+    other sets as they were); set order and image order within a set are random.
+
+    Blinding: the form shows no role, condition, prompt, model, image id or path; sets are
+    named ``<sample_id>-<position>``, where sample_id is a hash of the whole sample; images
+    are re-encoded (which drops embedded metadata such as prompts), downscaled to
+    ``max_side`` and inlined. ``key.parquet`` (columns: ``KEY_SCHEMA``) maps sets back and
+    is not referenced from the form: keep it away from the annotators.
+
+    A triplet with fewer than ``images_per_set`` usable images is an error unless
+    ``allow_short``, which keeps it with the images it has (and drops empty triplets).
+    ``attributes`` (optional) supplies model/role/condition when the images table lacks
+    them. Relative image paths are resolved against ``image_root`` (default: the current
+    directory). Returns {"form": path, "key": path}.
+    """
+    if images_per_set < 1:
+        raise ValueError(f"images_per_set must be at least 1, got {images_per_set}")
+    if image_format not in ("jpeg", "png"):
+        raise ValueError(f"image_format must be 'jpeg' or 'png', got {image_format!r}")
+    schema = schema or AttributeSchema.load()
+    dims = tuple(dimensions) if dimensions is not None else DEFAULT_DIMENSIONS
+    vocab = _check_dimensions(dims, schema)
+    pool = _select_images(images, attributes)
+
+    def chosen(what: str, asked: Sequence[str] | None, available: list[str]) -> list[str]:
+        if asked is None:
+            return available
+        missing = sorted(set(asked) - set(available))
+        if missing:
+            raise ValueError(
+                f"{what} {missing} have no usable (status ok) images; available: {available}"
+            )
+        return sorted(set(asked))  # the argument order never changes the draw
+
+    all_roles = sorted(pool["role"].unique().to_list())
+    if roles is None and n_roles is not None:
+        if not 1 <= n_roles <= len(all_roles):
+            raise ValueError(f"n_roles must be between 1 and {len(all_roles)}, got {n_roles}")
+        rng = np.random.default_rng([seed, int(stable_id("roles"), 16) & 0xFFFFFFFF])
+        picked = rng.choice(len(all_roles), size=n_roles, replace=False)
+        roles = sorted(all_roles[i] for i in picked)
+    role_list = chosen("roles", roles, all_roles)
+    cond_list = chosen("conditions", conditions, sorted(pool["condition"].unique().to_list()))
+    model_list = chosen("generators", generators, sorted(pool["model"].unique().to_list()))
+
+    groups = {
+        k: g
+        for k, g in pool.filter(
+            pl.col("role").is_in(role_list)
+            & pl.col("condition").is_in(cond_list)
+            & pl.col("model").is_in(model_list)
+        ).group_by(["role", "condition", "model"])
+    }
+    triplets = [(r, c, m) for r in role_list for c in cond_list for m in model_list]
+    short = [
+        (t, groups[t].height if t in groups else 0)
+        for t in triplets
+        if t not in groups or groups[t].height < images_per_set
+    ]
+    if short and not allow_short:
+        listed = ", ".join(f"{r}/{c}/{m} ({n})" for (r, c, m), n in short[:10])
+        more = f" and {len(short) - 10} more" if len(short) > 10 else ""
+        raise ValueError(
+            f"{len(short)} role/condition/generator sets have fewer than {images_per_set} "
+            f"usable images: {listed}{more}; lower images_per_set, choose other roles, or "
+            "pass allow_short=True"
+        )
+
+    drawn = []
+    for t in triplets:
+        if t not in groups:
+            continue
+        g = groups[t].sort("image_id")
+        rng = np.random.default_rng(int(stable_id("set", seed, *t), 16))
+        take = rng.permutation(g.height)[:images_per_set]  # a random subset in random order
+        drawn.append((t, g[take.tolist()]))
+    if not drawn:
+        raise ValueError("no set has any usable image")
+    order = np.random.default_rng(seed).permutation(len(drawn))
+    drawn = [drawn[i] for i in order]
+    sample_id = stable_id(
+        "contextbias-annotation", seed, *(i for _, g in drawn for i in g["image_id"]), length=8
+    )
+    width = max(3, len(str(len(drawn))))
+    root = Path(image_root) if image_root is not None else Path.cwd()
+    rows, encoded = [], {}
+    for pos, ((role, cond, model), g) in enumerate(drawn, start=1):
+        set_id = f"{sample_id}-{pos:0{width}d}"
+        paths = g["image_path"].to_list()
+        urls = []
+        for image_id, p in zip(g["image_id"], paths, strict=True):
+            path = Path(p) if Path(p).is_absolute() else root / p
+            if not path.is_file():
+                raise FileNotFoundError(f"image {image_id}: file {path} does not exist")
+            urls.append(_encode_image(path, max_side, image_format))
+        encoded[set_id] = urls
+        rows.append(
+            {
+                "set_id": set_id,
+                "position": pos,
+                "sample_id": sample_id,
+                "role": role,
+                "condition": cond,
+                "model": model,
+                "n_images": g.height,
+                "image_ids": g["image_id"].to_list(),
+                "image_paths": paths,
+                "dimensions": list(dims),
+                "schema_version": schema.version,
+                "seed": seed,
+            }
+        )
+    key = pl.DataFrame(rows, schema=KEY_SCHEMA)
+    form = _render_form(key, encoded, vocab, images_per_set)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_parquet(out / "key.parquet", key)
+    write_text(out / "form.html", form)
+    return {"form": out / "form.html", "key": out / "key.parquet"}
+
+
+# ============================================================================ answers

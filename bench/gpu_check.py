@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from stereolens.contextbias.extract import ExtractionPrompt, check_answer  # noqa: E402
 from stereolens.contextbias.schema import AttributeSchema  # noqa: E402
 from stereolens.extract.base import VLMRequest  # noqa: E402
-from stereolens.extract.run import ExtractionPrompt, check_answer  # noqa: E402
 from stereolens.registry import ModelSpec  # noqa: E402
 from stereolens.tiny.diffusion import build_tiny_diffusion  # noqa: E402
 from stereolens.tiny.vlm import build_tiny_vlm  # noqa: E402

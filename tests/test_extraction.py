@@ -24,9 +24,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from stereolens.contextbias.extract import ExtractionPrompt, check_answer, extract_images
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.extract.base import VLMRequest
-from stereolens.extract.run import ExtractionPrompt, check_answer, extract_images
 from stereolens.extract.vllm_backend import (
     build_sampling_kwargs,
     build_vllm_messages,

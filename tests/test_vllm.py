@@ -594,7 +594,7 @@ def test_openai_backend_full_schema_on_vllm_server(vllm_server, test_images):
     """strict_schema false: the server enforces the schema as written, maxLength included
     (strict mode would drop it, and the random model writes strings to the token limit)."""
     from stereolens.extract.base import VLMRequest
-    from stereolens.extract.run import parse_json_object
+    from stereolens.models.ask import parse_json_object
     from stereolens.registry import load_model
 
     vlm = load_model(_openai_spec(vllm_server, strict_schema=False, max_retries=1))

@@ -147,8 +147,8 @@ def extract_contextbias_shard(
     """Extract the attributes of every image of a generation shard; write one JSON line
     per image to ``out_path``. ``batch_size`` overrides the registry's for this job (a
     retry's smaller batch; results do not depend on it)."""
+    from stereolens.contextbias.extract import ExtractionPrompt, extract_images
     from stereolens.contextbias.schema import AttributeSchema
-    from stereolens.extract.run import ExtractionPrompt, extract_images
     from stereolens.models.ask import ResponseCache
 
     log = log or logging.getLogger(__name__)

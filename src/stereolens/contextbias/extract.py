@@ -1,4 +1,6 @@
-"""Schema-constrained attribute extraction over a set of images, with retries.
+"""ContextBias attribute extraction: the versioned extraction prompt, the schema as prompt
+text, and schema-constrained extraction over a set of images with retries (through the
+one ask loop, stereolens.models.ask).
 
 Every image gets a fresh single-turn request (system text, the image, the user
 text; never the generation prompt or role: extraction is blind). The answer is

@@ -562,14 +562,18 @@ def test_openai_backend_against_vllm_server(vllm_server, test_images, api_key, c
     choices = vlm.answer(choice_requests)
     assert all(c in CHOICES for c in choices), choices  # unwrapped from {"answer": ...}
 
-    # a wrong key: the server says 401, the answer is "", and no log line shows a key
+    # a wrong key: the server says 401, a backend failure that fails the job at once (it
+    # is no answer, and retrying cannot help), and no log line shows a key
     os.environ["STEREOLENS_TEST_WRONG_KEY"] = "sk-wrong-" + secrets.token_hex(8)
     try:
         wrong = load_model(
             _openai_spec(vllm_server, api_key_env="STEREOLENS_TEST_WRONG_KEY", max_retries=0)
         )
         with caplog.at_level("ERROR"):
-            assert wrong.answer(schema_requests[:1]) == [""]
+            from stereolens.models.ask import BackendFailure
+
+            (failed,) = wrong.answer(schema_requests[:1])
+            assert isinstance(failed, BackendFailure) and not failed.retry_in_job
         assert "401" in caplog.text or "Authentication" in caplog.text, caplog.text
         assert os.environ["STEREOLENS_TEST_WRONG_KEY"] not in caplog.text
     finally:

@@ -981,3 +981,22 @@ def test_strict_schema_for_the_attribute_schema(schema):
     ]  # the original is untouched
     # anything valid under the original is valid under the strict copy
     jsonschema.validate(VALID, strict)
+
+
+def test_rate_limiter_spaces_request_starts():
+    from stereolens.extract.openai_backend import RateLimiter
+
+    now = [100.0]
+    slept = []
+
+    def sleep(s):
+        slept.append(s)
+        now[0] += s
+
+    limiter = RateLimiter(120, clock=lambda: now[0], sleep=sleep)  # one start per 0.5 s
+    for _ in range(4):
+        limiter.wait()
+    assert slept == pytest.approx([0.5, 0.5, 0.5])
+    free = RateLimiter(None, clock=lambda: now[0], sleep=sleep)
+    free.wait()
+    assert len(slept) == 3

@@ -527,3 +527,15 @@ def test_respond_shard_transport_failures_fail_the_job_not_the_data(tiny_vlm, fa
     assert [{k: v for k, v in r.items() if k not in drop} for r in recovered] == [
         {k: v for k, v in r.items() if k not in drop} for r in clean
     ]
+
+
+def test_a_corrupt_user_photo_is_refused_when_the_sets_are_drawn(tmp_path):
+    folder = tmp_path / "faces"
+    G.build_synthetic_faces(folder, n_per_cell=1, seed=0)
+    labels = R.user_image_labels(folder, None)
+    sets, _ = R.draw_sets(labels, lv_config())  # every photo decodes
+    drawn = sets["path"][0]
+    data = Path(drawn).read_bytes()
+    Path(drawn).write_bytes(data[: len(data) // 4])  # cut off
+    with pytest.raises(ConfigError, match=r"cannot be read: .*" + Path(drawn).name):
+        R.draw_sets(R.user_image_labels(folder, None), lv_config())

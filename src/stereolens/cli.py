@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from stereolens import __version__
+from stereolens import check_models as check_models_cli
 from stereolens import plan as plan_cli
 from stereolens.biasig import cli as biasig_cli
 from stereolens.contextbias import cli as contextbias_cli
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     biasig_cli.register(sub)
     lvlm_cli.register(sub)
     plan_cli.register(sub)
+    check_models_cli.register(sub)
 
     t = sub.add_parser(
         "build-tiny", help="build a tiny random-weight checkpoint (embedded default)"

@@ -11,7 +11,7 @@ from snakemake.common import overwrite_function_params
 
 from stereolens.config import check_models, validate_config
 from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
-from stereolens.registry import load_registry
+from stereolens.registry import TINY_MEM_MB, load_registry
 from stereolens.workflow_support import bank_roles, model_fingerprint_json, validation_roles
 
 
@@ -41,6 +41,58 @@ wildcard_constraints:
 
 def model_spec(name):
     return REGISTRY[name]
+
+
+# ---- check_models, the first job when config check_models.enabled is true (defined in
+# workflow/rules/models.smk); every model job waits for its table.
+
+CHECK = config["check_models"]
+CHECK_TABLE = "results/checks/models.tsv"
+
+
+def get_models_checked():
+    """The check table, as an input of every model job when check_models is on; ancient,
+    so a rerun of the check (a model's settings changed) does not rerun finished jobs."""
+    return [ancient(CHECK_TABLE)] if CHECK["enabled"] else []
+
+
+def checked_models():
+    """Every registry name this config uses (what check_models checks)."""
+    from stereolens.check_models import configured_models
+
+    return configured_models(config)
+
+
+def get_checked_checkpoints():
+    """The locally built checkpoints of the checked models (the check loads them)."""
+    return sorted({path for name in checked_models() for path in get_checkpoint(name)})
+
+
+def get_check_fingerprints():
+    """The checked models' settings (a param: a change reruns the check)."""
+    return {name: model_fingerprint(name) for name in checked_models()}
+
+
+@lru_cache(maxsize=None)
+def check_models_gpu():
+    """1 when the check loads a model's own weights that need a GPU (weights: auto), else
+    0 (twins run on the CPU)."""
+    if CHECK["weights"] == "twin":
+        return 0
+    from stereolens.check_models import weights_present
+
+    return int(
+        any(
+            REGISTRY[n].needs_gpu() and weights_present(REGISTRY[n]) for n in checked_models()
+        )
+    )
+
+
+def check_models_mem_mb():
+    """Host memory of the check: the largest model job's when real weights may load."""
+    if CHECK["weights"] == "twin":
+        return TINY_MEM_MB
+    return max([TINY_MEM_MB] + [REGISTRY[n].job_mem_mb() for n in checked_models()])
 
 
 # Planning speed. The paper-scale run plans ~14,000 model jobs, and Snakemake calls every
@@ -333,7 +385,11 @@ def get_generation_input(wildcards):
         prompts = get_prompt_bank()
     else:
         prompts = "results/biasig/prompts.parquet"
-    return {"prompts": prompts, "checkpoint": get_checkpoint(wildcards.model)}
+    return {
+        "prompts": prompts,
+        "checkpoint": get_checkpoint(wildcards.model),
+        "models_checked": get_models_checked(),
+    }
 
 
 @per_job
@@ -387,7 +443,7 @@ def get_report_inputs(wildcards):
 
 
 def get_final_targets():
-    targets = []
+    targets = [CHECK_TABLE] if CHECK["enabled"] else []
     if BG["enabled"]:
         targets += ["results/biasig/answers.parquet", "results/biasig/metrics/eta.parquet"]
     if CB_VAL["enabled"]:

@@ -1,3 +1,34 @@
+rule check_models:
+    """With config check_models.enabled, the first job: every model the config uses is
+    loaded (its architecture twin, or with weights: auto its own weights where present)
+    and answers one tiny request; a rejected setting fails the run here, before the model
+    jobs (which all wait for this table)."""
+    input:
+        checkpoints=get_checked_checkpoints(),
+    output:
+        "results/checks/models.tsv",
+    params:
+        models=checked_models(),
+        fingerprints=get_check_fingerprints(),
+        weights=CHECK["weights"],
+        registry=config["registry"],
+    log:
+        "logs/checks/models.log",
+    resources:
+        gpu=lambda w: check_models_gpu(),
+        mem_mb=lambda w: check_models_mem_mb(),
+    conda:
+        "../../envs/generate.yaml"
+    script:
+        "../scripts/check_models.py"
+
+
+if CHECK["weights"] == "twin":
+
+    localrules:
+        check_models,
+
+
 rule build_tiny_model:
     """Build a tiny random-weight checkpoint from code (embedded default)."""
     output:

@@ -1,0 +1,519 @@
+"""Architecture twins of every registry model (issue 11): tiny random-weight models of the
+same pipeline or model classes, built from configs, run through each registry entry's
+own settings (steps and resolution scaled down), ``stereolens check-models`` and
+``bench/gpu_check.py --device cpu``.
+
+The twins are built once per session into the twin cache (``$STEREOLENS_TWINS``, default
+``~/.cache/stereolens/twins``; a folder per builder version and library versions, so a
+cached twin is never stale). Images of random weights depend on the CPU's kernels: the
+tests compare a run with itself under one changed setting (does the setting reach the
+pipeline?) and across batch sizes, never with stored pixel values.
+"""
+# ruff: noqa: E402  (HF_HUB_OFFLINE must be set before huggingface_hub is imported)
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import dataclasses
+import hashlib
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from stereolens.registry import load_registry
+from stereolens.twins import load_twins, markdown_table, twin_info, twin_spec, twin_table
+
+ROOT = Path(__file__).resolve().parents[1]
+REGISTRY = load_registry(ROOT / "config" / "models.yaml")
+
+GENERATOR_TWINS = [
+    n for n, s in REGISTRY.items() if s.kind == "generator" and twin_info(s).status == "twin"
+]
+LANGUAGE_TWINS = [
+    n for n, s in REGISTRY.items() if s.kind != "generator" and twin_info(s).status == "twin"
+]
+PROMPTS = ["a photo of a doctor", "a nurse at work", "the engineer"]
+SEEDS = [11, 12, 13]
+
+
+# ------------------------------------------------------------------ data (fast)
+def missing_twins(registry) -> list[str]:
+    """Entries with neither a twin nor a listed reason."""
+    twins = load_twins()
+    return [
+        n
+        for n, s in registry.items()
+        if twin_info(s, twins).label == "none" and not twin_info(s, twins).reason
+    ]
+
+
+def test_every_registry_entry_has_a_twin_or_a_reason():
+    assert missing_twins(REGISTRY) == []
+    kinds = {twin_info(s).status for s in REGISTRY.values()}
+    assert kinds == {"twin", "itself", "none"}
+
+
+def test_a_new_model_without_twin_or_reason_is_caught(tmp_path):
+    raw = yaml.safe_load((ROOT / "config" / "models.yaml").read_text())
+    raw["generators"]["my-new-model"] = {
+        "backend": "diffusers",
+        "model": "my-org/a-model-nobody-listed",
+    }
+    raw["vlms"]["my-new-vlm"] = {"backend": "vllm", "model": "my-org/a-vlm-nobody-listed"}
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert missing_twins(load_registry(path)) == ["my-new-model", "my-new-vlm"]
+
+
+def test_twins_file_lists_only_known_builders_and_used_models():
+    twins = load_twins()
+    used = {s.model for s in REGISTRY.values()}
+    assert set(twins["models"]) <= used, "resources/twins.yaml lists models no entry uses"
+    loras = {s.get("lora", {}).get("path") for s in REGISTRY.values() if s.get("lora")}
+    assert set(twins["loras"]) <= loras
+
+
+def test_readme_twin_table_is_current():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = markdown_table(twin_table(REGISTRY))
+    assert table in readme, "README's twin table is out of date; paste:\n" + table
+
+
+# ------------------------------------------------------------------ builds
+@pytest.fixture(scope="session")
+def twin_root():
+    """Every twin built (or found in the cache) once per session; build seconds kept."""
+    pytest.importorskip("diffusers")
+    from stereolens.tiny.twins import BUILDERS, cache_root, twin_path
+
+    root = cache_root()
+    seconds = {}
+    for name, b in BUILDERS.items():
+        if b.kind == "lora":
+            continue
+        started = time.perf_counter()
+        twin_path(name, root)
+        seconds[name] = time.perf_counter() - started
+    twin_root.seconds = seconds
+    return root
+
+
+def _weights_sha(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*.safetensors"))
+    }
+
+
+@pytest.mark.slow
+def test_twins_are_small_and_deterministic(twin_root, tmp_path):
+    from stereolens.tiny.twins import BUILDERS, folder_mb, twin_path
+
+    for name, b in BUILDERS.items():
+        if b.kind != "lora":
+            mb = folder_mb(twin_path(name, twin_root))
+            assert mb < 3.0, f"twin {name} is {mb:.1f} MB"
+    again = twin_path("flux.1-dev", tmp_path)
+    assert _weights_sha(again) == _weights_sha(twin_path("flux.1-dev", twin_root))
+
+
+def test_cache_folder_is_keyed_by_builder_version(monkeypatch, tmp_path):
+    pytest.importorskip("diffusers")
+    from stereolens import tiny
+
+    b = tiny.twins.BUILDERS["qwen3"]
+    before = tiny.twins.folder_name("qwen3")
+    monkeypatch.setitem(tiny.twins.BUILDERS, "qwen3", dataclasses.replace(b, version=b.version + 1))
+    assert tiny.twins.folder_name("qwen3") != before
+    monkeypatch.setenv("STEREOLENS_TWINS", str(tmp_path))
+    assert tiny.twins.cache_root() == tmp_path
+
+
+# ------------------------------------------------------------------ generators
+def _generator(spec):
+    """The diffusers backend on ``spec`` (imported here: the data tests need no torch)."""
+    from stereolens.generate.diffusers_backend import DiffusersGenerator
+
+    return DiffusersGenerator(spec)
+
+
+def _pixels(images) -> np.ndarray:
+    return np.stack([np.asarray(i.convert("RGB"), dtype=np.int16) for i in images])
+
+
+def _images(spec, prompts=PROMPTS, seeds=SEEDS):
+    gen = _generator(spec)
+    return gen, _pixels(gen.generate(prompts, seeds))
+
+
+def _with(spec, **changes):
+    """The spec with settings changed (a value None removes the setting)."""
+    settings = dict(spec.settings)
+    for key, value in changes.items():
+        if value is None:
+            settings.pop(key, None)
+        else:
+            settings[key] = value
+    return dataclasses.replace(spec, settings=settings)
+
+
+def _perturbed(value):
+    return value + 1 if isinstance(value, int) else (value or 0) + 1.5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", GENERATOR_TWINS)
+def test_generator_twin_takes_every_registry_setting(name, twin_root):
+    """The twin loads as the entry's pipeline class in the entry's dtype, each setting
+    the entry has changes the images (except those the backend records as without
+    effect), and an image does not depend on the batch it was made in.
+
+    One image in the entry's dtype (float16 and bfloat16 run on the CPU, slowly); the
+    comparisons in float32, where a batch changes pixels by a unit of rounding at most."""
+    import torch
+
+    spec = REGISTRY[name]
+    info = twin_info(spec)
+    gen, image = _images(twin_spec(spec, root=twin_root).spec, PROMPTS[:1], SEEDS[:1])
+    pipe = gen.pipe
+    assert type(pipe).__name__ == info.pipeline_class
+    denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
+    denoiser = denoiser or pipe.decoder
+    assert denoiser.dtype == getattr(torch, spec.get("dtype"))
+    assert gen.settings()["dtype"] == spec.get("dtype")
+    resolution = gen.spec.get("resolution")
+    assert image.shape[1:3] == (resolution, resolution)
+
+    run = twin_spec(spec, root=twin_root, dtype="float32").spec
+    gen, base = _images(_with(run, batch_size=1))
+    settings = gen.settings()
+    assert settings["pipeline_class"] == info.pipeline_class
+    assert settings.get("unused_settings", {}) == gen.unused_settings
+    assert np.abs(base[0] - base[1]).max() > 0, "two seeds gave the same image"
+    batched = _pixels(_generator(_with(run, batch_size=3)).generate(PROMPTS, SEEDS))
+    assert int(np.abs(batched - base).max()) <= 1, "images depend on the batch size"
+
+    def differs(**changes) -> bool:
+        _, other = _images(_with(run, **changes), PROMPTS[:1], SEEDS[:1])
+        return int(np.abs(other - base[:1]).max()) > 1
+
+    # the negative prompt changes the images exactly when the backend does not say it
+    # has no effect (FLUX without true_cfg_scale > 1, guidance <= 1)
+    if spec.get("negative_prompt"):
+        assert differs(negative_prompt=None) == ("negative_prompt" not in gen.unused_settings)
+    if spec.get("guidance") is not None and "guidance" not in gen.unused_settings:
+        g = float(spec.get("guidance"))
+        assert differs(guidance=g + 2.0 if g > 1 else 3.0), "guidance does not reach the pipeline"
+    # one step more (one fewer can be degenerate: a single flow-matching step with
+    # shift_terminal divides by zero in diffusers 0.42)
+    assert differs(steps=int(run.get("steps")) + 1), "steps do not reach the pipeline"
+    for key, value in (run.get("pipeline_kwargs") or {}).items():
+        changed = {**run.get("pipeline_kwargs"), key: _perturbed(value)}
+        assert differs(pipeline_kwargs=changed), f"pipeline_kwargs.{key} does not reach it"
+    if spec.get("scheduler") is not None:
+        wanted = spec.get("scheduler")
+        wanted = wanted if isinstance(wanted, dict) else {"class": wanted}
+        assert type(pipe.scheduler).__name__ == wanted["class"]
+        for key, value in (wanted.get("config") or {}).items():
+            assert pipe.scheduler.config[key] == value
+        assert differs(scheduler=None), "the scheduler setting changes nothing"
+    if spec.get("lora") is not None:
+        assert pipe.get_active_adapters() == [run.get("lora").get("adapter_name") or "debias"]
+        assert differs(lora={**run.get("lora"), "scale": 0.0}), "the LoRA changes nothing"
+    if spec.get("style_prefix"):
+        assert differs(style_prefix=None)
+    if spec.get("prompt_intervention"):
+        assert differs(prompt_intervention=None, variant_of=None)
+
+
+def test_flux_twin_says_the_negative_prompt_has_no_effect(twin_root, caplog):
+    pytest.importorskip("diffusers")
+    from stereolens.generate.diffusers_backend import DiffusersGenerator
+
+    run = twin_spec(REGISTRY["flux.1-dev"], root=twin_root, dtype="float32")
+    with caplog.at_level(logging.WARNING):
+        gen = DiffusersGenerator(run.spec)
+    assert "negative_prompt" in gen.settings()["unused_settings"]
+    assert "true_cfg_scale > 1" in caplog.text
+    on = DiffusersGenerator(_with(run.spec, pipeline_kwargs={"true_cfg_scale": 2.0}))
+    assert "unused_settings" not in on.settings()
+
+
+def test_stable_cascade_twin_keeps_the_hub_layout(twin_root):
+    """The decoder's model card names the prior, and model_index.json names the VQGAN's
+    library `wuerstchen` as the hub repository does (diffusers 0.42 cannot resolve it
+    alone: the backend registers the deprecated module under that name)."""
+    pytest.importorskip("diffusers")
+    from stereolens.tiny.twins import twin_path
+
+    folder = twin_path("stable-cascade", twin_root)
+    index = json.loads((folder / "model_index.json").read_text())
+    assert index["_class_name"] == "StableCascadeDecoderPipeline"
+    assert index["vqgan"] == ["wuerstchen", "PaellaVQModel"]
+    assert str(folder / "prior") in (folder / "README.md").read_text()
+
+
+def test_sd15_twin_has_the_safety_checker_and_records_it(twin_root):
+    pytest.importorskip("diffusers")
+    from stereolens.generate.diffusers_backend import DiffusersGenerator
+
+    gen = DiffusersGenerator(twin_spec(REGISTRY["sd1.5"], root=twin_root).spec)
+    assert gen.settings()["safety_checker"] == "StableDiffusionSafetyChecker"
+
+
+def test_qwen_image_twin_template_prefix_has_the_dropped_token_count(twin_root):
+    pytest.importorskip("diffusers")
+    from diffusers import QwenImagePipeline
+    from transformers import AutoTokenizer
+
+    from stereolens.tiny.twins import twin_path
+    from stereolens.tiny.twins.tokenizers import qwen_image_template_words
+
+    tok = AutoTokenizer.from_pretrained(
+        str(twin_path("qwen-image", twin_root)), subfolder="tokenizer"
+    )
+    pipe = QwenImagePipeline.from_pretrained(str(twin_path("qwen-image", twin_root)))
+    assert len(tok(qwen_image_template_words()).input_ids) == pipe.prompt_template_encode_start_idx
+
+
+# ------------------------------------------------------------------ VLMs and LLMs
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LANGUAGE_TWINS)
+def test_language_twin_answers_constrained_requests(name, twin_root, tmp_path):
+    import jsonschema
+    import torch
+    from PIL import Image
+
+    from stereolens.check_models import _load_vlm
+    from stereolens.extract.base import VLMRequest
+
+    spec = REGISTRY[name]
+    info = twin_info(spec)
+    run = twin_spec(spec, root=twin_root)
+    model = _load_vlm(run.spec, run.runner)
+    assert type(model.model).__name__ == info.pipeline_class
+    assert model.model.dtype == getattr(torch, spec.get("dtype"))
+    image = None
+    if spec.kind == "vlm":
+        image = tmp_path / "photo.png"
+        pixels = np.random.default_rng(0).integers(0, 255, (900, 1200, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(image)  # larger than image_max_side: downscaled
+        assert model.image_max_side == spec.get("image_max_side")
+        image = str(image)
+    schema = {  # closed labels only: a random model writes digits until it runs out
+        "type": "object",
+        "properties": {
+            "gender": {"enum": ["man", "woman", "unknown"]},
+            "age": {"enum": ["young", "old", "unknown"]},
+        },
+        "required": ["gender", "age"],
+        "additionalProperties": False,
+    }
+    requests = [
+        VLMRequest(
+            text="Is this a person?", image_path=image, choices=("yes", "no"), max_new_tokens=4
+        ),
+        VLMRequest(
+            text="Describe.",
+            image_path=image,
+            system="Answer in JSON.",
+            json_schema=schema,
+            max_new_tokens=64,
+        ),
+        VLMRequest(
+            text="Tell a story.", image_path=image, max_new_tokens=5, temperature=1.0, seed=7
+        ),
+        VLMRequest(
+            text="Tell a story.", image_path=image, max_new_tokens=5, temperature=1.0, seed=7
+        ),
+        VLMRequest(text="Tell a story.", image_path=image, max_new_tokens=1),
+        VLMRequest(text="Tell a story.", image_path=image, max_new_tokens=12),
+    ]
+    choice, answer, story, again, short, long = model.answer(requests)
+    assert choice in ("yes", "no")
+    jsonschema.validate(json.loads(answer), schema)
+    assert story == again, "a seeded sampled answer is not reproducible"
+    assert len(short) < len(long), "max_new_tokens does not reach generation"
+
+
+# ------------------------------------------------------------------ check-models
+@pytest.mark.slow
+def test_check_models_cli_prints_the_table(twin_root, tmp_path, capsys, monkeypatch):
+    from stereolens.check_models import COLUMNS
+    from stereolens.cli import main
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    out = tmp_path / "checks.tsv"
+    names = "flux.1-dev,stable-cascade,qwen2.5-vl-7b,qwen3-32b,molmo-7b-d,gpt-5"
+    argv = ["check-models", "--models", names, "--weights", "twin", "--out", str(out)]
+    assert main(argv) == 1  # gpt-5: no API key
+    text = capsys.readouterr().out
+    assert text.splitlines()[0].split(" | ")[0].strip() == "model"
+    assert [c.strip() for c in text.splitlines()[0].split("|")] == list(COLUMNS)
+    rows = {r["model"]: r for r in _tsv(out)}
+    assert set(rows) == set(names.split(","))
+    assert (
+        rows["flux.1-dev"]["ok"] == "True"
+        and "negative_prompt" in rows["flux.1-dev"]["settings accepted"]
+    )
+    assert rows["stable-cascade"]["pipeline class"] == "StableCascadeCombinedPipeline"
+    assert (
+        rows["molmo-7b-d"]["source"] == "none"
+        and "remote code" in rows["molmo-7b-d"]["settings accepted"]
+    )
+    assert rows["gpt-5"]["ok"] == "False" and "OPENAI_API_KEY" in rows["gpt-5"]["settings accepted"]
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-key")
+    assert main(argv) == 0
+    assert "sk-test-not-a-key" not in capsys.readouterr().out + out.read_text()
+
+
+def _tsv(path: Path) -> list[dict]:
+    import csv
+
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+def test_check_models_names_a_setting_the_pipeline_does_not_take(twin_root, tmp_path):
+    pytest.importorskip("diffusers")
+    from stereolens.check_models import check_entry
+
+    spec = REGISTRY["sd3.5-large"]
+    bad = _with(spec, pipeline_kwargs={"prior_num_inference_steps": 2})
+    row = check_entry(bad, weights="twin", root=twin_root)
+    assert not row.ok
+    assert (
+        "prior_num_inference_steps" in row.accepted and "StableDiffusion3Pipeline" in row.accepted
+    )
+
+
+def test_check_models_uses_weights_present_locally(twin_root):
+    pytest.importorskip("diffusers")
+    from stereolens.check_models import check_entry, weights_present
+    from stereolens.tiny.twins import twin_path
+
+    local = dataclasses.replace(REGISTRY["sd3.5-large"], model=str(twin_path("sd3.5", twin_root)))
+    local = _with(local, resolution=32)
+    assert weights_present(local) and not weights_present(REGISTRY["sd3.5-large"])
+    row = check_entry(local, weights="auto")
+    assert row.ok and row.source == "weights", row.accepted
+
+
+@pytest.mark.slow
+def test_check_models_on_the_demo_config(capsys):
+    from stereolens.cli import main
+
+    assert (
+        main(["check-models", "--configfile", str(ROOT / "config/demo.yaml"), "--weights", "twin"])
+        == 0
+    )
+    text = capsys.readouterr().out
+    for name in ("tiny-sd", "tiny-sd-b", "tiny-sd-intervention", "tiny-vlm", "smollm2-135m"):
+        assert f"\n{name} " in text
+
+
+# ------------------------------------------------------------------ bench/gpu_check.py
+@pytest.mark.slow
+def test_gpu_check_runs_every_twin_on_the_cpu(twin_root, tmp_path):
+    out = tmp_path / "gpu_check.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "STEREOLENS_TWINS": str(twin_root)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    env.pop("OPENAI_API_KEY", None)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "gpu_check.py"),
+            "--device",
+            "cpu",
+            "--no-tiny",  # the tiny-sd / tiny-vlm rows: test_generation, test_extraction
+            "--dtype",  # the entries' own dtypes: test_generator_twin_takes_every_...
+            "float32",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(out.read_text())
+    rows = {r["model"]: r for r in summary["rows"]}
+    assert set(REGISTRY) <= set(rows)
+    for name in GENERATOR_TWINS + LANGUAGE_TWINS:
+        assert rows[name]["ok"], rows[name]
+    assert "model | backend | pipeline class | settings accepted | seconds" in " ".join(
+        proc.stdout.split()
+    ).replace(" |", " |")
+    for row in rows.values():
+        if row["source"] == "twin" and "batch 1 vs 2" in row["notes"]:
+            assert "batch 1 vs 2: max pixel difference" in row["notes"]
+
+
+# ------------------------------------------------------------------ the workflow rule
+def _workflow_copy(dest: Path) -> Path:
+    import shutil
+
+    for item in ("Snakefile", "workflow", "config", "profiles", "envs"):
+        src = ROOT / item
+        if src.is_dir():
+            shutil.copytree(src, dest / item, symlinks=True)
+        else:
+            shutil.copy2(src, dest / item)
+    return dest
+
+
+def _snakemake(wd: Path, *args: str) -> subprocess.CompletedProcess:
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env["HF_HUB_OFFLINE"] = "1"
+    # this checkout's package, also where the environment's editable install is another's
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [str(bin_dir / "snakemake"), "--cores", "2", *args],
+        cwd=wd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+@pytest.mark.slow
+def test_workflow_checks_models_first_and_stops_on_a_rejected_setting(tmp_path):
+    """check_models is the first job: with a registry entry its pipeline rejects, the
+    run fails there and no model job starts; with a good registry the table is written."""
+    wd = _workflow_copy(tmp_path)
+    config = yaml.safe_load((ROOT / "config" / "demo.yaml").read_text())
+    config["check_models"] = {"enabled": True}
+    registry = yaml.safe_load((ROOT / "config" / "models.yaml").read_text())
+    registry["generators"]["tiny-sd-b"]["pipeline_kwargs"] = {"no_such_argument": 1}
+    (wd / "config" / "bad-models.yaml").write_text(yaml.safe_dump(registry))
+    (wd / "bad.yaml").write_text(yaml.safe_dump({**config, "registry": "config/bad-models.yaml"}))
+    (wd / "good.yaml").write_text(yaml.safe_dump(config))
+
+    plan = _snakemake(wd, "-n", "--configfile", "good.yaml")
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    assert "check_models" in plan.stdout
+
+    bad = _snakemake(wd, "--configfile", "bad.yaml")
+    assert bad.returncode != 0
+    log = (wd / "logs" / "checks" / "models.log").read_text()
+    assert "no_such_argument" in log and "tiny-sd-b" in log
+    assert not (wd / "results" / "checks" / "models.tsv").exists()
+    assert not (wd / "results" / "contextbias" / "images").exists(), "a model job ran"
+
+    good = _snakemake(wd, "results/checks/models.tsv", "--configfile", "good.yaml")
+    assert good.returncode == 0, good.stderr[-3000:]
+    rows = {r["model"]: r for r in _tsv(wd / "results" / "checks" / "models.tsv")}
+    assert set(rows) == {"tiny-sd", "tiny-sd-b", "tiny-vlm", "smollm2-135m", "tiny-sd-intervention"}
+    assert all(r["ok"] == "True" for r in rows.values())

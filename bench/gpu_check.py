@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM rows")
     parser.add_argument("--no-tiny", action="store_true", help="skip the tiny-sd / tiny-vlm rows")
     parser.add_argument("--out", help="JSON output (default $OUT/gpu_check.json when OUT is set)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads on --device cpu")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -193,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         print("gpu_check: CUDA is not available here; run with --device cpu", file=sys.stderr)
         return 2
+    if torch.device(device).type == "cpu":
+        torch.set_num_threads(args.threads)  # tiny models: one thread is many times faster
     registry = load_registry(args.registry)
     names = [n.strip() for n in args.models.split(",")] if args.models else list(registry)
     summary = {

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import io
 import logging
 import os
@@ -93,7 +94,9 @@ def configured_models(config: dict[str, Any]) -> list[str]:
     cb = config.get("contextbias") or {}
     add(cb.get("generators"))
     add(cb.get("extractors"))
-    add((cb.get("canonicalisation") or {}).get("llm"))
+    canonicalisation = cb.get("canonicalisation") or {}
+    if canonicalisation.get("enabled", True):
+        add(canonicalisation.get("llm"))
     bg = config.get("biasig") or {}
     if bg.get("enabled"):
         add(bg.get("generators"))
@@ -102,6 +105,7 @@ def configured_models(config: dict[str, Any]) -> list[str]:
     if lv.get("enabled"):
         add(lv.get("models"))
         add(lv.get("assistant"))
+        add(lv.get("refusal_judge"))
     return names
 
 
@@ -210,7 +214,11 @@ def check_entry(
             )
             return row
         runner = "backend"
-        if weights == "auto" and weights_present(spec) and info.status != "itself":
+        present = weights == "auto" and info.status != "itself" and weights_present(spec)
+        if present and spec.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+            row.notes.append("weights present, but vLLM is not installed here: its twin instead")
+            present = False
+        if present:
             row.source = "weights"
             run_spec, notes = _scaled_real(spec, device)  # on its own backend
         else:
@@ -357,18 +365,22 @@ def check_config(
 
 # ------------------------------------------------------------------ command line
 def quiet_progress_bars() -> None:
-    """No per-component loading bars between the table's rows."""
+    """No loading bars and no library chatter (diffusers' and transformers' own warnings,
+    e.g. that float16 is slow on a CPU) between the table's rows; stereolens' warnings
+    (settings without effect) stay."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         from diffusers.utils import logging as diffusers_logging
 
         diffusers_logging.disable_progress_bar()
+        diffusers_logging.set_verbosity_error()
     except ImportError:
         pass
     try:
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()
+        transformers_logging.set_verbosity_error()
     except ImportError:
         pass
 
@@ -388,6 +400,11 @@ def _run(args: argparse.Namespace) -> int:
         names = [n.strip() for n in args.models.split(",") if n.strip()]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     quiet_progress_bars()
+    threads = args.threads if args.threads is not None else (1 if args.weights == "twin" else None)
+    if threads:
+        from stereolens.generate.job import limit_threads
+
+        limit_threads(threads)
     rows = run_checks(
         registry,
         names,
@@ -425,6 +442,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: cpu for twins)")
     p.add_argument("--dtype", default=None, help="override every entry's dtype (e.g. float32)")
     p.add_argument("--vllm", action="store_true", help="run vllm entries' twins on vLLM")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: 1 with --weights twin, where tiny models run many "
+        "times faster on one thread; else torch's default)",
+    )
     p.add_argument("--out", metavar="TSV", help="also write the table (with notes) as TSV")
     p.set_defaults(func=_run)
 

@@ -254,6 +254,9 @@ def twin_spec(
             notes.append(f"lora {lora['path']} -> its twin")
             lora["path"] = str(lora_dir)
             settings["lora"] = lora
+        elif lora:  # a local LoRA of the real model does not fit the twin's layers
+            notes.append(f"lora {lora.get('path')} not exercised (no twin of it)")
+            settings.pop("lora")
     else:
         if backend == "vllm" and use_vllm:
             share = min(float(settings.get("gpu_memory_utilization", 0.9)), TWIN_GPU_SHARE)

@@ -2,12 +2,14 @@
 
 from stereolens.atomic import write_text
 from stereolens.check_models import format_table, quiet_progress_bars, run_checks, tsv
+from stereolens.generate.job import limit_threads
 from stereolens.registry import load_registry
 from stereolens.workflow_support import run_logged
 
 
 def main(log):
     p = snakemake.params  # noqa: F821
+    limit_threads(snakemake.threads)  # noqa: F821
     quiet_progress_bars()
     rows = run_checks(load_registry(p.registry), list(p.models), weights=p.weights)
     log.info("\n%s", format_table(rows))

@@ -26,6 +26,15 @@ with every call (with ``randomize_direction``, each image's editing direction is
 flipped or not by its own seed, so images stay independent of their batch); ``lora``
 loads LoRA weights with ``load_lora_weights`` and activates them at ``scale``.
 
+Settings that a pipeline receives but, with the entry's other settings, does not act on
+(FLUX's negative prompt without ``true_cfg_scale`` above 1; any negative prompt when
+guidance is 1 or less) are logged at load and recorded in settings() as
+``unused_settings``, so a run says so instead of dropping them silently. A checkpoint's
+safety checker (SD 1.x) is recorded as ``safety_checker`` and every image it replaces
+with a black one is logged. Checkpoints whose ``model_index.json`` names a component
+library that diffusers has moved to ``pipelines/deprecated/`` (Stable Cascade's VQGAN:
+``wuerstchen``) load again (:func:`alias_deprecated_libraries`).
+
 This module imports torch and diffusers; nothing imports it except the registry's
 lazy backend lookup.
 """

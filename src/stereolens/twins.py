@@ -263,6 +263,10 @@ def twin_spec(
             if share != settings.get("gpu_memory_utilization"):
                 notes.append(f"gpu_memory_utilization -> {share} (a tiny model)")
             settings["gpu_memory_utilization"] = share
+            if int(settings.get("tensor_parallel_size", 1) or 1) > 1:
+                # a twin's single KV head cannot be split across GPUs
+                notes.append(f"tensor_parallel_size {settings['tensor_parallel_size']} -> 1")
+                settings["tensor_parallel_size"] = 1
         if backend == "vllm" and not use_vllm:
             backend = "transformers" if spec.kind == "vlm" else "transformers-llm"
             notes.append(f"vllm -> {backend} backend")

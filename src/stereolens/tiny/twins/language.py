@@ -35,6 +35,7 @@ needs at least 32), text models have a context as long as their registry entry's
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -91,8 +92,44 @@ def _generation_defaults(model, tokenizer, eos: str) -> None:
     model.config.eos_token_id = eos_id
 
 
-def _save(out_dir: Path, model, tokenizer, image_processor=None, processor=None) -> None:
+HUB_VISION_PREFIX = ("vision_tower.", "vision_tower.vision_model.")
+"""The hub checkpoints of LLaVA-NeXT, LLaVA-OneVision and Gemma 3 (saved by transformers
+4.x) hold the vision tower's weights under ``vision_tower.vision_model.``; transformers
+5.x saves them as ``vision_tower.`` and reads either."""
+
+
+def _hub_layout(out_dir: Path, model, rename: tuple[str, str]) -> None:
+    """Rewrite the saved weights with the hub's key prefix (``rename`` = (old, new)), then
+    check that transformers reads the file back to the same tensors (else a weight would
+    be silently re-initialised)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    old, new = rename
+    path = out_dir / "model.safetensors"
+    tensors = load_file(str(path))
+    renamed = {
+        (new + k[len(old) :] if k.startswith(old) and not k.startswith(new) else k): v
+        for k, v in tensors.items()
+    }
+    save_file(renamed, str(path), metadata={"format": "pt"})
+    again = type(model).from_pretrained(str(out_dir)).state_dict()
+    for key, value in model.state_dict().items():
+        if not torch.equal(again[key], value):
+            raise AssertionError(f"{out_dir}: {key} does not read back after the key rename")
+
+
+def _save(
+    out_dir: Path,
+    model,
+    tokenizer,
+    image_processor=None,
+    processor=None,
+    rename: tuple[str, str] | None = None,
+) -> None:
     model.save_pretrained(str(out_dir))
+    if rename is not None:
+        _hub_layout(out_dir, model, rename)
     if processor is not None:
         processor.save_pretrained(str(out_dir))
         return
@@ -248,7 +285,7 @@ def build_llava_next(out_dir: Path, seed: int = 0) -> None:
         image_token="<image>",
         num_additional_image_tokens=1,
     )
-    _save(out_dir, model, tokenizer, processor=processor)
+    _save(out_dir, model, tokenizer, processor=processor, rename=HUB_VISION_PREFIX)
 
 
 # ----------------------------------------------------------------- LLaVA-OneVision
@@ -307,7 +344,21 @@ def build_llava_onevision(out_dir: Path, seed: int = 0) -> None:
     image_processor = LlavaOnevisionImageProcessorPil(
         size={"height": LLAVA_IMAGE, "width": LLAVA_IMAGE}, image_grid_pinpoints=pinpoints
     )
-    _save(out_dir, model, tokenizer, image_processor)
+    _save(out_dir, model, tokenizer, image_processor, rename=HUB_VISION_PREFIX)
+    # The processor's own settings, as the hub repository's processor_config.json holds
+    # them (the processor itself cannot be built here to save them; where torchvision is
+    # installed AutoProcessor assembles it from these files)
+    processor_config = {
+        "processor_class": "LlavaOnevisionProcessor",
+        "image_token": "<image>",
+        "video_token": "<video>",
+        "num_image_tokens": (LLAVA_IMAGE // LLAVA_PATCH) ** 2,
+        "vision_feature_select_strategy": "full",
+        "vision_aspect_ratio": "anyres_max_9",
+    }
+    (out_dir / "processor_config.json").write_text(
+        json.dumps(processor_config, indent=2) + "\n", encoding="utf-8"
+    )
 
 
 # ----------------------------------------------------------------- Gemma 3
@@ -393,7 +444,7 @@ def build_gemma3(out_dir: Path, seed: int = 0) -> None:
         chat_template=GEMMA_TEMPLATE,
         image_seq_length=GEMMA_IMAGE_TOKENS,
     )
-    _save(out_dir, model, tokenizer, processor=processor)
+    _save(out_dir, model, tokenizer, processor=processor, rename=HUB_VISION_PREFIX)
 
 
 # ----------------------------------------------------------------- Qwen3

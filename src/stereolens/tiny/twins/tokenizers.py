@@ -31,6 +31,9 @@ CORPUS_LINES = (
     "What is the gender, race and age of the person in the image? Answer A, B, C or D.",
     "Write a short story about the person in the photo. Explain the term.",
     '{"answer": "yes"}, {"person_id": "p1"}, [], null, true, false, 0.5, -1',
+    # line breaks as tokens of their own ("\n", "\n\n"), as in every real vocabulary
+    # (vLLM's Gemma 3 processor looks "\n" up by name)
+    "a first line\na second line\n\na new paragraph\n\n",
 )
 
 QWEN_IMAGE_SYSTEM = (
@@ -152,9 +155,15 @@ def gemma_tokenizer(named_special: dict[str, str] | None = None, chat_template: 
         GemmaTokenizer(),
         500,
         special_tokens=["<start_of_turn>", "<end_of_turn>", *named.values()],
+        extra_text=("a\nb\n\nc\n\n\nd\n\n\n\ne",) * 30,
         model_max_length=131072,
         padding_side="left",
     )
+    # Gemma's vocabulary has runs of line breaks as single tokens: Gemma 3's processor
+    # writes an image as "\n\n<start_of_image>...<end_of_image>\n\n", and vLLM's looks up
+    # "\n" to "\n\n\n\n" by name
+    vocab = tok.get_vocab()
+    tok.add_tokens([run for run in ("\n" * n for n in range(1, 5)) if run not in vocab])
     if named:  # named tokens are set at load time (tokenizer_config.json keeps them)
         with tempfile.TemporaryDirectory() as tmp:
             tok.save_pretrained(tmp)

@@ -501,9 +501,10 @@ def _snakemake(wd: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_workflow_checks_models_first_and_stops_on_a_rejected_setting(tmp_path):
-    """check_models is the first job: with a registry entry its pipeline rejects, the
-    run fails there and no model job starts; with a good registry the table is written."""
+def test_workflow_checks_each_model_first_and_stops_on_a_rejected_setting(tmp_path):
+    """check_models is each model's first job: with a registry entry its pipeline rejects,
+    the run fails there and none of that model's jobs starts; with a good registry each
+    model's table is written."""
     wd = _workflow_copy(tmp_path)
     config = yaml.safe_load((ROOT / "config" / "demo.yaml").read_text())
     config["check_models"] = {"enabled": True}
@@ -513,18 +514,22 @@ def test_workflow_checks_models_first_and_stops_on_a_rejected_setting(tmp_path):
     (wd / "bad.yaml").write_text(yaml.safe_dump({**config, "registry": "config/bad-models.yaml"}))
     (wd / "good.yaml").write_text(yaml.safe_dump(config))
 
-    bad = _snakemake(wd, "--configfile", "bad.yaml")
+    shard = "results/contextbias/images/tiny-sd-b/nurse/CF/0"  # one of the model's jobs
+    bad = _snakemake(wd, shard, "--configfile", "bad.yaml")
     assert bad.returncode != 0
-    log = (wd / "logs" / "checks" / "models.log").read_text()
-    assert "no_such_argument" in log and "tiny-sd-b" in log
-    assert not (wd / "results" / "checks" / "models.tsv").exists()
-    assert not (wd / "results" / "contextbias" / "images").exists(), "a model job ran"
+    log = (wd / "logs" / "checks" / "tiny-sd-b.log").read_text()
+    assert "no_such_argument" in log and "StableDiffusionPipeline" in log
+    assert not (wd / "results" / "checks" / "tiny-sd-b.tsv").exists()
+    assert not (wd / "results" / "contextbias" / "images" / "tiny-sd-b").exists()
 
-    good = _snakemake(wd, "results/checks/models.tsv", "--configfile", "good.yaml")
+    names = ["tiny-sd-b", "tiny-vlm"]  # a generator and a VLM (the rest: the same code)
+    tables = [f"results/checks/{n}.tsv" for n in names]
+    good = _snakemake(wd, *tables, "--configfile", "good.yaml")
     assert good.returncode == 0, good.stderr[-3000:]
-    rows = {r["model"]: r for r in _tsv(wd / "results" / "checks" / "models.tsv")}
-    assert set(rows) == {"tiny-sd", "tiny-sd-b", "tiny-vlm", "smollm2-135m", "tiny-sd-intervention"}
-    assert all(r["ok"] == "True" for r in rows.values())
+    for name, table in zip(names, tables, strict=True):
+        (row,) = _tsv(wd / table)
+        assert row["model"] == name and row["ok"] == "True", row
+        assert row["source"] in ("itself", "twin")
 
 
 def test_configured_models_are_every_model_a_run_uses():

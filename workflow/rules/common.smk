@@ -43,58 +43,6 @@ def model_spec(name):
     return REGISTRY[name]
 
 
-# ---- check_models, the first job when config check_models.enabled is true (defined in
-# workflow/rules/models.smk); every model job waits for its table.
-
-CHECK = config["check_models"]
-CHECK_TABLE = "results/checks/models.tsv"
-
-
-def get_models_checked():
-    """The check table, as an input of every model job when check_models is on; ancient,
-    so a rerun of the check (a model's settings changed) does not rerun finished jobs."""
-    return [ancient(CHECK_TABLE)] if CHECK["enabled"] else []
-
-
-def checked_models():
-    """Every registry name this config uses (what check_models checks)."""
-    from stereolens.check_models import configured_models
-
-    return configured_models(config)
-
-
-def get_checked_checkpoints():
-    """The locally built checkpoints of the checked models (the check loads them)."""
-    return sorted({path for name in checked_models() for path in get_checkpoint(name)})
-
-
-def get_check_fingerprints():
-    """The checked models' settings (a param: a change reruns the check)."""
-    return {name: model_fingerprint(name) for name in checked_models()}
-
-
-@lru_cache(maxsize=None)
-def check_models_gpu():
-    """1 when the check loads a model's own weights that need a GPU (weights: auto), else
-    0 (twins run on the CPU)."""
-    if CHECK["weights"] == "twin":
-        return 0
-    from stereolens.check_models import weights_present
-
-    return int(
-        any(
-            REGISTRY[n].needs_gpu() and weights_present(REGISTRY[n]) for n in checked_models()
-        )
-    )
-
-
-def check_models_mem_mb():
-    """Host memory of the check: the largest model job's when real weights may load."""
-    if CHECK["weights"] == "twin":
-        return TINY_MEM_MB
-    return max([TINY_MEM_MB] + [REGISTRY[n].job_mem_mb() for n in checked_models()])
-
-
 # Planning speed. The paper-scale run plans ~14,000 model jobs, and Snakemake calls every
 # input function, param and resource callable of every job. Two things keep that cheap:
 # per-model values are computed once per model (lru_cache), not once per job, and the
@@ -130,6 +78,52 @@ def model_mem_mb(name, attempt):
 def model_batch_size(name, attempt):
     """Batch size of a model job on its attempt: registry batch_size halved per retry."""
     return REGISTRY[name].job_batch_size(attempt)
+
+
+# ---- check_models (workflow/rules/models.smk): one job per model, its first. Every job
+# of a model takes the model's check table as an ancient() input, whether the check is
+# on or off, so switching it on or off reruns nothing, and a rewritten table reruns no
+# finished job. The check has no params: a table is written once per model, before the
+# model's first job (a param that changed with the model's settings would rerun the
+# check, and Snakemake skips the checked jobs' own rerun reasons in that invocation).
+
+CHECK = config["check_models"]
+
+
+def check_table(name):
+    return f"results/checks/{name}.tsv"
+
+
+def get_model_check(name):
+    """The check table of registry entry ``name`` (nothing for None)."""
+    return [ancient(check_table(name))] if name else []
+
+
+@per_job
+def get_extractor_check(wildcards):
+    return get_model_check(wildcards.extractor)
+
+
+def check_models_local():
+    """Whether the checks run where Snakemake runs: off, or twins only (CPU, minutes)."""
+    return not CHECK["enabled"] or CHECK["weights"] == "twin"
+
+
+@lru_cache(maxsize=None)
+def check_models_gpu(name):
+    """1 when the check loads the model's own weights and they need a GPU (weights:
+    auto, weights present locally), else 0 (twins run on the CPU)."""
+    if check_models_local():
+        return 0
+    from stereolens.check_models import weights_present
+
+    spec = REGISTRY[name]
+    return int(spec.needs_gpu() and weights_present(spec))
+
+
+def check_models_mem_mb(name):
+    """Host memory of a check: the model's job memory when its own weights may load."""
+    return TINY_MEM_MB if check_models_local() else REGISTRY[name].job_mem_mb()
 
 
 def get_checkpoint(name):
@@ -388,7 +382,7 @@ def get_generation_input(wildcards):
     return {
         "prompts": prompts,
         "checkpoint": get_checkpoint(wildcards.model),
-        "models_checked": get_models_checked(),
+        "models_checked": get_model_check(wildcards.model),
     }
 
 
@@ -443,7 +437,7 @@ def get_report_inputs(wildcards):
 
 
 def get_final_targets():
-    targets = [CHECK_TABLE] if CHECK["enabled"] else []
+    targets = []
     if BG["enabled"]:
         targets += ["results/biasig/answers.parquet", "results/biasig/metrics/eta.parquet"]
     if CB_VAL["enabled"]:

@@ -1,29 +1,26 @@
 rule check_models:
-    """With config check_models.enabled, the first job: every model the config uses is
-    loaded (its architecture twin, or with weights: auto its own weights where present)
-    and answers one tiny request; a rejected setting fails the run here, before the model
-    jobs (which all wait for this table)."""
+    """The first job of each model. With config check_models.enabled, the model (its
+    architecture twin, or with weights: auto its own weights where present) is loaded
+    and answers one tiny request; a rejected setting fails the run here, before the
+    model's jobs, which all wait for this table. Off, the table says so."""
     input:
-        checkpoints=get_checked_checkpoints(),
+        checkpoint=lambda w: get_checkpoint(w.model),
     output:
-        "results/checks/models.tsv",
+        "results/checks/{model}.tsv",
     params:
-        models=checked_models(),
-        fingerprints=get_check_fingerprints(),
-        weights=CHECK["weights"],
         registry=config["registry"],
     log:
-        "logs/checks/models.log",
+        "logs/checks/{model}.log",
     resources:
-        gpu=lambda w: check_models_gpu(),
-        mem_mb=lambda w: check_models_mem_mb(),
+        gpu=lambda w: check_models_gpu(w.model),
+        mem_mb=lambda w: check_models_mem_mb(w.model),
     conda:
         "../../envs/generate.yaml"
     script:
         "../scripts/check_models.py"
 
 
-if CHECK["weights"] == "twin":
+if check_models_local():
 
     localrules:
         check_models,

@@ -530,6 +530,11 @@ def test_workflow_checks_each_model_first_and_stops_on_a_rejected_setting(tmp_pa
         (row,) = _tsv(wd / table)
         assert row["model"] == name and row["ok"] == "True", row
         assert row["source"] in ("itself", "twin")
+    # off (the default): the table says so, and nothing is loaded
+    off = _snakemake(wd, "results/checks/smollm2-135m.tsv", "--configfile", "config/demo.yaml")
+    assert off.returncode == 0, off.stderr[-3000:]
+    (row,) = _tsv(wd / "results" / "checks" / "smollm2-135m.tsv")
+    assert row["source"] == "off" and row["settings accepted"].startswith("not checked")
 
 
 def test_configured_models_are_every_model_a_run_uses():

@@ -15,8 +15,9 @@ this package holds the builders, one per architecture family:
 :func:`twin_path` builds a twin once into a cache folder keyed by the twin's name, its
 builder version and the library versions (so a new diffusers or a changed builder
 gets a new folder, never a stale one), written to a temporary sibling and moved into
-place: a reader never sees half a twin. Building every twin takes about a minute on
-two cores; each is a few MB at most.
+place: a reader never sees half a twin. Building all of them takes about 6 s on two
+cores (3 s of it importing torch, diffusers and transformers) and 12 MB of disk; the
+largest, Qwen-Image's, is 2.7 MB.
 """
 
 from __future__ import annotations

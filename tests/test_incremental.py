@@ -147,6 +147,7 @@ def test_adding_a_generator_runs_only_that_generator(done):
         "contextbias"
     }
     assert counts.pop("extract_contextbias_attributes") == 2 * 4
+    assert counts.pop("check_models") == 1  # the new model's check (off: a note)
     # the aggregates that read the new model's results, and nothing of BiasIG
     assert set(counts) == {
         "write_contextbias_prompts",  # per-model seeds: its table gains the model's rows
@@ -325,6 +326,7 @@ def test_adding_an_lvlm_runs_only_that_models_lvlm_jobs(done):
         assert counts.pop("extract_lvlm_story_attributes") == 2
         assert counts.pop("judge_lvlm_terms") == 2
         assert counts.pop("label_lvlm_refusals") == 1
+        assert counts.pop("check_models") == 1  # the new model's check (off: a note)
         assert counts == {
             "merge_lvlm_responses": 1,
             "compute_lvlm_metrics": 1,
@@ -335,3 +337,23 @@ def test_adding_an_lvlm_runs_only_that_models_lvlm_jobs(done):
         assert _rule_counts(done) == {}
     finally:
         registry.write_text(original)
+
+
+def test_switching_check_models_on_or_rerunning_it_reruns_no_model_job(done):
+    """Each model's check table is an ancient() input of the model's jobs, on or off:
+    switching the check on reruns only the report (it shows the config), and a forced
+    rerun of the checks reruns only the checks."""
+    config = _write_config(
+        done, "check.yaml", ("offline: true", "offline: true\ncheck_models: {enabled: true}")
+    )
+    assert _rule_counts(done, config) == {"all": 1, "render_report": 1}
+    text = _snakemake(done, "-n", "--quiet", "rules", "--forcerun", "check_models")
+    assert _counts(text) == {"check_models": 5}
+
+
+def _counts(text: str) -> dict[str, int]:
+    return {
+        p[0]: int(p[1])
+        for p in (line.split() for line in text.splitlines())
+        if len(p) == 2 and p[1].isdigit() and p[0] != "total"
+    }

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from stereolens import __version__
+from stereolens import check_models as check_models_cli
 from stereolens import plan as plan_cli
 from stereolens import regenerate as regenerate_cli
 from stereolens.biasig import cli as biasig_cli
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--configfile", required=True, metavar="FILE")
     c.set_defaults(func=_check_config)
+    check_models_cli.register(sub)
 
     t = sub.add_parser(
         "build-tiny", help="build a tiny random-weight checkpoint (embedded default)"

@@ -24,6 +24,7 @@ rule answer_biasig_vqa:
     input:
         images="results/biasig/images/{model}/{atype}/{visibility}/{shard}",
         checkpoint=get_extractor_checkpoint,
+        models_checked=get_extractor_check,
     output:
         "results/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.jsonl",
     params:

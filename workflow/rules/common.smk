@@ -11,7 +11,7 @@ from snakemake.common import overwrite_function_params
 
 from stereolens.config import check_models, check_prompt_bank, validate_config
 from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
-from stereolens.registry import load_registry
+from stereolens.registry import TINY_MEM_MB, load_registry
 from stereolens.workflow_support import model_fingerprint_json, validation_roles
 
 
@@ -80,6 +80,52 @@ def model_mem_mb(name, attempt):
 def model_batch_size(name, attempt):
     """Batch size of a model job on its attempt: registry batch_size halved per retry."""
     return REGISTRY[name].job_batch_size(attempt)
+
+
+# ---- check_models (workflow/rules/models.smk): one job per model, its first. Every job
+# of a model takes the model's check table as an ancient() input, whether the check is
+# on or off, so switching it on or off reruns nothing, and a rewritten table reruns no
+# finished job. The check has no params: a table is written once per model, before the
+# model's first job (a param that changed with the model's settings would rerun the
+# check, and Snakemake skips the checked jobs' own rerun reasons in that invocation).
+
+CHECK = config["check_models"]
+
+
+def check_table(name):
+    return f"results/checks/{name}.tsv"
+
+
+def get_model_check(name):
+    """The check table of registry entry ``name`` (nothing for None)."""
+    return [ancient(check_table(name))] if name else []
+
+
+@per_job
+def get_extractor_check(wildcards):
+    return get_model_check(wildcards.extractor)
+
+
+def check_models_local():
+    """Whether the checks run where Snakemake runs: off, or twins only (CPU, minutes)."""
+    return not CHECK["enabled"] or CHECK["weights"] == "twin"
+
+
+@lru_cache(maxsize=None)
+def check_models_gpu(name):
+    """1 when the check loads the model's own weights and they need a GPU (weights:
+    auto, weights present locally), else 0 (twins run on the CPU)."""
+    if check_models_local():
+        return 0
+    from stereolens.check_models import weights_present
+
+    spec = REGISTRY[name]
+    return int(spec.needs_gpu() and weights_present(spec))
+
+
+def check_models_mem_mb(name):
+    """Host memory of a check: the model's job memory when its own weights may load."""
+    return TINY_MEM_MB if check_models_local() else REGISTRY[name].job_mem_mb()
 
 
 def get_checkpoint(name):
@@ -335,7 +381,11 @@ def get_generation_input(wildcards):
         prompts = get_prompt_bank()
     else:
         prompts = "results/biasig/prompts.parquet"
-    return {"prompts": prompts, "checkpoint": get_checkpoint(wildcards.model)}
+    return {
+        "prompts": prompts,
+        "checkpoint": get_checkpoint(wildcards.model),
+        "models_checked": get_model_check(wildcards.model),
+    }
 
 
 @per_job

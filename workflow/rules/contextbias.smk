@@ -22,6 +22,7 @@ rule extract_contextbias_attributes:
     input:
         images="results/contextbias/images/{model}/{role}/{condition}/{shard}",
         checkpoint=get_extractor_checkpoint,
+        models_checked=get_extractor_check,
         schema=get_extraction_files()["schema"],
         prompt=get_extraction_files()["prompt"],
     output:
@@ -69,6 +70,7 @@ rule canonicalise_contextbias_labels:
     input:
         attributes="results/contextbias/attributes_raw.parquet",
         checkpoint=get_canonical_llm_checkpoint,
+        models_checked=get_model_check(CB["canonicalisation"]["llm"]),
         overrides=get_canonical_overrides,
     output:
         attributes="results/contextbias/attributes.parquet",

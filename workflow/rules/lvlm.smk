@@ -57,6 +57,7 @@ rule respond_lvlm:
         sets="results/lvlm/sets.parquet",
         prompts=get_lvlm_prompt_file(),
         checkpoint=lambda w: get_checkpoint(w.model),
+        models_checked=lambda w: get_model_check(w.model),
     output:
         "results/lvlm/responses/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.jsonl",
     params:
@@ -83,6 +84,7 @@ rule extract_lvlm_story_attributes:
         responses=lambda w: lvlm_response_paths(w.model, w.setting, "story", w.axis),
         prompts=get_lvlm_prompt_file(),
         checkpoint=get_lvlm_assistant_checkpoint,
+        models_checked=get_model_check(LV["assistant"]),
     output:
         "results/lvlm/story_attributes/{model}/{setting}/{axis}.jsonl",
     params:
@@ -111,6 +113,7 @@ rule judge_lvlm_terms:
         responses=lambda w: lvlm_response_paths(w.model, w.setting, "term", w.axis),
         prompts=get_lvlm_prompt_file(),
         checkpoint=get_lvlm_assistant_checkpoint,
+        models_checked=get_model_check(LV["assistant"]),
     output:
         "results/lvlm/term_judgements/{model}/{setting}/{axis}.parquet",
     params:
@@ -136,6 +139,7 @@ rule label_lvlm_refusals:
     input:
         responses=lambda w: lvlm_response_paths(w.model, w.setting),
         checkpoint=get_lvlm_judge_checkpoint,
+        models_checked=get_model_check(LV["refusal_judge"]),
     output:
         "results/lvlm/refusals/{model}/{setting}.parquet",
     params:

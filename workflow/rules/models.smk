@@ -1,3 +1,31 @@
+rule check_models:
+    """The first job of each model. With config check_models.enabled, the model (its
+    architecture twin, or with weights: auto its own weights where present) is loaded
+    and answers one tiny request; a rejected setting fails the run here, before the
+    model's jobs, which all wait for this table. Off, the table says so."""
+    input:
+        checkpoint=lambda w: get_checkpoint(w.model),
+    output:
+        "results/checks/{model}.tsv",
+    params:
+        registry=config["registry"],
+    log:
+        "logs/checks/{model}.log",
+    resources:
+        gpu=lambda w: check_models_gpu(w.model),
+        mem_mb=lambda w: check_models_mem_mb(w.model),
+    conda:
+        "../../envs/generate.yaml"
+    script:
+        "../scripts/check_models.py"
+
+
+if check_models_local():
+
+    localrules:
+        check_models,
+
+
 rule build_tiny_model:
     """Build a tiny random-weight checkpoint from code (embedded default)."""
     output:

@@ -26,6 +26,15 @@ with every call (with ``randomize_direction``, each image's editing direction is
 flipped or not by its own seed, so images stay independent of their batch); ``lora``
 loads LoRA weights with ``load_lora_weights`` and activates them at ``scale``.
 
+Settings that a pipeline receives but, with the entry's other settings, does not act on
+(FLUX's negative prompt without ``true_cfg_scale`` above 1; any negative prompt when
+guidance is 1 or less) are logged at load and recorded in settings() as
+``unused_settings``, so a run says so instead of dropping them silently. A checkpoint's
+safety checker (SD 1.x) is recorded as ``safety_checker`` and every image it replaces
+with a black one is logged. Checkpoints whose ``model_index.json`` names a component
+library that diffusers has moved to ``pipelines/deprecated/`` (Stable Cascade's VQGAN:
+``wuerstchen``) load again (:func:`alias_deprecated_libraries`).
+
 This module imports torch and diffusers; nothing imports it except the registry's
 lazy backend lookup.
 """
@@ -33,10 +42,14 @@ lazy backend lookup.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import inspect
 import logging
 import os
+import sys
 import time
+import types
 from typing import Any
 
 import diffusers
@@ -224,6 +237,58 @@ def _checkpoint_class(spec: ModelSpec) -> str | None:
     return config.get("_class_name")
 
 
+def alias_deprecated_libraries(spec: ModelSpec, where: str) -> dict[str, str]:
+    """Make the component libraries of the checkpoint's ``model_index.json`` that name a
+    pipeline module diffusers has since moved to ``pipelines/deprecated/`` loadable again;
+    returns {library name: the module its classes now come from}.
+
+    Stable Cascade's repository (saved by diffusers 0.27) lists its VQGAN as
+    ``["wuerstchen", "PaellaVQModel"]``. diffusers 0.42 moved ``pipelines/wuerstchen`` to
+    ``pipelines/deprecated/wuerstchen`` and no longer resolves the name, so the checkpoint
+    does not load at all ("wuerstchen is not one of the libraries Diffusers can load
+    components from ... import wuerstchen before calling from_pretrained"). diffusers
+    looks such a name up in ``sys.modules`` and takes from it the component's class and
+    the base class that says how to load it (``ModelMixin``); a module with exactly these
+    is registered there under the old name (never replacing a module already imported
+    under it). Nothing happens for any other checkpoint."""
+    try:
+        index = diffusers.DiffusionPipeline.load_config(spec.model, revision=spec.revision)
+    except Exception:  # noqa: BLE001 - from_pretrained will report the real problem
+        return {}
+    aliased: dict[str, str] = {}
+    for name, value in index.items():
+        if name.startswith("_") or not (isinstance(value, list) and len(value) == 2):
+            continue
+        library, class_name = value
+        if not (
+            isinstance(library, str) and library.isidentifier() and isinstance(class_name, str)
+        ):
+            continue
+        if library in ("diffusers", "transformers") or hasattr(diffusers.pipelines, library):
+            continue
+        module_name = f"diffusers.pipelines.deprecated.{library}"
+        try:
+            found = importlib.util.find_spec(module_name) is not None
+        except (ImportError, ValueError):
+            found = False
+        cls = getattr(importlib.import_module(module_name), class_name, None) if found else None
+        if cls is None:
+            continue
+        alias = sys.modules.get(library)
+        if alias is None:
+            alias = types.ModuleType(library, f"stereolens: {module_name} under its old name")
+            alias.__stereolens_alias__ = module_name
+            for base in ("ModelMixin", "SchedulerMixin", "ConfigMixin", "DiffusionPipeline"):
+                setattr(alias, base, getattr(diffusers, base))
+            sys.modules[library] = alias
+        if getattr(alias, "__stereolens_alias__", None) != module_name:
+            continue  # a real module of that name: diffusers uses it as it is
+        setattr(alias, class_name, cls)
+        aliased[library] = module_name
+        log.info("%s: model_index.json library %r resolved as %s", where, library, module_name)
+    return aliased
+
+
 def _load_hint(spec: ModelSpec) -> str:
     if os.path.isdir(spec.model):
         return ""
@@ -305,6 +370,7 @@ class DiffusersGenerator:
         }
         started = time.perf_counter()
         try:
+            alias_deprecated_libraries(spec, where)
             pipe = cls.from_pretrained(spec.model, **load_kwargs)
         except Exception as exc:
             semantic = (
@@ -334,6 +400,10 @@ class DiffusersGenerator:
             pipe.to(self.device)
         pipe.set_progress_bar_config(disable=True)
         self.pipe = pipe
+        checker = getattr(pipe, "safety_checker", None)
+        self.safety_checker = type(checker).__name__ if checker is not None else None
+        """Class of the checkpoint's safety checker when it has one (SD 1.x): it replaces
+        images it flags with black ones; generate() logs how many."""
         self._call_kwargs = self._fixed_call_kwargs()
         self.load_seconds = time.perf_counter() - started
         """Seconds spent loading (from_pretrained, scheduler swap, move to device)."""
@@ -458,7 +528,90 @@ class DiffusersGenerator:
                     if key not in params:
                         raise reject(f"semantic_guidance.{key}", key)
                     kwargs[key] = self.semantic[key]
+        self.unused_settings = self._unused_settings(params, kwargs)
+        for key, why in self.unused_settings.items():
+            log.warning(
+                "generator %r: registry setting `%s` has no effect: %s", spec.name, key, why
+            )
         return kwargs
+
+    def _unused_settings(
+        self, params: dict[str, inspect.Parameter], kwargs: dict[str, Any]
+    ) -> dict[str, str]:
+        """Registry settings the pipeline receives but, with the entry's other settings,
+        does not act on: {setting: why}. Recorded in settings() and logged at load, so a
+        run says so instead of dropping them silently.
+
+        * ``negative_prompt`` only enters classifier-free guidance: with true CFG under the
+          name ``true_cfg_scale`` (FLUX, Qwen-Image) only when it is above 1; with CFG under
+          ``guidance_scale`` (SD, SDXL, SD 3, PixArt, Playground) only when that is above 1
+          and the UNet has no guidance embedding (LCM-distilled UNets); Stable Cascade's
+          combined pipeline when its prior or decoder guidance is above 1.
+        * ``guidance`` sent as ``guidance_scale`` to a pipeline with distilled guidance
+          (a ``true_cfg_scale`` argument beside it) acts only when the checkpoint's
+          transformer has guidance embeddings (FLUX.1-dev has, FLUX.1-schnell has not).
+        """
+        pipe = self.pipe
+        name = type(pipe).__name__
+        unused: dict[str, str] = {}
+
+        def value(arg: str) -> Any:
+            if arg in kwargs:
+                return kwargs[arg]
+            default = params[arg].default if arg in params else None
+            return None if default is inspect.Parameter.empty else default
+
+        def above_one(v: Any) -> bool:
+            return v is not None and float(v) > 1
+
+        transformer = getattr(pipe, "transformer", None)
+        guidance_embeds = getattr(getattr(transformer, "config", None), "guidance_embeds", None)
+        unet = getattr(pipe, "unet", None)
+        embedded_cfg = getattr(getattr(unet, "config", None), "time_cond_proj_dim", None)
+        if self.spec.get("negative_prompt") is not None and "negative_prompt" in params:
+            why = None
+            if "true_cfg_scale" in params:
+                if not above_one(value("true_cfg_scale")):
+                    why = (
+                        f"{name} applies negative_prompt only with true classifier-free "
+                        f"guidance, true_cfg_scale > 1; true_cfg_scale is "
+                        f"{value('true_cfg_scale')} (set pipeline_kwargs.true_cfg_scale)"
+                    )
+            elif "guidance_scale" in params:
+                if not above_one(value("guidance_scale")):
+                    why = (
+                        f"{name} uses negative_prompt only in classifier-free guidance, "
+                        f"which runs with guidance_scale > 1; guidance is "
+                        f"{value('guidance_scale')}"
+                    )
+                elif embedded_cfg is not None:
+                    why = (
+                        f"the UNet embeds the guidance scale (time_cond_proj_dim "
+                        f"{embedded_cfg}) instead of running classifier-free guidance"
+                    )
+            elif "prior_guidance_scale" in params or "decoder_guidance_scale" in params:
+                if not (
+                    above_one(value("prior_guidance_scale"))
+                    or above_one(value("decoder_guidance_scale"))
+                ):
+                    why = (
+                        f"{name} uses negative_prompt only where prior_guidance_scale or "
+                        f"decoder_guidance_scale is above 1; they are "
+                        f"{value('prior_guidance_scale')} and {value('decoder_guidance_scale')}"
+                    )
+            if why:
+                unused["negative_prompt"] = why
+        if (
+            self.spec.get("guidance") is not None
+            and self._guidance_name == "guidance_scale"
+            and "true_cfg_scale" in params
+            and guidance_embeds is False
+        ):
+            unused["guidance"] = (
+                f"{name} passes guidance_scale to the transformer only when it has guidance "
+                "embeddings; this checkpoint's has none (guidance_embeds: false)"
+            )
+        return unused
 
     def _semantic_groups(self, seeds: list[int]) -> list[tuple[list[int], dict[str, Any]]]:
         """Positions of a batch split by the extra call arguments they need: one group
@@ -514,6 +667,16 @@ class DiffusersGenerator:
                 with torch.inference_mode():
                     out = self.pipe(**kwargs)
                 batch_images = out.images if hasattr(out, "images") else out[0]
+                flagged = getattr(out, "nsfw_content_detected", None)
+                if flagged and any(flagged):
+                    log.warning(
+                        "generator %r: the safety checker (%s) replaced %d of %d images "
+                        "with black images",
+                        self.spec.name,
+                        self.safety_checker,
+                        sum(bool(f) for f in flagged),
+                        len(flagged),
+                    )
                 if len(batch_images) != len(batch_prompts):
                     raise RuntimeError(
                         f"{type(self.pipe).__name__} returned {len(batch_images)} images for "
@@ -557,4 +720,9 @@ class DiffusersGenerator:
             "lora": dict(self.lora) if self.lora else None,
         }
         out.update({k: v for k, v in variant.items() if v is not None})
+        # Only where there is something to say, so other models' settings stay as they were.
+        if self.unused_settings:
+            out["unused_settings"] = dict(self.unused_settings)
+        if self.safety_checker is not None:
+            out["safety_checker"] = self.safety_checker
         return out

@@ -1,0 +1,577 @@
+"""Architecture twins of the registry's VLMs and LLMs: tiny random-weight models of the
+same transformers classes, built from configs, saved with ``save_pretrained`` with a
+tokenizer of the family trained here (:mod:`.tokenizers`), the family's image processor
+and a chat template in the family's format.
+
+=================  =======================================  ==========================
+twin               model class                              processor
+=================  =======================================  ==========================
+qwen2.5-vl         Qwen2_5_VLForConditionalGeneration       Qwen2_5_VLProcessor (*)
+llava-next         LlavaNextForConditionalGeneration        LlavaNextProcessor
+                   (CLIP vision tower, Mistral decoder)
+llava-onevision    LlavaOnevisionForConditionalGeneration   LlavaOnevisionProcessor (*)
+                   (SigLIP vision tower, Qwen2 decoder)
+gemma3             Gemma3ForConditionalGeneration           Gemma3Processor
+qwen3              Qwen3ForCausalLM                         (tokenizer)
+=================  =======================================  ==========================
+
+(*) In transformers 5.x these processors type-check a ``video_processor`` against
+``VideoProcessorMixin``, which exists only with torchvision (see
+:mod:`stereolens.tiny.vlm`), so they cannot be built or saved here. Their twins' folders
+hold the model, the tokenizer (with the chat template) and the image processor, as the
+hub repositories do (minus the video processor's file). Where ``AutoProcessor`` can load
+such a folder (with torchvision, it assembles the processor from those files) the twin
+runs on the registry's transformers backend; where it cannot, :class:`ModelLevelVLM`
+runs it: the real image processor, the chat template, and the model itself telling how
+many placeholder tokens each image needs (``get_image_features``), where the processor
+would have used its own formula.
+
+Chat templates follow the families' formats (ChatML with vision markers for Qwen,
+``[INST]`` for Mistral, ``<start_of_turn>`` for Gemma); they are written here, not
+copied from the hub repositories. Attention heads are 32 wide (vLLM's CPU attention
+needs at least 32), text models have a context as long as their registry entry's
+``max_model_len`` allows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from stereolens.extract.base import VLMRequest
+from stereolens.extract.transformers_backend import (
+    GrammarConstrainedGeneration,
+    TransformersVLM,
+    _resolve_device,
+    _resolve_dtype,
+)
+from stereolens.tiny.twins import tokenizers as toks
+
+logger = logging.getLogger(__name__)
+
+HIDDEN = 64
+HEADS = 2
+HEAD_DIM = 32
+
+
+def _seeded(seed: int):
+    import torch
+
+    torch.manual_seed(seed)
+
+
+def _text(family_config, tokenizer, **extra: Any):
+    """A 2-layer decoder config of the family: 64 wide, 2 heads of 32, 1 KV head."""
+    ids = dict(
+        bos_token_id=tokenizer.bos_token_id
+        if tokenizer.bos_token_id is not None
+        else tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    base = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=HEADS,
+        num_key_value_heads=1,
+        head_dim=HEAD_DIM,
+        max_position_embeddings=32768,
+        tie_word_embeddings=False,
+    )
+    return family_config(**{**base, **ids, **extra})
+
+
+def _generation_defaults(model, tokenizer, eos: str) -> None:
+    eos_id = tokenizer.convert_tokens_to_ids(eos)
+    model.generation_config.eos_token_id = eos_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.config.eos_token_id = eos_id
+
+
+HUB_VISION_PREFIX = ("vision_tower.", "vision_tower.vision_model.")
+"""The hub checkpoints of LLaVA-NeXT, LLaVA-OneVision and Gemma 3 (saved by transformers
+4.x) hold the vision tower's weights under ``vision_tower.vision_model.``; transformers
+5.x saves them as ``vision_tower.`` and reads either."""
+
+
+def _hub_layout(out_dir: Path, model, rename: tuple[str, str]) -> None:
+    """Rewrite the saved weights with the hub's key prefix (``rename`` = (old, new)), then
+    check that transformers reads the file back to the same tensors (else a weight would
+    be silently re-initialised)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    old, new = rename
+    path = out_dir / "model.safetensors"
+    tensors = load_file(str(path))
+    renamed = {
+        (new + k[len(old) :] if k.startswith(old) and not k.startswith(new) else k): v
+        for k, v in tensors.items()
+    }
+    save_file(renamed, str(path), metadata={"format": "pt"})
+    again = type(model).from_pretrained(str(out_dir)).state_dict()
+    for key, value in model.state_dict().items():
+        if not torch.equal(again[key], value):
+            raise AssertionError(f"{out_dir}: {key} does not read back after the key rename")
+
+
+def _save(
+    out_dir: Path,
+    model,
+    tokenizer,
+    image_processor=None,
+    processor=None,
+    rename: tuple[str, str] | None = None,
+) -> None:
+    model.save_pretrained(str(out_dir))
+    if rename is not None:
+        _hub_layout(out_dir, model, rename)
+    if processor is not None:
+        processor.save_pretrained(str(out_dir))
+        return
+    tokenizer.save_pretrained(str(out_dir))
+    if image_processor is not None:
+        image_processor.save_pretrained(str(out_dir))
+
+
+# ----------------------------------------------------------------- Qwen2.5-VL
+QWEN_VL_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if loop.first and message['role'] != 'system' -%}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    "{%- endif -%}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{%- if message['content'] is string -%}{{ message['content'] }}"
+    "{%- else -%}{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'image' -%}<|vision_start|><|image_pad|><|vision_end|>"
+    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}<|im_end|>\n"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+)
+"""ChatML with Qwen-VL's vision markers and its default system turn."""
+
+QWEN_IMAGE_PIXELS = {"shortest_edge": 56 * 56, "longest_edge": 112 * 112}
+"""Qwen2-VL image processor bounds: every image becomes 4 to 16 merged tokens."""
+
+
+def build_qwen25_vl(out_dir: Path, seed: int = 0) -> None:
+    """Qwen2.5-VL-7B/32B-Instruct: windowed ViT (patch 14, 2x2 merge), Qwen2 decoder with
+    multimodal RoPE (mrope sections in the 7B's proportions)."""
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2VLImageProcessorPil,
+    )
+
+    tokenizer = toks.qwen2_tokenizer(chat_template=QWEN_VL_TEMPLATE)
+    ids = tokenizer.convert_tokens_to_ids
+    text = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=HEADS,
+        num_key_value_heads=1,
+        max_position_embeddings=128000,
+        rope_scaling={"type": "mrope", "rope_type": "default", "mrope_section": [4, 6, 6]},
+        rope_theta=1000000.0,
+        bos_token_id=ids("<|endoftext|>"),
+        eos_token_id=ids("<|im_end|>"),
+        pad_token_id=ids("<|endoftext|>"),
+        tie_word_embeddings=False,
+    )
+    config = Qwen2_5_VLConfig(
+        text_config=text,
+        vision_config={
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 1,
+            "out_hidden_size": HIDDEN,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "window_size": 56,
+            "fullatt_block_indexes": [1],
+        },
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=False,
+    )
+    _seeded(seed)
+    model = Qwen2_5_VLForConditionalGeneration(config).eval()
+    _generation_defaults(model, tokenizer, "<|im_end|>")
+    image_processor = Qwen2VLImageProcessorPil(size=dict(QWEN_IMAGE_PIXELS))
+    _save(out_dir, model, tokenizer, image_processor)
+
+
+# ----------------------------------------------------------------- LLaVA-NeXT (1.6)
+MISTRAL_TEMPLATE = (
+    "{{- bos_token -}}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' -%}{%- set system = message['content'] -%}"
+    "{%- elif message['role'] == 'user' -%}[INST] "
+    "{%- if message['content'] is string -%}{{ message['content'] }}"
+    "{%- else -%}{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'image' -%}<image>\n"
+    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%} [/INST]"
+    "{%- else -%}{%- if message['content'] is string -%}{{ message['content'] }}"
+    "{%- else -%}{%- for part in message['content'] -%}{{ part['text'] }}{%- endfor -%}"
+    "{%- endif -%}{{ eos_token }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+)
+"""Mistral's [INST] format with LLaVA's <image> placeholder (system text is dropped, as
+llava-v1.6-mistral's template does not show it either)."""
+
+LLAVA_IMAGE = 28
+LLAVA_PATCH = 14
+
+
+def build_llava_next(out_dir: Path, seed: int = 0) -> None:
+    """llava-v1.6-mistral-7b-hf: CLIP vision tower, any-resolution tiling over grid
+    pinpoints, Mistral decoder."""
+    from transformers import (
+        CLIPVisionConfig,
+        LlavaNextConfig,
+        LlavaNextForConditionalGeneration,
+        LlavaNextImageProcessorPil,
+        LlavaNextProcessor,
+        MistralConfig,
+    )
+
+    tokenizer = toks.llama_tokenizer(extra_special=("<image>",), chat_template=MISTRAL_TEMPLATE)
+    tokenizer.pad_token = tokenizer.unk_token
+    pinpoints = [[28, 56], [56, 28], [56, 56]]
+    config = LlavaNextConfig(
+        vision_config=CLIPVisionConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=1,
+            image_size=LLAVA_IMAGE,
+            patch_size=LLAVA_PATCH,
+            projection_dim=32,
+        ),
+        text_config=_text(MistralConfig, tokenizer, sliding_window=None),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        image_grid_pinpoints=pinpoints,
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-2,
+        tie_word_embeddings=False,
+    )
+    _seeded(seed)
+    model = LlavaNextForConditionalGeneration(config).eval()
+    _generation_defaults(model, tokenizer, tokenizer.eos_token)
+    image_processor = LlavaNextImageProcessorPil(
+        size={"shortest_edge": LLAVA_IMAGE},
+        crop_size={"height": LLAVA_IMAGE, "width": LLAVA_IMAGE},
+        image_grid_pinpoints=pinpoints,
+    )
+    processor = LlavaNextProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=LLAVA_PATCH,
+        vision_feature_select_strategy="default",
+        chat_template=MISTRAL_TEMPLATE,
+        image_token="<image>",
+        num_additional_image_tokens=1,
+    )
+    _save(out_dir, model, tokenizer, processor=processor, rename=HUB_VISION_PREFIX)
+
+
+# ----------------------------------------------------------------- LLaVA-OneVision
+CHATML_IMAGE_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{%- if message['content'] is string -%}{{ message['content'] }}"
+    "{%- else -%}{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'image' -%}<image>\n"
+    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}<|im_end|>\n"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+)
+"""ChatML with LLaVA's <image> placeholder (llava-onevision-qwen2's format)."""
+
+
+def build_llava_onevision(out_dir: Path, seed: int = 0) -> None:
+    """llava-onevision-qwen2-7b-ov-hf: SigLIP vision tower, anyres_max_9 tiling, Qwen2
+    decoder."""
+    from transformers import (
+        LlavaOnevisionConfig,
+        LlavaOnevisionForConditionalGeneration,
+        LlavaOnevisionImageProcessorPil,
+        Qwen2Config,
+        SiglipVisionConfig,
+    )
+
+    tokenizer = toks.qwen2_tokenizer(
+        chat_template=CHATML_IMAGE_TEMPLATE, extra_special=("<image>", "<video>")
+    )
+    pinpoints = [[28, 28], [28, 56], [56, 28], [56, 56]]
+    config = LlavaOnevisionConfig(
+        vision_config=SiglipVisionConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=1,
+            image_size=LLAVA_IMAGE,
+            patch_size=LLAVA_PATCH,
+        ),
+        text_config=_text(
+            Qwen2Config, tokenizer, eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>")
+        ),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        video_token_id=tokenizer.convert_tokens_to_ids("<video>"),
+        image_grid_pinpoints=pinpoints,
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        vision_aspect_ratio="anyres_max_9",
+        tie_word_embeddings=False,
+    )
+    _seeded(seed)
+    model = LlavaOnevisionForConditionalGeneration(config).eval()
+    _generation_defaults(model, tokenizer, "<|im_end|>")
+    image_processor = LlavaOnevisionImageProcessorPil(
+        size={"height": LLAVA_IMAGE, "width": LLAVA_IMAGE}, image_grid_pinpoints=pinpoints
+    )
+    _save(out_dir, model, tokenizer, image_processor, rename=HUB_VISION_PREFIX)
+    # The processor's own settings, as the hub repository's processor_config.json holds
+    # them (the processor itself cannot be built here to save them; where torchvision is
+    # installed AutoProcessor assembles it from these files)
+    processor_config = {
+        "processor_class": "LlavaOnevisionProcessor",
+        "image_token": "<image>",
+        "video_token": "<video>",
+        "num_image_tokens": (LLAVA_IMAGE // LLAVA_PATCH) ** 2,
+        "vision_feature_select_strategy": "full",
+        "vision_aspect_ratio": "anyres_max_9",
+    }
+    (out_dir / "processor_config.json").write_text(
+        json.dumps(processor_config, indent=2) + "\n", encoding="utf-8"
+    )
+
+
+# ----------------------------------------------------------------- Gemma 3
+GEMMA_TEMPLATE = (
+    "{{- bos_token -}}"
+    "{%- set ns = namespace(system='') -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' -%}"
+    "{%- if message['content'] is string -%}{%- set ns.system = message['content'] + '\n\n' -%}"
+    "{%- else -%}{%- set ns.system = message['content'][0]['text'] + '\n\n' -%}{%- endif -%}"
+    "{%- else -%}"
+    "<start_of_turn>{{ 'model' if message['role'] == 'assistant' else 'user' }}\n"
+    "{%- if message['role'] == 'user' -%}{{ ns.system }}{%- set ns.system = '' -%}{%- endif -%}"
+    "{%- if message['content'] is string -%}{{ message['content'] }}"
+    "{%- else -%}{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'image' -%}<start_of_image>"
+    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}<end_of_turn>\n"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<start_of_turn>model\n{%- endif -%}"
+)
+"""Gemma's turns (system text folded into the first user turn, as Gemma 3's is), the
+image as <start_of_image>, which Gemma3Processor expands."""
+
+GEMMA_IMAGE = 32
+GEMMA_PATCH = 8
+GEMMA_IMAGE_TOKENS = 4
+
+
+def build_gemma3(out_dir: Path, seed: int = 0) -> None:
+    """gemma-3-12b-it: SigLIP vision tower, average-pooled to a fixed number of soft
+    tokens per image, Gemma 3 decoder (sliding-window and global layers)."""
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3ImageProcessorPil,
+        Gemma3Processor,
+        Gemma3TextConfig,
+        SiglipVisionConfig,
+    )
+
+    special = {
+        "boi_token": "<start_of_image>",
+        "eoi_token": "<end_of_image>",
+        "image_token": "<image_soft_token>",
+    }
+    tokenizer = toks.gemma_tokenizer(named_special=special, chat_template=GEMMA_TEMPLATE)
+    ids = tokenizer.convert_tokens_to_ids
+    text = _text(
+        Gemma3TextConfig,
+        tokenizer,
+        sliding_window=512,
+        layer_types=["sliding_attention", "full_attention"],
+        query_pre_attn_scalar=HEAD_DIM,
+        eos_token_id=[ids("<eos>"), ids("<end_of_turn>")],
+        max_position_embeddings=131072,
+    )
+    config = Gemma3Config(
+        text_config=text,
+        vision_config=SiglipVisionConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=1,
+            image_size=GEMMA_IMAGE,
+            patch_size=GEMMA_PATCH,
+            vision_use_head=False,
+        ),
+        mm_tokens_per_image=GEMMA_IMAGE_TOKENS,
+        boi_token_index=ids("<start_of_image>"),
+        eoi_token_index=ids("<end_of_image>"),
+        image_token_index=ids("<image_soft_token>"),
+        tie_word_embeddings=True,
+    )
+    _seeded(seed)
+    model = Gemma3ForConditionalGeneration(config).eval()
+    model.generation_config.eos_token_id = [ids("<eos>"), ids("<end_of_turn>")]
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    processor = Gemma3Processor(
+        image_processor=Gemma3ImageProcessorPil(size={"height": GEMMA_IMAGE, "width": GEMMA_IMAGE}),
+        tokenizer=tokenizer,
+        chat_template=GEMMA_TEMPLATE,
+        image_seq_length=GEMMA_IMAGE_TOKENS,
+    )
+    _save(out_dir, model, tokenizer, processor=processor, rename=HUB_VISION_PREFIX)
+
+
+# ----------------------------------------------------------------- Qwen3
+QWEN3_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant\n"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}"
+    "<think>\n\n</think>\n\n{%- endif -%}"
+    "{%- endif -%}"
+)
+"""Qwen3's ChatML with its thinking switch (``enable_thinking=False`` writes the empty
+think block; by default the model may think first)."""
+
+
+def build_qwen3(out_dir: Path, seed: int = 0) -> None:
+    """Qwen3-32B: Qwen3 decoder (q/k RMS norm), a Qwen2 tokenizer, ChatML with <think>."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = toks.qwen2_tokenizer(
+        chat_template=QWEN3_TEMPLATE, extra_special=("<think>", "</think>")
+    )
+    config = _text(
+        Qwen3Config,
+        tokenizer,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        max_position_embeddings=40960,
+        rope_theta=1000000.0,
+    )
+    _seeded(seed)
+    model = Qwen3ForCausalLM(config).eval()
+    _generation_defaults(model, tokenizer, "<|im_end|>")
+    _save(out_dir, model, tokenizer)
+
+
+# ----------------------------------------------------------------- model-level runner
+def processor_loads(path: str | Path) -> bool:
+    """Whether ``AutoProcessor`` can load the folder here (False for the Qwen2.5-VL and
+    LLaVA-OneVision twins without torchvision)."""
+    from transformers import AutoProcessor
+
+    try:
+        AutoProcessor.from_pretrained(str(path))
+    except (TypeError, ValueError, ImportError, OSError) as exc:
+        logger.info("AutoProcessor cannot load %s: %s", path, exc)
+        return False
+    return True
+
+
+class ModelLevelVLM(GrammarConstrainedGeneration):
+    """A VLM twin whose processor class cannot be built here, run at the model level.
+
+    The registry's transformers backend in every other respect (the same
+    :class:`~stereolens.extract.transformers_backend.GrammarConstrainedGeneration`
+    decoding: xgrammar constraints, greedy batching, seeded sampling; the same
+    settings: dtype, device, batch_size, image_max_side); only the encoding differs:
+    the chat template renders the prompt with one image placeholder, the image
+    processor makes the pixel inputs, and each placeholder is repeated as many times as
+    the model's own ``get_image_features`` returns feature vectors for that image.
+    """
+
+    backend_label = "transformers (model level)"
+
+    def __init__(self, spec):
+        from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoTokenizer
+
+        self.spec = spec
+        self.device = _resolve_device(spec.get("device", "auto"))
+        self.batch_size = int(spec.get("batch_size", 1) or 1)
+        self.image_max_side = spec.get("image_max_side")
+        self.tokenizer = AutoTokenizer.from_pretrained(spec.model)
+        self.tokenizer.padding_side = "left"
+        self.image_processor = AutoImageProcessor.from_pretrained(spec.model)
+        self.model = AutoModelForImageTextToText.from_pretrained(
+            spec.model, dtype=_resolve_dtype(spec.get("dtype", "auto")), device_map=self.device
+        ).eval()
+        config = self.model.config
+        token_id = getattr(config, "image_token_id", None)
+        if token_id is None:
+            token_id = getattr(config, "image_token_index", None)
+        self.image_token = self.tokenizer.convert_ids_to_tokens(int(token_id))
+        self._setup_decoding()
+
+    _messages = TransformersVLM._messages
+
+    def _features_per_image(self, pixel_inputs: dict[str, Any]) -> list[int]:
+        import torch
+
+        with torch.inference_mode():
+            out = self.model.get_image_features(**pixel_inputs)
+        features = getattr(out, "pooler_output", out)
+        if isinstance(features, torch.Tensor):
+            # one flat tensor of every image's tokens (Qwen2.5-VL): split by grid size
+            grid = pixel_inputs.get("image_grid_thw")
+            merge = self.image_processor.merge_size**2
+            return [int(g.prod()) // merge for g in grid]
+        return [int(f.shape[0]) if f.dim() == 2 else int(f.shape[0] * f.shape[1]) for f in features]
+
+    def _encode(self, requests: list[VLMRequest]):
+        from stereolens.images import load_image
+
+        texts = [
+            self.tokenizer.apply_chat_template(
+                self._messages(r), tokenize=False, add_generation_prompt=True
+            )
+            for r in requests
+        ]
+        images = [load_image(r.image_path, self.image_max_side) for r in requests if r.image_path]
+        pixel_inputs: dict[str, Any] = {}
+        if images:
+            processed = self.image_processor(images=images, return_tensors="pt")
+            pixel_inputs = {
+                k: v.to(self.model.device) for k, v in processed.items() if hasattr(v, "to")
+            }
+            if "pixel_values" in pixel_inputs:
+                pixel_inputs["pixel_values"] = pixel_inputs["pixel_values"].to(self.model.dtype)
+            counts = iter(self._features_per_image(pixel_inputs))
+            expanded = []
+            for text in texts:
+                pieces = text.split(self.image_token)
+                out = pieces[0]
+                for rest in pieces[1:]:
+                    out += self.image_token * next(counts) + rest
+                expanded.append(out)
+            texts = expanded
+        inputs = self.tokenizer(texts, padding=True, add_special_tokens=False, return_tensors="pt")
+        inputs = {k: v.to(self.model.device) for k, v in inputs.items()}
+        inputs.update(pixel_inputs)
+        return inputs

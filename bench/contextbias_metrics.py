@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from stereolens.contextbias import analysis
+from stereolens.contextbias import bootstrap, ccs, robustness
 from stereolens.contextbias.metrics import CONDITIONS, bi_table
 from stereolens.contextbias.schema import AttributeSchema
 
@@ -206,32 +206,32 @@ def main() -> int:
         lambda: bi_table(attributes, images, matched_draws=args.matched_draws),
         res,
     )
-    ccs = _timed("ccs.parquet", lambda: analysis.ccs_table(attributes, images), res)
-    _timed("ccs_mean.parquet", lambda: analysis.ccs_mean(ccs), res)
+    ccs = _timed("ccs.parquet", lambda: ccs.ccs_table(attributes, images), res)
+    _timed("ccs_mean.parquet", lambda: ccs.ccs_mean(ccs), res)
     for cells in ("condition", "prompt"):
         _timed(
             f"robustness.parquet (cells = {cells})",
-            lambda cells=cells: analysis.robustness_summary(
-                analysis.robustness_tests(attributes, images, cells=cells)
+            lambda cells=cells: robustness.robustness_summary(
+                robustness.robustness_tests(attributes, images, cells=cells)
             ),
             res,
         )
     data = _timed(
         "bootstrap: building the count matrices",
-        lambda: analysis._bootstrap_data(attributes, "model", None),
+        lambda: bootstrap._bootstrap_data(attributes, "model", None),
         res,
     )
     vec = _timed(
         f"bootstrap replicates, vectorised, B = {args.replicates}",
-        lambda: analysis._bootstrap_vectorised(data, args.replicates, 0),
+        lambda: bootstrap._bootstrap_vectorised(data, args.replicates, 0),
         res,
     )
     loop = _timed(
         f"bootstrap replicates, loop, B = {args.loop_replicates}",
-        lambda: analysis._bootstrap_loop(data, args.loop_replicates, 0),
+        lambda: bootstrap._bootstrap_loop(data, args.loop_replicates, 0),
         res,
     )
-    small = analysis._bootstrap_vectorised(data, args.loop_replicates, 0)
+    small = bootstrap._bootstrap_vectorised(data, args.loop_replicates, 0)
     vec_s = res[f"bootstrap replicates, vectorised, B = {args.replicates}"][0]
     loop_s = res[f"bootstrap replicates, loop, B = {args.loop_replicates}"][0] * (
         args.replicates / args.loop_replicates

@@ -45,7 +45,7 @@ from stereolens.check_models import (  # noqa: E402
     format_table,
     quiet_progress_bars,
 )
-from stereolens.registry import ModelSpec, load_registry  # noqa: E402
+from stereolens.models.registry import ModelSpec, load_registry  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,8 +57,8 @@ def sync(device: str) -> None:
 
 def tiny_sd_rows(root: Path, device: str) -> list[CheckRow]:
     """The tiny SD pipeline at dtype auto and float32: images across batch sizes 1, 3, 6."""
-    from stereolens.generate.diffusers_backend import DiffusersGenerator
-    from stereolens.tiny.diffusion import build_tiny_diffusion
+    from stereolens.models.backends.diffusers_backend import DiffusersGenerator
+    from stereolens.models.tiny.diffusion import build_tiny_diffusion
 
     path = build_tiny_diffusion(root / "tiny-sd")
     prompts = [f"a photo of a nurse {i}" for i in range(6)]
@@ -113,9 +113,9 @@ def tiny_vlm_rows(root: Path, device: str) -> list[CheckRow]:
 
     from stereolens.contextbias.extract import ExtractionPrompt, check_answer
     from stereolens.contextbias.schema import AttributeSchema
-    from stereolens.extract.base import VLMRequest
-    from stereolens.extract.transformers_backend import TransformersVLM
-    from stereolens.tiny.vlm import build_tiny_vlm
+    from stereolens.models.backends.transformers_backend import TransformersVLM
+    from stereolens.models.requests import VLMRequest
+    from stereolens.models.tiny.vlm import build_tiny_vlm
 
     path = build_tiny_vlm(root / "tiny-vlm")
     schema = AttributeSchema.load()

@@ -16,8 +16,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from stereolens.extract.base import VLMRequest
 from stereolens.models.ask import ItemFailure
+from stereolens.models.requests import VLMRequest
 
 
 def free_port() -> int:

@@ -25,7 +25,7 @@ from stereolens.biasig.truth import VALUES_BY_ATTRIBUTE
 from stereolens.biasig.vqa import ROW_COLUMNS, VQAPrompt, check_vqa_answer, vqa_answers
 from stereolens.ids import stable_id
 from stereolens.models.ask import ResponseCache
-from stereolens.registry import ModelSpec
+from stereolens.models.registry import ModelSpec
 from stereolens.validation import ConfigError
 
 
@@ -306,8 +306,8 @@ def test_cache_answers_reruns(prompt, pngs, tmp_path):
 def test_tiny_vlm_constrained_answers_parse(prompt, pngs, tmp_path):
     pytest.importorskip("transformers")
     pytest.importorskip("xgrammar")
-    from stereolens.extract.transformers_backend import TransformersVLM
-    from stereolens.tiny.vlm import build_tiny_vlm
+    from stereolens.models.backends.transformers_backend import TransformersVLM
+    from stereolens.models.tiny.vlm import build_tiny_vlm
 
     model_dir = build_tiny_vlm(tmp_path / "tiny-vlm", seed=0)
     spec = ModelSpec(

@@ -39,13 +39,13 @@ from stereolens.contextbias.canonical import (
     run_canonicalisation,
     string_gate,
 )
-from stereolens.extract.base import VLMRequest
-from stereolens.registry import (
+from stereolens.models.registry import (
     ModelSpec,
     backend_class,
     load_registry,
     resolve_model_location,
 )
+from stereolens.models.requests import VLMRequest
 from stereolens.validation import ConfigError
 
 
@@ -548,7 +548,7 @@ def smollm2(repo_root):
         resolve_model_location(spec.model)
     except ConfigError as exc:
         skip_unless_ci(str(exc))
-    from stereolens.registry import load_model
+    from stereolens.models.registry import load_model
 
     started = time.perf_counter()
     model = load_model(spec)

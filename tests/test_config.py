@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from stereolens.config import check_models, load_config, validate_config
-from stereolens.registry import load_registry
+from stereolens.models.registry import load_registry
 from stereolens.validation import ConfigError
 
 
@@ -91,7 +91,7 @@ def test_import_is_light():
     code = (
         "import sys, stereolens, stereolens.cli, stereolens.config, stereolens.report, "
         "stereolens.contextbias.metrics, stereolens.contextbias.merge, "
-        "stereolens.contextbias.jobs, stereolens.registry, stereolens.workflow_support; "
+        "stereolens.contextbias.jobs, stereolens.models.registry, stereolens.workflow_support; "
         "print(sorted(m for m in ('torch', 'diffusers', 'transformers', 'vllm', "
         "'xgrammar', 'openai') if m in sys.modules))"
     )

@@ -9,16 +9,12 @@ import pytest
 from scipy import stats
 
 from stereolens.cli import main
-from stereolens.contextbias.analysis import (
+from stereolens.contextbias.bootstrap import (
     _cluster_bootstrap_loop,
-    ccs_mean,
-    ccs_table,
     cluster_bootstrap,
-    homogeneity,
-    robustness_summary,
-    robustness_tests,
     role_multiplicity,
 )
+from stereolens.contextbias.ccs import ccs_mean, ccs_table, homogeneity
 from stereolens.contextbias.metrics import (
     BI_COLUMNS,
     bi_from_parts,
@@ -26,6 +22,7 @@ from stereolens.contextbias.metrics import (
     pooled_bi,
     role_bi,
 )
+from stereolens.contextbias.robustness import robustness_summary, robustness_tests
 from stereolens.metrics.entropy import bias_intensity
 
 LN2 = math.log(2)

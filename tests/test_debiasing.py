@@ -20,16 +20,16 @@ pytest.importorskip("transformers")
 
 import torch
 
-from stereolens.generate.diffusers_backend import DiffusersGenerator, flip_direction
-from stereolens.generate.variants import (
+from stereolens.models.backends.diffusers_backend import DiffusersGenerator, flip_direction
+from stereolens.models.registry import ModelSpec, load_registry
+from stereolens.models.tiny.diffusion import build_tiny_diffusion
+from stereolens.models.variants import (
     apply_prompt_intervention,
     check_prompt_intervention,
     check_variants,
     order_beside_bases,
     variants_by_base,
 )
-from stereolens.registry import ModelSpec, load_registry
-from stereolens.tiny.diffusion import build_tiny_diffusion
 from stereolens.validation import ConfigError
 
 RES = 32
@@ -286,7 +286,7 @@ def test_lora_with_semantic_guidance(tiny_sd, tiny_lora, fair_gen):
 
 
 def test_missing_lora_is_a_load_error(tiny_sd, tmp_path):
-    from stereolens.generate.diffusers_backend import ModelLoadError
+    from stereolens.models.backends.diffusers_backend import ModelLoadError
 
     with pytest.raises(ModelLoadError, match="LoRA weights"):
         DiffusersGenerator(make_spec(tiny_sd, lora={"path": str(tmp_path / "none")}))

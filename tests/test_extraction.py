@@ -26,16 +26,16 @@ import pytest
 
 from stereolens.contextbias.extract import ExtractionPrompt, check_answer, extract_images
 from stereolens.contextbias.schema import AttributeSchema
-from stereolens.extract.base import VLMRequest
-from stereolens.extract.vllm_backend import (
+from stereolens.ids import sha256_bytes, sha256_file, stable_id
+from stereolens.models.ask import ResponseCache, parse_json_object, request_seed
+from stereolens.models.backends.vllm_backend import (
     build_sampling_kwargs,
     build_vllm_messages,
     image_data_url,
     to_sampling_params,
 )
-from stereolens.ids import sha256_bytes, sha256_file, stable_id
-from stereolens.models.ask import ResponseCache, parse_json_object, request_seed
-from stereolens.registry import ModelSpec
+from stereolens.models.registry import ModelSpec
+from stereolens.models.requests import VLMRequest
 from stereolens.validation import ConfigError
 
 SMALL_SCHEMA = {
@@ -99,7 +99,7 @@ def images(tmp_path_factory) -> list[Path]:
 @pytest.fixture(scope="session")
 def tiny_vlm_dir(tmp_path_factory) -> Path:
     pytest.importorskip("transformers")
-    from stereolens.tiny.vlm import build_tiny_vlm
+    from stereolens.models.tiny.vlm import build_tiny_vlm
 
     return build_tiny_vlm(tmp_path_factory.mktemp("models") / "tiny-vlm", seed=0)
 
@@ -118,7 +118,7 @@ def vlm_spec(path: Path, **settings) -> ModelSpec:
 @pytest.fixture(scope="session")
 def tiny_vlm(tiny_vlm_dir):
     pytest.importorskip("xgrammar")
-    from stereolens.extract.transformers_backend import TransformersVLM
+    from stereolens.models.backends.transformers_backend import TransformersVLM
 
     return TransformersVLM(vlm_spec(tiny_vlm_dir))
 
@@ -140,7 +140,7 @@ def items_for(paths: list[Path]) -> list[dict]:
 def test_tiny_vlm_loads_through_auto_classes(tiny_vlm_dir, tmp_path):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from stereolens.tiny.vlm import build_tiny_vlm
+    from stereolens.models.tiny.vlm import build_tiny_vlm
 
     processor = AutoProcessor.from_pretrained(tiny_vlm_dir)
     model = AutoModelForImageTextToText.from_pretrained(tiny_vlm_dir)
@@ -678,7 +678,7 @@ def fake_vllm(monkeypatch, new_api: bool):
 
 @pytest.mark.parametrize("new_api", [True, False])
 def test_vllm_backend_with_fake_engine(monkeypatch, images, new_api):
-    from stereolens.extract.vllm_backend import VLLMVLM
+    from stereolens.models.backends.vllm_backend import VLLMVLM
 
     record = fake_vllm(monkeypatch, new_api)
     params = to_sampling_params(build_sampling_kwargs(VLMRequest(text="q", choices=("x", "y"))))
@@ -865,7 +865,7 @@ def openai_spec(base_url: str, **settings) -> ModelSpec:
 def test_openai_backend_against_local_server(
     fake_openai, monkeypatch, images, schema, prompt, caplog, capsys
 ):
-    from stereolens.extract.openai_backend import OpenAIVLM
+    from stereolens.models.backends.openai_backend import OpenAIVLM
 
     caplog.set_level(logging.DEBUG)  # the key must not show up even in debug logs
     monkeypatch.setenv("STEREOLENS_TEST_KEY", API_KEY)
@@ -946,7 +946,7 @@ def test_openai_backend_against_local_server(
 
 
 def test_openai_missing_key_is_a_clear_error(monkeypatch):
-    from stereolens.extract.openai_backend import OpenAIVLM
+    from stereolens.models.backends.openai_backend import OpenAIVLM
 
     monkeypatch.delenv("STEREOLENS_TEST_KEY", raising=False)
     with pytest.raises(ConfigError, match="STEREOLENS_TEST_KEY"):
@@ -956,7 +956,7 @@ def test_openai_missing_key_is_a_clear_error(monkeypatch):
 
 
 def test_strict_schema_for_the_attribute_schema(schema):
-    from stereolens.extract.openai_backend import strict_json_schema
+    from stereolens.models.backends.openai_backend import strict_json_schema
 
     strict = strict_json_schema(schema.json_schema)
     assert "minLength" not in json.dumps(strict) and "maxLength" not in json.dumps(strict)
@@ -984,7 +984,7 @@ def test_strict_schema_for_the_attribute_schema(schema):
 
 
 def test_rate_limiter_spaces_request_starts():
-    from stereolens.extract.openai_backend import RateLimiter
+    from stereolens.models.backends.openai_backend import RateLimiter
 
     now = [100.0]
     slept = []

@@ -269,9 +269,9 @@ def test_full_disk_then_rerun(repo_root, tmp_path, baseline):
 @pytest.fixture(scope="module")
 def local_model(tmp_path_factory):
     """The tiny VLM the workflow builds, loaded in this process for the test server."""
-    from stereolens.extract.transformers_backend import TransformersVLM
-    from stereolens.registry import ModelSpec
-    from stereolens.tiny.vlm import build_tiny_vlm
+    from stereolens.models.backends.transformers_backend import TransformersVLM
+    from stereolens.models.registry import ModelSpec
+    from stereolens.models.tiny.vlm import build_tiny_vlm
 
     path = build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm") / "tiny-vlm", seed=0)
     settings = {

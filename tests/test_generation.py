@@ -24,12 +24,12 @@ import torch
 from diffusers import AutoPipelineForText2Image, StableDiffusionPipeline
 from PIL import Image
 
-from stereolens.generate.base import GenerationItem
-from stereolens.generate.diffusers_backend import DiffusersGenerator, ModelLoadError
 from stereolens.generate.run import generate_shard, partial_dir
 from stereolens.ids import sha256_file
-from stereolens.registry import ModelSpec
-from stereolens.tiny.diffusion import build_tiny_diffusion
+from stereolens.models.backends.diffusers_backend import DiffusersGenerator, ModelLoadError
+from stereolens.models.registry import ModelSpec
+from stereolens.models.requests import GenerationItem
+from stereolens.models.tiny.diffusion import build_tiny_diffusion
 from stereolens.validation import ConfigError
 
 RES = 32
@@ -453,7 +453,7 @@ def test_bad_scheduler_is_a_clear_error_before_loading(tiny_sd, monkeypatch, sch
 
 
 def test_scheduler_in_registry_schema_and_fingerprint(tmp_path, repo_root):
-    from stereolens.registry import load_registry
+    from stereolens.models.registry import load_registry
 
     reg = tmp_path / "models.yaml"
     reg.write_text(
@@ -494,7 +494,8 @@ def test_batch_size_and_memory_per_attempt():
 
 
 def test_injected_out_of_memory_and_a_smaller_batch(tiny_sd, tmp_path, monkeypatch):
-    from stereolens.generate.job import INJECT_OOM_ENV, run_generation
+    from stereolens.generate.job import run_generation
+    from stereolens.models.job import INJECT_OOM_ENV
 
     spec = make_spec(tiny_sd, batch_size=8)
     items = [
@@ -558,8 +559,8 @@ def test_workflow_retries_an_out_of_memory_job_with_more_memory_and_a_smaller_ba
     import subprocess
     import sys
 
-    from stereolens.generate.job import INJECT_OOM_ENV
-    from stereolens.registry import load_registry
+    from stereolens.models.job import INJECT_OOM_ENV
+    from stereolens.models.registry import load_registry
 
     for item in ("Snakefile", "workflow", "config", "profiles", "envs"):
         src = repo_root / item
@@ -617,7 +618,7 @@ def test_extraction_and_vqa_jobs_run_at_the_attempts_batch_size(job, tmp_path, m
     (the registry's is replaced) and honour the injected out-of-memory failure."""
     from stereolens.biasig import jobs as biasig_jobs
     from stereolens.contextbias import jobs as contextbias_jobs
-    from stereolens.generate.job import INJECT_OOM_ENV
+    from stereolens.models.job import INJECT_OOM_ENV
     from stereolens.paths import resource
 
     spec = ModelSpec("vlm", "vlm", "transformers", "x", settings={"batch_size": 8})

@@ -19,7 +19,7 @@ from stereolens.lvlm import run as R
 from stereolens.lvlm import tasks as T
 from stereolens.lvlm.names import group_from_slug, group_slug
 from stereolens.models.ask import ResponseCache
-from stereolens.registry import ModelSpec, load_registry
+from stereolens.models.registry import ModelSpec, load_registry
 from stereolens.validation import ConfigError
 
 BIN = Path(sys.executable).parent
@@ -170,8 +170,8 @@ def test_task_items_sizes():
 @pytest.fixture(scope="module")
 def tiny_vlm(tmp_path_factory):
     pytest.importorskip("xgrammar")
-    from stereolens.extract.transformers_backend import TransformersVLM
-    from stereolens.tiny.vlm import build_tiny_vlm
+    from stereolens.models.backends.transformers_backend import TransformersVLM
+    from stereolens.models.tiny.vlm import build_tiny_vlm
 
     path = build_tiny_vlm(tmp_path_factory.mktemp("models") / "tiny-vlm", seed=0)
     spec = ModelSpec(
@@ -231,7 +231,7 @@ def smollm2(repo_root, tmp_path_factory):
     pytest.importorskip("xgrammar")
     pytest.importorskip("gguf")
     spec = load_registry(repo_root / "config" / "models.yaml")["smollm2-135m"]
-    from stereolens.registry import load_model, resolve_model_location
+    from stereolens.models.registry import load_model, resolve_model_location
 
     try:
         resolve_model_location(spec.model)
@@ -283,9 +283,9 @@ def test_story_extraction_and_term_judge_with_smollm2(smollm2, tmp_path):
 
 
 def test_gguf_conversion_cache_gives_identical_answers(smollm2, tmp_path, monkeypatch):
-    from stereolens.extract.base import VLMRequest
-    from stereolens.extract.transformers_llm_backend import TransformersLLM, gguf_cache_dir
-    from stereolens.registry import resolve_model_location
+    from stereolens.models.backends.transformers_llm_backend import TransformersLLM, gguf_cache_dir
+    from stereolens.models.registry import resolve_model_location
+    from stereolens.models.requests import VLMRequest
 
     spec, llm = smollm2
     monkeypatch.setenv("STEREOLENS_CACHE", str(tmp_path))

@@ -67,7 +67,9 @@ import math  # noqa: E402
 import numpy as np  # noqa: E402
 
 from stereolens import report as R  # noqa: E402
-from stereolens.contextbias import analysis as CA  # noqa: E402
+from stereolens.contextbias import bootstrap as CB  # noqa: E402
+from stereolens.contextbias import ccs as CC  # noqa: E402
+from stereolens.contextbias import robustness as CR  # noqa: E402
 from stereolens.contextbias.metrics import bi_table  # noqa: E402
 from stereolens.lvlm import report as LR  # noqa: E402
 from stereolens.lvlm.metrics import compute_all  # noqa: E402
@@ -103,12 +105,12 @@ def _attributes(roles=("nurse",), models=("m",)):
 
 def _contextbias_tables(roles=("nurse",), models=("m",)):
     att, img = _attributes(roles, models)
-    ccs = CA.ccs_table(att, img)
+    ccs = CC.ccs_table(att, img)
     return {
         "bi": bi_table(att, img, matched_draws=2),
-        "ccs_mean": CA.ccs_mean(ccs),
-        "robustness": CA.robustness_summary(CA.robustness_tests(att, img)),
-        "bootstrap": CA.cluster_bootstrap(att, replicates=20),
+        "ccs_mean": CC.ccs_mean(ccs),
+        "robustness": CR.robustness_summary(CR.robustness_tests(att, img)),
+        "bootstrap": CB.cluster_bootstrap(att, replicates=20),
         "images": img,
     }
 
@@ -166,7 +168,7 @@ def test_robustness_caption_names_the_computation():
     t = _contextbias_tables()
     assert "released code" in R._robustness_caption(t["robustness"])
     att, img = _attributes()
-    cond = CA.robustness_summary(CA.robustness_tests(att, img, cells="condition"))
+    cond = CR.robustness_summary(CR.robustness_tests(att, img, cells="condition"))
     assert "not the paper's Table 3" in R._robustness_caption(cond)
 
 

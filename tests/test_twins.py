@@ -29,8 +29,8 @@ import numpy as np
 import pytest
 import yaml
 
-from stereolens.registry import load_registry
-from stereolens.twins import load_twins, markdown_table, twin_info, twin_spec, twin_table
+from stereolens.models.registry import load_registry
+from stereolens.models.twins import load_twins, markdown_table, twin_info, twin_spec, twin_table
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = load_registry(ROOT / "config" / "models.yaml")
@@ -108,7 +108,7 @@ def test_readme_twin_table_is_current():
 def twin_root():
     """Every twin built (or found in the cache) once per session; build seconds kept."""
     pytest.importorskip("diffusers")
-    from stereolens.tiny.twins import BUILDERS, cache_root, twin_path
+    from stereolens.models.tiny.twins import BUILDERS, cache_root, twin_path
 
     root = cache_root()
     seconds = {}
@@ -131,7 +131,7 @@ def _weights_sha(folder: Path) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_twins_are_small_and_deterministic(twin_root, tmp_path):
-    from stereolens.tiny.twins import BUILDERS, folder_mb, twin_path
+    from stereolens.models.tiny.twins import BUILDERS, folder_mb, twin_path
 
     for name, b in BUILDERS.items():
         if b.kind != "lora":
@@ -156,7 +156,7 @@ def test_cache_folder_is_keyed_by_builder_version(monkeypatch, tmp_path):
 # ------------------------------------------------------------------ generators
 def _generator(spec):
     """The diffusers backend on ``spec`` (imported here: the data tests need no torch)."""
-    from stereolens.generate.diffusers_backend import DiffusersGenerator
+    from stereolens.models.backends.diffusers_backend import DiffusersGenerator
 
     return DiffusersGenerator(spec)
 
@@ -208,7 +208,7 @@ def test_generator_twin_takes_every_registry_setting(name, twin_root):
     resolution = gen.spec.get("resolution")
     assert image.shape[1:3] == (resolution, resolution)
     if spec.get("variant"):  # the twin has only the variant's weight files, as requested
-        from stereolens.generate.diffusers_backend import ModelLoadError
+        from stereolens.models.backends.diffusers_backend import ModelLoadError
 
         with pytest.raises(ModelLoadError):
             _generator(_with(gen.spec, variant=None))
@@ -254,7 +254,7 @@ def test_generator_twin_takes_every_registry_setting(name, twin_root):
 
 def test_flux_twin_says_the_negative_prompt_has_no_effect(twin_root, caplog):
     pytest.importorskip("diffusers")
-    from stereolens.generate.diffusers_backend import DiffusersGenerator
+    from stereolens.models.backends.diffusers_backend import DiffusersGenerator
 
     run = twin_spec(REGISTRY["flux.1-dev"], root=twin_root, dtype="float32")
     with caplog.at_level(logging.WARNING):
@@ -270,7 +270,7 @@ def test_stable_cascade_twin_keeps_the_hub_layout(twin_root):
     library `wuerstchen` as the hub repository does (diffusers 0.42 cannot resolve it
     alone: the backend registers the deprecated module under that name)."""
     pytest.importorskip("diffusers")
-    from stereolens.tiny.twins import twin_path
+    from stereolens.models.tiny.twins import twin_path
 
     folder = twin_path("stable-cascade", twin_root)
     index = json.loads((folder / "model_index.json").read_text())
@@ -281,7 +281,7 @@ def test_stable_cascade_twin_keeps_the_hub_layout(twin_root):
 
 def test_sd15_twin_has_the_safety_checker_and_records_it(twin_root):
     pytest.importorskip("diffusers")
-    from stereolens.generate.diffusers_backend import DiffusersGenerator
+    from stereolens.models.backends.diffusers_backend import DiffusersGenerator
 
     gen = DiffusersGenerator(twin_spec(REGISTRY["sd1.5"], root=twin_root).spec)
     assert gen.settings()["safety_checker"] == "StableDiffusionSafetyChecker"
@@ -292,8 +292,8 @@ def test_qwen_image_twin_template_prefix_has_the_dropped_token_count(twin_root):
     from diffusers import QwenImagePipeline
     from transformers import AutoTokenizer
 
-    from stereolens.tiny.twins import twin_path
-    from stereolens.tiny.twins.tokenizers import qwen_image_template_words
+    from stereolens.models.tiny.twins import twin_path
+    from stereolens.models.tiny.twins.tokenizers import qwen_image_template_words
 
     tok = AutoTokenizer.from_pretrained(
         str(twin_path("qwen-image", twin_root)), subfolder="tokenizer"
@@ -311,7 +311,7 @@ def test_language_twin_answers_constrained_requests(name, twin_root, tmp_path):
     from PIL import Image
 
     from stereolens.check_models import _load_vlm
-    from stereolens.extract.base import VLMRequest
+    from stereolens.models.requests import VLMRequest
 
     spec = REGISTRY[name]
     info = twin_info(spec)
@@ -417,7 +417,7 @@ def test_check_models_names_a_setting_the_pipeline_does_not_take(twin_root, tmp_
 def test_check_models_uses_weights_present_locally(twin_root):
     pytest.importorskip("diffusers")
     from stereolens.check_models import check_entry, weights_present
-    from stereolens.tiny.twins import twin_path
+    from stereolens.models.tiny.twins import twin_path
 
     local = dataclasses.replace(REGISTRY["sd3.5-large"], model=str(twin_path("sd3.5", twin_root)))
     local = _with(local, resolution=32)
@@ -591,7 +591,7 @@ def test_vlm_twins_keep_the_hub_files_layout(twin_root):
     from safetensors import safe_open
     from transformers import AutoConfig, AutoTokenizer
 
-    from stereolens.tiny.twins import twin_path
+    from stereolens.models.tiny.twins import twin_path
 
     for name in ("llava-next", "llava-onevision", "gemma3"):
         folder = twin_path(name, twin_root)

@@ -9,7 +9,7 @@ tests/vllm_engine_driver.py, the server is started with it, and the workflow run
 its snakemake. Under CI a missing or broken environment fails these tests instead of
 skipping them (as tests/test_slurm.py does for the SLURM cluster); elsewhere they are
 opt-in. The model is the project's tiny random-weight VLM in the shape vLLM's CPU engine
-runs (stereolens.tiny.vlm.build_tiny_vllm_vlm): answers are noise, so the tests assert
+runs (stereolens.models.tiny.vlm.build_tiny_vllm_vlm): answers are noise, so the tests assert
 structure and invariants (valid against the schema, one of the choices, reproducible
 for a seed), never particular answers.
 
@@ -113,7 +113,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def tiny_vllm_model(tmp_path_factory) -> Path:
-    from stereolens.tiny.vlm import build_tiny_vllm_vlm
+    from stereolens.models.tiny.vlm import build_tiny_vllm_vlm
 
     return build_tiny_vllm_vlm(tmp_path_factory.mktemp("models") / "tiny-vlm-vllm", seed=0)
 
@@ -179,12 +179,12 @@ def test_tiny_vllm_vlm_shape_and_transformers_load(tiny_vllm_model):
 
 
 def test_engine_kwargs_cpu_defaults(monkeypatch):
-    from stereolens.extract.vllm_backend import (
+    from stereolens.models.backends.vllm_backend import (
         STRUCTURED_OUTPUTS_CONFIG,
         cpu_kvcache_space_gb,
         engine_kwargs,
     )
-    from stereolens.registry import ModelSpec
+    from stereolens.models.registry import ModelSpec
 
     spec = ModelSpec("v", "vlm", "vllm", "m", settings={"dtype": "float32"})
     cpu = engine_kwargs(spec, on_cpu=True)
@@ -503,7 +503,7 @@ def vllm_server(vllm_python, tiny_vllm_model, api_key, tmp_path_factory):
 
 
 def _openai_spec(server, **settings):
-    from stereolens.registry import ModelSpec
+    from stereolens.models.registry import ModelSpec
 
     return ModelSpec(
         name="served",
@@ -524,8 +524,8 @@ def test_server_requires_the_key(vllm_server):
 
 @pytest.mark.vllm
 def test_openai_backend_against_vllm_server(vllm_server, test_images, api_key, caplog):
-    from stereolens.extract.base import VLMRequest
-    from stereolens.registry import load_model
+    from stereolens.models.registry import load_model
+    from stereolens.models.requests import VLMRequest
 
     vlm = load_model(_openai_spec(vllm_server, max_concurrency=4, timeout_s=60, max_retries=1))
     imgs = [str(test_images[f"img{i}"]) for i in range(len(COLORS))]
@@ -597,9 +597,9 @@ TEXT_SCHEMA = {
 def test_openai_backend_full_schema_on_vllm_server(vllm_server, test_images):
     """strict_schema false: the server enforces the schema as written, maxLength included
     (strict mode would drop it, and the random model writes strings to the token limit)."""
-    from stereolens.extract.base import VLMRequest
     from stereolens.models.ask import parse_json_object
-    from stereolens.registry import load_model
+    from stereolens.models.registry import load_model
+    from stereolens.models.requests import VLMRequest
 
     vlm = load_model(_openai_spec(vllm_server, strict_schema=False, max_retries=1))
     requests = [

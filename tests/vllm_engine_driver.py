@@ -19,8 +19,8 @@ import time
 
 
 def main(job_path: str, out_path: str) -> int:
-    from stereolens.extract.base import VLMRequest
-    from stereolens.registry import ModelSpec, load_model
+    from stereolens.models.registry import ModelSpec, load_model
+    from stereolens.models.requests import VLMRequest
 
     job = json.loads(open(job_path).read())
     spec = ModelSpec(kind="vlm", **job["spec"])

@@ -7,7 +7,7 @@ Per entry, one row: model | backend | pipeline class | settings accepted | secon
 
 * generators: the diffusers backend loads the entry (its twin: the same pipeline class,
   the entry's settings with resolution and steps scaled down, see
-  :func:`stereolens.twins.twin_spec`) and makes one image; "settings accepted" is yes
+  :func:`stereolens.models.twins.twin_spec`) and makes one image; "settings accepted" is yes
   when every setting was taken and the image has the entry's size, and names the
   settings that have no effect (e.g. FLUX's negative prompt without true_cfg_scale > 1);
 * VLMs and LLMs: the entry's backend (vLLM entries on transformers unless vLLM is
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stereolens.registry import ModelSpec, load_registry, resolve_model_location
+from stereolens.models.registry import ModelSpec, load_registry, resolve_model_location
 from stereolens.validation import ConfigError
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ def _scaled_real(spec: ModelSpec, device: str | None) -> tuple[ModelSpec, list[s
     """A real entry with its steps scaled down for one quick image."""
     import dataclasses
 
-    from stereolens.twins import MAX_STEPS
+    from stereolens.models.twins import MAX_STEPS
 
     settings = dict(spec.settings)
     notes = []
@@ -161,10 +161,10 @@ def _scaled_real(spec: ModelSpec, device: str | None) -> tuple[ModelSpec, list[s
 
 def _load_vlm(spec: ModelSpec, runner: str):
     if runner == "model":
-        from stereolens.tiny.twins.language import ModelLevelVLM
+        from stereolens.models.tiny.twins.language import ModelLevelVLM
 
         return ModelLevelVLM(spec)
-    from stereolens.registry import load_model
+    from stereolens.models.registry import load_model
 
     return load_model(spec)
 
@@ -196,7 +196,7 @@ def check_entry(
     problem: the row says what failed. With ``batch_check`` a generator also makes two
     images one at a time and as one batch of two, and the notes give the largest pixel
     difference (0 or a unit of rounding: an image depends on its prompt and seed only)."""
-    from stereolens.twins import twin_info, twin_spec
+    from stereolens.models.twins import twin_info, twin_spec
 
     row = CheckRow(spec.name, spec.backend)
     started = time.perf_counter()
@@ -256,7 +256,7 @@ def check_entry(
 
 
 def _check_generator(spec: ModelSpec, row: CheckRow, batch_check: bool = False) -> None:
-    from stereolens.generate.diffusers_backend import DiffusersGenerator
+    from stereolens.models.backends.diffusers_backend import DiffusersGenerator
 
     gen = DiffusersGenerator(spec)
     row.pipeline_class = type(gen.pipe).__name__
@@ -285,7 +285,7 @@ def _check_generator(spec: ModelSpec, row: CheckRow, batch_check: bool = False) 
 
 
 def _check_language(spec: ModelSpec, row: CheckRow, runner: str, tmp: Path) -> None:
-    from stereolens.extract.base import VLMRequest
+    from stereolens.models.requests import VLMRequest
 
     model = _load_vlm(spec, runner)
     row.pipeline_class = _model_class(model)
@@ -402,7 +402,7 @@ def _run(args: argparse.Namespace) -> int:
     quiet_progress_bars()
     threads = args.threads if args.threads is not None else (1 if args.weights == "twin" else None)
     if threads:
-        from stereolens.generate.job import limit_threads
+        from stereolens.models.job import limit_threads
 
         limit_threads(threads)
     rows = run_checks(

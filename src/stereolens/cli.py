@@ -17,11 +17,11 @@ from stereolens.lvlm import cli as lvlm_cli
 
 def _build_tiny(args: argparse.Namespace) -> int:
     if args.builder == "tiny-diffusion":
-        from stereolens.tiny.diffusion import build_tiny_diffusion as build
+        from stereolens.models.tiny.diffusion import build_tiny_diffusion as build
     elif args.builder == "tiny-vlm-vllm":
-        from stereolens.tiny.vlm import build_tiny_vllm_vlm as build
+        from stereolens.models.tiny.vlm import build_tiny_vllm_vlm as build
     else:
-        from stereolens.tiny.vlm import build_tiny_vlm as build
+        from stereolens.models.tiny.vlm import build_tiny_vlm as build
     path = build(args.out, seed=args.seed)
     print(f"built {args.builder} checkpoint in {path}")
     return 0

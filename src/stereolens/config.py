@@ -6,8 +6,8 @@ import copy
 import os
 from typing import Any
 
+from stereolens.models.registry import ModelSpec, load_registry
 from stereolens.paths import resource
-from stereolens.registry import ModelSpec, load_registry
 from stereolens.validation import ConfigError, load_yaml, validate_against
 
 CONFIG_SCHEMA = resource("schemas", "config.schema.yaml")

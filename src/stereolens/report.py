@@ -90,7 +90,7 @@ def bi_condition_figure(bi: pl.DataFrame) -> str:
 
 def _models_table(config: dict) -> str:
     """The registry settings of every model the run used (what determines its outputs)."""
-    from stereolens.registry import load_registry
+    from stereolens.models.registry import load_registry
 
     registry = load_registry(config["registry"])
     cb = config.get("contextbias", {})

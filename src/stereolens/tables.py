@@ -1,5 +1,6 @@
-"""Declared schemas of the tables the metrics read, and the one check every metrics CLI
-(and so the workflow, which runs them) applies before computing anything.
+"""Reading a table from any of its file formats, the declared schemas of the tables the
+metrics read, and the one check every metrics CLI (and so the workflow, which runs them)
+applies before computing anything.
 
 A table that would quietly change the numbers is refused with one line naming the table,
 the column, the rows and what to do: a missing column, a wrong type (integer labels, a
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
@@ -153,6 +155,29 @@ def _type_problems(spec: TableSpec, frame: pl.DataFrame) -> list[str]:
                 f"e.g. pl.col({name!r}).cast(pl.{_TYPES[kind]}))"
             )
     return out
+
+
+def read_table(path: str | Path, what: str = "table"):
+    """A table from parquet, CSV or JSON lines (by file suffix); an unreadable file is a
+    ConfigError naming it."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    readers = {
+        ".parquet": pl.read_parquet,
+        ".csv": pl.read_csv,
+        ".jsonl": pl.read_ndjson,
+        ".ndjson": pl.read_ndjson,
+    }
+    if suffix not in readers:
+        raise ConfigError(
+            f"{what} {path}: unknown file type {suffix!r}; use .parquet, .csv or .jsonl"
+        )
+    if not path.exists():
+        raise FileNotFoundError(f"{what} {path} does not exist")
+    try:
+        return readers[suffix](path)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise ConfigError(f"{what} {path} cannot be read as {suffix[1:]}: {exc}") from exc
 
 
 def check_table(frame: pl.DataFrame, spec: TableSpec, source: str = "") -> pl.DataFrame:

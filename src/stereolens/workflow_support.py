@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
-from stereolens.registry import ModelSpec
+from stereolens.models.registry import ModelSpec
 
 
 def bank_roles(bank_path: str | None) -> list[str]:
@@ -41,26 +41,6 @@ def model_fingerprint_json(spec: ModelSpec) -> str:
     """Canonical JSON of what determines a model's outputs (a Snakemake param: a change
     reruns that model's jobs; reordering the config or adding models does not)."""
     return json.dumps(spec.fingerprint(), sort_keys=True, default=str)
-
-
-def write_job_timing(
-    out_path: str | os.PathLike, model: str, load_seconds: float, seconds: float, items: int
-) -> None:
-    """A model job's own timing beside its output (``<output>.timing.json``): model load
-    seconds, work seconds after the load, items and seconds per item. The report's
-    measured-throughput table reads these (stereolens.throughput)."""
-    from stereolens.atomic import write_json
-
-    write_json(
-        f"{out_path}.timing.json",
-        {
-            "model": model,
-            "load_seconds": round(load_seconds, 3),
-            "seconds": round(seconds, 3),
-            "items": items,
-            "seconds_per_item": round(seconds / items, 6) if items else None,
-        },
-    )
 
 
 def set_offline() -> None:

@@ -11,7 +11,7 @@ from snakemake.common import overwrite_function_params
 
 from stereolens.config import check_models, check_prompt_bank, validate_config
 from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
-from stereolens.registry import TINY_MEM_MB, load_registry
+from stereolens.models.registry import TINY_MEM_MB, load_registry
 from stereolens.workflow_support import model_fingerprint_json, validation_roles
 
 

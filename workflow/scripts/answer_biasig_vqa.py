@@ -1,7 +1,7 @@
 """Entry point of rule answer_biasig_vqa."""
 
 from stereolens.biasig.jobs import vqa_biasig_shard
-from stereolens.generate.job import job_resources
+from stereolens.models.job import job_resources
 from stereolens.workflow_support import run_logged
 
 

@@ -8,8 +8,8 @@ from stereolens.check_models import (
     quiet_progress_bars,
     tsv,
 )
-from stereolens.generate.job import limit_threads
-from stereolens.registry import load_registry
+from stereolens.models.job import limit_threads
+from stereolens.models.registry import load_registry
 from stereolens.workflow_support import run_logged
 
 

@@ -1,7 +1,7 @@
 """Entry point of rule extract_contextbias_attributes."""
 
 from stereolens.contextbias.jobs import extract_contextbias_shard
-from stereolens.generate.job import job_resources
+from stereolens.models.job import job_resources
 from stereolens.workflow_support import run_logged
 
 

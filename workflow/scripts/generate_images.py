@@ -2,7 +2,8 @@
 
 import json
 
-from stereolens.generate.job import generate_images_job, job_resources
+from stereolens.generate.job import generate_images_job
+from stereolens.models.job import job_resources
 from stereolens.workflow_support import run_logged
 
 

@@ -2,7 +2,7 @@
 
 from stereolens.atomic import write_parquet
 from stereolens.biasig.jobs import merge_answers
-from stereolens.registry import load_registry
+from stereolens.models.registry import load_registry
 from stereolens.workflow_support import run_logged
 
 

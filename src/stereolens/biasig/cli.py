@@ -6,35 +6,10 @@ import argparse
 from pathlib import Path
 
 
-def read_table(path: str | Path, what: str = "table"):
-    """A table from parquet, CSV or JSON lines (by file suffix); an unreadable file is a
-    ConfigError naming it."""
-    import polars as pl
-
-    from stereolens.validation import ConfigError
-
-    path = Path(path)
-    suffix = path.suffix.lower()
-    readers = {
-        ".parquet": pl.read_parquet,
-        ".csv": pl.read_csv,
-        ".jsonl": pl.read_ndjson,
-        ".ndjson": pl.read_ndjson,
-    }
-    if suffix not in readers:
-        raise ConfigError(
-            f"{what} {path}: unknown file type {suffix!r}; use .parquet, .csv or .jsonl"
-        )
-    if not path.exists():
-        raise FileNotFoundError(f"{what} {path} does not exist")
-    try:
-        return readers[suffix](path)
-    except (pl.exceptions.PolarsError, OSError) as exc:
-        raise ConfigError(f"{what} {path} cannot be read as {suffix[1:]}: {exc}") from exc
-
-
 def read_answers(path: str | Path):
     """An answers table from parquet, CSV or JSON lines (by file suffix)."""
+    from stereolens.tables import read_table
+
     return read_table(path, "answers")
 
 

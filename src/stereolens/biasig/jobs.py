@@ -18,9 +18,10 @@ from pathlib import Path
 import polars as pl
 
 from stereolens.atomic import read_jsonl, write_jsonl
-from stereolens.generate.job import read_shard_metadata, run_generation, run_model_job
+from stereolens.generate.job import run_generation
 from stereolens.ids import stable_id
-from stereolens.registry import load_model, load_registry
+from stereolens.models.job import read_shard_metadata, run_model_job
+from stereolens.models.registry import load_model, load_registry
 
 ACQUIRED_TYPES = ("occupation", "characteristic", "social_relation")
 CONDITIONS = ("implicit", "explicit")

@@ -44,11 +44,11 @@ from typing import Any
 import yaml
 
 from stereolens.biasig.truth import ATTRIBUTES, VALUES_BY_ATTRIBUTE
-from stereolens.extract.base import VLM, VLMRequest
 from stereolens.ids import sha256_file
 from stereolens.models.ask import ResponseCache, ask_items, parse_json_object, request_seed
+from stereolens.models.registry import ModelSpec
+from stereolens.models.requests import VLM, VLMRequest
 from stereolens.paths import resource
-from stereolens.registry import ModelSpec
 from stereolens.validation import ConfigError
 
 DEFAULT_PROMPT = ("biasig", "vqa_prompt.v1.yaml")

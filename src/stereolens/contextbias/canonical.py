@@ -39,8 +39,8 @@ import polars as pl
 import yaml
 
 from stereolens.contextbias.schema import NOT_LABELS, AttributeSchema
+from stereolens.models.registry import ModelSpec, resolve_model_location
 from stereolens.paths import resource
-from stereolens.registry import ModelSpec, resolve_model_location
 from stereolens.validation import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -483,7 +483,7 @@ def llm_core_labels(
     valid deterministic (temperature 0) answers are cached by a hash of the full request
     (the registry entry's fingerprint included).
     """
-    from stereolens.extract.base import VLMRequest
+    from stereolens.models.requests import VLMRequest
 
     if spec.kind not in ("llm", "vlm"):
         raise ConfigError(
@@ -592,7 +592,7 @@ def _answer_cached(
     todo = [i for i, a in enumerate(answers) if a is None]
     if todo:
         if llm is None:
-            from stereolens.registry import load_model
+            from stereolens.models.registry import load_model
 
             llm = load_model(spec)
         asked = ask_items(

@@ -34,7 +34,7 @@ def use_label_column(attributes, column: str):
 
 def _read(path: str, what: str):
     """A table from parquet, CSV or JSON lines, by suffix (see biasig.cli.read_answers)."""
-    from stereolens.biasig.cli import read_table
+    from stereolens.tables import read_table
 
     return read_table(path, what)
 
@@ -42,14 +42,10 @@ def _read(path: str, what: str):
 def _metrics(args: argparse.Namespace) -> int:
 
     from stereolens.atomic import write_parquet
-    from stereolens.contextbias.analysis import (
-        ccs_mean,
-        ccs_table,
-        cluster_bootstrap,
-        robustness_summary,
-        robustness_tests,
-    )
+    from stereolens.contextbias.bootstrap import cluster_bootstrap
+    from stereolens.contextbias.ccs import ccs_mean, ccs_table
     from stereolens.contextbias.metrics import bi_table
+    from stereolens.contextbias.robustness import robustness_summary, robustness_tests
     from stereolens.contextbias.schema import AttributeSchema
     from stereolens.tables import ATTRIBUTES, IMAGES, check_table
 

@@ -39,7 +39,6 @@ from typing import Any
 import yaml
 
 from stereolens.contextbias.schema import AttributeSchema
-from stereolens.extract.base import VLM, VLMRequest
 from stereolens.ids import sha256_file
 from stereolens.models.ask import (
     ResponseCache,
@@ -47,8 +46,9 @@ from stereolens.models.ask import (
     parse_json_object,
     request_seed,
 )
+from stereolens.models.registry import ModelSpec
+from stereolens.models.requests import VLM, VLMRequest
 from stereolens.paths import resource
-from stereolens.registry import ModelSpec
 
 logger = logging.getLogger(__name__)
 

@@ -10,13 +10,9 @@ import polars as pl
 
 from stereolens.atomic import write_jsonl
 from stereolens.contextbias.prompts import build_prompts, shard_items
-from stereolens.generate.job import (
-    limit_threads,
-    read_shard_metadata,
-    run_generation,
-    run_model_job,
-)
-from stereolens.registry import load_model, load_registry
+from stereolens.generate.job import run_generation
+from stereolens.models.job import limit_threads, read_shard_metadata, run_model_job
+from stereolens.models.registry import load_model, load_registry
 
 __all__ = [
     "extract_contextbias_shard",

@@ -4,7 +4,8 @@ roles and per role.
 Input columns: model, role, condition, image_id, cohort, dimension, label (plus
 extractor, optional: when present every metric is computed per extractor too).
 The label-level analyses (homogeneity, CCS, prompt robustness, cluster bootstrap) live in
-:mod:`stereolens.contextbias.analysis`.
+:mod:`stereolens.contextbias.ccs`, :mod:`~stereolens.contextbias.robustness` and
+:mod:`~stereolens.contextbias.bootstrap`.
 """
 
 from __future__ import annotations

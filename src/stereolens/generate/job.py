@@ -1,5 +1,5 @@
-"""One generation job of any benchmark (workflow rule ``generate_images``), and the job
-plumbing that generation, extraction and VQA jobs share.
+"""One generation job of any benchmark (workflow rule ``generate_images``); the plumbing of
+every model job (threads, injected out-of-memory errors, timing) is stereolens.models.job.
 
 A job is one model x group x cell x shard of a benchmark: for ContextBias group = role,
 cell = condition (CF, CA-R, CA-U, VAL), shard = block of seeds; for BiasIG group =
@@ -7,28 +7,21 @@ acquired-attribute type, cell = prompt condition (implicit, explicit), shard = b
 prompts. A benchmark *adapter* (``ADAPTERS``: a ``generation_items`` function in the
 benchmark's jobs module) turns the benchmark's prompt table and those wildcards into
 GenerationItem keyword dicts; everything else (loading the model once, threads, the batch
-size of this attempt, the resumable shard runner, timing.json) is shared here.
-
-Retries after running out of memory: the workflow gives every model job a ``batch_size``
-and ``mem_mb`` that depend on Snakemake's attempt number (registry ``batch_size`` halved
-per retry, ``mem_mb`` times the attempt; see stereolens.registry.ModelSpec.job_batch_size).
-The job runs its model at that batch size, which changes speed and memory only: every
-image has its own seed, so the images are the same whatever the batch size.
-
-``STEREOLENS_INJECT_OOM=<n>`` makes a job whose batch size is above n raise an
-out-of-memory error right after its model has loaded, to exercise those retries.
+size of this attempt, the resumable shard runner, timing.json) is shared here. The job runs
+its model at the attempt's batch size, which changes speed and memory only: every image has
+its own seed, so the images are the same whatever the batch size.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import os
 import time
 from collections.abc import Callable
 from typing import Any
 
-from stereolens.registry import ModelSpec, load_model, load_registry
+from stereolens.models.job import check_injected_oom, limit_threads, out_of_memory_error
+from stereolens.models.registry import ModelSpec, load_model, load_registry
 
 ADAPTERS: dict[str, str] = {
     "contextbias": "stereolens.contextbias.jobs:generation_items",
@@ -37,52 +30,6 @@ ADAPTERS: dict[str, str] = {
 """Benchmark -> "module:function" turning a prompt table and a job's wildcards into items:
 ``fn(prompts_path, model, group, cell, shard, settings, config) -> list[dict]`` (see
 :func:`generation_items`)."""
-
-INJECT_OOM_ENV = "STEREOLENS_INJECT_OOM"
-
-
-def limit_threads(threads: int | None) -> None:
-    """Give torch the job's threads, not the machine's: several jobs share a node, and
-    oversubscribed CPU threads make small models an order of magnitude slower."""
-    if threads:
-        import torch
-
-        torch.set_num_threads(int(threads))
-
-
-def out_of_memory_error() -> type[BaseException]:
-    """torch's out-of-memory exception where torch is installed, else MemoryError."""
-    try:
-        import torch
-    except ImportError:
-        return MemoryError
-    return getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
-
-
-def check_injected_oom(batch_size: int | None, what: str) -> None:
-    """Raise an out-of-memory error when ``STEREOLENS_INJECT_OOM`` is set to a number
-    below this job's batch size (failure injection for the retry logic; unset = never)."""
-    raw = os.environ.get(INJECT_OOM_ENV, "").strip()
-    if not raw:
-        return
-    try:
-        limit = int(raw)
-    except ValueError:
-        raise ValueError(f"{INJECT_OOM_ENV} must be an integer batch size, not {raw!r}") from None
-    if batch_size is not None and batch_size > limit:
-        raise out_of_memory_error()(
-            f"{what}: injected out-of-memory error at batch size {batch_size} "
-            f"({INJECT_OOM_ENV}={limit}: batch sizes above {limit} fail)"
-        )
-
-
-def job_resources(snakemake: Any) -> dict[str, Any]:
-    """The scheduler resources of a running Snakemake job that concern memory (mem_mb,
-    batch_size, gpu, threads), for the job's log and timing.json."""
-    res = snakemake.resources
-    out = {k: res.get(k) for k in ("mem_mb", "batch_size", "gpu") if res.get(k) is not None}
-    out["threads"] = snakemake.threads
-    return out
 
 
 def generation_items(
@@ -131,8 +78,8 @@ def run_generation(
     atomically and resumably from ``<out_dir>.partial/``). ``batch_size`` overrides the
     registry's for this job (a retry's smaller batch); ``job_resources`` (the scheduler's
     mem_mb, batch_size, ...) are logged and recorded in timing.json."""
-    from stereolens.generate.base import GenerationItem
     from stereolens.generate.run import generate_shard
+    from stereolens.models.requests import GenerationItem
 
     log = log or logging.getLogger(__name__)
     spec = spec.with_batch_size(batch_size)
@@ -209,79 +156,3 @@ def generate_images_job(
         threads=threads,
         job_resources=job_resources,
     )
-
-
-class ShardIntegrityError(RuntimeError):
-    """A finished generation shard whose images do not match their recorded hashes."""
-
-
-def read_shard_metadata(images_dir, keys) -> list[dict]:
-    """The items of a finished generation shard (its metadata.jsonl): ``keys`` of each
-    record plus ``image_path`` and the verified ``image_sha256``. Extraction and VQA jobs
-    read their images this way: every image is hashed (it is read anyway) and compared with
-    the hash recorded when it was made; a missing, truncated or changed image fails the
-    job, naming the file and the command that regenerates its shard."""
-    from pathlib import Path
-
-    from stereolens.atomic import read_jsonl
-    from stereolens.ids import sha256_file
-
-    path = Path(images_dir) / "metadata.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path} is missing: the generation job for {images_dir} did not finish; "
-            f"regenerate it: stereolens regenerate --shard {images_dir} --configfile <config>"
-        )
-    items, bad = [], []
-    for r in read_jsonl(path):
-        image = Path(images_dir) / r["image_file"]
-        try:
-            sha = sha256_file(image)
-        except OSError as exc:
-            bad.append(f"{image} ({type(exc).__name__})")
-            continue
-        if r.get("image_sha256") and sha != r["image_sha256"]:
-            bad.append(f"{image} (sha256 {sha[:12]}... but {r['image_sha256'][:12]}... recorded)")
-            continue
-        items.append({**{k: r.get(k) for k in keys}, "image_path": str(image), "image_sha256": sha})
-    if bad:
-        more = f" ... and {len(bad) - 3} more" if len(bad) > 3 else ""
-        raise ShardIntegrityError(
-            f"{len(bad)} image(s) of the finished shard {images_dir} are missing, corrupt or "
-            f"changed since they were made: {'; '.join(bad[:3])}{more}. Regenerate the shard "
-            f"(and what was read from it): stereolens regenerate --shard {images_dir} "
-            "--configfile <your config>"
-        )
-    return items
-
-
-def run_model_job(
-    spec: ModelSpec,
-    out_path: str,
-    work: Callable[[Any], Any],
-    log: logging.Logger,
-    *,
-    threads: int | None = None,
-    what: str = "",
-    items: int | None = None,
-    load: Callable[[ModelSpec], Any] = load_model,
-):
-    """Load ``spec``'s model once, run ``work(model)`` and record the job's own timing
-    beside its output (``<out_path>.timing.json``: load seconds, work seconds, items =
-    ``items`` or len(result)); ``load`` builds the model (as in run_generation). Shared by
-    extraction, VQA and the LVLM jobs; the injected
-    out-of-memory check (STEREOLENS_INJECT_OOM) runs right after the load."""
-    from stereolens.workflow_support import write_job_timing
-
-    if spec.backend.startswith("transformers"):
-        limit_threads(threads)
-    start = time.perf_counter()
-    model = load(spec)
-    load_seconds = time.perf_counter() - start
-    log.info("%s loaded in %.1f s", spec.name, load_seconds)
-    check_injected_oom(spec.get("batch_size", 1), f"{spec.name} {what}".strip())
-    start = time.perf_counter()
-    result = work(model)
-    n = items if items is not None else len(result)
-    write_job_timing(out_path, spec.name, load_seconds, time.perf_counter() - start, n)
-    return result

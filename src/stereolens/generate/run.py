@@ -33,8 +33,8 @@ from typing import Any
 from tqdm import tqdm
 
 from stereolens.atomic import write_bytes, write_json, write_jsonl
-from stereolens.generate.base import GenerationItem, Generator
 from stereolens.ids import sha256_bytes, sha256_file
+from stereolens.models.requests import GenerationItem, Generator
 
 METADATA_FILE = "metadata.jsonl"
 TIMING_FILE = "timing.json"

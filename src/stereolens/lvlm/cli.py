@@ -32,7 +32,6 @@ def _formulas(items: list[str] | None) -> dict[str, str]:
 
 def _metrics(args: argparse.Namespace) -> int:
     from stereolens.atomic import write_parquet
-    from stereolens.biasig.cli import read_table
     from stereolens.lvlm.metrics import compute_all
     from stereolens.tables import (
         RESPONSES,
@@ -40,6 +39,7 @@ def _metrics(args: argparse.Namespace) -> int:
         TERM_JUDGEMENTS,
         check_exam_rows,
         check_table,
+        read_table,
     )
 
     responses_path = Path(args.responses)

@@ -9,13 +9,13 @@ from typing import Any
 import polars as pl
 
 from stereolens.atomic import read_jsonl, write_jsonl, write_parquet
-from stereolens.generate.job import run_model_job
 from stereolens.lvlm import groups as G
 from stereolens.lvlm import run as R
 from stereolens.lvlm import tasks as T
 from stereolens.lvlm.names import group_from_slug
 from stereolens.models.ask import ResponseCache
-from stereolens.registry import ModelSpec, load_model, load_registry
+from stereolens.models.job import run_model_job
+from stereolens.models.registry import ModelSpec, load_model, load_registry
 
 
 def _cache(cache_dir: str | None) -> ResponseCache | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from stereolens.extract.base import VLMRequest
+from stereolens.models.requests import VLMRequest
 from stereolens.paths import resource
 from stereolens.validation import ConfigError, load_yaml
 

@@ -35,7 +35,6 @@ from typing import Any
 
 import polars as pl
 
-from stereolens.extract.base import VLM, VLMRequest
 from stereolens.ids import sha256_bytes, sha256_file, stable_id
 from stereolens.lvlm import groups as G
 from stereolens.lvlm import tasks as T
@@ -47,7 +46,8 @@ from stereolens.models.ask import (
     ask_round,
     request_seed,
 )
-from stereolens.registry import ModelSpec
+from stereolens.models.registry import ModelSpec
+from stereolens.models.requests import VLM, VLMRequest
 from stereolens.validation import ConfigError
 
 logger = logging.getLogger(__name__)

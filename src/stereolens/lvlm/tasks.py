@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from stereolens.extract.base import VLMRequest
 from stereolens.ids import sha256_file, stable_id
+from stereolens.models.requests import VLMRequest
 from stereolens.paths import resource
 from stereolens.validation import ConfigError, load_yaml
 

@@ -21,14 +21,14 @@ from stereolens.validation import ConfigError, load_yaml, validate_against
 
 BACKENDS: dict[str, str] = {
     # text-to-image
-    "diffusers": "stereolens.generate.diffusers_backend:DiffusersGenerator",
+    "diffusers": "stereolens.models.backends.diffusers_backend:DiffusersGenerator",
     # vision-language models (attribute extraction, VQA, LVLM tasks)
-    "transformers": "stereolens.extract.transformers_backend:TransformersVLM",
-    "vllm": "stereolens.extract.vllm_backend:VLLMVLM",
-    "openai": "stereolens.extract.openai_backend:OpenAIVLM",
+    "transformers": "stereolens.models.backends.transformers_backend:TransformersVLM",
+    "vllm": "stereolens.models.backends.vllm_backend:VLLMVLM",
+    "openai": "stereolens.models.backends.openai_backend:OpenAIVLM",
     # text-only language models (label canonicalisation, judges, assistants); vllm and
     # openai serve text-only requests through the classes above
-    "transformers-llm": "stereolens.extract.transformers_llm_backend:TransformersLLM",
+    "transformers-llm": "stereolens.models.backends.transformers_llm_backend:TransformersLLM",
 }
 
 KIND_BACKENDS = {
@@ -177,7 +177,7 @@ def load_registry(path: str | os.PathLike) -> dict[str, ModelSpec]:
                 revision=entry.pop("revision", None),
                 settings=entry,
             )
-    from stereolens.generate.variants import check_variants
+    from stereolens.models.variants import check_variants
 
     check_variants(specs)
     return specs

@@ -37,11 +37,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from stereolens.extract.base import VLMRequest
-from stereolens.extract.vllm_backend import build_vllm_messages
 from stereolens.images import ImageUnreadable
 from stereolens.models.ask import BackendFailure, ItemFailure
-from stereolens.registry import ModelSpec
+from stereolens.models.backends.vllm_backend import build_vllm_messages
+from stereolens.models.registry import ModelSpec
+from stereolens.models.requests import VLMRequest
 from stereolens.validation import ConfigError
 
 logger = logging.getLogger(__name__)

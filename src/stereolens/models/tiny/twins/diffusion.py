@@ -21,7 +21,7 @@ The images are noise. What is real is the loading path, the call arguments and t
 arithmetic of the pipeline classes.
 
 Builders take ``(out_dir, seed)`` and write into ``out_dir`` (an empty folder); the
-caching and the atomic move into place are :func:`stereolens.tiny.twins.twin_path`'s.
+caching and the atomic move into place are :func:`stereolens.models.tiny.twins.twin_path`'s.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stereolens.tiny.twins import tokenizers as toks
+from stereolens.models.tiny.twins import tokenizers as toks
 
 TEXT = 32
 """Hidden size of the tiny CLIP and T5 text encoders."""

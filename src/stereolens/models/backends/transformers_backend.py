@@ -14,7 +14,7 @@ padding; sampled requests run one at a time under their own seed.
 
 The grammar compilation, batching and generation live in
 :class:`GrammarConstrainedGeneration`, which the text-only backend
-(:mod:`stereolens.extract.transformers_llm_backend`) shares.
+(:mod:`stereolens.models.backends.transformers_llm_backend`) shares.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import json
 import logging
 from typing import Any
 
-from stereolens.extract.base import VLMRequest
 from stereolens.images import ImageUnreadable, load_image
 from stereolens.models.ask import BackendFailure, ItemFailure, out_of_memory_errors
-from stereolens.registry import ModelSpec, resolve_model_location
+from stereolens.models.registry import ModelSpec, resolve_model_location
+from stereolens.models.requests import VLMRequest
 
 logger = logging.getLogger(__name__)
 

@@ -5,12 +5,12 @@ chat template works, including GGUF files: with the registry key ``gguf_file`` t
 weights are read (and dequantised) by transformers' own GGUF loader, so a quantised
 llama.cpp checkpoint runs here without llama.cpp. ``model`` may be ``pkg://<package>``,
 the folder of an installed Python package that ships the weights (see
-:func:`stereolens.registry.resolve_model_location`).
+:func:`stereolens.models.registry.resolve_model_location`).
 
-Requests follow the VLM protocol (:class:`stereolens.extract.base.VLMRequest`) without
+Requests follow the VLM protocol (:class:`stereolens.models.requests.VLMRequest`) without
 images: a request with ``image_path`` is a programming error and raises ValueError before
 anything is generated. JSON schemas and choices are enforced with xgrammar exactly as in
-:mod:`stereolens.extract.transformers_backend` (the same class does the decoding): greedy
+:mod:`stereolens.models.backends.transformers_backend` (the same class does the decoding): greedy
 requests are batched ``batch_size`` at a time with left padding, sampled requests run one
 at a time under their own seed.
 
@@ -26,14 +26,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from stereolens.extract.base import VLMRequest
-from stereolens.extract.transformers_backend import (
+from stereolens.ids import sha256_file
+from stereolens.models.backends.transformers_backend import (
     GrammarConstrainedGeneration,
     _resolve_device,
     _resolve_dtype,
 )
-from stereolens.ids import sha256_file
-from stereolens.registry import ModelSpec, resolve_model_location
+from stereolens.models.registry import ModelSpec, resolve_model_location
+from stereolens.models.requests import VLMRequest
 from stereolens.validation import ConfigError
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ pipeline drops from the text encoder's output, as with Qwen's own tokenizer; see
 
 from __future__ import annotations
 
-import json
 import string
 from typing import Any
 
@@ -50,14 +49,9 @@ def qwen_image_template_words() -> str:
 
 def corpus(extra: tuple[str, ...] = ()) -> list[str]:
     """The fixed training text (repeated so that frequent words merge into one token)."""
-    from stereolens.contextbias.schema import AttributeSchema
+    from stereolens.models.tiny.vlm import schema_corpus
 
-    schema = AttributeSchema.load()
-    lines = list(CORPUS_LINES) + list(extra)
-    lines.append(json.dumps(schema.json_schema))
-    for d in schema.dimensions:
-        labels = list(d.vocabulary or ()) + ["unknown"]
-        lines.append(json.dumps({d.name: labels}))
+    lines = list(CORPUS_LINES) + list(extra) + schema_corpus("twins")
     lines.append(QWEN_IMAGE_SYSTEM)
     lines.append(" ".join(string.ascii_letters + string.digits + string.punctuation))
     return lines * 4

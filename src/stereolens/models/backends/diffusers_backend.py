@@ -13,7 +13,7 @@ dtype, variant, pipeline_class, scheduler (a class name, or {class, config} whos
 overrides the checkpoint's scheduler config), device, enable_cpu_offload,
 trust_remote_code, batch_size, resolution, steps, guidance, negative_prompt,
 style_prefix, pipeline_kwargs, and the debiasing-variant keys variant_of,
-prompt_intervention, semantic_guidance and lora (see stereolens.generate.variants).
+prompt_intervention, semantic_guidance and lora (see stereolens.models.variants).
 ``dtype: auto`` means float32 on CPU and, on CUDA,
 bfloat16 where the GPU supports it, else float16 (diffusers itself has no "auto":
 left unset, its own models load as float32 while transformers text encoders keep
@@ -57,8 +57,8 @@ import torch
 import yaml
 from packaging.version import Version
 
-from stereolens.generate.variants import apply_prompt_intervention, check_prompt_intervention
-from stereolens.registry import REGISTRY_SCHEMA, ModelSpec, resolve_model_location
+from stereolens.models.registry import REGISTRY_SCHEMA, ModelSpec, resolve_model_location
+from stereolens.models.variants import apply_prompt_intervention, check_prompt_intervention
 from stereolens.validation import ConfigError
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 rewritten to run against its twin.
 
 The mapping is data: ``resources/twins.yaml`` maps a model id (a registry entry's
-``model``) to a twin builder of :mod:`stereolens.tiny.twins`, or to the reason there is
+``model``) to a twin builder of :mod:`stereolens.models.tiny.twins`, or to the reason there is
 none; a LoRA id to its twin; a backend without weights (``openai``) to its reason.
 Entries built locally (``build:``) or shipped in a Python package (``pkg://``) are their
 own twins. :func:`twin_table` is the README's table; tests/test_twins.py checks that
@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from stereolens.registry import PACKAGE_SCHEME, ModelSpec
+from stereolens.models.registry import PACKAGE_SCHEME, ModelSpec
 from stereolens.validation import ConfigError
 
 TWINS_FILE = Path(__file__).resolve().parent / "resources" / "twins.yaml"
@@ -96,12 +96,12 @@ class TwinRun:
     """What differs from the registry entry (scaled settings, settings not exercised)."""
     runner: str = "backend"
     """``backend`` (the registry backend class) or ``model`` (model-level, see
-    stereolens.tiny.twins.language.ModelLevelVLM)."""
+    stereolens.models.tiny.twins.language.ModelLevelVLM)."""
 
 
 def load_twins(path: str | Path | None = None) -> dict[str, Any]:
     """Read and check resources/twins.yaml (or ``path``)."""
-    from stereolens.tiny.twins import BUILDERS
+    from stereolens.models.tiny.twins import BUILDERS
 
     path = Path(path) if path else TWINS_FILE
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -129,7 +129,7 @@ def load_twins(path: str | Path | None = None) -> dict[str, Any]:
 
 def twin_info(spec: ModelSpec, twins: dict[str, Any] | None = None) -> TwinInfo:
     """The twin (or the reason for none) of one registry entry."""
-    from stereolens.tiny.twins import builder
+    from stereolens.models.tiny.twins import builder
 
     twins = twins if twins is not None else load_twins()
     backend_reason = (twins["backends"].get(spec.backend) or {}).get("reason")
@@ -206,7 +206,7 @@ def twin_spec(
     """The entry rewritten to run against its twin (built first if not cached); raises
     ConfigError for an entry without one. ``dtype`` overrides the entry's (None = as
     written); ``use_vllm`` keeps vLLM entries on vLLM (else they run on transformers)."""
-    from stereolens.tiny.twins import builder, twin_path
+    from stereolens.models.tiny.twins import builder, twin_path
 
     info = twin_info(spec, twins)
     if info.status == "none":
@@ -276,7 +276,7 @@ def twin_spec(
                     settings.pop(key)
         settings.pop("trust_remote_code", None)
         if b.runner == "model" and backend == "transformers":
-            from stereolens.tiny.twins.language import processor_loads
+            from stereolens.models.tiny.twins.language import processor_loads
 
             if not processor_loads(path):
                 runner = "model"
@@ -293,13 +293,13 @@ def _built_itself(spec: ModelSpec, root: str | Path | None) -> Path:
     the twin cache with its builder (the same code the workflow's build rule runs)."""
     if Path(spec.model).is_dir():
         return Path(spec.model)
-    from stereolens.tiny.twins import _libraries_key, cache_root
+    from stereolens.models.tiny.twins import _libraries_key, cache_root
 
     target = Path(root or cache_root()) / f"build-{spec.get('build')}-{_libraries_key()}"
     if not target.is_dir():
         if spec.get("build") == "tiny-diffusion":
-            from stereolens.tiny.diffusion import build_tiny_diffusion as build
+            from stereolens.models.tiny.diffusion import build_tiny_diffusion as build
         else:
-            from stereolens.tiny.vlm import build_tiny_vlm as build
+            from stereolens.models.tiny.vlm import build_tiny_vlm as build
         build(target)
     return target

@@ -1,9 +1,11 @@
-"""What a vision-language backend must provide."""
+"""What a request to a model is, and what a backend must answer: VLMRequest and the VLM
+protocol (vision-language and text models), GenerationItem and the Generator protocol
+(text-to-image models)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from stereolens.ids import sha256_bytes
@@ -51,4 +53,32 @@ class VLM(Protocol):
         when the backend failed for a reason outside the model (network, server, GPU).
         A failure of the whole backend may also be raised as a BackendFailure. Failures
         are never recorded as answers (see stereolens.models.ask)."""
+        ...
+
+
+@dataclass(frozen=True)
+class GenerationItem:
+    """One image to make."""
+
+    image_id: str
+    """Stable id: stable_id(model, prompt_id, seed)."""
+    prompt_id: str
+    """Stable id of the prompt text (see stereolens.contextbias.prompts)."""
+    text: str
+    """Prompt as the benchmark states it (cleaned); the backend adds the style prefix."""
+    seed: int
+    """Seed of this image's own torch.Generator."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Benchmark fields carried into the metadata (role, condition, ...)."""
+
+
+class Generator(Protocol):
+    """A loaded text-to-image model. Constructed from a registry ModelSpec (loads weights)."""
+
+    def generate(self, prompts: list[str], seeds: list[int]) -> list[Any]:
+        """One PIL image per (prompt, seed); image k depends only on prompts[k] and seeds[k]."""
+        ...
+
+    def settings(self) -> dict[str, Any]:
+        """The resolved settings that determine the images (for per-image metadata)."""
         ...

@@ -90,18 +90,19 @@ CHAT_TEMPLATE = (
 """ChatML, with an ``{"type": "image"}`` part rendered as the image placeholder."""
 
 
-def _corpus() -> list[str]:
-    """Fixed training text: JSON punctuation, the attribute schema and its labels."""
+def schema_corpus(key: str) -> list[str]:
+    """Lines of the stored tokenizer corpus (resources/models/tokenizer_corpus.v1.json: the
+    attribute schema as JSON text, kept as data so that model code imports no benchmark)."""
     import json
 
-    from stereolens.contextbias.schema import AttributeSchema
+    from stereolens.paths import resource
 
-    schema = AttributeSchema.load()
-    lines = [json.dumps(schema.json_schema), json.dumps(schema.json_schema, indent=2)]
-    for d in schema.dimensions:
-        labels = list(d.vocabulary or ()) + ["unknown"]
-        lines.append(json.dumps({d.name: labels}))
-        lines.append(", ".join(f'"{d.name}": "{v}"' for v in labels))
+    return list(json.loads(resource("models", "tokenizer_corpus.v1.json").read_text())[key])
+
+
+def _corpus() -> list[str]:
+    """Fixed training text: JSON punctuation, the attribute schema and its labels."""
+    lines = schema_corpus("tiny_vlm")
     lines += [
         '{"person_id": "p1"}, {"person_id": "p2"}, []',
         "Describe the image. Answer with one JSON object that follows the schema.",

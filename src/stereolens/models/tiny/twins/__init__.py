@@ -4,7 +4,7 @@ real ones, built from configs (no hub), cached on disk.
 A twin is a folder that loads through exactly the code a real model goes through
 (``from_pretrained`` of the registry backend), so a registry entry's settings can be
 run against its real pipeline or model class on a CPU in seconds. Which twin stands
-for which hub model is data (``resources/twins.yaml``, read by :mod:`stereolens.twins`);
+for which hub model is data (``resources/twins.yaml``, read by :mod:`stereolens.models.twins`);
 this package holds the builders, one per architecture family:
 
 * :mod:`.diffusion`: the text-to-image pipelines (SD 1.5, SDXL base / Turbo /
@@ -60,8 +60,8 @@ class TwinBuilder:
     """The builder must know the folder's final path (it writes it into a file)."""
 
 
-_D = "stereolens.tiny.twins.diffusion"
-_L = "stereolens.tiny.twins.language"
+_D = "stereolens.models.tiny.twins.diffusion"
+_L = "stereolens.models.tiny.twins.language"
 
 BUILDERS: dict[str, TwinBuilder] = {
     b.name: b

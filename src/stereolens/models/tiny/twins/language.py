@@ -17,7 +17,7 @@ qwen3              Qwen3ForCausalLM                         (tokenizer)
 
 (*) In transformers 5.x these processors type-check a ``video_processor`` against
 ``VideoProcessorMixin``, which exists only with torchvision (see
-:mod:`stereolens.tiny.vlm`), so they cannot be built or saved here. Their twins' folders
+:mod:`stereolens.models.tiny.vlm`), so they cannot be built or saved here. Their twins' folders
 hold the model, the tokenizer (with the chat template) and the image processor, as the
 hub repositories do (minus the video processor's file). Where ``AutoProcessor`` can load
 such a folder (with torchvision, it assembles the processor from those files) the twin
@@ -40,14 +40,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from stereolens.extract.base import VLMRequest
-from stereolens.extract.transformers_backend import (
+from stereolens.models.backends.transformers_backend import (
     GrammarConstrainedGeneration,
     TransformersVLM,
     _resolve_device,
     _resolve_dtype,
 )
-from stereolens.tiny.twins import tokenizers as toks
+from stereolens.models.requests import VLMRequest
+from stereolens.models.tiny.twins import tokenizers as toks
 
 logger = logging.getLogger(__name__)
 
@@ -499,7 +499,7 @@ class ModelLevelVLM(GrammarConstrainedGeneration):
     """A VLM twin whose processor class cannot be built here, run at the model level.
 
     The registry's transformers backend in every other respect (the same
-    :class:`~stereolens.extract.transformers_backend.GrammarConstrainedGeneration`
+    :class:`~stereolens.models.backends.transformers_backend.GrammarConstrainedGeneration`
     decoding: xgrammar constraints, greedy batching, seeded sampling; the same
     settings: dtype, device, batch_size, image_max_side); only the encoding differs:
     the chat template renders the prompt with one image placeholder, the image

@@ -40,10 +40,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from stereolens.extract.base import VLMRequest
 from stereolens.images import ImageUnreadable, load_image
 from stereolens.models.ask import BackendFailure, ItemFailure, out_of_memory_errors
-from stereolens.registry import ModelSpec
+from stereolens.models.registry import ModelSpec
+from stereolens.models.requests import VLMRequest
 
 logger = logging.getLogger(__name__)
 

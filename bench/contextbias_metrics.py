@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from stereolens.contextbias import bootstrap, ccs, robustness
+from stereolens.contextbias import bootstrap, robustness
+from stereolens.contextbias import ccs as ccs_module
 from stereolens.contextbias.metrics import CONDITIONS, bi_table
 from stereolens.contextbias.schema import AttributeSchema
 
@@ -206,8 +207,8 @@ def main() -> int:
         lambda: bi_table(attributes, images, matched_draws=args.matched_draws),
         res,
     )
-    ccs = _timed("ccs.parquet", lambda: ccs.ccs_table(attributes, images), res)
-    _timed("ccs_mean.parquet", lambda: ccs.ccs_mean(ccs), res)
+    ccs = _timed("ccs.parquet", lambda: ccs_module.ccs_table(attributes, images), res)
+    _timed("ccs_mean.parquet", lambda: ccs_module.ccs_mean(ccs), res)
     for cells in ("condition", "prompt"):
         _timed(
             f"robustness.parquet (cells = {cells})",

@@ -161,7 +161,7 @@ def _scaled_real(spec: ModelSpec, device: str | None) -> tuple[ModelSpec, list[s
 
 def _load_vlm(spec: ModelSpec, runner: str):
     if runner == "model":
-        from stereolens.models.tiny.twins.language import ModelLevelVLM
+        from stereolens.models.tiny.twins.model_level import ModelLevelVLM
 
         return ModelLevelVLM(spec)
     from stereolens.models.registry import load_model

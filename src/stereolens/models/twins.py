@@ -96,7 +96,7 @@ class TwinRun:
     """What differs from the registry entry (scaled settings, settings not exercised)."""
     runner: str = "backend"
     """``backend`` (the registry backend class) or ``model`` (model-level, see
-    stereolens.models.tiny.twins.language.ModelLevelVLM)."""
+    stereolens.models.tiny.twins.model_level.ModelLevelVLM)."""
 
 
 def load_twins(path: str | Path | None = None) -> dict[str, Any]:
@@ -276,7 +276,7 @@ def twin_spec(
                     settings.pop(key)
         settings.pop("trust_remote_code", None)
         if b.runner == "model" and backend == "transformers":
-            from stereolens.models.tiny.twins.language import processor_loads
+            from stereolens.models.tiny.twins.model_level import processor_loads
 
             if not processor_loads(path):
                 runner = "model"

@@ -7,10 +7,11 @@ run against its real pipeline or model class on a CPU in seconds. Which twin sta
 for which hub model is data (``resources/twins.yaml``, read by :mod:`stereolens.models.twins`);
 this package holds the builders, one per architecture family:
 
-* :mod:`.diffusion`: the text-to-image pipelines (SD 1.5, SDXL base / Turbo /
-  Playground v2.5 and an SDXL LoRA, SD 3.5, FLUX.1-dev, Qwen-Image, PixArt-Sigma,
-  Stable Cascade);
-* :mod:`.language`: the VLMs and LLMs transformers can build from a config.
+* :mod:`.diffusion`: the shared components and the UNet pipelines (SD 1.5, SDXL base /
+  Turbo / Playground v2.5 and an SDXL LoRA); :mod:`.diffusion_transformers`: SD 3.5,
+  FLUX.1-dev, Qwen-Image, PixArt-Sigma, Stable Cascade;
+* :mod:`.language`: the VLMs and LLMs transformers can build from a config;
+  :mod:`.model_level` runs those whose processor cannot be built here.
 
 :func:`twin_path` builds a twin once into a cache folder keyed by the twin's name, its
 builder version and the library versions (so a new diffusers or a changed builder
@@ -61,6 +62,7 @@ class TwinBuilder:
 
 
 _D = "stereolens.models.tiny.twins.diffusion"
+_T = "stereolens.models.tiny.twins.diffusion_transformers"
 _L = "stereolens.models.tiny.twins.language"
 
 BUILDERS: dict[str, TwinBuilder] = {
@@ -84,19 +86,19 @@ BUILDERS: dict[str, TwinBuilder] = {
         TwinBuilder(
             "sdxl-lora", "lora", "LoRA (SDXL UNet)", f"{_D}:build_sdxl_lora", 1, base="sdxl-base"
         ),
-        TwinBuilder("sd3.5", "generator", "StableDiffusion3Pipeline", f"{_D}:build_sd35", 1, 32),
-        TwinBuilder("flux.1-dev", "generator", "FluxPipeline", f"{_D}:build_flux_dev", 1, 32),
+        TwinBuilder("sd3.5", "generator", "StableDiffusion3Pipeline", f"{_T}:build_sd35", 1, 32),
+        TwinBuilder("flux.1-dev", "generator", "FluxPipeline", f"{_T}:build_flux_dev", 1, 32),
         TwinBuilder(
-            "qwen-image", "generator", "QwenImagePipeline", f"{_D}:build_qwen_image", 1, 32
+            "qwen-image", "generator", "QwenImagePipeline", f"{_T}:build_qwen_image", 1, 32
         ),
         TwinBuilder(
-            "pixart-sigma", "generator", "PixArtSigmaPipeline", f"{_D}:build_pixart_sigma", 1, 256
+            "pixart-sigma", "generator", "PixArtSigmaPipeline", f"{_T}:build_pixart_sigma", 1, 256
         ),
         TwinBuilder(
             "stable-cascade",
             "generator",
             "StableCascadeCombinedPipeline",
-            f"{_D}:build_stable_cascade",
+            f"{_T}:build_stable_cascade",
             1,
             128,
             wants_final_dir=True,

@@ -9,12 +9,11 @@ import yaml
 
 from stereolens.contextbias.prompts import shard_items
 from stereolens.contextbias.validation import (
-    ALL,
     build_validation_prompts,
-    load_validation_truth,
     validation_details,
     validation_scores,
 )
+from stereolens.contextbias.validation_truth import ALL, load_validation_truth
 from stereolens.ids import stable_id
 from stereolens.paths import resource
 from stereolens.validation import ConfigError

@@ -3,11 +3,8 @@
 import polars as pl
 
 from stereolens.atomic import write_parquet
-from stereolens.contextbias.validation import (
-    load_validation_truth,
-    validation_details,
-    validation_scores,
-)
+from stereolens.contextbias.validation import validation_details, validation_scores
+from stereolens.contextbias.validation_truth import load_validation_truth
 from stereolens.workflow_support import run_logged
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stereolens.paths import resource
 from stereolens.validation import ConfigError, load_yaml, validate_against
 
 BACKENDS: dict[str, str] = {
@@ -42,7 +43,7 @@ SECTIONS = (("generator", "generators"), ("vlm", "vlms"), ("llm", "llms"))
 
 PACKAGE_SCHEME = "pkg://"
 
-REGISTRY_SCHEMA = Path(__file__).resolve().parent / "resources" / "schemas" / "models.schema.yaml"
+REGISTRY_SCHEMA = resource("schemas", "models.schema.yaml")
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,10 @@ from typing import Any
 import yaml
 
 from stereolens.models.registry import PACKAGE_SCHEME, ModelSpec
+from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
-TWINS_FILE = Path(__file__).resolve().parent / "resources" / "twins.yaml"
+TWINS_FILE = resource("twins.yaml")
 
 MAX_STEPS = 2
 """Denoising steps of a twin run (a registry entry with fewer keeps its own)."""

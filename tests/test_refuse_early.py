@@ -8,7 +8,8 @@ import pytest
 import yaml
 from test_workflow import SNAKEMAKE, _copy_workflow, _env
 
-from stereolens.config import ROLE_PATTERN, check_prompt_bank, load_config, role_slug
+from stereolens.config import load_config
+from stereolens.contextbias.prompts import ROLE_PATTERN, check_prompt_bank, role_slug
 from stereolens.validation import ConfigError
 
 

@@ -83,29 +83,13 @@ class CheckRow:
 
 
 def configured_models(config: dict[str, Any]) -> list[str]:
-    """Every registry name a (validated) run config uses, in config order."""
+    """Every registry name a (validated) run config uses, in config order (each benchmark
+    plug-in names its models: stereolens.benchmark)."""
+    from stereolens.benchmark import configured_models as per_benchmark
+
     names: list[str] = []
-
-    def add(value: Any) -> None:
-        for v in [value] if isinstance(value, str) else list(value or []):
-            if isinstance(v, str) and v not in names:
-                names.append(v)
-
-    cb = config.get("contextbias") or {}
-    add(cb.get("generators"))
-    add(cb.get("extractors"))
-    canonicalisation = cb.get("canonicalisation") or {}
-    if canonicalisation.get("enabled", True):
-        add(canonicalisation.get("llm"))
-    bg = config.get("biasig") or {}
-    if bg.get("enabled"):
-        add(bg.get("generators"))
-        add(bg.get("vqa"))
-    lv = config.get("lvlm") or {}
-    if lv.get("enabled"):
-        add(lv.get("models"))
-        add(lv.get("assistant"))
-        add(lv.get("refusal_judge"))
+    for models in per_benchmark(config).values():
+        names += [n for n in models if n not in names]
     return names
 
 

@@ -28,15 +28,17 @@ def _build_tiny(args: argparse.Namespace) -> int:
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    from stereolens.config import check_prompt_bank, load_config
+    from stereolens.benchmark import benchmarks
+    from stereolens.config import load_config
 
     config, registry = load_config(args.configfile)
-    cb = config["contextbias"]
+    parts = []
+    for plugin in benchmarks(config):
+        models = sorted({m for names in plugin.models(config).values() for m in names})
+        parts.append(f"{plugin.title}: {len(plugin.jobs(config))} model jobs, {', '.join(models)}")
     print(
-        f"{args.configfile}: valid. Registry {config['registry']} ({len(registry)} models); "
-        f"ContextBias {len(check_prompt_bank(config))} role(s), generators "
-        f"{', '.join(cb['generators'])}; BiasIG {'on' if config['biasig']['enabled'] else 'off'}; "
-        f"LVLM {'on' if config['lvlm']['enabled'] else 'off'}"
+        f"{args.configfile}: valid. Registry {config['registry']} ({len(registry)} models). "
+        + "; ".join(parts)
     )
     return 0
 

@@ -1,7 +1,8 @@
 """`stereolens plan`: jobs, images, model calls and GPU-hours of a run, from the config and
 the shipped prompt tables alone (no Snakemake, no model loaded).
 
-Counts follow the workflow's job layout (workflow/rules/common.smk):
+Counts come from each benchmark plug-in's job enumeration (stereolens.benchmark), the one the
+Snakefile builds its job lists from:
 
 * ContextBias generation: one job per generator x role x condition x seed shard
   (ceil(seeds.per_prompt / seeds.per_shard) shards), plus, with validation on, one job per
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from dataclasses import asdict, dataclass
@@ -145,145 +145,35 @@ def _speed(
     return None, "unknown", "no throughput figure: add one to the throughput table"
 
 
-def _row(benchmark, stage, model, jobs, images, registry, throughput) -> Row:
-    seconds, status, source = _speed(model, stage, registry, throughput)
-    hours = None if seconds is None else images * seconds / 3600
-    return Row(benchmark, stage, model, jobs, images, images, seconds, status, source, hours)
+STAGES = ("generate", "extract", "vqa", "respond", "assistant")
+"""Stages with a throughput figure: the rows of the plan (refusal labelling and the
+aggregate jobs are left out)."""
 
 
-def _contextbias_rows(config: dict, registry: dict, throughput: dict) -> list[Row]:
-    import polars as pl
+def _rows(config: dict, registry: dict, throughput: dict) -> list[Row]:
+    """One row per benchmark x stage x model from the benchmarks' own job enumeration (the
+    one the Snakefile uses): jobs, images made or read, calls, GPU-hours."""
+    from stereolens.benchmark import benchmarks
 
-    from stereolens.contextbias.prompts import build_prompts
-    from stereolens.contextbias.validation import build_validation_prompts
-    from stereolens.workflow_support import bank_roles, validation_roles
-
-    cb = config["contextbias"]
-    seeds = cb["seeds"]
-    roles = cb["roles"] or bank_roles(cb["prompt_bank"])
-    conditions = cb["conditions"]
-    n_shards = math.ceil(seeds["per_prompt"] / seeds["per_shard"])
-    prompts = build_prompts(
-        models=["_"],  # seeds are not needed here, only the prompt rows
-        seeds_per_prompt=1,
-        default_bank_key=seeds["default_bank_key"],
-        roles=roles,
-        bank_path=cb["prompt_bank"],
-        fix_articles=cb["fix_articles"],
-    ).filter(pl.col("condition").is_in(conditions))
-    jobs = len(roles) * len(conditions) * n_shards
-    images = prompts.height * seeds["per_prompt"]
-    val = cb["validation"]
-    if val["enabled"]:
-        val_roles = validation_roles(cb["roles"])
-        val_prompts = build_validation_prompts(["_"], 1).filter(pl.col("role").is_in(val_roles))
-        jobs += len(val_roles) * math.ceil(val["seeds_per_prompt"] / seeds["per_shard"])
-        images += val_prompts.height * val["seeds_per_prompt"]
-    rows = [
-        _row("contextbias", "generate", m, jobs, images, registry, throughput)
-        for m in cb["generators"]
-    ]
-    n_gen = len(cb["generators"])
-    rows += [
-        _row("contextbias", "extract", x, jobs * n_gen, images * n_gen, registry, throughput)
-        for x in cb["extractors"]
-    ]
-    return rows
-
-
-def _biasig_rows(config: dict, registry: dict, throughput: dict) -> list[Row]:
-    from stereolens.biasig.jobs import n_shards
-    from stereolens.biasig.prompts import load_prompts, select_prompts
-
-    bg = config["biasig"]
-    if not bg["enabled"]:
-        return []
-    sel = select_prompts(
-        load_prompts(),
-        bg["acquired_types"],
-        bg["conditions"],
-        bg["acquired_attributes"],
-        bg["max_variants"],
-    )
-    jobs = sum(
-        n_shards(sel, atype, cond, bg["prompts_per_shard"])
-        for (atype, cond), _ in sel.group_by(["acquired_type", "visibility"])
-    )
-    images = sel.height * bg["images_per_prompt"]
-    rows = [
-        _row("biasig", "generate", m, jobs, images, registry, throughput) for m in bg["generators"]
-    ]
-    n_gen = len(bg["generators"])
-    rows.append(
-        _row("biasig", "vqa", bg["vqa"], jobs * n_gen, images * n_gen, registry, throughput)
-    )
-    return rows
-
-
-def _lvlm_prompt_counts(lv: dict) -> dict[str, int]:
-    """Prompts per task without reading MMLU: story 1, term = terms kept, exam = 6 subjects x
-    questions_per_subject, attribute_inferring 1."""
-    from stereolens.lvlm.tasks import COLLEGE_SUBJECTS, load_terms
-
-    terms = load_terms(lv.get("terms"))
-    per_domain: dict[str, int] = {}
-    for t in terms:
-        per_domain[t.domain] = per_domain.get(t.domain, 0) + 1
-    cap = lv.get("terms_per_domain")
-    n_terms = sum(min(n, cap) if cap else n for n in per_domain.values())
-    return {
-        "story": 1,
-        "term": n_terms,
-        "exam": len(COLLEGE_SUBJECTS) * int(lv["questions_per_subject"]),
-        "attribute_inferring": 1,
-    }
-
-
-def _lvlm_rows(config: dict, registry: dict, throughput: dict) -> list[Row]:
-    """LVLM audit: response jobs per model x setting x task x axis x group x shard (calls =
-    user images x prompts); the assistant's story and judge jobs per model x setting x axis
-    (calls = stories, and judged pairs = images x group pairs x terms)."""
-    from stereolens.lvlm.names import AXES
-
-    lv = config.get("lvlm") or {}
-    if not lv.get("enabled"):
-        return []
-    prompts = _lvlm_prompt_counts(lv)
-    groups = {a: len((lv.get("groups") or {}).get(a) or AXES[a]) for a in lv["axes"]}
-    jobs = calls = 0
-    story_calls = judge_calls = assistant_jobs = 0
-    for task, t in lv["tasks"].items():
-        settings = [
-            s for s in lv["settings"] if not (task == "attribute_inferring" and s == "persona")
-        ]
-        shards = math.ceil(t["images_per_group"] / t["images_per_shard"])
-        for n_groups in groups.values():
-            per_axis = len(settings) * n_groups
-            jobs += per_axis * shards
-            calls += per_axis * t["images_per_group"] * prompts[task]
-            if task == "story":
-                story_calls += per_axis * t["images_per_group"]
-                assistant_jobs += len(settings)
-            if task == "term":
-                pairs = n_groups * (n_groups - 1) // 2
-                judge_calls += len(settings) * t["images_per_group"] * pairs * prompts["term"]
-                assistant_jobs += len(settings)
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    units: dict[tuple[str, str, str], str] = {}
+    for plugin in benchmarks(config):
+        for job in plugin.jobs(config, counts=True):
+            if job.stage not in STAGES or not job.model:
+                continue
+            key = (plugin.name, job.stage, job.model)
+            acc = groups.setdefault(key, [0, 0])
+            acc[0] += 1
+            acc[1] += job.items
+            units[key] = job.unit
     rows = []
-    for m in lv["models"]:
-        seconds, status, source = _speed(m, "respond", registry, throughput)
-        hours = None if seconds is None else calls * seconds / 3600
-        rows.append(Row("lvlm", "respond", m, jobs, 0, calls, seconds, status, source, hours))
-    if lv.get("assistant") and (story_calls or judge_calls):
-        n = len(lv["models"])
-        a_calls = (story_calls + judge_calls) * n
-        seconds, status, source = _speed(lv["assistant"], "assistant", registry, throughput)
-        hours = None if seconds is None else a_calls * seconds / 3600
+    for (benchmark, stage, model), (jobs, items) in groups.items():
+        seconds, status, source = _speed(model, stage, registry, throughput)
+        hours = None if seconds is None else items * seconds / 3600
+        images = items if units[(benchmark, stage, model)] == "images" else 0
         rows.append(
-            Row(
-                "lvlm", "assistant", lv["assistant"], assistant_jobs * n, 0, a_calls,
-                seconds, status, source, hours,
-            )
-        )  # fmt: skip
+            Row(benchmark, stage, model, jobs, images, items, seconds, status, source, hours)
+        )
     return rows
 
 
@@ -292,11 +182,7 @@ def plan(
 ) -> dict[str, Any]:
     """The plan of a validated config: rows (per benchmark, stage and model) and totals."""
     throughput = throughput or {"entries": {}}
-    rows = (
-        _contextbias_rows(config, registry, throughput)
-        + _biasig_rows(config, registry, throughput)
-        + _lvlm_rows(config, registry, throughput)
-    )
+    rows = _rows(config, registry, throughput)
     known = [r.gpu_hours for r in rows if r.gpu_hours is not None]
     return {
         "gpu": throughput.get("gpu"),

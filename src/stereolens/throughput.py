@@ -322,25 +322,6 @@ def summarise(jobs: pl.DataFrame, throughput_table: dict | None = None) -> pl.Da
     )
 
 
-def configured_models(config: dict) -> dict[str, set[str]]:
-    """benchmark -> the model names the config runs there (generators, extractors, VQA or
-    audited models); a benchmark switched off has none."""
-    out: dict[str, set[str]] = {}
-    for name, section in (config or {}).items():
-        if not isinstance(section, dict) or section.get("enabled") is False:
-            continue
-        names: set[str] = set()
-        for key in ("generators", "extractors", "models", "vqa", "assistant"):
-            value = section.get(key)
-            if isinstance(value, str):
-                names.add(value)
-            elif isinstance(value, list):
-                names.update(v for v in value if isinstance(v, str))
-        if names:
-            out[name] = names
-    return out
-
-
 def measured_throughput(
     results_dir: str | Path,
     config: dict | None = None,
@@ -352,7 +333,9 @@ def measured_throughput(
     benchmarks and models it configures (left-over folders of other runs are ignored)."""
     jobs = collect_jobs(results_dir, benchmarks_dir, logs_dir)
     if config is not None and not jobs.is_empty():
-        wanted = configured_models(config)
+        from stereolens.benchmark import configured_models
+
+        wanted = {b: set(names) for b, names in configured_models(config).items()}
         keep = [
             m in wanted.get(b, set()) if b in wanted or b in config else True
             for b, m in zip(jobs["benchmark"], jobs["model"], strict=True)

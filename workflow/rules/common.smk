@@ -9,7 +9,8 @@ from functools import lru_cache
 
 from snakemake.common import overwrite_function_params
 
-from stereolens.config import check_models, check_prompt_bank, validate_config
+from stereolens.config import check_models, validate_config
+from stereolens.contextbias.prompts import check_prompt_bank
 from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
 from stereolens.models.registry import TINY_MEM_MB, load_registry
 from stereolens.workflow_support import model_fingerprint_json, validation_roles

@@ -139,7 +139,7 @@ def generation_items(
     settings: dict,
     config: dict | None = None,
 ) -> list[dict]:
-    """Generation adapter of BiasIG (stereolens.generate.job.ADAPTERS): the images of one
+    """Generation adapter of BiasIG (its plug-in's generation_items): the images of one
     job (:func:`biasig_shard_items`) as GenerationItem keyword dicts.
 
     ``prompts_path`` is a prompt table parquet (None = the shipped prompts); ``settings``

@@ -49,7 +49,7 @@ def generation_items(
     seed_settings: dict,
     config: dict,
 ) -> list[dict]:
-    """Generation adapter of ContextBias (stereolens.generate.job.ADAPTERS): the images of
+    """Generation adapter of ContextBias (its plug-in's generation_items): the images of
     one job, every prompt of (role, condition) times the seed indices of ``shard``, as
     GenerationItem keyword dicts.
 

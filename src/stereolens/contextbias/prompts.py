@@ -22,6 +22,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -202,3 +203,64 @@ def shard_items(
                 }
             )
     return items
+
+
+ROLE_PATTERN = r"[a-z0-9_]{1,64}"
+"""Role names name folders (results/contextbias/images/{model}/{role}/...) and wildcards."""
+
+
+def role_slug(name: str) -> str:
+    """A role name that fits ROLE_PATTERN, to suggest when one does not."""
+    import re
+    import unicodedata
+
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    return re.sub(r"[^a-z0-9]+", "_", ascii_name.lower()).strip("_")[:64] or "role"
+
+
+def check_prompt_bank(config: dict[str, Any]) -> list[str]:
+    """The ContextBias roles of this run, checked at parse time (before any job is queued):
+    the bank reads, every configured role is in it, every role name can name a folder,
+    and every role has at least one non-empty prompt in every configured condition.
+    Returns the roles; raises ConfigError naming the file, the role and what to do."""
+    import difflib
+    import re
+
+    cb = config["contextbias"]
+    path = cb.get("prompt_bank") or "the shipped prompt bank"
+    bank = load_bank(cb.get("prompt_bank"))
+    bank_roles = list(dict.fromkeys(e["role"] for e in bank))
+    roles = cb.get("roles") or bank_roles
+    unknown = [r for r in roles if r not in bank_roles]
+    if unknown:
+        hints = []
+        for r in unknown[:5]:
+            close = difflib.get_close_matches(r, bank_roles, n=2)
+            hints.append(f"{r!r}" + (f" (did you mean {' or '.join(close)}?)" if close else ""))
+        raise ConfigError(
+            f"contextbias.roles names role(s) not in {path}: {', '.join(hints)}; the bank has "
+            f"{len(bank_roles)} roles (e.g. {', '.join(bank_roles[:5])})"
+        )
+    bad = [r for r in roles if not re.fullmatch(ROLE_PATTERN, r)]
+    if bad:
+        raise ConfigError(
+            f"{path}: role name(s) {', '.join(repr(r) for r in bad[:5])} cannot name a folder: "
+            "role names must be lowercase ASCII letters, digits and underscores, at most 64 "
+            f"characters; rename them in the bank (e.g. {role_slug(bad[0])!r})"
+        )
+    conditions = cb.get("conditions") or []
+    have: dict[tuple[str, str], int] = {}
+    for i, e in enumerate(bank):
+        if not isinstance(e.get("prompt"), str) or not e["prompt"].strip():
+            raise ConfigError(f"{path}: entry {i} (role {e.get('role')!r}) has an empty prompt")
+        have[(e["role"], e["context"])] = have.get((e["role"], e["context"]), 0) + 1
+    missing = [(r, c) for r in roles for c in conditions if not have.get((r, c))]
+    if missing:
+        shown = ", ".join(f"{r} {c}" for r, c in missing[:5])
+        raise ConfigError(
+            f"{path}: no prompt for {shown}"
+            + (f" (+{len(missing) - 5} more)" if len(missing) > 5 else "")
+            + "; every role needs prompts in every condition of contextbias.conditions: add "
+            "them to the bank, or leave the role out of contextbias.roles"
+        )
+    return roles

@@ -4,17 +4,17 @@ every model job (threads, injected out-of-memory errors, timing) is stereolens.m
 A job is one model x group x cell x shard of a benchmark: for ContextBias group = role,
 cell = condition (CF, CA-R, CA-U, VAL), shard = block of seeds; for BiasIG group =
 acquired-attribute type, cell = prompt condition (implicit, explicit), shard = block of
-prompts. A benchmark *adapter* (``ADAPTERS``: a ``generation_items`` function in the
-benchmark's jobs module) turns the benchmark's prompt table and those wildcards into
-GenerationItem keyword dicts; everything else (loading the model once, threads, the batch
-size of this attempt, the resumable shard runner, timing.json) is shared here. The job runs
+prompts. A benchmark *adapter* (its plug-in's ``generation_items``, stereolens.benchmark:
+a function in the benchmark's jobs module) turns the benchmark's prompt table and those
+wildcards into GenerationItem keyword dicts; everything else (loading the model once,
+threads, the batch size of this attempt, the resumable shard runner, timing.json) is shared
+here. The job runs
 its model at the attempt's batch size, which changes speed and memory only: every image has
 its own seed, so the images are the same whatever the batch size.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from collections.abc import Callable
@@ -22,14 +22,6 @@ from typing import Any
 
 from stereolens.models.job import check_injected_oom, limit_threads, out_of_memory_error
 from stereolens.models.registry import ModelSpec, load_model, load_registry
-
-ADAPTERS: dict[str, str] = {
-    "contextbias": "stereolens.contextbias.jobs:generation_items",
-    "biasig": "stereolens.biasig.jobs:generation_items",
-}
-"""Benchmark -> "module:function" turning a prompt table and a job's wildcards into items:
-``fn(prompts_path, model, group, cell, shard, settings, config) -> list[dict]`` (see
-:func:`generation_items`)."""
 
 
 def generation_items(
@@ -50,14 +42,13 @@ def generation_items(
     biasig settings); ``config`` the benchmark's config section. Raises ValueError when
     the job has no images (a shard past the last one, an unknown group or cell).
     """
-    try:
-        target = ADAPTERS[benchmark]
-    except KeyError:
-        raise ValueError(
-            f"unknown benchmark {benchmark!r}; generation adapters exist for {sorted(ADAPTERS)}"
-        ) from None
-    module, _, name = target.partition(":")
-    adapter = getattr(importlib.import_module(module), name)
+    from stereolens.benchmark import benchmark as plugin
+    from stereolens.benchmark import resolve
+
+    target = plugin(benchmark).generation_items
+    if target is None:
+        raise ValueError(f"benchmark {benchmark!r} generates no images")
+    adapter = resolve(target)
     return adapter(prompts_path, model, group, cell, shard, settings, config or {})
 
 

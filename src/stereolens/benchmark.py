@@ -1,0 +1,113 @@
+"""What a benchmark plug-in is, and the table of the registered ones.
+
+A benchmark package (stereolens.contextbias, stereolens.biasig, stereolens.lvlm) exposes
+one :class:`Benchmark` object in its ``plugin`` module. Everything that loops over the
+benchmarks (the Snakefile's targets and job lists, the config checks, the planner, the
+measured-throughput table, the report) goes through :func:`benchmarks`, so adding a fourth
+benchmark touches its own package, one rules file and the config schema (README, "Adding a
+benchmark"). The table names each plug-in as "module:attribute" and imports it lazily, like
+the registry's backends: importing stereolens imports no benchmark.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+PLUGINS: dict[str, str] = {
+    "contextbias": "stereolens.contextbias.plugin:BENCHMARK",
+    "biasig": "stereolens.biasig.plugin:BENCHMARK",
+    "lvlm": "stereolens.lvlm.plugin:BENCHMARK",
+}
+"""Benchmark name (its config section and its results/ folder) -> "module:attribute"."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One model job of the workflow: the unit of a SLURM submission and of the plan."""
+
+    rule: str
+    """The workflow rule that runs it."""
+    stage: str
+    """generate, extract, vqa, respond or assistant: a row of the plan."""
+    model: str
+    """The registry model the job runs."""
+    output: str
+    """The job's output path, exactly as its rule names it."""
+    items: int = 0
+    """Images it makes or requests it sends (first attempts); 0 where not counted."""
+    unit: str = "images"
+    """What ``items`` counts: images (generated or read) or calls (text requests)."""
+    wildcards: dict[str, Any] = field(default_factory=dict)
+    """The rule's wildcards of this job (for input functions that select jobs)."""
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A benchmark plug-in. The callables take the validated run config (and where named the
+    loaded registry); each returns plain data."""
+
+    name: str
+    """Its config section and its folder under results/."""
+    title: str
+    enabled: Callable[[dict], bool]
+    check: Callable[[dict, dict], None]
+    """Raise ConfigError naming the key when the config names a model the registry lacks (or
+    of the wrong kind) or the benchmark's own input is wrong (read at parse time)."""
+    jobs: Callable[..., list[Job]]
+    """``jobs(config, counts=False)``: every model job; ``counts=True`` also fills
+    ``items`` (the planner's figures; it reads the prompt tables, so the Snakefile, which
+    needs only the paths, does not ask for it)."""
+    targets: Callable[[dict], list[str]]
+    """The benchmark's final outputs (rule all)."""
+    models: Callable[[dict], dict[str, list[str]]]
+    """Role of a model in this run (generator, extractor, vqa, lvlm, assistant, ...) -> the
+    registry names: the report's Models table, the measured throughput, check-models."""
+    report_tables: Callable[[dict], dict[str, str]]
+    """Table name -> path of every file the report reads for this benchmark (all of them
+    declared as inputs of the report rule)."""
+    generation_items: str | None = None
+    """"module:function" turning the benchmark's prompt table and a generation job's
+    wildcards into images to make (stereolens.generate.job), or None."""
+    report_sections: str | None = None
+    """"module:function" rendering the benchmark's report sections from its tables."""
+
+
+def benchmarks(config: dict | None = None) -> list[Benchmark]:
+    """The registered plug-ins in table order; with ``config``, only those it enables."""
+    out = []
+    for target in PLUGINS.values():
+        module, _, attr = target.partition(":")
+        plugin = getattr(importlib.import_module(module), attr)
+        if config is None or plugin.enabled(config):
+            out.append(plugin)
+    return out
+
+
+def benchmark(name: str) -> Benchmark:
+    """One plug-in by name; an unknown name says which exist."""
+    if name not in PLUGINS:
+        raise ValueError(f"unknown benchmark {name!r}; registered: {', '.join(PLUGINS)}")
+    module, _, attr = PLUGINS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def resolve(target: str) -> Callable:
+    """The function a "module:function" string names."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def configured_models(config: dict) -> dict[str, list[str]]:
+    """Benchmark -> every registry name the config uses there (in the config's order, each
+    once), over the benchmarks it enables."""
+    out = {}
+    for plugin in benchmarks(config):
+        names: list[str] = []
+        for role_names in plugin.models(config).values():
+            names += [n for n in role_names if n not in names]
+        if names:
+            out[plugin.name] = names
+    return out

@@ -1,0 +1,125 @@
+"""The BiasIG benchmark as a plug-in (stereolens.benchmark): its config checks, its model
+jobs (one generation job per generator x acquired-attribute type x prompt condition x block
+of prompts, and one VQA job per generation job), its targets, models and report tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stereolens.benchmark import Benchmark, Job
+from stereolens.validation import ConfigError
+
+RESULTS = "results/biasig"
+
+
+def _enabled(config: dict[str, Any]) -> bool:
+    return bool((config.get("biasig") or {}).get("enabled"))
+
+
+def _check(config: dict, registry: dict) -> None:
+    bg = config["biasig"]
+    for name in bg["generators"]:
+        if registry.get(name) is None or registry[name].kind != "generator":
+            raise ConfigError(
+                f"biasig.generators: {name!r} is not a generator in the registry "
+                f"{config['registry']}"
+            )
+    if bg["vqa"] is None or registry.get(bg["vqa"]) is None or registry[bg["vqa"]].kind != "vlm":
+        raise ConfigError(
+            f"biasig.vqa: {bg['vqa']!r} is not a vlm in the registry {config['registry']}"
+        )
+
+
+def selection(config: dict):
+    """The configured subset of the shipped BiasIG prompt table (read from its stored
+    parquet: milliseconds, so every cluster job can re-plan cheaply)."""
+    from stereolens.biasig.prompts import load_prompts, select_prompts
+
+    bg = config["biasig"]
+    return select_prompts(
+        load_prompts(),
+        bg["acquired_types"],
+        bg["conditions"],
+        bg["acquired_attributes"],
+        bg["max_variants"],
+    )
+
+
+def shards(config: dict) -> list[tuple[str, str, int, int]]:
+    """(acquired_type, condition, shard, prompts in it) of every generation job."""
+    bg = config["biasig"]
+    per = bg["prompts_per_shard"]
+    sel = selection(config)
+    out = []
+    for (atype, cond), group in sel.group_by(["acquired_type", "visibility"]):
+        n = group.height
+        out += [(atype, cond, i, min(per, n - i * per)) for i in range(-(-n // per))]
+    return sorted(out)
+
+
+def _jobs(config: dict, counts: bool = False) -> list[Job]:
+    bg = config["biasig"]
+    blocks = shards(config)
+    out = []
+    for model in bg["generators"]:
+        for atype, cond, shard, n in blocks:
+            items = n * bg["images_per_prompt"] if counts else 0
+            w = {"model": model, "atype": atype, "visibility": cond, "shard": shard}
+            out.append(
+                Job(
+                    "generate_images",
+                    "generate",
+                    model,
+                    f"{RESULTS}/images/{model}/{atype}/{cond}/{shard}",
+                    items,
+                    "images",
+                    w,
+                )
+            )
+    for g in list(out):
+        w = g.wildcards
+        out.append(
+            Job(
+                "answer_biasig_vqa",
+                "vqa",
+                bg["vqa"],
+                f"{RESULTS}/vqa/{bg['vqa']}/{w['model']}/{w['atype']}/{w['visibility']}/"
+                f"{w['shard']}.jsonl",
+                g.items,
+                "images",
+                {**w, "extractor": bg["vqa"]},
+            )
+        )
+    return out
+
+
+METRICS = ("implicit", "explicit", "eta")
+
+
+def _targets(config: dict) -> list[str]:
+    return [f"{RESULTS}/answers.parquet", f"{RESULTS}/metrics/eta.parquet"]
+
+
+def _models(config: dict) -> dict[str, list[str]]:
+    bg = config.get("biasig") or {}
+    return {
+        "biasig generator": list(bg.get("generators") or []),
+        "biasig vqa": [bg["vqa"]] if bg.get("vqa") else [],
+    }
+
+
+def _report_tables(config: dict) -> dict[str, str]:
+    return {f"biasig_{n}": f"{RESULTS}/metrics/{n}.parquet" for n in METRICS}
+
+
+BENCHMARK = Benchmark(
+    name="biasig",
+    title="BiasIG",
+    enabled=_enabled,
+    check=_check,
+    jobs=_jobs,
+    targets=_targets,
+    models=_models,
+    report_tables=_report_tables,
+    generation_items="stereolens.biasig.jobs:generation_items",
+)

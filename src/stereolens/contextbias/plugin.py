@@ -1,0 +1,210 @@
+"""The ContextBias benchmark as a plug-in (stereolens.benchmark): its config checks, its model
+jobs (one generation job per generator x role x condition x seed shard, validation roles
+x VAL shards too, and one extraction job per extractor x generation job), its targets, the
+models it uses and the tables its report reads."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from stereolens.benchmark import Benchmark, Job
+from stereolens.validation import ConfigError
+
+RESULTS = "results/contextbias"
+
+
+def _check(config: dict, registry: dict) -> None:
+    cb = config["contextbias"]
+    for key, kind in (("generators", "generator"), ("extractors", "vlm")):
+        for name in cb[key]:
+            spec = registry.get(name)
+            if spec is None:
+                known = sorted(n for n, s in registry.items() if s.kind == kind)
+                raise ConfigError(
+                    f"contextbias.{key}: {name!r} is not in the registry "
+                    f"{config['registry']}; known {kind}s: {', '.join(known)}. "
+                    "Add an entry there to add a model."
+                )
+            if spec.kind != kind:
+                raise ConfigError(
+                    f"contextbias.{key}: {name!r} is a {spec.kind} in the registry, not a {kind}"
+                )
+    llm = cb["canonicalisation"]["llm"]
+    if llm is not None and (llm not in registry or registry[llm].kind not in ("llm", "vlm")):
+        known = sorted(n for n, s in registry.items() if s.kind == "llm")
+        raise ConfigError(
+            f"contextbias.canonicalisation.llm: {llm!r} is not an llm in the registry "
+            f"{config['registry']}; known llms: {', '.join(known)}"
+        )
+    from stereolens.contextbias.prompts import check_prompt_bank
+
+    check_prompt_bank(config)
+
+
+def roles(config: dict) -> list[str]:
+    """The run's roles (contextbias.roles, else every role of the bank), bank-checked."""
+    from stereolens.contextbias.prompts import check_prompt_bank
+
+    return check_prompt_bank(config)
+
+
+def validation_roles(config: dict) -> list[str]:
+    """Roles of the validation prompts, restricted to contextbias.roles when given."""
+    import json
+
+    from stereolens.paths import resource
+
+    cb = config["contextbias"]
+    if not cb["validation"]["enabled"]:
+        return []
+    entries = json.loads(resource("contextbias", "validation_prompts.json").read_text())
+    found = list(dict.fromkeys(e["role"] for e in entries))
+    return [r for r in found if cb["roles"] is None or r in cb["roles"]]
+
+
+def _prompt_counts(config: dict) -> tuple[dict[tuple[str, str], int], dict[str, int]]:
+    """Prompts per (role, condition) of the bank, and validation prompts per role."""
+    import polars as pl
+
+    from stereolens.contextbias.prompts import build_prompts
+    from stereolens.contextbias.validation import build_validation_prompts
+
+    cb = config["contextbias"]
+    prompts = build_prompts(
+        models=["_"],  # seeds are not needed here, only the prompt rows
+        seeds_per_prompt=1,
+        default_bank_key=cb["seeds"]["default_bank_key"],
+        roles=roles(config),
+        bank_path=cb["prompt_bank"],
+        fix_articles=cb["fix_articles"],
+    )
+    counts = {(r, c): n for r, c, n in prompts.group_by("role", "condition").len().iter_rows()}
+    val = {}
+    if cb["validation"]["enabled"]:
+        vp = build_validation_prompts(["_"], 1).filter(
+            pl.col("role").is_in(validation_roles(config))
+        )
+        val = dict(vp.group_by("role").len().iter_rows())
+    return counts, val
+
+
+def _seeds_in(shard: int, per_shard: int, total: int) -> int:
+    return max(0, min(per_shard, total - shard * per_shard))
+
+
+def _jobs(config: dict, counts: bool = False) -> list[Job]:
+    cb = config["contextbias"]
+    seeds = cb["seeds"]
+    per_shard = seeds["per_shard"]
+    val = cb["validation"]
+    cells = [
+        (role, cond, shard, seeds["per_prompt"])
+        for role in roles(config)
+        for cond in cb["conditions"]
+        for shard in range(math.ceil(seeds["per_prompt"] / per_shard))
+    ] + [
+        (role, "VAL", shard, val["seeds_per_prompt"])
+        for role in validation_roles(config)
+        for shard in range(math.ceil(val["seeds_per_prompt"] / per_shard))
+    ]
+    n_prompts, n_val = _prompt_counts(config) if counts else ({}, {})
+    out = []
+    for model in cb["generators"]:
+        for role, cond, shard, total in cells:
+            n = n_val.get(role, 0) if cond == "VAL" else n_prompts.get((role, cond), 0)
+            items = n * _seeds_in(shard, per_shard, total) if counts else 0
+            wildcards = {"model": model, "role": role, "condition": cond, "shard": shard}
+            out.append(
+                Job(
+                    "generate_images",
+                    "generate",
+                    model,
+                    f"{RESULTS}/images/{model}/{role}/{cond}/{shard}",
+                    items,
+                    "images",
+                    wildcards,
+                )
+            )
+    generation = list(out)
+    for extractor in cb["extractors"]:
+        for g in generation:
+            w = g.wildcards
+            out.append(
+                Job(
+                    "extract_contextbias_attributes",
+                    "extract",
+                    extractor,
+                    f"{RESULTS}/extractions/{extractor}/{w['model']}/{w['role']}/"
+                    f"{w['condition']}/{w['shard']}.jsonl",
+                    g.items,
+                    "images",
+                    {**w, "extractor": extractor},
+                )
+            )
+    return out
+
+
+def _targets(config: dict) -> list[str]:
+    cb = config["contextbias"]
+    out = [
+        f"{RESULTS}/prompts.parquet",
+        f"{RESULTS}/attributes.parquet",
+        f"{RESULTS}/metrics/bi.parquet",
+    ]
+    if cb["validation"]["enabled"]:
+        out.append(f"{RESULTS}/validation/scores.parquet")
+    if cb["annotation"]["enabled"]:
+        out.append(f"{RESULTS}/annotation/form.html")
+    if cb["annotation"]["answers"]:
+        out.append(f"{RESULTS}/annotation/agreement_summary.parquet")
+    return out
+
+
+def _models(config: dict) -> dict[str, list[str]]:
+    cb = config.get("contextbias") or {}
+    out = {
+        "generator": list(cb.get("generators") or []),
+        "extractor": list(cb.get("extractors") or []),
+    }
+    canon = cb.get("canonicalisation") or {}
+    if canon.get("enabled", True) and canon.get("llm"):
+        out["canonicalisation llm"] = [canon["llm"]]
+    return out
+
+
+def _report_tables(config: dict) -> dict[str, str]:
+    cb = config["contextbias"]
+    tables = {
+        "prompts": f"{RESULTS}/prompts.parquet",
+        "images": f"{RESULTS}/images.parquet",
+        "mapping": f"{RESULTS}/canonical_mapping.parquet",
+        **{n: f"{RESULTS}/metrics/{n}.parquet" for n in METRICS},
+    }
+    if cb["validation"]["enabled"]:
+        tables["validation"] = f"{RESULTS}/validation/scores.parquet"
+    if cb["annotation"]["enabled"]:
+        tables["annotation_form"] = f"{RESULTS}/annotation/form.html"
+    if cb["annotation"]["answers"]:
+        tables["agreement"] = f"{RESULTS}/annotation/agreement_summary.parquet"
+    return tables
+
+
+METRICS = ("bi", "ccs", "ccs_mean", "robustness", "bootstrap")
+
+
+def _enabled(config: dict[str, Any]) -> bool:
+    return bool(config.get("contextbias", {}).get("generators"))
+
+
+BENCHMARK = Benchmark(
+    name="contextbias",
+    title="ContextBias",
+    enabled=_enabled,
+    check=_check,
+    jobs=_jobs,
+    targets=_targets,
+    models=_models,
+    report_tables=_report_tables,
+    generation_items="stereolens.contextbias.jobs:generation_items",
+)

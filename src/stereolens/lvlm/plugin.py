@@ -1,0 +1,193 @@
+"""The guardrail-agnostic LVLM audit as a plug-in (stereolens.benchmark): its config checks,
+its model jobs (one response job per audited model x setting x task x axis x group x shard;
+the assistant's story and term-judge jobs per model x setting x axis; refusal labels per
+model x setting), its targets, models and report tables."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from stereolens.benchmark import Benchmark, Job
+from stereolens.validation import ConfigError
+
+RESULTS = "results/lvlm"
+
+
+def _enabled(config: dict[str, Any]) -> bool:
+    return bool((config.get("lvlm") or {}).get("enabled"))
+
+
+def _check(config: dict, registry: dict) -> None:
+    lv = config["lvlm"]
+    where = config["registry"]
+    if not lv["models"]:
+        raise ConfigError("lvlm.models is empty: name at least one vlm of the registry")
+    for name in lv["models"]:
+        if registry.get(name) is None or registry[name].kind != "vlm":
+            known = sorted(n for n, s in registry.items() if s.kind == "vlm")
+            raise ConfigError(
+                f"lvlm.models: {name!r} is not a vlm in the registry {where}; known vlms: "
+                f"{', '.join(known)}. Add an entry under vlms: to add a model."
+            )
+    needs_assistant = [t for t in ("story", "term") if t in lv["tasks"]]
+    if needs_assistant and lv["assistant"] is None:
+        raise ConfigError(
+            f"lvlm.assistant is null but task(s) {', '.join(needs_assistant)} need the LLM "
+            "assistant: name an llms (or vlms) entry of the registry"
+        )
+    for key in ("assistant", "refusal_judge"):
+        name = lv[key]
+        if name is not None and (name not in registry or registry[name].kind not in ("llm", "vlm")):
+            raise ConfigError(f"lvlm.{key}: {name!r} is not an llm or vlm in the registry {where}")
+    src = lv["user_images"]
+    if src["source"] == "folder" and not src["folder"]:
+        raise ConfigError("lvlm.user_images.source is folder but lvlm.user_images.folder is unset")
+    if "attribute_inferring" in lv["tasks"] and lv["settings"] == ["persona"]:
+        raise ConfigError(
+            "lvlm.tasks.attribute_inferring asks about the photo: it needs the image or "
+            "mitigation setting, not persona alone"
+        )
+
+
+def groups(lv: dict, axis: str) -> list[str]:
+    """The groups tested on ``axis`` (lvlm.groups or every group of the axis)."""
+    from stereolens.lvlm.names import AXES
+
+    return list((lv.get("groups") or {}).get(axis) or AXES[axis])
+
+
+def settings(lv: dict, task: str) -> list[str]:
+    """The attribute-inferring baseline asks about the photo: no text-persona setting."""
+    return [s for s in lv["settings"] if not (task == "attribute_inferring" and s == "persona")]
+
+
+def n_shards(lv: dict, task: str) -> int:
+    t = lv["tasks"][task]
+    return math.ceil(t["images_per_group"] / t["images_per_shard"])
+
+
+def prompt_counts(lv: dict) -> dict[str, int]:
+    """Prompts per task without reading MMLU: story 1, term = terms kept, exam = 6 subjects x
+    questions_per_subject, attribute_inferring 1."""
+    from stereolens.lvlm.tasks import COLLEGE_SUBJECTS, load_terms
+
+    per_domain: dict[str, int] = {}
+    for t in load_terms(lv.get("terms")):
+        per_domain[t.domain] = per_domain.get(t.domain, 0) + 1
+    cap = lv.get("terms_per_domain")
+    return {
+        "story": 1,
+        "term": sum(min(n, cap) if cap else n for n in per_domain.values()),
+        "exam": len(COLLEGE_SUBJECTS) * int(lv["questions_per_subject"]),
+        "attribute_inferring": 1,
+    }
+
+
+def _jobs(config: dict, counts: bool = False) -> list[Job]:
+    from stereolens.lvlm.names import group_slug
+
+    lv = config["lvlm"]
+    prompts = prompt_counts(lv) if counts else {}
+    out = []
+    for model in sorted(lv["models"]):
+        for task, t in lv["tasks"].items():
+            per_shard, per_group = t["images_per_shard"], t["images_per_group"]
+            for setting in settings(lv, task):
+                for axis in lv["axes"]:
+                    for group in groups(lv, axis):
+                        slug = group_slug(group)
+                        for shard in range(n_shards(lv, task)):
+                            images = min(per_shard, per_group - shard * per_shard)
+                            out.append(
+                                Job(
+                                    "respond_lvlm",
+                                    "respond",
+                                    model,
+                                    f"{RESULTS}/responses/{model}/{setting}/{task}/{axis}/"
+                                    f"{slug}/{shard}.jsonl",
+                                    images * prompts[task] if counts else 0,
+                                    "calls",
+                                    {
+                                        "model": model,
+                                        "setting": setting,
+                                        "task": task,
+                                        "axis": axis,
+                                        "usergroup": slug,
+                                        "shard": shard,
+                                    },
+                                )
+                            )
+        for task, rule, suffix in (
+            ("story", "extract_lvlm_story_attributes", "story_attributes/{m}/{s}/{a}.jsonl"),
+            ("term", "judge_lvlm_terms", "term_judgements/{m}/{s}/{a}.parquet"),
+        ):
+            if task not in lv["tasks"]:
+                continue
+            per_group = lv["tasks"][task]["images_per_group"]
+            for setting in settings(lv, task):
+                for axis in lv["axes"]:
+                    n = len(groups(lv, axis))
+                    if task == "story":
+                        calls = n * per_group
+                    else:
+                        calls = per_group * n * (n - 1) // 2 * prompts.get("term", 0)
+                    out.append(
+                        Job(
+                            rule,
+                            "assistant",
+                            lv["assistant"],
+                            f"{RESULTS}/" + suffix.format(m=model, s=setting, a=axis),
+                            calls if counts else 0,
+                            "calls",
+                            {"model": model, "setting": setting, "axis": axis},
+                        )
+                    )
+        for setting in lv["settings"]:
+            out.append(
+                Job(
+                    "label_lvlm_refusals",
+                    "refusals",
+                    lv["refusal_judge"] or "",
+                    f"{RESULTS}/refusals/{model}/{setting}.parquet",
+                    0,
+                    "calls",
+                    {"model": model, "setting": setting},
+                )
+            )
+    return out
+
+
+METRICS = ("scores", "prompt_scores", "refusals", "story_skew", "exam_accuracy")
+
+
+def _targets(config: dict) -> list[str]:
+    return [f"{RESULTS}/metrics/scores.parquet"]
+
+
+def _models(config: dict) -> dict[str, list[str]]:
+    lv = config.get("lvlm") or {}
+    out = {"lvlm": list(lv.get("models") or [])}
+    if lv.get("assistant"):
+        out["lvlm assistant"] = [lv["assistant"]]
+    if lv.get("refusal_judge"):
+        out["lvlm refusal judge"] = [lv["refusal_judge"]]
+    return out
+
+
+def _report_tables(config: dict) -> dict[str, str]:
+    tables = {f"lvlm_{n}": f"{RESULTS}/metrics/{n}.parquet" for n in METRICS}
+    tables["lvlm_sets"] = f"{RESULTS}/sets.parquet"
+    return tables
+
+
+BENCHMARK = Benchmark(
+    name="lvlm",
+    title="LVLM bias with the user photo as context",
+    enabled=_enabled,
+    check=_check,
+    jobs=_jobs,
+    targets=_targets,
+    models=_models,
+    report_tables=_report_tables,
+)

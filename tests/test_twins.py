@@ -143,7 +143,7 @@ def test_twins_are_small_and_deterministic(twin_root, tmp_path):
 
 def test_cache_folder_is_keyed_by_builder_version(monkeypatch, tmp_path):
     pytest.importorskip("diffusers")
-    from stereolens import tiny
+    from stereolens.models import tiny
 
     b = tiny.twins.BUILDERS["qwen3"]
     before = tiny.twins.folder_name("qwen3")

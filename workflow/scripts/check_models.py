@@ -35,4 +35,7 @@ def main(log):
     write_text(snakemake.output[0], tsv([row]))  # noqa: F821
 
 
-run_logged(snakemake, main)  # noqa: F821
+# Guarded: vLLM starts its engine with the spawn method, which re-runs this file (as
+# __mp_main__) in the engine's process, where no `snakemake` object exists.
+if __name__ == "__main__":
+    run_logged(snakemake, main)  # noqa: F821

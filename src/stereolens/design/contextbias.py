@@ -42,6 +42,7 @@ from scipy.special import xlogy
 
 from stereolens.contextbias.metrics import bi_from_parts
 from stereolens.design.power import EffectSpec, Simulation
+from stereolens.design.sampling import _steps, multinomial, segment_sum
 from stereolens.validation import ConfigError
 
 CONDITIONS = ("CF", "CA-U")
@@ -97,7 +98,7 @@ class World:
         """(generators, labels) one-hot: each dimension's most common label."""
         pop = self.population()
         out = np.zeros_like(pop)
-        for d, (a, k) in enumerate(zip(self.starts, self.sizes, strict=True)):
+        for a, k in zip(self.starts, self.sizes, strict=True):
             if k:
                 top = a + pop[:, a : a + k].argmax(-1)
                 out[np.arange(pop.shape[0]), top] = 1.0
@@ -163,45 +164,20 @@ def bi_levels(
 
 
 # ----------------------------------------------------------------------------- simulation
-def thin_to_default(
-    counts: np.ndarray, default: np.ndarray, segment: np.ndarray, w: np.ndarray, rng
-) -> np.ndarray:
+def thin_to_default(counts: np.ndarray, default: np.ndarray, segment: np.ndarray, w, rng):
     """Counts (..., labels) with each label mention moved, with probability w, to its
-    dimension's default label (``default`` (..., labels) one-hot per dimension):
-    Multinomial(n, (1 - w) p + w e) when counts ~ Multinomial(n, p). Nested over the
-    increasing grid ``w`` (one binomial thinning per step), so the result (W, ..., labels)
-    uses common random numbers across w."""
-    w = np.asarray(w, dtype=float)
-    out = np.empty((w.size,) + counts.shape, dtype=np.int64)
+    dimension's default label (``default`` one-hot per dimension):
+    :func:`stereolens.design.sampling.thin_towards` with a one-hot target, where the
+    redistribution needs no draw. Yields (grid index, counts)."""
     is_default = np.broadcast_to(default, counts.shape) > 0
     kept = counts.astype(np.int64).copy()
-    prev = 0.0
     n_dims = int(segment.max()) + 1 if segment.size else 0
-    for i, wi in enumerate(w):
-        if wi > prev:
-            q = min(max((wi - prev) / (1.0 - prev), 0.0), 1.0) if prev < 1.0 else 0.0
+    for i, q in _steps(w):
+        if q > 0:
             moved = np.where(is_default, 0, rng.binomial(kept, q))
             kept -= moved
-            per_dim = _segment_sum(moved, segment, n_dims)
-            kept += np.where(is_default, per_dim[..., segment], 0)
-            prev = wi
-        out[i] = kept
-    return out
-
-
-def _segment_sum(x: np.ndarray, segment: np.ndarray, n: int) -> np.ndarray:
-    starts = np.flatnonzero(np.r_[True, segment[1:] != segment[:-1]])
-    out = np.zeros(x.shape[:-1] + (n,), dtype=x.dtype)
-    out[..., segment[starts]] = np.add.reduceat(x, starts, axis=-1)
-    return out
-
-
-def multinomial(n: np.ndarray, p: np.ndarray, rng) -> np.ndarray:
-    """rng.multinomial over arrays, with p renormalised (rounding) and zero rows allowed."""
-    p = np.asarray(p, dtype=float)
-    s = p.sum(-1, keepdims=True)
-    p = np.where(s > 0, p / np.where(s > 0, s, 1.0), 0.0)
-    return rng.multinomial(np.asarray(n, dtype=np.int64), p)
+            kept += np.where(is_default, segment_sum(moved, segment, n_dims)[..., segment], 0)
+        yield i, kept
 
 
 def draw_role_counts(
@@ -326,11 +302,12 @@ class ContextBiasDesign:
     def simulate(self, n: int, w: np.ndarray, sims: int, rng) -> Simulation:
         counts, _ = draw_role_counts(self.world, n, sims, rng)  # (G, S, 2, L)
         target = self.world.default_target()[:, None]  # (G, 1, L)
-        cau = thin_to_default(counts[:, :, 1], target, self.world.segment, w, rng)
-        cau = np.moveaxis(cau, 0, 1)  # (G, W, S, L)
-        cf = np.broadcast_to(counts[:, None, :, 0], cau.shape)
-        lv_cf, lv_cau = self.levels(cf, cau)
-        return Simulation(self._collect(lv_cf, lv_cau))
+        cf = counts[:, :, 0]
+        out: dict[str, np.ndarray] = {}
+        for i, cau in thin_to_default(counts[:, :, 1], target, self.world.segment, w, rng):
+            for name, v in self._collect(*self.levels(cf, cau)).items():
+                out.setdefault(name, np.empty((len(w),) + v.shape))[i] = v
+        return Simulation(out)
 
 
 # ----------------------------------------------------------------------------- worlds
@@ -502,7 +479,8 @@ def pilot_world(
     labels = labels.with_columns(
         pl.col("dimension").replace_strict({d: i for i, d in enumerate(names)}).alias("d")
     ).sort("d", "label")
-    col = {(d, lab): i for i, (d, lab) in enumerate(labels.select("dimension", "label").iter_rows())}
+    pairs = labels.select("dimension", "label").iter_rows()
+    col = {(d, lab): i for i, (d, lab) in enumerate(pairs)}
     k_of = np.bincount(labels["d"].to_numpy(), minlength=len(names))
     starts = np.concatenate([[0], np.cumsum(k_of)[:-1]]).astype(np.intp)
     segment = np.repeat(np.arange(len(names)), k_of)

@@ -169,7 +169,9 @@ def _method(spec: EffectSpec, sims: int, level: float, design: Design) -> str:
             f"one-sided {level:g}: estimate above the {1 - level:g} quantile of the estimates "
             "with no effect (the pipeline's permutation p_perm <= level)"
         )
-    return f"{sims} seeded simulated datasets ({design.basis}) through the project's estimator; {test}"
+    return (
+        f"{sims} seeded simulated datasets ({design.basis}) through the project's estimator; {test}"
+    )
 
 
 def mde_rows(
@@ -352,7 +354,9 @@ def parse_target(text: str) -> tuple[str, float]:
     """NAME=VALUE -> (name, value); raise ValueError naming the problem."""
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
-        raise ValueError(f"--target-effect {text!r}: write NAME=VALUE, e.g. contextbias.bi_shift=0.02")
+        raise ValueError(
+            f"--target-effect {text!r}: write NAME=VALUE, e.g. contextbias.bi_shift=0.02"
+        )
     try:
         v = float(value)
     except ValueError:

@@ -94,6 +94,8 @@ class World:
     """(9,) one-hot per attribute: the value the advantaged side moves towards."""
     eta_variant: str
     models: list[str]
+    prompts: pl.DataFrame | None = None
+    """The config's prompt selection (the pipeline's prompt table)."""
 
 
 # ----------------------------------------------------------------------------- estimators
@@ -181,6 +183,7 @@ class BiasIGDesign:
         self.notes = notes
         self.knob_value = int(config["biasig"]["images_per_prompt"])
         self.count = config["biasig"].get("count", "paper")
+        self.scoring_unit = config["biasig"].get("scoring_unit", "subject")
         self.grid = GRID
         u = world.units
         self.k_imp = u["weight"].to_numpy()[world.imp]
@@ -448,6 +451,7 @@ def _base_world(config: dict[str, Any], priors: dict[str, Any]) -> tuple[World, 
         usable_rate=np.array([pr["usable_rate"][a] for a in ATTRIBUTES]),
         stereotype=stereo, eta_variant=bg.get("eta_variant", "paper"),
         models=list(bg["generators"]),
+        prompts=prompts,
     )  # fmt: skip
     return world, prompts
 

@@ -40,6 +40,7 @@ import numpy as np
 import polars as pl
 from scipy.special import xlogy
 
+from stereolens.contextbias.analysis import role_multiplicity
 from stereolens.contextbias.metrics import bi_from_parts
 from stereolens.design.power import EffectSpec, Simulation
 from stereolens.design.sampling import _steps, multinomial, segment_sum
@@ -47,6 +48,11 @@ from stereolens.validation import ConfigError
 
 CONDITIONS = ("CF", "CA-U")
 CHUNK_CELLS = 3_000_000
+BIAS_DATASETS = 16
+BIAS_REPLICATES = 64
+BIAS_POINTS = 7
+"""Datasets and bootstrap replicates that estimate the role bootstrap's shift (the centre of
+its percentile interval relative to the estimate; Monte Carlo error about sd / 30)."""
 """Role x condition x dimension x label cells drawn per batch of datasets (bounds memory)."""
 GRID = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 30)])
 """Planted strengths w (share of CA-U labels moved to the default)."""
@@ -181,10 +187,18 @@ def thin_to_default(counts: np.ndarray, default: np.ndarray, segment: np.ndarray
 
 
 def draw_role_counts(
-    world: World, seeds: int, sims: int, rng, *, keep_roles: bool = False
+    world: World,
+    seeds: int,
+    sims: int,
+    rng,
+    *,
+    keep_roles: bool = False,
+    planted: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """``sims`` datasets of ``seeds`` seeds per prompt: pooled label counts (G, sims, 2,
-    labels) and, with ``keep_roles``, per configured role (G, sims, R, 2, labels)."""
+    labels) and, with ``keep_roles``, per configured role (G, sims, R, 2, labels). With
+    ``planted`` = w > 0 the CA-U labels are drawn directly from (1 - w) p + w default (the
+    power check's independent datasets; the planner thins instead)."""
     g_n, r_pop, _, n_lab = world.roles.shape
     r_cfg = world.prompts.shape[0]
     chunk = max(1, CHUNK_CELLS // max(1, r_cfg * 2 * n_lab))
@@ -201,6 +215,10 @@ def draw_role_counts(
         for g in range(g_n):
             probs = world.roles[g][idx]  # (s, R, 2, L)
             probs = np.where(swap[:, :, None, None], probs[:, :, ::-1], probs)
+            if planted > 0:
+                target = world.default_target()[g]
+                probs = probs.copy()
+                probs[:, :, 1] = (1 - planted) * probs[:, :, 1] + planted * target
             images = rng.binomial(
                 np.broadcast_to(world.prompts * seeds, (s, r_cfg, 2)), world.ok_rate[g]
             )
@@ -259,8 +277,9 @@ class ContextBiasDesign:
             "population pooled BI under CA-U minus under CF; CA-U labels pulled towards each "
             "dimension's most common label"
         )
+        df = max(1, self.world.prompts.shape[0] - 1)
         return [
-            EffectSpec(name, self.benchmark, comp, "BI", "interval", 0.0, definition)
+            EffectSpec(name, self.benchmark, comp, "BI", "interval", 0.0, definition, df)
             for name, comp, _, _ in self._names()
         ]
 
@@ -307,7 +326,49 @@ class ContextBiasDesign:
         for i, cau in thin_to_default(counts[:, :, 1], target, self.world.segment, w, rng):
             for name, v in self._collect(*self.levels(cf, cau)).items():
                 out.setdefault(name, np.empty((len(w),) + v.shape))[i] = v
-        return Simulation(out)
+        return Simulation(out, self.bootstrap_shift(n, w, rng))
+
+    def bootstrap_shift(
+        self, n: int, w: np.ndarray, rng, datasets: int = BIAS_DATASETS,
+        replicates: int = BIAS_REPLICATES,
+    ) -> dict[str, np.ndarray]:  # fmt: skip
+        """name -> (W,) mean over ``datasets`` simulated datasets of the role bootstrap's
+        replicate mean minus the estimate (paired draws, as cluster_bootstrap): where the
+        pipeline's percentile interval is centred. Vectorised: a (replicates x roles)
+        multiplicity matrix times each dataset's per-role counts."""
+        _, by_role = draw_role_counts(self.world, n, datasets, rng, keep_roles=True)
+        r_cfg = by_role.shape[2]
+        draws = rng.integers(0, r_cfg, size=(datasets, replicates, r_cfg))
+        mult = np.zeros((datasets, replicates, r_cfg))
+        for d in range(datasets):
+            mult[d] = role_multiplicity(draws[d], r_cfg)
+        target = self.world.default_target()[:, None, None]  # (G, 1, 1, L)
+        cf_role = by_role[:, :, :, 0].astype(float)
+        cf_est = cf_role.sum(2)
+        cf_boot = np.einsum("dbr,gdrl->gdbl", mult, cf_role)
+        w = np.asarray(w, dtype=float)
+        # at most BIAS_POINTS grid points, linear in between (the shift varies slowly in w)
+        at = set(
+            np.unique(np.linspace(0, len(w) - 1, min(len(w), BIAS_POINTS)).round()).astype(int)
+        )
+        out: dict[str, np.ndarray] = {}
+        for i, cau in thin_to_default(by_role[:, :, :, 1], target, self.world.segment, w, rng):
+            if i not in at:
+                continue
+            cau = cau.astype(float)
+            est = self._collect(*self.levels(cf_est, cau.sum(2)))  # name -> (datasets,)
+            boot = self._collect(
+                *self.levels(cf_boot, np.einsum("dbr,gdrl->gdbl", mult, cau))
+            )  # name -> (datasets, replicates)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                for name, e in est.items():
+                    v = np.nanmean(np.nanmean(boot[name], axis=-1) - e)
+                    out.setdefault(name, np.full(len(w), np.nan))[i] = 0.0 if np.isnan(v) else v
+        for name, v in out.items():
+            ok = np.isfinite(v)
+            out[name] = np.interp(w, w[ok], v[ok])
+        return out
 
 
 # ----------------------------------------------------------------------------- worlds

@@ -57,6 +57,9 @@ class EffectSpec:
     null_value: float = 0.0
     definition: str = ""
     """How the population effect is defined and planted."""
+    df: int | None = None
+    """Degrees of freedom of the pipeline's standard error (ContextBias: roles - 1, the role
+    bootstrap's clusters); None = many (the error of the SE is negligible)."""
 
 
 @dataclass
@@ -64,6 +67,10 @@ class Simulation:
     """Estimates of every effect of a design at one size: name -> (W, sims)."""
 
     estimates: dict[str, np.ndarray]
+    shift: dict[str, np.ndarray] = field(default_factory=dict)
+    """name -> (W,) how far the pipeline's interval is centred from the estimate (the
+    bootstrap's own bias: the role bootstrap's replicates pool fewer distinct roles); the
+    interval test then rejects when |estimate + shift - null| > z sd."""
 
 
 class Design(Protocol):
@@ -116,31 +123,47 @@ class Row:
 
 
 def rejections(
-    spec: EffectSpec, estimates: np.ndarray, level: float, null_row: np.ndarray | None = None
+    spec: EffectSpec,
+    estimates: np.ndarray,
+    level: float,
+    null_row: np.ndarray | None = None,
+    shift: np.ndarray | None = None,
 ) -> np.ndarray:
-    """(W, sims) booleans: would the pipeline's test reject on each simulated dataset.
-    ``null_row`` (sims,) = the estimates at w = 0 (floor tests; default estimates[0])."""
+    """(W, sims) probabilities in [0, 1] that the pipeline's test rejects on each simulated
+    dataset. ``null_row`` (sims,) = the estimates at w = 0 (floor tests; default
+    estimates[0]). Interval tests with ``spec.df``: the pipeline's standard error is itself
+    estimated from df + 1 clusters, SE^2 ~ sd^2 chi2(df) / df, so a dataset rejects with
+    probability P(chi2(df) < df (estimate / (z sd))^2) (the t-test's correction; with few
+    roles the bootstrap's own noise costs power)."""
     est = np.asarray(estimates, dtype=float)
     if spec.test == "interval":
         z = stats.norm.ppf(1.0 - level / 2.0)
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", divide="ignore"):
             sd = np.nanstd(est, axis=1, ddof=1)
-        return np.abs(est - spec.null_value) > z * sd[:, None]
+            centre = est if shift is None else est + np.asarray(shift, dtype=float)[:, None]
+            t = np.abs(centre - spec.null_value) / (z * sd[:, None])
+        if spec.df is None:
+            return np.where(np.isfinite(t), t > 1.0, False).astype(float)
+        return np.where(np.isfinite(t), stats.chi2.cdf(spec.df * t**2, spec.df), 0.0)
     if spec.test == "floor":
         base = est[0] if null_row is None else np.asarray(null_row, dtype=float)
         base = base[np.isfinite(base)]
         if base.size == 0:
             return np.zeros(est.shape, bool)
         crit = np.quantile(base, 1.0 - level)
-        return est > crit
+        return (est > crit).astype(float)
     raise ValueError(f"test {spec.test!r}; use interval or floor")
 
 
 def power_curve(
-    spec: EffectSpec, estimates: np.ndarray, level: float, null_row: np.ndarray | None = None
+    spec: EffectSpec,
+    estimates: np.ndarray,
+    level: float,
+    null_row: np.ndarray | None = None,
+    shift: np.ndarray | None = None,
 ) -> np.ndarray:
     """(W,) rejection rates; datasets with an undefined estimate count as not rejected."""
-    return rejections(spec, estimates, level, null_row).mean(axis=1)
+    return rejections(spec, estimates, level, null_row, shift).mean(axis=1)
 
 
 def interpolate_mde(effects: np.ndarray, curve: np.ndarray, power: float) -> float | None:
@@ -191,7 +214,7 @@ def mde_rows(
     for spec in design.specs():
         est = sim.estimates[spec.name]
         eff = effects[spec.name]
-        curve = power_curve(spec, est, level)
+        curve = power_curve(spec, est, level, shift=sim.shift.get(spec.name))
         with np.errstate(invalid="ignore"):
             floor = float(np.nanmean(est[0])) if spec.test == "floor" else None
         rows.append(
@@ -306,7 +329,8 @@ def required_size(
         if n not in cache:
             rng = np.random.default_rng([seed, _stream(design.benchmark), 1])
             sim = design.simulate(n, grid, sims, rng)
-            cache[n] = float(power_curve(spec, sim.estimates[name], level)[-1])
+            curve = power_curve(spec, sim.estimates[name], level, shift=sim.shift.get(name))
+            cache[n] = float(curve[-1])
         return cache[n]
 
     n0 = max(1, design.knob_value)

@@ -54,6 +54,14 @@ from stereolens.design.sampling import multinomial, thin_binary, thin_towards
 from stereolens.validation import ConfigError
 
 GRID = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 30)])
+BOOT_DATASETS = 16
+BOOT_REPLICATES = 100
+BOOT_POINTS = 7
+JOINT_MAX_IMAGES = 60
+"""Up to this many images per unit the emulated bootstrap resamples whole images (see
+_boot_counts); above it the per-attribute multinomial (the difference vanishes)."""
+"""Datasets, replicates and grid points of the emulated pipeline bootstrap (its interval's
+width and centre), linear in between."""
 SEGMENT = np.repeat(np.arange(3), [2, 4, 3])
 """The attribute of each of the nine protected values."""
 
@@ -280,43 +288,81 @@ class BiasIGDesign:
             out["biasig.eta"] = eta_model(((1 - wd) * gt + wd * target) * big, wr) - 0.5
         return out
 
-    def _usable(self, n_img: np.ndarray, rng) -> np.ndarray:
-        """Usable answers per attribute (..., 3) of images (...)."""
+    def _usable(self, n_img: np.ndarray, rng, persons: bool = False) -> np.ndarray:
+        """Usable answers per attribute of images (...): (..., 3), or with ``persons``
+        (..., 2, 3) for both persons of a unit. Under count "paper" an image counts for
+        every attribute and person or not at all; under "attribute" each answer on its own."""
         wr = self.world
         if self.count == "paper":
-            ok = rng.binomial(n_img, wr.ok_rate)
-            return np.repeat(ok[..., None], 3, axis=-1)
-        return rng.binomial(n_img[..., None], wr.usable_rate)
+            ok = rng.binomial(n_img, wr.ok_rate)[..., None]
+            shape = ok.shape[:-1] + ((2, 3) if persons else (3,))
+            return np.broadcast_to(ok[..., None] if persons else ok, shape).copy()
+        shape = n_img.shape + ((2, 3) if persons else (3,))
+        extra = (slice(None),) * n_img.ndim + ((None, None) if persons else (None,))
+        return rng.binomial(np.broadcast_to(n_img[extra], shape), wr.usable_rate)
 
     def simulate(self, n: int, w: np.ndarray, sims: int, rng) -> Simulation:
+        """Estimates on ``sims`` datasets, and from the first BOOT_DATASETS of them the
+        pipeline's bootstrap (images resampled within each unit: multinomial counts from the
+        unit's observed shares): its interval's standard error (scale) and, for eta, where
+        it is centred (shift), at up to BOOT_POINTS grid points, linear in between."""
         wr = self.world
-        out = {}
+        w = np.asarray(w, dtype=float)
+        at = set(
+            np.unique(np.linspace(0, len(w) - 1, min(len(w), BOOT_POINTS)).round()).astype(int)
+        )
+        nb = min(BOOT_DATASETS, sims)
+        out, shift, scale = {}, {}, {}
         if wr.imp.size:
-            n_img = np.broadcast_to(self.n_phr_imp[None, :, None] * n, (sims, wr.imp.size, 2))
-            c_a = self._draw(
-                self._usable(np.ascontiguousarray(n_img), rng), wr.dist_a, wr.used, rng
-            )
-            c_b0 = self._draw(
-                self._usable(np.ascontiguousarray(n_img), rng), wr.dist_a, wr.used, rng
-            )
-            a = s_imp_model(c_a, wr.gt, wr.used, wr.k_i, self.k_imp)
+            n_img = np.broadcast_to(self.n_phr_imp[None, :] * n, (sims, wr.imp.size)).copy()
+            c_a = self._draw(self._usable(n_img, rng, persons=True), wr.dist_a, wr.used, rng)
+            c_b0 = self._draw(self._usable(n_img, rng, persons=True), wr.dist_a, wr.used, rng)
+
+            def f(c):
+                return s_imp_model(c, wr.gt, wr.used, wr.k_i, self.k_imp)
+
+            a = f(c_a)
+            joint = self.count == "paper" and n * self.n_phr_imp.max() <= JOINT_MAX_IMAGES
+            se_a = _boot_se(f, _boot_counts(c_a[:nb], rng, joint))[0]
             res = np.empty((len(w), sims))
+            sc = np.full(len(w), np.nan)
             for i, c_b in thin_towards(c_b0, self._gt_norm(), SEGMENT, w, rng):
-                res[i] = s_imp_model(c_b, wr.gt, wr.used, wr.k_i, self.k_imp) - a
+                res[i] = f(c_b) - a
+                if i in at:
+                    se_b = _boot_se(f, _boot_counts(c_b[:nb], rng, joint))[0]
+                    sc[i] = np.mean(np.hypot(se_a, se_b))
             out["biasig.s_imp_diff"] = res
+            scale["biasig.s_imp_diff"] = _fill(w, sc)
         if wr.exp.size:
-            n_img = np.broadcast_to(self.n_phr_exp[None, :, None] * n, (sims, wr.exp.size, 2))
+            n_img = np.broadcast_to(self.n_phr_exp[None, :] * n, (sims, wr.exp.size)).copy()
             res = []
             for _ in range(2):
-                usable = self._usable(np.ascontiguousarray(n_img), rng)[..., 0]
+                usable = self._usable(n_img, rng, persons=True)[..., 0]
                 usable = np.where(wr.exp_used, usable, 0)
                 res.append((rng.binomial(usable, wr.acc_a), usable))
             (h_a, u_a), (h_b0, u_b) = res
-            a = s_exp_model(h_a, u_a, wr.exp_used, self.k_exp)
+
+            def g(h, u):
+                return s_exp_model(h, u, wr.exp_used, self.k_exp)
+
+            def boot_hits(h, u):
+                share = np.where(u > 0, h / np.maximum(u, 1), 0.0)
+                return rng.binomial(
+                    u[:, None], share[:, None], size=(h.shape[0], BOOT_REPLICATES) + h.shape[1:]
+                )
+
+            a = g(h_a, u_a)
+            se_a = _boot_se(lambda x: g(x, u_a[:nb, None]), boot_hits(h_a[:nb], u_a[:nb]))[0]
             res = np.empty((len(w), sims))
+            sc = np.full(len(w), np.nan)
             for i, h_b in thin_binary(h_b0, u_b, 1.0, w, rng):
-                res[i] = s_exp_model(h_b, u_b, wr.exp_used, self.k_exp) - a
+                res[i] = g(h_b, u_b) - a
+                if i in at:
+                    hb = boot_hits(h_b[:nb], u_b[:nb])
+                    se_b = _boot_se(lambda x: g(x, u_b[:nb, None]), hb)[0]
+                    sc[i] = np.mean(np.hypot(se_a, se_b))
             out["biasig.s_exp_diff"] = res
+            scale["biasig.s_exp_diff"] = _fill(w, sc)
         if len(wr.pairs):
             side_n = self._side_images()
             gt, target = self._side_targets()
@@ -328,11 +374,25 @@ class BiasIGDesign:
                 ],
                 axis=-1,
             )  # (S, sides, 9)
+
+            def e(c):
+                return eta_model(c, wr) - 0.5
+
             res = np.empty((len(w), sims))
+            sc = np.full(len(w), np.nan)
+            sh = np.full(len(w), np.nan)
             for i, moved in thin_towards(counts, target, SEGMENT, w, rng):
-                res[i] = eta_model(moved, wr) - 0.5
+                res[i] = e(moved)
+                if i in at:
+                    joint = self.count == "paper" and n * side_n.max() <= JOINT_MAX_IMAGES
+                    boot = _boot_counts(moved[:nb, :, None], rng, joint)[:, :, :, 0]
+                    se, centre = _boot_se(e, boot)
+                    sc[i] = np.nanmean(se)
+                    sh[i] = np.nanmean(centre - res[i, :nb])
             out["biasig.eta"] = res
-        return Simulation(out)
+            scale["biasig.eta"] = _fill(w, sc)
+            shift["biasig.eta"] = _fill(w, sh)
+        return Simulation(out, shift, scale)
 
     def _side_images(self) -> np.ndarray:
         """(sides,) phrasings of each side (images per prompt multiply them)."""
@@ -352,6 +412,72 @@ class BiasIGDesign:
             for i, a in enumerate(ATTRIBUTES)
         ]
         return np.concatenate(parts, axis=-1)
+
+
+def _boot_counts(counts: np.ndarray, rng, joint: bool = False) -> np.ndarray:
+    """Counts (D, ..., 9) -> (D, B, ..., 9): the answers resampled with replacement, as the
+    pipeline resamples images. ``joint`` (counts (D, U, persons, 9) under count "paper"):
+    images are laid out (each attribute's values in random order, as the world draws them
+    independently) and resampled whole, so that every attribute and person of an image moves
+    together: how many distinct images a replicate holds then makes all attributes more or
+    less concentrated at once, which widens the interval at a few images per unit (by about
+    8% at 6 images). Otherwise each attribute is a multinomial from its observed shares."""
+    if joint:
+        return _boot_joint(counts, rng)
+    c = counts[:, None]
+    parts = []
+    for a in ATTRIBUTES:
+        sl = c[..., SLICES[a]]
+        n = sl.sum(-1)
+        shape = (counts.shape[0], BOOT_REPLICATES) + counts.shape[1:-1]
+        parts.append(
+            multinomial(np.broadcast_to(n, shape), np.broadcast_to(sl, shape + sl.shape[-1:]), rng)
+        )
+    return np.concatenate(parts, axis=-1)
+
+
+def _boot_joint(counts: np.ndarray, rng) -> np.ndarray:
+    d_n, u_n, p_n, _ = counts.shape
+    b_n = BOOT_REPLICATES
+    out = np.zeros((d_n, b_n, u_n, p_n, len(VALUES)))
+    images = counts[..., SLICES["gender"]].sum(-1).max(-1).astype(np.int64)  # (D, U)
+    for u in range(u_n):
+        n = images[:, u]
+        top = int(n.max())
+        if top == 0:
+            continue
+        codes = np.full((d_n, top, p_n, 3), -1, dtype=np.int64)
+        for d in range(d_n):
+            for s in range(p_n):
+                for j, a in enumerate(ATTRIBUTES):
+                    sl = SLICES[a]
+                    vals = np.repeat(
+                        np.arange(sl.start, sl.stop), counts[d, u, s, sl].astype(np.int64)
+                    )
+                    codes[d, : vals.size, s, j] = rng.permutation(vals)
+        idx = (rng.random((d_n, b_n, top)) * n[:, None, None]).astype(np.int64)
+        valid = np.arange(top)[None, None, :] < n[:, None, None]
+        drawn = codes[np.arange(d_n)[:, None, None], idx]  # (D, B, top, persons, 3)
+        ok = valid[..., None, None] & (drawn >= 0)
+        dd, bb, _, ss, _ = np.nonzero(ok)
+        vv = drawn[ok]
+        np.add.at(out, (dd, bb, u, ss, vv), 1.0)
+    return out
+
+
+def _boot_se(metric, boot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(se, centre) per dataset of a percentile 95% interval over the replicates (axis 1):
+    se = half-width / 1.96, centre = the interval's midpoint."""
+    v = metric(boot)  # (D, B)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, hi = np.nanquantile(v, [0.025, 0.975], axis=1)
+    return (hi - lo) / (2 * 1.959963984540054), (hi + lo) / 2
+
+
+def _fill(w: np.ndarray, v: np.ndarray) -> np.ndarray:
+    ok = np.isfinite(v)
+    return np.interp(w, w[ok], v[ok]) if ok.any() else np.full(len(w), np.nan)
 
 
 def _norm(v: np.ndarray) -> np.ndarray:

@@ -66,7 +66,10 @@ def predicted_power(design, name: str, n: int, w: float, sims: int, level: float
     grid = np.array([0.0, w]) if w > 0 else np.array([0.0])
     sim = design.simulate(n, grid, sims, rng)
     spec = next(s for s in design.specs() if s.name == name)
-    p = float(power_curve(spec, sim.estimates[name], level, shift=sim.shift.get(name))[-1])
+    curve = power_curve(
+        spec, sim.estimates[name], level, shift=sim.shift.get(name), scale=sim.scale.get(name)
+    )
+    p = float(curve[-1])
     return p, _se(p, sims)
 
 
@@ -155,11 +158,14 @@ def answers_table(
     imp_counts: np.ndarray | None,
     exp_hits: np.ndarray | None,
     exp_usable: np.ndarray | None,
+    rng: np.random.Generator | None = None,
 ) -> pl.DataFrame:
     """The answers table (model, image_id, prompt_id, position, gender, race, age, status)
     of one model's simulated dataset: implicit counts (U, 2, 9) spread over numbered images
     of each unit, explicit hits / usable answers (U, 2) as images showing the value asked or
-    another value of its attribute. Every row is ok (count "paper" counts them all)."""
+    another value of its attribute. Every row is ok (count "paper" counts them all). With
+    ``rng`` the values of each attribute are shuffled over the images (independent across
+    attributes, as the planner's world draws them)."""
     from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES
 
     wr = design.world
@@ -181,7 +187,8 @@ def answers_table(
                 cols = []
                 for a in ATTRIBUTES:
                     c = imp_counts[i, s, SLICES[a]]
-                    cols.append(np.repeat(np.array(VALUES[SLICES[a]]), c))
+                    vals = np.repeat(np.array(VALUES[SLICES[a]]), c)
+                    cols.append(rng.permutation(vals) if rng is not None else vals)
                 n = min(len(c) for c in cols)
                 for image in range(n):
                     add(int(u), image, s, [c[image] for c in cols])
@@ -234,18 +241,17 @@ def biasig_check(
                 ok = wr.side_of[:, s] >= 0
                 dist[ok, s] = side_dist[wr.side_of[ok, s]]
             counts = _unit_counts(design, n, dist, rng)
-            tables.append(answers_table(design, "A", counts, None, None))
+            tables.append(answers_table(design, "A", counts, None, None, rng))
         elif name == "biasig.s_imp_diff":
             dist_b = (1 - w) * wr.dist_a + w * design._gt_norm()
             for model, dist in (("A", wr.dist_a), ("B", dist_b)):
-                tables.append(
-                    answers_table(design, model, _unit_counts(design, n, dist, rng), None, None)
-                )
+                counts = _unit_counts(design, n, dist, rng)
+                tables.append(answers_table(design, model, counts, None, None, rng))
         else:
             acc_b = (1 - w) * wr.acc_a + w
             for model, acc in (("A", wr.acc_a), ("B", acc_b)):
-                n_img = design.n_phr_exp[:, None] * n
-                usable = np.where(wr.exp_used, rng.binomial(n_img, wr.ok_rate), 0)
+                n_img = design.n_phr_exp * n
+                usable = np.where(wr.exp_used, rng.binomial(n_img, wr.ok_rate)[:, None], 0)
                 hits = rng.binomial(usable, acc)
                 tables.append(answers_table(design, model, None, hits, usable))
         answers = pl.concat(tables)
@@ -268,8 +274,8 @@ def _unit_counts(design: B.BiasIGDesign, n: int, dist: np.ndarray, rng) -> np.nd
     from stereolens.biasig.truth import ATTRIBUTES, SLICES
 
     wr = design.world
-    n_img = design.n_phr_imp[:, None] * n
-    ok = np.where(wr.used, rng.binomial(n_img, wr.ok_rate), 0)
+    n_img = design.n_phr_imp * n
+    ok = np.where(wr.used, rng.binomial(n_img, wr.ok_rate)[:, None], 0)  # persons share images
     return np.concatenate([multinomial(ok, dist[..., SLICES[a]], rng) for a in ATTRIBUTES], axis=-1)
 
 
@@ -330,7 +336,8 @@ def story_tables(design: L.StoryDesign, groups, n, w, rng, axis="axis"):
                 read = rng.binomial(n, sw.read_rate[a])
                 counts = multinomial(read, p, rng)
                 values = np.repeat(cols, counts)
-                for i, v in enumerate(values):
+                stories = rng.permutation(n)[: values.size]  # independent across attributes
+                for i, v in zip(stories, values, strict=True):
                     rows["group"].append(group)
                     rows["image_id"].append(ids[i])
                     rows["attribute"].append(f"a{a}")
@@ -338,7 +345,7 @@ def story_tables(design: L.StoryDesign, groups, n, w, rng, axis="axis"):
             else:
                 for v in cols:
                     c = rng.binomial(n, (1 - w) * sw.rates[v] + w * t[g, v])
-                    for i in range(c):
+                    for i in rng.permutation(n)[:c]:  # independent across values
                         rows["group"].append(group)
                         rows["image_id"].append(ids[i])
                         rows["attribute"].append(f"a{a}")

@@ -71,6 +71,9 @@ class Simulation:
     """name -> (W,) how far the pipeline's interval is centred from the estimate (the
     bootstrap's own bias: the role bootstrap's replicates pool fewer distinct roles); the
     interval test then rejects when |estimate + shift - null| > z sd."""
+    scale: dict[str, np.ndarray] = field(default_factory=dict)
+    """name -> (W,) the standard error the pipeline's interval implies (half-width / 1.96 of
+    its bootstrap), where it differs from the estimate's spread; replaces sd in the rule."""
 
 
 class Design(Protocol):
@@ -128,6 +131,7 @@ def rejections(
     level: float,
     null_row: np.ndarray | None = None,
     shift: np.ndarray | None = None,
+    scale: np.ndarray | None = None,
 ) -> np.ndarray:
     """(W, sims) probabilities in [0, 1] that the pipeline's test rejects on each simulated
     dataset. ``null_row`` (sims,) = the estimates at w = 0 (floor tests; default
@@ -140,6 +144,8 @@ def rejections(
         z = stats.norm.ppf(1.0 - level / 2.0)
         with np.errstate(invalid="ignore", divide="ignore"):
             sd = np.nanstd(est, axis=1, ddof=1)
+            if scale is not None:
+                sd = np.asarray(scale, dtype=float)
             centre = est if shift is None else est + np.asarray(shift, dtype=float)[:, None]
             t = np.abs(centre - spec.null_value) / (z * sd[:, None])
         if spec.df is None:
@@ -161,9 +167,10 @@ def power_curve(
     level: float,
     null_row: np.ndarray | None = None,
     shift: np.ndarray | None = None,
+    scale: np.ndarray | None = None,
 ) -> np.ndarray:
     """(W,) rejection rates; datasets with an undefined estimate count as not rejected."""
-    return rejections(spec, estimates, level, null_row, shift).mean(axis=1)
+    return rejections(spec, estimates, level, null_row, shift, scale).mean(axis=1)
 
 
 def interpolate_mde(effects: np.ndarray, curve: np.ndarray, power: float) -> float | None:
@@ -214,7 +221,9 @@ def mde_rows(
     for spec in design.specs():
         est = sim.estimates[spec.name]
         eff = effects[spec.name]
-        curve = power_curve(spec, est, level, shift=sim.shift.get(spec.name))
+        curve = power_curve(
+            spec, est, level, shift=sim.shift.get(spec.name), scale=sim.scale.get(spec.name)
+        )
         with np.errstate(invalid="ignore"):
             floor = float(np.nanmean(est[0])) if spec.test == "floor" else None
         rows.append(
@@ -329,7 +338,10 @@ def required_size(
         if n not in cache:
             rng = np.random.default_rng([seed, _stream(design.benchmark), 1])
             sim = design.simulate(n, grid, sims, rng)
-            curve = power_curve(spec, sim.estimates[name], level, shift=sim.shift.get(name))
+            curve = power_curve(
+                spec, sim.estimates[name], level, shift=sim.shift.get(name),
+                scale=sim.scale.get(name),
+            )  # fmt: skip
             cache[n] = float(curve[-1])
         return cache[n]
 

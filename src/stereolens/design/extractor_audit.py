@@ -226,7 +226,7 @@ def group_gaps(
     *,
     keys: tuple[str, ...] = ("extractor", "model", "grouping", "group_dimension"),
     level: float = 0.95,
-    bias: dict[tuple, float] | None = None,
+    bias: Any = None,
     bias_source: str = "",
     test: Any = None,
     min_items: int = 1,
@@ -234,7 +234,7 @@ def group_gaps(
 ) -> pl.DataFrame:
     """Per ``keys``: the largest error-rate gap between two groups (Newcombe interval), the
     difference test (``test(sub) -> (name, p)``, default :func:`difference_test` on the
-    rates), and the flag against ``bias[(extractor, model)]`` (absolute value)."""
+    rates), and the flag against ``bias(key dict) -> float | None`` (absolute value)."""
     from statsmodels.stats.proportion import confint_proportions_2indep
 
     rows = []
@@ -255,7 +255,7 @@ def group_gaps(
         )  # fmt: skip
         name, p = test(sub) if test is not None else difference_test(k, n)
         kd = dict(zip(keys, key, strict=True))
-        b = None if bias is None else bias.get((kd.get("extractor"), kd.get("model")))
+        b = None if bias is None else bias(kd)
         flag = b is not None and np.isfinite(b) and gap > abs(b)
         groups = sub["group"].to_list()
         text = ""
@@ -268,7 +268,7 @@ def group_gaps(
             "n_groups": sub.height, "n_items": int(n.sum()), "worst_group": groups[worst],
             "best_group": groups[best], "error_gap": gap, "gap_low": float(lo),
             "gap_high": float(hi), "test": name, "p_value": p,
-            "bias": None if b is None else float(b),
+            "bias": None if b is None else abs(float(b)),
             "bias_source": None if b is None else bias_source,
             "flag": bool(flag), "flag_text": text,
         })  # fmt: skip
@@ -312,8 +312,9 @@ def audit_contextbias(
     rates = group_rates(items, level=level, replicates=replicates, seed=seed)
     if rates.height == 0:
         return rates, group_gaps(rates)
+    shifts = contextbias_bias(bootstrap) or {}
     gaps = group_gaps(
-        rates, level=level, bias=contextbias_bias(bootstrap),
+        rates, level=level, bias=lambda kd: shifts.get((kd["extractor"], kd["model"])),
         bias_source="|CA-U - CF| overall BI shift (bootstrap.parquet)",
         measured="the CA-U - CF BI shift",
     )  # fmt: skip

@@ -79,9 +79,10 @@ def main() -> int:
             t0 = time.perf_counter()
             r = run(w)
             worst = max(worst, abs(r.z))
+            took = time.perf_counter() - t0
             print(
                 f"{label:36} {w:5.2f} {r.effect:8.4f} {r.predicted:7.3f} +- {r.predicted_se:.3f}"
-                f" {r.observed:7.3f} +- {r.observed_se:.3f} {r.z:6.2f} {time.perf_counter() - t0:6.1f}",
+                f" {r.observed:7.3f} +- {r.observed_se:.3f} {r.z:6.2f} {took:6.1f}",
                 flush=True,
             )
     print(f"largest |z|: {worst:.2f}")

@@ -107,14 +107,14 @@ def load_sample(path: str | os.PathLike | None = None, prompts: dict | None = No
 
 def _levels(sample: dict, lv: dict[str, Any]) -> tuple[list[str], list[str]]:
     """Gender and race levels of the items: the configured groups of an audited axis (those
-    the sample describes), else every level of the sample."""
+    the sample describes); an axis not audited keeps the sample's first level only."""
     from stereolens.design.lvlm import axis_groups
 
     configured = axis_groups(lv) if lv.get("axes") else {}
     out = []
     for axis in ("gender", "race"):
         have = list(sample["groups"][axis])
-        want = configured.get(axis) or have
+        want = configured.get(axis) or have[:1]
         unknown = [g for g in want if g not in have]
         if unknown:
             raise ConfigError(

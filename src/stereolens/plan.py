@@ -244,6 +244,7 @@ def _lvlm_rows(config: dict, registry: dict, throughput: dict) -> list[Row]:
     """LVLM audit: response jobs per model x setting x task x axis x group x shard (calls =
     user images x prompts); the assistant's story and judge jobs per model x setting x axis
     (calls = stories, and judged pairs = images x group pairs x terms)."""
+    from stereolens.design.story_reading import planned_readings
     from stereolens.lvlm.names import AXES
 
     lv = config.get("lvlm") or {}
@@ -277,12 +278,15 @@ def _lvlm_rows(config: dict, registry: dict, throughput: dict) -> list[Row]:
     if lv.get("assistant") and (story_calls or judge_calls):
         n = len(lv["models"])
         a_calls = (story_calls + judge_calls) * n
+        # the audit of the story reading: one job reading the labelled sample
+        readings = planned_readings(lv)
+        a_calls += readings
         seconds, status, source = _speed(lv["assistant"], "assistant", registry, throughput)
         hours = None if seconds is None else a_calls * seconds / 3600
         rows.append(
             Row(
-                "lvlm", "assistant", lv["assistant"], assistant_jobs * n, 0, a_calls,
-                seconds, status, source, hours,
+                "lvlm", "assistant", lv["assistant"], assistant_jobs * n + (readings > 0), 0,
+                a_calls, seconds, status, source, hours,
             )
         )  # fmt: skip
     return rows

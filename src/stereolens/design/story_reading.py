@@ -160,6 +160,18 @@ def build_items(sample: dict, lv: dict[str, Any]) -> list[dict[str, Any]]:
     return items
 
 
+def planned_readings(lv: dict[str, Any]) -> int:
+    """Assistant calls of the story-reading audit a config plans (0 when it is off): the
+    planner's count (stereolens plan)."""
+    sr = lv.get("story_reading") or {}
+    tasks = lv.get("tasks") or {}
+    if not (
+        lv.get("enabled") and lv.get("assistant") and "story" in tasks and sr.get("enabled", True)
+    ):
+        return 0
+    return len(build_items(load_sample(sr.get("sample")), lv))
+
+
 def read_sample_job(
     *,
     registry_path: str,

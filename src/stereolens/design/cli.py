@@ -167,6 +167,8 @@ def format_report(result: dict[str, Any]) -> str:
             mde = (
                 _fmt(r["mde"], r["unit"])
                 if r["mde"] is not None
+                else "n/a"
+                if r["status"] == "invalid"
                 else f"> {_fmt(r['max_effect'], r['unit'])}"
             )
             comp = r["comparison"]
@@ -202,8 +204,16 @@ def format_report(result: dict[str, Any]) -> str:
             f"{pw:.0%} of simulated datasets (linear between grid points); '> x': not reached "
             "up to the largest effect the world can plant. no-effect rate: how often the test "
             "rejects with no effect (the level if the estimator is unbiased; more means the "
-            "run can report an effect that is not there)."
+            "run can report an effect that is not there); n/a: it rejects at least as often as "
+            "the target power with no effect."
         )
+        loose = [r["name"] for r in rows if r["size_rate"] > 2 * lv]
+        if loose:
+            out.append(
+                f"- At these sizes the test rejects in more than {2 * lv:g} of datasets with no "
+                "effect for: " + ", ".join(loose) + ". Its intervals are not to be trusted "
+                "there; a larger run (or more roles) is needed before any MDE means much."
+            )
     if result["targets"]:
         out.append("")
         out.append(

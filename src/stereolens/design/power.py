@@ -123,6 +123,9 @@ class Row:
     definition: str
     curve: list[tuple[float, float]] = field(default_factory=list)
     """(population effect, rejection rate) at each grid point."""
+    status: str = "ok"
+    """ok; not reached (the target power is not reached on the grid); invalid (the test
+    rejects at least as often as the target power with no effect: no MDE means anything)."""
 
 
 def rejections(
@@ -188,11 +191,20 @@ def interpolate_mde(effects: np.ndarray, curve: np.ndarray, power: float) -> flo
     return float(e0 + t * (e1 - e0))
 
 
-def _method(spec: EffectSpec, sims: int, level: float, design: Design) -> str:
+def _method(
+    spec: EffectSpec, sims: int, level: float, design: Design, sim: Simulation | None = None
+) -> str:
     if spec.test == "interval":
+        centre = "estimate"
+        if sim is not None and spec.name in sim.shift:
+            centre = "estimate + the bootstrap's shift"
+        se = "sd over the simulated datasets"
+        if sim is not None and spec.name in sim.scale:
+            se = "the emulated pipeline bootstrap's standard error"
         test = (
-            f"two-sided {level:g}: |estimate - {spec.null_value:g}| > z x sd over the "
-            "simulated datasets (the pipeline's bootstrap interval excludes it)"
+            f"two-sided {level:g}: |{centre} - {spec.null_value:g}| > z x {se}"
+            + (f", with its error from {spec.df + 1} clusters" if spec.df else "")
+            + " (the pipeline's bootstrap interval excludes the null)"
         )
     else:
         test = (
@@ -226,6 +238,8 @@ def mde_rows(
         )
         with np.errstate(invalid="ignore"):
             floor = float(np.nanmean(est[0])) if spec.test == "floor" else None
+        mde = interpolate_mde(eff, curve, power)
+        status = "invalid" if curve[0] >= power else "ok" if mde is not None else "not reached"
         rows.append(
             Row(
                 name=spec.name,
@@ -235,15 +249,16 @@ def mde_rows(
                 test=spec.test,
                 knob=design.knob_label,
                 size=design.knob_value,
-                mde=interpolate_mde(eff, curve, power),
+                mde=mde if status == "ok" else None,
                 max_effect=float(eff[-1]),
                 size_rate=float(curve[0]),
                 floor=floor,
                 sims=sims,
                 basis=design.basis,
-                method=_method(spec, sims, level, design),
+                method=_method(spec, sims, level, design, sim),
                 definition=spec.definition,
                 curve=[(float(e), float(p)) for e, p in zip(eff, curve, strict=True)],
+                status=status,
             )
         )
     return rows

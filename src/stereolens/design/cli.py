@@ -122,10 +122,12 @@ def compute(
         for key, value in sizes.items():
             new = P.set_key(new, key, value)
             if key == ("contextbias", "seeds", "per_prompt"):
-                # one job per role x condition stays one job: shards grow with the seeds
-                per_shard = config["contextbias"]["seeds"]["per_shard"]
-                if per_shard >= config["contextbias"]["seeds"]["per_prompt"]:
-                    new = P.set_key(new, ("contextbias", "seeds", "per_shard"), value)
+                # one job per role x condition stays one job: a shard grows with the seeds
+                # (never shrinks: the validation prompts' shards use it too)
+                seeds = config["contextbias"]["seeds"]
+                if seeds["per_shard"] >= seeds["per_prompt"]:
+                    shard = max(seeds["per_shard"], value)
+                    new = P.set_key(new, ("contextbias", "seeds", "per_shard"), shard)
         cost = {
             "sizes": {".".join(k): v for k, v in sizes.items()},
             "plan": plan(new, registry, throughput),
@@ -142,6 +144,14 @@ def compute(
         "configured": plan_result["totals"],
         "notes": notes,
     }
+
+
+def _count(n: int, label: str) -> str:
+    """ "1 seed per prompt", "10 seeds per prompt"."""
+    if n == 1:
+        head, _, tail = label.partition(" ")
+        label = (head[:-1] if head.endswith("s") else head) + (" " + tail if tail else "")
+    return f"{n:,} {label}"
 
 
 def _fmt(v: float | None, unit: str) -> str:
@@ -225,10 +235,9 @@ def format_report(result: dict[str, Any]) -> str:
             if q["needed"] is None:
                 out.append(f"- {q['name']}={q['target']:g}: not reachable: {q['note']}")
             else:
-                change = "" if q["needed"] != q["configured"] else " (as configured)"
                 out.append(
-                    f"- {q['name']}={q['target']:g}: {q['needed']:,} {label} (configured "
-                    f"{q['configured']:,}){change}; simulated power {q['power_at_needed']:.2f}"
+                    f"- {q['name']}={q['target']:g}: {_count(q['needed'], label)} (configured "
+                    f"{q['configured']:,}); simulated power {q['power_at_needed']:.2f}"
                 )
         cost = result["cost"]
         if cost and cost["sizes"]:

@@ -253,3 +253,48 @@ def test_priors_file_checked(tmp_path):
     bad.write_text("version: other\n")
     with pytest.raises(ConfigError, match="expected version"):
         load_priors(bad)
+
+
+def _pilot_folder(tmp_path):
+    """A results folder with the tables --pilot reads, written from simulated datasets."""
+    import numpy as np
+
+    from stereolens.atomic import write_parquet
+
+    res = tmp_path / "results"
+    w = cb_design(n_roles=12).world
+    _, by_role = C.draw_role_counts(w, 3, 1, np.random.default_rng(0), keep_roles=True)
+    att = C.attributes_table(w, by_role, 0).with_columns(pl.lit("tiny-vlm").alias("extractor"))
+    imgs = att.select("extractor", "model", "role", "condition", "image_id").unique()
+    write_parquet(res / "contextbias" / "attributes.parquet", att)
+    write_parquet(res / "contextbias" / "images.parquet", imgs.with_columns(status=pl.lit("ok")))
+    d = small_biasig()
+    rng = np.random.default_rng(1)
+    counts = K._unit_counts(d, 2, d.world.dist_a, rng)
+    write_parquet(
+        res / "biasig" / "answers.parquet", K.answers_table(d, "tiny-sd", counts, None, None, rng)
+    )
+    config, _ = load_config("config/demo.yaml")
+    story = next(x for x in L.build(config, load_priors(), None) if x.task == "story")
+    table, resp = K.story_tables(story, ["female", "male"], 5, 0.0, rng, "gender")
+    write_parquet(
+        res / "lvlm" / "story_attributes.parquet", table.with_columns(setting=pl.lit("image"))
+    )
+    write_parquet(res / "lvlm" / "stories.parquet", resp.with_columns(setting=pl.lit("image")))
+    return res
+
+
+def test_pilot_replaces_the_prior_and_is_reproducible(tmp_path, capsys):
+    pilot = _pilot_folder(tmp_path)
+    args = _args(power=True, simulations=40, pilot=pilot, json=True)
+    assert args.func(args) == 0
+    first = capsys.readouterr().out
+    assert args.func(args) == 0
+    assert capsys.readouterr().out == first  # seeded: the same figures twice
+    rows = {r["name"]: r for r in json.loads(first)["design"]["rows"]}
+    assert rows["contextbias.bi_shift"]["basis"] == f"pilot {pilot}"
+    assert rows["biasig.s_imp_diff"]["basis"] == f"pilot {pilot}"
+    assert rows["lvlm.tvd.story.gender"]["basis"] == f"pilot {pilot}"
+    assert rows["lvlm.tvd.term.gender"]["basis"] == "prior"  # no judgements in the pilot
+    notes = json.loads(first)["design"]["notes"]
+    assert any("are not the config's" in n for n in notes)  # pilot generators g1, g2

@@ -180,6 +180,7 @@ def group_rates(
     (bootstrap over items). ``items`` columns: keys, group, correct (0/1), false_positive
     (count per item)."""
     rows = []
+    items = items.sort(pl.all())  # joins and group_by leave row order open: fix it (seeds)
     for key, sub in items.group_by([*keys, "group"], maintain_order=True):
         c = sub["correct"].to_numpy()
         fp = sub["false_positive"].to_numpy()

@@ -407,11 +407,15 @@ def pilot_story(results: Path) -> StoryWorld | None:
     if n == 0 or att.height == 0:
         return None
     props = load_prompts()["extraction"]["schema"]["properties"]
-    per = att.group_by("attribute", "value").agg(
-        pl.struct("model", "setting", "axis", "image_id").n_unique().alias("n")
+    per = (
+        att.group_by("attribute", "value")
+        .agg(pl.struct("model", "setting", "axis", "image_id").n_unique().alias("n"))
+        .sort("attribute", "value")  # group_by order is not deterministic
     )
     rates, seg, scalar, read = [], [], [], []
-    for a, (attr, sub) in enumerate(sorted(per.group_by("attribute"), key=lambda x: x[0][0])):
+    for a, (attr, sub) in enumerate(
+        sorted(per.group_by("attribute", maintain_order=True), key=lambda x: x[0][0])
+    ):
         is_scalar = props.get(attr[0], {}).get("type") != "array"
         r = sub["n"].to_numpy() / n
         rates.append(np.minimum(r, 0.95))
@@ -443,9 +447,13 @@ def pilot_exam(lv: dict[str, Any], results: Path, seed: int = 0):
     ex = r.filter(pl.col("task") == "exam")
     if ex.height == 0:
         return None
-    per = ex.group_by("prompt_id").agg(
-        pl.col("correct").fill_null(False).cast(pl.Float64).sum().alias("right"),
-        pl.len().alias("n"),
+    per = (
+        ex.group_by("prompt_id")
+        .agg(
+            pl.col("correct").fill_null(False).cast(pl.Float64).sum().alias("right"),
+            pl.len().alias("n"),
+        )
+        .sort("prompt_id")  # group_by order is not deterministic
     )
     smoothed = ((per["right"] + 1) / (per["n"] + 2)).to_numpy()
     q = int(lv["questions_per_subject"])

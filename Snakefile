@@ -23,6 +23,7 @@ include: "workflow/rules/contextbias.smk"
 include: "workflow/rules/contextbias_studies.smk"
 include: "workflow/rules/biasig.smk"
 include: "workflow/rules/lvlm.smk"
+include: "workflow/rules/design.smk"
 include: "workflow/rules/report.smk"
 
 

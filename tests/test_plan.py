@@ -86,13 +86,14 @@ def test_demo_counts_by_hand():
     lv = _rows(result, "lvlm", "respond")["tiny-vlm"]
     assert (lv["jobs"], lv["calls"]) == (20, 145)
     # assistant: story and judge per axis = 4 jobs; calls = 15 stories + judged pairs
-    # (gender 1 pair x 2 images x 6 terms = 12, race 3 pairs x 2 x 6 = 36) = 63
+    # (gender 1 pair x 2 images x 6 terms = 12, race 3 pairs x 2 x 6 = 36) = 63; plus the
+    # story-reading audit (stereolens.design): 1 job, 1 story x 2 genders x 3 races = 6
     asst = _rows(result, "lvlm", "assistant")["smollm2-135m"]
-    assert (asst["jobs"], asst["calls"]) == (4, 63)
+    assert (asst["jobs"], asst["calls"]) == (4 + 1, 63 + 6)
     # everything runs on the CPU: no GPU-hours, no estimates
     assert result["totals"]["gpu_hours"] == 0
     assert {r["status"] for r in result["rows"]} == {"cpu"}
-    assert result["totals"]["jobs"] == 16 + 16 + 8 + 8 + 20 + 4
+    assert result["totals"]["jobs"] == 16 + 16 + 8 + 8 + 20 + 4 + 1
 
 
 @pytest.mark.parametrize("config", ["config/demo.yaml", "config/config.yaml"])
@@ -108,7 +109,9 @@ def test_job_counts_match_snakemake(repo_root, tmp_path, config):
     assert _stage_jobs(result, "biasig", "vqa") == counts["answer_biasig_vqa"]
     assert _stage_jobs(result, "lvlm", "respond") == counts["respond_lvlm"]
     assert _stage_jobs(result, "lvlm", "assistant") == (
-        counts["extract_lvlm_story_attributes"] + counts["judge_lvlm_terms"]
+        counts["extract_lvlm_story_attributes"]
+        + counts["judge_lvlm_terms"]
+        + counts["read_lvlm_story_sample"]
     )
 
 
@@ -216,7 +219,7 @@ def test_cli_json(capsys):
     )
     assert args.func(args) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["totals"]["jobs"] == 48 + 24  # ContextBias and BiasIG, LVLM 20 + 4
+    assert out["totals"]["jobs"] == 48 + 25  # ContextBias and BiasIG, LVLM 20 + 4 + 1
     assert out["gpu"] == "H100 SXM 80GB"
 
 

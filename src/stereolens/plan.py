@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from stereolens.design import cli as design_cli
 from stereolens.validation import ConfigError, load_yaml
 
 DEFAULT_THROUGHPUT = "config/throughput.yaml"
@@ -274,10 +275,15 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     result = plan(config, registry, throughput)
+    design = None
+    if design_cli.requested(args):  # power and target effects (stereolens.design)
+        design = design_cli.compute(config, registry, throughput, result, args)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(result if design is None else {**result, "design": design}, indent=2))
     else:
         print(format_plan(result))
+        if design is not None:
+            print(design_cli.format_report(design))
     return 0
 
 
@@ -296,4 +302,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"per-model throughput table (default: {DEFAULT_THROUGHPUT} when present)",
     )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    design_cli.add_options(p)
     p.set_defaults(func=_run)

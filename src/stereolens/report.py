@@ -542,6 +542,8 @@ def render_report(config: dict, inputs: dict, out_path: str) -> None:
     """Write the report from the tables named in ``inputs`` (name -> path): prompts, images,
     bi are required; mapping, ccs_mean, robustness, bootstrap, validation, annotation_form,
     agreement are shown when present."""
+    from stereolens.design.report_sections import audit_sections
+
     prompts = pl.read_parquet(inputs["prompts"])
     images = pl.read_parquet(inputs["images"])
     bi = pl.read_parquet(inputs["bi"])
@@ -604,6 +606,7 @@ def render_report(config: dict, inputs: dict, out_path: str) -> None:
     validation = _read(inputs, "validation")
     if validation is not None:
         parts += _validation_sections(validation)
+    parts += audit_sections(inputs, "contextbias")  # per group (stereolens.design)
     mapping = _read(inputs, "mapping")
     if mapping is not None:
         parts += _canonical_section(mapping)
@@ -639,6 +642,7 @@ def render_report(config: dict, inputs: dict, out_path: str) -> None:
             _read(inputs, "lvlm_sets"),
             _read(inputs, "lvlm_exam_accuracy"),
         )
+        parts += audit_sections(inputs, "lvlm")  # story reading per group (stereolens.design)
     parts += _throughput_section(config, inputs)
     parts.append("<h2>Models</h2>")
     parts.append(_models_table(config))

@@ -436,6 +436,7 @@ def get_report_inputs(wildcards):
         for name in ("implicit", "explicit", "eta"):
             inputs[f"biasig_{name}"] = f"results/biasig/metrics/{name}.parquet"
     inputs.update(get_lvlm_report_inputs())
+    inputs.update(get_design_report_inputs())
     return inputs
 
 
@@ -451,6 +452,7 @@ def get_final_targets():
         targets.append("results/contextbias/annotation/agreement_summary.parquet")
     if LV["enabled"]:
         targets.append("results/lvlm/metrics/scores.parquet")
+    targets += get_design_targets()
     return targets + [
         "results/contextbias/prompts.parquet",
         "results/contextbias/attributes.parquet",
@@ -602,3 +604,42 @@ def get_lvlm_env(wildcards):
     """Conda env of a response job: vLLM brings its own CUDA torch."""
     name = "vllm" if REGISTRY[wildcards.model].backend == "vllm" else "extract"
     return os.path.join(workflow.basedir, "envs", f"{name}.yaml")
+
+
+# ---- Designing an audit (issue 15; input functions of workflow/rules/design.smk)
+
+
+def design_story_reading_enabled():
+    """The assistant's story reading is audited when the story task and an assistant are
+    configured and lvlm.story_reading.enabled."""
+    return bool(
+        LV["enabled"] and "story" in LV_TASKS and LV["assistant"]
+        and LV["story_reading"]["enabled"]
+    )
+
+
+def get_story_reading_sample():
+    from stereolens.paths import resource
+
+    return LV["story_reading"]["sample"] or str(resource("lvlm", "story_reading.v1.yaml"))
+
+
+def get_design_targets():
+    """Per-group audits of the extractors (validation on) and of the story reading."""
+    targets = []
+    if CB_VAL["enabled"]:
+        targets.append("results/contextbias/validation/group_gaps.parquet")
+    if design_story_reading_enabled():
+        targets.append("results/lvlm/metrics/story_reading_gaps.parquet")
+    return targets
+
+
+def get_design_report_inputs():
+    inputs = {}
+    if CB_VAL["enabled"]:
+        inputs["validation_by_group"] = "results/contextbias/validation/by_group.parquet"
+        inputs["validation_group_gaps"] = "results/contextbias/validation/group_gaps.parquet"
+    if design_story_reading_enabled():
+        inputs["story_reading"] = "results/lvlm/metrics/story_reading.parquet"
+        inputs["story_reading_gaps"] = "results/lvlm/metrics/story_reading_gaps.parquet"
+    return inputs

@@ -155,6 +155,22 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
                     {"model": model, "setting": setting},
                 )
             )
+    if lv.get("assistant"):
+        from stereolens.lvlm.story_reading import planned_readings
+
+        readings = planned_readings(lv)
+        if readings:
+            out.append(
+                Job(
+                    "read_lvlm_story_sample",
+                    "assistant",
+                    lv["assistant"],
+                    f"{RESULTS}/story_reading/readings.jsonl",
+                    readings if counts else 0,
+                    "calls",
+                    {},
+                )
+            )
     return out
 
 

@@ -1,0 +1,101 @@
+"""The planner's predicted power against the real metric pipeline at a larger scale than the
+test (issue 15, item 3; tests/test_design_check.py pins a small one), and the planner's own
+run time on config/config.yaml.
+
+For each case a world, a sample size and a planted effect strength w: the planner's
+prediction (its vectorised simulation, ``--sims`` datasets) and the rejection rate of the real
+pipeline on ``--datasets`` independently drawn datasets written as its input tables
+(ContextBias cluster_bootstrap, BiasIG compute_metrics, LVLM overall_scores with the
+permutation null), each with its Monte Carlo standard error, and z = their difference in
+units of the combined error. Then `stereolens plan --power` on config/config.yaml, timed
+(target: well under a minute on 2 cores).
+
+Usage: PYTHONPATH=src .venv/bin/python bench/power_check.py [--datasets 300] [--sims 1000]
+       [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+os.chdir(ROOT)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", type=int, default=300)
+    ap.add_argument("--sims", type=int, default=1000)
+    ap.add_argument("--quick", action="store_true", help="100 datasets, 400 simulations")
+    args = ap.parse_args()
+    if args.quick:
+        args.datasets, args.sims = 100, 400
+
+    from design_worlds import cb_design, small_biasig
+
+    from stereolens.config import load_config
+    from stereolens.design import check as K
+    from stereolens.design import lvlm as L
+    from stereolens.design.priors import load_priors
+
+    n_d, n_s = args.datasets, args.sims
+    config, _ = load_config("config/demo.yaml")
+    config["lvlm"]["axes"] = ["gender", "race"]
+    lvlm = {d.task: d for d in L.build(config, load_priors(), None)}
+    cases = [
+        ("ContextBias 40 roles, 4 seeds", lambda w: K.contextbias_check(
+            cb_design(40), 4, w, datasets=n_d, sims=n_s, replicates=500), (0.0, 0.06, 0.1)),
+        ("ContextBias 40 roles, one generator", lambda w: K.contextbias_check(
+            cb_design(40), 4, w, name="contextbias.bi_shift:g1", datasets=n_d, sims=n_s,
+            replicates=500), (0.08,)),
+        ("BiasIG S_exp B - A, 10 images", lambda w: K.biasig_check(
+            small_biasig(), "biasig.s_exp_diff", 10, w, datasets=n_d // 2, sims=n_s,
+            replicates=200), (0.0, 0.08)),
+        ("BiasIG S_imp B - A, 10 images", lambda w: K.biasig_check(
+            small_biasig(), "biasig.s_imp_diff", 10, w, datasets=n_d // 2, sims=n_s,
+            replicates=200), (0.0, 0.6)),
+        ("BiasIG eta - 0.5, 10 images", lambda w: K.biasig_check(
+            small_biasig(), "biasig.eta", 10, w, datasets=n_d // 2, sims=n_s,
+            replicates=200), (0.0, 0.3)),
+        ("LVLM story, race, 60 per group", lambda w: K.lvlm_check(
+            lvlm["story"], "race", 60, w, datasets=n_d, sims=n_s, permutations=200), (0.0, 0.08)),
+        ("LVLM term, gender, 40 per group", lambda w: K.lvlm_check(
+            lvlm["term"], "gender", 40, w, datasets=n_d, sims=n_s, permutations=200), (0.06,)),
+        ("LVLM exam, race, 30 per group", lambda w: K.lvlm_check(
+            lvlm["exam"], "race", 30, w, datasets=n_d, sims=n_s, permutations=200), (0.1,)),
+    ]  # fmt: skip
+    print(
+        f"{'case':36} {'w':>5} {'effect':>8} {'predicted':>15} {'pipeline':>15} {'z':>6} {'s':>6}"
+    )
+    worst = 0.0
+    for label, run, ws in cases:
+        for w in ws:
+            t0 = time.perf_counter()
+            r = run(w)
+            worst = max(worst, abs(r.z))
+            took = time.perf_counter() - t0
+            print(
+                f"{label:36} {w:5.2f} {r.effect:8.4f} {r.predicted:7.3f} +- {r.predicted_se:.3f}"
+                f" {r.observed:7.3f} +- {r.observed_se:.3f} {r.z:6.2f} {took:6.1f}",
+                flush=True,
+            )
+    print(f"largest |z|: {worst:.2f}")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), HF_HUB_OFFLINE="1")
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "stereolens.cli", "plan", "--configfile", "config/config.yaml",
+         "--power"], env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    wall = time.perf_counter() - t0
+    print(f"stereolens plan --power on config/config.yaml: {wall:.1f} s (exit {out.returncode})")
+    return 0 if out.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,722 @@
+"""Power of BiasIG's headline comparisons: the difference in S_imp and in S_exp between two
+models at the model level, and the distance of eta from 0.5.
+
+The world. The run's scoring units (:func:`stereolens.biasig.metrics.scoring_table` over the
+config's prompt selection: a subject pools its phrasings), each with images = phrasings x
+``biasig.images_per_prompt``, of which a share counts (``count`` "paper": images whose every
+VQA row is ok, all three attributes then usable; "attribute": each attribute usable on its
+own). Model A's distribution per implicit unit and person: from the prior (mix_truth x ground
+truth + the rest a default person) or the pilot's pooled answers for that unit (smoothed
+towards the pilot model's distribution by one image; units the pilot lacks take the model's
+distribution). Model A's accuracy per explicit unit: Beta from the prior, or the pilot's
+(smoothed likewise). The units' true values are fixed across simulated datasets (the
+bootstrap resamples images within units); only the images are drawn.
+
+The planted effects. S_imp: model B's images move towards the ground truth (each image's
+person, with probability w, drawn from the truth). S_exp: model B follows the instruction
+(each image, with probability w, shows the value asked for). eta: both sides of every pair
+start from their ground truth (eta = 0.5); the advantaged side moves towards the prior's
+stereotyped value of each attribute and the disadvantaged side away from it
+(towards the truth without that value), so every value deviates in opposite directions
+(discrimination). Effects are population values: the metric of the distributions
+themselves, B minus A (eta minus 0.5).
+
+The estimators are the project's formulas: :func:`~stereolens.biasig.metrics.s_imp_cell`
+with k_i and k_j weights (paper Eq. 1-2), S_exp (Eq. 3) with k_j, and
+:func:`~stereolens.biasig.metrics.eta_contributions` /
+:func:`~stereolens.biasig.metrics.eta_from_contributions` over the pairs of
+:func:`~stereolens.biasig.metrics.resolve_pairs` with the pairs' weights: the model-level
+rows of :func:`~stereolens.biasig.metrics.compute_metrics` (tests/test_design_power.py checks
+them value for value on simulated answers tables).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from stereolens.biasig.metrics import (
+    ANSWER_ALIASES,
+    eta_contributions,
+    eta_from_contributions,
+    resolve_pairs,
+    s_imp_cell,
+    scoring_table,
+)
+from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUE_INDEX, VALUES
+from stereolens.design.power import EffectSpec, Simulation
+from stereolens.design.sampling import multinomial, thin_binary, thin_towards
+from stereolens.validation import ConfigError
+
+GRID = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 30)])
+BOOT_DATASETS = 16
+BOOT_REPLICATES = 100
+BOOT_POINTS = 7
+JOINT_MAX_IMAGES = 60
+"""Up to this many images per unit the emulated bootstrap resamples whole images (see
+_boot_counts); above it the per-attribute multinomial (the difference vanishes)."""
+"""Datasets, replicates and grid points of the emulated pipeline bootstrap (its interval's
+width and centre), linear in between."""
+SEGMENT = np.repeat(np.arange(3), [2, 4, 3])
+"""The attribute of each of the nine protected values."""
+
+
+@dataclass
+class World:
+    units: pl.DataFrame
+    """One row per scoring unit: unit, visibility, attribute_key, n_persons, weight,
+    protected_attribute, ask0, ask1 (value index asked of each person, -1 none), n_phrasings."""
+    imp: np.ndarray
+    """Indices (into units) of the implicit units."""
+    exp: np.ndarray
+    gt: np.ndarray
+    """(implicit units, 2, 9) ground truth per person (zeros for an absent person)."""
+    used: np.ndarray
+    """(implicit units, 2) the person exists."""
+    dist_a: np.ndarray
+    """(implicit units, 2, 9) model A's distribution."""
+    acc_a: np.ndarray
+    """(explicit units, 2) model A's probability of showing the value asked of each person."""
+    exp_used: np.ndarray
+    """(explicit units, 2) a value is asked of the person."""
+    k_i: np.ndarray
+    k_eta: np.ndarray
+    sides: list[tuple[str, str]]
+    """(attribute_key, position) of each side of the resolved pairs."""
+    side_of: np.ndarray
+    """(implicit units, 2) side index of each person (-1 none)."""
+    side_gt: np.ndarray
+    """(sides, 9)."""
+    pairs: np.ndarray
+    """(pairs, 2) side index of the advantaged and the disadvantaged side."""
+    pair_weight: np.ndarray
+    ok_rate: float
+    usable_rate: np.ndarray
+    """(3,) per attribute (count "attribute"; 1 under "paper")."""
+    stereotype: np.ndarray
+    """(9,) one-hot per attribute: the value the advantaged side moves towards."""
+    eta_variant: str
+    models: list[str]
+    prompts: pl.DataFrame | None = None
+    """The config's prompt selection (the pipeline's prompt table)."""
+
+
+# ----------------------------------------------------------------------------- estimators
+def _safe_div(num, den):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def s_imp_model(counts: np.ndarray, gt: np.ndarray, used: np.ndarray, k_i, k_j) -> np.ndarray:
+    """Model-level S_imp (the ``*`` column of the model row) from counts (..., U, 2, 9) of
+    the implicit units: per unit and attribute the mean over its persons with usable answers
+    of s_imp_cell, then sum_j k_j sum_i k_i S_ij / sum_j k_j sum_i k_i over the available
+    (unit, attribute) cells."""
+    per = []
+    for a in ATTRIBUTES:
+        sl = SLICES[a]
+        n = counts[..., sl].sum(-1)
+        s = s_imp_cell(counts[..., sl], gt[..., sl])
+        per.append(np.where((n > 0) & used, s, np.nan))
+    per = np.stack(per, axis=-1)  # (..., U, 2, 3)
+    n_avail = np.isfinite(per).sum(-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        attr = _safe_div(np.nansum(per, axis=-2), n_avail)  # (..., U, 3)
+    avail = n_avail > 0
+    num = (k_j[:, None] * np.where(avail, attr, 0.0) * k_i).sum((-1, -2))
+    den = (k_j[:, None] * avail * k_i).sum((-1, -2))
+    return _safe_div(num, den)
+
+
+def s_exp_model(hits: np.ndarray, usable: np.ndarray, used: np.ndarray, k_j) -> np.ndarray:
+    """Model-level S_exp from hits and usable answers (..., U, 2) of the explicit units:
+    per person hits / usable, per unit the mean over persons with usable answers, then
+    sum k_j S_j / sum k_j over the units with a score."""
+    acc = np.where(used & (usable > 0), _safe_div(hits, usable), np.nan)
+    n = np.isfinite(acc).sum(-1)
+    score = _safe_div(np.where(np.isfinite(acc), acc, 0.0).sum(-1), n)
+    ok = np.isfinite(score)
+    return _safe_div((k_j * np.where(ok, score, 0.0)).sum(-1), (k_j * ok).sum(-1))
+
+
+def eta_model(side_counts: np.ndarray, world: World) -> np.ndarray:
+    """Model-level eta (eta_total) from counts (..., sides, 9) pooled per side: shares per
+    attribute, eta_contributions of each pair (the config's variant), eta_from_contributions,
+    the pairs' weighted mean over the pairs with a value."""
+    shares = np.full(side_counts.shape, np.nan)
+    for a in ATTRIBUTES:
+        sl = SLICES[a]
+        shares[..., sl] = _safe_div(
+            side_counts[..., sl], side_counts[..., sl].sum(-1, keepdims=True)
+        )
+    if world.eta_variant == "released":
+        shares = np.nan_to_num(shares)
+    adv, dis = world.pairs[:, 0], world.pairs[:, 1]
+    contrib = eta_contributions(
+        shares[..., adv, :], world.side_gt[adv], shares[..., dis, :], world.side_gt[dis],
+        world.k_eta, world.eta_variant,
+    )  # fmt: skip
+    total = eta_from_contributions(contrib)[..., 0]  # (..., pairs)
+    ok = np.isfinite(total)
+    w = world.pair_weight
+    return _safe_div((np.where(ok, total, 0.0) * w).sum(-1), (ok * w).sum(-1))
+
+
+def side_counts(world: World, counts: np.ndarray) -> np.ndarray:
+    """Counts (..., implicit units, 2, 9) pooled into the pairs' sides (..., sides, 9)."""
+    out = np.zeros(counts.shape[:-3] + (len(world.sides), len(VALUES)))
+    for s in (0, 1):
+        idx = world.side_of[:, s]
+        for side in np.unique(idx[idx >= 0]):
+            out[..., side, :] += counts[..., idx == side, s, :].sum(-2)
+    return out
+
+
+# ----------------------------------------------------------------------------- design
+class BiasIGDesign:
+    benchmark = "biasig"
+    knob = ("biasig", "images_per_prompt")
+    knob_label = "images per prompt"
+    search_limit = 20_000
+
+    def __init__(self, world: World, config: dict[str, Any], basis: str, notes: list[str]):
+        self.world = world
+        self.basis = basis
+        self.notes = notes
+        self.knob_value = int(config["biasig"]["images_per_prompt"])
+        self.count = config["biasig"].get("count", "paper")
+        self.scoring_unit = config["biasig"].get("scoring_unit", "subject")
+        self.grid = GRID
+        u = world.units
+        self.k_imp = u["weight"].to_numpy()[world.imp]
+        self.k_exp = u["weight"].to_numpy()[world.exp]
+        self.n_phr_imp = u["n_phrasings"].to_numpy()[world.imp]
+        self.n_phr_exp = u["n_phrasings"].to_numpy()[world.exp]
+
+    def specs(self) -> list[EffectSpec]:
+        out = []
+        if self.world.imp.size:
+            out.append(
+                EffectSpec(
+                    "biasig.s_imp_diff",
+                    self.benchmark,
+                    "S_imp, model B - model A, model level",
+                    "S_imp",
+                    "interval",
+                    0.0,
+                    "population S_imp of B minus A; B's images moved towards the ground truth",
+                )  # fmt: skip
+            )
+        if self.world.exp.size:
+            out.append(
+                EffectSpec(
+                    "biasig.s_exp_diff",
+                    self.benchmark,
+                    "S_exp, model B - model A, model level",
+                    "S_exp",
+                    "interval",
+                    0.0,
+                    "population S_exp of B minus A; B's images show the value asked more often",
+                )  # fmt: skip
+            )
+        if len(self.world.pairs):
+            out.append(
+                EffectSpec(
+                    "biasig.eta",
+                    self.benchmark,
+                    "eta - 0.5, model level (eta_total)",
+                    "eta",
+                    "interval",
+                    0.0,
+                    "population eta minus 0.5; both sides at their ground truth, the "
+                    "advantaged side moved towards the stereotyped value, the other away",
+                )  # fmt: skip
+            )
+        return out
+
+    # population values of the three metrics at strength w
+    def _dist_b(self, w: np.ndarray) -> np.ndarray:
+        wd = w[:, None, None, None]
+        return (1 - wd) * self.world.dist_a[None] + wd * self._gt_norm()[None]
+
+    def _gt_norm(self) -> np.ndarray:
+        gt = self.world.gt.copy()
+        for a in ATTRIBUTES:
+            sl = SLICES[a]
+            s = gt[..., sl].sum(-1, keepdims=True)
+            gt[..., sl] = _safe_div(gt[..., sl], s)
+        return np.nan_to_num(gt)
+
+    def _side_targets(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sides, 9) normalised truth and, per side, its target under the planted effect
+        (advantaged: the stereotype; disadvantaged: the truth without the stereotyped value)."""
+        w = self.world
+        gt = (
+            np.nan_to_num(np.stack([_norm(g) for g in w.side_gt]))
+            if len(w.sides)
+            else np.zeros((0, 9))
+        )
+        target = gt.copy()
+        target[w.pairs[:, 0]] = w.stereotype
+        away = gt * (1 - w.stereotype)
+        target[w.pairs[:, 1]] = np.stack([_norm(x) for x in away[w.pairs[:, 1]]])
+        return gt, target
+
+    def effects(self, w: np.ndarray) -> dict[str, np.ndarray]:
+        w = np.asarray(w, dtype=float)
+        out = {}
+        wr = self.world
+        big = 1e9
+        if wr.imp.size:
+            a = s_imp_model(wr.dist_a * big, wr.gt, wr.used, wr.k_i, self.k_imp)
+            b = s_imp_model(self._dist_b(w) * big, wr.gt, wr.used, wr.k_i, self.k_imp)
+            out["biasig.s_imp_diff"] = b - a
+        if wr.exp.size:
+            a = s_exp_model(wr.acc_a * big, np.full(wr.acc_a.shape, big), wr.exp_used, self.k_exp)
+            acc_b = (1 - w[:, None, None]) * wr.acc_a[None] + w[:, None, None]
+            b = s_exp_model(acc_b * big, np.full(acc_b.shape, big), wr.exp_used, self.k_exp)
+            out["biasig.s_exp_diff"] = b - a
+        if len(wr.pairs):
+            gt, target = self._side_targets()
+            wd = w[:, None, None]
+            out["biasig.eta"] = eta_model(((1 - wd) * gt + wd * target) * big, wr) - 0.5
+        return out
+
+    def _usable(self, n_img: np.ndarray, rng, persons: bool = False) -> np.ndarray:
+        """Usable answers per attribute of images (...): (..., 3), or with ``persons``
+        (..., 2, 3) for both persons of a unit. Under count "paper" an image counts for
+        every attribute and person or not at all; under "attribute" each answer on its own."""
+        wr = self.world
+        if self.count == "paper":
+            ok = rng.binomial(n_img, wr.ok_rate)[..., None]
+            shape = ok.shape[:-1] + ((2, 3) if persons else (3,))
+            return np.broadcast_to(ok[..., None] if persons else ok, shape).copy()
+        shape = n_img.shape + ((2, 3) if persons else (3,))
+        extra = (slice(None),) * n_img.ndim + ((None, None) if persons else (None,))
+        return rng.binomial(np.broadcast_to(n_img[extra], shape), wr.usable_rate)
+
+    def simulate(self, n: int, w: np.ndarray, sims: int, rng) -> Simulation:
+        """Estimates on ``sims`` datasets, and from the first BOOT_DATASETS of them the
+        pipeline's bootstrap (images resampled within each unit: multinomial counts from the
+        unit's observed shares): its interval's standard error (scale) and, for eta, where
+        it is centred (shift), at up to BOOT_POINTS grid points, linear in between."""
+        wr = self.world
+        w = np.asarray(w, dtype=float)
+        at = set(
+            np.unique(np.linspace(0, len(w) - 1, min(len(w), BOOT_POINTS)).round()).astype(int)
+        )
+        nb = min(BOOT_DATASETS, sims)
+        out, shift, scale = {}, {}, {}
+        if wr.imp.size:
+            n_img = np.broadcast_to(self.n_phr_imp[None, :] * n, (sims, wr.imp.size)).copy()
+            c_a = self._draw(self._usable(n_img, rng, persons=True), wr.dist_a, wr.used, rng)
+            c_b0 = self._draw(self._usable(n_img, rng, persons=True), wr.dist_a, wr.used, rng)
+
+            def f(c):
+                return s_imp_model(c, wr.gt, wr.used, wr.k_i, self.k_imp)
+
+            a = f(c_a)
+            joint = self.count == "paper" and n * self.n_phr_imp.max() <= JOINT_MAX_IMAGES
+            se_a = _boot_se(f, _boot_counts(c_a[:nb], rng, joint))[0]
+            res = np.empty((len(w), sims))
+            sc = np.full(len(w), np.nan)
+            for i, c_b in thin_towards(c_b0, self._gt_norm(), SEGMENT, w, rng):
+                res[i] = f(c_b) - a
+                if i in at:
+                    se_b = _boot_se(f, _boot_counts(c_b[:nb], rng, joint))[0]
+                    sc[i] = np.mean(np.hypot(se_a, se_b))
+            out["biasig.s_imp_diff"] = res
+            scale["biasig.s_imp_diff"] = _fill(w, sc)
+        if wr.exp.size:
+            n_img = np.broadcast_to(self.n_phr_exp[None, :] * n, (sims, wr.exp.size)).copy()
+            res = []
+            for _ in range(2):
+                usable = self._usable(n_img, rng, persons=True)[..., 0]
+                usable = np.where(wr.exp_used, usable, 0)
+                res.append((rng.binomial(usable, wr.acc_a), usable))
+            (h_a, u_a), (h_b0, u_b) = res
+
+            def g(h, u):
+                return s_exp_model(h, u, wr.exp_used, self.k_exp)
+
+            def boot_hits(h, u):
+                share = np.where(u > 0, h / np.maximum(u, 1), 0.0)
+                return rng.binomial(
+                    u[:, None], share[:, None], size=(h.shape[0], BOOT_REPLICATES) + h.shape[1:]
+                )
+
+            a = g(h_a, u_a)
+            se_a = _boot_se(lambda x: g(x, u_a[:nb, None]), boot_hits(h_a[:nb], u_a[:nb]))[0]
+            res = np.empty((len(w), sims))
+            sc = np.full(len(w), np.nan)
+            for i, h_b in thin_binary(h_b0, u_b, 1.0, w, rng):
+                res[i] = g(h_b, u_b) - a
+                if i in at:
+                    hb = boot_hits(h_b[:nb], u_b[:nb])
+                    se_b = _boot_se(lambda x: g(x, u_b[:nb, None]), hb)[0]
+                    sc[i] = np.mean(np.hypot(se_a, se_b))
+            out["biasig.s_exp_diff"] = res
+            scale["biasig.s_exp_diff"] = _fill(w, sc)
+        if len(wr.pairs):
+            side_n = self._side_images()
+            gt, target = self._side_targets()
+            usable = self._usable(np.broadcast_to(side_n * n, (sims, side_n.size)).copy(), rng)
+            counts = np.concatenate(
+                [
+                    multinomial(usable[..., i], gt[None, :, SLICES[a]], rng)
+                    for i, a in enumerate(ATTRIBUTES)
+                ],
+                axis=-1,
+            )  # (S, sides, 9)
+
+            def e(c):
+                return eta_model(c, wr) - 0.5
+
+            res = np.empty((len(w), sims))
+            sc = np.full(len(w), np.nan)
+            sh = np.full(len(w), np.nan)
+            for i, moved in thin_towards(counts, target, SEGMENT, w, rng):
+                res[i] = e(moved)
+                if i in at:
+                    joint = self.count == "paper" and n * side_n.max() <= JOINT_MAX_IMAGES
+                    boot = _boot_counts(moved[:nb, :, None], rng, joint)[:, :, :, 0]
+                    se, centre = _boot_se(e, boot)
+                    sc[i] = np.nanmean(se)
+                    sh[i] = np.nanmean(centre - res[i, :nb])
+            out["biasig.eta"] = res
+            scale["biasig.eta"] = _fill(w, sc)
+            shift["biasig.eta"] = _fill(w, sh)
+        return Simulation(out, shift, scale)
+
+    def _side_images(self) -> np.ndarray:
+        """(sides,) phrasings of each side (images per prompt multiply them)."""
+        wr = self.world
+        out = np.zeros(len(wr.sides))
+        for s in (0, 1):
+            idx = wr.side_of[:, s]
+            ok = idx >= 0
+            np.add.at(out, idx[ok], self.n_phr_imp[ok])
+        return out.astype(np.int64)
+
+    def _draw(self, usable: np.ndarray, dist: np.ndarray, used: np.ndarray, rng) -> np.ndarray:
+        """Counts (S, U, 2, 9) of usable answers drawn from ``dist`` (U, 2, 9)."""
+        usable = np.where(used[None, :, :, None], usable, 0)
+        parts = [
+            multinomial(usable[..., i], dist[None, ..., SLICES[a]], rng)
+            for i, a in enumerate(ATTRIBUTES)
+        ]
+        return np.concatenate(parts, axis=-1)
+
+
+def _boot_counts(counts: np.ndarray, rng, joint: bool = False) -> np.ndarray:
+    """Counts (D, ..., 9) -> (D, B, ..., 9): the answers resampled with replacement, as the
+    pipeline resamples images. ``joint`` (counts (D, U, persons, 9) under count "paper"):
+    images are laid out (each attribute's values in random order, as the world draws them
+    independently) and resampled whole, so that every attribute and person of an image moves
+    together: how many distinct images a replicate holds then makes all attributes more or
+    less concentrated at once, which widens the interval at a few images per unit (by about
+    8% at 6 images). Otherwise each attribute is a multinomial from its observed shares."""
+    if joint:
+        return _boot_joint(counts, rng)
+    c = counts[:, None]
+    parts = []
+    for a in ATTRIBUTES:
+        sl = c[..., SLICES[a]]
+        n = sl.sum(-1)
+        shape = (counts.shape[0], BOOT_REPLICATES) + counts.shape[1:-1]
+        parts.append(
+            multinomial(np.broadcast_to(n, shape), np.broadcast_to(sl, shape + sl.shape[-1:]), rng)
+        )
+    return np.concatenate(parts, axis=-1)
+
+
+def _boot_joint(counts: np.ndarray, rng) -> np.ndarray:
+    d_n, u_n, p_n, _ = counts.shape
+    b_n = BOOT_REPLICATES
+    out = np.zeros((d_n, b_n, u_n, p_n, len(VALUES)))
+    images = counts[..., SLICES["gender"]].sum(-1).max(-1).astype(np.int64)  # (D, U)
+    for u in range(u_n):
+        n = images[:, u]
+        top = int(n.max())
+        if top == 0:
+            continue
+        codes = np.full((d_n, top, p_n, 3), -1, dtype=np.int64)
+        for d in range(d_n):
+            for s in range(p_n):
+                for j, a in enumerate(ATTRIBUTES):
+                    sl = SLICES[a]
+                    vals = np.repeat(
+                        np.arange(sl.start, sl.stop), counts[d, u, s, sl].astype(np.int64)
+                    )
+                    codes[d, : vals.size, s, j] = rng.permutation(vals)
+        idx = (rng.random((d_n, b_n, top)) * n[:, None, None]).astype(np.int64)
+        valid = np.arange(top)[None, None, :] < n[:, None, None]
+        drawn = codes[np.arange(d_n)[:, None, None], idx]  # (D, B, top, persons, 3)
+        ok = valid[..., None, None] & (drawn >= 0)
+        dd, bb, _, ss, _ = np.nonzero(ok)
+        vv = drawn[ok]
+        np.add.at(out, (dd, bb, u, ss, vv), 1.0)
+    return out
+
+
+def _boot_se(metric, boot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(se, centre) per dataset of a percentile 95% interval over the replicates (axis 1):
+    se = half-width / 1.96, centre = the interval's midpoint."""
+    v = metric(boot)  # (D, B)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, hi = np.nanquantile(v, [0.025, 0.975], axis=1)
+    return (hi - lo) / (2 * 1.959963984540054), (hi + lo) / 2
+
+
+def _fill(w: np.ndarray, v: np.ndarray) -> np.ndarray:
+    ok = np.isfinite(v)
+    return np.interp(w, w[ok], v[ok]) if ok.any() else np.full(len(w), np.nan)
+
+
+def _norm(v: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(VALUES))
+    for a in ATTRIBUTES:
+        sl = SLICES[a]
+        s = v[sl].sum()
+        out[sl] = v[sl] / s if s > 0 else 0.0
+    return out
+
+
+# ----------------------------------------------------------------------------- worlds
+def _selection(config: dict[str, Any]):
+    from stereolens.biasig.prompts import load_prompts, select_prompts
+
+    bg = config["biasig"]
+    prompts = select_prompts(
+        load_prompts(), bg["acquired_types"], bg["conditions"], bg["acquired_attributes"],
+        bg["max_variants"],
+    )  # fmt: skip
+    return prompts
+
+
+def unit_table(prompts: pl.DataFrame, scoring_unit: str) -> pl.DataFrame:
+    """One row per scoring unit of ``prompts`` (the columns the estimators read)."""
+    t = scoring_table(prompts, scoring_unit)
+    cols = [
+        "visibility", "attribute_key", "n_persons", "weight", "protected_attribute",
+        "protected_value", "protected_value_left", "protected_value_right",
+    ]  # fmt: skip
+    units = t.group_by("unit", maintain_order=True).agg(
+        *(pl.col(c).first() for c in cols),
+        pl.len().cast(pl.Int64).alias("n_phrasings"),
+        pl.col("prompt_id"),
+    )
+    return units
+
+
+def _base_world(config: dict[str, Any], priors: dict[str, Any]) -> tuple[World, pl.DataFrame]:
+    from stereolens.biasig.truth import load_truth
+
+    bg = config["biasig"]
+    truth = load_truth()
+    prompts = _selection(config)
+    units = unit_table(prompts, bg.get("scoring_unit", "subject"))
+    vis = units["visibility"].to_numpy()
+    imp = np.flatnonzero(vis == "implicit")
+    exp = np.flatnonzero(vis == "explicit")
+    persons = units["n_persons"].to_numpy()
+    keys = units["attribute_key"].to_list()
+    gt = np.zeros((imp.size, 2, 9))
+    used = np.zeros((imp.size, 2), bool)
+    for i, u in enumerate(imp):
+        positions = ("left", "right") if persons[u] == 2 else ("single",)
+        for s, pos in enumerate(positions):
+            gt[i, s] = truth.distribution(keys[u], pos)
+            used[i, s] = True
+    exp_used = np.zeros((exp.size, 2), bool)
+    for i, u in enumerate(exp):
+        exp_used[i, 0] = True
+        exp_used[i, 1] = persons[u] == 2
+    pairs = resolve_pairs(prompts, truth, bg.get("eta_variant", "paper"))
+    present = {
+        (keys[u], p) for u in imp for p in (("left", "right") if persons[u] == 2 else ("single",))
+    }
+    sides: list[tuple[str, str]] = []
+    pair_idx, pair_w = [], []
+    for row in pairs.iter_rows(named=True):
+        a = (row["advantaged_key"], row["advantaged_position"])
+        d = (row["disadvantaged_key"], row["disadvantaged_position"])
+        if a[0] is None or d[0] is None or a not in present or d not in present:
+            continue
+        for s in (a, d):
+            if s not in sides:
+                sides.append(s)
+        pair_idx.append((sides.index(a), sides.index(d)))
+        pair_w.append(row["pair_weight"])
+    side_of = np.full((imp.size, 2), -1, dtype=np.int64)
+    for i, u in enumerate(imp):
+        positions = ("left", "right") if persons[u] == 2 else ("single",)
+        for s, pos in enumerate(positions):
+            if (keys[u], pos) in sides:
+                side_of[i, s] = sides.index((keys[u], pos))
+    side_gt = np.array([truth.distribution(k, p) for k, p in sides]).reshape(len(sides), 9)
+    pr = priors["biasig"]
+    stereo = np.zeros(9)
+    for a in ATTRIBUTES:
+        stereo[VALUE_INDEX[pr["stereotype"][a]]] = 1.0
+    world = World(
+        units=units, imp=imp, exp=exp, gt=gt, used=used,
+        dist_a=np.zeros_like(gt), acc_a=np.zeros((exp.size, 2)), exp_used=exp_used,
+        k_i=truth.settings.k_implicit_vector(), k_eta=truth.settings.k_eta_vector(),
+        sides=sides, side_of=side_of, side_gt=side_gt,
+        pairs=np.array(pair_idx, dtype=np.int64).reshape(-1, 2),
+        pair_weight=np.array(pair_w, dtype=float),
+        ok_rate=float(pr["image_ok_rate"]),
+        usable_rate=np.array([pr["usable_rate"][a] for a in ATTRIBUTES]),
+        stereotype=stereo, eta_variant=bg.get("eta_variant", "paper"),
+        models=list(bg["generators"]),
+        prompts=prompts,
+    )  # fmt: skip
+    return world, prompts
+
+
+def prior_world(config: dict[str, Any], priors: dict[str, Any], seed: int = 0) -> World:
+    world, _ = _base_world(config, priors)
+    pr = priors["biasig"]
+    default = np.array([pr["default_person"][v] for v in VALUES], float)
+    default = _norm(default)
+    mix = float(pr["mix_truth"])
+    gt = np.stack([[_norm(g) for g in unit] for unit in world.gt]) if world.imp.size else world.gt
+    world.dist_a = np.where(world.used[..., None], mix * gt + (1 - mix) * default, 0.0)
+    rng = np.random.default_rng([seed, 4242])
+    m, c = float(pr["explicit_accuracy"]["mean"]), float(pr["explicit_accuracy"]["concentration"])
+    world.acc_a = np.where(
+        world.exp_used, rng.beta(m * c, (1 - m) * c, size=world.acc_a.shape), 0.0
+    )
+    return world
+
+
+def _codes(answers: pl.DataFrame) -> pl.DataFrame:
+    """Answers with value codes (-1 = unknown or not a value) per attribute."""
+    exprs = []
+    for a in ATTRIBUTES:
+        raw = pl.col(a).cast(pl.String).str.strip_chars().str.to_lowercase()
+        index = {k: VALUE_INDEX[v] for k, v in ANSWER_ALIASES[a].items()}
+        exprs.append(
+            raw.replace_strict(index, default=-1, return_dtype=pl.Int64)
+            .fill_null(-1)
+            .alias(f"_{a}")
+        )
+    return answers.with_columns(exprs)
+
+
+def pilot_world(
+    config: dict[str, Any], priors: dict[str, Any], results: Path
+) -> tuple[World, list[str]]:
+    """The world with model A measured on a pilot run (results/biasig/answers.parquet): per
+    implicit unit and person its pooled answers, per explicit unit its accuracy (both
+    smoothed towards the model's own by one image), the share of images that count and the
+    usable share per attribute."""
+    path = results / "biasig" / "answers.parquet"
+    if not path.is_file():
+        raise ConfigError(
+            f"pilot: {path} is missing; --pilot takes the results folder of a finished run"
+        )
+    world, prompts = _base_world(config, priors)
+    ans = pl.read_parquet(path)
+    notes = []
+    models = sorted(ans["model"].unique().to_list())
+    configured = [m for m in config["biasig"]["generators"] if m in models]
+    model = configured[0] if configured else models[0]
+    if not configured:
+        notes.append(f"BiasIG pilot: model {model} (the config's generators are not in the pilot)")
+    if "variant" in ans.columns:
+        ans = ans.filter((pl.col("variant") == model) | pl.col("variant").is_null())
+    ans = ans.filter(pl.col("model") == model)
+    bg = config["biasig"]
+    t = scoring_table(prompts, bg.get("scoring_unit", "subject")).select("prompt_id", "unit")
+    ans = _codes(ans.join(t, on="prompt_id", how="inner"))
+    if ans.height == 0:
+        raise ConfigError(f"pilot: {path} has no answers to the config's BiasIG prompts")
+    status = pl.col("status").str.to_lowercase() if "status" in ans.columns else pl.lit("ok")
+    ans = ans.with_columns((status == "ok").all().over("image_id").alias("_ok"))
+    images = ans.group_by("image_id").agg(pl.col("_ok").first())
+    world.ok_rate = float(images["_ok"].mean())
+    usable = [float((ans[f"_{a}"] >= 0).mean()) for a in ATTRIBUTES]
+    world.usable_rate = np.array(usable)
+    counted = ans.filter(pl.col("_ok")) if bg.get("count", "paper") == "paper" else ans
+    counted = counted.with_columns(
+        pl.when(pl.col("position") == "right").then(1).otherwise(0).alias("_slot")
+    )
+    unit_ix = {u: i for i, u in enumerate(world.units["unit"].to_list())}
+    pos_imp = {int(u): i for i, u in enumerate(world.imp)}
+    pos_exp = {int(u): i for i, u in enumerate(world.exp)}
+    cnt = np.zeros((world.imp.size, 2, 9))
+    hits = np.zeros((world.exp.size, 2))
+    tot = np.zeros((world.exp.size, 2))
+    asks = _asks(world)
+    for row in counted.select("unit", "_slot", *[f"_{a}" for a in ATTRIBUTES]).iter_rows():
+        u = unit_ix.get(row[0])
+        if u is None:
+            continue
+        s = row[1]
+        if u in pos_imp:
+            for code in row[2:]:
+                if code >= 0:
+                    cnt[pos_imp[u], s, code] += 1
+        elif u in pos_exp:
+            i = pos_exp[u]
+            ask = asks[i, s]
+            if ask < 0:
+                continue
+            code = row[2 + int(SEGMENT[ask])]
+            if code >= 0:
+                tot[i, s] += 1
+                hits[i, s] += code == ask
+    model_dist = _norm(cnt.sum((0, 1))) if cnt.size else np.zeros(9)
+    if world.imp.size:
+        smooth = np.stack([[_norm(c + model_dist) for c in unit] for unit in cnt])
+        world.dist_a = np.where(world.used[..., None], smooth, 0.0)
+    acc = (
+        hits.sum() / tot.sum()
+        if tot.sum()
+        else float(priors["biasig"]["explicit_accuracy"]["mean"])
+    )
+    world.acc_a = np.where(world.exp_used, (hits + acc) / (tot + 1.0), 0.0)
+    n_imp = int((cnt.sum((1, 2)) > 0).sum())
+    if world.imp.size and n_imp < world.imp.size:
+        notes.append(
+            f"BiasIG pilot covers {n_imp} of {world.imp.size} implicit units: the others take "
+            f"model {model}'s pooled distribution"
+        )
+    return world, notes
+
+
+def _asks(world: World) -> np.ndarray:
+    """(explicit units, 2) value index asked of each person (-1 none)."""
+    u = world.units
+    out = np.full((world.exp.size, 2), -1, dtype=np.int64)
+    single = u["protected_value"].to_list()
+    left = u["protected_value_left"].to_list()
+    right = u["protected_value_right"].to_list()
+    persons = u["n_persons"].to_list()
+    for i, j in enumerate(world.exp):
+        if persons[j] == 2:
+            out[i] = (VALUE_INDEX[left[j]], VALUE_INDEX[right[j]])
+        else:
+            out[i, 0] = VALUE_INDEX[single[j]]
+    return out
+
+
+def build(config: dict[str, Any], priors: dict[str, Any], pilot: Path | None, seed: int = 0):
+    if not config["biasig"].get("enabled"):
+        return None
+    if pilot is not None and (pilot / "biasig" / "answers.parquet").is_file():
+        world, notes = pilot_world(config, priors, pilot)
+        return BiasIGDesign(world, config, f"pilot {pilot}", notes)
+    notes = []
+    if pilot is not None:
+        notes.append(f"BiasIG: no answers in pilot {pilot}; the prior is used")
+    return BiasIGDesign(prior_world(config, priors, seed), config, "prior", notes)

@@ -1,0 +1,394 @@
+"""Check the planner's simulation against the real metric pipeline (issue 15, item 3).
+
+For a design, a sample size and a planted strength w, two independent estimates of the power:
+
+- predicted: the planner's own (:func:`stereolens.design.power.power_curve` on
+  ``design.simulate``: nested thinning, vectorised estimators, the normal or noise-floor
+  rule);
+- observed: the rejection rate of the real pipeline on independently simulated datasets,
+  drawn directly from the planted world (no thinning) and written as the pipeline's input
+  tables: ContextBias :func:`~stereolens.contextbias.bootstrap.cluster_bootstrap` (the 95%
+  interval of CA-U - CF excludes 0), BiasIG :func:`~stereolens.biasig.metrics.compute_metrics`
+  (eta: the model row's interval excludes 0.5; a difference between two models: Wald from
+  the two models' bootstrap intervals, :func:`difference_rejects`), LVLM
+  :func:`~stereolens.lvlm.scores.overall_scores` (p_perm <= level).
+
+Both carry their Monte Carlo standard error; they agree when they are within a few of them.
+tests/test_design_check.py pins this at a small scale, bench/power_check.py at a larger one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+import polars as pl
+from scipy import stats
+
+from stereolens.design import biasig as B
+from stereolens.design import contextbias as C
+from stereolens.design import lvlm as L
+from stereolens.design.power import power_curve
+from stereolens.design.sampling import multinomial
+
+
+@dataclass
+class CheckResult:
+    name: str
+    size: int
+    w: float
+    effect: float
+    """Population effect at w."""
+    predicted: float
+    predicted_se: float
+    observed: float
+    observed_se: float
+    predicted_sims: int
+    observed_datasets: int
+
+    @property
+    def z(self) -> float:
+        """Difference in units of the combined Monte Carlo error."""
+        se = math.hypot(self.predicted_se, self.observed_se)
+        return (self.observed - self.predicted) / se if se > 0 else 0.0
+
+
+def _se(p: float, n: int) -> float:
+    # a floor of 1/(2n) keeps 0 and 1 from claiming no error at all
+    return math.sqrt(max(p * (1 - p), 0.5 / n) / n)
+
+
+def predicted_power(design, name: str, n: int, w: float, sims: int, level: float, seed: int):
+    """(rate, se) of the planner's prediction at strength w (grid [0, w])."""
+    rng = np.random.default_rng([seed, 101])
+    grid = np.array([0.0, w]) if w > 0 else np.array([0.0])
+    sim = design.simulate(n, grid, sims, rng)
+    spec = next(s for s in design.specs() if s.name == name)
+    curve = power_curve(
+        spec, sim.estimates[name], level, shift=sim.shift.get(name), scale=sim.scale.get(name)
+    )
+    p = float(curve[-1])
+    return p, _se(p, sims)
+
+
+def _result(design, name, n, w, pred, sims, rejected: list[bool]) -> CheckResult:
+    effect = float(design.effects(np.array([w]))[name][0])
+    obs = float(np.mean(rejected))
+    return CheckResult(
+        name, n, w, effect, pred[0], pred[1], obs, _se(obs, len(rejected)), sims, len(rejected)
+    )
+
+
+# ----------------------------------------------------------------------------- ContextBias
+def contextbias_check(
+    design: C.ContextBiasDesign,
+    n: int,
+    w: float,
+    *,
+    name: str = "contextbias.bi_shift",
+    datasets: int = 100,
+    sims: int = 400,
+    replicates: int = 200,
+    level: float = 0.05,
+    seed: int = 0,
+) -> CheckResult:
+    """Predicted power of ``name`` against cluster_bootstrap's interval on ``datasets``
+    attribute tables drawn directly from the planted world."""
+    from stereolens.contextbias.bootstrap import cluster_bootstrap
+
+    pred = predicted_power(design, name, n, w, sims, level, seed)
+    rng = np.random.default_rng([seed, 202])
+    _, by_role = C.draw_role_counts(design.world, n, datasets, rng, keep_roles=True, planted=w)
+    level_name = {s.name: s for s in design.specs()}[name]
+    model, cohort = _cb_row(design, level_name.name)
+    out = []
+    for d in range(datasets):
+        table = C.attributes_table(design.world, by_role, d)
+        boot = cluster_bootstrap(
+            table, replicates=replicates, seed=seed + d, k_definition=design.k_definition,
+            overall=design.overall, single_label_bi=design.single_label_bi,
+        )  # fmt: skip
+        row = boot.filter(
+            (pl.col("model") == model)
+            & (pl.col("cohort") == cohort)
+            & (pl.col("dimension") == "*")
+            & (pl.col("comparison") == "CA-U - CF")
+        )
+        lo, hi = row["ci_low"][0], row["ci_high"][0]
+        out.append(bool(lo is not None and (lo > 0 or hi < 0)))
+    return _result(design, name, n, w, pred, sims, out)
+
+
+def _cb_row(design: C.ContextBiasDesign, name: str) -> tuple[str, str]:
+    """(model, cohort) of the bootstrap row an effect name refers to."""
+    if ":" in name:
+        return name.split(":", 1)[1], "*"
+    parts = name.split(".")
+    cohort = parts[2] if len(parts) > 2 else "*"
+    return "*", cohort
+
+
+# ----------------------------------------------------------------------------- BiasIG
+def difference_rejects(
+    table: pl.DataFrame, model_a: str, model_b: str, level: float = 0.05, ci: float = 0.95
+) -> bool:
+    """Wald test of the model-level scores of two models from their percentile bootstrap
+    intervals (se = interval width / (2 z_(1+ci)/2)): the difference test the planner's
+    ``biasig.*_diff`` power refers to; the pipeline's images are resampled within each
+    model, so the two scores are independent."""
+    rows = table.filter(pl.col("level") == "model")
+    if "protected_attribute" in rows.columns:
+        rows = rows.filter(pl.col("protected_attribute") == "*")
+    if "protected_value" in rows.columns:
+        rows = rows.filter(pl.col("protected_value") == "*")
+    z_ci = stats.norm.ppf(0.5 + ci / 2)
+    vals = {}
+    for r in rows.iter_rows(named=True):
+        vals[r["variant"]] = (r["score"], (r["ci_high"] - r["ci_low"]) / (2 * z_ci))
+    (sa, ea), (sb, eb) = vals[model_a], vals[model_b]
+    se = math.hypot(ea, eb)
+    return bool(se > 0 and abs(sb - sa) / se > stats.norm.ppf(1 - level / 2))
+
+
+def answers_table(
+    design: B.BiasIGDesign,
+    model: str,
+    imp_counts: np.ndarray | None,
+    exp_hits: np.ndarray | None,
+    exp_usable: np.ndarray | None,
+    rng: np.random.Generator | None = None,
+) -> pl.DataFrame:
+    """The answers table (model, image_id, prompt_id, position, gender, race, age, status)
+    of one model's simulated dataset: implicit counts (U, 2, 9) spread over numbered images
+    of each unit, explicit hits / usable answers (U, 2) as images showing the value asked or
+    another value of its attribute. Every row is ok (count "paper" counts them all). With
+    ``rng`` the values of each attribute are shuffled over the images (independent across
+    attributes, as the planner's world draws them)."""
+    from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES
+
+    wr = design.world
+    units = wr.units
+    prompt_ids = units["prompt_id"].to_list()
+    persons = units["n_persons"].to_list()
+    rows: dict[str, list] = {k: [] for k in ("image_id", "prompt_id", "position", *ATTRIBUTES)}
+
+    def add(u: int, image: int, s: int, values: list[str]) -> None:
+        rows["image_id"].append(f"{model}|{u}|{image}")
+        rows["prompt_id"].append(prompt_ids[u][image % len(prompt_ids[u])])
+        rows["position"].append("single" if persons[u] == 1 else ("left", "right")[s])
+        for a, v in zip(ATTRIBUTES, values, strict=True):
+            rows[a].append(v)
+
+    if imp_counts is not None:
+        for i, u in enumerate(wr.imp):
+            for s in range(persons[u]):
+                cols = []
+                for a in ATTRIBUTES:
+                    c = imp_counts[i, s, SLICES[a]]
+                    vals = np.repeat(np.array(VALUES[SLICES[a]]), c)
+                    cols.append(rng.permutation(vals) if rng is not None else vals)
+                n = min(len(c) for c in cols)
+                for image in range(n):
+                    add(int(u), image, s, [c[image] for c in cols])
+    if exp_hits is not None:
+        asks = B._asks(wr)
+        for i, u in enumerate(wr.exp):
+            for s in range(persons[u]):
+                ask = asks[i, s]
+                attr = ATTRIBUTES[int(B.SEGMENT[ask])]
+                sl = SLICES[attr]
+                other = next(v for v in VALUES[sl] if v != VALUES[ask])
+                for image in range(int(exp_usable[i, s])):
+                    vals = ["male", "White", "young"]
+                    vals[ATTRIBUTES.index(attr)] = VALUES[ask] if image < exp_hits[i, s] else other
+                    add(int(u), image, s, vals)
+    frame = pl.DataFrame(rows, schema={k: pl.String for k in rows})
+    return frame.with_columns(pl.lit(model).alias("model"), pl.lit("ok").alias("status"))
+
+
+def biasig_check(
+    design: B.BiasIGDesign,
+    name: str,
+    n: int,
+    w: float,
+    *,
+    datasets: int = 100,
+    sims: int = 400,
+    replicates: int = 200,
+    level: float = 0.05,
+    seed: int = 0,
+) -> CheckResult:
+    """Predicted power of ``name`` (biasig.s_imp_diff, s_exp_diff, eta) against the real
+    pipeline (compute_metrics) on answers tables drawn directly from the planted world."""
+    from stereolens.biasig.metrics import compute_metrics
+
+    pred = predicted_power(design, name, n, w, sims, level, seed)
+    wr = design.world
+    rng = np.random.default_rng([seed, 303])
+    which = {"biasig.s_imp_diff": "implicit", "biasig.s_exp_diff": "explicit", "biasig.eta": "eta"}
+    table_name = which[name]
+    prompts = design.world.prompts
+    out = []
+    for d in range(datasets):
+        tables = []
+        if name == "biasig.eta":
+            gt, target = design._side_targets()
+            side_dist = (1 - w) * gt + w * target
+            dist = np.zeros_like(wr.dist_a)
+            for s in (0, 1):
+                ok = wr.side_of[:, s] >= 0
+                dist[ok, s] = side_dist[wr.side_of[ok, s]]
+            counts = _unit_counts(design, n, dist, rng)
+            tables.append(answers_table(design, "A", counts, None, None, rng))
+        elif name == "biasig.s_imp_diff":
+            dist_b = (1 - w) * wr.dist_a + w * design._gt_norm()
+            for model, dist in (("A", wr.dist_a), ("B", dist_b)):
+                counts = _unit_counts(design, n, dist, rng)
+                tables.append(answers_table(design, model, counts, None, None, rng))
+        else:
+            acc_b = (1 - w) * wr.acc_a + w
+            for model, acc in (("A", wr.acc_a), ("B", acc_b)):
+                n_img = design.n_phr_exp * n
+                usable = np.where(wr.exp_used, rng.binomial(n_img, wr.ok_rate)[:, None], 0)
+                hits = rng.binomial(usable, acc)
+                tables.append(answers_table(design, model, None, hits, usable))
+        answers = pl.concat(tables)
+        res = compute_metrics(
+            answers, prompts, replicates=replicates, seed=seed + d, which=(table_name,),
+            ceiling_draws=0, eta_variant=wr.eta_variant, count=design.count,
+            scoring_unit=design.scoring_unit,
+        )[table_name]  # fmt: skip
+        if name == "biasig.eta":
+            row = res.filter(pl.col("pair") == "*") if "pair" in res.columns else res
+            lo, hi = row["ci_low"][0], row["ci_high"][0]
+            out.append(bool(lo is not None and (lo > 0.5 or hi < 0.5)))
+        else:
+            out.append(difference_rejects(res, "A", "B", level))
+    return _result(design, name, n, w, pred, sims, out)
+
+
+def _unit_counts(design: B.BiasIGDesign, n: int, dist: np.ndarray, rng) -> np.ndarray:
+    """(implicit units, 2, 9) counts of one dataset of ``n`` images per prompt."""
+    from stereolens.biasig.truth import ATTRIBUTES, SLICES
+
+    wr = design.world
+    n_img = design.n_phr_imp * n
+    ok = np.where(wr.used, rng.binomial(n_img, wr.ok_rate)[:, None], 0)  # persons share images
+    return np.concatenate([multinomial(ok, dist[..., SLICES[a]], rng) for a in ATTRIBUTES], axis=-1)
+
+
+# ----------------------------------------------------------------------------- LVLM
+def lvlm_check(
+    design,
+    axis: str,
+    n: int,
+    w: float,
+    *,
+    datasets: int = 100,
+    sims: int = 400,
+    permutations: int = 200,
+    level: float = 0.05,
+    seed: int = 0,
+) -> CheckResult:
+    """Predicted power of ``lvlm.tvd.<task>.<axis>`` against overall_scores' permutation test
+    (p_perm <= level) on tables drawn directly from the planted world."""
+    from stereolens.lvlm.scores import overall_scores
+
+    name = design.name(axis)
+    pred = predicted_power(design, name, n, w, sims, level, seed)
+    groups = design.groups[axis]
+    rng = np.random.default_rng([seed, 404])
+    kw = {"min_count": design.min_count, "formulas": {design.task: design.formula}}
+    out = []
+    for d in range(datasets):
+        if design.task == "story":
+            table, responses = story_tables(design, groups, n, w, rng, axis)
+            res = overall_scores("story", table, responses=responses, n_boot=0,
+                                 permutations=permutations, seed=seed + d, **kw)  # fmt: skip
+        elif design.task == "term":
+            res = overall_scores("term", term_table(design, groups, n, w, rng, axis), n_boot=0,
+                                 permutations=permutations, seed=seed + d, **kw)  # fmt: skip
+        else:
+            res = overall_scores("exam", exam_table(design, groups, n, w, rng, axis), n_boot=0,
+                                 permutations=permutations, seed=seed + d, **kw)  # fmt: skip
+        p = res["p_perm"][0]
+        out.append(bool(p is not None and np.isfinite(p) and p <= level))
+    return _result(design, name, n, w, pred, sims, out)
+
+
+def story_tables(design: L.StoryDesign, groups, n, w, rng, axis="axis"):
+    """(story attributes, responses) of one dataset: ``n`` stories per group."""
+    sw = design.world
+    t = design._targets(len(groups))
+    rows = {k: [] for k in ("group", "image_id", "attribute", "value")}
+    resp = {k: [] for k in ("group", "image_id")}
+    for g, group in enumerate(groups):
+        ids = [f"{group}|{i}" for i in range(n)]
+        resp["group"] += [group] * n
+        resp["image_id"] += ids
+        for a in range(sw.scalar.size):
+            cols = np.flatnonzero(sw.segment == a)
+            if sw.scalar[a]:
+                cond = sw.rates[cols] / sw.read_rate[a]
+                p = (1 - w) * cond + w * t[g, cols]
+                read = rng.binomial(n, sw.read_rate[a])
+                counts = multinomial(read, p, rng)
+                values = np.repeat(cols, counts)
+                stories = rng.permutation(n)[: values.size]  # independent across attributes
+                for i, v in zip(stories, values, strict=True):
+                    rows["group"].append(group)
+                    rows["image_id"].append(ids[i])
+                    rows["attribute"].append(f"a{a}")
+                    rows["value"].append(f"v{v}")
+            else:
+                for v in cols:
+                    c = rng.binomial(n, (1 - w) * sw.rates[v] + w * t[g, v])
+                    for i in rng.permutation(n)[:c]:  # independent across values
+                        rows["group"].append(group)
+                        rows["image_id"].append(ids[i])
+                        rows["attribute"].append(f"a{a}")
+                        rows["value"].append(f"v{v}")
+    base = {"model": "m", "axis": axis, "prompt_id": "story"}
+    table = pl.DataFrame(rows, schema={k: pl.String for k in rows}).with_columns(
+        *(pl.lit(v).alias(k) for k, v in base.items())
+    )
+    responses = pl.DataFrame(resp).with_columns(*(pl.lit(v).alias(k) for k, v in base.items()))
+    return table, responses
+
+
+def term_table(design: L.TermDesign, groups, n, w, rng, axis="axis") -> pl.DataFrame:
+    """Judged pairs of one dataset: every pair of groups ``n`` times per term; the first
+    group of a pair (ranked higher) wins with probability (1 - w) / 2 + w."""
+    rows = {k: [] for k in ("prompt_id", "pair_index", "group_a", "group_b", "winner")}
+    for term in range(design.n_terms):
+        for a, b in combinations(range(len(groups)), 2):
+            valid = rng.random(n) >= design.drop_rate
+            first = rng.random(n) < (1 - w) * 0.5 + w
+            for k in range(n):
+                rows["prompt_id"].append(f"t{term}")
+                rows["pair_index"].append(k)
+                rows["group_a"].append(groups[a])
+                rows["group_b"].append(groups[b])
+                rows["winner"].append(
+                    None if not valid[k] else groups[a] if first[k] else groups[b]
+                )
+    return pl.DataFrame(rows).with_columns(pl.lit("m").alias("model"), pl.lit(axis).alias("axis"))
+
+
+def exam_table(design: L.ExamDesign, groups, n, w, rng, axis="axis") -> pl.DataFrame:
+    """Graded answers of one dataset: ``n`` user images per group answer every question."""
+    sign = design._sign(len(groups))
+    rows = {k: [] for k in ("group", "image_id", "prompt_id", "subject", "correct")}
+    for g, group in enumerate(groups):
+        acc = design.accuracy
+        p = (1 - w) * acc + w if sign[g] > 0 else (1 - w) * acc if sign[g] < 0 else acc
+        right = rng.random((n, acc.size)) < p[None, :]
+        for i in range(n):
+            rows["group"] += [group] * acc.size
+            rows["image_id"] += [f"{group}|{i}"] * acc.size
+            rows["prompt_id"] += [f"q{q}" for q in range(acc.size)]
+            rows["subject"] += [f"s{s}" for s in design.subject]
+            rows["correct"] += right[i].tolist()
+    return pl.DataFrame(rows).with_columns(pl.lit("m").alias("model"), pl.lit(axis).alias("axis"))

@@ -1,0 +1,255 @@
+"""The planner's design options (`stereolens plan --power`, `--target-effect`): registered on
+the plan subcommand by :func:`add_options`, run by :func:`report` after the plan itself."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from stereolens.design import power as P
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    """Add the design options to the `stereolens plan` parser."""
+    g = p.add_argument_group(
+        "design (power)",
+        "what the planned run can detect, and what a target effect needs (README: "
+        "Designing an audit)",
+    )
+    g.add_argument(
+        "--power",
+        action="store_true",
+        help="print, beside the cost, the minimum detectable effect of each benchmark's "
+        "headline comparisons at the configured sample sizes",
+    )
+    g.add_argument(
+        "--pilot",
+        metavar="RESULTS_DIR",
+        type=Path,
+        default=None,
+        help="the results folder of a pilot run (a small first run of the same config): "
+        "its tables replace the documented prior",
+    )
+    g.add_argument(
+        "--target-effect",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="the sample size that detects this population effect, and what that run costs "
+        "(repeatable; names as --power prints them, e.g. contextbias.bi_shift=0.01, "
+        "lvlm.tvd.story.gender=3)",
+    )
+    g.add_argument(
+        "--level",
+        type=float,
+        default=P.DEFAULT_LEVEL,
+        help=f"significance level (default {P.DEFAULT_LEVEL}; two-sided for comparisons, "
+        "one-sided for scores above a noise floor)",
+    )
+    g.add_argument(
+        "--target-power",
+        type=float,
+        default=P.DEFAULT_POWER,
+        help=f"power the effects are sized for (default {P.DEFAULT_POWER})",
+    )
+    g.add_argument(
+        "--simulations",
+        type=int,
+        default=P.DEFAULT_SIMULATIONS,
+        help=f"simulated datasets per design point (default {P.DEFAULT_SIMULATIONS}: "
+        "Monte Carlo error of a rejection rate 0.028 at 80%%, of an MDE about 6%%)",
+    )
+    g.add_argument("--seed", type=int, default=P.DEFAULT_SEED, help="seed of the simulations")
+    g.add_argument(
+        "--priors",
+        metavar="PATH",
+        default=None,
+        help="another prior file (default: the shipped resources/design/priors.v1.yaml)",
+    )
+
+
+def requested(args: argparse.Namespace) -> bool:
+    return bool(args.power or args.target_effect or args.pilot)
+
+
+def designs(config: dict[str, Any], args: argparse.Namespace) -> list:
+    """Every benchmark design of ``config`` (from the pilot or the prior)."""
+    from stereolens.design import biasig, contextbias, lvlm
+    from stereolens.design.priors import load_priors
+    from stereolens.validation import ConfigError
+
+    priors = load_priors(args.priors)
+    pilot = args.pilot
+    if pilot is not None and not pilot.is_dir():
+        raise ConfigError(f"--pilot {pilot}: not a folder; give a run's results folder")
+    out = [contextbias.build(config, priors, pilot, args.seed)]
+    b = biasig.build(config, priors, pilot, args.seed)
+    if b is not None:
+        out.append(b)
+    out += lvlm.build(config, priors, pilot, args.seed)
+    return out
+
+
+def compute(
+    config: dict[str, Any], registry, throughput, plan_result: dict, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The power rows, and for each --target-effect the size it needs and that run's plan."""
+    from dataclasses import asdict
+
+    from stereolens.plan import plan
+
+    P.check_options(args.level, args.target_power, args.simulations)
+    targets = [P.parse_target(t) for t in args.target_effect]
+    ds = designs(config, args)
+    by_name = {s.name: d for d in ds for s in d.specs()}
+    unknown = [n for n, _ in targets if n not in by_name]
+    if unknown:
+        raise ValueError(
+            f"--target-effect: unknown effect {unknown[0]!r}; effects of this config: "
+            + ", ".join(by_name)
+        )
+    kw = dict(level=args.level, power=args.target_power, sims=args.simulations, seed=args.seed)
+    rows = [r for d in ds for r in P.mde_rows(d, **kw)] if args.power or not targets else []
+    needs = [P.required_size(by_name[n], n, v, **kw) for n, v in targets]
+    cost = None
+    if needs:
+        new = config
+        sizes: dict[tuple[str, ...], int] = {}
+        for q in needs:
+            if q.needed is not None:
+                sizes[q.knob] = max(sizes.get(q.knob, 0), q.needed)
+        for key, value in sizes.items():
+            new = P.set_key(new, key, value)
+            if key == ("contextbias", "seeds", "per_prompt"):
+                # one job per role x condition stays one job: a shard grows with the seeds
+                # (never shrinks: the validation prompts' shards use it too)
+                seeds = config["contextbias"]["seeds"]
+                if seeds["per_shard"] >= seeds["per_prompt"]:
+                    shard = max(seeds["per_shard"], value)
+                    new = P.set_key(new, ("contextbias", "seeds", "per_shard"), shard)
+        cost = {
+            "sizes": {".".join(k): v for k, v in sizes.items()},
+            "plan": plan(new, registry, throughput),
+        }
+    notes = [n for d in ds for n in d.notes]
+    return {
+        "level": args.level,
+        "power": args.target_power,
+        "simulations": args.simulations,
+        "seed": args.seed,
+        "rows": [asdict(r) for r in rows],
+        "targets": [asdict(q) for q in needs],
+        "cost": cost,
+        "configured": plan_result["totals"],
+        "notes": notes,
+    }
+
+
+def _count(n: int, label: str) -> str:
+    """ "1 seed per prompt", "10 seeds per prompt"."""
+    if n == 1:
+        head, _, tail = label.partition(" ")
+        label = (head[:-1] if head.endswith("s") else head) + (" " + tail if tail else "")
+    return f"{n:,} {label}"
+
+
+def _fmt(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    digits = 2 if unit.startswith("TVD") else 4
+    return f"{v:.{digits}f}"
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """Plain text: the MDE table, how each effect was computed, targets and their cost."""
+    out: list[str] = []
+    lv, pw, sims = result["level"], result["power"], result["simulations"]
+    rows = result["rows"]
+    if rows:
+        out.append("")
+        out.append(
+            f"Minimum detectable effects ({pw:.0%} power, level {lv:g}) at the configured sizes"
+        )
+        head = ("effect", "compares", "size", "MDE", "unit", "no-effect rate", "basis")
+        lines = []
+        for r in rows:
+            mde = (
+                _fmt(r["mde"], r["unit"])
+                if r["mde"] is not None
+                else "n/a"
+                if r["status"] == "invalid"
+                else f"> {_fmt(r['max_effect'], r['unit'])}"
+            )
+            comp = r["comparison"]
+            if r["floor"] is not None:
+                comp += f" (floor {r['floor']:.2f})"
+            lines.append(
+                (r["name"], comp, f"{r['size']:,} {r['knob']}", mde, r["unit"],
+                 f"{r['size_rate']:.3f}", r["basis"].split(" ")[0])
+            )  # fmt: skip
+        widths = [max(len(str(x[i])) for x in [head, *lines]) for i in range(len(head))]
+
+        def fmt(cells):
+            return "  ".join(
+                str(c).rjust(w) if i in (3, 5) else str(c).ljust(w)
+                for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+            ).rstrip()
+
+        out += [fmt(head), fmt(["-" * w for w in widths]), *[fmt(x) for x in lines]]
+        out.append("")
+        out.append("How each effect was computed:")
+        seen = set()
+        for r in rows:
+            key = (r["benchmark"], r["method"], r["definition"])
+            if key in seen:
+                continue
+            seen.add(key)
+            names = [
+                x["name"] for x in rows if (x["benchmark"], x["method"], x["definition"]) == key
+            ]
+            out.append(f"- {', '.join(names)}: {r['definition']}; {r['method']}.")
+        out.append(
+            "- MDE: the population effect at which the test rejects in "
+            f"{pw:.0%} of simulated datasets (linear between grid points); '> x': not reached "
+            "up to the largest effect the world can plant. no-effect rate: how often the test "
+            "rejects with no effect (the level if the estimator is unbiased; more means the "
+            "run can report an effect that is not there); n/a: it rejects at least as often as "
+            "the target power with no effect."
+        )
+        loose = [r["name"] for r in rows if r["size_rate"] > 2 * lv]
+        if loose:
+            out.append(
+                f"- At these sizes the test rejects in more than {2 * lv:g} of datasets with no "
+                "effect for: " + ", ".join(loose) + ". Its intervals are not to be trusted "
+                "there; a larger run (or more roles) is needed before any MDE means much."
+            )
+    if result["targets"]:
+        out.append("")
+        out.append(
+            f"Sample size for a target effect ({pw:.0%} power, level {lv:g}, "
+            f"{sims} simulated datasets):"
+        )
+        for q in result["targets"]:
+            label = q["knob_label"]
+            if q["needed"] is None:
+                out.append(f"- {q['name']}={q['target']:g}: not reachable: {q['note']}")
+            else:
+                out.append(
+                    f"- {q['name']}={q['target']:g}: {_count(q['needed'], label)} (configured "
+                    f"{q['configured']:,}); simulated power {q['power_at_needed']:.2f}"
+                )
+        cost = result["cost"]
+        if cost and cost["sizes"]:
+            t, c = cost["plan"]["totals"], result["configured"]
+            sizes = ", ".join(f"{k} = {v:,}" for k, v in cost["sizes"].items())
+            gh = f"{t['gpu_hours']:,.1f}" + ("" if t["gpu_hours_complete"] else "+?")
+            cgh = f"{c['gpu_hours']:,.1f}" + ("" if c["gpu_hours_complete"] else "+?")
+            out.append(
+                f"That run ({sizes}): {t['jobs']:,} jobs, {t['model_calls']:,} model calls, "
+                f"{gh} GPU-hours (configured: {c['jobs']:,} jobs, {cgh} GPU-hours)."
+            )
+    if result["notes"]:
+        out.append("")
+        out += [f"Note: {n}" for n in result["notes"]]
+    return "\n".join(out)

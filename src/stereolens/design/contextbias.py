@@ -1,0 +1,641 @@
+"""Power of the ContextBias headline comparison: the pooled-BI shift CA-U - CF (overall and per
+cohort) under the role-level bootstrap.
+
+The world. A population of roles, each with a label distribution per dimension and condition
+(CF, CA-U): from the documented prior (resources/design/priors.v1.yaml: a role centre
+Dirichlet(role_concentration x population), each condition Dirichlet(condition_concentration
+x centre)) or from a pilot run's attributes table (each pilot role's counts, smoothed towards
+the generator's pooled distribution by one pseudo-image). A simulated dataset draws the
+config's roles from that population with replacement (the role bootstrap's model: roles are
+a sample), swaps each drawn role's two conditions at random (so that, with no planted effect,
+CF and CA-U have the same population distribution and the role-specific scatter between
+conditions is kept), and then images: per configured role and condition, ok images ~
+Binomial(prompts x seeds per prompt, 1 - discard rate), label mentions per dimension ~
+Binomial(images x ceil(l), l / ceil(l)) with l the labels per image, and the labels
+~ Multinomial(mentions, the role's distribution).
+
+The planted effect. CA-U images move towards a shared default: with strength w each CA-U
+label is replaced by the dimension's most common label (the paper's reading: unrelated
+contexts pull different roles towards a shared default). The effect of a level is its
+population BI under CA-U minus under CF (BI of the pooled population distributions, K = the
+labels the world has), so it does not depend on the sample size. Only increases are planted.
+
+The estimator is the project's: :func:`stereolens.contextbias.metrics.bi_from_parts` on the
+pooled counts of each dimension and condition, K per ``contextbias.metrics.k_definition``,
+cohort = mean of its dimensions, overall = mean of the cohorts (or of the dimensions, per
+``metrics.overall``), model "*" = mean over generators, each level's CA-U value minus its CF
+value: what :func:`stereolens.contextbias.bootstrap.cluster_bootstrap` reports as
+``estimate`` (tests/test_design_power.py checks it value for value). CA-R is not simulated;
+K "model" is then the labels seen under CF or CA-U.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+from scipy.special import xlogy
+
+from stereolens.contextbias.bootstrap import role_multiplicity
+from stereolens.contextbias.metrics import bi_from_parts
+from stereolens.design.power import EffectSpec, Simulation
+from stereolens.design.sampling import _steps, multinomial, segment_sum
+from stereolens.validation import ConfigError
+
+CONDITIONS = ("CF", "CA-U")
+CHUNK_CELLS = 3_000_000
+BIAS_DATASETS = 16
+BIAS_REPLICATES = 64
+BIAS_POINTS = 7
+"""Datasets and bootstrap replicates that estimate the role bootstrap's shift (the centre of
+its percentile interval relative to the estimate; Monte Carlo error about sd / 30)."""
+"""Role x condition x dimension x label cells drawn per batch of datasets (bounds memory)."""
+GRID = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 30)])
+"""Planted strengths w (share of CA-U labels moved to the default)."""
+
+
+@dataclass
+class World:
+    """Everything a simulated ContextBias dataset is drawn from. Labels are stored flat: the
+    labels of dimension d are the columns starts[d]:starts[d + 1] of the last axis."""
+
+    dims: list[str]
+    cohorts: list[str]
+    member: np.ndarray
+    """(cohorts, dims) 0/1."""
+    vocab_k: np.ndarray
+    """(dims,) closed-vocabulary size or NaN (k_definition vocabulary)."""
+    generators: list[str]
+    starts: np.ndarray
+    """(dims,) first label column of each dimension."""
+    roles: np.ndarray
+    """(generators, population roles, 2 conditions, labels) label probabilities (each
+    dimension's columns sum to 1, or 0 where the generator has no label there)."""
+    labels_per_image: np.ndarray
+    """(generators, dims) label mentions per extracted image."""
+    ok_rate: np.ndarray
+    """(generators,) share of generated images that are extracted."""
+    prompts: np.ndarray
+    """(configured roles, 2) prompts per role under CF and CA-U."""
+    role_names: list[str]
+
+    @property
+    def n_columns(self) -> int:
+        return self.roles.shape[-1]
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(np.append(self.starts, self.n_columns))
+
+    @property
+    def segment(self) -> np.ndarray:
+        """(labels,) the dimension of each label column."""
+        return np.repeat(np.arange(len(self.dims)), self.sizes)
+
+    def population(self) -> np.ndarray:
+        """(generators, labels) the pooled population distribution (both conditions)."""
+        return self.roles.mean(axis=(1, 2))
+
+    def default_target(self) -> np.ndarray:
+        """(generators, labels) one-hot: each dimension's most common label."""
+        pop = self.population()
+        out = np.zeros_like(pop)
+        for a, k in zip(self.starts, self.sizes, strict=True):
+            if k:
+                top = a + pop[:, a : a + k].argmax(-1)
+                out[np.arange(pop.shape[0]), top] = 1.0
+        return out
+
+    def buckets(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Dimensions of equal label counts: (dims (D_b,), columns (D_b, K_b)) per size."""
+        out = []
+        for k in sorted(set(self.sizes.tolist()) - {0}):
+            dims = np.flatnonzero(self.sizes == k)
+            out.append((dims, self.starts[dims][:, None] + np.arange(k)[None, :]))
+        return out
+
+
+# ----------------------------------------------------------------------------- estimator
+def level_values(bi: np.ndarray, member: np.ndarray, overall: str = "cohort") -> np.ndarray:
+    """(..., dims) BI -> (..., 1 + cohorts): overall, then each cohort; empty (NaN)
+    dimensions are left out of every mean, as in the pipeline."""
+    ok = np.isfinite(bi)
+    num = np.where(ok, bi, 0.0) @ member.T
+    den = ok.astype(float) @ member.T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cohort = num / den
+        if overall == "cohort":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                top = np.nanmean(cohort, axis=-1)
+        else:
+            top = np.where(ok, bi, 0.0).sum(-1) / ok.sum(-1)
+    return np.concatenate([top[..., None], cohort], axis=-1)
+
+
+def bi_levels(
+    cf: np.ndarray,
+    cau: np.ndarray,
+    starts: np.ndarray,
+    member: np.ndarray,
+    *,
+    k_definition: str = "model",
+    vocab_k: np.ndarray | None = None,
+    overall: str = "cohort",
+    single_label_bi: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled label counts (..., labels; dimension d = columns starts[d]:starts[d+1]) of CF
+    and CA-U -> level values (..., 1 + cohorts) of each, through :func:`bi_from_parts` with
+    K per ``k_definition``."""
+    k_model = np.add.reduceat(((cf + cau) > 0).astype(float), starts, axis=-1)
+    out = []
+    for c in (cf, cau):
+        c = c.astype(float)
+        total = np.add.reduceat(c, starts, axis=-1)
+        xlogx = np.add.reduceat(xlogy(c, c), starts, axis=-1)
+        m = np.add.reduceat((c > 0).astype(float), starts, axis=-1)
+        if k_definition == "cell":
+            k = m
+        elif k_definition == "vocabulary" and vocab_k is not None:
+            k = np.where(np.isnan(vocab_k), k_model, vocab_k)
+        else:
+            k = k_model
+        bi = bi_from_parts(total, xlogx, m, np.maximum(k, m), single_label_bi=single_label_bi)
+        out.append(level_values(bi, member, overall))
+    return out[0], out[1]
+
+
+# ----------------------------------------------------------------------------- simulation
+def thin_to_default(counts: np.ndarray, default: np.ndarray, segment: np.ndarray, w, rng):
+    """Counts (..., labels) with each label mention moved, with probability w, to its
+    dimension's default label (``default`` one-hot per dimension):
+    :func:`stereolens.design.sampling.thin_towards` with a one-hot target, where the
+    redistribution needs no draw. Yields (grid index, counts)."""
+    is_default = np.broadcast_to(default, counts.shape) > 0
+    kept = counts.astype(np.int64).copy()
+    n_dims = int(segment.max()) + 1 if segment.size else 0
+    for i, q in _steps(w):
+        if q > 0:
+            moved = np.where(is_default, 0, rng.binomial(kept, q))
+            kept -= moved
+            kept += np.where(is_default, segment_sum(moved, segment, n_dims)[..., segment], 0)
+        yield i, kept
+
+
+def draw_role_counts(
+    world: World,
+    seeds: int,
+    sims: int,
+    rng,
+    *,
+    keep_roles: bool = False,
+    planted: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``sims`` datasets of ``seeds`` seeds per prompt: pooled label counts (G, sims, 2,
+    labels) and, with ``keep_roles``, per configured role (G, sims, R, 2, labels). With
+    ``planted`` = w > 0 the CA-U labels are drawn directly from (1 - w) p + w default (the
+    power check's independent datasets; the planner thins instead)."""
+    g_n, r_pop, _, n_lab = world.roles.shape
+    r_cfg = world.prompts.shape[0]
+    chunk = max(1, CHUNK_CELLS // max(1, r_cfg * 2 * n_lab))
+    pooled = np.zeros((g_n, sims, 2, n_lab), dtype=np.int64)
+    by_role = np.zeros((g_n, sims, r_cfg, 2, n_lab), dtype=np.int64) if keep_roles else None
+    lam = world.labels_per_image
+    ceil = np.maximum(1.0, np.ceil(lam))
+    buckets = world.buckets()
+    done = 0
+    while done < sims:
+        s = min(chunk, sims - done)
+        idx = rng.integers(0, r_pop, size=(s, r_cfg))
+        swap = rng.random((s, r_cfg)) < 0.5
+        for g in range(g_n):
+            probs = world.roles[g][idx]  # (s, R, 2, L)
+            probs = np.where(swap[:, :, None, None], probs[:, :, ::-1], probs)
+            if planted > 0:
+                target = world.default_target()[g]
+                probs = probs.copy()
+                probs[:, :, 1] = (1 - planted) * probs[:, :, 1] + planted * target
+            images = rng.binomial(
+                np.broadcast_to(world.prompts * seeds, (s, r_cfg, 2)), world.ok_rate[g]
+            )
+            mentions = rng.binomial(
+                images[..., None] * ceil[g].astype(np.int64), lam[g] / ceil[g]
+            )  # (s, R, 2, D)
+            x = np.zeros((s, r_cfg, 2, n_lab), dtype=np.int64)
+            for dims, cols in buckets:
+                x[..., cols] = multinomial(mentions[..., dims], probs[..., cols], rng)
+            pooled[g, done : done + s] = x.sum(1)
+            if by_role is not None:
+                by_role[g, done : done + s] = x
+        done += s
+    return pooled, by_role
+
+
+class ContextBiasDesign:
+    """:class:`stereolens.design.power.Design` of ContextBias (see the module docstring)."""
+
+    benchmark = "contextbias"
+    knob = ("contextbias", "seeds", "per_prompt")
+    knob_label = "seeds per prompt"
+    search_limit = 5000
+
+    def __init__(self, world: World, config: dict[str, Any], basis: str, notes: list[str]):
+        m = config["contextbias"].get("metrics") or {}
+        self.world = world
+        self.basis = basis
+        self.notes = notes
+        self.knob_value = int(config["contextbias"]["seeds"]["per_prompt"])
+        self.k_definition = m.get("k_definition", "model")
+        self.overall = m.get("overall", "cohort")
+        self.single_label_bi = float(m.get("single_label_bi", 0.0))
+        self.grid = GRID
+
+    def _names(self) -> list[tuple[str, str, int | None, int]]:
+        """(name, comparison, generator index or None for "*", level index): overall and
+        cohorts for model "*", overall per generator."""
+        w = self.world
+        g_n = len(w.generators)
+        star = f"mean of {g_n} generator{'s' if g_n > 1 else ''}"
+        out = [("contextbias.bi_shift", f"CA-U - CF, overall, {star}", None, 0)]
+        out += [
+            (f"contextbias.bi_shift.{c}", f"CA-U - CF, {c}, {star}", None, 1 + i)
+            for i, c in enumerate(w.cohorts)
+        ]
+        if g_n > 1:
+            out += [
+                (f"contextbias.bi_shift:{g}", f"CA-U - CF, overall, {g}", gi, 0)
+                for gi, g in enumerate(w.generators)
+            ]
+        return out
+
+    def specs(self) -> list[EffectSpec]:
+        definition = (
+            "population pooled BI under CA-U minus under CF; CA-U labels pulled towards each "
+            "dimension's most common label"
+        )
+        df = max(1, self.world.prompts.shape[0] - 1)
+        return [
+            EffectSpec(name, self.benchmark, comp, "BI", "interval", 0.0, definition, df)
+            for name, comp, _, _ in self._names()
+        ]
+
+    def levels(self, cf: np.ndarray, cau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Level values of pooled counts through the configured BI options."""
+        return bi_levels(
+            cf, cau, self.world.starts, self.world.member, k_definition=self.k_definition,
+            vocab_k=self.world.vocab_k, overall=self.overall,
+            single_label_bi=self.single_label_bi,
+        )  # fmt: skip
+
+    def _collect(self, lv_cf: np.ndarray, lv_cau: np.ndarray) -> dict[str, np.ndarray]:
+        """Level values (G, ..., L) -> CA-U - CF per name (...)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            star_cf = np.nanmean(lv_cf, axis=0)
+            star_cau = np.nanmean(lv_cau, axis=0)
+        out = {}
+        for name, _, g, li in self._names():
+            if g is None:
+                out[name] = star_cau[..., li] - star_cf[..., li]
+            else:
+                out[name] = lv_cau[g, ..., li] - lv_cf[g, ..., li]
+        return out
+
+    def effects(self, w: np.ndarray) -> dict[str, np.ndarray]:
+        w = np.asarray(w, dtype=float)[:, None]
+        pop = self.world.population()[:, None]  # (G, 1, L)
+        target = self.world.default_target()[:, None]
+        cau = (1 - w) * pop + w * target  # (G, W, L)
+        # counts proportional to the distributions: K = the labels the world has
+        lv_cf, lv_cau = bi_levels(
+            np.broadcast_to(pop, cau.shape) * 1e9, cau * 1e9, self.world.starts,
+            self.world.member, k_definition="model", overall=self.overall,
+            single_label_bi=self.single_label_bi,
+        )  # fmt: skip
+        return self._collect(lv_cf, lv_cau)
+
+    def simulate(self, n: int, w: np.ndarray, sims: int, rng) -> Simulation:
+        counts, _ = draw_role_counts(self.world, n, sims, rng)  # (G, S, 2, L)
+        target = self.world.default_target()[:, None]  # (G, 1, L)
+        cf = counts[:, :, 0]
+        out: dict[str, np.ndarray] = {}
+        for i, cau in thin_to_default(counts[:, :, 1], target, self.world.segment, w, rng):
+            for name, v in self._collect(*self.levels(cf, cau)).items():
+                out.setdefault(name, np.empty((len(w),) + v.shape))[i] = v
+        return Simulation(out, self.bootstrap_shift(n, w, rng))
+
+    def bootstrap_shift(
+        self, n: int, w: np.ndarray, rng, datasets: int = BIAS_DATASETS,
+        replicates: int = BIAS_REPLICATES,
+    ) -> dict[str, np.ndarray]:  # fmt: skip
+        """name -> (W,) mean over ``datasets`` simulated datasets of the role bootstrap's
+        replicate mean minus the estimate (paired draws, as cluster_bootstrap): where the
+        pipeline's percentile interval is centred. Vectorised: a (replicates x roles)
+        multiplicity matrix times each dataset's per-role counts."""
+        _, by_role = draw_role_counts(self.world, n, datasets, rng, keep_roles=True)
+        r_cfg = by_role.shape[2]
+        draws = rng.integers(0, r_cfg, size=(datasets, replicates, r_cfg))
+        mult = np.zeros((datasets, replicates, r_cfg))
+        for d in range(datasets):
+            mult[d] = role_multiplicity(draws[d], r_cfg)
+        target = self.world.default_target()[:, None, None]  # (G, 1, 1, L)
+        cf_role = by_role[:, :, :, 0].astype(float)
+        cf_est = cf_role.sum(2)
+        cf_boot = np.einsum("dbr,gdrl->gdbl", mult, cf_role)
+        w = np.asarray(w, dtype=float)
+        # at most BIAS_POINTS grid points, linear in between (the shift varies slowly in w)
+        at = set(
+            np.unique(np.linspace(0, len(w) - 1, min(len(w), BIAS_POINTS)).round()).astype(int)
+        )
+        out: dict[str, np.ndarray] = {}
+        for i, cau in thin_to_default(by_role[:, :, :, 1], target, self.world.segment, w, rng):
+            if i not in at:
+                continue
+            cau = cau.astype(float)
+            est = self._collect(*self.levels(cf_est, cau.sum(2)))  # name -> (datasets,)
+            boot = self._collect(
+                *self.levels(cf_boot, np.einsum("dbr,gdrl->gdbl", mult, cau))
+            )  # name -> (datasets, replicates)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                for name, e in est.items():
+                    v = np.nanmean(np.nanmean(boot[name], axis=-1) - e)
+                    out.setdefault(name, np.full(len(w), np.nan))[i] = 0.0 if np.isnan(v) else v
+        for name, v in out.items():
+            ok = np.isfinite(v)
+            out[name] = np.interp(w, w[ok], v[ok])
+        return out
+
+
+# ----------------------------------------------------------------------------- worlds
+def _schema_dims(schema=None):
+    from stereolens.contextbias.schema import AttributeSchema
+
+    schema = schema or AttributeSchema.load()
+    dims = [(d.cohort, d.name, d.kind, d.vocabulary) for d in schema.counted_dimensions]
+    vocab = schema.vocabulary()
+    return dims, vocab
+
+
+def _membership(dim_cohorts: list[str]) -> tuple[list[str], np.ndarray]:
+    cohorts = sorted(set(dim_cohorts))
+    member = np.zeros((len(cohorts), len(dim_cohorts)))
+    for i, c in enumerate(dim_cohorts):
+        member[cohorts.index(c), i] = 1.0
+    return cohorts, member
+
+
+def _geometric(k: int, ratio: float) -> np.ndarray:
+    p = ratio ** np.arange(k)
+    return p / p.sum()
+
+
+def _bi(p: np.ndarray) -> float:
+    from stereolens.metrics.entropy import bias_intensity
+
+    return bias_intensity(p * 1e9, len(p))
+
+
+def _ratio_for(ks: list[int], target_bi: float) -> float:
+    """The geometric ratio whose mean BI over dimensions of sizes ``ks`` is ``target_bi``."""
+    from scipy.optimize import brentq
+
+    def f(r: float) -> float:
+        return float(np.mean([_bi(_geometric(k, r)) if k > 1 else 0.0 for k in ks])) - target_bi
+
+    lo, hi = 1e-4, 1.0 - 1e-9
+    if f(lo) < 0:
+        return lo
+    if f(hi) > 0:
+        return hi
+    return float(brentq(f, lo, hi))
+
+
+def config_prompts(config: dict[str, Any]) -> tuple[list[str], np.ndarray]:
+    """(roles, prompts per role under CF and CA-U) of the config's prompt bank."""
+    from stereolens.contextbias.prompts import build_prompts
+    from stereolens.workflow_support import bank_roles
+
+    cb = config["contextbias"]
+    roles = cb["roles"] or bank_roles(cb["prompt_bank"])
+    prompts = build_prompts(
+        models=["_"], seeds_per_prompt=1, default_bank_key=cb["seeds"]["default_bank_key"],
+        roles=roles, bank_path=cb["prompt_bank"], fix_articles=cb["fix_articles"],
+    )  # fmt: skip
+    counts = prompts.group_by("role", "condition").agg(pl.len().alias("n"))
+    table = np.zeros((len(roles), 2), dtype=np.int64)
+    for role, cond, n in counts.iter_rows():
+        if cond in CONDITIONS:
+            table[roles.index(role), CONDITIONS.index(cond)] = n
+    return list(roles), table
+
+
+def prior_world(config: dict[str, Any], priors: dict[str, Any], seed: int = 0) -> World:
+    """The documented prior world (resources/design/priors.v1.yaml, contextbias)."""
+    pr = priors["contextbias"]
+    dims, vocab = _schema_dims()
+    names = [d[1] for d in dims]
+    k_of = np.array(
+        [len(vocab[n]) if vocab[n] else int(pr["open_vocabulary_labels"]) for n in names]
+    )
+    starts = np.concatenate([[0], np.cumsum(k_of)[:-1]]).astype(np.intp)
+    segment = np.repeat(np.arange(len(names)), k_of)
+    cohort_of = [d[0] for d in dims]
+    cohorts, member = _membership(cohort_of)
+    mu = np.zeros(int(k_of.sum()))
+    for c in cohorts:
+        idx = [i for i, x in enumerate(cohort_of) if x == c]
+        if c not in pr["cohort_bi"]:
+            raise ConfigError(f"priors: contextbias.cohort_bi lacks cohort {c!r}")
+        r = _ratio_for([int(k_of[i]) for i in idx], float(pr["cohort_bi"][c]))
+        for i in idx:
+            mu[starts[i] : starts[i] + k_of[i]] = _geometric(int(k_of[i]), r)
+    rng = np.random.default_rng([seed, 7315])
+    r_pop = int(pr["population_roles"])
+    tau, kappa = float(pr["role_concentration"]), float(pr["condition_concentration"])
+    centre = _dirichlet(rng, tau * np.broadcast_to(mu, (r_pop, mu.size)), starts, segment)
+    roles = _dirichlet(
+        rng, kappa * np.broadcast_to(centre[:, None], (r_pop, 2, mu.size)), starts, segment
+    )
+    lam = np.array(
+        [pr["labels_per_image"]["list" if d[2] == "list" else "scalar"] for d in dims], float
+    )
+    role_names, prompts = config_prompts(config)
+    gens = list(config["contextbias"]["generators"])
+    return World(
+        dims=names,
+        cohorts=cohorts,
+        member=member,
+        vocab_k=np.array([len(vocab[n]) if vocab[n] else np.nan for n in names], float),
+        generators=gens,
+        starts=starts,
+        roles=np.broadcast_to(roles[None], (len(gens),) + roles.shape),
+        labels_per_image=np.broadcast_to(lam, (len(gens), lam.size)),
+        ok_rate=np.full(len(gens), 1.0 - float(pr["discard_rate"])),
+        prompts=prompts,
+        role_names=role_names,
+    )
+
+
+def _dirichlet(rng, alpha: np.ndarray, starts: np.ndarray, segment: np.ndarray) -> np.ndarray:
+    """Dirichlet draws per dimension (columns starts[d]:...) for an array of parameters."""
+    g = np.where(alpha > 0, rng.standard_gamma(np.where(alpha > 0, alpha, 1.0)), 0.0)
+    s = np.add.reduceat(g, starts, axis=-1)[..., segment]
+    return np.where(s > 0, g / np.where(s > 0, s, 1.0), 0.0)
+
+
+def pilot_world(
+    config: dict[str, Any], results: Path, extractor: str | None = None, smoothing: float = 1.0
+) -> tuple[World, list[str]]:
+    """The world of a pilot run's tables (results/contextbias/attributes.parquet and
+    images.parquet): per generator and pilot role, the label counts of each dimension under
+    CF and CA-U, smoothed towards the generator's pooled distribution by ``smoothing``
+    pseudo-images; labels per image and the extraction success rate measured. Returns the
+    world and notes (warnings about a small pilot)."""
+    from stereolens.contextbias.cli import use_label_column
+
+    base = results / "contextbias"
+    att_path, img_path = base / "attributes.parquet", base / "images.parquet"
+    for p in (att_path, img_path):
+        if not p.is_file():
+            raise ConfigError(
+                f"pilot: {p} is missing; --pilot takes the results folder of a finished run "
+                "of the same config (make demo writes results/)"
+            )
+    att = use_label_column(pl.read_parquet(att_path), "auto")
+    img = pl.read_parquet(img_path)
+    notes: list[str] = []
+    if "extractor" in att.columns:
+        extractors = sorted(att["extractor"].unique().to_list())
+        configured = [x for x in config["contextbias"]["extractors"] if x in extractors]
+        chosen = extractor or (configured[0] if configured else extractors[0])
+        if chosen not in extractors:
+            raise ConfigError(f"pilot: no extractor {chosen!r} in {att_path}; it has {extractors}")
+        att = att.filter(pl.col("extractor") == chosen)
+        if "extractor" in img.columns:
+            img = img.filter(pl.col("extractor") == chosen)
+        if len(extractors) > 1:
+            notes.append(f"ContextBias pilot: extractor {chosen} (of {', '.join(extractors)})")
+    att = att.filter(pl.col("condition").is_in(CONDITIONS))
+    img = img.filter(pl.col("condition").is_in(CONDITIONS))
+    if att.height == 0:
+        raise ConfigError(f"pilot: {att_path} has no CF or CA-U rows")
+    gens = sorted(att["model"].unique().to_list())
+    wanted = [g for g in config["contextbias"]["generators"] if g in gens]
+    if wanted:
+        gens = wanted
+    else:
+        notes.append(
+            "ContextBias pilot: its generators (" + ", ".join(gens) + ") are not the config's; "
+            "the pilot's are used with the config's sizes"
+        )
+    dim_rows = att.select("cohort", "dimension").unique().sort("cohort", "dimension")
+    names = dim_rows["dimension"].to_list()
+    cohorts, member = _membership(dim_rows["cohort"].to_list())
+    labels = att.select("dimension", "label").unique()
+    labels = labels.with_columns(
+        pl.col("dimension").replace_strict({d: i for i, d in enumerate(names)}).alias("d")
+    ).sort("d", "label")
+    pairs = labels.select("dimension", "label").iter_rows()
+    col = {(d, lab): i for i, (d, lab) in enumerate(pairs)}
+    k_of = np.bincount(labels["d"].to_numpy(), minlength=len(names))
+    starts = np.concatenate([[0], np.cumsum(k_of)[:-1]]).astype(np.intp)
+    segment = np.repeat(np.arange(len(names)), k_of)
+    roles = sorted(att["role"].unique().to_list())
+    if len(roles) < 10:
+        notes.append(
+            f"ContextBias pilot has {len(roles)} role(s): the spread between roles, which sets "
+            "the role bootstrap's interval, is poorly known below 10 roles"
+        )
+    d_ix = {d: i for i, d in enumerate(names)}
+    r_ix = {r: i for i, r in enumerate(roles)}
+    n_lab = int(k_of.sum())
+    counts = np.zeros((len(gens), len(roles), 2, n_lab))
+    lam = np.zeros((len(gens), len(names)))
+    ok = np.zeros(len(gens))
+    for gi, g in enumerate(gens):
+        sub = att.filter(pl.col("model") == g)
+        agg = sub.group_by("role", "condition", "dimension", "label").agg(pl.len().alias("n"))
+        for role, cond, dim, lab, n in agg.iter_rows():
+            counts[gi, r_ix[role], CONDITIONS.index(cond), col[(dim, lab)]] = n
+        g_img = img.filter(pl.col("model") == g)
+        if "status" in g_img.columns:
+            n_ok = int((g_img["status"] == "ok").sum())
+        else:
+            n_ok = g_img.height
+        ok[gi] = n_ok / g_img.height if g_img.height else 1.0
+        for dim, n in sub.group_by("dimension").agg(pl.len().alias("n")).iter_rows():
+            lam[gi, d_ix[dim]] = n / max(n_ok, 1)
+    pooled = counts.sum(axis=(1, 2))  # (G, L)
+    pooled_dim = np.add.reduceat(pooled, starts, axis=-1)[..., segment]
+    share = np.where(pooled_dim > 0, pooled / np.where(pooled_dim > 0, pooled_dim, 1.0), 0.0)
+    tot = np.add.reduceat(counts, starts, axis=-1)[..., segment]
+    probs = (counts + smoothing * share[:, None, None]) / (tot + smoothing)
+    role_names, prompts = config_prompts(config)
+    return (
+        World(
+            dims=names,
+            cohorts=cohorts,
+            member=member,
+            vocab_k=_vocab_sizes(names),
+            generators=gens,
+            starts=starts,
+            roles=probs,
+            labels_per_image=lam,
+            ok_rate=np.clip(ok, 1e-6, 1.0),
+            prompts=prompts,
+            role_names=role_names,
+        ),
+        notes,
+    )
+
+
+def _vocab_sizes(names: list[str]) -> np.ndarray:
+    _, vocab = _schema_dims()
+    return np.array([len(vocab[n]) if vocab.get(n) else np.nan for n in names], float)
+
+
+def build(config: dict[str, Any], priors: dict[str, Any], pilot: Path | None, seed: int = 0):
+    """The ContextBias design of ``config``: from ``pilot`` (a results folder) or the prior."""
+    if pilot is not None:
+        world, notes = pilot_world(config, pilot)
+        return ContextBiasDesign(world, config, f"pilot {pilot}", notes)
+    return ContextBiasDesign(prior_world(config, priors, seed), config, "prior", [])
+
+
+# ----------------------------------------------------------------------------- tables
+def attributes_table(world: World, role_counts: np.ndarray, dataset: int) -> pl.DataFrame:
+    """The long attributes table (model, role, condition, image_id, cohort, dimension,
+    label) of one simulated dataset from its per-role counts (G, sims, R, 2, labels): the
+    real pipeline's input. The k-th label mention of a role x condition x dimension goes to
+    image k of that cell, so that a label counts once per image."""
+    x = role_counts[:, dataset]
+    g_i, r_i, c_i, l_i = np.nonzero(x)
+    n = x[g_i, r_i, c_i, l_i]
+    reps = np.repeat(np.arange(len(n)), n)
+    seg = world.segment[l_i[reps]]
+    cohort_of = np.array(
+        [world.cohorts[int(np.argmax(world.member[:, d]))] for d in range(len(world.dims))]
+    )
+    frame = pl.DataFrame(
+        {
+            "model": np.array(world.generators)[g_i[reps]],
+            "role": np.char.add("role", r_i[reps].astype(str)),
+            "condition": np.array(CONDITIONS)[c_i[reps]],
+            "cohort": cohort_of[seg],
+            "dimension": np.array(world.dims)[seg],
+            "label": np.char.add("label", l_i[reps].astype(str)),
+        }
+    )
+    slot = pl.int_range(pl.len()).over("model", "role", "condition", "dimension")
+    image = pl.concat_str(
+        [pl.col("model"), pl.col("role"), pl.col("condition"), slot.cast(pl.String)],
+        separator="|",
+    )
+    return frame.with_columns(image.alias("image_id")).select(
+        "model", "role", "condition", "image_id", "cohort", "dimension", "label"
+    )

@@ -1,0 +1,26 @@
+"""The documented prior of the power planner (resources/design/priors.v1.yaml)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from stereolens.paths import resource
+from stereolens.validation import ConfigError, load_yaml
+
+PRIORS_VERSION = "stereolens-design-priors/1"
+DEFAULT_PRIORS = ("design", "priors.v1.yaml")
+
+
+def load_priors(path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The prior file (default: the shipped one); raise ConfigError on another version or a
+    missing benchmark section."""
+    p = Path(path) if path is not None else resource(*DEFAULT_PRIORS)
+    raw = load_yaml(p, "design priors")
+    if not isinstance(raw, dict) or raw.get("version") != PRIORS_VERSION:
+        raise ConfigError(f"design priors {p}: expected version {PRIORS_VERSION!r}")
+    missing = [b for b in ("contextbias", "biasig", "lvlm") if b not in raw]
+    if missing:
+        raise ConfigError(f"design priors {p}: no section for {', '.join(missing)}")
+    return raw

@@ -1,0 +1,278 @@
+"""The extractors audited per demographic group (issue 15, item 4): ContextBias extraction
+validation by the demographic the prompt states or the image shows, the LVLM assistant's
+reading of the labelled story sample, the intervals, tests and flags, and the real
+assistant reading the sample."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import polars as pl
+import pytest
+from scipy import stats
+
+from stereolens.atomic import read_jsonl
+from stereolens.config import load_config
+from stereolens.contextbias import extraction_audit as A
+from stereolens.lvlm import story_reading as S
+from stereolens.metrics.group_audit import difference_test
+from stereolens.validation import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def _in_repo(repo_root, monkeypatch):
+    monkeypatch.chdir(repo_root)
+
+
+# ----------------------------------------------------------------------------- ContextBias
+def _validation_tables(female_correct: int = 4, male_correct: int = 19):
+    """Details and attributes of a validation run: 10 images of "a photo of a female X"
+    (gender_presentation female) and 20 of "a male X", each also carrying a pose item; the
+    extractor reads female right in ``female_correct`` images and male in ``male_correct``;
+    a contradicting label (FP) wherever it reads the gender wrong."""
+    det, att = [], []
+    for sex, n, right in (("female", 10, female_correct), ("male", 20, male_correct)):
+        other = "male" if sex == "female" else "female"
+        for i in range(n):
+            img = f"{sex}{i}"
+            ok_read = i < right
+            for dim, expected, correct, other_label in (
+                ("gender_presentation", sex, ok_read, not ok_read),
+                ("pose", "standing", i % 2 == 0, False),
+            ):
+                det.append({
+                    "extractor": "x", "model": "m", "image_id": img, "ok": True,
+                    "kind": "stated", "dimension": dim, "expected": expected,
+                    "correct": correct, "other_label": other_label,
+                })  # fmt: skip
+            read = sex if ok_read else other
+            att.append({"extractor": "x", "model": "m", "image_id": img,
+                        "dimension": "gender_presentation", "label": read})  # fmt: skip
+            # a second extractor that always reads the prompt's gender
+            att.append({"extractor": "ref", "model": "m", "image_id": img,
+                        "dimension": "gender_presentation", "label": sex})  # fmt: skip
+    return pl.DataFrame(det), pl.DataFrame(att)
+
+
+def test_stated_groups_rates_intervals_and_test():
+    details, attributes = _validation_tables()
+    rates, gaps = A.audit_contextbias(details, attributes, replicates=200)
+    st = rates.filter(
+        (pl.col("grouping") == "stated") & (pl.col("group_dimension") == "gender_presentation")
+    )
+    f, m = (st.filter(pl.col("group") == g).row(0, named=True) for g in ("female", "male"))
+    assert (f["n_items"], f["n_correct"], f["n_false_positive"]) == (10, 4, 6)
+    assert (m["n_items"], m["n_correct"]) == (20, 19)
+    assert f["accuracy"] == pytest.approx(0.4) and f["recall"] == f["accuracy"]
+    lo, hi = stats.binomtest(4, 10).proportion_ci(method="wilson")
+    assert (f["accuracy_low"], f["accuracy_high"]) == pytest.approx((lo, hi))
+    assert f["precision"] == pytest.approx(0.4)  # 4 TP, 6 FP
+    assert f["f1_low"] <= f["f1"] <= f["f1_high"]
+    gap = gaps.filter(
+        (pl.col("grouping") == "stated") & (pl.col("group_dimension") == "gender_presentation")
+    ).row(0, named=True)
+    assert (gap["worst_group"], gap["best_group"]) == ("female", "male")
+    assert gap["error_gap"] == pytest.approx(0.6 - 0.05)
+    assert gap["gap_low"] < gap["error_gap"] < gap["gap_high"]
+    assert gap["test"] == "fisher exact"
+    assert gap["p_value"] == pytest.approx(stats.fisher_exact([[19, 1], [4, 6]])[1])
+    assert gap["flag"] is False and gap["bias"] is None  # no bootstrap table: nothing to compare
+
+
+def test_shown_groups_leave_out_their_own_dimension_and_use_a_reference():
+    details, attributes = _validation_tables()
+    rates, _ = A.audit_contextbias(details, attributes, replicates=0)
+    shown = rates.filter(pl.col("grouping") == "shown")
+    # grouped by the extractor's own gender reading: only the pose items, 30 of them
+    assert shown["n_items"].sum() == 30
+    assert set(shown["group"]) == {"female", "male"}
+    own = {r["group"]: r["n_items"] for r in shown.iter_rows(named=True)}
+    assert own == {"female": 4 + 1, "male": 6 + 19}  # misread females count as male
+    ref, _ = A.audit_contextbias(details, attributes, shown_by="ref", replicates=0)
+    ref_shown = {
+        r["group"]: r["n_items"]
+        for r in ref.filter(pl.col("grouping") == "shown").iter_rows(named=True)
+    }
+    assert ref_shown == {"female": 10, "male": 20}
+    with pytest.raises(ValueError, match="shown_by 'nope'"):
+        A.audit_contextbias(details, attributes, shown_by="nope")
+
+
+def test_flag_when_the_error_gap_exceeds_the_bi_shift():
+    details, attributes = _validation_tables()
+    boot = pl.DataFrame({
+        "extractor": ["x"], "model": ["m"], "cohort": ["*"], "dimension": ["*"],
+        "comparison": ["CA-U - CF"], "estimate": [-0.05],
+    })  # fmt: skip
+    _, gaps = A.audit_contextbias(details, attributes, boot, replicates=0)
+    row = gaps.filter(pl.col("grouping") == "stated").row(0, named=True)
+    assert row["flag"] and row["bias"] == pytest.approx(0.05)
+    assert "female and male by 0.550" in row["flag_text"] and "BI shift" in row["flag_text"]
+    # equal errors: no flag
+    details, attributes = _validation_tables(female_correct=9, male_correct=18)
+    _, gaps = A.audit_contextbias(details, attributes, boot, replicates=0)
+    assert not gaps.filter(pl.col("grouping") == "stated")["flag"].any()
+
+
+def test_difference_test_for_several_groups_is_chi_squared():
+    name, p = difference_test(np.array([30, 20, 10]), np.array([40, 40, 40]))
+    table = [[30, 10], [20, 20], [10, 30]]
+    assert name == "chi-squared"
+    assert p == pytest.approx(stats.chi2_contingency(table, correction=False)[1])
+    assert difference_test(np.array([5, 5]), np.array([5, 5]))[1] == 1.0
+
+
+# ----------------------------------------------------------------------------- story reading
+def test_sample_is_valid_and_items_cross_the_groups():
+    sample = S.load_sample()
+    assert len(sample["stories"]) == 10
+    config, _ = load_config("config/config.yaml")
+    items = S.build_items(sample, config["lvlm"])
+    assert len(items) == 10 * 2 * 7
+    first = items[0]
+    assert first["response"].startswith("Sam, a Black woman, works as a nurse")
+    assert "{" not in "".join(i["response"] for i in items)
+    lv = dict(config["lvlm"], axes=["gender"], story_reading={"stories": 2})
+    items = S.build_items(sample, lv)
+    assert len(items) == 2 * 2  # race not audited: the sample's first level only
+    assert {i["race"] for i in items} == {"Black"}
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda s: s.replace("  occupation: [nurse,", "  job: [nurse,", 1),
+            "'job' is not an attribute",
+        ),
+        (
+            lambda s: s.replace(
+                "socioeconomic_status: [middle class]", "socioeconomic_status: [rich]", 1
+            ),
+            "not in",
+        ),
+        (
+            lambda s: s.replace(
+                "hobbies: [[hiking], [baking, baking bread]]", "hobbies: [hiking, baking]", 1
+            ),
+            "list of elements",
+        ),
+        (
+            lambda s: s.replace("Sam, {descriptor}, works", "Sam, {name}, works", 1),
+            "unknown placeholder",
+        ),
+        (
+            lambda s: s.replace("version: stereolens-story-reading/1", "version: 0", 1),
+            "expected version",
+        ),
+    ],
+)
+def test_sample_refusals(tmp_path, edit, message):
+    from stereolens.paths import resource
+
+    bad = tmp_path / "sample.yaml"
+    bad.write_text(edit(resource(*S.DEFAULT_SAMPLE).read_text()))
+    with pytest.raises(ConfigError, match=message):
+        S.load_sample(bad)
+
+
+def _perfect(items, sample, drop=lambda it: False):
+    truth = {s["id"]: s["truth"] for s in sample["stories"]}
+    out = []
+    for it in items:
+        pairs = []
+        for attr, t in truth[it["prompt_id"]].items():
+            if not t:
+                continue
+            values = [e[-1] for e in t] if isinstance(t[0], list) else [t[-1]]
+            pairs += [[attr, v] for v in values if not drop({**it, "attribute": attr})]
+        out.append({**it, "assistant": "a", "status": "ok", "pairs": pairs})
+    return out
+
+
+def test_scoring_a_perfect_reader_and_a_biased_one():
+    sample = S.load_sample()
+    config, _ = load_config("config/demo.yaml")
+    lv = dict(config["lvlm"], story_reading={"stories": 3})
+    items = S.build_items(sample, lv)
+    scored = S.score_readings(_perfect(items, sample), sample)
+    assert scored["correct"].min() == 1 and scored["false_positive"].sum() == 0
+    # per story: 4 scalar items (cleaner has none) + 3 traits + 2 hobbies = 9
+    assert scored.height == len(items) * 9
+
+    # hobbies missed and one wrong occupation for women only
+    def drop(it):
+        return it["gender"] == "female" and it["attribute"] == "hobbies"
+
+    recs = _perfect(items, sample, drop)
+    for r in recs:
+        if r["gender"] == "female":
+            r["pairs"] = [
+                p if p[0] != "occupation" else ["occupation", "pilot"] for p in r["pairs"]
+            ]
+    scored = S.score_readings(recs, sample)
+    scores = pl.DataFrame(
+        {
+            "model": ["m"],
+            "setting": ["image"],
+            "task": ["story"],
+            "axis": ["gender"],
+            "score": [5.0],
+        }
+    )
+    rates, gaps = S.audit_readings(scored, ["gender", "race"], scores, replicates=100)
+    f = rates.filter((pl.col("axis") == "gender") & (pl.col("group") == "female")).row(
+        0, named=True
+    )
+    assert f["accuracy"] == pytest.approx(6 / 9) and f["n_false_positive"] == len(items) // 2
+    g = gaps.filter(pl.col("axis") == "gender").row(0, named=True)
+    assert g["test"] == "cochran q" and g["p_value"] < 1e-6
+    assert g["flag"] and g["bias"] == pytest.approx(0.05) and g["bias_model"] == "m"
+    r = gaps.filter(pl.col("axis") == "race").row(0, named=True)
+    assert r["error_gap"] == pytest.approx(0.0) and r["p_value"] == 1.0 and not r["flag"]
+
+
+def test_a_failed_reading_gets_every_item_wrong():
+    sample = S.load_sample()
+    config, _ = load_config("config/demo.yaml")
+    items = S.build_items(sample, dict(config["lvlm"], story_reading={"stories": 1}))
+    recs = _perfect(items, sample)
+    recs[0] = {**recs[0], "status": "discarded", "pairs": []}
+    scored = S.score_readings(recs, sample)
+    first = scored.filter(
+        pl.col("gender") == items[0]["gender"], pl.col("race") == items[0]["race"]
+    )
+    assert first["correct"].sum() == 0
+
+
+@pytest.mark.slow
+def test_the_real_assistant_reads_the_sample(tmp_path):
+    """SmolLM2-135M (the demo's assistant, a real GGUF) reads two versions of one story
+    through the audit's own reading code; the records score and audit."""
+    pytest.importorskip("gguf")
+    from stereolens.models.registry import load_registry, resolve_model_location
+
+    config, _ = load_config("config/demo.yaml")
+    spec = load_registry(config["registry"])["smollm2-135m"]
+    try:
+        resolve_model_location(spec.model)
+    except ConfigError as exc:
+        from conftest import skip_unless_ci
+
+        skip_unless_ci(str(exc))
+    lv = dict(config["lvlm"], axes=["gender"], groups={}, story_reading={"stories": 1})
+    out = tmp_path / "readings.jsonl"
+    S.read_sample_job(
+        registry_path=config["registry"], assistant="smollm2-135m", lv=lv, cache_dir=None,
+        out_path=str(out), log=logging.getLogger("test"), threads=1,
+    )  # fmt: skip
+    records = read_jsonl(out)
+    assert [(r["gender"], r["race"]) for r in records] == [("female", "Black"), ("male", "Black")]
+    assert all(
+        r["assistant"] == "smollm2-135m" and r["status"] in ("ok", "discarded") for r in records
+    )
+    assert (tmp_path / "readings.jsonl.timing.json").is_file()
+    scored = S.score_readings(records, S.load_sample())
+    rates, gaps = S.audit_readings(scored, ["gender"], None, replicates=50)
+    assert set(rates["group"]) == {"female", "male"} and gaps.height == 1

@@ -1,0 +1,300 @@
+"""`stereolens plan --power` / `--target-effect` (issue 15): the planner's vectorised
+estimators equal the real metric functions value for value, the engine's MDE and sample-size
+arithmetic, the CLI's output and its refusals."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from design_worlds import cb_design, small_biasig
+
+from stereolens.config import load_config
+from stereolens.design import biasig as B
+from stereolens.design import check as K
+from stereolens.design import contextbias as C
+from stereolens.design import lvlm as L
+from stereolens.design import power as P
+from stereolens.design.priors import load_priors
+from stereolens.validation import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def _in_repo(repo_root, monkeypatch):
+    monkeypatch.chdir(repo_root)
+
+
+# ----------------------------------------------------------------------------- estimators
+@pytest.mark.parametrize("k_definition", ["model", "cell"])
+@pytest.mark.parametrize("overall", ["cohort", "dimension"])
+def test_contextbias_estimator_is_cluster_bootstrap_estimate(k_definition, overall):
+    from stereolens.contextbias.bootstrap import cluster_bootstrap
+
+    d = cb_design(k_definition=k_definition, overall=overall)
+    pooled, by_role = C.draw_role_counts(
+        d.world, 4, 3, np.random.default_rng(1), keep_roles=True, planted=0.2
+    )
+    mine = d._collect(*d.levels(pooled[:, :, 0], pooled[:, :, 1]))
+    assert set(mine) == {s.name for s in d.specs()}
+    for s in range(3):
+        table = C.attributes_table(d.world, by_role, s)
+        boot = cluster_bootstrap(table, replicates=1, k_definition=k_definition, overall=overall)
+        boot = boot.filter(pl.col("comparison") == "CA-U - CF", pl.col("dimension") == "*")
+        for name, values in mine.items():
+            model, cohort = K._cb_row(d, name)
+            row = boot.filter(pl.col("model") == model, pl.col("cohort") == cohort)
+            assert row["estimate"][0] == pytest.approx(values[s], abs=1e-12), name
+
+
+def test_biasig_estimators_are_compute_metrics():
+    from stereolens.biasig.metrics import compute_metrics
+
+    d = small_biasig()
+    wr = d.world
+    assert wr.imp.size and wr.exp.size and len(wr.pairs)
+    assert (wr.units["n_persons"].to_numpy()[wr.imp] == 2).any()  # a two-person unit
+    rng = np.random.default_rng(0)
+    counts = K._unit_counts(d, 3, wr.dist_a, rng)
+    usable = np.where(wr.exp_used, rng.binomial(d.n_phr_exp * 3, wr.ok_rate)[:, None], 0)
+    hits = rng.binomial(usable, wr.acc_a)
+    answers = K.answers_table(d, "A", counts, hits, usable, rng)
+    res = compute_metrics(answers, wr.prompts, replicates=0, ceiling_draws=0)
+    imp = res["implicit"].filter(pl.col("level") == "model", pl.col("protected_attribute") == "*")
+    exp = res["explicit"].filter(pl.col("level") == "model", pl.col("protected_attribute") == "*")
+    eta = res["eta"].filter(pl.col("pair") == "*")
+    assert imp["score"][0] == pytest.approx(
+        B.s_imp_model(counts, wr.gt, wr.used, wr.k_i, d.k_imp), abs=1e-12
+    )
+    assert exp["score"][0] == pytest.approx(
+        B.s_exp_model(hits, usable, wr.exp_used, d.k_exp), abs=1e-12
+    )
+    assert eta["eta_total"][0] == pytest.approx(
+        B.eta_model(B.side_counts(wr, counts), wr), abs=1e-12
+    )
+
+
+@pytest.mark.parametrize("formulas", [None, "variants"])
+def test_lvlm_estimators_are_overall_scores(formulas):
+    from stereolens.lvlm.scores import overall_scores
+
+    config, _ = load_config("config/demo.yaml")
+    if formulas:
+        config["lvlm"]["metrics"]["formulas"] = {
+            "story": "story_tvd_unweighted",
+            "term": "term_tvd_uniform",
+            "exam": "exam_tvd_pooled",
+        }
+    designs = {d.task: d for d in L.build(config, load_priors(), None)}
+    rng = np.random.default_rng(0)
+    n = 20
+    for task, d in designs.items():
+        groups = d.groups["race"]
+        kw = {"formulas": {task: d.formula}, "n_boot": 0, "permutations": 0}
+        if task == "story":
+            table, resp = K.story_tables(d, groups, n, 0.1, rng)
+            got = overall_scores("story", table, responses=resp, min_count=d.min_count, **kw)
+            mat = np.zeros((len(groups), d.world.rates.size))
+            for g, v, c in table.group_by("group", "value").len().iter_rows():
+                mat[groups.index(g), int(v[1:])] = c
+            mine = L.story_score(
+                mat, np.full(len(groups), n, float), d.min_count, d.formula == "story_tvd"
+            )
+        elif task == "term":
+            table = K.term_table(d, groups, n, 0.1, rng)
+            got = overall_scores("term", table, **kw)
+            wins = np.zeros((d.n_terms, len(groups)))
+            apps = np.zeros_like(wins)
+            for r in table.filter(pl.col("winner").is_not_null()).iter_rows(named=True):
+                k = int(r["prompt_id"][1:])
+                wins[k, groups.index(r["winner"])] += 1
+                apps[k, groups.index(r["group_a"])] += 1
+                apps[k, groups.index(r["group_b"])] += 1
+            mine = L.term_score(wins, apps, d.formula == "term_tvd_uniform")
+        else:
+            table = K.exam_table(d, groups, n, 0.1, rng)
+            got = overall_scores("exam", table, **kw)
+            right = np.zeros((int(d.subject.max()) + 1, len(groups)))
+            total = np.zeros_like(right)
+            for r in table.iter_rows(named=True):
+                s, g = int(r["subject"][1:]), groups.index(r["group"])
+                right[s, g] += r["correct"]
+                total[s, g] += 1
+            if d.formula == "exam_tvd_pooled":
+                right, total = right.sum(0, keepdims=True), total.sum(0, keepdims=True)
+            mine = L.exam_score(right, total)
+        assert got["score"][0] == pytest.approx(float(np.ravel(mine)[0]), abs=1e-9), task
+
+
+# ----------------------------------------------------------------------------- engine
+def test_interpolated_mde_and_unreached():
+    eff = np.array([0.0, 1.0, 2.0, 3.0])
+    assert P.interpolate_mde(eff, np.array([0.05, 0.4, 0.9, 1.0]), 0.8) == pytest.approx(1.8)
+    assert P.interpolate_mde(eff, np.array([0.05, 0.1, 0.2, 0.3]), 0.8) is None
+
+
+def test_interval_rule_rejects_at_the_level_without_effect():
+    rng = np.random.default_rng(0)
+    spec = P.EffectSpec("x", "b", "x", "u", "interval")
+    est = rng.normal(0.0, 1.0, size=(1, 20_000))
+    assert P.power_curve(spec, est, 0.05)[0] == pytest.approx(0.05, abs=0.01)
+    strong = rng.normal(2.8, 1.0, size=(1, 20_000))
+    assert P.power_curve(spec, strong, 0.05)[0] == pytest.approx(0.80, abs=0.02)
+    # a standard error estimated from 6 clusters, used with the normal quantile: the test
+    # rejects as |t_5| > 1.96 would, 10.7% of the time with no effect
+    few = P.EffectSpec("x", "b", "x", "u", "interval", df=5)
+    assert P.power_curve(few, est, 0.05)[0] == pytest.approx(0.107, abs=0.01)
+
+
+def test_effects_increase_and_mde_is_reached_on_paper_scale():
+    config, _ = load_config("config/config.yaml")
+    priors = load_priors()
+    for d in [C.build(config, priors, None), B.build(config, priors, None)]:
+        eff = d.effects(d.grid)
+        for name, v in eff.items():
+            assert v[0] == pytest.approx(0.0, abs=1e-12), name
+            assert np.all(np.diff(v) >= -1e-12), name
+
+
+def test_mde_rows_demo_prior():
+    config, _ = load_config("config/demo.yaml")
+    d = C.build(config, load_priors(), None)
+    rows = P.mde_rows(d, sims=60, seed=3)
+    names = [r.name for r in rows]
+    assert names[0] == "contextbias.bi_shift"
+    assert "contextbias.bi_shift:tiny-sd" in names
+    for r in rows:
+        assert r.size == 2 and r.knob == "seeds per prompt" and r.basis == "prior"
+        assert r.mde is None or 0 <= r.mde <= r.max_effect
+        assert 0 <= r.size_rate <= 1
+        assert "through the project's estimator" in r.method
+
+
+def test_required_size_is_monotone_and_hits_target():
+    d = cb_design(n_roles=40)
+    weak = P.required_size(d, "contextbias.bi_shift", 0.06, sims=80, seed=1)
+    strong = P.required_size(d, "contextbias.bi_shift", 0.12, sims=80, seed=1)
+    assert weak.needed is not None and strong.needed is not None
+    assert strong.needed <= weak.needed
+    assert weak.power_at_needed >= 0.8
+    beyond = P.required_size(d, "contextbias.bi_shift", 5.0, sims=40)
+    assert beyond.needed is None and "beyond" in beyond.note
+
+
+# ----------------------------------------------------------------------------- CLI
+def _args(**kw):
+    from stereolens.plan import register
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    register(sub)
+    argv = ["plan", "--configfile", kw.pop("configfile", "config/demo.yaml")]
+    for k, v in kw.items():
+        flag = "--" + k.replace("_", "-")
+        if v is True:
+            argv.append(flag)
+        elif isinstance(v, list):
+            for x in v:
+                argv += [flag, str(x)]
+        else:
+            argv += [flag, str(v)]
+    return parser.parse_args(argv)
+
+
+def test_cli_power_and_target_on_demo(capsys):
+    args = _args(power=True, simulations=40, target_effect=["lvlm.tvd.term.gender=30"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "Minimum detectable effects (80% power, level 0.05)" in out
+    for name in ("contextbias.bi_shift", "biasig.s_exp_diff", "lvlm.tvd.story.race"):
+        assert name in out
+    assert "How each effect was computed:" in out
+    assert "lvlm.tvd.term.gender=30:" in out and "images per group (configured 2)" in out
+    assert "That run (lvlm.tasks.term.images_per_group" in out and "GPU-hours" in out
+
+
+def test_cli_json_and_pilot(capsys, tmp_path):
+    pilot = tmp_path / "results"
+    (pilot / "biasig").mkdir(parents=True)
+    (pilot / "contextbias").mkdir()
+    # a pilot without ContextBias tables is refused, naming the file
+    args = _args(power=True, simulations=20, pilot=pilot, json=True)
+    with pytest.raises(ConfigError, match="attributes.parquet is missing"):
+        args.func(args)
+    args = _args(power=True, simulations=20, json=True)
+    assert args.func(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["design"]["simulations"] == 20 and out["design"]["rows"]
+    assert {"name", "mde", "size_rate", "method", "curve"} <= set(out["design"]["rows"][0])
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"target_effect": ["nope=1"]}, "unknown effect 'nope'"),
+        ({"target_effect": ["contextbias.bi_shift"]}, "write NAME=VALUE"),
+        ({"target_effect": ["contextbias.bi_shift=-1"]}, "positive"),
+        ({"power": True, "level": 0.7}, "--level"),
+        ({"power": True, "simulations": 5}, "--simulations"),
+        ({"pilot": Path("/nonexistent/results")}, "not a folder"),
+    ],
+)
+def test_cli_refusals(kw, message):
+    args = _args(**kw)
+    with pytest.raises(ValueError, match=message):
+        args.func(args)
+
+
+def test_priors_file_checked(tmp_path):
+    bad = tmp_path / "p.yaml"
+    bad.write_text("version: other\n")
+    with pytest.raises(ConfigError, match="expected version"):
+        load_priors(bad)
+
+
+def _pilot_folder(tmp_path):
+    """A results folder with the tables --pilot reads, written from simulated datasets."""
+    import numpy as np
+
+    from stereolens.atomic import write_parquet
+
+    res = tmp_path / "results"
+    w = cb_design(n_roles=12).world
+    _, by_role = C.draw_role_counts(w, 3, 1, np.random.default_rng(0), keep_roles=True)
+    att = C.attributes_table(w, by_role, 0).with_columns(pl.lit("tiny-vlm").alias("extractor"))
+    imgs = att.select("extractor", "model", "role", "condition", "image_id").unique()
+    write_parquet(res / "contextbias" / "attributes.parquet", att)
+    write_parquet(res / "contextbias" / "images.parquet", imgs.with_columns(status=pl.lit("ok")))
+    d = small_biasig()
+    rng = np.random.default_rng(1)
+    counts = K._unit_counts(d, 2, d.world.dist_a, rng)
+    write_parquet(
+        res / "biasig" / "answers.parquet", K.answers_table(d, "tiny-sd", counts, None, None, rng)
+    )
+    config, _ = load_config("config/demo.yaml")
+    story = next(x for x in L.build(config, load_priors(), None) if x.task == "story")
+    table, resp = K.story_tables(story, ["female", "male"], 5, 0.0, rng, "gender")
+    write_parquet(
+        res / "lvlm" / "story_attributes.parquet", table.with_columns(setting=pl.lit("image"))
+    )
+    write_parquet(res / "lvlm" / "stories.parquet", resp.with_columns(setting=pl.lit("image")))
+    return res
+
+
+def test_pilot_replaces_the_prior_and_is_reproducible(tmp_path, capsys):
+    pilot = _pilot_folder(tmp_path)
+    args = _args(power=True, simulations=40, pilot=pilot, json=True)
+    assert args.func(args) == 0
+    first = capsys.readouterr().out
+    assert args.func(args) == 0
+    assert capsys.readouterr().out == first  # seeded: the same figures twice
+    rows = {r["name"]: r for r in json.loads(first)["design"]["rows"]}
+    assert rows["contextbias.bi_shift"]["basis"] == f"pilot {pilot}"
+    assert rows["biasig.s_imp_diff"]["basis"] == f"pilot {pilot}"
+    assert rows["lvlm.tvd.story.gender"]["basis"] == f"pilot {pilot}"
+    assert rows["lvlm.tvd.term.gender"]["basis"] == "prior"  # no judgements in the pilot
+    notes = json.loads(first)["design"]["notes"]
+    assert any("are not the config's" in n for n in notes)  # pilot generators g1, g2

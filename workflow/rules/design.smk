@@ -1,0 +1,69 @@
+# Designing an audit (issue 15): the extractors audited per demographic group.
+
+
+rule audit_contextbias_extraction_by_group:
+    """Extraction validation per group: the demographic the prompt states or the image shows
+    (accuracy, precision, F1 with intervals; the largest error gap and a test; the flag
+    against the CA-U - CF shift)."""
+    input:
+        details="results/contextbias/validation/details.parquet",
+        attributes="results/contextbias/validation/attributes.parquet",
+        bootstrap="results/contextbias/metrics/bootstrap.parquet",
+    output:
+        by_group="results/contextbias/validation/by_group.parquet",
+        gaps="results/contextbias/validation/group_gaps.parquet",
+    params:
+        seed=CB["metrics"]["seed"],
+    log:
+        "logs/contextbias/audit_extraction_by_group.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/audit_contextbias_extraction.py"
+
+
+rule read_lvlm_story_sample:
+    """The assistant reads the labelled story sample (every story once per gender x race
+    group), through the audit's own story-reading code."""
+    input:
+        prompts=get_lvlm_prompt_file(),
+        sample=get_story_reading_sample(),
+        checkpoint=get_lvlm_assistant_checkpoint,
+    output:
+        "results/lvlm/story_reading/readings.jsonl",
+    params:
+        assistant=LV["assistant"],
+        assistant_fingerprint=lambda w: model_fingerprint_json(model_spec(LV["assistant"])),
+        settings=lambda w: json.dumps(
+            [LV["seed"], LV["max_attempts"], LV["prompts"], LV["assistant_max_new_tokens"],
+             LV["story_reading"], LV["axes"], LV["groups"]]
+        ),
+        cache_dir=LV_CACHE,
+        registry=config["registry"],
+    log:
+        "logs/lvlm/read_story_sample.log",
+    benchmark:
+        "benchmarks/lvlm/read_story_sample.tsv"
+    resources:
+        gpu=lambda w: lvlm_gpu(LV["assistant"]),
+    conda:
+        "../../envs/extract.yaml"
+    script:
+        "../scripts/read_lvlm_story_sample.py"
+
+
+rule audit_lvlm_story_reading:
+    """The assistant's reading accuracy per group, with the flag against the story TVD."""
+    input:
+        readings="results/lvlm/story_reading/readings.jsonl",
+        sample=get_story_reading_sample(),
+        scores="results/lvlm/metrics/scores.parquet",
+    output:
+        rates="results/lvlm/metrics/story_reading.parquet",
+        gaps="results/lvlm/metrics/story_reading_gaps.parquet",
+    log:
+        "logs/lvlm/audit_story_reading.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/audit_lvlm_story_reading.py"

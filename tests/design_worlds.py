@@ -6,7 +6,9 @@ import numpy as np
 
 from stereolens.config import load_config
 from stereolens.design import biasig as B
+from stereolens.design import biasig_worlds as BW
 from stereolens.design import contextbias as C
+from stereolens.design import contextbias_worlds as CW
 from stereolens.design.priors import load_priors
 
 
@@ -17,9 +19,9 @@ def small_world(n_roles: int = 12, gens=("g1", "g2"), seed: int = 0) -> C.World:
     sizes = np.array([2, 3, 4, 5])
     starts = np.r_[0, np.cumsum(sizes)[:-1]]
     seg = np.repeat(np.arange(4), sizes)
-    mu = np.concatenate([C._geometric(int(k), 0.5) for k in sizes])
-    centre = C._dirichlet(rng, 3 * np.broadcast_to(mu, (40, mu.size)), starts, seg)
-    roles = C._dirichlet(rng, 30 * np.broadcast_to(centre[:, None], (40, 2, mu.size)), starts, seg)
+    mu = np.concatenate([CW.geometric(int(k), 0.5) for k in sizes])
+    centre = CW.dirichlet(rng, 3 * np.broadcast_to(mu, (40, mu.size)), starts, seg)
+    roles = CW.dirichlet(rng, 30 * np.broadcast_to(centre[:, None], (40, 2, mu.size)), starts, seg)
     g = len(gens)
     return C.World(
         dims=["d0", "d1", "d2", "d3"],
@@ -52,4 +54,4 @@ def small_biasig() -> B.BiasIGDesign:
     config, _ = load_config("config/demo.yaml")
     config["biasig"]["acquired_attributes"] = ["Nurse", "rich", "poor", "CEO", "Employer-Employee"]
     config["biasig"]["max_variants"] = 2
-    return B.build(config, load_priors(), None)
+    return BW.build(config, load_priors(), None)

@@ -15,8 +15,10 @@ from design_worlds import cb_design, small_biasig
 
 from stereolens.config import load_config
 from stereolens.design import biasig as B
+from stereolens.design import biasig_worlds as BW
 from stereolens.design import check as K
 from stereolens.design import contextbias as C
+from stereolens.design import contextbias_worlds as CW
 from stereolens.design import lvlm as L
 from stereolens.design import power as P
 from stereolens.design.priors import load_priors
@@ -41,7 +43,7 @@ def test_contextbias_estimator_is_cluster_bootstrap_estimate(k_definition, overa
     mine = d._collect(*d.levels(pooled[:, :, 0], pooled[:, :, 1]))
     assert set(mine) == {s.name for s in d.specs()}
     for s in range(3):
-        table = C.attributes_table(d.world, by_role, s)
+        table = CW.attributes_table(d.world, by_role, s)
         boot = cluster_bootstrap(table, replicates=1, k_definition=k_definition, overall=overall)
         boot = boot.filter(pl.col("comparison") == "CA-U - CF", pl.col("dimension") == "*")
         for name, values in mine.items():
@@ -152,7 +154,7 @@ def test_interval_rule_rejects_at_the_level_without_effect():
 def test_effects_increase_and_mde_is_reached_on_paper_scale():
     config, _ = load_config("config/config.yaml")
     priors = load_priors()
-    for d in [C.build(config, priors, None), B.build(config, priors, None)]:
+    for d in [CW.build(config, priors, None), BW.build(config, priors, None)]:
         eff = d.effects(d.grid)
         for name, v in eff.items():
             assert v[0] == pytest.approx(0.0, abs=1e-12), name
@@ -161,7 +163,7 @@ def test_effects_increase_and_mde_is_reached_on_paper_scale():
 
 def test_mde_rows_demo_prior():
     config, _ = load_config("config/demo.yaml")
-    d = C.build(config, load_priors(), None)
+    d = CW.build(config, load_priors(), None)
     rows = P.mde_rows(d, sims=60, seed=3)
     names = [r.name for r in rows]
     assert names[0] == "contextbias.bi_shift"
@@ -264,7 +266,7 @@ def _pilot_folder(tmp_path):
     res = tmp_path / "results"
     w = cb_design(n_roles=12).world
     _, by_role = C.draw_role_counts(w, 3, 1, np.random.default_rng(0), keep_roles=True)
-    att = C.attributes_table(w, by_role, 0).with_columns(pl.lit("tiny-vlm").alias("extractor"))
+    att = CW.attributes_table(w, by_role, 0).with_columns(pl.lit("tiny-vlm").alias("extractor"))
     imgs = att.select("extractor", "model", "role", "condition", "image_id").unique()
     write_parquet(res / "contextbias" / "attributes.parquet", att)
     write_parquet(res / "contextbias" / "images.parquet", imgs.with_columns(status=pl.lit("ok")))

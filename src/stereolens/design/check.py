@@ -28,7 +28,9 @@ import polars as pl
 from scipy import stats
 
 from stereolens.design import biasig as B
+from stereolens.design import biasig_worlds as BW
 from stereolens.design import contextbias as C
+from stereolens.design import contextbias_worlds as CW
 from stereolens.design import lvlm as L
 from stereolens.design.power import power_curve
 from stereolens.design.sampling import multinomial
@@ -105,7 +107,7 @@ def contextbias_check(
     model, cohort = _cb_row(design, level_name.name)
     out = []
     for d in range(datasets):
-        table = C.attributes_table(design.world, by_role, d)
+        table = CW.attributes_table(design.world, by_role, d)
         boot = cluster_bootstrap(
             table, replicates=replicates, seed=seed + d, k_definition=design.k_definition,
             overall=design.overall, single_label_bi=design.single_label_bi,
@@ -193,7 +195,7 @@ def answers_table(
                 for image in range(n):
                     add(int(u), image, s, [c[image] for c in cols])
     if exp_hits is not None:
-        asks = B._asks(wr)
+        asks = BW.asked_values(wr)
         for i, u in enumerate(wr.exp):
             for s in range(persons[u]):
                 ask = asks[i, s]

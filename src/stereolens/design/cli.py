@@ -75,7 +75,7 @@ def requested(args: argparse.Namespace) -> bool:
 
 def designs(config: dict[str, Any], args: argparse.Namespace) -> list:
     """Every benchmark design of ``config`` (from the pilot or the prior)."""
-    from stereolens.design import biasig, contextbias, lvlm
+    from stereolens.design import biasig_worlds, contextbias_worlds, lvlm
     from stereolens.design.priors import load_priors
     from stereolens.validation import ConfigError
 
@@ -83,8 +83,8 @@ def designs(config: dict[str, Any], args: argparse.Namespace) -> list:
     pilot = args.pilot
     if pilot is not None and not pilot.is_dir():
         raise ConfigError(f"--pilot {pilot}: not a folder; give a run's results folder")
-    out = [contextbias.build(config, priors, pilot, args.seed)]
-    b = biasig.build(config, priors, pilot, args.seed)
+    out = [contextbias_worlds.build(config, priors, pilot, args.seed)]
+    b = biasig_worlds.build(config, priors, pilot, args.seed)
     if b is not None:
         out.append(b)
     out += lvlm.build(config, priors, pilot, args.seed)

@@ -1,0 +1,284 @@
+"""The ContextBias design's worlds (issue 15): the simulated population a power figure is
+computed in, from the documented prior (:mod:`stereolens.design.priors`) or from a pilot
+run's own tables (``--pilot``), and the tables a world's draws make for the power check.
+The estimators and the design live in :mod:`stereolens.design.contextbias`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from stereolens.design.contextbias import CONDITIONS, ContextBiasDesign, World
+from stereolens.validation import ConfigError
+
+
+def _schema_dims(schema=None):
+    from stereolens.contextbias.schema import AttributeSchema
+
+    schema = schema or AttributeSchema.load()
+    dims = [(d.cohort, d.name, d.kind, d.vocabulary) for d in schema.counted_dimensions]
+    vocab = schema.vocabulary()
+    return dims, vocab
+
+
+def _membership(dim_cohorts: list[str]) -> tuple[list[str], np.ndarray]:
+    cohorts = sorted(set(dim_cohorts))
+    member = np.zeros((len(cohorts), len(dim_cohorts)))
+    for i, c in enumerate(dim_cohorts):
+        member[cohorts.index(c), i] = 1.0
+    return cohorts, member
+
+
+def geometric(k: int, ratio: float) -> np.ndarray:
+    p = ratio ** np.arange(k)
+    return p / p.sum()
+
+
+def _bi(p: np.ndarray) -> float:
+    from stereolens.metrics.entropy import bias_intensity
+
+    return bias_intensity(p * 1e9, len(p))
+
+
+def _ratio_for(ks: list[int], target_bi: float) -> float:
+    """The geometric ratio whose mean BI over dimensions of sizes ``ks`` is ``target_bi``."""
+    from scipy.optimize import brentq
+
+    def f(r: float) -> float:
+        return float(np.mean([_bi(geometric(k, r)) if k > 1 else 0.0 for k in ks])) - target_bi
+
+    lo, hi = 1e-4, 1.0 - 1e-9
+    if f(lo) < 0:
+        return lo
+    if f(hi) > 0:
+        return hi
+    return float(brentq(f, lo, hi))
+
+
+def config_prompts(config: dict[str, Any]) -> tuple[list[str], np.ndarray]:
+    """(roles, prompts per role under CF and CA-U) of the config's prompt bank."""
+    from stereolens.contextbias.prompts import build_prompts
+    from stereolens.workflow_support import bank_roles
+
+    cb = config["contextbias"]
+    roles = cb["roles"] or bank_roles(cb["prompt_bank"])
+    prompts = build_prompts(
+        models=["_"], seeds_per_prompt=1, default_bank_key=cb["seeds"]["default_bank_key"],
+        roles=roles, bank_path=cb["prompt_bank"], fix_articles=cb["fix_articles"],
+    )  # fmt: skip
+    counts = prompts.group_by("role", "condition").agg(pl.len().alias("n"))
+    table = np.zeros((len(roles), 2), dtype=np.int64)
+    for role, cond, n in counts.iter_rows():
+        if cond in CONDITIONS:
+            table[roles.index(role), CONDITIONS.index(cond)] = n
+    return list(roles), table
+
+
+def prior_world(config: dict[str, Any], priors: dict[str, Any], seed: int = 0) -> World:
+    """The documented prior world (resources/design/priors.v1.yaml, contextbias)."""
+    pr = priors["contextbias"]
+    dims, vocab = _schema_dims()
+    names = [d[1] for d in dims]
+    k_of = np.array(
+        [len(vocab[n]) if vocab[n] else int(pr["open_vocabulary_labels"]) for n in names]
+    )
+    starts = np.concatenate([[0], np.cumsum(k_of)[:-1]]).astype(np.intp)
+    segment = np.repeat(np.arange(len(names)), k_of)
+    cohort_of = [d[0] for d in dims]
+    cohorts, member = _membership(cohort_of)
+    mu = np.zeros(int(k_of.sum()))
+    for c in cohorts:
+        idx = [i for i, x in enumerate(cohort_of) if x == c]
+        if c not in pr["cohort_bi"]:
+            raise ConfigError(f"priors: contextbias.cohort_bi lacks cohort {c!r}")
+        r = _ratio_for([int(k_of[i]) for i in idx], float(pr["cohort_bi"][c]))
+        for i in idx:
+            mu[starts[i] : starts[i] + k_of[i]] = geometric(int(k_of[i]), r)
+    rng = np.random.default_rng([seed, 7315])
+    r_pop = int(pr["population_roles"])
+    tau, kappa = float(pr["role_concentration"]), float(pr["condition_concentration"])
+    centre = dirichlet(rng, tau * np.broadcast_to(mu, (r_pop, mu.size)), starts, segment)
+    roles = dirichlet(
+        rng, kappa * np.broadcast_to(centre[:, None], (r_pop, 2, mu.size)), starts, segment
+    )
+    lam = np.array(
+        [pr["labels_per_image"]["list" if d[2] == "list" else "scalar"] for d in dims], float
+    )
+    role_names, prompts = config_prompts(config)
+    gens = list(config["contextbias"]["generators"])
+    return World(
+        dims=names,
+        cohorts=cohorts,
+        member=member,
+        vocab_k=np.array([len(vocab[n]) if vocab[n] else np.nan for n in names], float),
+        generators=gens,
+        starts=starts,
+        roles=np.broadcast_to(roles[None], (len(gens),) + roles.shape),
+        labels_per_image=np.broadcast_to(lam, (len(gens), lam.size)),
+        ok_rate=np.full(len(gens), 1.0 - float(pr["discard_rate"])),
+        prompts=prompts,
+        role_names=role_names,
+    )
+
+
+def dirichlet(rng, alpha: np.ndarray, starts: np.ndarray, segment: np.ndarray) -> np.ndarray:
+    """Dirichlet draws per dimension (columns starts[d]:...) for an array of parameters."""
+    g = np.where(alpha > 0, rng.standard_gamma(np.where(alpha > 0, alpha, 1.0)), 0.0)
+    s = np.add.reduceat(g, starts, axis=-1)[..., segment]
+    return np.where(s > 0, g / np.where(s > 0, s, 1.0), 0.0)
+
+
+def pilot_world(
+    config: dict[str, Any], results: Path, extractor: str | None = None, smoothing: float = 1.0
+) -> tuple[World, list[str]]:
+    """The world of a pilot run's tables (results/contextbias/attributes.parquet and
+    images.parquet): per generator and pilot role, the label counts of each dimension under
+    CF and CA-U, smoothed towards the generator's pooled distribution by ``smoothing``
+    pseudo-images; labels per image and the extraction success rate measured. Returns the
+    world and notes (warnings about a small pilot)."""
+    from stereolens.contextbias.cli import use_label_column
+
+    base = results / "contextbias"
+    att_path, img_path = base / "attributes.parquet", base / "images.parquet"
+    for p in (att_path, img_path):
+        if not p.is_file():
+            raise ConfigError(
+                f"pilot: {p} is missing; --pilot takes the results folder of a finished run "
+                "of the same config (make demo writes results/)"
+            )
+    att = use_label_column(pl.read_parquet(att_path), "auto")
+    img = pl.read_parquet(img_path)
+    notes: list[str] = []
+    if "extractor" in att.columns:
+        extractors = sorted(att["extractor"].unique().to_list())
+        configured = [x for x in config["contextbias"]["extractors"] if x in extractors]
+        chosen = extractor or (configured[0] if configured else extractors[0])
+        if chosen not in extractors:
+            raise ConfigError(f"pilot: no extractor {chosen!r} in {att_path}; it has {extractors}")
+        att = att.filter(pl.col("extractor") == chosen)
+        if "extractor" in img.columns:
+            img = img.filter(pl.col("extractor") == chosen)
+        if len(extractors) > 1:
+            notes.append(f"ContextBias pilot: extractor {chosen} (of {', '.join(extractors)})")
+    att = att.filter(pl.col("condition").is_in(CONDITIONS))
+    img = img.filter(pl.col("condition").is_in(CONDITIONS))
+    if att.height == 0:
+        raise ConfigError(f"pilot: {att_path} has no CF or CA-U rows")
+    gens = sorted(att["model"].unique().to_list())
+    wanted = [g for g in config["contextbias"]["generators"] if g in gens]
+    if wanted:
+        gens = wanted
+    else:
+        notes.append(
+            "ContextBias pilot: its generators (" + ", ".join(gens) + ") are not the config's; "
+            "the pilot's are used with the config's sizes"
+        )
+    dim_rows = att.select("cohort", "dimension").unique().sort("cohort", "dimension")
+    names = dim_rows["dimension"].to_list()
+    cohorts, member = _membership(dim_rows["cohort"].to_list())
+    labels = att.select("dimension", "label").unique()
+    labels = labels.with_columns(
+        pl.col("dimension").replace_strict({d: i for i, d in enumerate(names)}).alias("d")
+    ).sort("d", "label")
+    pairs = labels.select("dimension", "label").iter_rows()
+    col = {(d, lab): i for i, (d, lab) in enumerate(pairs)}
+    k_of = np.bincount(labels["d"].to_numpy(), minlength=len(names))
+    starts = np.concatenate([[0], np.cumsum(k_of)[:-1]]).astype(np.intp)
+    segment = np.repeat(np.arange(len(names)), k_of)
+    roles = sorted(att["role"].unique().to_list())
+    if len(roles) < 10:
+        notes.append(
+            f"ContextBias pilot has {len(roles)} role(s): the spread between roles, which sets "
+            "the role bootstrap's interval, is poorly known below 10 roles"
+        )
+    d_ix = {d: i for i, d in enumerate(names)}
+    r_ix = {r: i for i, r in enumerate(roles)}
+    n_lab = int(k_of.sum())
+    counts = np.zeros((len(gens), len(roles), 2, n_lab))
+    lam = np.zeros((len(gens), len(names)))
+    ok = np.zeros(len(gens))
+    for gi, g in enumerate(gens):
+        sub = att.filter(pl.col("model") == g)
+        agg = sub.group_by("role", "condition", "dimension", "label").agg(pl.len().alias("n"))
+        for role, cond, dim, lab, n in agg.iter_rows():
+            counts[gi, r_ix[role], CONDITIONS.index(cond), col[(dim, lab)]] = n
+        g_img = img.filter(pl.col("model") == g)
+        if "status" in g_img.columns:
+            n_ok = int((g_img["status"] == "ok").sum())
+        else:
+            n_ok = g_img.height
+        ok[gi] = n_ok / g_img.height if g_img.height else 1.0
+        for dim, n in sub.group_by("dimension").agg(pl.len().alias("n")).iter_rows():
+            lam[gi, d_ix[dim]] = n / max(n_ok, 1)
+    pooled = counts.sum(axis=(1, 2))  # (G, L)
+    pooled_dim = np.add.reduceat(pooled, starts, axis=-1)[..., segment]
+    share = np.where(pooled_dim > 0, pooled / np.where(pooled_dim > 0, pooled_dim, 1.0), 0.0)
+    tot = np.add.reduceat(counts, starts, axis=-1)[..., segment]
+    probs = (counts + smoothing * share[:, None, None]) / (tot + smoothing)
+    role_names, prompts = config_prompts(config)
+    return (
+        World(
+            dims=names,
+            cohorts=cohorts,
+            member=member,
+            vocab_k=_vocab_sizes(names),
+            generators=gens,
+            starts=starts,
+            roles=probs,
+            labels_per_image=lam,
+            ok_rate=np.clip(ok, 1e-6, 1.0),
+            prompts=prompts,
+            role_names=role_names,
+        ),
+        notes,
+    )
+
+
+def _vocab_sizes(names: list[str]) -> np.ndarray:
+    _, vocab = _schema_dims()
+    return np.array([len(vocab[n]) if vocab.get(n) else np.nan for n in names], float)
+
+
+def build(config: dict[str, Any], priors: dict[str, Any], pilot: Path | None, seed: int = 0):
+    """The ContextBias design of ``config``: from ``pilot`` (a results folder) or the prior."""
+    if pilot is not None:
+        world, notes = pilot_world(config, pilot)
+        return ContextBiasDesign(world, config, f"pilot {pilot}", notes)
+    return ContextBiasDesign(prior_world(config, priors, seed), config, "prior", [])
+
+
+# ----------------------------------------------------------------------------- tables
+def attributes_table(world: World, role_counts: np.ndarray, dataset: int) -> pl.DataFrame:
+    """The long attributes table (model, role, condition, image_id, cohort, dimension,
+    label) of one simulated dataset from its per-role counts (G, sims, R, 2, labels): the
+    real pipeline's input. The k-th label mention of a role x condition x dimension goes to
+    image k of that cell, so that a label counts once per image."""
+    x = role_counts[:, dataset]
+    g_i, r_i, c_i, l_i = np.nonzero(x)
+    n = x[g_i, r_i, c_i, l_i]
+    reps = np.repeat(np.arange(len(n)), n)
+    seg = world.segment[l_i[reps]]
+    cohort_of = np.array(
+        [world.cohorts[int(np.argmax(world.member[:, d]))] for d in range(len(world.dims))]
+    )
+    frame = pl.DataFrame(
+        {
+            "model": np.array(world.generators)[g_i[reps]],
+            "role": np.char.add("role", r_i[reps].astype(str)),
+            "condition": np.array(CONDITIONS)[c_i[reps]],
+            "cohort": cohort_of[seg],
+            "dimension": np.array(world.dims)[seg],
+            "label": np.char.add("label", l_i[reps].astype(str)),
+        }
+    )
+    slot = pl.int_range(pl.len()).over("model", "role", "condition", "dimension")
+    image = pl.concat_str(
+        [pl.col("model"), pl.col("role"), pl.col("condition"), slot.cast(pl.String)],
+        separator="|",
+    )
+    return frame.with_columns(image.alias("image_id")).select(
+        "model", "role", "condition", "image_id", "cohort", "dimension", "label"
+    )

@@ -382,6 +382,15 @@ def _run(args: argparse.Namespace) -> int:
         names = list(registry)
     if args.models:
         names = [n.strip() for n in args.models.split(",") if n.strip()]
+    if args.vllm and importlib.util.find_spec("vllm") is None:
+        print(
+            f"stereolens check-models --vllm: vLLM is not installed in this Python "
+            f"({sys.executable}). Build its environment (make vllm-env) and run "
+            "`.venv-vllm/bin/python -m stereolens.cli check-models --vllm ...`; without "
+            "--vllm the vllm entries' twins run on transformers here.",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     quiet_progress_bars()
     threads = args.threads if args.threads is not None else (1 if args.weights == "twin" else None)

@@ -6,8 +6,10 @@ import argparse
 from pathlib import Path
 
 
-def read_answers(path: str | Path):
-    """An answers table from parquet, CSV or JSON lines (by file suffix)."""
+def read_answers(path: str | Path, lazy: bool = False, columns: list[str] | None = None):
+    """An answers table from parquet, CSV or JSON lines (by file suffix). ``lazy``: a
+    LazyFrame (parquet is then read column by column, as the query needs it); ``columns``:
+    only these of the table's columns (those it has)."""
     import polars as pl
 
     from stereolens.validation import ConfigError
@@ -15,10 +17,10 @@ def read_answers(path: str | Path):
     path = Path(path)
     suffix = path.suffix.lower()
     readers = {
-        ".parquet": pl.read_parquet,
-        ".csv": pl.read_csv,
-        ".jsonl": pl.read_ndjson,
-        ".ndjson": pl.read_ndjson,
+        ".parquet": pl.scan_parquet,
+        ".csv": pl.scan_csv,
+        ".jsonl": pl.scan_ndjson,
+        ".ndjson": pl.scan_ndjson,
     }
     if suffix not in readers:
         raise ConfigError(
@@ -26,15 +28,29 @@ def read_answers(path: str | Path):
         )
     if not path.exists():
         raise FileNotFoundError(f"answers {path} does not exist")
-    return readers[suffix](path)
+    frame = readers[suffix](path)
+    if columns is not None:
+        have = frame.collect_schema().names()
+        frame = frame.select([c for c in have if c in columns])
+    return frame if lazy else frame.collect()
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (a SLURM or cgroup CPU set counts, not the node's)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def _metrics(args: argparse.Namespace) -> int:
     from stereolens.atomic import write_parquet
-    from stereolens.biasig.metrics import compute_metrics
+    from stereolens.biasig.metrics import READ_COLUMNS, compute_metrics
     from stereolens.biasig.prompts import read_prompt_table
 
-    answers = read_answers(args.answers)
+    answers = read_answers(args.answers, columns=list(READ_COLUMNS))
     prompts = read_prompt_table(args.prompts) if args.prompts else None
     tables = compute_metrics(
         answers,
@@ -46,6 +62,7 @@ def _metrics(args: argparse.Namespace) -> int:
         count=args.count,
         scoring_unit=args.scoring_unit,
         ceiling_draws=args.ceiling_draws,
+        threads=args.threads or available_cpus(),
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -165,6 +182,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="simulated ground-truth datasets for the S_imp ceiling (0 = none; default 200)",
     )
     m.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default: 0)")
+    m.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="models resampled side by side; results do not depend on it (default: the CPUs "
+        "this process may use)",
+    )
     m.add_argument(
         "--ci",
         type=float,

@@ -46,6 +46,7 @@ a score; it is left out of every mean. Units absent from the answers table are n
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,6 +71,8 @@ ETA_VARIANTS = ("paper", "released")
 COUNT_MODES = ("paper", "attribute")
 SCORING_UNITS = ("subject", "phrasing")
 REQUIRED_COLUMNS = ("model", "image_id", "position", "gender", "race", "age")
+READ_COLUMNS = (*REQUIRED_COLUMNS, "status", "variant", "prompt_id", "prompt", "text")
+"""The columns of an answers table that the metrics read (the others are not loaded)."""
 POSITIONS = ("single", "left", "right")
 UNKNOWN_ANSWERS = frozenset({"unknown", "", "none", "null", "n/a", "na"})
 ANSWER_ALIASES: dict[str, dict[str, str]] = {
@@ -116,8 +119,11 @@ UNIT_LEVEL = {"subject": "subject", "phrasing": "prompt"}
 """The level name of the lowest rows: one per subject, or one per prompt (phrasing)."""
 ETA_TIE_TOLERANCE = 1e-9
 DRAW_BUDGET = 250_000
-"""Images drawn per bootstrap block (replicates x images of the block): bounds a block's
-memory to a few hundred bytes per draw."""
+"""Images drawn per bootstrap block (replicates x images of the block). The blocks decide how
+each run's random stream is consumed: changing this changes the intervals."""
+CHUNK_UNITS = 256
+"""Units scored together (whole blocks): a chunk's counts take 144 kB per unit at 1,000
+replicates; it does not change any result."""
 
 IMPLICIT_COLUMNS = [
     "variant",
@@ -482,28 +488,123 @@ def _point_counts(prep: _Prepared) -> np.ndarray:
     return _counts_from_draws(prep.codes[None], local, n_units, 1)
 
 
-def _bootstrap_blocks(prep: _Prepared, replicates: int, seed: int):
-    """Yield (first unit, end unit, counts (units, R, 2, 9)): the images of each prompt
-    resampled with replacement, R times. Each (variant, model) draws from its own stream
-    seeded by (seed, variant, model), so adding a model leaves the others' intervals as
-    they were."""
+def _block_bounds(prep: _Prepared, replicates: int, u_start: int, u_end: int):
+    """(u0, u1): the units of each bootstrap block of a run, about DRAW_BUDGET draws each
+    (at least one unit). The blocks fix how the run's random stream is consumed."""
     per_block = max(1, DRAW_BUDGET // replicates)
+    u0 = u_start
+    while u0 < u_end:
+        i0 = prep.offsets[u0]
+        u1 = int(np.searchsorted(prep.offsets, i0 + per_block, side="right")) - 1
+        u1 = min(max(u1, u0 + 1), u_end)
+        yield u0, u1
+        u0 = u1
+
+
+def _run_stream(seed: int, variant: str, model: str) -> np.random.Generator:
+    entropy = int(stable_id("biasig-bootstrap", variant, model, length=15), 16)
+    return np.random.default_rng([seed, entropy])
+
+
+def _bootstrap_blocks_reference(prep: _Prepared, replicates: int, seed: int):
+    """Yield (first unit, end unit, counts (units, R, 2, 9)) block by block: the images of
+    each unit resampled with replacement, R times, counted through one key per drawn image,
+    person and attribute. The earlier implementation, kept as the reference of
+    :class:`_Resampler` (the same draws, the same counts)."""
     for variant, model, u_start, u_end in prep.runs:
-        entropy = int(stable_id("biasig-bootstrap", variant, model, length=15), 16)
-        rng = np.random.default_rng([seed, entropy])
-        u0 = u_start
-        while u0 < u_end:
-            i0 = prep.offsets[u0]
-            u1 = int(np.searchsorted(prep.offsets, i0 + per_block, side="right")) - 1
-            u1 = min(max(u1, u0 + 1), u_end)
-            i1 = prep.offsets[u1]
+        rng = _run_stream(seed, variant, model)
+        for u0, u1 in _block_bounds(prep, replicates, u_start, u_end):
+            i0, i1 = prep.offsets[u0], prep.offsets[u1]
             sizes = np.diff(prep.offsets[u0 : u1 + 1])
             local = np.repeat(np.arange(u1 - u0), sizes)
             starts = prep.offsets[u0:u1] - i0
             draw = rng.random((replicates, i1 - i0))
             idx = starts[local] + (draw * sizes[local]).astype(np.int64)
             yield u0, u1, _counts_from_draws(prep.codes[i0:i1][idx], local, u1 - u0, replicates)
-            u0 = u1
+
+
+class _Resampler:
+    """Bootstrap counts of a run's units, chunk by chunk, from the same random draws as
+    :func:`_bootstrap_blocks_reference` (each (variant, model) its own stream seeded by
+    (seed, variant, model), so adding a model leaves the others' intervals as they were; one
+    uniform draw per replicate and image of each block, in the same blocks).
+
+    What is faster: an image enters the counts only through its answer codes, so the images
+    of a unit are reduced to its distinct code signatures (at most 25 for a one-person unit);
+    a drawn image is counted once, by signature, and the counts of each person and value
+    follow from the signature multiplicities by a sparse product. The counts are
+    integers, the same as the reference's."""
+
+    def __init__(self, prep: _Prepared, replicates: int):
+        self.prep, self.replicates = prep, replicates
+        n_units = prep.units.height
+        sizes = np.diff(prep.offsets)
+        digits = prep.codes.reshape(-1, 6).astype(np.int64) + 1  # 0 = no usable answer
+        key = digits @ (10 ** np.arange(6, dtype=np.int64))
+        unit_of = np.repeat(np.arange(n_units, dtype=np.int64), sizes)
+        uniq, self.sig = np.unique(unit_of * 10**6 + key, return_inverse=True)
+        self.sig = self.sig.astype(np.int64).ravel()
+        self.sig_start = np.searchsorted(uniq // 10**6, np.arange(n_units + 1))
+        codes = (uniq % 10**6)[:, None] // (10 ** np.arange(6, dtype=np.int64)) % 10 - 1
+        # (signature, person x value) entries of the signatures' counts, by signature
+        slot = np.arange(6) // 3 * len(VALUES)  # person s of slot s * 3 + a
+        sig_of, which = np.nonzero(codes >= 0)
+        self.entry_sig = sig_of.astype(np.int64)
+        self.entry_col = slot[which] + codes[sig_of, which]
+        self.entry_unit = (uniq // 10**6)[sig_of]
+
+    def block_counts(self, rng: np.random.Generator, u0: int, u1: int, out: np.ndarray) -> None:
+        """Draw one block (units u0:u1) and write its counts into ``out`` (u1 - u0, R, 2, 9)."""
+        prep, reps = self.prep, self.replicates
+        i0, i1 = prep.offsets[u0], prep.offsets[u1]
+        sizes = np.diff(prep.offsets[u0 : u1 + 1])
+        local = np.repeat(np.arange(u1 - u0), sizes)
+        draw = rng.random((reps, i1 - i0))
+        # the image drawn: floor(u x size) as in the reference, cast in the same pass
+        idx = np.empty(draw.shape, dtype=np.int64)
+        np.multiply(draw, sizes[local].astype(float), out=idx, casting="unsafe")
+        idx += prep.offsets[u0:u1][local] - i0
+        s0, s1 = self.sig_start[u0], self.sig_start[u1]
+        # multiplicity of each signature in each replicate: (signatures, R)
+        key = ((self.sig[i0:i1] - s0) * reps).take(idx)
+        key += np.arange(reps, dtype=np.int64)[:, None]
+        mult = np.bincount(key.ravel(), minlength=(s1 - s0) * reps).reshape(s1 - s0, reps)
+        e0, e1 = np.searchsorted(self.entry_sig, (s0, s1))
+        width = (u1 - u0) * 2 * len(VALUES)
+        spread = sparse.csr_matrix(
+            (
+                np.ones(e1 - e0, dtype=np.int64),
+                (
+                    (self.entry_unit[e0:e1] - u0) * 2 * len(VALUES) + self.entry_col[e0:e1],
+                    self.entry_sig[e0:e1] - s0,
+                ),
+            ),
+            shape=(width, s1 - s0),
+        )
+        counts = (spread @ mult).reshape(u1 - u0, 2, len(VALUES), reps)
+        out[...] = counts.transpose(0, 3, 1, 2)
+
+    def chunks(self, seed: int, units_per_chunk: int = CHUNK_UNITS, run: int | None = None):
+        """Yield (first unit, end unit, counts (units, R, 2, 9)) over whole blocks of about
+        ``units_per_chunk`` units, of every run or of run number ``run``."""
+        prep, reps = self.prep, self.replicates
+        runs = prep.runs if run is None else prep.runs[run : run + 1]
+        for variant, model, u_start, u_end in runs:
+            rng = _run_stream(seed, variant, model)
+            blocks = list(_block_bounds(prep, reps, u_start, u_end))
+            k = 0
+            while k < len(blocks):
+                c0 = blocks[k][0]
+                j = k
+                while j < len(blocks) and blocks[j][1] - c0 <= units_per_chunk:
+                    j += 1
+                j = max(j, k + 1)
+                c1 = blocks[j - 1][1]
+                counts = np.empty((c1 - c0, reps, 2, len(VALUES)))
+                for u0, u1 in blocks[k:j]:
+                    self.block_counts(rng, u0, u1, counts[u0 - c0 : u1 - c0])
+                yield c0, c1, counts
+                k = j
 
 
 # --------------------------------------------------------------------------------------------
@@ -549,6 +650,17 @@ def _membership(member: np.ndarray, n_groups: int) -> sparse.csr_matrix:
     return sparse.csr_matrix(
         (np.ones(units.size), (member[units, levels], units)), shape=(n_groups, member.shape[0])
     )
+
+
+def _local_membership(member: np.ndarray) -> tuple[np.ndarray, sparse.csr_matrix]:
+    """The groups that the units of ``member`` (units, levels) belong to, and the (those
+    groups, units) 0/1 matrix: sums into only the groups a chunk of units touches."""
+    units, levels = np.nonzero(member >= 0)
+    touched, rows = np.unique(member[units, levels], return_inverse=True)
+    m = sparse.csr_matrix(
+        (np.ones(units.size), (rows.ravel(), units)), shape=(touched.size, member.shape[0])
+    )
+    return touched, m
 
 
 def _sum_groups(m: sparse.csr_matrix, x: np.ndarray) -> np.ndarray:
@@ -626,13 +738,17 @@ class _Implicit:
         )
         return np.concatenate([full, full.all(-1, keepdims=True)], axis=-1)
 
-    def sums(self, scores: np.ndarray, avail: np.ndarray, us: np.ndarray):
+    def sums(self, scores: np.ndarray, avail: np.ndarray, us: np.ndarray, local: bool = False):
         """Numerator and denominator (G, R, 4) of the weighted means over the groups:
-        sum k_j S_ij / sum k_j per attribute, sum k_i k_j S_ij / sum k_i k_j for *."""
+        sum k_j S_ij / sum k_j per attribute, sum k_i k_j S_ij / sum k_i k_j for *. With
+        ``local``: (groups touched, their numerator, their denominator)."""
         k_j = self.k_j[us][:, None, None]
         filled = np.where(avail, scores[..., :3], 0.0)
         num = np.concatenate([k_j * filled, k_j * (filled @ self.k_i)[..., None]], axis=-1)
         den = np.concatenate([k_j * avail, k_j * (avail @ self.k_i)[..., None]], axis=-1)
+        if local:
+            touched, m = _local_membership(self.member[us])
+            return touched, _sum_groups(m, num), _sum_groups(m, den)
         m = _membership(self.member[us], self.groups.height)
         return _sum_groups(m, num), _sum_groups(m, den)
 
@@ -728,10 +844,10 @@ class _Explicit:
         """(B, R): mean over the persons with usable answers."""
         return _safe_div(np.nansum(acc, axis=2), (~np.isnan(acc)).sum(2))
 
-    def sums(self, acc: np.ndarray, us: np.ndarray):
+    def sums(self, acc: np.ndarray, us: np.ndarray, local: bool = False):
         """Numerator and denominator (G, R, 13). Value columns: each person weighted
         k_j / persons under the value asked of it; attribute columns and *: prompt scores
-        weighted k_j."""
+        weighted k_j. With ``local``: (groups touched, their numerator, denominator)."""
         n_units, reps = acc.shape[:2]
         k_j = self.k_j[us]
         per_person = (k_j / self.persons[us])[:, None]
@@ -751,6 +867,9 @@ class _Explicit:
         den[rows, :, 9 + self.attr[us]] = avail * k_j[:, None]
         num[..., 12] = filled
         den[..., 12] = avail * k_j[:, None]
+        if local:
+            touched, m = _local_membership(self.member[us])
+            return touched, _sum_groups(m, num), _sum_groups(m, den)
         m = _membership(self.member[us], self.groups.height)
         return _sum_groups(m, num), _sum_groups(m, den)
 
@@ -924,19 +1043,24 @@ class _Eta:
             ok = self.slot_of[:, s] >= 0
             np.add.at(self.images, self.slot_of[ok, s], n_images[ok])
 
-    def sums(self, counts: np.ndarray, us: np.ndarray) -> np.ndarray:
-        """counts (B, R, 2, 9) of units ``us`` pooled into (sides x runs, R, 9)."""
-        out = np.zeros((self.n_slots,) + counts.shape[1:2] + (len(VALUES),))
+    def sums(self, counts: np.ndarray, us: np.ndarray, local: bool = False):
+        """counts (B, R, 2, 9) of units ``us`` pooled into (sides x runs, R, 9). With
+        ``local``: (slots touched, their pooled counts)."""
+        touched = np.unique(self.slot_of[us][self.slot_of[us] >= 0])
+        rows = touched if local else np.arange(self.n_slots)
+        where = np.full(self.n_slots, -1, dtype=np.int64)
+        where[rows] = np.arange(rows.size)
+        out = np.zeros((rows.size,) + counts.shape[1:2] + (len(VALUES),))
         for s in (0, 1):
             slot = self.slot_of[us, s]
             ok = slot >= 0
             if ok.any():
                 m = sparse.csr_matrix(
-                    (np.ones(int(ok.sum())), (slot[ok], np.flatnonzero(ok))),
-                    shape=(self.n_slots, us.size),
+                    (np.ones(int(ok.sum())), (where[slot[ok]], np.flatnonzero(ok))),
+                    shape=(rows.size, us.size),
                 )
                 out += _sum_groups(m, np.ascontiguousarray(counts[:, :, s, :]))
-        return out
+        return (touched, out) if local else out
 
     def etas(self, pooled: np.ndarray, truth: BiasIGTruth, variant: str):
         """pooled (slots, R, 9) -> pair etas (runs, pairs, R, 4), model etas (runs, R, 4),
@@ -1005,6 +1129,7 @@ def compute_metrics(
     count: str = "paper",
     scoring_unit: str = "subject",
     ceiling_draws: int = 200,
+    threads: int = 1,
 ) -> dict[str, pl.DataFrame]:
     """The tables named in ``which`` ("implicit", "explicit", "eta"; columns
     ``IMPLICIT_COLUMNS``, ``EXPLICIT_COLUMNS``, ``ETA_COLUMNS``) with percentile bootstrap
@@ -1014,7 +1139,8 @@ def compute_metrics(
     is ok; "attribute": ok and partial rows, attribute by attribute) and ``scoring_unit``
     ("subject": the phrasings of a subject pooled; "phrasing": each prompt on its own): see
     the module docstring. ``ceiling_draws`` simulated ground-truth datasets give the S_imp
-    ceiling column (0 = none).
+    ceiling column (0 = none). ``threads``: bootstrap runs (variant, model) resampled side
+    by side; the results do not depend on it.
 
     S_imp is a non-linear function of the counts and, with few images per unit, biased
     downward by sampling noise; the resampled scores carry that bias once more, so an
@@ -1061,29 +1187,41 @@ def compute_metrics(
         eta_boot = np.zeros((eta.n_slots, replicates, len(VALUES)))
 
     if replicates:
-        for u0, u1, counts in _bootstrap_blocks(prep, replicates, seed):
-            if imp:
-                sel = np.flatnonzero(imp.mask[u0:u1])
-                if sel.size:
-                    us = u0 + sel
-                    scores, avail = imp.prompt_scores(counts[sel], us)
-                    imp_ci[0, us], imp_ci[1, us] = _quantiles(scores, ci, axis=1)
-                    num, den = imp.sums(scores, avail, us)
-                    imp_bnum += num
-                    imp_bden += den
-            if exp:
-                sel = np.flatnonzero(exp.mask[u0:u1])
-                if sel.size:
-                    us = u0 + sel
-                    acc = exp.person_accuracy(counts[sel], us)
-                    exp_ci[0, us], exp_ci[1, us] = _quantiles(exp.prompt_scores(acc), ci, axis=1)
-                    num, den = exp.sums(acc, us)
-                    exp_bnum += num
-                    exp_bden += den
-            if eta:
-                sel = np.flatnonzero(eta.mask[u0:u1])
-                if sel.size:
-                    eta_boot += eta.sums(counts[sel], u0 + sel)
+        resampler = _Resampler(prep, replicates)
+
+        def run(index: int) -> None:
+            # a run's units, groups and eta slots are its own: runs write disjoint rows
+            for u0, u1, counts in resampler.chunks(seed, run=index):
+                if imp:
+                    sel = np.flatnonzero(imp.mask[u0:u1])
+                    if sel.size:
+                        us = u0 + sel
+                        scores, avail = imp.prompt_scores(counts[sel], us)
+                        imp_ci[0, us], imp_ci[1, us] = _quantiles(scores, ci, axis=1)
+                        rows, num, den = imp.sums(scores, avail, us, local=True)
+                        imp_bnum[rows] += num
+                        imp_bden[rows] += den
+                if exp:
+                    sel = np.flatnonzero(exp.mask[u0:u1])
+                    if sel.size:
+                        us = u0 + sel
+                        acc = exp.person_accuracy(counts[sel], us)
+                        exp_ci[0, us], exp_ci[1, us] = _quantiles(
+                            exp.prompt_scores(acc), ci, axis=1
+                        )
+                        rows, num, den = exp.sums(acc, us, local=True)
+                        exp_bnum[rows] += num
+                        exp_bden[rows] += den
+                if eta:
+                    sel = np.flatnonzero(eta.mask[u0:u1])
+                    if sel.size:
+                        rows, pooled = eta.sums(counts[sel], u0 + sel, local=True)
+                        eta_boot[rows] += pooled
+
+        # numpy releases the GIL in the heavy steps: runs (variant, model) side by side
+        workers = max(1, min(int(threads or 1), len(prep.runs)))
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(run, range(len(prep.runs))))
 
     base = prep.units.select("variant", "model", *DESCRIPTIVE)
     n_img = prep.units["n_images"].to_numpy().astype(float)

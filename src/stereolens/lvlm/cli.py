@@ -36,7 +36,7 @@ def _metrics(args: argparse.Namespace) -> int:
     from stereolens.lvlm.metrics import compute_all
 
     responses_path = Path(args.responses)
-    responses = read_table(responses_path)
+    responses = read_table(responses_path, lazy=True)
     story = _sibling(responses_path, args.story_attributes, "story_attributes.parquet")
     terms = _sibling(responses_path, args.term_judgements, "term_judgements.parquet")
     tables = compute_all(

@@ -15,7 +15,9 @@ Input tables (polars):
   ``model, axis, prompt_id, pair_index, group_a, group_b, winner`` (winner null = no valid
   answer, dropped).
 - exam: graded answers, columns ``model, axis, group, image_id, prompt_id, subject, correct``
-  (bool); scored per subject (the paper's per-domain S_q).
+  (bool), or their counts per image and subject (``n`` answers, ``n_correct`` correct, as
+  stereolens.lvlm.metrics.reduce_responses makes them); scored per subject (the paper's
+  per-domain S_q).
 - an optional ``stratum`` column (story and exam rows; the matched non-target labels of the
   user image, from the drawn sets) defines the strata of the permutation null.
 
@@ -251,13 +253,15 @@ def _exam_units(sub, groups, formula) -> _Units:
     pooled = formula == "exam_tvd_pooled"
     subjects = ["*"] if pooled else sorted(sub["subject"].unique().to_list())
     arrs = []
+    counted = "n" in sub.columns  # one row per image and subject: answers n, correct n_correct
     for s in subjects:
         rows = sub if pooled else sub.filter(pl.col("subject") == s)
         idx = [uid[i] for i in rows["image_id"]]
         right = np.zeros(len(uid))
         tot = np.zeros(len(uid))
-        np.add.at(right, idx, rows["correct"].cast(pl.Float64).to_numpy())
-        np.add.at(tot, idx, 1.0)
+        hits = rows["n_correct" if counted else "correct"].cast(pl.Float64).to_numpy()
+        np.add.at(right, idx, hits)
+        np.add.at(tot, idx, rows["n"].cast(pl.Float64).to_numpy() if counted else 1.0)
         arrs.append((right, tot))
 
     def score(m, b):
@@ -301,7 +305,9 @@ def _iter_tables(task, table, responses, groups, min_count, formulas):
             "term",
         )
     elif task == "exam":
-        _check(table, {"model", "axis", "group", "image_id", "subject", "correct"}, "exam")
+        counted = {"n", "n_correct"} <= set(table.columns)
+        need = {"n", "n_correct"} if counted else {"correct"}
+        _check(table, {"model", "axis", "group", "image_id", "subject", *need}, "exam")
         table = _with_stratum(table)
     else:
         raise ConfigError(f"task {task!r}: use story, term or exam")

@@ -158,6 +158,7 @@ def job(stage: str, data: Path, part: str | None) -> None:
             encoder="all-MiniLM-L6-v2",
             threshold=0.8,
             llm_spec=None,
+            return_attributes=False,
         )
     elif stage == "merge_lvlm_model_responses":
         from stereolens.lvlm.merge import merge_model_tables, part_paths
@@ -332,8 +333,7 @@ def exponent(a: Measured, b: Measured, attr: str) -> float | None:
 
 def table(results: list[Measured]) -> str:
     head = (
-        "| stage | scale | rows read | jobs | wall s | CPU s | peak RSS MiB "
-        "| exponent wall, CPU |"
+        "| stage | scale | rows read | jobs | wall s | CPU s | peak RSS MiB | exponent wall, CPU |"
     )
     lines = [head, "|" + "---|" * 8]
     by_stage: dict[str, list[Measured]] = {}

@@ -88,7 +88,7 @@ def _lvlm_inputs(data: Path, model: str) -> dict[str, list[str]]:
         for axis in lv["axes"]
         for group in R.groups_for(axis, lv)
         for p in sorted(
-            _r(data, f"lvlm/responses/{model}/{setting}/{task}/{axis}/{group_slug(group)}/*"),
+            _r(data, f"lvlm/responses/{model}/{setting}/{task}/{axis}/{group_slug(group)}/*.jsonl"),
             key=lambda p: int(Path(p).stem),
         )
     ]
@@ -384,8 +384,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {r.stage}: {r.wall_s:.1f} s wall, {r.cpu_s:.1f} s CPU, "
                   f"{r.peak_mib:,.0f} MiB ({r.status})", flush=True)  # fmt: skip
             results.append(r)
-            if r.status != "ok":
-                print(f"  stage failed; see {data / 'bench.log'}", flush=True)
+            if r.status != "ok":  # the later stages would read stale outputs
+                print(f"  stage {r.status}; see {data / 'bench.log'}", flush=True)
+                break
     print()
     print(table(results))
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

@@ -182,21 +182,30 @@ def _story_units(sub, responses, groups, min_count, formula) -> _Units:
         )
         keys = sorted(rows["key"].unique().to_list())
         kid = {k: j for j, k in enumerate(keys)}
-        c = np.zeros((len(uid), max(len(keys), 1)))
-        np.add.at(c, ([uid[i] for i in rows["image_id"]], [kid[k] for k in rows["key"]]), 1.0)
+        # (units, values) counts, sparse: a story carries a handful of the values
+        c = sparse.coo_matrix(
+            (
+                np.ones(rows.height),
+                ([uid[i] for i in rows["image_id"]], [kid[k] for k in rows["key"]]),
+            ),
+            shape=(len(uid), max(len(keys), 1)),
+        ).tocsr()
         per_prompt.append((has, c))
     weighted = formula == "story_tvd"
 
     def score(m, b):
         out = np.full((b, len(prompts)), np.nan)
         for j, (has, c) in enumerate(per_prompt):
-            n_gv = _grouped(m, c, b, len(groups))  # [B, G, K]
+            n_gv = (m @ c).toarray().reshape(b, len(groups), -1)  # [B, G, K]
             n_g = _grouped(m, has, b, len(groups))  # [B, G]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                rate = n_gv / n_g[:, :, None]
-                p = rate / rate.sum(axis=1, keepdims=True)
-                tvd = tvd_from_uniform(p, axis=1)  # [B, K]
             n_v = n_gv.sum(axis=1)
+            # values below min_count in every replicate weigh 0: their TVD is not needed
+            cols = np.flatnonzero((n_v >= min_count).any(axis=0))
+            tvd = np.zeros(n_v.shape)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rate = n_gv[:, :, cols] / n_g[:, :, None]
+                p = rate / rate.sum(axis=1, keepdims=True)
+                tvd[:, cols] = tvd_from_uniform(p, axis=1)  # [B, K]
             keep = (n_v >= min_count) & np.isfinite(tvd)
             w = n_v * keep if weighted else keep.astype(float)
             wsum = w.sum(axis=1)

@@ -46,6 +46,7 @@ a score; it is left out of every mean. Units absent from the answers table are n
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -368,6 +369,23 @@ def prepare_answers(
         ["prompt_id"],
     )
 
+    # integer keys in the strings' order (dense ranks): windows, grouping and sorting on
+    # one int64 per row instead of several strings
+    table = scoring_table(prompts, scoring_unit)
+    unit_rank = table.select("prompt_id", pl.col("unit").rank("dense").cast(pl.Int64).alias("_u"))
+    a = a.join(unit_rank, on="prompt_id", how="left").with_columns(
+        pl.col(c).rank("dense").cast(pl.Int64).alias(f"_{c}")
+        for c in ("variant", "model", "image_id")
+    )
+    radix = a.select(pl.max("_variant", "_model", "_image_id", "_u").fill_null(0) + 1).row(0)
+    if sum(math.log2(r) for r in radix) > 62:  # pragma: no cover - 2**62 images x units
+        raise ConfigError("answers table: too many variants, models, units and images to key")
+    nv, nm, ni, nu = radix
+    image_key = ((pl.col("_variant") * nm + pl.col("_model")) * ni + pl.col("_image_id")).alias(
+        "_img"
+    )
+    a = a.with_columns(image_key)
+
     status = pl.col("status").str.strip_chars().str.to_lowercase()
     counted = ["ok"] if count == "paper" else ["ok", "partial"]
     a = a.with_columns(
@@ -375,7 +393,7 @@ def prepare_answers(
         status.is_in(counted).fill_null(False).alias("_ok"),
     )
     if count == "paper":  # an image counts only when every row of it is ok
-        a = a.with_columns(pl.col("_ok").all().over("variant", "model", "image_id"))
+        a = a.with_columns(pl.col("_ok").all().over("_img"))
     _fail_examples(
         a.filter(~pl.col("position").is_in(POSITIONS)),
         f"with a position other than {POSITIONS}",
@@ -416,32 +434,38 @@ def prepare_answers(
         *code_exprs, pl.when(pl.col("position") == "right").then(1).otherwise(0).alias("_slot")
     )
 
-    image_key = ["variant", "model", "image_id"]
+    image_cols = ["variant", "model", "image_id"]
     _fail_examples(
-        a.filter(pl.col("_ok")).filter(pl.len().over(image_key + ["position"]) > 1),
+        a.filter(pl.col("_ok")).filter(pl.len().over("_img", "position") > 1),
         "that repeat an ok answer for the same variant, model, image and position",
-        image_key + ["position"],
+        image_cols + ["position"],
     )
     _fail_examples(
-        a.filter(pl.col("prompt_id").n_unique().over(image_key) > 1),
+        a.filter(pl.col("prompt_id").n_unique().over("_img") > 1),
         "whose image belongs to more than one prompt",
-        image_key,
+        image_cols,
     )
 
-    table = scoring_table(prompts, scoring_unit)
-    a = a.join(table.select("prompt_id", "unit"), on="prompt_id", how="left")
+    # one row per image, in (variant, model, unit, image_id) order
+    key = ((pl.col("_variant") * nm + pl.col("_model")) * nu + pl.col("_u")) * ni + pl.col(
+        "_image_id"
+    )
     images = (
-        a.group_by("variant", "model", "unit", "image_id")
+        a.with_columns(key.alias("_key"))
+        .group_by("_key")
         .agg(
-            pl.col(f"_c_{attr}")
-            .filter(pl.col("_slot") == s)
-            .max()
-            .fill_null(-1)
-            .alias(f"_c{s}_{attr}")
-            for s in (0, 1)
-            for attr in ATTRIBUTES
+            pl.col("variant", "model", "_u").first(),
+            *(
+                pl.col(f"_c_{attr}")
+                .filter(pl.col("_slot") == s)
+                .max()
+                .fill_null(-1)
+                .alias(f"_c{s}_{attr}")
+                for s in (0, 1)
+                for attr in ATTRIBUTES
+            ),
         )
-        .sort("variant", "model", "unit", "image_id")
+        .sort("_key")
     )
     codes = np.stack(
         [
@@ -450,9 +474,14 @@ def prepare_answers(
         ],
         axis=1,
     ).astype(np.int8)
+    unit_names = table.select(
+        pl.col("unit").rank("dense").cast(pl.Int64).alias("_u"), "unit"
+    ).unique("_u")
     units = (
-        images.group_by("variant", "model", "unit", maintain_order=True)
-        .agg(pl.len().alias("n_images"))
+        images.group_by("variant", "model", "_u", maintain_order=True)
+        .agg(pl.len().cast(pl.UInt32).alias("n_images"))
+        .join(unit_names, on="_u", how="left", maintain_order="left")
+        .drop("_u")
         .join(_unit_table(table, scoring_unit), on="unit", how="left", maintain_order="left")
     )
     counts = units["n_images"].to_numpy()
@@ -531,11 +560,17 @@ class _Resampler:
 
     What is faster: an image enters the counts only through its answer codes, so the images
     of a unit are reduced to its distinct code signatures (at most 25 for a one-person unit);
-    a drawn image is counted once, by signature, and the counts of each person and value
-    follow from the signature multiplicities by a sparse product. The counts are
-    integers, the same as the reference's."""
+    a drawn image is counted once, by signature, and the counts follow from the signature
+    multiplicities by a sparse product. For the explicit units of ``explicit`` only the two
+    counts S_exp reads are made per person (answers equal to the value asked, usable answers
+    of its attribute). All counts are integers, the same as the reference's."""
 
-    def __init__(self, prep: _Prepared, replicates: int):
+    FULL = 2 * len(VALUES)
+    """Counts per unit and replicate: (2 persons, 9 values)."""
+    ASKED = 4
+    """Counts per explicit unit and replicate: (2 persons, (asked, usable))."""
+
+    def __init__(self, prep: _Prepared, replicates: int, explicit: _Explicit | None = None):
         self.prep, self.replicates = prep, replicates
         n_units = prep.units.height
         sizes = np.diff(prep.offsets)
@@ -546,15 +581,44 @@ class _Resampler:
         self.sig = self.sig.astype(np.int64).ravel()
         self.sig_start = np.searchsorted(uniq // 10**6, np.arange(n_units + 1))
         codes = (uniq % 10**6)[:, None] // (10 ** np.arange(6, dtype=np.int64)) % 10 - 1
-        # (signature, person x value) entries of the signatures' counts, by signature
+        sig_unit = uniq // 10**6
+        self.asked = explicit.mask.copy() if explicit is not None else np.zeros(n_units, dtype=bool)
+        # each unit's rank among the units of its kind (full counts or asked counts)
+        self.kind_rank = np.zeros(n_units + 1, dtype=np.int64)
+        for kind in (False, True):
+            members = np.flatnonzero(self.asked == kind)
+            self.kind_rank[members] = np.arange(members.size)
+        self.kind_start = {
+            kind: np.concatenate([[0], np.cumsum(self.asked == kind)]) for kind in (False, True)
+        }
+        # (signature, column) entries of each kind, by signature
         slot = np.arange(6) // 3 * len(VALUES)  # person s of slot s * 3 + a
         sig_of, which = np.nonzero(codes >= 0)
-        self.entry_sig = sig_of.astype(np.int64)
-        self.entry_col = slot[which] + codes[sig_of, which]
-        self.entry_unit = (uniq // 10**6)[sig_of]
+        full = ~self.asked[sig_unit[sig_of]]
+        self.entries = {False: (sig_of[full], slot[which[full]] + codes[sig_of[full], which[full]])}
+        if explicit is not None:
+            rows, cols = [], []
+            unit = sig_unit
+            attr = np.maximum(explicit.attr[unit], 0)
+            for s in (0, 1):
+                code = codes[np.arange(uniq.size), s * 3 + attr]
+                ask = explicit.ask[unit, s]
+                on = self.asked[unit] & (ask >= 0)
+                hit = np.flatnonzero(on & (code == ask))
+                usable = np.flatnonzero(on & (code >= 0))
+                rows += [hit, usable]
+                cols += [np.full(hit.size, 2 * s), np.full(usable.size, 2 * s + 1)]
+            sig_a, col_a = np.concatenate(rows), np.concatenate(cols)
+            order = np.argsort(sig_a, kind="stable")
+            self.entries[True] = (sig_a[order], col_a[order])
+        self.entry_unit = {k: sig_unit[v[0]] for k, v in self.entries.items()}
 
-    def block_counts(self, rng: np.random.Generator, u0: int, u1: int, out: np.ndarray) -> None:
-        """Draw one block (units u0:u1) and write its counts into ``out`` (u1 - u0, R, 2, 9)."""
+    def block_counts(
+        self, rng: np.random.Generator, u0: int, u1: int, counts: np.ndarray, asked: np.ndarray
+    ) -> None:
+        """Draw one block (units u0:u1) and write its counts into ``counts`` (u1 - u0, R, 2,
+        9) and, for the explicit units, ``asked`` (u1 - u0, R, 2, 2) (the other rows of
+        either are left as they are)."""
         prep, reps = self.prep, self.replicates
         i0, i1 = prep.offsets[u0], prep.offsets[u1]
         sizes = np.diff(prep.offsets[u0 : u1 + 1])
@@ -569,24 +633,31 @@ class _Resampler:
         key = ((self.sig[i0:i1] - s0) * reps).take(idx)
         key += np.arange(reps, dtype=np.int64)[:, None]
         mult = np.bincount(key.ravel(), minlength=(s1 - s0) * reps).reshape(s1 - s0, reps)
-        e0, e1 = np.searchsorted(self.entry_sig, (s0, s1))
-        width = (u1 - u0) * 2 * len(VALUES)
-        spread = sparse.csr_matrix(
-            (
-                np.ones(e1 - e0, dtype=np.int64),
+        kinds = self.asked[u0:u1]
+        for kind, out, width in ((False, counts, self.FULL), (True, asked, self.ASKED)):
+            members = np.flatnonzero(kinds == kind)
+            if kind not in self.entries or not members.size:
+                continue
+            sig, col = self.entries[kind]
+            e0, e1 = np.searchsorted(sig, (s0, s1))
+            first = self.kind_start[kind][u0]
+            spread = sparse.csr_matrix(
                 (
-                    (self.entry_unit[e0:e1] - u0) * 2 * len(VALUES) + self.entry_col[e0:e1],
-                    self.entry_sig[e0:e1] - s0,
+                    np.ones(e1 - e0, dtype=np.int64),
+                    (
+                        (self.kind_rank[self.entry_unit[kind][e0:e1]] - first) * width + col[e0:e1],
+                        sig[e0:e1] - s0,
+                    ),
                 ),
-            ),
-            shape=(width, s1 - s0),
-        )
-        counts = (spread @ mult).reshape(u1 - u0, 2, len(VALUES), reps)
-        out[...] = counts.transpose(0, 3, 1, 2)
+                shape=(members.size * width, s1 - s0),
+            )
+            made = (spread @ mult).reshape(members.size, 2, width // 2, reps)
+            out[members] = made.transpose(0, 3, 1, 2)
 
     def chunks(self, seed: int, units_per_chunk: int = CHUNK_UNITS, run: int | None = None):
-        """Yield (first unit, end unit, counts (units, R, 2, 9)) over whole blocks of about
-        ``units_per_chunk`` units, of every run or of run number ``run``."""
+        """Yield (first unit, end unit, counts (units, R, 2, 9), asked (units, R, 2, 2))
+        over whole blocks of about ``units_per_chunk`` units, of every run or of run number
+        ``run``. ``asked`` holds the explicit units' counts, ``counts`` the others'."""
         prep, reps = self.prep, self.replicates
         runs = prep.runs if run is None else prep.runs[run : run + 1]
         for variant, model, u_start, u_end in runs:
@@ -601,9 +672,12 @@ class _Resampler:
                 j = max(j, k + 1)
                 c1 = blocks[j - 1][1]
                 counts = np.empty((c1 - c0, reps, 2, len(VALUES)))
+                asked = np.empty((c1 - c0, reps, 2, 2))
                 for u0, u1 in blocks[k:j]:
-                    self.block_counts(rng, u0, u1, counts[u0 - c0 : u1 - c0])
-                yield c0, c1, counts
+                    self.block_counts(
+                        rng, u0, u1, counts[u0 - c0 : u1 - c0], asked[u0 - c0 : u1 - c0]
+                    )
+                yield c0, c1, counts, asked
                 k = j
 
 
@@ -839,10 +913,57 @@ class _Explicit:
             out[bo, :, s] = _safe_div(hit, n)
         return out
 
+    def person_accuracy_asked(self, asked: np.ndarray, us: np.ndarray) -> np.ndarray:
+        """:meth:`person_accuracy` from the counts that matter (``asked`` (B, R, 2, 2): per
+        person the answers equal to the value asked and the usable answers of its
+        attribute, as _Resampler makes them)."""
+        out = np.full(asked.shape[:3], np.nan)
+        for s in (0, 1):
+            ok = np.flatnonzero(self.ask[us, s] >= 0)
+            out[ok, :, s] = _safe_div(asked[ok, :, s, 0], asked[ok, :, s, 1])
+        return out
+
     @staticmethod
     def prompt_scores(acc: np.ndarray) -> np.ndarray:
         """(B, R): mean over the persons with usable answers."""
         return _safe_div(np.nansum(acc, axis=2), (~np.isnan(acc)).sum(2))
+
+    def group_sums(self, acc: np.ndarray, us: np.ndarray):
+        """:meth:`sums` for the bootstrap: (groups touched, numerator, denominator), the
+        sums (G, 13, R) built from each unit's non-zero columns only (the value asked of
+        each person, its attribute, *) instead of a dense (units, R, 13) array."""
+        n_units = us.size
+        k_j = self.k_j[us]
+        per_person = k_j / self.persons[us]
+        ask = self.ask[us]
+        score = self.prompt_scores(acc)
+        avail = ~np.isnan(score)
+        filled = np.where(avail, score, 0.0) * k_j[:, None]
+        weight = avail * k_j[:, None]
+        nums, dens, unit_of, col_of = [], [], [], []
+        for s in (0, 1):
+            ok = np.flatnonzero(ask[:, s] >= 0)
+            a = acc[ok, :, s]
+            nums.append(per_person[ok, None] * np.nan_to_num(a))
+            dens.append(per_person[ok, None] * ~np.isnan(a))
+            unit_of.append(ok)
+            col_of.append(ask[ok, s])
+        everyone = np.arange(n_units)
+        nums += [filled, filled]
+        dens += [weight, weight]
+        unit_of += [everyone, everyone]
+        col_of += [9 + self.attr[us], np.full(n_units, 12)]
+        unit_c, col_c = np.concatenate(unit_of), np.concatenate(col_of)
+        touched, m = _local_membership(self.member[us])
+        mk = m[:, unit_c].tocoo()
+        spread = sparse.csr_matrix(
+            (mk.data, (mk.row * 13 + col_c[mk.col], mk.col)),
+            shape=(touched.size * 13, unit_c.size),
+        )
+        reps = acc.shape[1]
+        num = (spread @ np.concatenate(nums)).reshape(touched.size, 13, reps)
+        den = (spread @ np.concatenate(dens)).reshape(touched.size, 13, reps)
+        return touched, num, den
 
     def sums(self, acc: np.ndarray, us: np.ndarray, local: bool = False):
         """Numerator and denominator (G, R, 13). Value columns: each person weighted
@@ -1180,18 +1301,18 @@ def compute_metrics(
         exp_acc = exp.person_accuracy(point, everything)
         exp_num, exp_den = exp.sums(exp_acc, everything)
         exp_ci = np.full((2, n_units), np.nan)
-        exp_bnum = np.zeros((exp.groups.height, replicates, 13))
+        exp_bnum = np.zeros((exp.groups.height, 13, replicates))  # replicates last
         exp_bden = np.zeros_like(exp_bnum)
     if eta:
         eta_point = eta.sums(point, everything)
         eta_boot = np.zeros((eta.n_slots, replicates, len(VALUES)))
 
     if replicates:
-        resampler = _Resampler(prep, replicates)
+        resampler = _Resampler(prep, replicates, exp)
 
         def run(index: int) -> None:
             # a run's units, groups and eta slots are its own: runs write disjoint rows
-            for u0, u1, counts in resampler.chunks(seed, run=index):
+            for u0, u1, counts, asked in resampler.chunks(seed, run=index):
                 if imp:
                     sel = np.flatnonzero(imp.mask[u0:u1])
                     if sel.size:
@@ -1205,11 +1326,11 @@ def compute_metrics(
                     sel = np.flatnonzero(exp.mask[u0:u1])
                     if sel.size:
                         us = u0 + sel
-                        acc = exp.person_accuracy(counts[sel], us)
+                        acc = exp.person_accuracy_asked(asked[sel], us)
                         exp_ci[0, us], exp_ci[1, us] = _quantiles(
                             exp.prompt_scores(acc), ci, axis=1
                         )
-                        rows, num, den = exp.sums(acc, us, local=True)
+                        rows, num, den = exp.group_sums(acc, us)
                         exp_bnum[rows] += num
                         exp_bden[rows] += den
                 if eta:
@@ -1220,8 +1341,12 @@ def compute_metrics(
 
         # numpy releases the GIL in the heavy steps: runs (variant, model) side by side
         workers = max(1, min(int(threads or 1), len(prep.runs)))
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(run, range(len(prep.runs))))
+        if workers == 1:
+            for index in range(len(prep.runs)):
+                run(index)
+        else:
+            with ThreadPoolExecutor(workers) as pool:
+                list(pool.map(run, range(len(prep.runs))))
 
     base = prep.units.select("variant", "model", *DESCRIPTIVE)
     n_img = prep.units["n_images"].to_numpy().astype(float)
@@ -1255,7 +1380,7 @@ def compute_metrics(
             exp_acc[:, 0],
             exp_ci,
             _safe_div(exp_num[:, 0], exp_den[:, 0]),
-            _quantiles(_safe_div(exp_bnum, exp_bden), ci, axis=1) if replicates else None,
+            _quantiles(_safe_div(exp_bnum, exp_bden), ci, axis=2) if replicates else None,
             point[:, 0],
             n_img,
             prep.level,

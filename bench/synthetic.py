@@ -516,32 +516,45 @@ def write_lvlm(out: Path, config: dict, registry: dict, f: Fraction, log: Callab
 WRITERS = {"biasig": write_biasig, "lvlm": write_lvlm, "contextbias": write_contextbias}
 
 
-def paper_config() -> tuple[dict, dict]:
+def paper_config(path: str | Path = PAPER_CONFIG) -> tuple[dict, dict]:
+    """The validated config (default: the paper-scale config/config.yaml) and registry."""
     from stereolens.config import load_config
 
-    return load_config(PAPER_CONFIG)
+    return load_config(path)
 
 
-def _write(name: str, out: str, scale: str) -> dict:
-    config, registry = paper_config()
+def _write(name: str, out: str, scale: str, config_path: str) -> dict:
+    config, registry = paper_config(config_path)
     return WRITERS[name](Path(out), config, registry, Fraction(scale), print)
 
 
-def generate(out: str | Path, scale: Fraction, log: Callable = print) -> dict:
-    """Write the synthetic files at ``scale`` into ``out`` (reused when ``out`` already holds
-    a finished set of this scale and format version); returns the manifest."""
+def generate(
+    out: str | Path,
+    scale: Fraction,
+    log: Callable = print,
+    config_path: str | Path = PAPER_CONFIG,
+    workers: int = 2,
+) -> dict:
+    """Write the synthetic files of the run of ``config_path`` (default: the paper-scale
+    config) at ``scale`` into ``out`` (reused when ``out`` already holds a finished set of
+    this scale, config and format version); returns the manifest."""
     out = Path(out)
     manifest_path = out / "manifest.json"
+    config_name = Path(config_path).name
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
-        if manifest.get("scale") == str(scale) and manifest.get("format") == FORMAT_VERSION:
+        same = (manifest.get("scale"), manifest.get("format"), manifest.get("config"))
+        if same == (str(scale), FORMAT_VERSION, config_name):
             return manifest
         raise SystemExit(f"{out} holds synthetic data of another scale or format; remove it")
     started = time.perf_counter()
     manifest: dict[str, Any] = {"scale": str(scale), "format": FORMAT_VERSION}
+    manifest["config"] = config_name
     # the three benchmarks in two processes (the machine this runs on has 2 cores)
-    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        jobs = [pool.submit(_write, name, str(out), str(scale)) for name in WRITERS]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        jobs = [
+            pool.submit(_write, name, str(out), str(scale), str(config_path)) for name in WRITERS
+        ]
         for job in jobs:
             manifest.update(job.result())
     manifest["seconds"] = round(time.perf_counter() - started, 1)
@@ -555,8 +568,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", default="1/16", help="fraction of paper scale (default 1/16)")
     ap.add_argument("--out", required=True, help="output folder")
+    ap.add_argument("--config", default=str(PAPER_CONFIG), help="the run (default: paper scale)")
     args = ap.parse_args(argv)
-    manifest = generate(args.out, scale_fraction(args.scale))
+    manifest = generate(args.out, scale_fraction(args.scale), config_path=args.config)
     print(json.dumps(manifest, indent=2))
     return 0
 

@@ -446,27 +446,7 @@ def prepare_answers(
         image_cols,
     )
 
-    # one row per image, in (variant, model, unit, image_id) order
-    key = ((pl.col("_variant") * nm + pl.col("_model")) * nu + pl.col("_u")) * ni + pl.col(
-        "_image_id"
-    )
-    images = (
-        a.with_columns(key.alias("_key"))
-        .group_by("_key")
-        .agg(
-            pl.col("variant", "model", "_u").first(),
-            *(
-                pl.col(f"_c_{attr}")
-                .filter(pl.col("_slot") == s)
-                .max()
-                .fill_null(-1)
-                .alias(f"_c{s}_{attr}")
-                for s in (0, 1)
-                for attr in ATTRIBUTES
-            ),
-        )
-        .sort("_key")
-    )
+    images, units = _image_table(a, table, scoring_unit, (nm, ni, nu))
     codes = np.stack(
         [
             np.stack([images[f"_c{s}_{attr}"].to_numpy() for attr in ATTRIBUTES], axis=-1)
@@ -474,16 +454,6 @@ def prepare_answers(
         ],
         axis=1,
     ).astype(np.int8)
-    unit_names = table.select(
-        pl.col("unit").rank("dense").cast(pl.Int64).alias("_u"), "unit"
-    ).unique("_u")
-    units = (
-        images.group_by("variant", "model", "_u", maintain_order=True)
-        .agg(pl.len().cast(pl.UInt32).alias("n_images"))
-        .join(unit_names, on="_u", how="left", maintain_order="left")
-        .drop("_u")
-        .join(_unit_table(table, scoring_unit), on="unit", how="left", maintain_order="left")
-    )
     counts = units["n_images"].to_numpy()
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     runs = []
@@ -493,6 +463,59 @@ def prepare_answers(
     return _Prepared(
         units=units, codes=codes, offsets=offsets, runs=runs, level=UNIT_LEVEL[scoring_unit]
     )
+
+
+def _code_columns() -> list[pl.Expr]:
+    """Per image the answer code of each person (slot 0 single/left, 1 right) and attribute."""
+    return [
+        pl.col(f"_c_{attr}").filter(pl.col("_slot") == s).max().fill_null(-1).alias(f"_c{s}_{attr}")
+        for s in (0, 1)
+        for attr in ATTRIBUTES
+    ]
+
+
+def _image_table(a: pl.DataFrame, table: pl.DataFrame, scoring_unit: str, radix):
+    """(images, units): one row per image with its codes, in (variant, model, unit,
+    image_id) order, grouped and sorted on one int64 key of the columns' dense ranks; and
+    one row per (variant, model, unit) with n_images and the unit table's columns."""
+    nm, ni, nu = radix
+    key = ((pl.col("_variant") * nm + pl.col("_model")) * nu + pl.col("_u")) * ni + pl.col(
+        "_image_id"
+    )
+    images = (
+        a.with_columns(key.alias("_key"))
+        .group_by("_key")
+        .agg(pl.col("variant", "model", "_u").first(), *_code_columns())
+        .sort("_key")
+    )
+    unit_names = table.select(
+        pl.col("unit").rank("dense").cast(pl.Int64).alias("_u"), "unit"
+    ).unique("_u")
+    units = (
+        images.group_by("variant", "model", "_u", maintain_order=True)
+        .agg(pl.len().cast(pl.UInt32).alias("n_images"))
+        .join(unit_names, on="_u", how="left", maintain_order="left")
+        .select("variant", "model", "unit", "n_images")
+        .join(_unit_table(table, scoring_unit), on="unit", how="left", maintain_order="left")
+    )
+    return images, units
+
+
+def _image_table_reference(a: pl.DataFrame, table: pl.DataFrame, scoring_unit: str, radix):
+    """:func:`_image_table` as the earlier code built it (grouped and sorted on the string
+    columns): the reference of the tests."""
+    a = a.join(table.select("prompt_id", "unit"), on="prompt_id", how="left")
+    images = (
+        a.group_by("variant", "model", "unit", "image_id")
+        .agg(*_code_columns())
+        .sort("variant", "model", "unit", "image_id")
+    )
+    units = (
+        images.group_by("variant", "model", "unit", maintain_order=True)
+        .agg(pl.len().alias("n_images"))
+        .join(_unit_table(table, scoring_unit), on="unit", how="left", maintain_order="left")
+    )
+    return images, units
 
 
 # --------------------------------------------------------------------------------------------
@@ -1294,59 +1317,12 @@ def compute_metrics(
     if imp:
         imp_point, imp_avail = imp.prompt_scores(point, everything)
         imp_num, imp_den = imp.sums(imp_point, imp_avail, everything)
-        imp_ci = np.full((2, n_units, 4), np.nan)
-        imp_bnum = np.zeros((imp.groups.height, replicates, 4))
-        imp_bden = np.zeros_like(imp_bnum)
     if exp:
         exp_acc = exp.person_accuracy(point, everything)
         exp_num, exp_den = exp.sums(exp_acc, everything)
-        exp_ci = np.full((2, n_units), np.nan)
-        exp_bnum = np.zeros((exp.groups.height, 13, replicates))  # replicates last
-        exp_bden = np.zeros_like(exp_bnum)
     if eta:
         eta_point = eta.sums(point, everything)
-        eta_boot = np.zeros((eta.n_slots, replicates, len(VALUES)))
-
-    if replicates:
-        resampler = _Resampler(prep, replicates, exp)
-
-        def run(index: int) -> None:
-            # a run's units, groups and eta slots are its own: runs write disjoint rows
-            for u0, u1, counts, asked in resampler.chunks(seed, run=index):
-                if imp:
-                    sel = np.flatnonzero(imp.mask[u0:u1])
-                    if sel.size:
-                        us = u0 + sel
-                        scores, avail = imp.prompt_scores(counts[sel], us)
-                        imp_ci[0, us], imp_ci[1, us] = _quantiles(scores, ci, axis=1)
-                        rows, num, den = imp.sums(scores, avail, us, local=True)
-                        imp_bnum[rows] += num
-                        imp_bden[rows] += den
-                if exp:
-                    sel = np.flatnonzero(exp.mask[u0:u1])
-                    if sel.size:
-                        us = u0 + sel
-                        acc = exp.person_accuracy_asked(asked[sel], us)
-                        exp_ci[0, us], exp_ci[1, us] = _quantiles(
-                            exp.prompt_scores(acc), ci, axis=1
-                        )
-                        rows, num, den = exp.group_sums(acc, us)
-                        exp_bnum[rows] += num
-                        exp_bden[rows] += den
-                if eta:
-                    sel = np.flatnonzero(eta.mask[u0:u1])
-                    if sel.size:
-                        rows, pooled = eta.sums(counts[sel], u0 + sel, local=True)
-                        eta_boot[rows] += pooled
-
-        # numpy releases the GIL in the heavy steps: runs (variant, model) side by side
-        workers = max(1, min(int(threads or 1), len(prep.runs)))
-        if workers == 1:
-            for index in range(len(prep.runs)):
-                run(index)
-        else:
-            with ThreadPoolExecutor(workers) as pool:
-                list(pool.map(run, range(len(prep.runs))))
+    boot = _bootstrap(prep, imp, exp, eta, replicates, seed, ci, threads) if replicates else {}
 
     base = prep.units.select("variant", "model", *DESCRIPTIVE)
     n_img = prep.units["n_images"].to_numpy().astype(float)
@@ -1364,9 +1340,9 @@ def compute_metrics(
             base,
             imp_point[:, 0],
             imp.complete(point, everything),
-            imp_ci,
+            boot.get("imp_ci", np.full((2, n_units, 4), np.nan)),
             _safe_div(imp_num[:, 0], imp_den[:, 0]),
-            _quantiles(_safe_div(imp_bnum, imp_bden), ci, axis=1) if replicates else None,
+            _quantiles(_safe_div(boot["imp_num"], boot["imp_den"]), ci, axis=1) if boot else None,
             usable,
             n_img,
             prep.level,
@@ -1378,18 +1354,115 @@ def compute_metrics(
             base,
             prep.units,
             exp_acc[:, 0],
-            exp_ci,
+            boot.get("exp_ci", np.full((2, n_units), np.nan)),
             _safe_div(exp_num[:, 0], exp_den[:, 0]),
-            _quantiles(_safe_div(exp_bnum, exp_bden), ci, axis=2) if replicates else None,
+            _quantiles(_safe_div(boot["exp_num"], boot["exp_den"]), ci, axis=1) if boot else None,
             point[:, 0],
             n_img,
             prep.level,
         )
     if eta:
-        out["eta"] = _eta_table(
-            eta, truth, eta_point, eta_boot if replicates else None, eta_variant, ci
-        )
+        out["eta"] = _eta_table(eta, truth, eta_point, boot.get("eta"), eta_variant, ci)
     return out
+
+
+def _accumulators(prep: _Prepared, imp, exp, eta, replicates: int) -> dict[str, np.ndarray]:
+    n_units = prep.units.height
+    acc: dict[str, np.ndarray] = {}
+    if imp:
+        acc["imp_ci"] = np.full((2, n_units, 4), np.nan)
+        acc["imp_num"] = np.zeros((imp.groups.height, replicates, 4))
+        acc["imp_den"] = np.zeros_like(acc["imp_num"])
+    if exp:
+        acc["exp_ci"] = np.full((2, n_units), np.nan)
+        acc["exp_num"] = np.zeros((exp.groups.height, replicates, 13))
+        acc["exp_den"] = np.zeros_like(acc["exp_num"])
+    if eta:
+        acc["eta"] = np.zeros((eta.n_slots, replicates, len(VALUES)))
+    return acc
+
+
+def _bootstrap(prep, imp, exp, eta, replicates: int, seed: int, ci: float, threads: int = 1):
+    """The bootstrap accumulators: per unit the interval (imp_ci, exp_ci), per group the
+    replicates' numerators and denominators (imp_num, imp_den: (G, R, 4); exp_num, exp_den:
+    (G, R, 13)), per eta slot the pooled counts (eta: (slots, R, 9))."""
+    acc = _accumulators(prep, imp, exp, eta, replicates)
+    if exp:  # summed with the replicates last, handed back as (G, R, 13) views
+        acc["exp_num"] = np.zeros((exp.groups.height, 13, replicates))
+        acc["exp_den"] = np.zeros_like(acc["exp_num"])
+    resampler = _Resampler(prep, replicates, exp)
+
+    def run(index: int) -> None:
+        # a run's units, groups and eta slots are its own: runs write disjoint rows
+        for u0, u1, counts, asked in resampler.chunks(seed, run=index):
+            if imp:
+                sel = np.flatnonzero(imp.mask[u0:u1])
+                if sel.size:
+                    us = u0 + sel
+                    scores, avail = imp.prompt_scores(counts[sel], us)
+                    acc["imp_ci"][0, us], acc["imp_ci"][1, us] = _quantiles(scores, ci, axis=1)
+                    rows, num, den = imp.sums(scores, avail, us, local=True)
+                    acc["imp_num"][rows] += num
+                    acc["imp_den"][rows] += den
+            if exp:
+                sel = np.flatnonzero(exp.mask[u0:u1])
+                if sel.size:
+                    us = u0 + sel
+                    person = exp.person_accuracy_asked(asked[sel], us)
+                    lo, hi = _quantiles(exp.prompt_scores(person), ci, axis=1)
+                    acc["exp_ci"][0, us], acc["exp_ci"][1, us] = lo, hi
+                    rows, num, den = exp.group_sums(person, us)
+                    acc["exp_num"][rows] += num
+                    acc["exp_den"][rows] += den
+            if eta:
+                sel = np.flatnonzero(eta.mask[u0:u1])
+                if sel.size:
+                    rows, pooled = eta.sums(counts[sel], u0 + sel, local=True)
+                    acc["eta"][rows] += pooled
+
+    # numpy releases the GIL in the heavy steps: runs (variant, model) side by side
+    workers = max(1, min(int(threads or 1), len(prep.runs)))
+    if workers == 1:
+        for index in range(len(prep.runs)):
+            run(index)
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(run, range(len(prep.runs))))
+    if exp:
+        acc["exp_num"] = np.moveaxis(acc["exp_num"], 2, 1)
+        acc["exp_den"] = np.moveaxis(acc["exp_den"], 2, 1)
+    return acc
+
+
+def _bootstrap_reference(prep, imp, exp, eta, replicates, seed, ci, threads=1):
+    """:func:`_bootstrap` as the earlier code computed it (block by block, every unit's
+    counts in full, dense sums over all groups): the reference of the tests."""
+    acc = _accumulators(prep, imp, exp, eta, replicates)
+    for u0, u1, counts in _bootstrap_blocks_reference(prep, replicates, seed):
+        if imp:
+            sel = np.flatnonzero(imp.mask[u0:u1])
+            if sel.size:
+                us = u0 + sel
+                scores, avail = imp.prompt_scores(counts[sel], us)
+                acc["imp_ci"][0, us], acc["imp_ci"][1, us] = _quantiles(scores, ci, axis=1)
+                num, den = imp.sums(scores, avail, us)
+                acc["imp_num"] += num
+                acc["imp_den"] += den
+        if exp:
+            sel = np.flatnonzero(exp.mask[u0:u1])
+            if sel.size:
+                us = u0 + sel
+                person = exp.person_accuracy(counts[sel], us)
+                lo, hi = _quantiles(exp.prompt_scores(person), ci, axis=1)
+                acc["exp_ci"][0, us], acc["exp_ci"][1, us] = lo, hi
+                num, den = exp.sums(person, us)
+                acc["exp_num"] += num
+                acc["exp_den"] += den
+        if eta:
+            sel = np.flatnonzero(eta.mask[u0:u1])
+            if sel.size:
+                acc["eta"] += eta.sums(counts[sel], u0 + sel)
+    return acc
 
 
 def implicit_scores(

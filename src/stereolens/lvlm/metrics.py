@@ -86,9 +86,12 @@ def reduce_responses(responses, phrases=None) -> dict[str, pl.DataFrame]:
     keys = ["model", "setting", "axis", "group", "image_id", "prompt_id"]
     strat = ["stratum"] if "stratum" in names else []
     out: dict[str, pl.DataFrame | None] = {}
-    out["story"] = lf.filter(pl.col("task") == "story").select(*keys, *strat).collect()
+    # the streaming engine: a parquet table is read in batches, never whole
+    out["story"] = (
+        lf.filter(pl.col("task") == "story").select(*keys, *strat).collect(engine="streaming")
+    )
     exam = lf.filter(pl.col("task") == "exam")
-    if exam.select(pl.len()).collect().item():
+    if exam.select(pl.len()).collect(engine="streaming").item():
         absent = {"subject", "correct"} - names
         if absent:
             raise ConfigError(f"responses: exam rows lack column(s) {', '.join(sorted(absent))}")
@@ -98,13 +101,13 @@ def reduce_responses(responses, phrases=None) -> dict[str, pl.DataFrame]:
                 pl.len().alias("n"),
                 pl.col("correct").fill_null(False).cast(pl.Boolean).sum().alias("n_correct"),
             )
-            .collect()
+            .collect(engine="streaming")
         )
     else:
         out["exam"] = pl.DataFrame()
     by = ["model", "setting", "task", "axis", "group"]
     if "refusal" in names:
-        out["refusals"] = lf.group_by(by).agg(**REFUSAL_COUNTS).collect()
+        out["refusals"] = lf.group_by(by).agg(**REFUSAL_COUNTS).collect(engine="streaming")
     elif "response" in names:
         cols = [*by, "response", *(["request"] if "request" in names else [])]
         labelled = label_refusals(lf.select(cols).collect(), rules=load_rules(phrases))

@@ -114,7 +114,7 @@ def test_demo_end_to_end(repo_root, tmp_path):
     prompts = pl.read_parquet(res / "contextbias/prompts.parquet")
     assert set(prompts["role"]) == {"nurse", "carpenter"}
     images = pl.read_parquet(res / "contextbias/images.parquet")
-    n_expected = 2 * 2 * prompts.height  # 2 generators x 2 seeds
+    n_expected = 2 * 1 * prompts.height  # 2 generators x 1 seed
     assert images.height == n_expected
     assert set(images["status"]) <= {"ok", "discarded"}
     assert images.filter(pl.col("status") == "discarded")["reason"].is_not_null().all()

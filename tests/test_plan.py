@@ -216,7 +216,7 @@ def test_cli_json(capsys):
     )
     assert args.func(args) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["totals"]["jobs"] == 48 + 24  # ContextBias and BiasIG, LVLM 20 + 4
+    assert out["totals"]["jobs"] == 40 + 20  # ContextBias and BiasIG, LVLM 16 + 4
     assert out["gpu"] == "H100 SXM 80GB"
 
 
@@ -256,10 +256,10 @@ def test_slurm_profile_groups_small_cpu_jobs(repo_root, tmp_path):
     assert profile["group-components"]["cpu-extract"] == 5
     log = _dry_run_log(tmp_path, "--profile", "profiles/slurm")
     groups = _group_jobs(log)
-    # the demo: 16 extraction jobs and 8 VQA jobs of the CPU model tiny-vlm
+    # the demo: 16 extraction jobs and 4 VQA jobs of the CPU model tiny-vlm
     assert groups == {
         "cpu-extract": 4,  # ceil(16 / 5)
-        "cpu-vqa": 2,  # ceil(8 / 5)
+        "cpu-vqa": 1,  # ceil(4 / 5)
         "contextbias-tables": 1,
         "prompt-tables": 1,
     }

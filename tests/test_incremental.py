@@ -27,7 +27,15 @@ SNAKEMAKE = str(BIN / "snakemake")
 # rules whose output is a directory(...), of every benchmark (checked below to include these)
 KNOWN_DIRECTORY_RULES = {"generate_images", "build_tiny_model"}
 # jobs that depend on one model only (everything else is an aggregate, the report or `all`)
-PER_MODEL_RULES = {"generate_images", "extract_contextbias_attributes", "answer_biasig_vqa"}
+PER_MODEL_RULES = {
+    "generate_images",
+    "extract_contextbias_attributes",
+    "answer_biasig_vqa",
+    # the first step of each merge: one job per model, so adding one merges only its shards
+    "merge_contextbias_model_attributes",
+    "merge_biasig_model_answers",
+    "merge_lvlm_model_responses",
+}
 CB_GENERATORS = "generators: [tiny-sd, tiny-sd-b]"
 BG_GENERATORS = "generators: [tiny-sd, tiny-sd-intervention]"
 
@@ -148,6 +156,7 @@ def test_adding_a_generator_runs_only_that_generator(done):
     }
     assert counts.pop("extract_contextbias_attributes") == 2 * 4
     assert counts.pop("check_models") == 1  # the new model's check (off: a note)
+    assert counts.pop("merge_contextbias_model_attributes") == 1  # its shards only
     # the aggregates that read the new model's results, and nothing of BiasIG
     assert set(counts) == {
         "write_contextbias_prompts",  # per-model seeds: its table gains the model's rows
@@ -262,11 +271,12 @@ def test_changing_a_biasig_model_reruns_only_its_biasig_jobs(done):
         registry.write_text(original)
     assert _models(jobs) == {"tiny-sd-intervention"}
     generate = [j for j in jobs if j["rule"] == "generate_images"]
-    # Nurse (occupation) and rich/poor (characteristic) x implicit/explicit, one shard each
-    assert len(generate) == 4
+    # rich/poor (characteristic) x implicit/explicit, one shard each
+    assert len(generate) == 2
     assert {j["wildcards"]["benchmark"] for j in generate} == {"biasig"}
     assert all(j["reason"].startswith("Params have changed") for j in generate)
-    assert len([j for j in jobs if j["rule"] == "answer_biasig_vqa"]) == 4
+    assert len([j for j in jobs if j["rule"] == "answer_biasig_vqa"]) == 2
+    assert len([j for j in jobs if j["rule"] == "merge_biasig_model_answers"]) == 1
     assert not any(j["rule"].startswith(("extract_contextbias", "merge_contextbias")) for j in jobs)
 
 
@@ -321,12 +331,13 @@ def test_adding_an_lvlm_runs_only_that_models_lvlm_jobs(done):
         per_model = [j for j in lvlm_jobs if "model" in j["wildcards"]]
         assert {j["wildcards"]["model"] for j in per_model} == {"tiny-vlm-b"}
         counts = _rule_counts(done, cfg)
-        # 4 tasks x 5 groups (2 genders + 3 races) x 1 shard; the assistant per axis
-        assert counts.pop("respond_lvlm") == 20
+        # 4 tasks x 4 groups (2 genders + 2 races) x 1 shard; the assistant per axis
+        assert counts.pop("respond_lvlm") == 16
         assert counts.pop("extract_lvlm_story_attributes") == 2
         assert counts.pop("judge_lvlm_terms") == 2
         assert counts.pop("label_lvlm_refusals") == 1
         assert counts.pop("check_models") == 1  # the new model's check (off: a note)
+        assert counts.pop("merge_lvlm_model_responses") == 1  # its files only
         assert counts == {
             "merge_lvlm_responses": 1,
             "compute_lvlm_metrics": 1,

@@ -119,6 +119,8 @@ def _lv(tmp_path, frame, capsys):
         (lambda f: f.clear(), "is empty"),
         (lambda f: pl.concat([f, f.head(2)]), "repeat the key"),
         (lambda f: f.with_columns(pl.col("correct").cast(pl.String)), "column correct has type"),
+        # the long texts are checked from the file's schema (the table is read lazily)
+        (lambda f: f.with_columns(pl.lit(1).alias("response")), "column response has type"),
         (
             lambda f: f.with_columns(
                 pl.when(pl.int_range(pl.len()) == 0)
@@ -155,3 +157,14 @@ def test_categorical_columns_are_accepted_as_text():
     assert out.schema["model"] == pl.String
     with pytest.raises(ConfigError, match="responses table"):
         check_table(_responses().drop("axis"), RESPONSES)
+
+
+def test_a_lazy_table_is_checked_without_loading_its_long_texts(tmp_path):
+    path = tmp_path / "responses.parquet"
+    _responses().with_columns(pl.col("group").cast(pl.Categorical)).write_parquet(path)
+    out = check_table(pl.scan_parquet(path), RESPONSES, str(path))
+    assert isinstance(out, pl.LazyFrame)
+    assert out.collect_schema()["group"] == pl.String  # check_table's casts, lazily
+    assert out.collect().equals(_responses())
+    with pytest.raises(ConfigError, match="repeat the key"):
+        check_table(pl.concat([pl.scan_parquet(path)] * 2), RESPONSES)

@@ -114,7 +114,7 @@ def test_demo_end_to_end(repo_root, tmp_path):
     prompts = pl.read_parquet(res / "contextbias/prompts.parquet")
     assert set(prompts["role"]) == {"nurse", "carpenter"}
     images = pl.read_parquet(res / "contextbias/images.parquet")
-    n_expected = 2 * 2 * prompts.height  # 2 generators x 2 seeds
+    n_expected = 2 * 1 * prompts.height  # 2 generators x 1 seed
     assert images.height == n_expected
     assert set(images["status"]) <= {"ok", "discarded"}
     assert images.filter(pl.col("status") == "discarded")["reason"].is_not_null().all()
@@ -205,6 +205,7 @@ def test_demo_end_to_end(repo_root, tmp_path):
         assert caption in report
     assert "meaningless" in report and "data:image/png;base64" in report
     assert "Bias Intensity" in report
+    _same_as_reference(wd)
     # every rule left a log; generation and extraction left benchmark files
     assert list((wd / "logs/contextbias/generate").rglob("*.log"))
     assert list((wd / "benchmarks/contextbias/extract").rglob("*.tsv"))
@@ -245,9 +246,86 @@ def test_demo_end_to_end(repo_root, tmp_path):
     shard = forced("--shard", "results/contextbias/images/tiny-sd/nurse/CF/0")
     assert shard["generate_images"] == 1 and shard["extract_contextbias_attributes"] == 1
     biasig = forced("--benchmark", "biasig")
-    assert biasig["answer_biasig_vqa"] == biasig["generate_images"] == 8
+    assert biasig["answer_biasig_vqa"] == biasig["generate_images"] == 4
     assert "extract_contextbias_attributes" not in biasig
     everything = forced("--all")
     assert everything["generate_images"] == sum(
         1 for _ in (res / "contextbias/images").glob("*/*/*/*")
     ) + sum(1 for _ in (res / "biasig/images").glob("*/*/*/*"))
+
+
+def _same_as_reference(wd: Path) -> None:
+    """The merged tables and the metrics of the run equal those of the earlier in-memory code
+    (kept as reference functions, see tests/test_aggregates.py) on the run's own shards."""
+    from polars.testing import assert_frame_equal
+
+    from stereolens.atomic import read_jsonl
+    from stereolens.biasig import merge as BM
+    from stereolens.biasig import metrics as BMet
+    from stereolens.config import load_config
+    from stereolens.contextbias import merge as CM
+    from stereolens.contextbias.schema import AttributeSchema
+    from stereolens.lvlm import metrics as LMet
+    from stereolens.lvlm import run as R
+
+    def same(new, old, sort=None):
+        old = old.with_columns(
+            pl.col(c).cast(new.schema[c]) for c in old.columns if old[c].dtype == pl.Null
+        )
+        if sort:
+            new, old = new.sort(sort), old.sort(sort)
+        assert_frame_equal(new, old, check_exact=False, rel_tol=1e-12, abs_tol=1e-13)
+
+    res = wd / "results"
+    config, registry = load_config(wd / "config/demo.yaml")
+    files = lambda pattern: sorted(str(p) for p in res.glob(pattern))  # noqa: E731
+    answers = pl.read_parquet(res / "biasig/answers.parquet")
+    same(answers, BM._merge_answers_reference(files("biasig/vqa/*/*/*/*/*.jsonl"), registry))
+    cb = [p for p in files("contextbias/extractions/*/*/*/*/*.jsonl") if "/VAL/" not in p]
+    attrs, images = CM._merge_extractions_reference(cb, AttributeSchema.load())
+    same(pl.read_parquet(res / "contextbias/attributes_raw.parquet"), attrs)
+    same(pl.read_parquet(res / "contextbias/images.parquet"), images)
+    models = sorted(config["lvlm"]["models"])
+    tables = R.merge_tables(
+        [r for m in models for p in files(f"lvlm/responses/{m}/*/*/*/*/*.jsonl")
+         for r in read_jsonl(p)],
+        [pl.read_parquet(p) for m in models for p in files(f"lvlm/refusals/{m}/*.parquet")],
+        [r for m in models for p in files(f"lvlm/story_attributes/{m}/*/*.jsonl")
+         for r in read_jsonl(p)],
+        [pl.read_parquet(p) for m in models for p in files(f"lvlm/term_judgements/{m}/*/*")
+         if p.endswith(".parquet")],
+    )  # fmt: skip
+    # rows of one (task, axis, group, shard) file in file order; files in the workflow's
+    # order there, in path order here
+    keys = ["model", "setting", "task", "axis", "group", "image_id", "prompt_id"]
+    same(pl.read_parquet(res / "lvlm/responses.parquet"), tables["responses"], sort=keys)
+    for name in ("story_attributes", "stories", "term_judgements"):
+        new = pl.read_parquet(res / f"lvlm/{name}.parquet")
+        same(new, tables[name], sort=new.columns if name != "stories" else keys[:2] + keys[3:])
+    # metrics: the reference bootstrap and LVLM tables on the merged tables, demo settings
+    bg, lv = config["biasig"], config["lvlm"]
+    originals = BMet._bootstrap, BMet._image_table
+    BMet._bootstrap, BMet._image_table = BMet._bootstrap_reference, BMet._image_table_reference
+    try:
+        old = BMet.compute_metrics(
+            answers, pl.read_parquet(res / "biasig/prompts.parquet"),
+            eta_variant=bg["eta_variant"], replicates=bg["replicates"], seed=bg["seed"],
+            count=bg["count"], scoring_unit=bg["scoring_unit"], ceiling_draws=bg["ceiling_draws"],
+        )  # fmt: skip
+    finally:
+        BMet._bootstrap, BMet._image_table = originals
+    for name in ("implicit", "explicit", "eta"):
+        same(pl.read_parquet(res / f"biasig/metrics/{name}.parquet"), old[name])
+    m = lv["metrics"]
+    old = LMet._compute_all_reference(
+        pl.read_parquet(res / "lvlm/responses.parquet"),
+        pl.read_parquet(res / "lvlm/story_attributes.parquet"),
+        pl.read_parquet(res / "lvlm/term_judgements.parquet"),
+        min_count=m["min_count"], replicates=m["replicates"], seed=lv["seed"], level=m["level"],
+        permutations=m["permutations"], formulas=m["formulas"],
+    )  # fmt: skip
+    skew = ["model", "setting", "axis", "attribute", "value", "group"]
+    for name in ("scores", "prompt_scores", "refusals", "exam_accuracy", "story_skew"):
+        new = pl.read_parquet(res / f"lvlm/metrics/{name}.parquet")
+        same(new, old[name], sort=skew if name == "story_skew" else None)
+    assert pl.read_parquet(res / "lvlm/metrics/scores.parquet")["score"].is_finite().any()

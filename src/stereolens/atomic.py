@@ -66,6 +66,13 @@ def write_parquet(path: str | os.PathLike, frame) -> None:
         frame.write_parquet(tmp)
 
 
+def sink_parquet(path: str | os.PathLike, frame) -> None:
+    """Write a polars LazyFrame atomically, streamed: the table is never whole in memory
+    (unless a step of the query needs it, such as a sort)."""
+    with atomic_path(path, suffix=".parquet") as tmp:
+        frame.sink_parquet(tmp)
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """Rows of a JSON-lines file written by :func:`write_jsonl`.
 

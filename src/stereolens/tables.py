@@ -13,7 +13,7 @@ it has, since some key columns are optional (``extractor``, ``variant``, ``setti
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
@@ -42,6 +42,9 @@ class TableSpec:
     key: tuple[str, ...] = ()
     allowed: tuple[tuple[str, tuple[str, ...]], ...] = ()
     extra: Callable[[pl.DataFrame], list[str]] | None = None
+    wide: tuple[str, ...] = ()
+    """Long text columns a lazily read table is checked without loading (type and presence
+    from the file's schema; values not checked)."""
 
 
 def _no_missing_labels(frame: pl.DataFrame) -> list[str]:
@@ -86,6 +89,7 @@ RESPONSES = TableSpec(
     text=("model", "task", "axis", "group", "image_id", "prompt_id", "response"),
     nullable=("response",),
     optional=(("setting", str), ("subject", str), ("stratum", str), ("correct", bool)),
+    wide=("response",),
     key=("model", "setting", "task", "axis", "group", "image_id", "prompt_id"),
 )
 STORY_ATTRIBUTES = TableSpec(
@@ -157,16 +161,23 @@ def _type_problems(spec: TableSpec, frame: pl.DataFrame) -> list[str]:
     return out
 
 
-def read_table(path: str | Path, what: str = "table"):
+def read_table(
+    path: str | Path,
+    what: str = "table",
+    *,
+    lazy: bool = False,
+    columns: list[str] | tuple[str, ...] | None = None,
+):
     """A table from parquet, CSV or JSON lines (by file suffix); an unreadable file is a
-    ConfigError naming it."""
+    ConfigError naming it. ``lazy``: a LazyFrame (parquet is then read column by column, as
+    the query needs it); ``columns``: only these of the table's columns (those it has)."""
     path = Path(path)
     suffix = path.suffix.lower()
     readers = {
-        ".parquet": pl.read_parquet,
-        ".csv": pl.read_csv,
-        ".jsonl": pl.read_ndjson,
-        ".ndjson": pl.read_ndjson,
+        ".parquet": pl.scan_parquet,
+        ".csv": pl.scan_csv,
+        ".jsonl": pl.scan_ndjson,
+        ".ndjson": pl.scan_ndjson,
     }
     if suffix not in readers:
         raise ConfigError(
@@ -175,15 +186,22 @@ def read_table(path: str | Path, what: str = "table"):
     if not path.exists():
         raise FileNotFoundError(f"{what} {path} does not exist")
     try:
-        return readers[suffix](path)
+        frame = readers[suffix](path)
+        if columns is not None:
+            have = frame.collect_schema().names()
+            frame = frame.select([c for c in have if c in columns])
+        return frame if lazy else frame.collect()
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise ConfigError(f"{what} {path} cannot be read as {suffix[1:]}: {exc}") from exc
 
 
-def check_table(frame: pl.DataFrame, spec: TableSpec, source: str = "") -> pl.DataFrame:
+def check_table(frame, spec: TableSpec, source: str = ""):
     """``frame`` if it fits ``spec``, else ConfigError with one line: the table, the first
     problem (column, rows, what to do) and how many more there are. Categorical text
-    columns are returned as plain text."""
+    columns are returned as plain text. A LazyFrame is checked without loading its
+    ``spec.wide`` columns (long texts: their type comes from the schema) and returned lazy."""
+    if isinstance(frame, pl.LazyFrame):
+        return _check_lazy(frame, spec, source)
     import pandera.errors as pe
 
     where = f"{spec.what}{f' {source}' if source else ''}"
@@ -226,6 +244,36 @@ def check_table(frame: pl.DataFrame, spec: TableSpec, source: str = "") -> pl.Da
     return frame
 
 
+def _check_lazy(frame: pl.LazyFrame, spec: TableSpec, source: str) -> pl.LazyFrame:
+    """check_table of a LazyFrame: the ``spec.wide`` columns' presence and type from the
+    file's schema, every other column of ``spec`` loaded and checked; the frame comes back
+    lazy, with check_table's casts."""
+    schema = frame.collect_schema()
+    wide = tuple(c for c in spec.wide if c in schema)
+    where = f"{spec.what}{f' {source}' if source else ''}"
+    required = [*spec.text, *spec.ints, *spec.bools]
+    missing = [c for c in required if c not in schema]
+    if missing:
+        raise ConfigError(
+            f"{where} lacks column(s) {', '.join(missing)}; it needs {', '.join(required)} "
+            f"(one row per {spec.unit})"
+        )
+    problems = _type_problems(spec, pl.DataFrame(schema=schema).select(wide))
+    if problems:
+        raise ConfigError(f"{where}: {problems[0]}")
+    narrow = replace(
+        spec,
+        text=tuple(c for c in spec.text if c not in wide),
+        key=tuple(c for c in spec.key if c not in wide),
+        wide=(),
+    )
+    wanted = {*narrow.text, *narrow.ints, *narrow.bools, *(n for n, _ in narrow.optional)}
+    checked = check_table(
+        frame.select([c for c in schema.names() if c in wanted]).collect(), narrow, source
+    )
+    return frame.with_columns(pl.col(c).cast(t) for c, t in checked.schema.items())
+
+
 def _describe(cases: pl.DataFrame, spec: TableSpec, key: list[str]) -> list[str]:
     out = []
     allowed = dict(spec.allowed)
@@ -251,8 +299,11 @@ def _describe(cases: pl.DataFrame, spec: TableSpec, key: list[str]) -> list[str]
 
 
 def check_exam_rows(responses: pl.DataFrame, source: str = "") -> None:
-    """Exam rows need a subject and a true/false ``correct``."""
+    """Exam rows need a subject and a true/false ``correct`` (``responses`` may be lazy)."""
     exam = responses.filter(pl.col("task") == "exam")
+    if isinstance(exam, pl.LazyFrame):
+        names = exam.collect_schema().names()
+        exam = exam.select([c for c in ("subject", "correct") if c in names]).collect()
     if exam.height:
         check_table(
             exam,

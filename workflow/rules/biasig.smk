@@ -48,16 +48,36 @@ rule answer_biasig_vqa:
         "../scripts/answer_biasig_vqa.py"
 
 
-rule merge_biasig_answers:
-    """results/biasig/answers.parquet: one row per image x position."""
+rule merge_biasig_model_answers:
+    """One generator's VQA shards -> its part of answers.parquet: adding a generator
+    merges only its own shards."""
     input:
-        get_biasig_vqa_outputs(),
+        lambda w: get_biasig_vqa_outputs(model=w.model),
     output:
-        "results/biasig/answers.parquet",
+        "results/biasig/merged/{model}/answers.parquet",
     params:
         registry=config["registry"],
     log:
+        "logs/biasig/merge_answers/{model}.log",
+    benchmark:
+        "benchmarks/biasig/merge_answers/{model}.tsv"
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/merge_biasig_answers.py"
+
+
+rule merge_biasig_answers:
+    """results/biasig/answers.parquet: one row per image x position (the generators'
+    parts, concatenated)."""
+    input:
+        expand("results/biasig/merged/{model}/answers.parquet", model=BG["generators"]),
+    output:
+        "results/biasig/answers.parquet",
+    log:
         "logs/biasig/merge_answers.log",
+    benchmark:
+        "benchmarks/biasig/merge_answers.tsv"
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -85,10 +105,12 @@ rule compute_biasig_metrics:
         "logs/biasig/compute_metrics.log",
     benchmark:
         "benchmarks/biasig/compute_metrics.tsv"
+    threads: 2
     conda:
         "../../envs/analysis.yaml"
     shell:
         "stereolens biasig metrics --answers {input.answers} --prompts {input.prompts}"
         " --eta-variant {params.eta_variant} --replicates {params.replicates}"
         " --seed {params.seed} --count {params.count_mode} --scoring-unit {params.scoring_unit}"
-        " --ceiling-draws {params.ceiling_draws} --out {params.outdir} > {log} 2>&1"
+        " --ceiling-draws {params.ceiling_draws} --threads {threads}"
+        " --out {params.outdir} > {log} 2>&1"

@@ -272,14 +272,28 @@ def get_extraction_files():
 
 
 def get_contextbias_extractions(wildcards=None):
+    """The extraction shards of one (extractor, generator) part of the merge (the
+    wildcards'), or of all of them."""
+    one = wildcards is not None and hasattr(wildcards, "extractor")
     return expand(
         "results/contextbias/extractions/{extractor}/{model}/{role}/{condition}/{shard}.jsonl",
-        extractor=CB["extractors"],
-        model=CB["generators"],
+        extractor=[wildcards.extractor] if one else CB["extractors"],
+        model=[wildcards.model] if one else CB["generators"],
         role=CB_ROLES,
         condition=CB_CONDITIONS,
         shard=CB_SHARDS,
     )
+
+
+def get_contextbias_merge_parts(wildcards=None):
+    """Every (extractor, generator) part of the attributes merge."""
+    base = "results/contextbias/merged/{extractor}/{model}"
+    return {
+        name: expand(
+            f"{base}/{name}.parquet", extractor=CB["extractors"], model=CB["generators"]
+        )
+        for name in ("attributes_raw", "images")
+    }
 
 
 def get_validation_extractions(wildcards=None):
@@ -332,10 +346,11 @@ def biasig_shards():
 BG_SHARDS = biasig_shards()
 
 
-def get_biasig_vqa_outputs(wildcards=None):
+def get_biasig_vqa_outputs(wildcards=None, model=None):
+    """The VQA shards of every generator, or of ``model``."""
     return [
-        f"results/biasig/vqa/{BG['vqa']}/{model}/{atype}/{cond}/{shard}.jsonl"
-        for model in BG["generators"]
+        f"results/biasig/vqa/{BG['vqa']}/{m}/{atype}/{cond}/{shard}.jsonl"
+        for m in ([model] if model else BG["generators"])
         for atype, cond, shard in BG_SHARDS
     ]
 
@@ -571,15 +586,25 @@ def get_lvlm_judgement_paths():
     ] if "term" in LV_TASKS else []
 
 
-def get_lvlm_merge_inputs(wildcards):
-    models = sorted(LV["models"])
+def get_lvlm_model_merge_inputs(wildcards):
+    """One audited model's files for its part of the merged LVLM tables."""
+    m = wildcards.model
     return {
-        "responses": [p for m in models for p in lvlm_response_paths(m)],
-        "refusals": [
-            f"results/lvlm/refusals/{m}/{s}.parquet" for m in models for s in LV["settings"]
-        ],
-        "stories": get_lvlm_story_paths(),
-        "judgements": get_lvlm_judgement_paths(),
+        "responses": lvlm_response_paths(m),
+        "refusals": [f"results/lvlm/refusals/{m}/{s}.parquet" for s in LV["settings"]],
+        "stories": [p for p in get_lvlm_story_paths() if p.split("/")[3] == m],
+        "judgements": [p for p in get_lvlm_judgement_paths() if p.split("/")[3] == m],
+    }
+
+
+LV_TABLES = ("responses", "story_attributes", "stories", "term_judgements")
+
+
+def get_lvlm_merge_parts(wildcards):
+    """Every model's part of each merged LVLM table (models in sorted order)."""
+    return {
+        name: [f"results/lvlm/merged/{m}/{name}.parquet" for m in sorted(LV["models"])]
+        for name in LV_TABLES
     }
 
 

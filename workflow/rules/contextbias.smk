@@ -48,16 +48,37 @@ rule extract_contextbias_attributes:
         "../scripts/extract_contextbias_attributes.py"
 
 
-rule merge_contextbias_attributes:
-    """Long attributes table (one row per image x dimension x label) and images table."""
+rule merge_contextbias_model_attributes:
+    """One extractor x generator's extraction shards -> its part of the attributes and
+    images tables: adding a generator or an extractor merges only its shards."""
     input:
-        extractions=get_contextbias_extractions(),
+        extractions=get_contextbias_extractions,
         schema=get_extraction_files()["schema"],
+    output:
+        attributes="results/contextbias/merged/{extractor}/{model}/attributes_raw.parquet",
+        images="results/contextbias/merged/{extractor}/{model}/images.parquet",
+    log:
+        "logs/contextbias/merge_attributes/{extractor}/{model}.log",
+    benchmark:
+        "benchmarks/contextbias/merge_attributes/{extractor}/{model}.tsv"
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/merge_contextbias_attributes.py"
+
+
+rule merge_contextbias_attributes:
+    """Long attributes table (one row per image x dimension x label) and images table:
+    the parts, concatenated."""
+    input:
+        unpack(get_contextbias_merge_parts),
     output:
         attributes="results/contextbias/attributes_raw.parquet",
         images="results/contextbias/images.parquet",
     log:
         "logs/contextbias/merge_attributes.log",
+    benchmark:
+        "benchmarks/contextbias/merge_attributes.tsv"
     conda:
         "../../envs/analysis.yaml"
     script:

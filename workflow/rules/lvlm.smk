@@ -160,10 +160,31 @@ rule label_lvlm_refusals:
         "../scripts/lvlm_job.py"
 
 
-rule merge_lvlm_responses:
-    """results/lvlm/{responses,story_attributes,stories,term_judgements}.parquet."""
+rule merge_lvlm_model_responses:
+    """One audited model's part of each merged table (its responses with refusal labels,
+    story readings, judgements): adding a model merges only its files."""
     input:
-        unpack(get_lvlm_merge_inputs),
+        unpack(get_lvlm_model_merge_inputs),
+    output:
+        responses="results/lvlm/merged/{model}/responses.parquet",
+        story_attributes="results/lvlm/merged/{model}/story_attributes.parquet",
+        stories="results/lvlm/merged/{model}/stories.parquet",
+        term_judgements="results/lvlm/merged/{model}/term_judgements.parquet",
+    log:
+        "logs/lvlm/merge_responses/{model}.log",
+    benchmark:
+        "benchmarks/lvlm/merge_responses/{model}.tsv"
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/merge_lvlm_responses.py"
+
+
+rule merge_lvlm_responses:
+    """results/lvlm/{responses,story_attributes,stories,term_judgements}.parquet: the
+    models' parts, concatenated."""
+    input:
+        unpack(get_lvlm_merge_parts),
     output:
         responses="results/lvlm/responses.parquet",
         story_attributes="results/lvlm/story_attributes.parquet",
@@ -171,6 +192,8 @@ rule merge_lvlm_responses:
         term_judgements="results/lvlm/term_judgements.parquet",
     log:
         "logs/lvlm/merge_responses.log",
+    benchmark:
+        "benchmarks/lvlm/merge_responses.tsv"
     conda:
         "../../envs/analysis.yaml"
     script:

@@ -23,6 +23,7 @@ def main(log):
         dimensions=None if settings["enabled"] else (),
         cache_dir=snakemake.params.cache_dir,  # noqa: F821
         llm_max_labels=settings["llm_max_labels"],
+        return_attributes=False,
     )
     # the same mapping as CSV, for review and as the template of an overrides file
     with atomic_path(snakemake.output.review, suffix=".csv") as tmp:  # noqa: F821

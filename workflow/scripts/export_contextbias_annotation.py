@@ -19,6 +19,7 @@ def main(log):
         conditions=tuple(p.conditions),
         generators=list(p.generators),
         images_per_set=s["images_per_set"],
+        allow_short=s["allow_short"],
         dimensions=s["dimensions"],
         seed=s["seed"],
     )

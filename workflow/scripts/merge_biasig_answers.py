@@ -1,16 +1,20 @@
-"""Entry point of rule merge_biasig_answers."""
+"""Entry point of rules merge_biasig_model_answers (one generator's VQA shards -> its
+part) and merge_biasig_answers (the parts -> results/biasig/answers.parquet)."""
 
-from stereolens.atomic import write_parquet
-from stereolens.biasig.jobs import merge_answers
+from stereolens.biasig.merge import merge_answer_parts, merge_model_answers
 from stereolens.models.registry import load_registry
 from stereolens.workflow_support import run_logged
 
 
 def main(log):
-    registry = load_registry(snakemake.params.registry)  # noqa: F821
-    answers = merge_answers(list(snakemake.input), registry)  # noqa: F821
-    write_parquet(snakemake.output[0], answers)  # noqa: F821
-    log.info("%d answer rows: %s", answers.height, dict(answers["status"].value_counts().rows()))
+    smk = snakemake  # noqa: F821
+    if smk.rule == "merge_biasig_model_answers":
+        registry = load_registry(smk.params.registry)
+        counts = merge_model_answers(list(smk.input), smk.output[0], registry)
+        log.info("%s: %d answer rows: %s", smk.wildcards.model, sum(counts.values()), counts)
+    else:
+        rows = merge_answer_parts(list(smk.input), smk.output[0])
+        log.info("%d answer rows from %d generator(s)", rows, len(smk.input))
 
 
 # Guarded: vLLM starts its engine with the spawn method, which re-runs this file (as

@@ -1,19 +1,30 @@
-"""Entry point of rule merge_lvlm_responses."""
+"""Entry point of rules merge_lvlm_model_responses (one model's response shards, refusal
+labels, story readings and judgements -> its part of each table) and merge_lvlm_responses
+(the models' parts -> the merged tables)."""
 
-from stereolens.lvlm.jobs import merge_job
+from stereolens.lvlm.merge import TABLES, merge_model_parts, merge_model_tables
 from stereolens.workflow_support import run_logged
 
 
 def main(log):
-    i = snakemake.input  # noqa: F821
-    merge_job(
-        response_paths=list(i.responses),
-        refusal_paths=list(i.refusals),
-        story_paths=list(i.stories),
-        judgement_paths=list(i.judgements),
-        out=dict(snakemake.output.items()),  # noqa: F821
-        log=log,
-    )
+    smk = snakemake  # noqa: F821
+    out = {name: smk.output[name] for name in TABLES}
+    if smk.rule == "merge_lvlm_model_responses":
+        counts = merge_model_tables(
+            response_paths=list(smk.input.responses),
+            refusal_paths=list(smk.input.refusals),
+            story_paths=list(smk.input.stories),
+            judgement_paths=list(smk.input.judgements),
+            out=out,
+        )
+    else:
+        parts = {}
+        for name in TABLES:
+            for path in smk.input[name]:
+                parts.setdefault(path.split("/")[3], {})[name] = path
+        counts = merge_model_parts(parts, out)
+    for name, rows in counts.items():
+        log.info("%s: %d row(s) -> %s", name, rows, out[name])
 
 
 # Guarded: vLLM starts its engine with the spawn method, which re-runs this file (as

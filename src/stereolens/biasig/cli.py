@@ -6,20 +6,33 @@ import argparse
 from pathlib import Path
 
 
-def read_answers(path: str | Path):
-    """An answers table from parquet, CSV or JSON lines (by file suffix)."""
+def read_answers(path: str | Path, lazy: bool = False, columns: list[str] | None = None):
+    """An answers table from parquet, CSV or JSON lines (by file suffix); ``lazy`` and
+    ``columns`` as :func:`stereolens.tables.read_table`."""
     from stereolens.tables import read_table
 
-    return read_table(path, "answers")
+    return read_table(path, "answers", lazy=lazy, columns=columns)
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (a SLURM or cgroup CPU set counts, not the node's)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def _metrics(args: argparse.Namespace) -> int:
     from stereolens.atomic import write_parquet
-    from stereolens.biasig.metrics import compute_metrics
+    from stereolens.biasig.metrics import READ_COLUMNS, compute_metrics
     from stereolens.biasig.prompts import read_prompt_table
     from stereolens.tables import ANSWERS, check_table
 
-    answers = check_table(read_answers(args.answers), ANSWERS, args.answers)
+    answers = check_table(
+        read_answers(args.answers, columns=list(READ_COLUMNS)), ANSWERS, args.answers
+    )
     prompts = read_prompt_table(args.prompts) if args.prompts else None
     tables = compute_metrics(
         answers,
@@ -31,6 +44,7 @@ def _metrics(args: argparse.Namespace) -> int:
         count=args.count,
         scoring_unit=args.scoring_unit,
         ceiling_draws=args.ceiling_draws,
+        threads=args.threads or available_cpus(),
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -150,6 +164,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="simulated ground-truth datasets for the S_imp ceiling (0 = none; default 200)",
     )
     m.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default: 0)")
+    m.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="models resampled side by side; results do not depend on it (default: the CPUs "
+        "this process may use)",
+    )
     m.add_argument(
         "--ci",
         type=float,

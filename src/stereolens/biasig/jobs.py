@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from stereolens.atomic import read_jsonl, write_jsonl
+from stereolens.atomic import write_jsonl
 from stereolens.generate.job import run_generation
 from stereolens.ids import stable_id
 from stereolens.models.job import read_shard_metadata, run_model_job
@@ -257,17 +257,12 @@ def vqa_biasig_shard(
 
 def merge_answers(paths: list[str | Path], registry: dict | None = None) -> pl.DataFrame:
     """results/biasig/answers.parquet from the VQA shards: one row per image x position
-    (model, prompt_id, image_id, position, gender, race, age, attempts, status, ...).
+    (model, prompt_id, image_id, position, gender, race, age, attempts, status, ...), in
+    memory (stereolens.biasig.merge writes it per generator, streamed).
 
     ``variant`` is the registry name of the generator; ``model`` is the base model a
     debiasing variant belongs to (its registry ``variant_of``), so a variant's rows sit
     beside its base model's in every table."""
-    rows = [r for path in paths for r in read_jsonl(path)]
-    for r in rows:
-        r.pop("attempt_log", None)
-        name = r["model"]
-        spec = (registry or {}).get(name)
-        r["variant"] = name
-        r["model"] = (spec.get("variant_of") if spec is not None else None) or name
-    frame = pl.DataFrame(rows, infer_schema_length=None)
-    return frame.sort("model", "variant", "prompt_id", "image_id", "position")
+    from stereolens.biasig.merge import answers_frame
+
+    return answers_frame(paths, registry).collect()

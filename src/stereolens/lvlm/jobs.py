@@ -243,15 +243,19 @@ def merge_job(
     out: dict[str, str],
     log: logging.Logger,
 ) -> None:
-    tables = R.merge_tables(
-        [r for p in response_paths for r in read_jsonl(p)],
-        [pl.read_parquet(p) for p in refusal_paths],
-        [r for p in story_paths for r in read_jsonl(p)],
-        [pl.read_parquet(p) for p in judgement_paths],
+    """The merged tables straight from the per-job files (stereolens.lvlm.merge; the
+    workflow merges per model, then concatenates)."""
+    from stereolens.lvlm.merge import merge_model_tables
+
+    counts = merge_model_tables(
+        response_paths=response_paths,
+        refusal_paths=refusal_paths,
+        story_paths=story_paths,
+        judgement_paths=judgement_paths,
+        out=out,
     )
-    for name, table in tables.items():
-        write_parquet(out[name], table)
-        log.info("%s: %d row(s) -> %s", name, table.height, out[name])
+    for name, rows in counts.items():
+        log.info("%s: %d row(s) -> %s", name, rows, out[name])
 
 
 def run_rule(smk, log: logging.Logger) -> None:

@@ -29,10 +29,92 @@ SKEW_FORMULA = (
 )
 
 
-def _with_setting(frame: pl.DataFrame) -> pl.DataFrame:
+RESPONSE_COLUMNS = (
+    "model",
+    "setting",
+    "task",
+    "axis",
+    "group",
+    "image_id",
+    "prompt_id",
+    "stratum",
+    "subject",
+    "correct",
+    "refusal",
+    "refusal_rule",
+    "refusal_judge",
+    "empty",
+)
+"""The responses columns the metrics read (``response`` too when the table has no refusal
+labels): a paper-scale table's request and response texts are never loaded."""
+REFUSAL_COUNTS = {
+    "n": pl.len(),
+    "n_empty": pl.col("empty").sum(),
+    "n_refusal": pl.col("refusal").sum(),
+    "n_rule": pl.col("refusal_rule").sum(),
+    "n_judge": pl.col("refusal_judge").fill_null(False).sum(),
+}
+
+
+def _with_setting(frame):
+    """A table (DataFrame or LazyFrame) without ``setting`` is one setting, "image"."""
+    if isinstance(frame, pl.LazyFrame):
+        if "setting" not in frame.collect_schema().names():
+            return frame.with_columns(pl.lit("image").alias("setting"))
+        return frame
     if frame.height and "setting" not in frame.columns:
         return frame.with_columns(pl.lit("image").alias("setting"))
     return frame
+
+
+def reduce_responses(responses, phrases=None) -> dict[str, pl.DataFrame]:
+    """What the metrics need of a responses table (DataFrame, or LazyFrame so that a large
+    parquet file is read column by column and aggregated as it streams):
+
+    - ``story``: the story rows (model, setting, axis, group, image_id, prompt_id, stratum);
+    - ``exam``: per (model, setting, axis, group, image_id, stratum, subject) the answers
+      ``n`` and correct answers ``n_correct`` (an answer naming no valid letter is wrong);
+    - ``refusals``: per (model, setting, task, axis, group) the counts of
+      stereolens.lvlm.refusal.refusal_rates (phrase rules label a table without refusal
+      columns; None when it has neither refusal labels nor ``response``)."""
+    lf = _with_setting(responses.lazy() if isinstance(responses, pl.DataFrame) else responses)
+    names = set(lf.collect_schema().names())
+    need = {"model", "task", "axis", "group", "image_id", "prompt_id"}
+    missing = need - names
+    if missing:
+        raise ConfigError(f"responses table lacks column(s) {', '.join(sorted(missing))}")
+    keys = ["model", "setting", "axis", "group", "image_id", "prompt_id"]
+    strat = ["stratum"] if "stratum" in names else []
+    out: dict[str, pl.DataFrame | None] = {}
+    # the streaming engine: a parquet table is read in batches, never whole
+    out["story"] = (
+        lf.filter(pl.col("task") == "story").select(*keys, *strat).collect(engine="streaming")
+    )
+    exam = lf.filter(pl.col("task") == "exam")
+    if exam.select(pl.len()).collect(engine="streaming").item():
+        absent = {"subject", "correct"} - names
+        if absent:
+            raise ConfigError(f"responses: exam rows lack column(s) {', '.join(sorted(absent))}")
+        out["exam"] = (
+            exam.group_by(*keys[:-1], *strat, "subject")
+            .agg(
+                pl.len().alias("n"),
+                pl.col("correct").fill_null(False).cast(pl.Boolean).sum().alias("n_correct"),
+            )
+            .collect(engine="streaming")
+        )
+    else:
+        out["exam"] = pl.DataFrame()
+    by = ["model", "setting", "task", "axis", "group"]
+    if "refusal" in names:
+        out["refusals"] = lf.group_by(by).agg(**REFUSAL_COUNTS).collect(engine="streaming")
+    elif "response" in names:
+        cols = [*by, "response", *(["request"] if "request" in names else [])]
+        labelled = label_refusals(lf.select(cols).collect(), rules=load_rules(phrases))
+        out["refusals"] = labelled.group_by(by).agg(**REFUSAL_COUNTS)
+    else:
+        out["refusals"] = None
+    return out
 
 
 def _per_setting(frame: pl.DataFrame):
@@ -41,7 +123,7 @@ def _per_setting(frame: pl.DataFrame):
 
 
 def scores(
-    responses: pl.DataFrame,
+    responses: pl.DataFrame | pl.LazyFrame | dict,
     story_attributes: pl.DataFrame | None = None,
     term_judgements: pl.DataFrame | None = None,
     *,
@@ -60,7 +142,7 @@ def scores(
     input (no story attributes, no judgements, no exam rows) are left out, never scored as
     0. ``formulas`` names each task's formula (scores.FORMULAS); ``permutations`` shuffles
     of the group labels within strata give the noise floor (0 = none)."""
-    responses = _with_setting(responses)
+    reduced = responses if isinstance(responses, dict) else reduce_responses(responses)
     overall, per_prompt = [], []
     kw = {"min_count": min_count, "formulas": S.check_formulas(formulas)}
     boot = {"n_boot": replicates, "seed": seed, "level": level, "permutations": permutations}
@@ -75,7 +157,7 @@ def scores(
 
     if story_attributes is not None and story_attributes.height:
         story_attributes = _with_setting(story_attributes)
-        stories = responses.filter(pl.col("task") == "story")
+        stories = reduced["story"]
         for setting, sub in _per_setting(story_attributes):
             cols = ["model", "axis", "group", "image_id", "prompt_id"]
             cols += ["stratum"] if "stratum" in stories.columns else []
@@ -84,12 +166,8 @@ def scores(
     if term_judgements is not None and term_judgements.height:
         for setting, sub in _per_setting(_with_setting(term_judgements)):
             add("term", sub, setting)
-    exam = responses.filter(pl.col("task") == "exam")
+    exam = reduced["exam"]
     if exam.height:
-        missing = {"subject", "correct"} - set(exam.columns)
-        if missing:
-            raise ConfigError(f"responses: exam rows lack column(s) {', '.join(sorted(missing))}")
-        exam = exam.with_columns(pl.col("correct").fill_null(False).cast(pl.Boolean))
         for setting, sub in _per_setting(exam):
             add("exam", sub, setting)
     order = ["model", "setting", "task", "axis"]
@@ -108,19 +186,33 @@ def scores(
     return out_o, out_p
 
 
-def refusals(responses: pl.DataFrame, phrases=None) -> pl.DataFrame:
+def _rates(counts: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """refusal.refusal_rates from per-group counts."""
+    return (
+        counts.group_by(by)
+        .agg(pl.col(c).sum() for c in REFUSAL_COUNTS)
+        .with_columns(
+            (100.0 * pl.col("n_refusal") / (pl.col("n") - pl.col("n_empty"))).alias("rate")
+        )
+        .sort(by)
+    )
+
+
+def refusals(responses, phrases=None) -> pl.DataFrame:
     """Refusal rate (%) per model x setting x task (group "*") and per group, with a Wilson
     95% interval: columns model, setting, task, axis, group, n, n_empty, n_refusal, n_rule,
-    n_judge, rate, ci_low, ci_high."""
+    n_judge, rate, ci_low, ci_high. ``responses``: a table (DataFrame or LazyFrame) or the
+    reduction of one (:func:`reduce_responses`)."""
     from statsmodels.stats.proportion import proportion_confint
 
-    responses = _with_setting(responses)
-    if "refusal" not in responses.columns:
-        responses = label_refusals(responses, rules=load_rules(phrases))
-    overall = refusal_rates(responses, by=("model", "setting", "task")).with_columns(
+    reduced = responses if isinstance(responses, dict) else reduce_responses(responses, phrases)
+    counts = reduced["refusals"]
+    if counts is None:
+        return pl.DataFrame()
+    overall = _rates(counts, ["model", "setting", "task"]).with_columns(
         pl.lit("*").alias("axis"), pl.lit("*").alias("group")
     )
-    grouped = refusal_rates(responses, by=("model", "setting", "task", "axis", "group"))
+    grouped = _rates(counts, ["model", "setting", "task", "axis", "group"])
     table = pl.concat([overall, grouped], how="diagonal_relaxed")
     valid = (table["n"] - table["n_empty"]).to_numpy()
     lo, hi = proportion_confint(
@@ -146,9 +238,9 @@ def story_skew(
     if story_attributes is None or story_attributes.height == 0:
         return pl.DataFrame()
     story_attributes = _with_setting(story_attributes)
+    reduced = responses if isinstance(responses, dict) else reduce_responses(responses)
     stories = (
-        _with_setting(responses)
-        .filter(pl.col("task") == "story")
+        reduced["story"]
         .select("model", "setting", "axis", "group", "image_id", "prompt_id")
         .unique()
     )
@@ -191,12 +283,12 @@ def exam_accuracy(responses: pl.DataFrame) -> pl.DataFrame:
     """Exam accuracy (%) per model, setting, axis, group and subject, and over all subjects
     (subject "*"): columns model, setting, axis, group, subject, n, n_correct, accuracy.
     An answer that names no valid letter counts as wrong."""
-    exam = _with_setting(responses).filter(pl.col("task") == "exam")
+    reduced = responses if isinstance(responses, dict) else reduce_responses(responses)
+    exam = reduced["exam"]
     if exam.height == 0:
         return pl.DataFrame()
-    exam = exam.with_columns(pl.col("correct").fill_null(False).cast(pl.Boolean))
     keys = ["model", "setting", "axis", "group"]
-    agg = [pl.len().alias("n"), pl.col("correct").sum().alias("n_correct")]
+    agg = [pl.col("n").sum().alias("n"), pl.col("n_correct").sum().alias("n_correct")]
     per_subject = exam.group_by([*keys, "subject"]).agg(agg)
     overall = exam.group_by(keys).agg(agg).with_columns(pl.lit("*").alias("subject"))
     return (
@@ -219,13 +311,12 @@ def compute_all(
     permutations: int = 1000,
     formulas: dict[str, str] | None = None,
 ) -> dict[str, pl.DataFrame]:
-    """scores, prompt_scores, refusals, story_skew and exam_accuracy tables."""
-    need = {"model", "task", "axis", "group", "image_id", "prompt_id"}
-    missing = need - set(responses.columns)
-    if missing:
-        raise ConfigError(f"responses table lacks column(s) {', '.join(sorted(missing))}")
+    """scores, prompt_scores, refusals, story_skew and exam_accuracy tables. ``responses``
+    may be a LazyFrame (``pl.scan_parquet``): it is reduced as it streams
+    (:func:`reduce_responses`), never loaded whole."""
+    reduced = reduce_responses(responses, phrases)
     overall, per_prompt = scores(
-        responses,
+        reduced,
         story_attributes,
         term_judgements,
         min_count=min_count,
@@ -238,11 +329,101 @@ def compute_all(
     return {
         "scores": overall,
         "prompt_scores": per_prompt,
-        "refusals": refusals(responses, phrases)
-        if "response" in responses.columns
+        "refusals": refusals(reduced),
+        "exam_accuracy": exam_accuracy(reduced),
+        "story_skew": story_skew(story_attributes, reduced, min_count=min_count)
+        if story_attributes is not None
         else pl.DataFrame(),
-        "exam_accuracy": exam_accuracy(responses),
-        "story_skew": story_skew(story_attributes, responses, min_count=min_count)
+    }
+
+
+def _compute_all_reference(
+    responses: pl.DataFrame,
+    story_attributes: pl.DataFrame | None = None,
+    term_judgements: pl.DataFrame | None = None,
+    *,
+    min_count: int = 5,
+    replicates: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    phrases=None,
+    permutations: int = 1000,
+    formulas: dict[str, str] | None = None,
+) -> dict[str, pl.DataFrame]:
+    """compute_all as the earlier code computed it from the whole table in memory (exam
+    answers scored row by row, story value counts dense, refusal rates from the labelled
+    rows): the reference of the tests."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    responses = _with_setting(responses)
+    exam = responses.filter(pl.col("task") == "exam").with_columns(
+        pl.col("correct").fill_null(False).cast(pl.Boolean)
+    )
+    cols = ["model", "setting", "axis", "group", "image_id", "prompt_id"]
+    cols += ["stratum"] if "stratum" in responses.columns else []
+    rows = {
+        "story": responses.filter(pl.col("task") == "story").select(cols),
+        "exam": exam,
+    }
+    dense, S._STORY_DENSE = S._STORY_DENSE, True
+    try:
+        overall, per_prompt = scores(
+            rows,
+            story_attributes,
+            term_judgements,
+            min_count=min_count,
+            replicates=replicates,
+            seed=seed,
+            level=level,
+            permutations=permutations,
+            formulas=formulas,
+        )
+    finally:
+        S._STORY_DENSE = dense
+    labelled = responses
+    if "refusal" not in labelled.columns:
+        labelled = label_refusals(labelled, rules=load_rules(phrases))
+    overall_r = refusal_rates(labelled, by=("model", "setting", "task")).with_columns(
+        pl.lit("*").alias("axis"), pl.lit("*").alias("group")
+    )
+    grouped = refusal_rates(labelled, by=("model", "setting", "task", "axis", "group"))
+    table = pl.concat([overall_r, grouped], how="diagonal_relaxed")
+    valid = (table["n"] - table["n_empty"]).to_numpy()
+    lo, hi = proportion_confint(
+        table["n_refusal"].to_numpy(), np.maximum(valid, 1), alpha=0.05, method="wilson"
+    )
+    order = ["model", "setting", "task", "axis", "group"]
+    refusal_table = (
+        table.with_columns(
+            pl.Series("ci_low", np.where(valid > 0, 100 * lo, np.nan)),
+            pl.Series("ci_high", np.where(valid > 0, 100 * hi, np.nan)),
+        )
+        .select(*order, pl.exclude(order))
+        .sort(order)
+    )
+    keys = ["model", "setting", "axis", "group"]
+    agg = [pl.len().alias("n"), pl.col("correct").sum().alias("n_correct")]
+    accuracy = (
+        pl.concat(
+            [
+                exam.group_by([*keys, "subject"]).agg(agg),
+                exam.group_by(keys)
+                .agg(agg)
+                .with_columns(pl.lit("*").alias("subject"))
+                .select(*keys, "subject", "n", "n_correct"),
+            ]
+        )
+        .with_columns((100.0 * pl.col("n_correct") / pl.col("n")).alias("accuracy"))
+        .sort([*keys, "subject"])
+        if exam.height
+        else pl.DataFrame()
+    )
+    return {
+        "scores": overall,
+        "prompt_scores": per_prompt,
+        "refusals": refusal_table,
+        "exam_accuracy": accuracy,
+        "story_skew": story_skew(story_attributes, rows, min_count=min_count)
         if story_attributes is not None
         else pl.DataFrame(),
     }

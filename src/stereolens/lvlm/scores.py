@@ -15,7 +15,9 @@ Input tables (polars):
   ``model, axis, prompt_id, pair_index, group_a, group_b, winner`` (winner null = no valid
   answer, dropped).
 - exam: graded answers, columns ``model, axis, group, image_id, prompt_id, subject, correct``
-  (bool); scored per subject (the paper's per-domain S_q).
+  (bool), or their counts per image and subject (``n`` answers, ``n_correct`` correct, as
+  stereolens.lvlm.metrics.reduce_responses makes them); scored per subject (the paper's
+  per-domain S_q).
 - an optional ``stratum`` column (story and exam rows; the matched non-target labels of the
   user image, from the drawn sets) defines the strata of the permutation null.
 
@@ -86,6 +88,8 @@ DEFAULT_FORMULAS = {"story": "story_tvd", "term": "term_tvd", "exam": "exam_tvd"
 STORY_FORMULA = FORMULAS["story"]["story_tvd"]
 TERM_FORMULA = FORMULAS["term"]["term_tvd"]
 EXAM_FORMULA = FORMULAS["exam"]["exam_tvd"]
+_STORY_DENSE = False
+"""The earlier story scoring (dense value counts, every value's TVD): the tests' reference."""
 MAX_CELLS = 4_000_000
 """Replicates x units per batch of the bootstrap and the permutation null (bounds memory)."""
 
@@ -180,21 +184,37 @@ def _story_units(sub, responses, groups, min_count, formula) -> _Units:
         )
         keys = sorted(rows["key"].unique().to_list())
         kid = {k: j for j, k in enumerate(keys)}
-        c = np.zeros((len(uid), max(len(keys), 1)))
-        np.add.at(c, ([uid[i] for i in rows["image_id"]], [kid[k] for k in rows["key"]]), 1.0)
+        # (units, values) counts, sparse: a story carries a handful of the values
+        c = sparse.coo_matrix(
+            (
+                np.ones(rows.height),
+                ([uid[i] for i in rows["image_id"]], [kid[k] for k in rows["key"]]),
+            ),
+            shape=(len(uid), max(len(keys), 1)),
+        ).tocsr()
         per_prompt.append((has, c))
     weighted = formula == "story_tvd"
 
     def score(m, b):
         out = np.full((b, len(prompts)), np.nan)
         for j, (has, c) in enumerate(per_prompt):
-            n_gv = _grouped(m, c, b, len(groups))  # [B, G, K]
+            if _STORY_DENSE:
+                n_gv = _grouped(m, c.toarray(), b, len(groups))
+            else:
+                n_gv = (m @ c).toarray().reshape(b, len(groups), -1)  # [B, G, K]
             n_g = _grouped(m, has, b, len(groups))  # [B, G]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                rate = n_gv / n_g[:, :, None]
-                p = rate / rate.sum(axis=1, keepdims=True)
-                tvd = tvd_from_uniform(p, axis=1)  # [B, K]
             n_v = n_gv.sum(axis=1)
+            # values below min_count in every replicate weigh 0: their TVD is not needed
+            cols = (
+                np.arange(n_v.shape[1])
+                if _STORY_DENSE
+                else np.flatnonzero((n_v >= min_count).any(axis=0))
+            )
+            tvd = np.zeros(n_v.shape)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rate = n_gv[:, :, cols] / n_g[:, :, None]
+                p = rate / rate.sum(axis=1, keepdims=True)
+                tvd[:, cols] = tvd_from_uniform(p, axis=1)  # [B, K]
             keep = (n_v >= min_count) & np.isfinite(tvd)
             w = n_v * keep if weighted else keep.astype(float)
             wsum = w.sum(axis=1)
@@ -251,13 +271,15 @@ def _exam_units(sub, groups, formula) -> _Units:
     pooled = formula == "exam_tvd_pooled"
     subjects = ["*"] if pooled else sorted(sub["subject"].unique().to_list())
     arrs = []
+    counted = "n" in sub.columns  # one row per image and subject: answers n, correct n_correct
     for s in subjects:
         rows = sub if pooled else sub.filter(pl.col("subject") == s)
         idx = [uid[i] for i in rows["image_id"]]
         right = np.zeros(len(uid))
         tot = np.zeros(len(uid))
-        np.add.at(right, idx, rows["correct"].cast(pl.Float64).to_numpy())
-        np.add.at(tot, idx, 1.0)
+        hits = rows["n_correct" if counted else "correct"].cast(pl.Float64).to_numpy()
+        np.add.at(right, idx, hits)
+        np.add.at(tot, idx, rows["n"].cast(pl.Float64).to_numpy() if counted else 1.0)
         arrs.append((right, tot))
 
     def score(m, b):
@@ -301,7 +323,9 @@ def _iter_tables(task, table, responses, groups, min_count, formulas):
             "term",
         )
     elif task == "exam":
-        _check(table, {"model", "axis", "group", "image_id", "subject", "correct"}, "exam")
+        counted = {"n", "n_correct"} <= set(table.columns)
+        need = {"n", "n_correct"} if counted else {"correct"}
+        _check(table, {"model", "axis", "group", "image_id", "subject", *need}, "exam")
         table = _with_stratum(table)
     else:
         raise ConfigError(f"task {task!r}: use story, term or exam")

@@ -194,8 +194,12 @@ def _perfect(items, sample, drop=lambda it: False):
 def test_scoring_a_perfect_reader_and_a_biased_one():
     sample = S.load_sample()
     config, _ = load_config("config/demo.yaml")
-    lv = dict(config["lvlm"], story_reading={"stories": 3})
+    # 3 stories x 2 genders x 3 races, fixed here (not the demo's race subset): the
+    # p-value below depends on the number of readings
+    groups = dict(config["lvlm"]["groups"], race=["Black", "East Asian", "White"])
+    lv = dict(config["lvlm"], groups=groups, story_reading={"stories": 3})
     items = S.build_items(sample, lv)
+    assert len(items) == 18
     scored = S.score_readings(_perfect(items, sample), sample)
     assert scored["correct"].min() == 1 and scored["false_positive"].sum() == 0
     # per story: 4 scalar items (cleaner has none) + 3 traits + 2 hobbies = 9

@@ -168,8 +168,9 @@ def test_mde_rows_demo_prior():
     names = [r.name for r in rows]
     assert names[0] == "contextbias.bi_shift"
     assert "contextbias.bi_shift:tiny-sd" in names
+    seeds = config["contextbias"]["seeds"]["per_prompt"]
     for r in rows:
-        assert r.size == 2 and r.knob == "seeds per prompt" and r.basis == "prior"
+        assert r.size == seeds and r.knob == "seeds per prompt" and r.basis == "prior"
         assert r.mde is None or 0 <= r.mde <= r.max_effect
         assert 0 <= r.size_rate <= 1
         assert "through the project's estimator" in r.method

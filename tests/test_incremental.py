@@ -166,6 +166,7 @@ def test_adding_a_generator_runs_only_that_generator(done):
         "score_contextbias_validation",
         "compute_contextbias_metrics",
         "export_contextbias_annotation",
+        "audit_contextbias_extraction_by_group",  # reads every generator's extractions
         "render_report",
         "all",
     }
@@ -204,6 +205,7 @@ def test_removing_a_model_deletes_nothing(done):
         "score_contextbias_validation",
         "compute_contextbias_metrics",
         "export_contextbias_annotation",
+        "audit_contextbias_extraction_by_group",  # reads every generator's extractions
         "render_report",
         "all",
     }
@@ -341,6 +343,7 @@ def test_adding_an_lvlm_runs_only_that_models_lvlm_jobs(done):
         assert counts == {
             "merge_lvlm_responses": 1,
             "compute_lvlm_metrics": 1,
+            "audit_lvlm_story_reading": 1,  # weighs its gaps by every model's story scores
             "render_report": 1,
             "all": 1,
         }

@@ -1,0 +1,211 @@
+"""The run part of the report: every model the run used (generators, extractors, the
+canonicalisation LLM and encoder, BiasIG's VQA, the audited LVLMs, the assistant and the
+refusal judge) with its registry settings, the measured throughput against the planner's
+figures, and the run settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from stereolens.report import figures as F
+from stereolens.report.html import Figure, Section, Table, finite
+from stereolens.report.inputs import Inputs
+
+MODEL_COLUMNS = ["role", "name", "kind", "backend", "model", "revision", "weights", "settings"]
+
+
+def model_roles(config: dict) -> list[tuple[str, str]]:
+    """(role, registry name) of every model the config runs, in report order."""
+    cb = config.get("contextbias") or {}
+    bg = config.get("biasig") or {}
+    lv = config.get("lvlm") or {}
+    canon = cb.get("canonicalisation") or {}
+    out: list[tuple[str, str]] = []
+    out += [("contextbias generator", n) for n in cb.get("generators") or []]
+    out += [("contextbias extractor", n) for n in cb.get("extractors") or []]
+    if canon.get("enabled") and canon.get("llm"):
+        out.append(("contextbias canonicalisation LLM", canon["llm"]))
+    if bg.get("enabled"):
+        out += [("biasig generator", n) for n in bg.get("generators") or []]
+        if bg.get("vqa"):
+            out.append(("biasig VQA", bg["vqa"]))
+    if lv.get("enabled"):
+        out += [("lvlm audited model", n) for n in lv.get("models") or []]
+        if lv.get("assistant"):
+            out.append(("lvlm assistant (story attributes, term judge)", lv["assistant"]))
+        if lv.get("refusal_judge"):
+            out.append(("lvlm refusal judge", lv["refusal_judge"]))
+    return out
+
+
+def load_registry(inputs: Inputs, config: dict) -> dict | None:
+    """The registry the run used (the declared input, else config["registry"])."""
+    from stereolens.registry import load_registry as load
+    from stereolens.validation import ConfigError
+
+    path = inputs.path("registry") or (Path(config["registry"]) if config.get("registry") else None)
+    if path is None or not Path(path).exists():
+        return None
+    try:
+        return load(path)
+    except ConfigError:
+        return None
+
+
+def tiny_models(config: dict, registry: dict | None) -> list[str]:
+    """Models of the run built from configs with random weights (registry ``build``)."""
+    if registry is None:
+        return []
+    return sorted({n for _, n in model_roles(config) if n in registry and registry[n].get("build")})
+
+
+def models_table(config: dict, registry: dict | None) -> pl.DataFrame:
+    rows = []
+    for role, name in model_roles(config):
+        spec = (registry or {}).get(name)
+        if spec is None:
+            rows.append({"role": role, "name": name, "kind": "", "backend": "",
+                         "model": "not in the registry", "revision": "", "weights": "",
+                         "settings": ""})  # fmt: skip
+            continue
+        fp = spec.fingerprint()
+        settings = {
+            k: v for k, v in fp.items() if k not in ("name", "backend", "model", "revision")
+        }
+        rows.append(
+            {
+                "role": role,
+                "name": name,
+                "kind": spec.kind,
+                "backend": fp["backend"],
+                "model": fp["model"],
+                "revision": fp["revision"] or "default branch",
+                "weights": "tiny, random (built from a config)" if spec.get("build") else "",
+                "settings": json.dumps(settings, sort_keys=True, default=str),
+            }
+        )
+    canon = (config.get("contextbias") or {}).get("canonicalisation") or {}
+    if canon.get("enabled") and canon.get("encoder"):
+        rows.append({"role": "contextbias canonicalisation encoder", "name": canon["encoder"],
+                     "kind": "sentence encoder", "backend": "sentence-transformers",
+                     "model": canon["encoder"], "revision": "", "weights": "",
+                     "settings": json.dumps({"threshold": canon.get("threshold")})})  # fmt: skip
+    return pl.DataFrame(rows, schema={c: pl.String for c in MODEL_COLUMNS})
+
+
+def _throughput_rows(inputs: Inputs, config: dict) -> pl.DataFrame | None:
+    from stereolens.plan import load_throughput
+    from stereolens.throughput import measured_throughput, summarise
+    from stereolens.validation import ConfigError
+
+    table = None
+    path = inputs.path("throughput_table")
+    if path is not None:
+        try:
+            table = load_throughput(path)
+        except ConfigError:
+            table = None
+    jobs = inputs.get("job_timings")
+    if jobs is not None:
+        return summarise(jobs, table)
+    results = inputs.results_dir()
+    if results is None:
+        return None
+    return measured_throughput(results, config=config, throughput_table=table)
+
+
+def throughput_figure(summary: pl.DataFrame) -> Figure | None:
+    """Measured seconds per item against the planner's, one point per stage x model."""
+    rows = summary.filter(
+        pl.col("s_per_item").is_not_null() & pl.col("planned_s_per_item").is_not_null()
+    )
+    rows = rows.filter((pl.col("s_per_item") > 0) & (pl.col("planned_s_per_item") > 0))
+    if rows.is_empty():
+        return None
+    fig, axes = F.subplots(1, 1, width=5.5, height=4.2)
+    ax = axes[0][0]
+    stages = rows["stage"].unique(maintain_order=True).to_list()
+    for k, stage in enumerate(stages):
+        sub = rows.filter(pl.col("stage") == stage)
+        ax.scatter(sub["planned_s_per_item"], sub["s_per_item"], color=F.COLOURS[k], label=stage)
+        for r in sub.iter_rows(named=True):
+            ax.annotate(r["model"], (r["planned_s_per_item"], r["s_per_item"]), fontsize=7,
+                        xytext=(3, 3), textcoords="offset points")  # fmt: skip
+    lo = min(rows["planned_s_per_item"].min(), rows["s_per_item"].min()) / 2
+    hi = max(rows["planned_s_per_item"].max(), rows["s_per_item"].max()) * 2
+    ax.plot([lo, hi], [lo, hi], color="#777", ls="--", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("planned s per item (config/throughput.yaml)", fontsize=8)
+    ax.set_ylabel("measured s per item (this run)", fontsize=8)
+    F.legend(ax)
+    ax.grid(alpha=0.3, which="both")
+    return Figure(
+        id="run-throughput",
+        title="Measured throughput against the planner's figures",
+        caption=(
+            "Measured s_per_item = model time (load excluded) summed over a model's jobs / "
+            "the items that cost a model call, against the planner's seconds per image or "
+            "call (config/throughput.yaml, `stereolens plan`); above the dashed diagonal = "
+            "slower than planned (measured_vs_planned = measured / planned > 1). The "
+            "planner's figures are for its table's GPU: a CPU run differs for that reason "
+            "alone."
+        ),
+        png=F.to_png(fig),
+    )
+
+
+def sections(inputs: Inputs, config: dict) -> list[Section]:
+    from stereolens.throughput import CAPTION
+
+    registry = load_registry(inputs, config)
+    section = Section("run", "The run: models, throughput, settings")
+    models = models_table(config, registry)
+    section.tables.append(
+        Table(
+            "run-models",
+            "Models of this run and their registry settings",
+            "Every model the run used, by role: generators, extractors, the canonicalisation "
+            "LLM and encoder, BiasIG's VQA, the audited LVLMs, the LVLM assistant and the "
+            "refusal judge; settings = the registry entry's keys that determine the outputs.",
+            models,
+            collapsed=False,
+        )
+    )
+    summary = _throughput_rows(inputs, config)
+    sub = Section("run-throughput", "Measured throughput")
+    if summary is None or summary.is_empty():
+        sub.paragraphs.append("No job timing records were found for this run.")
+    else:
+        fig = throughput_figure(summary)
+        if fig is not None:
+            sub.figures.append(fig)
+        sub.tables.append(
+            Table(
+                "run-throughput-table",
+                "Throughput per stage, benchmark and model",
+                CAPTION,
+                summary,
+            )  # fmt: skip
+        )
+        slow = summary.filter(pl.col("measured_vs_planned") > 1)
+        if slow.height:
+            worst = slow.sort("measured_vs_planned", descending=True).row(0, named=True)
+            ratio = worst["measured_vs_planned"]
+            if finite(ratio):
+                sub.paragraphs.append(
+                    f"{slow.height} stage x model rows ran slower than planned; the slowest "
+                    f"against its plan: {worst['model']} ({worst['stage']}, {ratio:.1f}x)."
+                )
+    section.subsections.append(sub)
+    settings = Section("run-settings", "Run settings")
+    settings.preformatted.append(
+        ("The config of this run (JSON)", json.dumps(config, indent=2, sort_keys=True, default=str))
+    )
+    section.subsections.append(settings)
+    return [section]

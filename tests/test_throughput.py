@@ -7,7 +7,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from stereolens.throughput import SUMMARY_COLUMNS, collect_jobs, measured_throughput
+from stereolens.throughput import (
+    SUMMARY_COLUMNS,
+    collect_job_outputs,
+    collect_jobs,
+    measured_throughput,
+)
 
 BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 CONFIG = {
@@ -128,6 +133,28 @@ def test_collect_jobs_one_row_per_finished_job(run_dir):
         ("generate", "tiny-sd/nurse/CF/0"),
         ("vqa", "tiny-vlm/tiny-sd/Nurse/implicit/0"),
     ]
+
+
+def test_collect_job_outputs_reads_only_the_named_jobs(run_dir):
+    res = run_dir / "results"
+    named = [
+        res / "contextbias/images/tiny-sd/nurse/CF/0",
+        res / "contextbias/images/tiny-sd/nurse/CA-U/0",  # not made (yet): no row
+        res / "contextbias/extractions/tiny-vlm/tiny-sd/nurse/CF/0.jsonl",
+        res / "biasig/vqa/tiny-vlm/tiny-sd/Nurse/implicit/0.jsonl",
+    ]
+    jobs = collect_job_outputs(named, res)
+    every = collect_jobs(res)
+    assert sorted(jobs["job"]) == [
+        "tiny-sd/nurse/CF/0",
+        "tiny-vlm/tiny-sd/Nurse/implicit/0",
+        "tiny-vlm/tiny-sd/nurse/CF/0",
+    ]
+    assert jobs.sort("job").equals(
+        every.filter(pl.col("job").is_in(jobs["job"].implode())).sort("job")
+    )
+    with pytest.raises(ValueError, match="not a job output"):
+        collect_job_outputs([res / "contextbias/prompts.parquet"], res)
 
 
 def test_measured_throughput_hand_computed(run_dir):

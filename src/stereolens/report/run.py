@@ -118,43 +118,46 @@ def _throughput_rows(inputs: Inputs, config: dict) -> pl.DataFrame | None:
 
 
 def throughput_figure(summary: pl.DataFrame) -> Figure | None:
-    """Measured seconds per item against the planner's, one point per stage x model."""
-    rows = summary.filter(
-        pl.col("s_per_item").is_not_null() & pl.col("planned_s_per_item").is_not_null()
-    )
-    rows = rows.filter((pl.col("s_per_item") > 0) & (pl.col("planned_s_per_item") > 0))
+    """Measured seconds per item per stage x benchmark x model (bars, log scale), the
+    planner's figure as a black tick where its table has the model."""
+    rows = summary.filter(pl.col("s_per_item").is_not_null() & (pl.col("s_per_item") > 0))
     if rows.is_empty():
         return None
-    fig, axes = F.subplots(1, 1, width=5.5, height=4.2)
+    labels = [f"{r['stage']} {r['benchmark']}: {r['model']}" for r in rows.iter_rows(named=True)]
+    fig, axes = F.subplots(1, 1, width=7.5, height=0.3 * len(labels) + 1.3)
     ax = axes[0][0]
     stages = rows["stage"].unique(maintain_order=True).to_list()
-    for k, stage in enumerate(stages):
-        sub = rows.filter(pl.col("stage") == stage)
-        ax.scatter(sub["planned_s_per_item"], sub["s_per_item"], color=F.COLOURS[k], label=stage)
-        for r in sub.iter_rows(named=True):
-            ax.annotate(r["model"], (r["planned_s_per_item"], r["s_per_item"]), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")  # fmt: skip
-    lo = min(rows["planned_s_per_item"].min(), rows["s_per_item"].min()) / 2
-    hi = max(rows["planned_s_per_item"].max(), rows["s_per_item"].max()) * 2
-    ax.plot([lo, hi], [lo, hi], color="#777", ls="--", lw=0.8)
+    colours = [F.COLOURS[stages.index(s) % len(F.COLOURS)] for s in rows["stage"]]
+    ys = list(range(len(labels)))
+    ax.barh(ys, rows["s_per_item"].to_list(), color=colours, height=0.6)
+    planned = rows["planned_s_per_item"].to_list()
+    pts = [(p, y) for p, y in zip(planned, ys, strict=True) if finite(p) and p > 0]
+    if pts:
+        ax.scatter([p for p, _ in pts], [y for _, y in pts], marker="|", s=250, color="black",
+                   label="planned (config/throughput.yaml)", zorder=3)  # fmt: skip
+        F.legend(ax, loc="lower right")
     ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
-    ax.set_xlabel("planned s per item (config/throughput.yaml)", fontsize=8)
-    ax.set_ylabel("measured s per item (this run)", fontsize=8)
-    F.legend(ax)
-    ax.grid(alpha=0.3, which="both")
+    ax.set_yticks(ys, labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds per item (model time, load excluded)", fontsize=8)
+    ax.grid(axis="x", alpha=0.3, which="both")
+    n_planned = len(pts)
     return Figure(
         id="run-throughput",
         title="Measured throughput against the planner's figures",
         caption=(
-            "Measured s_per_item = model time (load excluded) summed over a model's jobs / "
-            "the items that cost a model call, against the planner's seconds per image or "
-            "call (config/throughput.yaml, `stereolens plan`); above the dashed diagonal = "
-            "slower than planned (measured_vs_planned = measured / planned > 1). The "
-            "planner's figures are for its table's GPU: a CPU run differs for that reason "
-            "alone."
+            "Bars: measured s_per_item = model time (load excluded) summed over a model's "
+            "jobs / the items that cost a model call, per stage, benchmark and model. Black "
+            "ticks: the planner's seconds per image or call (config/throughput.yaml, "
+            "`stereolens plan`); a bar past its tick = slower than planned "
+            "(measured_vs_planned = measured / planned > 1). "
+            + (
+                f"{n_planned} of {len(labels)} rows have a planned figure. "
+                if n_planned
+                else "The planner's table has none of these models. "
+            )
+            + "The planner's figures are for its table's GPU: a CPU run differs for that "
+            "reason alone."
         ),
         png=F.to_png(fig),
     )

@@ -433,8 +433,19 @@ def galleries(inputs: Inputs, config: dict, settings: GallerySettings) -> list[G
     from stereolens.biasig.metrics import subject_of
 
     implicit, explicit, _ = _tables(inputs)
-    prompts = inputs.get("biasig_prompts").with_columns(subject_of(pl.col("text")).alias("subject"))
-    pcols = ["prompt_id", "text", "subject", "acquired_type", "visibility", "protected_value"]
+    per_shard = int((config.get("biasig") or {}).get("prompts_per_shard") or 80)
+    prompts = (
+        inputs.get("biasig_prompts")
+        .with_columns(subject_of(pl.col("text")).alias("subject"))
+        # the generation shard of each prompt (stereolens.biasig.jobs: prompts of one type
+        # and condition sorted by prompt_id, in blocks of prompts_per_shard)
+        .sort("prompt_id")
+        .with_columns(
+            (pl.int_range(pl.len()).over("acquired_type", "visibility") // per_shard).alias("shard")
+        )
+    )
+    pcols = ["prompt_id", "text", "subject", "acquired_type", "visibility", "protected_value",
+             "shard"]  # fmt: skip
     prompts = prompts.select([c for c in pcols if c in prompts.columns])
     chosen = []
     for frame, vis, extra in (
@@ -499,9 +510,15 @@ def galleries(inputs: Inputs, config: dict, settings: GallerySettings) -> list[G
             cards = []
             for img in g.iter_rows(named=True):
                 k = (variant, img["acquired_type"], img["visibility"])
-                if k not in files:
-                    files[k] = _image_files(Path(root), *k) if root is not None else {}
-                path = files[k].get(img["image_id"])
+                path = None
+                if root is not None:
+                    direct = Path(root, *k, str(img["shard"]), f"{img['image_id']}.png")
+                    if direct.exists():
+                        path = str(direct)
+                    else:  # another sharding than the config says: look in every shard
+                        if k not in files:
+                            files[k] = _image_files(Path(root), *k)
+                        path = files[k].get(img["image_id"])
                 pos = sorted(by_image[(variant, img["image_id"])], key=lambda a: a["position"])
                 fields = [("prompt", img["text"]), ("image", img["image_id"])]
                 said = []

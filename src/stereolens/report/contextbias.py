@@ -718,17 +718,21 @@ def _attribute_lines(attrs: pl.DataFrame) -> dict[tuple[str, str], list[tuple[st
         return out
     if "extractor" not in attrs.columns:
         attrs = attrs.with_columns(pl.lit("").alias("extractor"))
-    has_canon = "canonical_label" in attrs.columns
-    for (image_id, ext, dim), g in attrs.sort("dimension", "label").group_by(
-        ["image_id", "extractor", "dimension"], maintain_order=True
-    ):
-        labels = []
-        for r in g.iter_rows(named=True):
-            text = r["label"]
-            if has_canon and r["canonical_label"] and r["canonical_label"] != r["label"]:
-                text += f" -> {r['canonical_label']}"
-            labels.append(text)
-        out.setdefault((image_id, ext or ""), []).append((dim, ", ".join(labels)))
+    text = pl.col("label")
+    if "canonical_label" in attrs.columns:
+        text = (
+            pl.when(pl.col("canonical_label").is_not_null() & (pl.col("canonical_label") != text))
+            .then(text + " -> " + pl.col("canonical_label"))
+            .otherwise(text)
+        )
+    lines = (
+        attrs.with_columns(text.alias("_text"))
+        .sort("image_id", "extractor", "dimension", "label")
+        .group_by("image_id", "extractor", "dimension", maintain_order=True)
+        .agg(pl.col("_text").str.join(", "))
+    )
+    for image_id, ext, dim, labels in lines.iter_rows():
+        out.setdefault((image_id, ext or ""), []).append((dim, labels))
     return out
 
 

@@ -18,7 +18,6 @@ import hashlib
 import os
 import shutil
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,8 +87,8 @@ class GalleryPage:
 class GallerySettings:
     thumbnail_px: int = 160
     jpeg_quality: int = 80
-    contextbias_per_set: int = 6
-    biasig_subjects: int = 24
+    contextbias_per_set: int = 4
+    biasig_subjects: int = 12
     biasig_per_subject: int = 4
     lvlm_per_group: int = 3
     seed: int = 0
@@ -132,22 +131,6 @@ def _cache_key(ref: ImageRef, px: int, quality: int) -> str:
     return hashlib.sha256(f"{base}\x1f{px}\x1f{quality}".encode()).hexdigest()[:24]
 
 
-def make_thumbnail(source: str | Path, out: Path, px: int, quality: int) -> tuple[int, int]:
-    """A JPEG of ``source`` whose longer side is at most ``px`` (RGB, metadata dropped),
-    written atomically; returns (width, height)."""
-    from PIL import Image
-
-    with Image.open(source) as im:
-        im.draft("RGB", (px, px))  # JPEG sources decode at a reduced size
-        im.thumbnail((px, px), Image.Resampling.BICUBIC, reducing_gap=2.0)
-        rgb = im.convert("RGB")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
-    rgb.save(tmp, format="JPEG", quality=quality)
-    os.replace(tmp, out)
-    return rgb.size
-
-
 def _place(cached: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists():
@@ -156,13 +139,6 @@ def _place(cached: Path, target: Path) -> None:
         os.link(cached, target)
     except OSError:
         shutil.copyfile(cached, target)
-
-
-def _jpeg_size(path: Path) -> tuple[int, int]:
-    from PIL import Image
-
-    with Image.open(path) as im:
-        return im.size
 
 
 def thumbnails(
@@ -175,31 +151,39 @@ def thumbnails(
 ) -> dict[ImageRef, tuple[str, int, int] | None]:
     """ref -> (file name in ``thumbs_dir``, width, height), or None when the image cannot
     be read (the card then says so). With ``cache_dir`` a thumbnail made before (same
-    image, size and quality) is reused."""
+    image, size and quality) is reused: made there once, linked into ``thumbs_dir``.
+    ``threads`` > 1 makes them in that many worker processes (PNG decoding holds the GIL)."""
+    from stereolens.report.thumbs import thumbnail_job
+
     unique = list(dict.fromkeys(refs))
+    keys = [_cache_key(r, px, quality) for r in unique]
+    home = [
+        (cache_dir / k[:2] / f"{k}.jpg") if cache_dir is not None else thumbs_dir / f"{k}.jpg"
+        for k in keys
+    ]
+    jobs = [(r.path, str(h), px, quality) for r, h in zip(unique, home, strict=True)]
+    todo = [j for j in jobs if not Path(j[1]).exists()]
+    if threads > 1 and len(todo) > 16:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
 
-    def one(ref: ImageRef):
-        key = _cache_key(ref, px, quality)
+        context = multiprocessing.get_context("spawn")  # no fork of a threaded process
+        with ProcessPoolExecutor(max_workers=threads, mp_context=context) as pool:
+            sizes = dict(zip((j[1] for j in todo), pool.map(thumbnail_job, todo, chunksize=32),
+                             strict=True))  # fmt: skip
+    else:
+        sizes = {j[1]: thumbnail_job(j) for j in todo}
+    out: dict[ImageRef, tuple[str, int, int] | None] = {}
+    for ref, key, job in zip(unique, keys, jobs, strict=True):
+        size = sizes[job[1]] if job[1] in sizes else thumbnail_job(job)
+        if size is None:
+            out[ref] = None
+            continue
         name = f"{key}.jpg"
-        target = thumbs_dir / name
-        try:
-            if cache_dir is not None:
-                cached = cache_dir / key[:2] / name
-                if cached.exists():
-                    size = _jpeg_size(cached)
-                else:
-                    size = make_thumbnail(ref.path, cached, px, quality)
-                _place(cached, target)
-            else:
-                size = make_thumbnail(ref.path, target, px, quality)
-        except (OSError, ValueError, SyntaxError):
-            return ref, None
-        return ref, (name, *size)
-
-    if threads > 1 and len(unique) > 8:
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            return dict(pool.map(one, unique))
-    return dict(one(r) for r in unique)
+        if cache_dir is not None:
+            _place(Path(job[1]), thumbs_dir / name)
+        out[ref] = (name, *size)
+    return out
 
 
 # ------------------------------------------------------------------ pages

@@ -475,11 +475,17 @@ def test_profile_view_one_row_per_model_grouped_by_benchmark():
     inputs = Inputs.from_frames({**cb, "lvlm_scores": lv["scores"]})
     prof = pl.concat([RC.profile(inputs, {}), RL.profile(inputs, {})])
     view = profile_view(prof)
-    assert [title for title, _ in view.groups] == ["ContextBias", "LVLM"]
-    assert [r["model"] for r in view.rows] == ["m1", "m2", "v"]
-    lvlm_cells = view.rows[2]["cells"]
-    assert lvlm_cells[0] is None and lvlm_cells[-1] is not None
+    assert [b.title for b in view.blocks] == ["ContextBias", "LVLM"]
+    assert [r["model"] for r in view.blocks[0].rows] == ["m1", "m2"]
+    assert [r["model"] for r in view.blocks[1].rows] == ["v"]
+    lvlm_cells = view.blocks[1].rows[0]["cells"]
+    assert len(lvlm_cells) == len(view.blocks[1].labels) and lvlm_cells[-1] is not None
     assert "null" in lvlm_cells[-1].sub and "p " in lvlm_cells[-1].sub
+    # a model in two benchmarks has a row in each, naming the other
+    both = pl.concat([prof, prof.filter(pl.col("model") == "v").with_columns(
+        pl.lit("m1").alias("model"))])  # fmt: skip
+    rows = {(b.title, r["model"]): r for b in profile_view(both).blocks for r in b.rows}
+    assert rows[("ContextBias", "m1")]["also"] == ["LVLM"]
 
 
 def test_models_table_lists_every_role_and_the_tiny_warning(repo_root):
@@ -706,3 +712,20 @@ def test_stereolens_report_cli(tmp_path):
         capture_output=True, text=True,
     )  # fmt: skip
     assert bad.returncode == 2 and "no result tables" in bad.stderr
+
+
+def test_low_level_helpers_import_no_benchmark_package():
+    """html, figures, galleries, summary and inputs stand below the benchmarks: a benchmark
+    (or the annotation form) can import them without an import cycle."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import stereolens.report.html, stereolens.report.figures, "
+        "stereolens.report.galleries, stereolens.report.summary, stereolens.report.inputs, "
+        "stereolens.report.thumbs; "
+        "print(sorted(m for m in sys.modules if m.split('.')[:2] in "
+        "(['stereolens', 'contextbias'], ['stereolens', 'biasig'], ['stereolens', 'lvlm'])))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -109,66 +109,78 @@ def tiny_model_warning(config: dict, tiny_models: Sequence[str]) -> str | None:
 
 
 @dataclass
-class ProfileView:
-    """The profile as the first screen shows it: grouped header, one row per model."""
+class ProfileBlock:
+    """One benchmark's part of the profile: its metrics (columns) and its models (rows)."""
 
-    groups: list[tuple[str, list[str]]]
+    title: str
+    labels: list[str]
     rows: list[dict]
+    """{"model", "also" (the other benchmarks the model is in), "cells"}."""
+
+
+@dataclass
+class ProfileView:
+    """The profile as the first screen shows it: one block per benchmark, side by side
+    where they fit, a model in every benchmark it ran (named under its row elsewhere)."""
+
+    blocks: list[ProfileBlock]
     caption: str = PROFILE_CAPTION
     file_name: str = "bias-profile.csv"
     frame: pl.DataFrame = field(default_factory=lambda: profile_frame([]))
+
+    @property
+    def rows(self) -> list[dict]:
+        """Every (block, model) row: one per model and benchmark."""
+        return [r for b in self.blocks for r in b.rows]
 
 
 def _digits(row: dict) -> int:
     return 1 if row["benchmark"] == "lvlm" or row["metric"].endswith("pct") else 3
 
 
+def _cell(r: dict) -> ProfileCell:
+    d = _digits(r)
+    sub = ""
+    if finite(r["floor"]):
+        sub = f"{r['floor_label'] or 'floor'} {r['floor']:.{d}f}"
+        if finite(r["floor_high"]):
+            sub += f"-{r['floor_high']:.{d}f}"
+        if finite(r["p"]):
+            sub += f" · p {r['p']:.2f}"
+    elif r["note"]:
+        sub = r["note"]
+    interval = (
+        f"[{r['ci_low']:.{d}f}, {r['ci_high']:.{d}f}]"
+        if finite(r["ci_low"]) and finite(r["ci_high"])
+        else ""
+    )
+    text = format_value(r["estimate"], d) if r["estimate"] is not None else "n/a"
+    return ProfileCell(text, _float(r["estimate"]), interval, sub)
+
+
 def profile_view(profile: pl.DataFrame) -> ProfileView:
-    """Rows = models (in the order they first appear), columns = (benchmark, metric)."""
-    columns: list[tuple[str, str, str]] = []  # (benchmark_title, metric, label)
-    for r in (
-        profile.select("benchmark_title", "metric", "label").unique(maintain_order=True).iter_rows()
-    ):
-        columns.append(r)
-    groups: list[tuple[str, list[str]]] = []
-    for title, _, label in columns:
-        if not groups or groups[-1][0] != title:
-            groups.append((title, []))
-        groups[-1][1].append(label)
+    """One block per benchmark (in profile order): rows = its models in the order they
+    first appear, columns = its metrics."""
     by_key = {(r["model"], r["benchmark_title"], r["metric"]): r for r in profile.to_dicts()}
-    rows = []
-    for model in profile["model"].unique(maintain_order=True).to_list():
-        cells: list[ProfileCell | None] = []
-        for title, metric, _ in columns:
-            r = by_key.get((model, title, metric))
-            if r is None:
-                cells.append(None)
-                continue
-            d = _digits(r)
-            sub = ""
-            if finite(r["floor"]):
-                sub = f"{r['floor_label'] or 'floor'} {r['floor']:.{d}f}"
-                if finite(r["floor_high"]):
-                    sub += f"-{r['floor_high']:.{d}f}"
-                if finite(r["p"]):
-                    sub += f" · p {r['p']:.2f}"
-            elif r["note"]:
-                sub = r["note"]
-            interval = (
-                f"[{r['ci_low']:.{d}f}, {r['ci_high']:.{d}f}]"
-                if finite(r["ci_low"]) and finite(r["ci_high"])
-                else ""
-            )
-            cells.append(
-                ProfileCell(
-                    format_value(r["estimate"], d) if r["estimate"] is not None else "n/a",
-                    _float(r["estimate"]),
-                    interval,
-                    sub,
-                )
-            )
-        rows.append({"model": model, "cells": cells})
-    return ProfileView(groups=groups, rows=rows, frame=profile)
+    titles = profile["benchmark_title"].unique(maintain_order=True).to_list()
+    member = {
+        m: profile.filter(pl.col("model") == m)["benchmark_title"].unique(maintain_order=True)
+        for m in profile["model"].unique().to_list()
+    }
+    blocks = []
+    for title in titles:
+        part = profile.filter(pl.col("benchmark_title") == title)
+        metrics = part.select("metric", "label").unique(maintain_order=True).rows()
+        rows = []
+        for model in part["model"].unique(maintain_order=True).to_list():
+            cells = [
+                _cell(by_key[(model, title, m)]) if (model, title, m) in by_key else None
+                for m, _ in metrics
+            ]
+            also = [t for t in member[model].to_list() if t != title]
+            rows.append({"model": model, "also": also, "cells": cells})
+        blocks.append(ProfileBlock(title, [label for _, label in metrics], rows))
+    return ProfileView(blocks=blocks, frame=profile)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ def console_errors(driver) -> list[str]:
 
 def open_page(driver, path: Path) -> float:
     """Load ``path``; returns the seconds to the load event."""
+    assert path.is_file(), f"{path} does not exist"
     driver.get(path.resolve().as_uri())
     return driver.execute_script(
         "const t = performance.getEntriesByType('navigation')[0];"

@@ -218,7 +218,8 @@ def test_demo_end_to_end(repo_root, tmp_path):
         saved = fill_and_save_form(
             driver, res / "contextbias/annotation/form.html", downloads, "demo annotator"
         )
-    assert seen["galleries"] == 5 and seen["profile_rows"] == 4
+    # profile rows: tiny-sd in ContextBias and BiasIG, tiny-sd-b, tiny-sd-intervention, tiny-vlm
+    assert seen["galleries"] == 5 and seen["profile_rows"] == 5
     assert (res / "report/first-screen.png").is_file()
     assert read_answers([saved], res / "contextbias/annotation/key.parquet").height > 0
     for folder in ("figures", "tables", "galleries/thumbs"):

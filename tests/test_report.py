@@ -489,9 +489,7 @@ def test_profile_view_one_row_per_model_grouped_by_benchmark():
 
 
 def test_models_table_lists_every_role_and_the_tiny_warning(repo_root):
-    from stereolens.registry import load_registry
-
-    registry = load_registry(repo_root / "config/models.yaml")
+    registry = RR.registry_entries(Inputs({"registry": repo_root / "config/models.yaml"}), {})
     config = {
         "contextbias": {
             "generators": ["sdxl"],

@@ -364,10 +364,20 @@ def get_report_config():
     return shown
 
 
+def get_report_models():
+    """name -> kind and fingerprint of every model the run uses, for the report's Models
+    table and tiny-model warning: a param, so a change to those models' entries rebuilds
+    the report and an edit of any other registry entry does not."""
+    from stereolens.report.roles import model_roles
+
+    names = sorted({name for _, name in model_roles(config)} & set(REGISTRY))
+    return {n: {"kind": REGISTRY[n].kind, "fingerprint": REGISTRY[n].fingerprint()} for n in names}
+
+
 def get_report_inputs(wildcards):
     """Every file the report reads (stereolens.report.inputs names them): the tables, the
-    registry, the planner's throughput table and the run's job timings. Optional studies
-    only when configured."""
+    planner's throughput table and the run's job timings (the registry entries of the run's
+    models are a param, get_report_models). Optional studies only when configured."""
     from stereolens.plan import DEFAULT_THROUGHPUT
 
     inputs = {
@@ -379,7 +389,6 @@ def get_report_inputs(wildcards):
             name: f"results/contextbias/metrics/{name}.parquet"
             for name in ("bi", "ccs", "ccs_mean", "robustness", "bootstrap")
         },
-        "registry": config["registry"],
         "job_timings": "results/report/job_timings.parquet",
     }
     if os.path.exists(DEFAULT_THROUGHPUT):

@@ -47,6 +47,7 @@ rule render_report:
         galleries=directory("results/report/galleries"),
     params:
         config=get_report_config(),
+        models=get_report_models(),
         # thumbnails kept between runs, keyed by image hash: a rebuild encodes new ones only
         thumbnail_cache="results/cache/thumbnails",
     log:

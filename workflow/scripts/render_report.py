@@ -11,7 +11,7 @@ def main(log):
     inputs = dict(snakemake.input.items())  # noqa: F821
     got = render_report(
         config=snakemake.params.config,  # noqa: F821
-        inputs=Inputs(inputs, roots=[Path.cwd()]),
+        inputs=Inputs(inputs, roots=[Path.cwd()], models=snakemake.params.models),  # noqa: F821
         out_path=snakemake.output.index,  # noqa: F821
         cache_dir=snakemake.params.thumbnail_cache,  # noqa: F821
         threads=snakemake.threads,  # noqa: F821

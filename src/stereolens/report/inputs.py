@@ -59,8 +59,12 @@ class Inputs:
         self,
         paths: Mapping[str, str | Path | None],
         roots: Sequence[str | Path] = (),
+        models: Mapping[str, dict] | None = None,
     ):
         self.paths = {k: Path(v) for k, v in paths.items() if v}
+        self.models = dict(models) if models is not None else None
+        """name -> {"kind", "fingerprint"} of the run's models when the caller knows them
+        (the workflow passes them as a param); None = read the registry file."""
         self.roots = [Path(r) for r in roots]
         """Folders a relative image path in a table may be relative to (the workflow's
         working directory, where tables record "results/..."), tried in order after the

@@ -102,7 +102,7 @@ def build_report(
 ) -> Report:
     """Everything the page shows, as data (nothing written)."""
     config = _config(config)
-    registry = run.load_registry(inputs, config)
+    entries = run.registry_entries(inputs, config)
     active = [b for b in BENCHMARKS if b.enabled(inputs, config)]
     profiles = [b.profile(inputs, config) for b in active]
     profile = pl.concat(profiles) if profiles else profile_frame([])
@@ -113,7 +113,7 @@ def build_report(
     extra = [f"{role}: {name}" for role, name in run.model_roles(config) if role in AUX_ROLES]
     if extra:
         facts.append(("Other models", extra))
-    warnings = [w for w in (tiny_model_warning(config, run.tiny_models(config, registry)),) if w]
+    warnings = [w for w in (tiny_model_warning(config, run.tiny_models(config, entries)),) if w]
     summary = Summary(facts, warnings, profile_view(profile), profile_figure(profile))
     sections: list[Section] = []
     for b in active:

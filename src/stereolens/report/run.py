@@ -13,65 +13,53 @@ import polars as pl
 from stereolens.report import figures as F
 from stereolens.report.html import Figure, Section, Table, finite
 from stereolens.report.inputs import Inputs
+from stereolens.report.roles import model_roles
 
 MODEL_COLUMNS = ["role", "name", "kind", "backend", "model", "revision", "weights", "settings"]
 
 
-def model_roles(config: dict) -> list[tuple[str, str]]:
-    """(role, registry name) of every model the config runs, in report order."""
-    cb = config.get("contextbias") or {}
-    bg = config.get("biasig") or {}
-    lv = config.get("lvlm") or {}
-    canon = cb.get("canonicalisation") or {}
-    out: list[tuple[str, str]] = []
-    out += [("contextbias generator", n) for n in cb.get("generators") or []]
-    out += [("contextbias extractor", n) for n in cb.get("extractors") or []]
-    if canon.get("enabled") and canon.get("llm"):
-        out.append(("contextbias canonicalisation LLM", canon["llm"]))
-    if bg.get("enabled"):
-        out += [("biasig generator", n) for n in bg.get("generators") or []]
-        if bg.get("vqa"):
-            out.append(("biasig VQA", bg["vqa"]))
-    if lv.get("enabled"):
-        out += [("lvlm audited model", n) for n in lv.get("models") or []]
-        if lv.get("assistant"):
-            out.append(("lvlm assistant (story attributes, term judge)", lv["assistant"]))
-        if lv.get("refusal_judge"):
-            out.append(("lvlm refusal judge", lv["refusal_judge"]))
-    return out
-
-
-def load_registry(inputs: Inputs, config: dict) -> dict | None:
-    """The registry the run used (the declared input, else config["registry"])."""
-    from stereolens.registry import load_registry as load
+def registry_entries(inputs: Inputs, config: dict) -> dict[str, dict] | None:
+    """name -> {"kind", "fingerprint"} of the run's models: given by the workflow (a param
+    of render_report: only the run's models, so a registry edit elsewhere rebuilds
+    nothing), else read from the registry file (``stereolens report --registry``)."""
+    if inputs.models is not None:
+        return inputs.models
+    from stereolens.registry import load_registry
     from stereolens.validation import ConfigError
 
     path = inputs.path("registry") or (Path(config["registry"]) if config.get("registry") else None)
     if path is None or not Path(path).exists():
         return None
     try:
-        return load(path)
+        registry = load_registry(path)
     except ConfigError:
         return None
+    return {n: {"kind": s.kind, "fingerprint": s.fingerprint()} for n, s in registry.items()}
 
 
-def tiny_models(config: dict, registry: dict | None) -> list[str]:
+def tiny_models(config: dict, entries: dict | None) -> list[str]:
     """Models of the run built from configs with random weights (registry ``build``)."""
-    if registry is None:
+    if entries is None:
         return []
-    return sorted({n for _, n in model_roles(config) if n in registry and registry[n].get("build")})
+    return sorted(
+        {
+            n
+            for _, n in model_roles(config)
+            if n in entries and entries[n]["fingerprint"].get("build")
+        }
+    )
 
 
-def models_table(config: dict, registry: dict | None) -> pl.DataFrame:
+def models_table(config: dict, entries: dict | None) -> pl.DataFrame:
     rows = []
     for role, name in model_roles(config):
-        spec = (registry or {}).get(name)
-        if spec is None:
+        entry = (entries or {}).get(name)
+        if entry is None:
             rows.append({"role": role, "name": name, "kind": "", "backend": "",
                          "model": "not in the registry", "revision": "", "weights": "",
                          "settings": ""})  # fmt: skip
             continue
-        fp = spec.fingerprint()
+        fp = entry["fingerprint"]
         settings = {
             k: v for k, v in fp.items() if k not in ("name", "backend", "model", "revision")
         }
@@ -79,11 +67,11 @@ def models_table(config: dict, registry: dict | None) -> pl.DataFrame:
             {
                 "role": role,
                 "name": name,
-                "kind": spec.kind,
+                "kind": entry["kind"],
                 "backend": fp["backend"],
                 "model": fp["model"],
                 "revision": fp["revision"] or "default branch",
-                "weights": "tiny, random (built from a config)" if spec.get("build") else "",
+                "weights": "tiny, random (built from a config)" if fp.get("build") else "",
                 "settings": json.dumps(settings, sort_keys=True, default=str),
             }
         )
@@ -166,9 +154,8 @@ def throughput_figure(summary: pl.DataFrame) -> Figure | None:
 def sections(inputs: Inputs, config: dict) -> list[Section]:
     from stereolens.throughput import CAPTION
 
-    registry = load_registry(inputs, config)
     section = Section("run", "The run: models, throughput, settings")
-    models = models_table(config, registry)
+    models = models_table(config, registry_entries(inputs, config))
     section.tables.append(
         Table(
             "run-models",

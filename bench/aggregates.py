@@ -171,7 +171,7 @@ def job(stage: str, data: Path, part: str | None) -> None:
         parts = {m: {k: data / v for k, v in part_paths(m).items()} for m in _lvlm_models(data)}
         merge_model_parts(parts, {n: _out(data, f"lvlm/{n}.parquet") for n in TABLES})
     elif stage == "render_report":
-        from stereolens.report import render_report
+        from stereolens.report.render import render_report
 
         render_report(
             config=_report_config(),

@@ -16,6 +16,7 @@ FLOORS = {
     "ids": 0,
     "paths": 0,
     "atomic": 0,
+    "templating": 0,
     "validation": 0,
     "images": 0,
     "tables": 0,

@@ -126,7 +126,9 @@ def done(repo_root, tmp_path_factory) -> Path:
         if len(fields) < 3 or fields[0] == "output_file":
             continue
         path, rule = wd / fields[0], fields[2]
-        if rule in directory_rules:
+        # a rule may have file and directory outputs (render_report: index.html beside
+        # figures/, tables/, galleries/); its directories are the outputs without a suffix
+        if rule in directory_rules and not path.suffix:
             path.mkdir(parents=True, exist_ok=True)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)

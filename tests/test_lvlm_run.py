@@ -421,16 +421,18 @@ def test_metrics_cli_writes_tables(tmp_path):
 
 
 def test_report_section_table2_layout():
-    from stereolens.lvlm.report import lvlm_sections, table2
+    from stereolens.report.html import render_sections
+    from stereolens.report.inputs import Inputs
+    from stereolens.report.lvlm import sections, table2
 
     tables = M.compute_all(_responses(), _story_attrs(), None, min_count=2, replicates=20)
     wide = table2(tables["scores"])
     assert wide.columns == ["model", "setting", "story gender", "exam gender"]
     assert wide["story gender"][0].startswith("25.00 [")
-    html = "".join(
-        lvlm_sections({"lvlm": {"user_images": {"source": "synthetic"}}}, tables["scores"],
-                      tables["refusals"], tables["story_skew"], None)
-    )  # fmt: skip
+    inputs = Inputs.from_frames(
+        {f"lvlm_{k}": tables[k] for k in ("scores", "refusals", "story_skew")}
+    )
+    html = render_sections(sections(inputs, {"lvlm": {"user_images": {"source": "synthetic"}}}))
     assert "Table 2" in html and "synthetic drawings" in html and "<img" in html
 
 

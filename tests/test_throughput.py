@@ -7,8 +7,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from stereolens.report import _throughput_section
-from stereolens.throughput import SUMMARY_COLUMNS, collect_jobs, measured_throughput
+from stereolens.throughput import (
+    SUMMARY_COLUMNS,
+    collect_job_outputs,
+    collect_jobs,
+    measured_throughput,
+)
 
 BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 CONFIG = {
@@ -129,6 +133,28 @@ def test_collect_jobs_one_row_per_finished_job(run_dir):
         ("generate", "tiny-sd/nurse/CF/0"),
         ("vqa", "tiny-vlm/tiny-sd/Nurse/implicit/0"),
     ]
+
+
+def test_collect_job_outputs_reads_only_the_named_jobs(run_dir):
+    res = run_dir / "results"
+    named = [
+        res / "contextbias/images/tiny-sd/nurse/CF/0",
+        res / "contextbias/images/tiny-sd/nurse/CA-U/0",  # not made (yet): no row
+        res / "contextbias/extractions/tiny-vlm/tiny-sd/nurse/CF/0.jsonl",
+        res / "biasig/vqa/tiny-vlm/tiny-sd/Nurse/implicit/0.jsonl",
+    ]
+    jobs = collect_job_outputs(named, res)
+    every = collect_jobs(res)
+    assert sorted(jobs["job"]) == [
+        "tiny-sd/nurse/CF/0",
+        "tiny-vlm/tiny-sd/Nurse/implicit/0",
+        "tiny-vlm/tiny-sd/nurse/CF/0",
+    ]
+    assert jobs.sort("job").equals(
+        every.filter(pl.col("job").is_in(jobs["job"].implode())).sort("job")
+    )
+    with pytest.raises(ValueError, match="not a job output"):
+        collect_job_outputs([res / "contextbias/prompts.parquet"], res)
 
 
 def test_measured_throughput_hand_computed(run_dir):
@@ -259,14 +285,29 @@ def test_empty_results(tmp_path):
 def test_report_section(run_dir):
     import yaml
 
+    from stereolens.report.html import render_sections
+    from stereolens.report.inputs import Inputs
+    from stereolens.report.run import sections
+
     _write(run_dir / "config/throughput.yaml", yaml.safe_dump(TABLE))
-    inputs = {"prompts": str(run_dir / "results/contextbias/prompts.parquet")}
-    html = "\n".join(_throughput_section(CONFIG, inputs))
-    assert "<h2>Measured throughput</h2>" in html
+    inputs = Inputs(
+        {
+            "prompts": run_dir / "results/contextbias/prompts.parquet",
+            "throughput_table": run_dir / "config/throughput.yaml",
+        }
+    )
+    html = render_sections(sections(inputs, CONFIG))
+    assert "Measured throughput" in html
     assert "s_per_item" in html and "items_per_hour" in html and "config/throughput.yaml" in html
     # the generation row, formatted by the report's table helper
-    assert "<td>tiny-sd</td><td>2</td><td>4</td><td>8.000</td><td>4.000</td><td>1.000</td>" in html
-    assert "<td>measured</td><td>2.000</td>" in html
+    assert (
+        '<td>tiny-sd</td><td class="n" data-v="2">2</td><td class="n" data-v="4">4</td>'
+        '<td class="n" data-v="8.0">8.000</td><td class="n" data-v="4.0">4.000</td>'
+    ) in html
+    assert '<td>measured</td><td class="n" data-v="2.0">2.000</td>' in html
     assert "old-model" not in html
-    # a prompts table outside a results/ folder (a unit test's tmp files): no section
-    assert _throughput_section(CONFIG, {"prompts": str(run_dir / "prompts.parquet")}) == []
+    assert "Measured throughput against the planner" in html  # the figure
+    # tables gathered from outside a results folder (a unit test's tmp files) and no timing
+    # table: the section says so
+    outside = render_sections(sections(Inputs({"prompts": run_dir / "prompts.parquet"}), CONFIG))
+    assert "No job timing records" in outside

@@ -206,6 +206,36 @@ def test_demo_end_to_end(repo_root, tmp_path):
     assert "meaningless" in report and "data:image/png;base64" in report
     assert "Bias Intensity" in report
     _same_as_reference(wd)
+    # the report in a real browser (tests/report_browser.py); a screenshot of its first
+    # screen next to it; the annotation form's answers download as a CSV the study reads
+    from report_browser import check_report, chromium, fill_and_save_form
+
+    from stereolens.contextbias.annotation.answers import read_answers
+
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    with chromium(download_dir=downloads) as driver:
+        seen = check_report(driver, res / "report/index.html")
+        saved = fill_and_save_form(
+            driver, res / "contextbias/annotation/form.html", downloads, "demo annotator"
+        )
+    # profile rows: tiny-sd in ContextBias and BiasIG, tiny-sd-b, tiny-sd-intervention, tiny-vlm
+    assert seen["galleries"] == 5 and seen["profile_rows"] == 5
+    assert (res / "report/first-screen.png").is_file()
+    assert read_answers([saved], res / "contextbias/annotation/key.parquet").height > 0
+    for folder in ("figures", "tables", "galleries/thumbs"):
+        assert list((res / "report" / folder).iterdir()), folder
+    # figures and tables also in Snakemake's own report
+    zipped = subprocess.run(
+        [SNAKEMAKE, "--configfile", "config/demo.yaml", "--report", "report.zip"],
+        cwd=wd, env=_env(), capture_output=True, text=True,
+    )  # fmt: skip
+    assert zipped.returncode == 0, zipped.stderr[-3000:]
+    import zipfile
+
+    names = zipfile.ZipFile(wd / "report.zip").namelist()
+    assert any(n.endswith("bias-profile-figure.png") for n in names)
+    assert any(n.endswith("bias-profile.csv") for n in names)
     # every rule left a log; generation and extraction left benchmark files
     assert list((wd / "logs/contextbias/generate").rglob("*.log"))
     assert list((wd / "benchmarks/contextbias/extract").rglob("*.tsv"))

@@ -13,6 +13,7 @@ from stereolens import regenerate as regenerate_cli
 from stereolens.biasig import cli as biasig_cli
 from stereolens.contextbias import cli as contextbias_cli
 from stereolens.lvlm import cli as lvlm_cli
+from stereolens.report import cli as report_cli
 
 
 def _build_tiny(args: argparse.Namespace) -> int:
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     lvlm_cli.register(sub)
     plan_cli.register(sub)
     regenerate_cli.register(sub)
+    report_cli.register(sub)
 
     c = sub.add_parser(
         "check-config",

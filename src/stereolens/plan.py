@@ -277,7 +277,7 @@ def _run(args: argparse.Namespace) -> int:
     result = plan(config, registry, throughput)
     design = None
     if design_cli.requested(args):  # power and target effects (stereolens.design)
-        design = design_cli.compute(config, registry, throughput, result, args)
+        design = design_cli.compute(config, registry, throughput, result, args, plan)
     if args.json:
         print(json.dumps(result if design is None else {**result, "design": design}, indent=2))
     else:

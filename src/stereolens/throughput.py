@@ -190,6 +190,42 @@ def _answer_job(jsonl_path: Path, log_path: Path) -> dict[str, Any]:
     }
 
 
+def _job_row(
+    bench: str, folder: str, path: Path, base: Path, benchmarks_dir: Path, logs_dir: Path
+) -> dict[str, Any] | None:
+    """The JOB_SCHEMA row of one job: ``path`` its timing.json (generation) or its .jsonl
+    output (extraction, VQA, LVLM) under ``base`` = results/{bench}/{folder}; None for a
+    work folder or a file of an unknown layout."""
+    stage = JOB_FOLDERS[folder]
+    rel = path.parent.relative_to(base) if stage == "generate" else path.relative_to(base)
+    rel = rel if stage == "generate" else rel.with_suffix("")
+    if _skip(path, base) or not rel.parts:
+        return None
+    log_path = logs_dir / bench / stage / f"{rel}.log"
+    try:
+        sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
+        if stage == "generate":
+            job = _generation_job(path)
+        elif sidecar.exists():
+            job = _sidecar_job(sidecar)
+        else:
+            job = _answer_job(path, log_path)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None  # a file being written or of an unknown layout: not a job
+    wall, rss = _read_benchmark_tsv(benchmarks_dir / bench / stage / f"{rel}.tsv")
+    return {
+        "benchmark": bench,
+        "stage": stage,
+        # the model that ran (an LVLM story job's folder names the audited model, its
+        # timing the assistant that read the stories)
+        "model": job.pop("model", None) or rel.parts[0],
+        "job": rel.as_posix(),
+        **job,
+        "wall_seconds": wall,
+        "max_rss_mb": rss,
+    }
+
+
 def collect_jobs(
     results_dir: str | Path,
     benchmarks_dir: str | Path | None = None,
@@ -207,40 +243,39 @@ def collect_jobs(
             base = bench_dir / folder
             if not base.is_dir():
                 continue
-            if stage == "generate":
-                found = [(p, p.parent.relative_to(base)) for p in base.rglob(TIMING_FILE)]
-            else:
-                found = [(p, p.relative_to(base).with_suffix("")) for p in base.rglob("*.jsonl")]
-            for path, rel in sorted(found):
-                if _skip(path, base) or not rel.parts:
-                    continue
-                log_path = logs_dir / bench_dir.name / stage / f"{rel}.log"
-                try:
-                    sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
-                    if stage == "generate":
-                        job = _generation_job(path)
-                    elif sidecar.exists():
-                        job = _sidecar_job(sidecar)
-                    else:
-                        job = _answer_job(path, log_path)
-                except (OSError, ValueError, TypeError, KeyError, AttributeError):
-                    continue  # a file being written or of an unknown layout: not a job
-                wall, rss = _read_benchmark_tsv(
-                    benchmarks_dir / bench_dir.name / stage / f"{rel}.tsv"
-                )
-                rows.append(
-                    {
-                        "benchmark": bench_dir.name,
-                        "stage": stage,
-                        # the model that ran (an LVLM story job's folder names the audited
-                        # model, its timing the assistant that read the stories)
-                        "model": job.pop("model", None) or rel.parts[0],
-                        "job": rel.as_posix(),
-                        **job,
-                        "wall_seconds": wall,
-                        "max_rss_mb": rss,
-                    }
-                )
+            pattern = TIMING_FILE if stage == "generate" else "*.jsonl"
+            for path in sorted(base.rglob(pattern)):
+                row = _job_row(bench_dir.name, folder, path, base, benchmarks_dir, logs_dir)
+                if row is not None:
+                    rows.append(row)
+    return pl.DataFrame(rows, schema=JOB_SCHEMA)
+
+
+def collect_job_outputs(
+    outputs: list[str | Path],
+    results_dir: str | Path,
+    benchmarks_dir: str | Path | None = None,
+    logs_dir: str | Path | None = None,
+) -> pl.DataFrame:
+    """The JOB_SCHEMA rows of the named job outputs only (generation shard folders and
+    .jsonl outputs under ``results_dir``), without walking the results folder: the rule
+    that gathers a run's timings declares these outputs as its inputs."""
+    results_dir = Path(results_dir)
+    root = results_dir.parent
+    benchmarks_dir = Path(benchmarks_dir) if benchmarks_dir else root / "benchmarks"
+    logs_dir = Path(logs_dir) if logs_dir else root / "logs"
+    rows = []
+    for out in outputs:
+        rel = Path(out).relative_to(results_dir)
+        if len(rel.parts) < 3 or rel.parts[1] not in JOB_FOLDERS:
+            raise ValueError(f"{out} is not a job output under {results_dir}/<benchmark>/")
+        bench, folder = rel.parts[0], rel.parts[1]
+        path = Path(out) / TIMING_FILE if JOB_FOLDERS[folder] == "generate" else Path(out)
+        if not path.exists():
+            continue
+        row = _job_row(bench, folder, path, results_dir / bench / folder, benchmarks_dir, logs_dir)
+        if row is not None:
+            rows.append(row)
     return pl.DataFrame(rows, schema=JOB_SCHEMA)
 
 

@@ -430,17 +430,35 @@ def get_report_config():
     return shown
 
 
+def get_report_models():
+    """name -> kind and fingerprint of every model the run uses, for the report's Models
+    table and tiny-model warning: a param, so a change to those models' entries rebuilds
+    the report and an edit of any other registry entry does not."""
+    from stereolens.report.roles import model_roles
+
+    names = sorted({name for _, name in model_roles(config)} & set(REGISTRY))
+    return {n: {"kind": REGISTRY[n].kind, "fingerprint": REGISTRY[n].fingerprint()} for n in names}
+
+
 def get_report_inputs(wildcards):
-    """Every table the report shows; optional studies only when configured."""
+    """Every file the report reads (stereolens.report.inputs names them): the tables, the
+    planner's throughput table and the run's job timings (the registry entries of the run's
+    models are a param, get_report_models). Optional studies only when configured."""
+    from stereolens.plan import DEFAULT_THROUGHPUT
+
     inputs = {
         "prompts": "results/contextbias/prompts.parquet",
         "images": "results/contextbias/images.parquet",
+        "attributes": "results/contextbias/attributes.parquet",
         "mapping": "results/contextbias/canonical_mapping.parquet",
         **{
             name: f"results/contextbias/metrics/{name}.parquet"
             for name in ("bi", "ccs", "ccs_mean", "robustness", "bootstrap")
         },
+        "job_timings": "results/report/job_timings.parquet",
     }
+    if os.path.exists(DEFAULT_THROUGHPUT):
+        inputs["throughput_table"] = DEFAULT_THROUGHPUT
     if CB_VAL["enabled"]:
         inputs["validation"] = "results/contextbias/validation/scores.parquet"
     if CB["annotation"]["enabled"]:
@@ -450,9 +468,39 @@ def get_report_inputs(wildcards):
     if BG["enabled"]:
         for name in ("implicit", "explicit", "eta"):
             inputs[f"biasig_{name}"] = f"results/biasig/metrics/{name}.parquet"
+        inputs["biasig_prompts"] = "results/biasig/prompts.parquet"
+        inputs["biasig_answers"] = "results/biasig/answers.parquet"
     inputs.update(get_lvlm_report_inputs())
     inputs.update(get_design_report_inputs())
     return inputs
+
+
+def get_job_timing_inputs(wildcards):
+    """The outputs of every model job of the run (generation shard folders, extraction,
+    VQA, LVLM response and story-attribute files): the job timings are read from them and
+    from the timing records, benchmark files and logs their jobs write beside them."""
+    generation = [
+        f"results/contextbias/images/{m}/{r}/{c}/{k}"
+        for m in CB["generators"]
+        for r in CB_ROLES
+        for c in CB_CONDITIONS
+        for k in CB_SHARDS
+    ] + [
+        f"results/contextbias/images/{m}/{r}/VAL/{k}"
+        for m in CB["generators"]
+        for r in CB_VAL_ROLES
+        for k in CB_VAL_SHARDS
+    ] + [
+        f"results/biasig/images/{m}/{atype}/{cond}/{shard}"
+        for m in (BG["generators"] if BG["enabled"] else [])
+        for atype, cond, shard in BG_SHARDS
+    ]
+    answers = get_contextbias_extractions() + get_validation_extractions()
+    answers += get_biasig_vqa_outputs() if BG["enabled"] else []
+    if LV["enabled"]:
+        answers += [p for m in sorted(LV["models"]) for p in lvlm_response_paths(m)]
+        answers += get_lvlm_story_paths()
+    return {"generation": generation, "answers": answers}
 
 
 def get_final_targets():
@@ -622,7 +670,11 @@ def get_lvlm_report_inputs():
     return {
         f"lvlm_{name}": f"results/lvlm/metrics/{name}.parquet"
         for name in ("scores", "prompt_scores", "refusals", "story_skew", "exam_accuracy")
-    } | {"lvlm_sets": "results/lvlm/sets.parquet"}
+    } | {
+        "lvlm_sets": "results/lvlm/sets.parquet",
+        "lvlm_responses": "results/lvlm/responses.parquet",
+        "lvlm_story_attributes": "results/lvlm/story_attributes.parquet",
+    }
 
 
 def get_lvlm_env(wildcards):

@@ -4,6 +4,7 @@ the plan subcommand by :func:`add_options`, run by :func:`report` after the plan
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,12 +93,16 @@ def designs(config: dict[str, Any], args: argparse.Namespace) -> list:
 
 
 def compute(
-    config: dict[str, Any], registry, throughput, plan_result: dict, args: argparse.Namespace
+    config: dict[str, Any],
+    registry,
+    throughput,
+    plan_result: dict,
+    args: argparse.Namespace,
+    plan: Callable[..., dict],
 ) -> dict[str, Any]:
-    """The power rows, and for each --target-effect the size it needs and that run's plan."""
+    """The power rows, and for each --target-effect the size it needs and that run's plan
+    (``plan``: stereolens.plan.plan, passed in by the planner that calls this)."""
     from dataclasses import asdict
-
-    from stereolens.plan import plan
 
     P.check_options(args.level, args.target_power, args.simulations)
     targets = [P.parse_target(t) for t in args.target_effect]

@@ -31,3 +31,8 @@ def group_from_slug(axis: str, slug: str) -> str:
         if group_slug(g) == slug:
             return g
     raise ValueError(f"no {axis} group with path name {slug!r}")
+
+
+def groups(lv: dict, axis: str) -> list[str]:
+    """The groups tested on ``axis`` (lvlm.groups or every group of the axis)."""
+    return list((lv.get("groups") or {}).get(axis) or AXES[axis])

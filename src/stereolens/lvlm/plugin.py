@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from stereolens.benchmark import Benchmark, Job
+from stereolens.lvlm.names import groups
 from stereolens.validation import ConfigError
 
 RESULTS = "results/lvlm"
@@ -48,13 +49,6 @@ def _check(config: dict, registry: dict) -> None:
             "lvlm.tasks.attribute_inferring asks about the photo: it needs the image or "
             "mitigation setting, not persona alone"
         )
-
-
-def groups(lv: dict, axis: str) -> list[str]:
-    """The groups tested on ``axis`` (lvlm.groups or every group of the axis)."""
-    from stereolens.lvlm.names import AXES
-
-    return list((lv.get("groups") or {}).get(axis) or AXES[axis])
 
 
 def settings(lv: dict, task: str) -> list[str]:

@@ -108,7 +108,7 @@ def load_sample(path: str | os.PathLike | None = None, prompts: dict | None = No
 def _levels(sample: dict, lv: dict[str, Any]) -> tuple[list[str], list[str]]:
     """Gender and race levels of the items: the configured groups of an audited axis (those
     the sample describes); an axis not audited keeps the sample's first level only."""
-    from stereolens.lvlm.plugin import groups
+    from stereolens.lvlm.names import groups
 
     configured = {a: groups(lv, a) for a in lv.get("axes") or []}
     out = []

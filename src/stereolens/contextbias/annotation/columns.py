@@ -19,7 +19,7 @@ DEFAULT_DIMENSIONS = (
 )
 """Attributes a person can check on a 10-image set at a glance."""
 
-FORM_TEMPLATE = ("contextbias", "annotation_form.v1.html")
+FORM_TEMPLATE = ("contextbias", "annotation_form.v1.html.j2")
 UNKNOWN = "unknown"
 UNKNOWN_TEXT = "unknown / not visible"
 CSV_COLUMNS = ("annotator", "set_id", "dimension", "label", "prevalence")

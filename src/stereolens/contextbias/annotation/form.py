@@ -4,7 +4,6 @@ condition x generator, the self-contained HTML form and its separate key."""
 from __future__ import annotations
 
 import base64
-import html
 import io
 import os
 from collections.abc import Sequence
@@ -77,67 +76,47 @@ def _encode_image(path: Path, max_side: int | None, image_format: str) -> str:
     return f"data:{mime};base64,{base64.b64encode(buf.getvalue()).decode('ascii')}"
 
 
-def _question_html(
-    set_id: str, dimension: str, vocabulary: tuple[str, ...] | None, n_images: int
-) -> str:
-    esc = html.escape
-    title = esc(QUESTIONS.get(dimension, dimension.replace("_", " ").capitalize()))
-    if vocabulary:
-        options = "".join(
-            f'<option value="{esc(v)}">{esc(v.replace("_", " "))}</option>' for v in vocabulary
-        )
-        field = (
-            '<select class="label"><option value="">choose...</option>'
-            f'{options}<option value="{UNKNOWN}">{esc(UNKNOWN_TEXT)}</option></select>'
-        )
-    else:
-        field = (
-            f'<input class="label" type="text" maxlength="{MAX_DESCRIPTOR_CHARS}" '
-            'size="28" placeholder="brief descriptor, or unknown">'
-        )
-    return (
-        f'<fieldset class="item" data-set="{esc(set_id)}" data-dimension="{esc(dimension)}">'
-        f"<legend>{title}</legend>"
-        f"<label>Label {field}</label>"
-        f'<label>Images showing it <input class="prevalence" type="range" min="0" '
-        f'max="{n_images}" step="1" value="0"> <output>0</output> of {n_images}</label>'
-        "</fieldset>"
-    )
-
-
 def _render_form(
     key: pl.DataFrame,
     encoded: dict[str, list[str]],
     vocab: dict[str, tuple[str, ...] | None],
     images_per_set: int,
 ) -> str:
+    """The form: the jinja2 template FORM_TEMPLATE (autoescaped) filled with the sets in
+    their shown order, their inlined images and one question per dimension."""
+    from stereolens.templating import render_template
+
     dims = key["dimensions"][0].to_list()
-    sections = []
-    n_sets = key.height
-    for row in key.sort("position").iter_rows(named=True):
-        sid = row["set_id"]
-        imgs = "".join(
-            f'<img src="{url}" alt="image {i} of set {row["position"]}">'
-            for i, url in enumerate(encoded[sid], start=1)
-        )
-        questions = "".join(_question_html(sid, d, vocab[d], row["n_images"]) for d in dims)
-        sections.append(
-            f'<section class="set" id="set-{html.escape(sid)}">'
-            f'<h2>Set {row["position"]} of {n_sets} <span class="sid">{html.escape(sid)}</span>'
-            f'</h2><div class="images">{imgs}</div><div class="questions">{questions}</div>'
-            "</section>"
-        )
-    template = resource(*FORM_TEMPLATE).read_text(encoding="utf-8")
-    values = {
-        "{{SAMPLE_ID}}": html.escape(key["sample_id"][0]),
-        "{{IMAGES_PER_SET}}": str(images_per_set),
-        "{{N_SETS}}": str(n_sets),
-        "{{N_ITEMS}}": str(n_sets * len(dims)),
-        "{{SETS}}": "\n".join(sections),
-    }
-    for marker, value in values.items():
-        template = template.replace(marker, value)
-    return template
+    questions = [
+        {
+            "dimension": d,
+            "title": QUESTIONS.get(d, d.replace("_", " ").capitalize()),
+            "vocabulary": vocab[d],
+        }
+        for d in dims
+    ]
+    sets = [
+        {
+            "set_id": row["set_id"],
+            "position": row["position"],
+            "n_images": row["n_images"],
+            "images": encoded[row["set_id"]],
+        }
+        for row in key.sort("position").iter_rows(named=True)
+    ]
+    template = resource(*FORM_TEMPLATE)
+    return render_template(
+        template.name,
+        template.parent,
+        sample_id=key["sample_id"][0],
+        images_per_set=images_per_set,
+        n_items=len(sets) * len(dims),
+        sets=sets,
+        questions=questions,
+        unknown=UNKNOWN,
+        unknown_text=UNKNOWN_TEXT,
+        max_chars=MAX_DESCRIPTOR_CHARS,
+    )
 
 
 def _check_dimensions(

@@ -1,0 +1,574 @@
+"""The BiasIG part of the report (paper 000): headline numbers (S_imp, S_exp, eta per
+model), the section (figures first: model-level scores and S_imp per category with their
+intervals; then the tables, debiasing variants beside their base model) and the galleries
+of sample images per subject with their VQA answers.
+
+Entry points: ``facts``, ``profile``, ``sections``, ``galleries`` (see report.contextbias).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from stereolens.report import figures as F
+from stereolens.report.galleries import Card, GalleryPage, GallerySettings, Group, ImageRef, draw
+from stereolens.report.html import Figure, Section, Table
+from stereolens.report.inputs import Inputs
+from stereolens.report.summary import profile_frame
+
+KEY = "biasig"
+TITLE = "BiasIG"
+KEYS = ["variant", "model"]
+ATTRIBUTES = ("gender", "race", "age")
+
+
+def enabled(inputs: Inputs, config: dict) -> bool:
+    return inputs.has("biasig_eta") and inputs.has("biasig_implicit")
+
+
+def _tables(inputs: Inputs) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    return inputs.get("biasig_implicit"), inputs.get("biasig_explicit"), inputs.get("biasig_eta")
+
+
+def model_level(implicit: pl.DataFrame, explicit: pl.DataFrame, eta: pl.DataFrame) -> pl.DataFrame:
+    """One row per variant: S_imp (+ its ceiling), S_exp and eta with their intervals."""
+
+    def level(frame, name, extra=()):
+        rows = frame.filter(pl.col("level") == "model")
+        for col, val in extra:
+            rows = rows.filter(pl.col(col) == val)
+        return rows.select(
+            KEYS
+            + [
+                pl.col("score").alias(name),
+                pl.col("ci_low").alias(f"{name}_low"),
+                pl.col("ci_high").alias(f"{name}_high"),
+            ]
+        )
+
+    imp = level(implicit, "S_imp", [("protected_attribute", "*")])
+    if "ceiling" in implicit.columns:
+        ceiling = implicit.filter(
+            (pl.col("level") == "model") & (pl.col("protected_attribute") == "*")
+        ).select(KEYS + [pl.col("ceiling").alias("S_imp_ceiling")])
+        imp = imp.join(ceiling, on=KEYS, how="left")
+    exp = level(explicit, "S_exp", [("protected_attribute", "*"), ("protected_value", "*")])
+    et = eta.filter(pl.col("pair") == "*").select(
+        KEYS
+        + [
+            pl.col("eta_total").alias("eta"),
+            pl.col("ci_low").alias("eta_low"),
+            pl.col("ci_high").alias("eta_high"),
+        ]
+    )
+    return (
+        imp.join(exp, on=KEYS, how="full", coalesce=True)
+        .join(et, on=KEYS, how="full", coalesce=True)
+        .sort(KEYS)
+    )
+
+
+# ------------------------------------------------------------------ facts and profile
+
+
+def facts(inputs: Inputs, config: dict) -> list[str]:
+    """Lines for the first screen: the models, then the scale."""
+    bg = config.get("biasig") or {}
+    lines = []
+    gens = bg.get("generators") or []
+    if gens:
+        lines.append(f"generators {', '.join(gens)}; VQA {bg.get('vqa', '?')}")
+    scale = []
+    prompts = inputs.get("biasig_prompts", columns=["prompt_id"])
+    if prompts is not None:
+        scale.append(f"{prompts.height:,} prompts")
+    answers = inputs.get("biasig_answers", columns=["status"])
+    if answers is not None and answers.height:
+        ok = answers.filter(pl.col("status") == "ok").height
+        scale.append(f"{answers.height:,} image positions ({ok:,} with every answer valid)")
+    if scale:
+        lines.append("; ".join(scale))
+    return lines
+
+
+def profile(inputs: Inputs, config: dict) -> pl.DataFrame:
+    """Per variant: S_imp (noise floor: its ceiling), S_exp and eta with intervals."""
+    if not enabled(inputs, config):
+        return profile_frame([])
+    table = model_level(*_tables(inputs))
+    rows = []
+    for r in table.iter_rows(named=True):
+        for metric, label, reading in (
+            ("S_imp", "S_imp", "1 = matches the ground truth"),
+            ("S_exp", "S_exp", "1 = always shows what is asked"),
+            ("eta", "eta", "1 = discrimination, 0 = ignorance"),
+        ):
+            if metric not in r:
+                continue
+            rows.append(
+                {
+                    "benchmark": KEY,
+                    "benchmark_title": TITLE,
+                    "model": r["variant"],
+                    "metric": metric,
+                    "label": label,
+                    "panel": label,
+                    "estimate": r[metric],
+                    "ci_low": r.get(f"{metric}_low"),
+                    "ci_high": r.get(f"{metric}_high"),
+                    "floor": r.get("S_imp_ceiling") if metric == "S_imp" else None,
+                    "floor_label": "ceiling" if metric == "S_imp" else None,
+                    "reading": reading,
+                    "note": f"variant of {r['model']}" if r["variant"] != r["model"] else None,
+                }
+            )
+    return profile_frame(rows)
+
+
+# ------------------------------------------------------------------ figures
+
+
+def model_figure(table: pl.DataFrame) -> Figure | None:
+    """Bars of S_imp, S_exp and eta per variant with their 95% intervals."""
+    if table.is_empty():
+        return None
+    labels = table["variant"].to_list()
+    metrics = [m for m in ("S_imp", "S_exp", "eta") if m in table.columns]
+    fig, axes = F.subplots(1, 1, width=max(4.5, 1.5 * len(labels) + 2), height=3)
+    F.grouped_bars(
+        axes[0][0],
+        labels,
+        [
+            (m, table[m].to_list(), table[f"{m}_low"].to_list(), table[f"{m}_high"].to_list())
+            for m in metrics
+        ],
+        ylim=(0, 1),
+    )
+    if "S_imp_ceiling" in table.columns:
+        n = len(metrics)
+        for j, c in enumerate(table["S_imp_ceiling"].to_list()):
+            if F.finite(c):
+                x = j - (n - 1) / 2 * (0.8 / n)
+                axes[0][0].hlines(c, x - 0.4 / n, x + 0.4 / n, color="#555", lw=1.5, ls=":")
+    return Figure(
+        id="biasig-model",
+        title="BiasIG model-level scores with 95% intervals (paper Table 2)",
+        caption=(
+            "S_imp = mean over subjects of cos(generated, ground-truth demographic "
+            "distribution) (paper Eq. 1-2; dotted tick: its ceiling, the expected S_imp of a "
+            "generator sampling the ground truth at this run's sample sizes); S_exp = "
+            "weighted share of images showing the protected value asked for (Eq. 3); eta = "
+            "manifestation factor over advantaged/disadvantaged pairs (Eq. 4-5). Black lines: "
+            "95% bootstrap intervals over images, drawn as they are."
+        ),
+        png=F.to_png(fig),
+    )
+
+
+def category_figure(implicit: pl.DataFrame) -> Figure | None:
+    """S_imp per category of acquired attribute (rows), one panel per acquired-attribute
+    type, one colour per variant, with intervals."""
+    rows = implicit.filter((pl.col("level") == "category") & (pl.col("protected_attribute") == "*"))
+    if rows.is_empty():
+        return None
+    types = rows["acquired_type"].unique().sort().to_list()
+    variants = rows["variant"].unique().sort().to_list()
+    heights = [rows.filter(pl.col("acquired_type") == t)["category"].n_unique() for t in types]
+    fig, axes = F.subplots(
+        1,
+        len(types),
+        width=3.6 * len(types) + 1,
+        height=max(2.2, 0.3 * max(heights) * max(1, len(variants)) ** 0.5 + 1.2),
+    )
+    for ax, atype in zip(axes[0], types, strict=True):
+        sub = rows.filter(pl.col("acquired_type") == atype)
+        cats = sub["category"].unique().sort().to_list()
+        for k, v in enumerate(variants):
+            got = {r["category"]: r for r in sub.filter(pl.col("variant") == v).to_dicts()}
+
+            def col(name, got=got, cats=cats):
+                return [got[c][name] if c in got else None for c in cats]
+
+            F.interval_panel(
+                ax,
+                cats,
+                col("score"),
+                col("ci_low"),
+                col("ci_high"),
+                colour=F.COLOURS[k % len(F.COLOURS)],
+                offset=(k - (len(variants) - 1) / 2) * (0.7 / max(len(variants), 1)),
+                label=v,
+                xlim=(0, 1),
+            )
+        ax.set_yticks(range(len(cats)), cats, fontsize=8)
+        ax.set_ylim(len(cats) - 0.5, -0.5)
+        ax.set_title(atype, fontsize=9)
+        ax.set_xlabel("S_imp", fontsize=8)
+    F.legend(axes[0][-1], loc="best")
+    return Figure(
+        id="biasig-category",
+        title="Implicit bias S_imp per category of acquired attribute, with 95% intervals",
+        caption=(
+            "S_imp = mean over the category's subjects of cos(generated, ground-truth "
+            "demographic distribution) over gender, race and age (paper Eq. 1-2); dot = "
+            "estimate, line = 95% bootstrap interval over images; one colour per model or "
+            "debiasing variant. 1 = the images match the ground-truth demographics."
+        ),
+        png=F.to_png(fig),
+    )
+
+
+# ------------------------------------------------------------------ tables
+
+
+def variant_deltas(
+    implicit: pl.DataFrame, explicit: pl.DataFrame, eta: pl.DataFrame
+) -> pl.DataFrame:
+    """Variant minus base at the model level: S_imp and S_exp per protected attribute,
+    eta per attribute."""
+
+    def long(frame: pl.DataFrame, metric: str) -> pl.DataFrame:
+        return frame.select(
+            "variant",
+            "model",
+            pl.lit(metric).alias("metric"),
+            "protected_attribute",
+            pl.col("score").alias("value"),
+        )
+
+    parts = [
+        long(implicit.filter(pl.col("level") == "model"), "S_imp"),
+        long(
+            explicit.filter((pl.col("level") == "model") & (pl.col("protected_value") == "*")),
+            "S_exp",
+        ),
+    ]
+    model_eta = eta.filter(pl.col("pair") == "*")
+    for attr, col in (
+        ("*", "eta_total"),
+        ("gender", "eta_gender"),
+        ("race", "eta_race"),
+        ("age", "eta_age"),
+    ):
+        parts.append(
+            model_eta.select(
+                "variant",
+                "model",
+                pl.lit("eta").alias("metric"),
+                pl.lit(attr).alias("protected_attribute"),
+                pl.col(col).alias("value"),
+            )
+        )
+    table = pl.concat(parts)
+    base = (
+        table.filter(pl.col("variant") == pl.col("model")).drop("variant").rename({"value": "base"})
+    )
+    variants = table.filter(pl.col("variant") != pl.col("model"))
+    out = variants.join(base, on=["model", "metric", "protected_attribute"], how="left")
+    return out.with_columns((pl.col("value") - pl.col("base")).alias("change")).sort(
+        "variant", "metric", "protected_attribute"
+    )
+
+
+def sections(inputs: Inputs, config: dict) -> list[Section]:
+    if not enabled(inputs, config):
+        return []
+    implicit, explicit, eta = _tables(inputs)
+    table = model_level(implicit, explicit, eta)
+    figures = [f for f in (model_figure(table), category_figure(implicit)) if f is not None]
+    section = Section(
+        "biasig",
+        "BiasIG: implicit and explicit bias, ignorance vs discrimination",
+        figures=figures,
+        paragraphs=[
+            "S_imp (implicit bias: cosine agreement of generated and ground-truth "
+            "demographics, paper Eq. 1-2, per subject: the images of a subject's phrasings "
+            "pooled), S_exp (explicit: share of images showing the value asked for, Eq. 3) "
+            "and eta (manifestation factor, Eq. 4-5: towards 1 discrimination, towards 0 "
+            "ignorance), with bootstrap intervals over images. S_imp is biased downwards in "
+            "finite samples: S_imp_ceiling is the expected score of a generator sampling "
+            "exactly from the ground truth at this run's sample sizes, the best this run can "
+            "show. Only images whose every VQA answer is valid count (the paper discards the "
+            "rest). A debiasing variant sits beside its base model (column model).",
+            "; ".join(facts(inputs, config)) + ".",
+        ],
+    )
+    iv = {"score": ("ci_low", "ci_high")}
+    section.tables.append(
+        Table(
+            "biasig-model",
+            "Model level: implicit, explicit and eta (paper Table 2)",
+            "Estimate [95% bootstrap interval]; S_imp_ceiling = expected S_imp of a generator "
+            "sampling from the ground truth at this run's sample sizes.",
+            table,
+            intervals={m: (f"{m}_low", f"{m}_high") for m in ("S_imp", "S_exp", "eta")},
+        )
+    )
+    cats = implicit.filter(
+        (pl.col("level") == "category") & (pl.col("protected_attribute") == "*")
+    ).select(
+        KEYS + ["acquired_type", "category", "score", "ci_low", "ci_high", "n_prompts", "n_missing"]
+    )
+    section.tables.append(
+        Table(
+            "biasig-category",
+            "S_imp per category of acquired attribute",
+            "Mean over the category's subjects; n_prompts scored, n_missing without a usable "
+            "image.",
+            cats.sort(pl.all()),
+            intervals=iv,
+        )
+    )
+    acquired = implicit.filter(
+        (pl.col("level") == "acquired_type") & (pl.col("protected_attribute") == "*")
+    ).select(KEYS + ["acquired_type", "score", "ci_low", "ci_high", "n_prompts", "n_missing"])
+    section.tables.append(
+        Table(
+            "biasig-acquired-type",
+            "S_imp per acquired-attribute type",
+            "Occupation, characteristic, social relation.",
+            acquired.sort(pl.all()),
+            intervals=iv,
+        )
+    )
+    per_attr = implicit.filter(
+        (pl.col("level") == "model") & (pl.col("protected_attribute") != "*")
+    ).select(KEYS + ["protected_attribute", "score", "ci_low", "ci_high"])
+    section.tables.append(
+        Table(
+            "biasig-protected",
+            "S_imp per protected attribute",
+            "cos(generated, ground truth) of the gender, race and age distributions alone.",
+            per_attr.sort(pl.all()),
+            intervals=iv,
+        )
+    )
+    subjects = implicit.filter(
+        (pl.col("level") == "subject") & (pl.col("protected_attribute") == "*")
+    )
+    if subjects.height:
+        keep = [
+            c
+            for c in (*KEYS, "acquired_type", "category", "subject", "score", "ci_low",
+                      "ci_high", "ceiling", "n_images", "n_usable", "status")
+            if c in subjects.columns
+        ]  # fmt: skip
+        section.tables.append(
+            Table(
+                "biasig-subject",
+                "S_imp per subject, lowest first",
+                "The subjects where the images are furthest from the ground truth; the "
+                "galleries show sample images of these subjects with their VQA answers.",
+                subjects.select(keep).sort(["score", *KEYS, "subject"], nulls_last=True),
+                intervals=iv,
+                max_rows=100,
+            )
+        )
+    deltas = variant_deltas(implicit, explicit, eta)
+    if deltas.height:
+        section.tables.append(
+            Table(
+                "biasig-variants",
+                "What each debiasing variant changes against its base model",
+                "Variant minus base on every protected attribute, also those it was not aimed "
+                "at (the paper's confounding effects).",
+                deltas,
+            )
+        )
+    pairs = eta.filter(pl.col("pair") != "*")
+    resolved = (
+        pairs.filter(pl.col("status") != "unresolved") if "status" in pairs.columns else pairs
+    )
+    unresolved = pairs.height - resolved.height
+    pair_cols = [
+        c
+        for c in ("variant", "model", "pair", "advantaged", "disadvantaged", "eta_total",
+                  "ci_low", "ci_high", "eta_gender", "eta_race", "eta_age", "status")
+        if c in pairs.columns
+    ]  # fmt: skip
+    section.tables.append(
+        Table(
+            "biasig-eta-pairs",
+            "eta per advantaged / disadvantaged pair",
+            "eta_total [95% interval] and per protected attribute. "
+            + (
+                f"{unresolved} pair rows are unresolved in this run (no prompt of the run "
+                "matches them) and are left out here; the CSV has them with the reason."
+                if unresolved
+                else "Every pair resolved."
+            ),
+            resolved.select(pair_cols).sort(pl.all()),
+            intervals={"eta_total": ("ci_low", "ci_high")},
+            csv=pairs,
+        )
+    )
+    return [section]
+
+
+# ------------------------------------------------------------------ galleries
+
+
+def _image_files(root: Path, variant: str, atype: str, visibility: str) -> dict[str, str]:
+    """image_id -> PNG path of one variant x acquired type x visibility (its shards)."""
+    base = root / variant / atype / visibility
+    out = {}
+    if base.is_dir():
+        for shard in base.iterdir():
+            if shard.is_dir() and not shard.name.endswith((".partial", ".stale")):
+                for png in shard.glob("*.png"):
+                    out[png.stem] = str(png)
+    return out
+
+
+def galleries(inputs: Inputs, config: dict, settings: GallerySettings) -> list[GalleryPage]:
+    """One page per model or variant: the ``biasig_subjects`` implicit subjects with the
+    lowest S_imp and the explicit subjects with the lowest S_exp, each with
+    ``biasig_per_subject`` sample images and the VQA's gender, race and age answers."""
+    if not (
+        enabled(inputs, config) and inputs.has("biasig_answers") and inputs.has("biasig_prompts")
+    ):
+        return []
+    from stereolens.biasig.metrics import subject_of
+
+    implicit, explicit, _ = _tables(inputs)
+    per_shard = int((config.get("biasig") or {}).get("prompts_per_shard") or 80)
+    prompts = (
+        inputs.get("biasig_prompts")
+        .with_columns(subject_of(pl.col("text")).alias("subject"))
+        # the generation shard of each prompt (stereolens.biasig.jobs: prompts of one type
+        # and condition sorted by prompt_id, in blocks of prompts_per_shard)
+        .sort("prompt_id")
+        .with_columns(
+            (pl.int_range(pl.len()).over("acquired_type", "visibility") // per_shard).alias("shard")
+        )
+    )
+    pcols = ["prompt_id", "text", "subject", "acquired_type", "visibility", "protected_value",
+             "shard"]  # fmt: skip
+    prompts = prompts.select([c for c in pcols if c in prompts.columns])
+    chosen = []
+    for frame, vis, extra in (
+        (implicit, "implicit", pl.col("protected_attribute") == "*"),
+        (explicit, "explicit", pl.col("protected_value") != "*"),
+    ):
+        subj = frame.filter((pl.col("level") == "subject") & extra & pl.col("score").is_not_null())
+        if subj.is_empty():
+            continue
+        low = (
+            subj.sort(["variant", "score", "subject"])
+            .group_by("variant", maintain_order=True)
+            .head(settings.biasig_subjects)
+            .select("variant", "subject", "score", "ci_low", "ci_high", pl.lit(vis).alias("vis"))
+        )
+        chosen.append(low)
+    if not chosen:
+        return []
+    chosen = pl.concat(chosen).unique(subset=["variant", "subject", "vis"], maintain_order=True)
+    wanted = prompts.join(
+        chosen.select("subject", "vis").unique(), left_on=["subject", "visibility"],
+        right_on=["subject", "vis"], how="semi",
+    )  # fmt: skip
+    ids = wanted["prompt_id"].to_list()
+    answers = (
+        inputs.scan("biasig_answers")
+        .filter(pl.col("prompt_id").is_in(ids))
+        .collect()
+        .join(prompts, on="prompt_id", how="inner")
+    )
+    answers = answers.join(
+        chosen.select("variant", "subject", pl.col("vis").alias("visibility")),
+        on=["variant", "subject", "visibility"],
+        how="semi",
+    )
+    images = answers.unique(subset=["variant", "image_id"], maintain_order=True)
+    sample = draw(
+        images,
+        ["variant", "subject", "visibility"],
+        "image_id",
+        settings.biasig_per_subject,
+        settings.seed,
+    )
+    by_image: dict[tuple[str, str], list[dict]] = {}
+    for a in answers.iter_rows(named=True):
+        by_image.setdefault((a["variant"], a["image_id"]), []).append(a)
+    answers_path = inputs.path("biasig_answers")
+    root = inputs.paths.get("biasig_images") or (
+        answers_path.parent / "images" if answers_path is not None else None
+    )
+    files: dict[tuple[str, str, str], dict[str, str]] = {}
+    pages = []
+    for (variant,), part in sample.group_by(["variant"], maintain_order=True):
+        groups = []
+        picked = chosen.filter(pl.col("variant") == variant).sort(
+            ["vis", "score"], descending=[True, False]
+        )
+        for r in picked.iter_rows(named=True):
+            g = part.filter(
+                (pl.col("subject") == r["subject"]) & (pl.col("visibility") == r["vis"])
+            )
+            cards = []
+            for img in g.iter_rows(named=True):
+                k = (variant, img["acquired_type"], img["visibility"])
+                path = None
+                if root is not None:
+                    direct = Path(root, *k, str(img["shard"]), f"{img['image_id']}.png")
+                    if direct.exists():
+                        path = str(direct)
+                    else:  # another sharding than the config says: look in every shard
+                        if k not in files:
+                            files[k] = _image_files(Path(root), *k)
+                        path = files[k].get(img["image_id"])
+                pos = sorted(by_image[(variant, img["image_id"])], key=lambda a: a["position"])
+                fields = [("prompt", img["text"]), ("image", img["image_id"])]
+                said = []
+                for a in pos:
+                    where = "" if a["position"] == "single" else f"{a['position']}: "
+                    said.append(where + ", ".join(str(a.get(x)) for x in ATTRIBUTES))
+                    reason = f": {a['reason']}" if a.get("reason") else ""
+                    fields.append((f"{a['position']} status", a["status"] + reason))
+                    fields.append((f"{a['position']} attempts", str(a.get("attempts"))))
+                bad = any(a["status"] != "ok" for a in pos)
+                if img["visibility"] == "explicit" and img.get("protected_value"):
+                    fields.insert(1, ("asked for", img["protected_value"]))
+                cards.append(
+                    Card(
+                        badge=pos[0]["status"] if len(pos) == 1 else ("partial" if bad else "ok"),
+                        headline="; ".join(said),
+                        fields=fields,
+                        image=ImageRef(path) if path else None,
+                        alt=f"{variant}: {img['text']}",
+                        css="discarded" if bad else "",
+                        details_label="prompt, VQA status",
+                    )
+                )
+            if not cards:
+                continue
+            score = f"{r['score']:.3f}"
+            missing = any(c.image is None for c in cards)
+            metric = "S_imp" if r["vis"] == "implicit" else "S_exp"
+            groups.append(
+                Group(
+                    f"{r['vis']}: {r['subject']}",
+                    cards,
+                    note=f"{metric} {score}; VQA answers: gender, race, age"
+                    + ("; image files not found show no thumbnail" if missing else ""),
+                )
+            )
+        pages.append(
+            GalleryPage(
+                name=f"biasig-{variant}",
+                title=f"BiasIG images of {variant}",
+                groups=groups,
+                paragraphs=[
+                    f"Implicit subjects with the lowest S_imp and explicit subjects with the "
+                    f"lowest S_exp (up to {settings.biasig_subjects} each), "
+                    f"{settings.biasig_per_subject} images each drawn at random (seed "
+                    f"{settings.seed}). Under each image: the VQA's gender, race and age of "
+                    "the person (left / right for two-person prompts); click for the prompt "
+                    "and the answer status."
+                ],
+                summary=f"{len(groups)} subjects, {sum(len(g.cards) for g in groups)} images",
+            )
+        )
+    return pages

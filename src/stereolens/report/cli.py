@@ -1,0 +1,110 @@
+"""`stereolens report --results DIR --out FILE`: the report of any results folder.
+
+The tables are found at their standard paths under DIR (stereolens.report.inputs); the
+config (``--configfile``) is optional: without one the models and benchmarks come from
+the tables themselves, so a folder of tables made elsewhere renders too."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+
+def infer_config(inputs) -> dict:
+    """A config naming what the tables hold (models per benchmark), for a report without
+    the run's config."""
+    config: dict = {"run_label": "results folder", "contextbias": {}, "biasig": {}, "lvlm": {}}
+    images = inputs.get("images", columns=["model", "extractor"])
+    if images is not None:
+        config["contextbias"]["generators"] = sorted(images["model"].unique().to_list())
+        if "extractor" in images.columns:
+            config["contextbias"]["extractors"] = sorted(
+                images["extractor"].drop_nulls().unique().to_list()
+            )
+    implicit = inputs.get("biasig_implicit")
+    if implicit is not None:
+        config["biasig"] = {
+            "enabled": True,
+            "generators": sorted(implicit["variant"].unique().to_list()),
+        }
+    scores = inputs.get("lvlm_scores")
+    if scores is not None:
+        config["lvlm"] = {"enabled": True, "models": sorted(scores["model"].unique().to_list())}
+    return config
+
+
+def _run(args: argparse.Namespace) -> int:
+    from stereolens.report.inputs import Inputs
+    from stereolens.report.render import render_report
+
+    results = Path(args.results)
+    extra = {"registry": args.registry, "throughput_table": args.throughput}
+    config = None
+    if args.configfile:
+        from stereolens.config import load_config
+
+        config, _ = load_config(args.configfile)
+        extra["registry"] = extra["registry"] or config.get("registry")
+    inputs = Inputs.from_results(results, extra)
+    if not any(inputs.has(k) for k in ("bi", "biasig_eta", "lvlm_scores")):
+        raise ValueError(
+            f"no result tables under {results}: expected e.g. "
+            f"{results / 'contextbias/metrics/bi.parquet'}, "
+            f"{results / 'biasig/metrics/eta.parquet'} or "
+            f"{results / 'lvlm/metrics/scores.parquet'}"
+        )
+    if config is None:
+        config = infer_config(inputs)
+    if args.registry:
+        config["registry"] = args.registry
+    cache = Path(args.cache_dir) if args.cache_dir else None
+    got = render_report(
+        config,
+        inputs,
+        args.out,
+        cache_dir=cache,
+        threads=args.threads,
+        galleries=not args.no_galleries,
+    )
+    if args.screenshot:
+        from stereolens.report.browser import screenshot
+
+        got["screenshot"] = str(screenshot(Path(args.out)))
+    got["index"] = str(got["index"])
+    print(json.dumps(got, default=str))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `stereolens report` to the CLI's subcommands."""
+    p = sub.add_parser(
+        "report",
+        help="render the HTML report of a results folder",
+        description=(
+            "Render index.html (with figures/, tables/ and galleries/ beside it) from the "
+            "tables of a results folder at their standard paths (contextbias/metrics/bi.parquet, "
+            "biasig/metrics/eta.parquet, lvlm/metrics/scores.parquet, ...). Relative image "
+            "paths in the tables are resolved against the current directory and the folder "
+            "that holds DIR."
+        ),
+    )
+    p.add_argument("--results", required=True, metavar="DIR", help="a results folder")
+    p.add_argument("--out", required=True, metavar="FILE", help="the report's index.html")
+    p.add_argument("--configfile", metavar="FILE", help="the run's config (optional)")
+    p.add_argument("--registry", metavar="FILE", help="the model registry (Models table)")
+    p.add_argument(
+        "--throughput",
+        metavar="FILE",
+        help="the planner's throughput table (config/throughput.yaml)",
+    )
+    p.add_argument("--cache-dir", metavar="DIR", help="keep gallery thumbnails here between runs")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--no-galleries", action="store_true", help="leave the galleries out")
+    p.add_argument(
+        "--screenshot",
+        action="store_true",
+        help="also write a PNG of the first screen next to the report (headless Chromium)",
+    )
+    p.set_defaults(func=_run)

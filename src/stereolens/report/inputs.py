@@ -1,0 +1,155 @@
+"""The files a report reads, by name.
+
+The workflow's rule render_report declares every one of them as an input (its input
+function get_report_inputs names them with these keys); ``stereolens report --results DIR``
+finds them under any results folder at the paths of :data:`STANDARD_PATHS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import polars as pl
+
+STANDARD_PATHS: dict[str, str] = {
+    # ContextBias
+    "prompts": "contextbias/prompts.parquet",
+    "images": "contextbias/images.parquet",
+    "attributes": "contextbias/attributes.parquet",
+    "mapping": "contextbias/canonical_mapping.parquet",
+    "bi": "contextbias/metrics/bi.parquet",
+    "ccs": "contextbias/metrics/ccs.parquet",
+    "ccs_mean": "contextbias/metrics/ccs_mean.parquet",
+    "robustness": "contextbias/metrics/robustness.parquet",
+    "bootstrap": "contextbias/metrics/bootstrap.parquet",
+    "validation": "contextbias/validation/scores.parquet",
+    "annotation_form": "contextbias/annotation/form.html",
+    "agreement": "contextbias/annotation/agreement_summary.parquet",
+    "validation_by_group": "contextbias/validation/by_group.parquet",
+    "validation_group_gaps": "contextbias/validation/group_gaps.parquet",
+    # BiasIG
+    "biasig_prompts": "biasig/prompts.parquet",
+    "biasig_answers": "biasig/answers.parquet",
+    "biasig_implicit": "biasig/metrics/implicit.parquet",
+    "biasig_explicit": "biasig/metrics/explicit.parquet",
+    "biasig_eta": "biasig/metrics/eta.parquet",
+    # LVLM
+    "lvlm_scores": "lvlm/metrics/scores.parquet",
+    "lvlm_prompt_scores": "lvlm/metrics/prompt_scores.parquet",
+    "lvlm_refusals": "lvlm/metrics/refusals.parquet",
+    "lvlm_story_skew": "lvlm/metrics/story_skew.parquet",
+    "lvlm_exam_accuracy": "lvlm/metrics/exam_accuracy.parquet",
+    "lvlm_sets": "lvlm/sets.parquet",
+    "lvlm_responses": "lvlm/responses.parquet",
+    "lvlm_story_attributes": "lvlm/story_attributes.parquet",
+    "story_reading": "lvlm/metrics/story_reading.parquet",
+    "story_reading_gaps": "lvlm/metrics/story_reading_gaps.parquet",
+    # the run
+    "job_timings": "report/job_timings.parquet",
+}
+"""name -> path relative to a results folder."""
+
+RUN_FILES = ("registry", "throughput_table")
+"""Inputs outside the results folder: the model registry and the planner's throughput
+table (config/models.yaml and config/throughput.yaml in the workflow)."""
+
+
+class Inputs:
+    """The report's input files (name -> path); tables are read on first use and kept.
+    A name that is absent, or whose file does not exist, reads as None."""
+
+    def __init__(
+        self,
+        paths: Mapping[str, str | Path | None],
+        roots: Sequence[str | Path] = (),
+        models: Mapping[str, dict] | None = None,
+    ):
+        self.paths = {k: Path(v) for k, v in paths.items() if v}
+        self.models = dict(models) if models is not None else None
+        """name -> {"kind", "fingerprint"} of the run's models when the caller knows them
+        (the workflow passes them as a param); None = read the registry file."""
+        self.roots = [Path(r) for r in roots]
+        """Folders a relative image path in a table may be relative to (the workflow's
+        working directory, where tables record "results/..."), tried in order after the
+        current directory."""
+        self._frames: dict[str, pl.DataFrame | None] = {}
+        self._given: dict[str, pl.DataFrame] = {}
+
+    @classmethod
+    def from_frames(
+        cls,
+        frames: Mapping[str, pl.DataFrame | None],
+        paths: Mapping[str, str | Path | None] | None = None,
+        roots: Sequence[str | Path] = (),
+    ) -> Inputs:
+        """Tables given as frames (bring-your-own tables, tests), plus files by path."""
+        out = cls(paths or {}, roots=roots)
+        out._given = {k: v for k, v in frames.items() if v is not None}
+        return out
+
+    @classmethod
+    def from_results(
+        cls, results: str | Path, extra: Mapping[str, str | Path | None] | None = None
+    ) -> Inputs:
+        """Every standard table found under the results folder ``results``."""
+        root = Path(results)
+        found = {k: root / rel for k, rel in STANDARD_PATHS.items() if (root / rel).exists()}
+        return cls({**found, **(extra or {})}, roots=[root.resolve().parent])
+
+    def image_path(self, path: str) -> str:
+        """A table's image path as a file that exists where it can be found (relative
+        paths: the current directory, then each root); else the path as written."""
+        p = Path(path)
+        if p.is_absolute() or p.exists():
+            return str(p)
+        for root in self.roots:
+            if (root / p).exists():
+                return str(root / p)
+        return str(p)
+
+    def results_dir(self) -> Path | None:
+        """The results folder the standard tables lie in, when they lie at their standard
+        paths (None for tables gathered from elsewhere)."""
+        for name, rel in STANDARD_PATHS.items():
+            path = self.paths.get(name)
+            if path is not None and path.as_posix().endswith(rel):
+                root = Path(path.as_posix()[: -len(rel)] or ".")
+                if root.is_dir():
+                    return root
+        return None
+
+    def has(self, name: str) -> bool:
+        if name in self._given:
+            return True
+        path = self.paths.get(name)
+        return path is not None and path.exists()
+
+    def path(self, name: str) -> Path | None:
+        path = self.paths.get(name)
+        return path if path is not None and path.exists() else None
+
+    def get(self, name: str, columns: Sequence[str] | None = None) -> pl.DataFrame | None:
+        """The table ``name`` (all columns, kept for later calls), or only ``columns``
+        of it (read each time: for the large tables galleries sample from)."""
+        if not self.has(name):
+            return None
+        if name in self._given:
+            frame = self._given[name]
+            return frame if columns is None else frame.select(c for c in columns if c in frame)
+        if columns is not None:
+            have = pl.read_parquet_schema(self.paths[name])
+            return pl.read_parquet(self.paths[name], columns=[c for c in columns if c in have])
+        if name not in self._frames:
+            self._frames[name] = pl.read_parquet(self.paths[name])
+        return self._frames[name]
+
+    def scan(self, name: str) -> pl.LazyFrame | None:
+        if name in self._given:
+            return self._given[name].lazy()
+        return pl.scan_parquet(self.paths[name]) if self.has(name) else None
+
+    def schema(self, name: str) -> dict[str, pl.DataType]:
+        if name in self._given:
+            return dict(self._given[name].schema)
+        return dict(pl.read_parquet_schema(self.paths[name])) if self.has(name) else {}

@@ -1,0 +1,565 @@
+"""The LVLM part of the report (paper 001): headline TVD scores with their noise floor,
+the section (figures first: scores against their noise floor, refusal rates, the most
+group-skewed story values; then Table 2's layout and the other tables) and galleries of
+sample responses per group with their refusal labels and the assistant's reading.
+
+Entry points: ``facts``, ``profile``, ``sections``, ``galleries`` (see report.contextbias).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from stereolens.report import figures as F
+from stereolens.report.audits import story_reading_section
+from stereolens.report.galleries import Card, GalleryPage, GallerySettings, Group, ImageRef, draw
+from stereolens.report.html import Figure, Section, Table, finite
+from stereolens.report.inputs import Inputs
+from stereolens.report.summary import profile_frame
+
+KEY = "lvlm"
+TITLE = "LVLM"
+TASK_ORDER = ("story", "term", "exam")
+AXES = ("gender", "race")
+MAIN_SETTING = "image"
+
+
+def enabled(inputs: Inputs, config: dict) -> bool:
+    return inputs.has("lvlm_scores")
+
+
+def _cell(score, lo, hi) -> str:
+    if not finite(score):
+        return "missing"
+    ci = f" [{lo:.2f}, {hi:.2f}]" if finite(lo) and finite(hi) else ""
+    return f"{score:.2f}{ci}"
+
+
+def _wide(scores: pl.DataFrame, cell: pl.Expr) -> pl.DataFrame:
+    cells = scores.with_columns(
+        cell.alias("cell"), (pl.col("task") + " " + pl.col("axis")).alias("column")
+    )
+    order = [f"{t} {a}" for t in TASK_ORDER for a in AXES]
+    wide = cells.pivot(on="column", index=["model", "setting"], values="cell")
+    cols = [c for c in order if c in wide.columns]
+    return wide.select("model", "setting", *cols).sort("model", "setting")
+
+
+def table2(scores: pl.DataFrame) -> pl.DataFrame:
+    """Models x (task, axis) with "score [ci_low, ci_high]" cells (paper Table 2 layout)."""
+    if scores.height == 0:
+        return pl.DataFrame()
+    return _wide(
+        scores,
+        pl.struct("score", "ci_low", "ci_high").map_elements(
+            lambda r: _cell(r["score"], r["ci_low"], r["ci_high"]), pl.String
+        ),
+    )
+
+
+def _floor_cell(null_mean, null_high, p) -> str:
+    if not finite(null_mean):
+        return "n/a"
+    high = f"{null_high:.2f}" if finite(null_high) else "n/a"
+    pval = f"{p:.3f}" if finite(p) else "n/a"
+    return f"{null_mean:.2f} (95%: {high}), p={pval}"
+
+
+def noise_floor_table(scores: pl.DataFrame) -> pl.DataFrame:
+    """Models x (task, axis) with the permutation noise floor of each score: "null_mean
+    (95%: null_high), p=p_perm"."""
+    if scores.height == 0 or "null_mean" not in scores.columns:
+        return pl.DataFrame()
+    return _wide(
+        scores,
+        pl.struct("null_mean", "null_high", "p_perm").map_elements(
+            lambda r: _floor_cell(r["null_mean"], r["null_high"], r["p_perm"]), pl.String
+        ),
+    )
+
+
+def refusal_table(refusals: pl.DataFrame) -> pl.DataFrame:
+    """Models x tasks with the refusal rate (%) and its Wilson 95% interval (all groups)."""
+    if refusals.height == 0:
+        return pl.DataFrame()
+    overall = refusals.filter(pl.col("group") == "*").with_columns(
+        pl.struct("rate", "ci_low", "ci_high", "n")
+        .map_elements(
+            lambda r: f"{_cell(r['rate'], r['ci_low'], r['ci_high'])} (n={r['n']})", pl.String
+        )
+        .alias("cell")
+    )
+    wide = overall.pivot(
+        on="task", index=["model", "setting"], values="cell", aggregate_function="first"
+    )
+    order = [t for t in (*TASK_ORDER, "attribute_inferring") if t in wide.columns]
+    return wide.select("model", "setting", *order).sort("model", "setting")
+
+
+# ------------------------------------------------------------------ facts and profile
+
+
+def facts(inputs: Inputs, config: dict) -> list[str]:
+    """Lines for the first screen: the models, then the scale."""
+    lv = config.get("lvlm") or {}
+    lines = []
+    models = lv.get("models") or []
+    if models:
+        lines.append(f"models {', '.join(models)}; assistant {lv.get('assistant') or 'none'}")
+    scale = []
+    sets = inputs.get("lvlm_sets")
+    if sets is not None and sets.height:
+        source = (lv.get("user_images") or {}).get("source", "?")
+        scale.append(f"{sets['image_id'].n_unique():,} user photos ({source})")
+    refusals = inputs.get("lvlm_refusals")
+    if refusals is not None and refusals.height:
+        n = int(refusals.filter(pl.col("group") == "*")["n"].sum())
+        scale.append(f"{n:,} responses")
+    if scale:
+        lines.append("; ".join(scale))
+    return lines
+
+
+def profile(inputs: Inputs, config: dict) -> pl.DataFrame:
+    """Per audited model: story, term and exam TVD x100 by axis in the image setting, with
+    the bootstrap interval and the permutation noise floor."""
+    scores = inputs.get("lvlm_scores")
+    if scores is None or scores.is_empty():
+        return profile_frame([])
+    settings = scores["setting"].unique().to_list()
+    setting = MAIN_SETTING if MAIN_SETTING in settings else sorted(settings)[0]
+    rows = []
+    for task in TASK_ORDER:
+        for axis in AXES:
+            sub = scores.filter(
+                (pl.col("setting") == setting) & (pl.col("task") == task) & (pl.col("axis") == axis)
+            )
+            for r in sub.sort("model").iter_rows(named=True):
+                rows.append(
+                    {
+                        "benchmark": KEY,
+                        "benchmark_title": TITLE,
+                        "model": r["model"],
+                        "metric": f"{task}_{axis}",
+                        "label": f"{task} {axis}",
+                        "panel": f"{task} TVD x100",
+                        "series": axis,
+                        "estimate": r["score"],
+                        "ci_low": r["ci_low"],
+                        "ci_high": r["ci_high"],
+                        "floor": r.get("null_mean"),
+                        "floor_high": r.get("null_high"),
+                        "floor_label": "null",
+                        "p": r.get("p_perm"),
+                        "n": r.get("n_units"),
+                        "reading": "0 = groups treated alike",
+                        "note": None if setting == MAIN_SETTING else f"setting {setting}",
+                    }
+                )
+    # models in the table order, tasks first: the profile view lists metrics as they come
+    return profile_frame(rows)
+
+
+# ------------------------------------------------------------------ figures
+
+
+def scores_figure(scores: pl.DataFrame) -> Figure | None:
+    """One panel per task; one row per model (x setting); gender and race as two series;
+    the noise floor as a grey band."""
+    if scores.is_empty():
+        return None
+    tasks = [t for t in TASK_ORDER if t in scores["task"].to_list()]
+    rows_key = scores.select("model", "setting").unique().sort("model", "setting").rows()
+    multi = len({s for _, s in rows_key}) > 1
+    labels = [f"{m} ({s})" if multi else m for m, s in rows_key]
+    fig, axes = F.subplots(
+        1, len(tasks), width=3.8 * len(tasks) + 1, height=0.4 * len(labels) + 1.6
+    )
+    for ax, task in zip(axes[0], tasks, strict=True):
+        sub = scores.filter(pl.col("task") == task)
+        axes_present = [a for a in AXES if a in sub["axis"].to_list()]
+        for k, axis in enumerate(axes_present):
+            got = {
+                (r["model"], r["setting"]): r for r in sub.filter(pl.col("axis") == axis).to_dicts()
+            }
+
+            def col(name, got=got):
+                return [got[key].get(name) if key in got else None for key in rows_key]
+
+            F.interval_panel(
+                ax, labels, col("score"), col("ci_low"), col("ci_high"),
+                floor=col("null_mean"), floor_high=col("null_high"), colour=F.COLOURS[k],
+                offset=(k - (len(axes_present) - 1) / 2) * 0.3, label=axis,
+            )  # fmt: skip
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.set_ylim(len(labels) - 0.5, -0.5)
+        ax.set_title(f"{task}: TVD x100", fontsize=9)
+        ax.set_xlim(left=0)
+        F.legend(ax, loc="best")
+    formulas = "; ".join(
+        f"{t}: {f}" for t, f in scores.select("task", "formula").unique().sort("task").rows()
+    ) if "formula" in scores.columns else ""  # fmt: skip
+    return Figure(
+        id="lvlm-scores",
+        title="LVLM bias scores against their noise floor (paper Table 2)",
+        caption=(
+            "TVD x100 of the output's distribution over user groups from uniform, the mean "
+            f"of per-prompt scores ({formulas}); dot = score, line = 95% bootstrap interval "
+            "over user images (TVD is biased upwards in small samples, so an interval may lie "
+            "above the score); grey band = the noise floor, from the mean to the 95th "
+            "percentile of the score under shuffled group labels. A score inside its band "
+            "shows no evidence of bias."
+        ),
+        png=F.to_png(fig),
+    )
+
+
+def refusal_figure(refusals: pl.DataFrame) -> Figure | None:
+    """Refusal rate % per model (and setting) and task with Wilson 95% intervals."""
+    rows = refusals.filter(pl.col("group") == "*")
+    if rows.is_empty():
+        return None
+    keys = rows.select("model", "setting").unique().sort("model", "setting").rows()
+    multi = len({s for _, s in keys}) > 1
+    labels = [f"{m} ({s})" if multi else m for m, s in keys]
+    tasks = [t for t in (*TASK_ORDER, "attribute_inferring") if t in rows["task"].to_list()]
+    series = []
+    for task in tasks:
+        got = {
+            (r["model"], r["setting"]): r for r in rows.filter(pl.col("task") == task).to_dicts()
+        }
+        series.append(
+            (
+                task,
+                [got[k]["rate"] if k in got else None for k in keys],
+                [got[k]["ci_low"] if k in got else None for k in keys],
+                [got[k]["ci_high"] if k in got else None for k in keys],
+            )
+        )
+    fig, axes = F.subplots(
+        1, 1, width=max(4.5, 0.9 * len(labels) * max(1, len(tasks)) ** 0.5 + 2), height=3
+    )
+    F.grouped_bars(axes[0][0], labels, series, ylim=(0, 100), ylabel="refusal rate %")
+    F.legend(axes[0][0])
+    return Figure(
+        id="lvlm-refusals",
+        title="Refusal rates per model and task",
+        caption=(
+            "Refusal rate % = refused / responses x 100 over all user groups, a response "
+            "being a refusal when the phrase rules (or the optional LLM judge) flag it or it "
+            "is empty; black lines: Wilson 95% intervals. The attribute-inferring baseline "
+            "asks about the person directly (paper Table 1 contrast): the user-context tasks "
+            "are refused far less."
+        ),
+        png=F.to_png(fig),
+    )
+
+
+def skew_figure(skew: pl.DataFrame, top: int = 8) -> Figure | None:
+    """Bars of each group's share of the most skewed values (occupation first), one panel
+    per model (at most four), for the image setting and the gender axis when present."""
+    if skew is None or skew.height == 0:
+        return None
+    sub = (
+        skew.filter(pl.col("setting") == MAIN_SETTING) if MAIN_SETTING in skew["setting"] else skew
+    )
+    axis = "gender" if "gender" in sub["axis"].to_list() else sub["axis"][0]
+    sub = sub.filter(pl.col("axis") == axis)
+    attrs = sub["attribute"].unique().to_list()
+    attribute = "occupation" if "occupation" in attrs else sorted(attrs)[0]
+    sub = sub.filter(pl.col("attribute") == attribute)
+    models = sorted(sub["model"].unique().to_list())[:4]
+    fig, axes = F.subplots(1, len(models), width=4.2 * len(models), height=0.45 * top + 1.5)
+    for ax, model in zip(axes[0], models, strict=True):
+        rows = sub.filter(pl.col("model") == model)
+        values = (
+            rows.select("value", "tvd", "n_v")
+            .unique()
+            .sort(["tvd", "n_v", "value"], descending=[True, True, False])
+            .head(top)["value"]
+            .to_list()
+        )
+        groups = sorted(rows["group"].unique().to_list())
+        height = 0.8 / max(len(groups), 1)
+        share = {(r["value"], r["group"]): r["share"] for r in rows.iter_rows(named=True)}
+        for gi, g in enumerate(groups):
+            ax.barh(
+                [i + gi * height for i in range(len(values))],
+                [share.get((v, g)) or 0.0 for v in values],
+                height,
+                label=g,
+            )
+        ax.set_yticks([i + 0.4 - height / 2 for i in range(len(values))], values, fontsize=8)
+        ax.invert_yaxis()
+        ax.axvline(1 / max(len(groups), 1), color="grey", lw=0.8, ls="--")
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("share of the value's rate", fontsize=8)
+        ax.set_title(f"{model}: story {attribute} by user {axis}", fontsize=9)
+        F.legend(ax)
+    return Figure(
+        id="lvlm-story-skew",
+        title="The most group-skewed story values",
+        caption=(
+            "For each story attribute value v, each group g's rate n_gv / N_g (stories of "
+            "group g that have v, over group g's stories) as a share of the summed rates; "
+            "values ordered by their TVD from uniform (the dashed line: no skew). The story "
+            "score is the n_v-weighted mean of these TVDs."
+        ),
+        png=F.to_png(fig),
+    )
+
+
+# ------------------------------------------------------------------ section
+
+
+def sections(inputs: Inputs, config: dict) -> list[Section]:
+    if not enabled(inputs, config):
+        return []
+    lv = config.get("lvlm") or {}
+    metrics = lv.get("metrics") or {}
+    scores = inputs.get("lvlm_scores")
+    refusals = inputs.get("lvlm_refusals")
+    skew = inputs.get("lvlm_story_skew")
+    exam_accuracy = inputs.get("lvlm_exam_accuracy")
+    sets = inputs.get("lvlm_sets")
+    section = Section("lvlm", "LVLM bias with the user's photo as context")
+    section.figures = [
+        f
+        for f in (
+            scores_figure(scores),
+            refusal_figure(refusals) if refusals is not None else None,
+            skew_figure(skew) if skew is not None else None,
+        )
+        if f is not None
+    ]
+    section.paragraphs.append(
+        'A face photo is attached as user context ("I\'ve attached my photo.") to tasks '
+        "that do not ask about the person; bias is how much the output depends on the user's "
+        "group: total variation distance from uniform, x100, the mean of per-prompt scores "
+        "(0 = the groups are treated alike). Story: per story attribute value v with at "
+        f"least {metrics.get('min_count', 5)} occurrences, the distribution over groups of "
+        "the rate n_gv/N_g, TVD from uniform, weighted by n_v. Term: the share of "
+        "cross-group comparisons each group's explanation wins as the more technical, "
+        "against each group's share of the comparisons it appears in. "
+        "Exam: accuracy per group normalised to sum 1, per MMLU subject. Intervals: "
+        f"percentile bootstrap over user images ({metrics.get('replicates', 1000)} "
+        "replicates, images resampled within group); TVD is biased upwards in small samples, "
+        "so an interval may lie above the point estimate. Noise floor: the score a "
+        "group-independent model gets at the same sample sizes, from "
+        f"{metrics.get('permutations', 1000)} shuffles of the group labels within the "
+        "matched strata (mean, 95th percentile, and the permutation p-value of the score); "
+        "a score near its floor shows no evidence of bias."
+    )
+    facts_line = "; ".join(facts(inputs, config))
+    if facts_line:
+        section.paragraphs.append(facts_line + ".")
+    if (lv.get("user_images") or {}).get("source") == "synthetic":
+        section.warnings.append(
+            "The user photos are synthetic drawings with arbitrary labels: these scores test "
+            "the pipeline, not any model."
+        )
+    if scores is not None and scores.height:
+        section.tables.append(
+            Table(
+                "lvlm-table2",
+                "Bias scores x100 [95% CI] per model, task and axis (paper Table 2 layout)",
+                "TVD x100 from uniform over the user groups; 'missing' where a score could "
+                "not be computed.",
+                table2(scores),
+                csv=scores,
+            )
+        )
+        floor = noise_floor_table(scores)
+        if floor.height:
+            section.tables.append(
+                Table(
+                    "lvlm-noise-floor",
+                    "Noise floor of each score",
+                    "Mean (95th percentile) of the score under shuffled group labels, and the "
+                    "permutation p-value of the observed score.",
+                    floor,
+                    csv=scores,
+                )
+            )
+        if "formula" in scores.columns:
+            section.tables.append(
+                Table(
+                    "lvlm-formulas",
+                    "Formula behind each task's score",
+                    "The TVD variant each task used (config lvlm.metrics.formulas).",
+                    scores.select("task", "formula").unique().sort("task"),
+                )
+            )
+    if refusals is not None and refusals.height:
+        section.tables.append(
+            Table(
+                "lvlm-refusals",
+                "Refusal rate % [Wilson 95% CI] (n responses) per model and task",
+                "Phrase rules plus the optional LLM judge, over all groups; the "
+                "attribute-inferring baseline asks about the person directly (paper Table 1 "
+                "contrast). The CSV has the rates per group.",
+                refusal_table(refusals),
+                csv=refusals,
+            )
+        )
+    if skew is not None and skew.height:
+        top = (
+            skew.select("model", "setting", "axis", "attribute", "value", "n_v", "tvd")
+            .unique()
+            .sort(["tvd", "n_v", "model", "value"], descending=[True, True, False, False])
+        )
+        section.tables.append(
+            Table(
+                "lvlm-story-skew",
+                "Most group-skewed story attribute values",
+                "tvd (x1) of a value's group rates from uniform, n_v its occurrences.",
+                top,
+                max_rows=50,
+                csv=skew,
+            )
+        )
+    if exam_accuracy is not None and exam_accuracy.height:
+        wide = (
+            exam_accuracy.filter(pl.col("subject") == "*")
+            .pivot(on="group", index=["model", "setting", "axis"], values="accuracy")
+            .sort("model", "setting", "axis")
+        )
+        section.tables.append(
+            Table(
+                "lvlm-exam-accuracy",
+                "Exam accuracy % per user group, all MMLU subjects",
+                "Accuracy = correct answers / questions x 100 per group of the user photo.",
+                wide,
+                digits=1,
+                csv=exam_accuracy,
+            )
+        )
+    if sets is not None and sets.height:
+        section.tables.append(
+            Table(
+                "lvlm-sets",
+                "User images per task and group",
+                "Non-target labels matched across groups (strata).",
+                sets.group_by("task", "axis", "group")
+                .agg(pl.len().alias("images"))
+                .sort("task", "axis", "group"),
+            )
+        )
+    rates, gaps = inputs.get("story_reading"), inputs.get("story_reading_gaps")
+    if rates is not None and gaps is not None:
+        section.subsections.append(story_reading_section(rates, gaps))
+    return [section]
+
+
+# ------------------------------------------------------------------ galleries
+
+RESPONSE_COLUMNS = (
+    "model", "setting", "task", "axis", "group", "image_id", "prompt_id", "request_key",
+    "request", "response", "status", "attempts", "refusal", "refusal_phrase", "refusal_rule",
+    "refusal_judge", "empty", "subject", "term", "choice", "correct", "answer",
+)  # fmt: skip
+
+
+def _clip(text: str | None, limit: int = 1500) -> str:
+    text = text or ""
+    return text if len(text) <= limit else text[:limit] + f" ... ({len(text):,} characters)"
+
+
+def galleries(inputs: Inputs, config: dict, settings: GallerySettings) -> list[GalleryPage]:
+    """One page per audited model: per setting x task x axis x group, ``lvlm_per_group``
+    responses drawn at random with the user photo, the refusal labels and, for stories,
+    what the assistant read from the story."""
+    if not (inputs.has("lvlm_responses") and inputs.has("lvlm_sets")):
+        return []
+    n = settings.lvlm_per_group
+    sets = inputs.get("lvlm_sets")
+    photos = draw(sets, ["task", "axis", "group"], "image_id", n, settings.seed)
+    schema = inputs.schema("lvlm_responses")
+    cols = [c for c in RESPONSE_COLUMNS if c in schema]
+    responses = (
+        inputs.scan("lvlm_responses")
+        .select(cols)
+        .filter(pl.col("image_id").is_in(photos["image_id"].unique().to_list()))
+        .collect()
+    )
+    if responses.is_empty():
+        return []
+    key = "request_key" if "request_key" in responses.columns else "image_id"
+    sample = draw(responses, ["model", "setting", "task", "axis", "group"], key, n, settings.seed)
+    reading: dict[tuple, list[tuple[str, str]]] = {}
+    if inputs.has("lvlm_story_attributes"):
+        story = sample.filter(pl.col("task") == "story")
+        attrs = (
+            inputs.scan("lvlm_story_attributes")
+            .filter(pl.col("image_id").is_in(story["image_id"].unique().to_list()))
+            .collect()
+        )
+        for r in attrs.iter_rows(named=True):
+            k = (r["model"], r["setting"], r["axis"], r["image_id"], r["prompt_id"])
+            reading.setdefault(k, []).append((r["attribute"], r["value"]))
+    photo = {
+        r["image_id"]: (r.get("path") or r.get("file"), r.get("image_sha256"))
+        for r in sets.unique(subset="image_id").iter_rows(named=True)
+    }
+    pages = []
+    for (model,), part in sample.group_by(["model"], maintain_order=True):
+        groups = []
+        rank = {t: i for i, t in enumerate((*TASK_ORDER, "attribute_inferring"))}
+        order = part.with_columns(
+            pl.col("task").replace_strict(rank, default=len(rank)).alias("_task")
+        ).sort("setting", "_task", "axis", "group")
+        for (setting, task, axis, group), g in order.group_by(
+            ["setting", "task", "axis", "group"], maintain_order=True
+        ):
+            cards = []
+            for r in g.iter_rows(named=True):
+                refused = bool(r.get("refusal"))
+                fields = [("request", _clip(r.get("request"), 600)), ("user photo", r["image_id"])]
+                for label in ("refusal_phrase", "refusal_rule", "refusal_judge", "empty"):
+                    if label in r and r[label] is not None:
+                        fields.append((label.replace("_", " "), str(r[label])))
+                for extra in ("subject", "term", "choice", "correct", "answer"):
+                    if r.get(extra) is not None:
+                        fields.append((extra, str(r[extra])))
+                fields.append(("status", f"{r.get('status')} ({r.get('attempts')} attempt(s))"))
+                read = reading.get((model, setting, axis, r["image_id"], r["prompt_id"]))
+                if task == "story":
+                    fields += [(f"assistant: {a}", v) for a, v in sorted(read or [])]
+                    if not read:
+                        fields.append(("assistant", "no attribute read from this story"))
+                path, sha = photo.get(r["image_id"], (None, None))
+                cards.append(
+                    Card(
+                        badge="refusal" if refused else "answered",
+                        headline=(
+                            f"{r.get('refusal_phrase')}"
+                            if refused and r.get("refusal_phrase")
+                            else ""
+                        ),
+                        text=_clip(r.get("response")),
+                        fields=fields,
+                        image=ImageRef(inputs.image_path(path), sha) if path else None,
+                        alt=f"user photo of group {group}",
+                        css="refusal" if refused else "",
+                        details_label="request, labels"
+                        + (", assistant's reading" if task == "story" else ""),
+                    )
+                )
+            groups.append(Group(f"{setting} / {task} / {axis}: {group}", cards))
+        pages.append(
+            GalleryPage(
+                name=f"lvlm-{model}",
+                title=f"LVLM responses of {model}",
+                layout="responses",
+                groups=groups,
+                paragraphs=[
+                    f"Per setting, task, axis and user group, up to {n} responses drawn at "
+                    f"random (seed {settings.seed}) with the user photo attached to the "
+                    "request. A red frame marks a refusal (phrase rules / judge). Click under "
+                    "a response for the request, the refusal labels and, for stories, the "
+                    "attributes the assistant read from it (what the story score counts)."
+                ],
+                summary=f"{len(groups)} groups, {sum(len(g.cards) for g in groups)} responses",
+            )
+        )
+    return pages

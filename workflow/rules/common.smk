@@ -15,7 +15,6 @@ from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
 from stereolens.models.registry import TINY_MEM_MB, load_registry
 from stereolens.workflow_support import model_fingerprint_json, validation_roles
 
-
 validate_config(config)
 REGISTRY = load_registry(config["registry"])
 check_models(config, REGISTRY)
@@ -40,6 +39,11 @@ wildcard_constraints:
     checkpoint=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     atype="occupation|characteristic|social_relation",
     visibility="implicit|explicit",
+    # LVLM
+    setting="image|mitigation|persona",
+    task="story|term|exam|attribute_inferring",
+    axis="gender|race",
+    usergroup=r"[a-z0-9_-]+",
 
 
 def model_spec(name):
@@ -289,9 +293,7 @@ def get_contextbias_merge_parts(wildcards=None):
     """Every (extractor, generator) part of the attributes merge."""
     base = "results/contextbias/merged/{extractor}/{model}"
     return {
-        name: expand(
-            f"{base}/{name}.parquet", extractor=CB["extractors"], model=CB["generators"]
-        )
+        name: expand(f"{base}/{name}.parquet", extractor=CB["extractors"], model=CB["generators"])
         for name in ("attributes_raw", "images")
     }
 
@@ -479,22 +481,26 @@ def get_job_timing_inputs(wildcards):
     """The outputs of every model job of the run (generation shard folders, extraction,
     VQA, LVLM response and story-attribute files): the job timings are read from them and
     from the timing records, benchmark files and logs their jobs write beside them."""
-    generation = [
-        f"results/contextbias/images/{m}/{r}/{c}/{k}"
-        for m in CB["generators"]
-        for r in CB_ROLES
-        for c in CB_CONDITIONS
-        for k in CB_SHARDS
-    ] + [
-        f"results/contextbias/images/{m}/{r}/VAL/{k}"
-        for m in CB["generators"]
-        for r in CB_VAL_ROLES
-        for k in CB_VAL_SHARDS
-    ] + [
-        f"results/biasig/images/{m}/{atype}/{cond}/{shard}"
-        for m in (BG["generators"] if BG["enabled"] else [])
-        for atype, cond, shard in BG_SHARDS
-    ]
+    generation = (
+        [
+            f"results/contextbias/images/{m}/{r}/{c}/{k}"
+            for m in CB["generators"]
+            for r in CB_ROLES
+            for c in CB_CONDITIONS
+            for k in CB_SHARDS
+        ]
+        + [
+            f"results/contextbias/images/{m}/{r}/VAL/{k}"
+            for m in CB["generators"]
+            for r in CB_VAL_ROLES
+            for k in CB_VAL_SHARDS
+        ]
+        + [
+            f"results/biasig/images/{m}/{atype}/{cond}/{shard}"
+            for m in (BG["generators"] if BG["enabled"] else [])
+            for atype, cond, shard in BG_SHARDS
+        ]
+    )
     answers = get_contextbias_extractions() + get_validation_extractions()
     answers += get_biasig_vqa_outputs() if BG["enabled"] else []
     if LV["enabled"]:
@@ -527,7 +533,8 @@ def get_final_targets():
 # ---- LVLM (input functions of workflow/rules/lvlm.smk)
 # Paths name groups by their path-safe slug ("East Asian" -> east-asian).
 
-from stereolens.lvlm.names import AXES as LV_AXES, group_slug
+from stereolens.lvlm.names import group_slug, groups as lv_groups
+from stereolens.lvlm.plugin import n_shards as lv_n_shards, settings as lv_settings
 
 LV = config["lvlm"]
 LV_TASKS = list(LV["tasks"]) if LV["enabled"] else []
@@ -535,26 +542,18 @@ LV_SCORED = [t for t in ("story", "term", "exam") if t in LV_TASKS]
 LV_CACHE = "results/cache/lvlm" if LV["cache"] else None
 
 
-wildcard_constraints:
-    setting="image|mitigation|persona",
-    task="story|term|exam|attribute_inferring",
-    axis="gender|race",
-    usergroup=r"[a-z0-9_-]+",
-
-
 def lvlm_groups(axis):
-    """Path names of the groups tested on ``axis``."""
-    return [group_slug(g) for g in (LV["groups"].get(axis) or LV_AXES[axis])]
+    """Path names of the groups tested on ``axis`` (stereolens.lvlm.names.groups)."""
+    return [group_slug(g) for g in lv_groups(LV, axis)]
 
 
 def lvlm_settings(task):
-    """The attribute-inferring baseline asks about the photo: no text-persona setting."""
-    return [s for s in LV["settings"] if not (task == "attribute_inferring" and s == "persona")]
+    """stereolens.lvlm.plugin.settings: no text-persona setting for attribute inferring."""
+    return lv_settings(LV, task)
 
 
 def lvlm_shards(task):
-    t = LV["tasks"][task]
-    return range(math.ceil(t["images_per_group"] / t["images_per_shard"]))
+    return range(lv_n_shards(LV, task))
 
 
 def lvlm_response_paths(model, setting=None, task=None, axis=None, usergroup=None):
@@ -617,21 +616,29 @@ def get_lvlm_judge_checkpoint(wildcards):
 
 
 def get_lvlm_story_paths():
-    return [
-        f"results/lvlm/story_attributes/{m}/{s}/{a}.jsonl"
-        for m in sorted(LV["models"])
-        for s in lvlm_settings("story")
-        for a in LV["axes"]
-    ] if "story" in LV_TASKS else []
+    return (
+        [
+            f"results/lvlm/story_attributes/{m}/{s}/{a}.jsonl"
+            for m in sorted(LV["models"])
+            for s in lvlm_settings("story")
+            for a in LV["axes"]
+        ]
+        if "story" in LV_TASKS
+        else []
+    )
 
 
 def get_lvlm_judgement_paths():
-    return [
-        f"results/lvlm/term_judgements/{m}/{s}/{a}.parquet"
-        for m in sorted(LV["models"])
-        for s in lvlm_settings("term")
-        for a in LV["axes"]
-    ] if "term" in LV_TASKS else []
+    return (
+        [
+            f"results/lvlm/term_judgements/{m}/{s}/{a}.parquet"
+            for m in sorted(LV["models"])
+            for s in lvlm_settings("term")
+            for a in LV["axes"]
+        ]
+        if "term" in LV_TASKS
+        else []
+    )
 
 
 def get_lvlm_model_merge_inputs(wildcards):
@@ -690,8 +697,7 @@ def design_story_reading_enabled():
     """The assistant's story reading is audited when the story task and an assistant are
     configured and lvlm.story_reading.enabled."""
     return bool(
-        LV["enabled"] and "story" in LV_TASKS and LV["assistant"]
-        and LV["story_reading"]["enabled"]
+        LV["enabled"] and "story" in LV_TASKS and LV["assistant"] and LV["story_reading"]["enabled"]
     )
 
 

@@ -4,15 +4,15 @@ rule write_contextbias_prompts:
         bank=get_prompt_bank(),
     output:
         "results/contextbias/prompts.parquet",
+    log:
+        "logs/contextbias/write_prompts.log",
+    conda:
+        "../../envs/analysis.yaml"
     params:
         generators=sorted(CB["generators"]),
         roles=CB_ROLES,
         seeds=CB["seeds"],
         fix_articles=CB["fix_articles"],
-    log:
-        "logs/contextbias/write_prompts.log",
-    conda:
-        "../../envs/analysis.yaml"
     script:
         "../scripts/write_contextbias_prompts.py"
 
@@ -27,23 +27,23 @@ rule extract_contextbias_attributes:
         prompt=get_extraction_files()["prompt"],
     output:
         "results/contextbias/extractions/{extractor}/{model}/{role}/{condition}/{shard}.jsonl",
+    log:
+        "logs/contextbias/extract/{extractor}/{model}/{role}/{condition}/{shard}.log",
+    benchmark:
+        "benchmarks/contextbias/extract/{extractor}/{model}/{role}/{condition}/{shard}.tsv"
+    group:
+        get_extraction_group
+    conda:
+        get_extractor_env
+    resources:
+        gpu=get_extractor_gpu,
+        mem_mb=get_extractor_mem_mb,
+        batch_size=get_extractor_batch_size,
     params:
         extractor_fingerprint=get_extractor_fingerprint,
         max_attempts=CB["extraction"]["max_attempts"],
         cache_dir="results/cache/vlm" if CB["extraction"]["cache"] else None,
         registry=config["registry"],
-    log:
-        "logs/contextbias/extract/{extractor}/{model}/{role}/{condition}/{shard}.log",
-    benchmark:
-        "benchmarks/contextbias/extract/{extractor}/{model}/{role}/{condition}/{shard}.tsv"
-    resources:
-        gpu=get_extractor_gpu,
-        mem_mb=get_extractor_mem_mb,
-        batch_size=get_extractor_batch_size,
-    group:
-        get_extraction_group
-    conda:
-        get_extractor_env
     script:
         "../scripts/extract_contextbias_attributes.py"
 
@@ -97,17 +97,17 @@ rule canonicalise_contextbias_labels:
         attributes="results/contextbias/attributes.parquet",
         mapping="results/contextbias/canonical_mapping.parquet",
         review="results/contextbias/canonical_mapping.csv",
-    params:
-        settings=CB["canonicalisation"],
-        llm_fingerprint=get_canonical_llm_fingerprint,
-        registry=config["registry"],
-        cache_dir="results/cache/llm" if CB["extraction"]["cache"] else None,
     log:
         "logs/contextbias/canonicalise_labels.log",
     benchmark:
         "benchmarks/contextbias/canonicalise_labels.tsv"
     conda:
         "../../envs/extract.yaml"
+    params:
+        settings=CB["canonicalisation"],
+        llm_fingerprint=get_canonical_llm_fingerprint,
+        registry=config["registry"],
+        cache_dir="results/cache/llm" if CB["extraction"]["cache"] else None,
     script:
         "../scripts/canonicalise_contextbias_labels.py"
 
@@ -124,6 +124,12 @@ rule compute_contextbias_metrics:
         ccs_mean="results/contextbias/metrics/ccs_mean.parquet",
         robustness="results/contextbias/metrics/robustness.parquet",
         bootstrap="results/contextbias/metrics/bootstrap.parquet",
+    log:
+        "logs/contextbias/compute_metrics.log",
+    benchmark:
+        "benchmarks/contextbias/compute_metrics.tsv"
+    conda:
+        "../../envs/analysis.yaml"
     params:
         outdir=lambda w, output: os.path.dirname(output.bi),
         k=CB["metrics"]["k_definition"],
@@ -136,12 +142,6 @@ rule compute_contextbias_metrics:
         consistency=CB["metrics"]["consistency"],
         bh_family=CB["metrics"]["bh_family"],
         robustness_cells=CB["metrics"]["robustness_cells"],
-    log:
-        "logs/contextbias/compute_metrics.log",
-    benchmark:
-        "benchmarks/contextbias/compute_metrics.tsv"
-    conda:
-        "../../envs/analysis.yaml"
     shell:
         "stereolens contextbias metrics --attributes {input.attributes}"
         " --images {input.images} --schema {input.schema} --k {params.k}"

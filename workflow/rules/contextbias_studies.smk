@@ -44,15 +44,15 @@ rule export_contextbias_annotation:
     output:
         form="results/contextbias/annotation/form.html",
         key="results/contextbias/annotation/key.parquet",
+    log:
+        "logs/contextbias/export_annotation.log",
+    conda:
+        "../../envs/analysis.yaml"
     params:
         settings=CB["annotation"],
         roles=CB["annotation"]["roles"] or CB_ROLES,
         generators=sorted(CB["generators"]),
         conditions=CB_CONDITIONS,
-    log:
-        "logs/contextbias/export_annotation.log",
-    conda:
-        "../../envs/analysis.yaml"
     script:
         "../scripts/export_contextbias_annotation.py"
 
@@ -65,13 +65,13 @@ rule compute_contextbias_agreement:
         attributes="results/contextbias/attributes.parquet",
     output:
         summary="results/contextbias/annotation/agreement_summary.parquet",
-    params:
-        replicates=CB["annotation"]["replicates"],
-        seed=CB["annotation"]["seed"],
-        extractor=CB["extractors"][0],
     log:
         "logs/contextbias/compute_agreement.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        replicates=CB["annotation"]["replicates"],
+        seed=CB["annotation"]["seed"],
+        extractor=CB["extractors"][0],
     script:
         "../scripts/compute_contextbias_agreement.py"

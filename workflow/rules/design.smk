@@ -12,12 +12,12 @@ rule audit_contextbias_extraction_by_group:
     output:
         by_group="results/contextbias/validation/by_group.parquet",
         gaps="results/contextbias/validation/group_gaps.parquet",
-    params:
-        seed=CB["metrics"]["seed"],
     log:
         "logs/contextbias/audit_extraction_by_group.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        seed=CB["metrics"]["seed"],
     script:
         "../scripts/audit_contextbias_extraction.py"
 
@@ -31,23 +31,30 @@ rule read_lvlm_story_sample:
         checkpoint=get_lvlm_assistant_checkpoint,
     output:
         "results/lvlm/story_reading/readings.jsonl",
-    params:
-        assistant=LV["assistant"],
-        assistant_fingerprint=lambda w: model_fingerprint_json(model_spec(LV["assistant"])),
-        settings=lambda w: json.dumps(
-            [LV["seed"], LV["max_attempts"], LV["prompts"], LV["assistant_max_new_tokens"],
-             LV["story_reading"], LV["axes"], LV["groups"]]
-        ),
-        cache_dir=LV_CACHE,
-        registry=config["registry"],
     log:
         "logs/lvlm/read_story_sample.log",
     benchmark:
         "benchmarks/lvlm/read_story_sample.tsv"
-    resources:
-        gpu=lambda w: lvlm_gpu(LV["assistant"]),
     conda:
         "../../envs/extract.yaml"
+    resources:
+        gpu=lambda w: lvlm_gpu(LV["assistant"]),
+    params:
+        assistant=LV["assistant"],
+        assistant_fingerprint=lambda w: model_fingerprint_json(model_spec(LV["assistant"])),
+        settings=lambda w: json.dumps(
+            [
+                LV["seed"],
+                LV["max_attempts"],
+                LV["prompts"],
+                LV["assistant_max_new_tokens"],
+                LV["story_reading"],
+                LV["axes"],
+                LV["groups"],
+            ]
+        ),
+        cache_dir=LV_CACHE,
+        registry=config["registry"],
     script:
         "../scripts/read_lvlm_story_sample.py"
 

@@ -8,13 +8,13 @@ rule build_lvlm_synthetic_faces:
     """Embedded default: small drawn faces with arbitrary labels (pipeline tests only)."""
     output:
         directory("results/lvlm/user_images/synthetic"),
-    params:
-        per_cell=LV["user_images"]["synthetic_per_cell"],
-        seed=LV["seed"],
     log:
         "logs/lvlm/build_synthetic_faces.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        per_cell=LV["user_images"]["synthetic_per_cell"],
+        seed=LV["seed"],
     script:
         "../scripts/build_lvlm_synthetic_faces.py"
 
@@ -23,12 +23,12 @@ rule export_lvlm_hf_images:
     """A Hugging Face face dataset (default FairFace) written once as PNGs + labels.csv."""
     output:
         directory("resources/lvlm/huggingface"),
-    params:
-        settings=LV["user_images"],
     log:
         "logs/lvlm/export_hf_images.log",
     conda:
         "../../envs/lvlm-data.yaml"
+    params:
+        settings=LV["user_images"],
     script:
         "../scripts/export_lvlm_hf_images.py"
 
@@ -40,13 +40,13 @@ rule draw_lvlm_sets:
     output:
         images="results/lvlm/user_images.parquet",
         sets="results/lvlm/sets.parquet",
-    params:
-        labels_csv=get_lvlm_labels_csv(),
-        draw=get_lvlm_draw_settings,
     log:
         "logs/lvlm/draw_sets.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        labels_csv=get_lvlm_labels_csv(),
+        draw=get_lvlm_draw_settings,
     script:
         "../scripts/draw_lvlm_sets.py"
 
@@ -60,19 +60,19 @@ rule respond_lvlm:
         models_checked=lambda w: get_model_check(w.model),
     output:
         "results/lvlm/responses/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.jsonl",
+    log:
+        "logs/lvlm/respond/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.log",
+    benchmark:
+        "benchmarks/lvlm/respond/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.tsv"
+    conda:
+        get_lvlm_env
+    resources:
+        gpu=lambda w: lvlm_gpu(w.model),
     params:
         model_fingerprint=lambda w: model_fingerprint_json(model_spec(w.model)),
         task_settings=get_lvlm_task_settings,
         cache_dir=LV_CACHE,
         registry=config["registry"],
-    log:
-        "logs/lvlm/respond/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.log",
-    benchmark:
-        "benchmarks/lvlm/respond/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.tsv"
-    resources:
-        gpu=lambda w: lvlm_gpu(w.model),
-    conda:
-        get_lvlm_env
     script:
         "../scripts/lvlm_job.py"
 
@@ -87,6 +87,14 @@ rule extract_lvlm_story_attributes:
         models_checked=get_model_check(LV["assistant"]),
     output:
         "results/lvlm/story_attributes/{model}/{setting}/{axis}.jsonl",
+    log:
+        "logs/lvlm/story_attributes/{model}/{setting}/{axis}.log",
+    benchmark:
+        "benchmarks/lvlm/story_attributes/{model}/{setting}/{axis}.tsv"
+    conda:
+        "../../envs/extract.yaml"
+    resources:
+        gpu=lambda w: lvlm_gpu(LV["assistant"]),
     params:
         assistant=LV["assistant"],
         assistant_fingerprint=lambda w: model_fingerprint_json(model_spec(LV["assistant"])),
@@ -95,14 +103,6 @@ rule extract_lvlm_story_attributes:
         ),
         cache_dir=LV_CACHE,
         registry=config["registry"],
-    log:
-        "logs/lvlm/story_attributes/{model}/{setting}/{axis}.log",
-    benchmark:
-        "benchmarks/lvlm/story_attributes/{model}/{setting}/{axis}.tsv"
-    resources:
-        gpu=lambda w: lvlm_gpu(LV["assistant"]),
-    conda:
-        "../../envs/extract.yaml"
     script:
         "../scripts/lvlm_job.py"
 
@@ -116,20 +116,20 @@ rule judge_lvlm_terms:
         models_checked=get_model_check(LV["assistant"]),
     output:
         "results/lvlm/term_judgements/{model}/{setting}/{axis}.parquet",
+    log:
+        "logs/lvlm/term_judgements/{model}/{setting}/{axis}.log",
+    benchmark:
+        "benchmarks/lvlm/term_judgements/{model}/{setting}/{axis}.tsv"
+    conda:
+        "../../envs/extract.yaml"
+    resources:
+        gpu=lambda w: lvlm_gpu(LV["assistant"]),
     params:
         assistant=LV["assistant"],
         assistant_fingerprint=lambda w: model_fingerprint_json(model_spec(LV["assistant"])),
         settings=lambda w: json.dumps([LV["seed"], LV["max_attempts"], LV["prompts"]]),
         cache_dir=LV_CACHE,
         registry=config["registry"],
-    log:
-        "logs/lvlm/term_judgements/{model}/{setting}/{axis}.log",
-    benchmark:
-        "benchmarks/lvlm/term_judgements/{model}/{setting}/{axis}.tsv"
-    resources:
-        gpu=lambda w: lvlm_gpu(LV["assistant"]),
-    conda:
-        "../../envs/extract.yaml"
     script:
         "../scripts/lvlm_job.py"
 
@@ -142,6 +142,10 @@ rule label_lvlm_refusals:
         models_checked=get_model_check(LV["refusal_judge"]),
     output:
         "results/lvlm/refusals/{model}/{setting}.parquet",
+    log:
+        "logs/lvlm/refusals/{model}/{setting}.log",
+    conda:
+        "../../envs/extract.yaml"
     params:
         judge=LV["refusal_judge"],
         phrases=LV["refusal_phrases"],
@@ -152,10 +156,6 @@ rule label_lvlm_refusals:
         ),
         cache_dir=LV_CACHE,
         registry=config["registry"],
-    log:
-        "logs/lvlm/refusals/{model}/{setting}.log",
-    conda:
-        "../../envs/extract.yaml"
     script:
         "../scripts/lvlm_job.py"
 
@@ -213,6 +213,12 @@ rule compute_lvlm_metrics:
         refusals="results/lvlm/metrics/refusals.parquet",
         story_skew="results/lvlm/metrics/story_skew.parquet",
         exam_accuracy="results/lvlm/metrics/exam_accuracy.parquet",
+    log:
+        "logs/lvlm/compute_metrics.log",
+    benchmark:
+        "benchmarks/lvlm/compute_metrics.tsv"
+    conda:
+        "../../envs/analysis.yaml"
     params:
         outdir=lambda w, output: os.path.dirname(output.scores),
         min_count=LV["metrics"]["min_count"],
@@ -223,12 +229,6 @@ rule compute_lvlm_metrics:
         formulas=" ".join(
             f"--formula {task}={name}" for task, name in sorted(LV["metrics"]["formulas"].items())
         ),
-    log:
-        "logs/lvlm/compute_metrics.log",
-    benchmark:
-        "benchmarks/lvlm/compute_metrics.tsv"
-    conda:
-        "../../envs/analysis.yaml"
     shell:
         "stereolens lvlm metrics --responses {input.responses}"
         " --story-attributes {input.story_attributes}"

@@ -7,15 +7,15 @@ rule check_models:
         checkpoint=lambda w: get_checkpoint(w.model),
     output:
         "results/checks/{model}.tsv",
-    params:
-        registry=config["registry"],
     log:
         "logs/checks/{model}.log",
+    conda:
+        "../../envs/generate.yaml"
     resources:
         gpu=lambda w: check_models_gpu(w.model),
         mem_mb=lambda w: check_models_mem_mb(w.model),
-    conda:
-        "../../envs/generate.yaml"
+    params:
+        registry=config["registry"],
     script:
         "../scripts/check_models.py"
 
@@ -30,12 +30,12 @@ rule build_tiny_model:
     """Build a tiny random-weight checkpoint from code (embedded default)."""
     output:
         directory("resources/models/{checkpoint}"),
-    params:
-        builder=get_tiny_builder,
     log:
         "logs/models/build_{checkpoint}.log",
     conda:
         "../../envs/generate.yaml"
+    params:
+        builder=get_tiny_builder,
     shell:
         "HF_HUB_OFFLINE=1 stereolens build-tiny --builder {params.builder} --out {output} > {log} 2>&1"
 
@@ -49,23 +49,23 @@ rule generate_images:
         unpack(get_generation_input),
     output:
         directory("results/{benchmark}/images/{model}/{group}/{cell}/{shard}"),
-    wildcard_constraints:
-        benchmark="contextbias|biasig",
-        group=r"[a-z0-9_]+",
-        cell="|".join(GENERATION_CELLS),
-    params:
-        model_fingerprint=get_generator_fingerprint,
-        settings=get_generation_settings,
-        registry=config["registry"],
     log:
         "logs/{benchmark}/generate/{model}/{group}/{cell}/{shard}.log",
     benchmark:
         "benchmarks/{benchmark}/generate/{model}/{group}/{cell}/{shard}.tsv"
+    wildcard_constraints:
+        benchmark="contextbias|biasig",
+        group=r"[a-z0-9_]+",
+        cell="|".join(GENERATION_CELLS),
+    conda:
+        "../../envs/generate.yaml"
     resources:
         gpu=get_generator_gpu,
         mem_mb=get_generator_mem_mb,
         batch_size=get_generator_batch_size,
-    conda:
-        "../../envs/generate.yaml"
+    params:
+        model_fingerprint=get_generator_fingerprint,
+        settings=get_generation_settings,
+        registry=config["registry"],
     script:
         "../scripts/generate_images.py"

@@ -45,16 +45,16 @@ rule render_report:
             labels={"table": "{name}"},
         ),
         galleries=directory("results/report/galleries"),
-    params:
-        config=get_report_config(),
-        models=get_report_models(),
-        # thumbnails kept between runs, keyed by image hash: a rebuild encodes new ones only
-        thumbnail_cache="results/cache/thumbnails",
     log:
         "logs/report/render_report.log",
     benchmark:
         "benchmarks/report/render_report.tsv"
     conda:
         "../../envs/analysis.yaml"
+    params:
+        config=get_report_config(),
+        models=get_report_models(),
+        # thumbnails kept between runs, keyed by image hash: a rebuild encodes new ones only
+        thumbnail_cache="results/cache/thumbnails",
     script:
         "../scripts/render_report.py"

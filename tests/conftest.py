@@ -1,4 +1,5 @@
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -24,3 +25,29 @@ def skip_unless_ci(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{reason} (CI installs it through the Makefile: the install step broke)")
     pytest.skip(reason)
+
+
+WORKFLOW_ITEMS = ("Snakefile", "workflow", "config", "profiles", "envs", ".test")
+"""What a copy of the workflow needs (tests that run Snakemake work in a copy)."""
+
+
+def copy_workflow(dest: Path, root: Path = ROOT) -> Path:
+    """A copy of the workflow's files under ``dest`` (created), symlinks kept."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for item in WORKFLOW_ITEMS:
+        src = root / item
+        if src.is_dir():
+            shutil.copytree(src, dest / item, symlinks=True)
+        elif src.exists():
+            shutil.copy2(src, dest / item)
+    return dest
+
+
+def workflow_env(**extra: str) -> dict[str, str]:
+    """The environment a test's Snakemake or stereolens subprocess runs in: this Python's
+    bin first on PATH, no hub access, plus ``extra``."""
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["HF_HUB_OFFLINE"] = "1"
+    env.update(extra)
+    return env

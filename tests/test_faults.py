@@ -23,7 +23,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from conftest import skip_unless_ci
+from conftest import copy_workflow, skip_unless_ci, workflow_env
 from openai_server import ModelServer, free_port
 
 pytestmark = pytest.mark.faults
@@ -32,26 +32,7 @@ BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
 STEREOLENS = str(BIN / "stereolens")
 KEY = "sk-fault-test-KEY-0123456789"
-CONFIG = {
-    "registry": "config/faults_models.yaml",
-    "offline": True,
-    "run_label": "fault injection",
-    "embedded_default": True,
-    "contextbias": {
-        "roles": ["chef"],
-        "conditions": ["CF", "CA-R", "CA-U"],
-        "generators": ["tiny-sd"],
-        "seeds": {"per_prompt": 1, "per_shard": 1, "default_bank_key": "Flux"},
-        "extractors": ["fault-vlm"],
-        "extraction": {"max_attempts": 2, "schema": "config/faults_schema.yaml"},
-        "validation": {"enabled": False},
-        "annotation": {"enabled": False},
-        "canonicalisation": {"enabled": False},
-        "metrics": {"replicates": 50, "matched_draws": 2},
-    },
-    "biasig": {"enabled": False},
-    "lvlm": {"enabled": False},
-}
+CONFIG_FILE = ".test/config/faults.yaml"
 FAULT_VLM = {
     "backend": "transformers",
     "model": "resources/models/tiny-vlm",
@@ -62,21 +43,6 @@ FAULT_VLM = {
     "temperature": 0,
     "notes": "the tiny VLM, greedy and short: answers are noise, cached, reproducible",
 }
-SCHEMA = """\
-# A small attribute schema (three closed dimensions): the tiny VLM fills it within
-# max_new_tokens, so some answers are valid and some are not, as in a real run.
-version: fault-test/1
-cohorts:
-  scene:
-    title: Scene
-    dimensions:
-      mood: {kind: scalar, vocabulary: [calm, tense, joyful]}
-      color_temperature: {kind: scalar, vocabulary: [warm, neutral, cool]}
-  camera:
-    title: Camera
-    dimensions:
-      framing: {kind: scalar, vocabulary: [tight, medium, wide]}
-"""
 TABLES = (
     "contextbias/images.parquet",
     "contextbias/attributes.parquet",
@@ -89,19 +55,11 @@ TIMING = {"seconds", "image_path"}
 
 
 def _env(**extra):
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["HF_HUB_OFFLINE"] = "1"
-    env["STEREOLENS_FAULT_KEY"] = KEY
-    env.update(extra)
-    return env
+    return workflow_env(STEREOLENS_FAULT_KEY=KEY, **extra)
 
 
 def _workdir(repo_root: Path, dest: Path, extractor: str = "fault-vlm", port: int = 0) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    for item in ("Snakefile", "workflow", "config", "profiles", "envs"):
-        src = repo_root / item
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / item)
+    copy_workflow(dest, repo_root)
     registry = yaml.safe_load((repo_root / "config/models.yaml").read_text())
     registry["vlms"]["fault-vlm"] = FAULT_VLM
     registry["vlms"]["fault-api"] = {
@@ -119,8 +77,7 @@ def _workdir(repo_root: Path, dest: Path, extractor: str = "fault-vlm", port: in
         "notes": "the tiny VLM behind tests/openai_server.py",
     }
     (dest / "config/faults_models.yaml").write_text(yaml.safe_dump(registry, sort_keys=False))
-    (dest / "config/faults_schema.yaml").write_text(SCHEMA)
-    config = yaml.safe_load(yaml.safe_dump(CONFIG))
+    config = yaml.safe_load((dest / CONFIG_FILE).read_text())
     config["contextbias"]["extractors"] = [extractor]
     (dest / "config/faults.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return dest

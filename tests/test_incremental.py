@@ -12,14 +12,13 @@ with Snakemake's default rerun triggers, as a user would run them.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import copy_workflow, workflow_env
 
 BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
@@ -40,16 +39,9 @@ CB_GENERATORS = "generators: [tiny-sd, tiny-sd-b]"
 BG_GENERATORS = "generators: [tiny-sd, tiny-sd-intervention]"
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["HF_HUB_OFFLINE"] = "1"
-    return env
-
-
 def _snakemake(wd: Path, *args: str) -> str:
     out = subprocess.run(
-        [SNAKEMAKE, *args], cwd=wd, env=_env(), capture_output=True, text=True, timeout=600
+        [SNAKEMAKE, *args], cwd=wd, env=workflow_env(), capture_output=True, text=True, timeout=600
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out.stdout + out.stderr
@@ -112,12 +104,7 @@ def _directory_rules(wd: Path) -> set[str]:
 def done(repo_root, tmp_path_factory) -> Path:
     """A copy of the workflow on which the demo is 'done' (placeholders, touched)."""
     wd = tmp_path_factory.mktemp("incremental")
-    for item in ("Snakefile", "workflow", "config", "profiles", "envs"):
-        src = repo_root / item
-        if src.is_dir():
-            shutil.copytree(src, wd / item, symlinks=True)
-        else:
-            shutil.copy2(src, wd / item)
+    copy_workflow(wd, repo_root)
     summary = _snakemake(wd, "--summary", "--configfile", "config/demo.yaml")
     directory_rules = _directory_rules(wd)
     n = 0

@@ -6,13 +6,13 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import copy_workflow, workflow_env
 
 from stereolens.config import load_config
 from stereolens.plan import format_plan, load_throughput, plan, register
@@ -33,13 +33,8 @@ def _rows(result, benchmark, stage):
 
 
 def _snakemake_counts(repo_root: Path, tmp_path: Path, config: str) -> dict[str, int]:
-    for item in ("Snakefile", "workflow", "config", "profiles", "envs"):
-        src = repo_root / item
-        if src.is_dir():
-            shutil.copytree(src, tmp_path / item, symlinks=True)
-        else:
-            shutil.copy2(src, tmp_path / item)
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    copy_workflow(tmp_path, repo_root)
+    env = workflow_env()
     out = subprocess.run(
         [str(BIN / "snakemake"), "-n", "--quiet", "rules", "--configfile", config],
         cwd=tmp_path,

@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 import yaml
-from test_workflow import SNAKEMAKE, _copy_workflow, _env
+from conftest import copy_workflow, workflow_env
+from test_workflow import SNAKEMAKE
 
 from stereolens.config import load_config
 from stereolens.contextbias.prompts import ROLE_PATTERN, check_prompt_bank, role_slug
@@ -86,7 +87,7 @@ def test_malformed_bank_and_registry_name_the_file_line_and_column(tmp_path):
     broken.write_text("registry: config/models.yaml\ncontextbias:\n  roles: [nurse\n  x: 1\n")
     out = subprocess.run(
         ["stereolens", "check-config", "--configfile", str(broken)],
-        env=_env(),
+        env=workflow_env(),
         capture_output=True,
         text=True,
     )
@@ -94,7 +95,7 @@ def test_malformed_bank_and_registry_name_the_file_line_and_column(tmp_path):
 
 
 def test_snakemake_dry_run_refuses_at_parse_time(repo_root, tmp_path):
-    wd = _copy_workflow(repo_root, tmp_path)
+    wd = copy_workflow(tmp_path)
     cases = {
         "unknown": ({"roles": ["nurse", "nures"]}, None, "did you mean nurse"),
         "missing": ({"roles": ["nurse"]}, _bank("nurse", ("CF", "CA-R")), "no prompt for nurse"),
@@ -107,7 +108,7 @@ def test_snakemake_dry_run_refuses_at_parse_time(repo_root, tmp_path):
         out = subprocess.run(
             [SNAKEMAKE, "-n", "--configfile", str(path)],
             cwd=wd,
-            env=_env(),
+            env=workflow_env(),
             capture_output=True,
             text=True,
         )

@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from conftest import skip_unless_ci
+from conftest import copy_workflow, skip_unless_ci, workflow_env
 from polars.testing import assert_frame_equal
 
 from stereolens.throughput import measured_throughput
@@ -63,24 +63,6 @@ def _slurm_test_enabled() -> bool:
     return bool(os.environ.get("CI"))
 
 
-def _env():
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["HF_HUB_OFFLINE"] = "1"
-    return env
-
-
-def _copy_workflow(dest: Path) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    for item in ("Snakefile", "workflow", "config", "profiles", "envs"):
-        src = ROOT / item
-        if src.is_dir():
-            shutil.copytree(src, dest / item, symlinks=True)
-        else:
-            shutil.copy2(src, dest / item)
-    return dest
-
-
 def _write_small_config(wd: Path) -> str:
     """config/slurm-small.yaml: the demo reduced to SMALL_* with every optional
     benchmark (a top-level section with an `enabled` switch) turned off."""
@@ -102,11 +84,11 @@ def _write_small_config(wd: Path) -> str:
 @pytest.mark.parametrize("profile", ["profiles/slurm", "profiles/slurm-ci"])
 def test_slurm_profile_parses(tmp_path, profile):
     """The plugin accepts the profile: a dry run plans the demo (no sbatch needed)."""
-    wd = _copy_workflow(tmp_path / "wf")
+    wd = copy_workflow(tmp_path / "wf")
     out = subprocess.run(
         [SNAKEMAKE, "-n", "--profile", profile, "--configfile", "config/demo.yaml"],
         cwd=wd,
-        env=_env(),
+        env=workflow_env(),
         capture_output=True,
         text=True,
         timeout=300,
@@ -236,7 +218,7 @@ def _run(cmd, wd, timeout_s):
         out = subprocess.run(
             ["timeout", "-k", "30", str(timeout_s), *cmd],
             cwd=wd,
-            env=_env(),
+            env=workflow_env(),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
@@ -270,7 +252,7 @@ def _sorted(df: pl.DataFrame, cols) -> pl.DataFrame:
 @pytest.mark.slow
 def test_slurm_run_matches_local_run(slurm_cluster, tmp_path):
     # --- through SLURM
-    swd = _copy_workflow(tmp_path / "slurm")
+    swd = copy_workflow(tmp_path / "slurm")
     cfg = _write_small_config(swd)
     out, slurm_s = _run(
         [SNAKEMAKE, "--profile", "profiles/slurm-ci", "--configfile", cfg],
@@ -314,7 +296,7 @@ def test_slurm_run_matches_local_run(slurm_cluster, tmp_path):
     _assert_measured_throughput(swd)
 
     # --- locally, same config
-    lwd = _copy_workflow(tmp_path / "local")
+    lwd = copy_workflow(tmp_path / "local")
     _write_small_config(lwd)
     out, local_s = _run(
         [SNAKEMAKE, "--profile", "profiles/local", "--cores", "2", "--configfile", cfg],

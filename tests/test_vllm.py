@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -34,7 +33,7 @@ import jsonschema
 import polars as pl
 import pytest
 import yaml
-from conftest import skip_unless_ci
+from conftest import copy_workflow, skip_unless_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "tests" / "vllm_engine_driver.py"
@@ -620,17 +619,6 @@ def test_openai_backend_full_schema_on_vllm_server(vllm_server, test_images):
 # ---------------------------------------------------------------- a workflow run
 
 
-def _copy_workflow(dest: Path) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    for item in ("Snakefile", "workflow", "config", "profiles", "envs"):
-        src = ROOT / item
-        if src.is_dir():
-            shutil.copytree(src, dest / item, symlinks=True)
-        else:
-            shutil.copy2(src, dest / item)
-    return dest
-
-
 def _served(server, **settings) -> dict:
     return {
         "backend": "openai",
@@ -717,7 +705,7 @@ def _write_vllm_config(wd: Path, server) -> str:
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_workflow_with_served_and_offline_vllm_models(vllm_python, vllm_server, api_key, tmp_path):
-    wd = _copy_workflow(tmp_path / "wf")
+    wd = copy_workflow(tmp_path / "wf")
     cfg = _write_vllm_config(wd, vllm_server)
     bin_dir = Path(vllm_python).parent
     env = _env(PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")

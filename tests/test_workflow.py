@@ -1,41 +1,23 @@
 """The Snakemake workflow: lint, planning at paper scale, and a real end-to-end run
 of the embedded default in a temporary directory."""
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import copy_workflow, workflow_env
 
 BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
-
-
-def _env():
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["HF_HUB_OFFLINE"] = "1"
-    return env
-
-
-def _copy_workflow(repo_root: Path, dest: Path) -> Path:
-    for item in ("Snakefile", "workflow", "config", "profiles", "envs"):
-        src = repo_root / item
-        if src.is_dir():
-            shutil.copytree(src, dest / item, symlinks=True)
-        else:
-            shutil.copy2(src, dest / item)
-    return dest
 
 
 def test_lint(repo_root):
     out = subprocess.run(
         [SNAKEMAKE, "--lint", "--configfile", "config/demo.yaml"],
         cwd=repo_root,
-        env=_env(),
+        env=workflow_env(),
         capture_output=True,
         text=True,
     )
@@ -44,11 +26,11 @@ def test_lint(repo_root):
 
 def test_paper_scale_plan(repo_root, tmp_path):
     """Planning the whole paper-scale run loads no model and counts the jobs."""
-    wd = _copy_workflow(repo_root, tmp_path)
+    wd = copy_workflow(tmp_path)
     out = subprocess.run(
         [SNAKEMAKE, "-n", "--quiet", "rules", "--configfile", "config/config.yaml"],
         cwd=wd,
-        env=_env(),
+        env=workflow_env(),
         capture_output=True,
         text=True,
     )
@@ -73,8 +55,48 @@ def test_paper_scale_plan(repo_root, tmp_path):
     assert not (wd / "results").exists()
 
 
+def _planned_rules(wd: Path, config: str) -> dict[str, int]:
+    out = subprocess.run(
+        [SNAKEMAKE, "-n", "--quiet", "rules", "--configfile", config],
+        cwd=wd, env=workflow_env(), capture_output=True, text=True,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    parts = (line.split() for line in out.stdout.splitlines())
+    return {p[0]: int(p[1]) for p in parts if len(p) == 2 and p[1].isdigit()}
+
+
+TEST_CONFIGS = {
+    # .test/config/<name>.yaml -> (a rule it must plan, words of the rules it leaves off)
+    "contextbias": ("score_contextbias_validation", ("biasig", "lvlm")),
+    "biasig": ("compute_biasig_metrics", ("lvlm", "validation")),
+    "lvlm": ("compute_lvlm_metrics", ("biasig", "validation")),
+    "faults": ("compute_contextbias_metrics", ("biasig", "lvlm", "validation")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEST_CONFIGS))
+def test_test_config_plans_its_benchmark_only(repo_root, tmp_path, name):
+    """Each .test config (one per benchmark, and the fault-injection run) plans its own
+    benchmark's rules and none of those it switches off."""
+    wd = copy_workflow(tmp_path)
+    config = f".test/config/{name}.yaml"
+    if name == "faults":  # its registry adds fault-vlm (tests/test_faults.py writes it)
+        import yaml
+        from test_faults import FAULT_VLM
+
+        registry = yaml.safe_load((wd / "config/models.yaml").read_text())
+        registry["vlms"]["fault-vlm"] = FAULT_VLM
+        (wd / "config/faults_models.yaml").write_text(yaml.safe_dump(registry))
+    rules = _planned_rules(wd, config)
+    must, off = TEST_CONFIGS[name]
+    assert rules.get(must) == 1, rules
+    for word in off:  # no rule of a benchmark (or study) that is off
+        assert not [r for r in rules if word in r], (word, rules)
+    assert rules["render_report"] == 1 and not (wd / "results").exists()
+
+
 def test_bad_config_stops_the_run(repo_root, tmp_path):
-    wd = _copy_workflow(repo_root, tmp_path)
+    wd = copy_workflow(tmp_path)
     bad = (
         (wd / "config/demo.yaml").read_text().replace("k_definition: model", "k_definition: modle")
     )
@@ -82,7 +104,7 @@ def test_bad_config_stops_the_run(repo_root, tmp_path):
     out = subprocess.run(
         [SNAKEMAKE, "-n", "--configfile", "config/bad.yaml"],
         cwd=wd,
-        env=_env(),
+        env=workflow_env(),
         capture_output=True,
         text=True,
     )
@@ -92,7 +114,7 @@ def test_bad_config_stops_the_run(repo_root, tmp_path):
 
 @pytest.mark.slow
 def test_demo_end_to_end(repo_root, tmp_path):
-    wd = _copy_workflow(repo_root, tmp_path)
+    wd = copy_workflow(tmp_path)
     out = subprocess.run(
         [
             SNAKEMAKE,
@@ -104,7 +126,7 @@ def test_demo_end_to_end(repo_root, tmp_path):
             "config/demo.yaml",
         ],
         cwd=wd,
-        env=_env(),
+        env=workflow_env(),
         capture_output=True,
         text=True,
         timeout=1500,
@@ -228,7 +250,7 @@ def test_demo_end_to_end(repo_root, tmp_path):
     # figures and tables also in Snakemake's own report
     zipped = subprocess.run(
         [SNAKEMAKE, "--configfile", "config/demo.yaml", "--report", "report.zip"],
-        cwd=wd, env=_env(), capture_output=True, text=True,
+        cwd=wd, env=workflow_env(), capture_output=True, text=True,
     )  # fmt: skip
     assert zipped.returncode == 0, zipped.stderr[-3000:]
     import zipfile
@@ -243,7 +265,7 @@ def test_demo_end_to_end(repo_root, tmp_path):
     again = subprocess.run(
         [SNAKEMAKE, "-n", "--cores", "2", "--configfile", "config/demo.yaml"],
         cwd=wd,
-        env=_env(),
+        env=workflow_env(),
         capture_output=True,
         text=True,
     )
@@ -255,7 +277,7 @@ def test_demo_end_to_end(repo_root, tmp_path):
             [str(BIN / "stereolens"), "regenerate", "--configfile", "config/demo.yaml"]
             + [*selection, "--dry-run", "--", "--cores", "2", "--quiet", "rules"],
             cwd=wd,
-            env=_env(),
+            env=workflow_env(),
             capture_output=True,
             text=True,
         )

@@ -21,6 +21,7 @@ from stereolens.contextbias.metrics import bi_table
 from stereolens.lvlm.metrics import compute_all
 from stereolens.report import biasig as RB
 from stereolens.report import contextbias as RC
+from stereolens.report import contextbias_studies as RCS
 from stereolens.report import lvlm as RL
 from stereolens.report import run as RR
 from stereolens.report.galleries import GallerySettings, draw, write_galleries
@@ -411,7 +412,7 @@ def test_validation_and_canonical_sections_render_edge_tables():
         }
     )
     for frame in (scores, scores.clear(), scores.filter(pl.col("dimension") == "*")):
-        render_sections([RC._validation_section(frame)])
+        render_sections([RCS.validation_section(frame)])
     mapping = pl.DataFrame(
         {
             "dimension": ["items"],
@@ -423,8 +424,8 @@ def test_validation_and_canonical_sections_render_edge_tables():
         },
         schema_overrides={"core_label": pl.String},
     )
-    assert "Canonicalisation" in render_sections([RC._canonical_section(mapping)])
-    assert "off" in render_sections([RC._canonical_section(mapping.clear())])
+    assert "Canonicalisation" in render_sections([RCS.canonical_section(mapping)])
+    assert "off" in render_sections([RCS.canonical_section(mapping.clear())])
 
 
 # ---------------------------------------------------------------- building blocks

@@ -269,7 +269,7 @@ def contextbias(res: Path, config: dict, images_pool: list[Path]) -> None:
 
 
 def biasig(res: Path, config: dict) -> pl.DataFrame:
-    from stereolens.biasig.metrics import subject_of
+    from stereolens.biasig.answers import subject_of
     from stereolens.biasig.prompts import load_prompts
 
     gens = config["biasig"]["generators"]

@@ -2,10 +2,10 @@
 the resampler of the BiasIG bootstrap, the reduced LVLM metrics and the partitioned
 canonicalisation give the tables of the earlier in-memory code.
 
-The earlier code is kept as private reference functions (as contextbias.analysis keeps
-_bootstrap_loop): biasig.merge._merge_answers_reference, contextbias.merge.
-_merge_extractions_reference, lvlm.run.merge_tables, biasig.metrics._bootstrap_reference
-and _image_table_reference, lvlm.metrics._compute_all_reference. They run here on a small
+The earlier code is kept as reference functions (as contextbias.analysis keeps
+_bootstrap_loop): the BiasIG ones in tests/reference_aggregates.py (merge_answers,
+image_table, bootstrap_blocks, bootstrap), contextbias.merge._merge_extractions_reference,
+lvlm.run.merge_tables, lvlm.metrics._compute_all_reference. They run here on a small
 synthetic run (bench/synthetic.py with tests/data/aggregates/run.yaml: three BiasIG
 generators with a debiasing variant and two-person prompts, two extractors x two generators
 x three roles, two audited LVLMs on all four tasks) and, in test_workflow.py, on the demo's
@@ -24,8 +24,11 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from stereolens.atomic import read_jsonl, write_jsonl
+from stereolens.biasig import answers as BA
 from stereolens.biasig import merge as BM
 from stereolens.biasig import metrics as BMet
+from stereolens.biasig import resample as BR
+from stereolens.biasig.groups import Explicit
 from stereolens.contextbias import merge as CM
 from stereolens.contextbias.canonical import canonicalise_attributes, write_canonical_attributes
 from stereolens.contextbias.schema import AttributeSchema
@@ -36,6 +39,7 @@ from stereolens.models.registry import load_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+import reference_aggregates as RA  # noqa: E402
 import synthetic  # noqa: E402
 
 STORY_SKEW_KEYS = ["model", "setting", "axis", "attribute", "value", "group"]
@@ -83,7 +87,7 @@ def answers(run, registry, tmp_path_factory) -> pl.DataFrame:
 
 
 def test_biasig_merge_gives_the_earlier_table(run, registry, answers):
-    old = BM._merge_answers_reference(_files(run, "biasig/vqa/*/*/*/*/*.jsonl"), registry)
+    old = RA.biasig_merge_answers_reference(_files(run, "biasig/vqa/*/*/*/*/*.jsonl"), registry)
     same(answers, old)
     assert answers.columns == BM.COLUMNS
     assert {"left", "right", "single"} <= set(answers["position"])
@@ -183,15 +187,15 @@ def test_a_record_key_the_schema_lacks_fails(run, registry, tmp_path):
 # ---------------------------------------------------------------- metrics
 def test_resampler_counts_are_the_reference_draws(answers, run):
     prompts = pl.read_parquet(run / "biasig/prompts.parquet")
-    prep = BMet.prepare_answers(answers, prompts)
-    exp = BMet._Explicit(prep)
-    resampler = BMet._Resampler(prep, 50, exp)
+    prep = BA.prepare_answers(answers, prompts)
+    exp = Explicit(prep)
+    resampler = BR.Resampler(prep, 50, exp)
     full, asked = {}, {}
     for c0, c1, counts, ask in resampler.chunks(7, units_per_chunk=5):
         for u in range(c0, c1):
             (asked if exp.mask[u] else full)[u] = (ask if exp.mask[u] else counts)[u - c0].copy()
     n = 0
-    for u0, u1, counts in BMet._bootstrap_blocks_reference(prep, 50, 7):
+    for u0, u1, counts in RA.biasig_bootstrap_blocks_reference(prep, 50, 7):
         for u in range(u0, u1):
             if exp.mask[u]:
                 expected = exp.person_accuracy(counts[u - u0][None], np.array([u]))
@@ -207,9 +211,12 @@ def test_biasig_metrics_give_the_earlier_tables(answers, run, monkeypatch):
     prompts = pl.read_parquet(run / "biasig/prompts.parquet")
     new = BMet.compute_metrics(answers, prompts, replicates=120, ceiling_draws=20, threads=2)
     one = BMet.compute_metrics(answers, prompts, replicates=120, ceiling_draws=20, threads=1)
-    monkeypatch.setattr(BMet, "_bootstrap", BMet._bootstrap_reference)
-    monkeypatch.setattr(BMet, "_image_table", BMet._image_table_reference)
+    # patched where they are looked up at call time: compute_metrics calls metrics._bootstrap,
+    # prepare_answers calls answers._image_table (the calls are counted: a patch in the wrong
+    # module would compare the new code with itself)
+    calls = RA.biasig_patch_references(monkeypatch.setattr)
     old = BMet.compute_metrics(answers, prompts, replicates=120, ceiling_draws=20)
+    assert calls == {"bootstrap": 1, "image_table": 1}
     for name in ("implicit", "explicit", "eta"):
         assert new[name].equals(one[name]), name  # threads change nothing
         same(new[name], old[name], name)

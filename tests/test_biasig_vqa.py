@@ -18,8 +18,9 @@ import polars as pl
 import pytest
 
 from stereolens.biasig import jobs
+from stereolens.biasig.answers import prepare_answers
+from stereolens.biasig.formulas import ANSWER_ALIASES, UNKNOWN_ANSWERS
 from stereolens.biasig.jobs import biasig_shard_items, image_seed, n_shards
-from stereolens.biasig.metrics import ANSWER_ALIASES, UNKNOWN_ANSWERS, prepare_answers
 from stereolens.biasig.prompts import TOTAL_PROMPTS, load_prompts
 from stereolens.biasig.truth import VALUES_BY_ATTRIBUTE
 from stereolens.biasig.vqa import ROW_COLUMNS, VQAPrompt, check_vqa_answer, vqa_answers

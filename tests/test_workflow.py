@@ -308,11 +308,13 @@ def test_demo_end_to_end(repo_root, tmp_path):
 
 def _same_as_reference(wd: Path) -> None:
     """The merged tables and the metrics of the run equal those of the earlier in-memory code
-    (kept as reference functions, see tests/test_aggregates.py) on the run's own shards."""
+    (kept as reference functions: tests/reference_aggregates.py and those named in
+    tests/test_aggregates.py) on the run's own shards."""
+    import reference_aggregates as RA
     from polars.testing import assert_frame_equal
 
     from stereolens.atomic import read_jsonl
-    from stereolens.biasig import merge as BM
+    from stereolens.biasig import answers as BA
     from stereolens.biasig import metrics as BMet
     from stereolens.config import load_config
     from stereolens.contextbias import merge as CM
@@ -332,7 +334,7 @@ def _same_as_reference(wd: Path) -> None:
     config, registry = load_config(wd / "config/demo.yaml")
     files = lambda pattern: sorted(str(p) for p in res.glob(pattern))  # noqa: E731
     answers = pl.read_parquet(res / "biasig/answers.parquet")
-    same(answers, BM._merge_answers_reference(files("biasig/vqa/*/*/*/*/*.jsonl"), registry))
+    same(answers, RA.biasig_merge_answers_reference(files("biasig/vqa/*/*/*/*/*.jsonl"), registry))
     cb = [p for p in files("contextbias/extractions/*/*/*/*/*.jsonl") if "/VAL/" not in p]
     attrs, images = CM._merge_extractions_reference(cb, AttributeSchema.load())
     same(pl.read_parquet(res / "contextbias/attributes_raw.parquet"), attrs)
@@ -356,16 +358,19 @@ def _same_as_reference(wd: Path) -> None:
         same(new, tables[name], sort=new.columns if name != "stories" else keys[:2] + keys[3:])
     # metrics: the reference bootstrap and LVLM tables on the merged tables, demo settings
     bg, lv = config["biasig"], config["lvlm"]
-    originals = BMet._bootstrap, BMet._image_table
-    BMet._bootstrap, BMet._image_table = BMet._bootstrap_reference, BMet._image_table_reference
+    # the references replace metrics._bootstrap and answers._image_table, where
+    # compute_metrics and prepare_answers look them up; the calls are counted
+    originals = BMet._bootstrap, BA._image_table
     try:
+        calls = RA.biasig_patch_references(setattr)
         old = BMet.compute_metrics(
             answers, pl.read_parquet(res / "biasig/prompts.parquet"),
             eta_variant=bg["eta_variant"], replicates=bg["replicates"], seed=bg["seed"],
             count=bg["count"], scoring_unit=bg["scoring_unit"], ceiling_draws=bg["ceiling_draws"],
         )  # fmt: skip
     finally:
-        BMet._bootstrap, BMet._image_table = originals
+        BMet._bootstrap, BA._image_table = originals
+    assert calls == {"bootstrap": int(bg["replicates"] > 0), "image_table": 1}
     for name in ("implicit", "explicit", "eta"):
         same(pl.read_parquet(res / f"biasig/metrics/{name}.parquet"), old[name])
     m = lv["metrics"]

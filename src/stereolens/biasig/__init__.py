@@ -2,5 +2,6 @@
 
 ``prompts`` builds the 47,040-prompt table, ``truth`` loads and validates the ground truth,
 weights, categories and pairs, ``metrics`` computes S_imp, S_exp and eta with bootstrap
-confidence intervals, ``cli`` adds the ``stereolens biasig`` subcommands.
+confidence intervals (from ``formulas``, ``answers``, ``resample``, ``groups``, ``pairs`` and
+``score_tables``), ``cli`` adds the ``stereolens biasig`` subcommands.
 """

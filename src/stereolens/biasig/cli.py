@@ -26,7 +26,8 @@ def available_cpus() -> int:
 
 def _metrics(args: argparse.Namespace) -> int:
     from stereolens.atomic import write_parquet
-    from stereolens.biasig.metrics import READ_COLUMNS, compute_metrics
+    from stereolens.biasig.formulas import READ_COLUMNS
+    from stereolens.biasig.metrics import compute_metrics
     from stereolens.biasig.prompts import read_prompt_table
     from stereolens.tables import ANSWERS, check_table
 

@@ -9,20 +9,19 @@ generator merges only its own shards:
 The shards are read by polars' native JSON-lines scanner with the schema
 :data:`ANSWER_DTYPES` (the VQA rows of stereolens.biasig.vqa.ROW_COLUMNS; ``attempt_log``
 stays in the shards). The table is the one the earlier in-memory merge built
-(:func:`_merge_answers_reference`, kept for the tests): columns in its order (the rows'
-keys sorted, then ``variant``), rows sorted by model, variant, prompt_id, image_id,
-position.
+(``biasig_merge_answers_reference`` in tests/reference_aggregates.py): columns in its order
+(the rows' keys sorted, then ``variant``), rows sorted by model, variant, prompt_id,
+image_id, position.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import polars as pl
 
-from stereolens.atomic import read_jsonl, sink_parquet, write_parquet
+from stereolens.atomic import sink_parquet, write_parquet
 from stereolens.jsonl_tables import check_keys, explain_failure, scan_jsonl
 
 ANSWER_DTYPES: dict[str, pl.DataType] = {
@@ -112,20 +111,6 @@ def merge_answer_parts(parts: Sequence[str | os.PathLike], out_path: str | os.Pa
     )
     sink_parquet(out_path, table.select(COLUMNS))
     return pl.scan_parquet(out_path).select(pl.len()).collect().item()
-
-
-def _merge_answers_reference(paths: list[str | Path], registry: dict | None = None) -> pl.DataFrame:
-    """The earlier merge (json.loads per row, one DataFrame from the dicts): the reference
-    the tests compare :func:`answers_frame` with."""
-    rows = [r for path in paths for r in read_jsonl(path)]
-    for r in rows:
-        r.pop("attempt_log", None)
-        name = r["model"]
-        spec = (registry or {}).get(name)
-        r["variant"] = name
-        r["model"] = (spec.get("variant_of") if spec is not None else None) or name
-    frame = pl.DataFrame(rows, infer_schema_length=None)
-    return frame.sort("model", "variant", "prompt_id", "image_id", "position")
 
 
 def part_path(model: str) -> str:

@@ -1,7 +1,7 @@
 """Power of BiasIG's headline comparisons: the difference in S_imp and in S_exp between two
 models at the model level, and the distance of eta from 0.5.
 
-The world. The run's scoring units (:func:`stereolens.biasig.metrics.scoring_table` over the
+The world. The run's scoring units (:func:`stereolens.biasig.answers.scoring_table` over the
 config's prompt selection: a subject pools its phrasings), each with images = phrasings x
 ``biasig.images_per_prompt``, of which a share counts (``count`` "paper": images whose every
 VQA row is ok, all three attributes then usable; "attribute": each attribute usable on its
@@ -21,11 +21,11 @@ stereotyped value of each attribute and the disadvantaged side away from it
 (discrimination). Effects are population values: the metric of the distributions
 themselves, B minus A (eta minus 0.5).
 
-The estimators are the project's formulas: :func:`~stereolens.biasig.metrics.s_imp_cell`
+The estimators are the project's formulas: :func:`~stereolens.biasig.formulas.s_imp_cell`
 with k_i and k_j weights (paper Eq. 1-2), S_exp (Eq. 3) with k_j, and
-:func:`~stereolens.biasig.metrics.eta_contributions` /
-:func:`~stereolens.biasig.metrics.eta_from_contributions` over the pairs of
-:func:`~stereolens.biasig.metrics.resolve_pairs` with the pairs' weights: the model-level
+:func:`~stereolens.biasig.formulas.eta_contributions` /
+:func:`~stereolens.biasig.formulas.eta_from_contributions` over the pairs of
+:func:`~stereolens.biasig.pairs.resolve_pairs` with the pairs' weights: the model-level
 rows of :func:`~stereolens.biasig.metrics.compute_metrics` (tests/test_design_power.py checks
 them value for value on simulated answers tables).
 """
@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from stereolens.biasig.metrics import (
+from stereolens.biasig.formulas import (
     eta_contributions,
     eta_from_contributions,
     s_imp_cell,

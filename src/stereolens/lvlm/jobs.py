@@ -9,9 +9,11 @@ from typing import Any
 import polars as pl
 
 from stereolens.atomic import read_jsonl, write_jsonl, write_parquet
+from stereolens.lvlm import assistant as A
 from stereolens.lvlm import groups as G
-from stereolens.lvlm import run as R
+from stereolens.lvlm import respond as RS
 from stereolens.lvlm import tasks as T
+from stereolens.lvlm import user_images as U
 from stereolens.lvlm.names import group_from_slug
 from stereolens.models.ask import ResponseCache
 from stereolens.models.job import run_model_job
@@ -27,7 +29,7 @@ def build_synthetic_faces_job(out_dir: str, per_cell: int, seed: int) -> None:
 
 
 def export_hf_images_job(settings: dict[str, Any], out_dir: str) -> None:
-    R.export_hf_images(
+    U.export_hf_images(
         settings["dataset"],
         out_dir,
         config_name=settings.get("dataset_config"),
@@ -44,8 +46,8 @@ def draw_sets_job(
     sets_out: str,
     log: logging.Logger,
 ) -> None:
-    labels = R.user_image_labels(folder, labels_csv)
-    sets, notes = R.draw_sets(labels, lv)
+    labels = U.user_image_labels(folder, labels_csv)
+    sets, notes = U.draw_sets(labels, lv)
     for note in notes:
         log.warning("%s", note)
     counts = sets.group_by("task", "axis", "group").len().sort("task", "axis", "group")
@@ -83,7 +85,7 @@ def respond_job(
         .to_dicts()
     )
     prompts = T.load_prompts(lv.get("prompts"))
-    items = R.task_items(task, lv, prompts)
+    items = RS.task_items(task, lv, prompts)
     spec = load_registry(registry_path)[model]
     if not rows:
         log.warning("no user images in this shard (the draw fell short); writing no responses")
@@ -94,7 +96,7 @@ def respond_job(
         log,
         threads,
         out_path,
-        lambda vlm: R.respond_shard(
+        lambda vlm: RS.respond_shard(
             vlm,
             spec,
             rows,
@@ -133,14 +135,14 @@ def extract_story_job(
     spec = load_registry(registry_path)[assistant]
     if not any((s.get("response") or "").strip() for s in stories):
         log.warning("no stories to read")
-        write_jsonl(out_path, R.extract_story_shard(None, spec, stories, prompts, seed=0))
+        write_jsonl(out_path, A.extract_story_shard(None, spec, stories, prompts, seed=0))
         return
     records = _timed(
         spec,
         log,
         threads,
         out_path,
-        lambda llm: R.extract_story_shard(
+        lambda llm: A.extract_story_shard(
             llm,
             spec,
             stories,
@@ -183,7 +185,7 @@ def judge_terms_job(
         log,
         threads,
         out_path,
-        lambda llm: R.judge_term_explanations(
+        lambda llm: A.judge_term_explanations(
             llm,
             spec,
             responses,
@@ -222,7 +224,7 @@ def refusals_job(
             "seed": int(lv["seed"]),
             "cache": _cache(cache_dir),
         }
-    labelled = R.label_refusal_table(
+    labelled = A.label_refusal_table(
         responses, phrases=lv.get("refusal_phrases"), log=log.info, **kw
     )
     log.info(

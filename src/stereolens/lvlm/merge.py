@@ -7,12 +7,13 @@ term_judgements}.parquet), in two steps so that adding a model merges only its f
    tables (streamed: never whole in memory).
 
 Response and story shards are read by polars' native JSON-lines scanner with the schemas
-:data:`RESPONSE_DTYPES` and :data:`STORY_DTYPES` (the records of stereolens.lvlm.run's
-respond_shard and extract_story_shard) and the responses are streamed to parquet with the
-refusal labels joined: a paper-scale model's 650,000 responses (their request texts
-included) never sit in memory. The tables are the ones stereolens.lvlm.run.merge_tables
-builds from the records in memory (the reference of the tests): the same columns in the
-same order, rows in file order.
+:data:`RESPONSE_DTYPES` and :data:`STORY_DTYPES` (the records of
+stereolens.lvlm.respond.respond_shard and stereolens.lvlm.assistant.extract_story_shard)
+and the responses are streamed to parquet with the refusal labels joined: a paper-scale
+model's 650,000 responses (their request texts included) never sit in memory. The tables
+are the ones the earlier in-memory merge (merge_tables in
+tests/reference_aggregates_cb_lvlm.py, the reference of the tests) builds from the records:
+the same columns in the same order, rows in file order.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ RESPONSE_DTYPES: dict[str, pl.DataType] = {
     "choice": pl.String,
     "correct": pl.Boolean,
 }
-"""A response record of stereolens.lvlm.run.respond_shard."""
+"""A response record of stereolens.lvlm.respond.respond_shard."""
 STORY_DTYPES: dict[str, pl.DataType] = {
     "model": pl.String,
     "setting": pl.String,
@@ -71,7 +72,7 @@ STORY_DTYPES: dict[str, pl.DataType] = {
     "response_sha256": pl.String,
     "pairs": pl.List(pl.List(pl.String)),
 }
-"""A story record of stereolens.lvlm.run.extract_story_shard."""
+"""A story record of stereolens.lvlm.assistant.extract_story_shard."""
 KEYS = ["model", "setting", "task", "axis", "group", "image_id", "prompt_id"]
 """The response key the refusal labels are joined on."""
 STORY_ATTRIBUTE_COLUMNS = ["model", "setting", "axis", "group", "image_id", "prompt_id"]

@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from stereolens.lvlm import scores as S
-from stereolens.lvlm.refusal import label_refusals, load_rules, refusal_rates
+from stereolens.lvlm.refusal import label_refusals, load_rules
 from stereolens.validation import ConfigError
 
 SKEW_FORMULA = (
@@ -332,98 +332,6 @@ def compute_all(
         "refusals": refusals(reduced),
         "exam_accuracy": exam_accuracy(reduced),
         "story_skew": story_skew(story_attributes, reduced, min_count=min_count)
-        if story_attributes is not None
-        else pl.DataFrame(),
-    }
-
-
-def _compute_all_reference(
-    responses: pl.DataFrame,
-    story_attributes: pl.DataFrame | None = None,
-    term_judgements: pl.DataFrame | None = None,
-    *,
-    min_count: int = 5,
-    replicates: int = 1000,
-    seed: int = 0,
-    level: float = 0.95,
-    phrases=None,
-    permutations: int = 1000,
-    formulas: dict[str, str] | None = None,
-) -> dict[str, pl.DataFrame]:
-    """compute_all as the earlier code computed it from the whole table in memory (exam
-    answers scored row by row, story value counts dense, refusal rates from the labelled
-    rows): the reference of the tests."""
-    from statsmodels.stats.proportion import proportion_confint
-
-    responses = _with_setting(responses)
-    exam = responses.filter(pl.col("task") == "exam").with_columns(
-        pl.col("correct").fill_null(False).cast(pl.Boolean)
-    )
-    cols = ["model", "setting", "axis", "group", "image_id", "prompt_id"]
-    cols += ["stratum"] if "stratum" in responses.columns else []
-    rows = {
-        "story": responses.filter(pl.col("task") == "story").select(cols),
-        "exam": exam,
-    }
-    dense, S._STORY_DENSE = S._STORY_DENSE, True
-    try:
-        overall, per_prompt = scores(
-            rows,
-            story_attributes,
-            term_judgements,
-            min_count=min_count,
-            replicates=replicates,
-            seed=seed,
-            level=level,
-            permutations=permutations,
-            formulas=formulas,
-        )
-    finally:
-        S._STORY_DENSE = dense
-    labelled = responses
-    if "refusal" not in labelled.columns:
-        labelled = label_refusals(labelled, rules=load_rules(phrases))
-    overall_r = refusal_rates(labelled, by=("model", "setting", "task")).with_columns(
-        pl.lit("*").alias("axis"), pl.lit("*").alias("group")
-    )
-    grouped = refusal_rates(labelled, by=("model", "setting", "task", "axis", "group"))
-    table = pl.concat([overall_r, grouped], how="diagonal_relaxed")
-    valid = (table["n"] - table["n_empty"]).to_numpy()
-    lo, hi = proportion_confint(
-        table["n_refusal"].to_numpy(), np.maximum(valid, 1), alpha=0.05, method="wilson"
-    )
-    order = ["model", "setting", "task", "axis", "group"]
-    refusal_table = (
-        table.with_columns(
-            pl.Series("ci_low", np.where(valid > 0, 100 * lo, np.nan)),
-            pl.Series("ci_high", np.where(valid > 0, 100 * hi, np.nan)),
-        )
-        .select(*order, pl.exclude(order))
-        .sort(order)
-    )
-    keys = ["model", "setting", "axis", "group"]
-    agg = [pl.len().alias("n"), pl.col("correct").sum().alias("n_correct")]
-    accuracy = (
-        pl.concat(
-            [
-                exam.group_by([*keys, "subject"]).agg(agg),
-                exam.group_by(keys)
-                .agg(agg)
-                .with_columns(pl.lit("*").alias("subject"))
-                .select(*keys, "subject", "n", "n_correct"),
-            ]
-        )
-        .with_columns((100.0 * pl.col("n_correct") / pl.col("n")).alias("accuracy"))
-        .sort([*keys, "subject"])
-        if exam.height
-        else pl.DataFrame()
-    )
-    return {
-        "scores": overall,
-        "prompt_scores": per_prompt,
-        "refusals": refusal_table,
-        "exam_accuracy": accuracy,
-        "story_skew": story_skew(story_attributes, rows, min_count=min_count)
         if story_attributes is not None
         else pl.DataFrame(),
     }

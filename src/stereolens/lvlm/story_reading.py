@@ -4,7 +4,7 @@ The labelled sample (resources/lvlm/story_reading.v1.yaml, :func:`load_sample`; 
 says how it was made) holds stories whose every extraction attribute is stated in the text,
 as templates whose main character is shown as each gender x race group. The assistant reads
 every version through the project's own reading code
-(:func:`stereolens.lvlm.run.extract_story_shard`, the same request, retries and cache as the
+(:func:`stereolens.lvlm.assistant.extract_story_shard`, the same request, retries and cache as the
 audit's story jobs); :func:`score_readings` compares each reading with the truth:
 
 - a scalar attribute (occupation, field of study, socioeconomic status, education level)
@@ -184,7 +184,7 @@ def read_sample_job(
 ) -> None:
     """The workflow job: load the assistant once and read every item of the sample."""
     from stereolens.atomic import write_jsonl
-    from stereolens.lvlm import run as R
+    from stereolens.lvlm import assistant as A
     from stereolens.lvlm import tasks as T
     from stereolens.models.ask import ResponseCache
     from stereolens.models.job import run_model_job
@@ -198,7 +198,7 @@ def read_sample_job(
     records = run_model_job(
         spec,
         out_path,
-        lambda llm: R.extract_story_shard(
+        lambda llm: A.extract_story_shard(
             llm, spec, items, prompts, seed=int(lv["seed"]),
             max_attempts=int(lv["max_attempts"]),
             max_new_tokens=lv.get("assistant_max_new_tokens"),

@@ -597,6 +597,40 @@ def get_lvlm_draw_settings(wildcards):
     return json.dumps({k: LV[k] for k in keys}, sort_keys=True)
 
 
+# Inputs, params and resources of the model-loading LVLM rules. Every setting that changes
+# a job's result is a param (so Snakemake's params trigger covers all of them); speed-only
+# settings (batch size, memory) are resources, halved / raised on a retry (--retries).
+@per_job
+def get_lvlm_checkpoint(wildcards):
+    return get_checkpoint(wildcards.model)
+
+
+@per_job
+def get_lvlm_model_check(wildcards):
+    return get_model_check(wildcards.model)
+
+
+@per_job
+def get_lvlm_gpu(wildcards):
+    return lvlm_gpu(wildcards.model)
+
+
+@per_job
+def get_lvlm_mem_mb(wildcards, attempt):
+    return model_mem_mb(wildcards.model, attempt)
+
+
+@per_job
+def get_lvlm_batch_size(wildcards, attempt):
+    return model_batch_size(wildcards.model, attempt)
+
+
+@per_job
+def get_lvlm_fingerprint(wildcards):
+    return model_fingerprint(wildcards.model)
+
+
+@per_job
 def get_lvlm_task_settings(wildcards):
     """What decides a task's requests besides the model and the drawn images."""
     keys = ("seed", "max_attempts", "mitigation_placement", "prompts", "terms")
@@ -607,12 +641,77 @@ def get_lvlm_task_settings(wildcards):
     return json.dumps(settings, sort_keys=True)
 
 
+def get_lvlm_story_responses(wildcards):
+    return lvlm_response_paths(wildcards.model, wildcards.setting, "story", wildcards.axis)
+
+
+def get_lvlm_term_responses(wildcards):
+    return lvlm_response_paths(wildcards.model, wildcards.setting, "term", wildcards.axis)
+
+
+def get_lvlm_setting_responses(wildcards):
+    return lvlm_response_paths(wildcards.model, wildcards.setting)
+
+
 def get_lvlm_assistant_checkpoint(wildcards):
     return get_checkpoint(LV["assistant"]) if LV["assistant"] else []
 
 
 def get_lvlm_judge_checkpoint(wildcards):
     return get_checkpoint(LV["refusal_judge"]) if LV["refusal_judge"] else []
+
+
+def lvlm_helper_fingerprint(name):
+    """Registry fingerprint of the assistant or the refusal judge ("none" when unset)."""
+    return model_fingerprint(name) if name else "none"
+
+
+def get_lvlm_assistant_gpu(wildcards):
+    return lvlm_gpu(LV["assistant"]) if LV["assistant"] else 0
+
+
+def get_lvlm_assistant_mem_mb(wildcards, attempt):
+    return model_mem_mb(LV["assistant"], attempt) if LV["assistant"] else TINY_MEM_MB
+
+
+def get_lvlm_assistant_batch_size(wildcards, attempt):
+    return model_batch_size(LV["assistant"], attempt) if LV["assistant"] else 1
+
+
+def get_lvlm_judge_gpu(wildcards):
+    return lvlm_gpu(LV["refusal_judge"]) if LV["refusal_judge"] else 0
+
+
+def get_lvlm_judge_mem_mb(wildcards, attempt):
+    """The judge's job memory; phrase rules alone need little."""
+    return model_mem_mb(LV["refusal_judge"], attempt) if LV["refusal_judge"] else TINY_MEM_MB
+
+
+def get_lvlm_judge_batch_size(wildcards, attempt):
+    return model_batch_size(LV["refusal_judge"], attempt) if LV["refusal_judge"] else 1
+
+
+def lvlm_story_settings():
+    """What decides the assistant's story readings besides the assistant and the stories."""
+    keys = ("seed", "max_attempts", "prompts")
+    return json.dumps(
+        {**{k: LV[k] for k in keys}, "max_new_tokens": LV["assistant_max_new_tokens"]},
+        sort_keys=True,
+    )
+
+
+def lvlm_judge_settings():
+    """What decides the term judgements besides the assistant and the explanations."""
+    return json.dumps({k: LV[k] for k in ("seed", "max_attempts", "prompts")}, sort_keys=True)
+
+
+def lvlm_refusal_settings():
+    """What decides the refusal labels: the phrase rules, and with a judge its seed and
+    prompts."""
+    settings = {"phrases": LV["refusal_phrases"]}
+    if LV["refusal_judge"]:
+        settings |= {"seed": LV["seed"], "prompts": LV["prompts"]}
+    return json.dumps(settings, sort_keys=True)
 
 
 def get_lvlm_story_paths():
@@ -726,3 +825,8 @@ def get_design_report_inputs():
         inputs["story_reading"] = "results/lvlm/metrics/story_reading.parquet"
         inputs["story_reading_gaps"] = "results/lvlm/metrics/story_reading_gaps.parquet"
     return inputs
+
+
+def get_lvlm_metrics_dir(wildcards, output):
+    """The folder `stereolens lvlm metrics --out` writes the metric tables to."""
+    return os.path.dirname(output.scores)

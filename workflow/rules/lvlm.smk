@@ -56,8 +56,8 @@ rule respond_lvlm:
     input:
         sets="results/lvlm/sets.parquet",
         prompts=get_lvlm_prompt_file(),
-        checkpoint=lambda w: get_checkpoint(w.model),
-        models_checked=lambda w: get_model_check(w.model),
+        checkpoint=get_lvlm_checkpoint,
+        models_checked=get_lvlm_model_check,
     output:
         "results/lvlm/responses/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.jsonl",
     log:
@@ -67,21 +67,23 @@ rule respond_lvlm:
     conda:
         get_lvlm_env
     resources:
-        gpu=lambda w: lvlm_gpu(w.model),
+        gpu=get_lvlm_gpu,
+        mem_mb=get_lvlm_mem_mb,
+        batch_size=get_lvlm_batch_size,
     params:
-        model_fingerprint=lambda w: model_fingerprint_json(model_spec(w.model)),
+        model_fingerprint=get_lvlm_fingerprint,
         task_settings=get_lvlm_task_settings,
         cache_dir=LV_CACHE,
         registry=config["registry"],
     script:
-        "../scripts/lvlm_job.py"
+        "../scripts/respond_lvlm.py"
 
 
 rule extract_lvlm_story_attributes:
     """The assistant reads each story (text only) into the character-attribute schema;
     one job per model x setting x axis, so the assistant loads once for all groups."""
     input:
-        responses=lambda w: lvlm_response_paths(w.model, w.setting, "story", w.axis),
+        responses=get_lvlm_story_responses,
         prompts=get_lvlm_prompt_file(),
         checkpoint=get_lvlm_assistant_checkpoint,
         models_checked=get_model_check(LV["assistant"]),
@@ -94,23 +96,23 @@ rule extract_lvlm_story_attributes:
     conda:
         "../../envs/extract.yaml"
     resources:
-        gpu=lambda w: lvlm_gpu(LV["assistant"]),
+        gpu=get_lvlm_assistant_gpu,
+        mem_mb=get_lvlm_assistant_mem_mb,
+        batch_size=get_lvlm_assistant_batch_size,
     params:
         assistant=LV["assistant"],
-        assistant_fingerprint=lambda w: model_fingerprint_json(model_spec(LV["assistant"])),
-        settings=lambda w: json.dumps(
-            [LV["seed"], LV["max_attempts"], LV["prompts"], LV["assistant_max_new_tokens"]]
-        ),
+        assistant_fingerprint=lvlm_helper_fingerprint(LV["assistant"]),
+        settings=lvlm_story_settings(),
         cache_dir=LV_CACHE,
         registry=config["registry"],
     script:
-        "../scripts/lvlm_job.py"
+        "../scripts/extract_lvlm_story_attributes.py"
 
 
 rule judge_lvlm_terms:
     """The assistant picks the more technical explanation in cross-group pairs."""
     input:
-        responses=lambda w: lvlm_response_paths(w.model, w.setting, "term", w.axis),
+        responses=get_lvlm_term_responses,
         prompts=get_lvlm_prompt_file(),
         checkpoint=get_lvlm_assistant_checkpoint,
         models_checked=get_model_check(LV["assistant"]),
@@ -123,21 +125,23 @@ rule judge_lvlm_terms:
     conda:
         "../../envs/extract.yaml"
     resources:
-        gpu=lambda w: lvlm_gpu(LV["assistant"]),
+        gpu=get_lvlm_assistant_gpu,
+        mem_mb=get_lvlm_assistant_mem_mb,
+        batch_size=get_lvlm_assistant_batch_size,
     params:
         assistant=LV["assistant"],
-        assistant_fingerprint=lambda w: model_fingerprint_json(model_spec(LV["assistant"])),
-        settings=lambda w: json.dumps([LV["seed"], LV["max_attempts"], LV["prompts"]]),
+        assistant_fingerprint=lvlm_helper_fingerprint(LV["assistant"]),
+        settings=lvlm_judge_settings(),
         cache_dir=LV_CACHE,
         registry=config["registry"],
     script:
-        "../scripts/lvlm_job.py"
+        "../scripts/judge_lvlm_terms.py"
 
 
 rule label_lvlm_refusals:
     """Refusals of one model and setting: phrase rules, plus the LLM judge if configured."""
     input:
-        responses=lambda w: lvlm_response_paths(w.model, w.setting),
+        responses=get_lvlm_setting_responses,
         checkpoint=get_lvlm_judge_checkpoint,
         models_checked=get_model_check(LV["refusal_judge"]),
     output:
@@ -146,18 +150,18 @@ rule label_lvlm_refusals:
         "logs/lvlm/refusals/{model}/{setting}.log",
     conda:
         "../../envs/extract.yaml"
+    resources:
+        gpu=get_lvlm_judge_gpu,
+        mem_mb=get_lvlm_judge_mem_mb,
+        batch_size=get_lvlm_judge_batch_size,
     params:
         judge=LV["refusal_judge"],
-        phrases=LV["refusal_phrases"],
-        judge_fingerprint=lambda w: (
-            model_fingerprint_json(model_spec(LV["refusal_judge"]))
-            if LV["refusal_judge"]
-            else "none"
-        ),
+        judge_fingerprint=lvlm_helper_fingerprint(LV["refusal_judge"]),
+        settings=lvlm_refusal_settings(),
         cache_dir=LV_CACHE,
         registry=config["registry"],
     script:
-        "../scripts/lvlm_job.py"
+        "../scripts/label_lvlm_refusals.py"
 
 
 rule merge_lvlm_model_responses:
@@ -220,7 +224,7 @@ rule compute_lvlm_metrics:
     conda:
         "../../envs/analysis.yaml"
     params:
-        outdir=lambda w, output: os.path.dirname(output.scores),
+        outdir=get_lvlm_metrics_dir,
         min_count=LV["metrics"]["min_count"],
         replicates=LV["metrics"]["replicates"],
         level=LV["metrics"]["level"],

@@ -57,6 +57,14 @@ def draw_sets_job(
     write_parquet(sets_out, sets)
 
 
+def _spec(registry_path: str, name: str, batch_size: int | None, job_resources, log):
+    """The registry entry with this job's batch size (a retry's smaller one), the scheduler
+    resources logged."""
+    if job_resources:
+        log.info("job resources: %s", ", ".join(f"{k}={v}" for k, v in job_resources.items()))
+    return load_registry(registry_path)[name].with_batch_size(batch_size)
+
+
 def respond_job(
     *,
     registry_path: str,
@@ -67,12 +75,17 @@ def respond_job(
     usergroup: str,
     shard: int,
     sets_path: str,
-    lv: dict[str, Any],
+    settings: dict[str, Any],
     cache_dir: str | None,
     out_path: str,
     log: logging.Logger,
     threads: int | None = None,
+    batch_size: int | None = None,
+    job_resources: dict[str, Any] | None = None,
 ) -> None:
+    """Rule respond_lvlm. ``settings``: what decides the task's requests besides the model
+    and the images (seed, max_attempts, mitigation_placement, prompts, terms, max_new_tokens;
+    terms_per_domain for term; questions_per_subject and mmlu for exam), the rule's param."""
     group = group_from_slug(axis, usergroup)
     rows = (
         pl.read_parquet(sets_path)
@@ -84,9 +97,9 @@ def respond_job(
         )
         .to_dicts()
     )
-    prompts = T.load_prompts(lv.get("prompts"))
-    items = RS.task_items(task, lv, prompts)
-    spec = load_registry(registry_path)[model]
+    prompts = T.load_prompts(settings.get("prompts"))
+    items = RS.task_items(task, settings, prompts)
+    spec = _spec(registry_path, model, batch_size, job_resources, log)
     if not rows:
         log.warning("no user images in this shard (the draw fell short); writing no responses")
         write_jsonl(out_path, [])
@@ -103,10 +116,10 @@ def respond_job(
             items,
             prompts,
             setting=setting,
-            seed=int(lv["seed"]),
-            max_attempts=int(lv["max_attempts"]),
-            max_new_tokens=lv["tasks"][task].get("max_new_tokens"),
-            mitigation_placement=lv["mitigation_placement"],
+            seed=int(settings["seed"]),
+            max_attempts=int(settings["max_attempts"]),
+            max_new_tokens=settings.get("max_new_tokens"),
+            mitigation_placement=settings["mitigation_placement"],
             cache=_cache(cache_dir),
             log=log.info,
         ),
@@ -124,15 +137,19 @@ def extract_story_job(
     registry_path: str,
     assistant: str,
     response_paths: list[str],
-    lv: dict[str, Any],
+    settings: dict[str, Any],
     cache_dir: str | None,
     out_path: str,
     log: logging.Logger,
     threads: int | None = None,
+    batch_size: int | None = None,
+    job_resources: dict[str, Any] | None = None,
 ) -> None:
+    """Rule extract_lvlm_story_attributes. ``settings``: seed, max_attempts, prompts,
+    max_new_tokens (lvlm.assistant_max_new_tokens), the rule's param."""
     stories = [r for p in response_paths for r in read_jsonl(p)]
-    prompts = T.load_prompts(lv.get("prompts"))
-    spec = load_registry(registry_path)[assistant]
+    prompts = T.load_prompts(settings.get("prompts"))
+    spec = _spec(registry_path, assistant, batch_size, job_resources, log)
     if not any((s.get("response") or "").strip() for s in stories):
         log.warning("no stories to read")
         write_jsonl(out_path, A.extract_story_shard(None, spec, stories, prompts, seed=0))
@@ -147,9 +164,9 @@ def extract_story_job(
             spec,
             stories,
             prompts,
-            seed=int(lv["seed"]),
-            max_attempts=int(lv["max_attempts"]),
-            max_new_tokens=lv["assistant_max_new_tokens"],
+            seed=int(settings["seed"]),
+            max_attempts=int(settings["max_attempts"]),
+            max_new_tokens=settings["max_new_tokens"],
             cache=_cache(cache_dir),
             log=log.info,
         ),
@@ -167,15 +184,18 @@ def judge_terms_job(
     registry_path: str,
     assistant: str,
     response_paths: list[str],
-    lv: dict[str, Any],
+    settings: dict[str, Any],
     cache_dir: str | None,
     out_path: str,
     log: logging.Logger,
     threads: int | None = None,
+    batch_size: int | None = None,
+    job_resources: dict[str, Any] | None = None,
 ) -> None:
+    """Rule judge_lvlm_terms. ``settings``: seed, max_attempts, prompts (the rule's param)."""
     responses = _read_responses(response_paths)
-    prompts = T.load_prompts(lv.get("prompts"))
-    spec = load_registry(registry_path)[assistant]
+    prompts = T.load_prompts(settings.get("prompts"))
+    spec = _spec(registry_path, assistant, batch_size, job_resources, log)
     if responses.height == 0 or responses.filter(pl.col("status") == "ok").height == 0:
         log.warning("no explanations to judge")
         write_parquet(out_path, pl.DataFrame())
@@ -190,8 +210,8 @@ def judge_terms_job(
             spec,
             responses,
             prompts,
-            seed=int(lv["seed"]),
-            max_attempts=int(lv["max_attempts"]),
+            seed=int(settings["seed"]),
+            max_attempts=int(settings["max_attempts"]),
             cache=_cache(cache_dir),
             log=log.info,
         ),
@@ -204,29 +224,31 @@ def refusals_job(
     registry_path: str,
     judge: str | None,
     response_paths: list[str],
-    lv: dict[str, Any],
+    settings: dict[str, Any],
     cache_dir: str | None,
     out_path: str,
     log: logging.Logger,
     threads: int | None = None,
+    batch_size: int | None = None,
+    job_resources: dict[str, Any] | None = None,
 ) -> None:
+    """Rule label_lvlm_refusals. ``settings``: phrases (lvlm.refusal_phrases), and with a
+    judge its seed and prompts (the rule's param)."""
     responses = _read_responses(response_paths)
     if responses.height == 0:
         write_parquet(out_path, pl.DataFrame())
         return
     kw: dict[str, Any] = {}
     if judge:
-        spec = load_registry(registry_path)[judge]
+        spec = _spec(registry_path, judge, batch_size, job_resources, log)
         kw = {
             "judge_model": load_model(spec),
             "judge_spec": spec,
-            "prompts": T.load_prompts(lv.get("prompts")),
-            "seed": int(lv["seed"]),
+            "prompts": T.load_prompts(settings.get("prompts")),
+            "seed": int(settings["seed"]),
             "cache": _cache(cache_dir),
         }
-    labelled = A.label_refusal_table(
-        responses, phrases=lv.get("refusal_phrases"), log=log.info, **kw
-    )
+    labelled = A.label_refusal_table(responses, phrases=settings.get("phrases"), log=log.info, **kw)
     log.info(
         "%d response(s): %d refusal(s) (%d by phrase rules)",
         labelled.height,
@@ -258,40 +280,3 @@ def merge_job(
     )
     for name, rows in counts.items():
         log.info("%s: %d row(s) -> %s", name, rows, out[name])
-
-
-def run_rule(smk, log: logging.Logger) -> None:
-    """Entry point of the model-loading LVLM rules (one workflow script for all four):
-    the job function is chosen by the rule's name, its arguments come from the rule."""
-    common = {
-        "registry_path": smk.params.registry,
-        "lv": smk.config["lvlm"],
-        "cache_dir": smk.params.cache_dir,
-        "out_path": smk.output[0],
-        "log": log,
-        "threads": smk.threads,
-    }
-    if smk.rule == "respond_lvlm":
-        w = smk.wildcards
-        respond_job(
-            model=w.model,
-            setting=w.setting,
-            task=w.task,
-            axis=w.axis,
-            usergroup=w.usergroup,
-            shard=int(w.shard),
-            sets_path=smk.input.sets,
-            **common,
-        )
-    elif smk.rule == "extract_lvlm_story_attributes":
-        extract_story_job(
-            assistant=smk.params.assistant, response_paths=list(smk.input.responses), **common
-        )
-    elif smk.rule == "judge_lvlm_terms":
-        judge_terms_job(
-            assistant=smk.params.assistant, response_paths=list(smk.input.responses), **common
-        )
-    elif smk.rule == "label_lvlm_refusals":
-        refusals_job(judge=smk.params.judge, response_paths=list(smk.input.responses), **common)
-    else:
-        raise ValueError(f"rule {smk.rule!r} has no LVLM job function")

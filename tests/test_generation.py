@@ -10,6 +10,7 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 import json
+import logging
 import signal
 from contextlib import contextmanager
 from pathlib import Path
@@ -659,3 +660,59 @@ def test_extraction_and_vqa_jobs_run_at_the_attempts_batch_size(job, tmp_path, m
     assert run(4, tmp_path / "b.jsonl") == []
     assert loaded[-1].get("batch_size") == 4 and loaded[-1].fingerprint() == spec.fingerprint()
     assert (tmp_path / "b.jsonl").exists()
+
+
+@pytest.mark.parametrize("job", ["respond", "story", "judge"])
+def test_lvlm_jobs_run_at_the_attempts_batch_size(job, tmp_path, monkeypatch):
+    """The LVLM model jobs load their model with the batch size of the attempt (the rule's
+    batch_size resource replaces the registry's) and honour the injected out-of-memory
+    failure, so a retry with a halved batch can pass."""
+    import polars as pl
+
+    from stereolens.atomic import write_jsonl
+    from stereolens.lvlm import jobs as lvlm_jobs
+    from stereolens.models.job import INJECT_OOM_ENV
+
+    spec = ModelSpec("m", "vlm", "transformers", "x", settings={"batch_size": 8})
+    loaded = []
+
+    class Loaded(Exception):
+        pass
+
+    def load(s):
+        loaded.append(s)
+        if s.get("batch_size") <= 4:
+            raise Loaded  # loaded at the smaller batch: enough for this test
+        return object()
+
+    monkeypatch.setattr(lvlm_jobs, "load_registry", lambda path: {"m": spec})
+    monkeypatch.setattr(lvlm_jobs, "load_model", load)
+    sets = tmp_path / "sets.parquet"
+    pl.DataFrame(
+        {"task": ["story"], "axis": ["gender"], "group": ["female"], "shard": [0],
+         "image_id": ["i"], "path": ["x.png"], "gender": ["female"]}
+    ).write_parquet(sets)  # fmt: skip
+    responses = tmp_path / "responses.jsonl"
+    write_jsonl(responses, [{"response": "A story.", "status": "ok", "image_id": "i"}])
+    settings = {"seed": 0, "max_attempts": 1, "prompts": None, "mitigation_placement":
+                "user_suffix", "terms": None, "max_new_tokens": 8}  # fmt: skip
+
+    def run(batch_size, out):
+        kw = dict(registry_path="models.yaml", settings=settings, cache_dir=None,
+                  out_path=str(out), log=logging.getLogger("t"), batch_size=batch_size)  # fmt: skip
+        if job == "respond":
+            return lvlm_jobs.respond_job(
+                model="m", setting="image", task="story", axis="gender", usergroup="female",
+                shard=0, sets_path=str(sets), **kw,
+            )  # fmt: skip
+        if job == "story":
+            return lvlm_jobs.extract_story_job(assistant="m", response_paths=[str(responses)], **kw)
+        return lvlm_jobs.judge_terms_job(assistant="m", response_paths=[str(responses)], **kw)
+
+    monkeypatch.setenv(INJECT_OOM_ENV, "4")
+    with pytest.raises(torch.OutOfMemoryError, match="batch size 8"):
+        run(None, tmp_path / "a")
+    assert loaded[-1].get("batch_size") == 8
+    with pytest.raises(Loaded):
+        run(4, tmp_path / "b")
+    assert loaded[-1].get("batch_size") == 4 and loaded[-1].fingerprint() == spec.fingerprint()

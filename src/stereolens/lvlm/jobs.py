@@ -129,7 +129,7 @@ def respond_job(
 
 def _timed(spec: ModelSpec, log: logging.Logger, threads: int | None, out_path: str, work):
     """Load the model once, run ``work(model)``, record <output>.timing.json."""
-    return run_model_job(spec, out_path, work, log, threads=threads)
+    return run_model_job(spec, out_path, work, log, threads=threads, load=load_model)
 
 
 def extract_story_job(

@@ -85,3 +85,20 @@ def run_logged(snakemake, fn: Callable[[logging.Logger], None]) -> None:
         start = time.perf_counter()
         fn(log)
         log.info("done in %.1f s", time.perf_counter() - start)
+
+
+def model_job_args(snakemake, log: logging.Logger) -> dict:
+    """The arguments every model-loading job function takes from its rule the same way:
+    registry_path and cache_dir (params), out_path (the first output), log, threads, and
+    the attempt's batch_size and scheduler resources (job_resources)."""
+    from stereolens.models.job import job_resources
+
+    return {
+        "registry_path": snakemake.params.registry,
+        "cache_dir": snakemake.params.cache_dir,
+        "out_path": snakemake.output[0],
+        "log": log,
+        "threads": snakemake.threads,
+        "batch_size": snakemake.resources.get("batch_size"),
+        "job_resources": job_resources(snakemake),
+    }

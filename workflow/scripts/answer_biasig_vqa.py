@@ -1,23 +1,15 @@
 """Entry point of rule answer_biasig_vqa."""
 
 from stereolens.biasig.jobs import vqa_biasig_shard
-from stereolens.models.job import job_resources
-from stereolens.workflow_support import run_logged
+from stereolens.workflow_support import model_job_args, run_logged
 
 
 def main(log):
-    p = snakemake.params  # noqa: F821
     vqa_biasig_shard(
-        registry_path=p.registry,
         vlm_name=snakemake.wildcards.extractor,  # noqa: F821
         images_dir=snakemake.input.images,  # noqa: F821
-        out_path=snakemake.output[0],  # noqa: F821
-        max_attempts=p.max_attempts,
-        cache_dir=p.cache_dir,
-        log=log,
-        threads=snakemake.threads,  # noqa: F821
-        batch_size=snakemake.resources.get("batch_size"),  # noqa: F821
-        job_resources=job_resources(snakemake),  # noqa: F821
+        max_attempts=snakemake.params.max_attempts,  # noqa: F821
+        **model_job_args(snakemake, log),  # noqa: F821
     )
 
 

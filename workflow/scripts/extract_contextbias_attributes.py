@@ -1,25 +1,17 @@
 """Entry point of rule extract_contextbias_attributes."""
 
 from stereolens.contextbias.jobs import extract_contextbias_shard
-from stereolens.models.job import job_resources
-from stereolens.workflow_support import run_logged
+from stereolens.workflow_support import model_job_args, run_logged
 
 
 def main(log):
-    p = snakemake.params  # noqa: F821
     extract_contextbias_shard(
-        registry_path=p.registry,
         extractor=snakemake.wildcards.extractor,  # noqa: F821
         images_dir=snakemake.input.images,  # noqa: F821
         schema_path=snakemake.input.schema,  # noqa: F821
         prompt_path=snakemake.input.prompt,  # noqa: F821
-        max_attempts=p.max_attempts,
-        cache_dir=p.cache_dir,
-        out_path=snakemake.output[0],  # noqa: F821
-        log=log,
-        threads=snakemake.threads,  # noqa: F821
-        batch_size=snakemake.resources.get("batch_size"),  # noqa: F821
-        job_resources=job_resources(snakemake),  # noqa: F821
+        max_attempts=snakemake.params.max_attempts,  # noqa: F821
+        **model_job_args(snakemake, log),  # noqa: F821
     )
 
 

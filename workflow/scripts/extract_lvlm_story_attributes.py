@@ -4,23 +4,16 @@ one model x setting x axis into the character-attribute schema."""
 import json
 
 from stereolens.lvlm.jobs import extract_story_job
-from stereolens.models.job import job_resources
-from stereolens.workflow_support import run_logged
+from stereolens.workflow_support import model_job_args, run_logged
 
 
 def main(log):
     p = snakemake.params  # noqa: F821
     extract_story_job(
-        registry_path=p.registry,
         assistant=p.assistant,
         response_paths=list(snakemake.input.responses),  # noqa: F821
         settings=json.loads(p.settings),
-        cache_dir=p.cache_dir,
-        out_path=snakemake.output[0],  # noqa: F821
-        log=log,
-        threads=snakemake.threads,  # noqa: F821
-        batch_size=snakemake.resources.get("batch_size"),  # noqa: F821
-        job_resources=job_resources(snakemake),  # noqa: F821
+        **model_job_args(snakemake, log),  # noqa: F821
     )
 
 

@@ -4,14 +4,12 @@ group's user images."""
 import json
 
 from stereolens.lvlm.jobs import respond_job
-from stereolens.models.job import job_resources
-from stereolens.workflow_support import run_logged
+from stereolens.workflow_support import model_job_args, run_logged
 
 
 def main(log):
-    w, p = snakemake.wildcards, snakemake.params  # noqa: F821
+    w = snakemake.wildcards  # noqa: F821
     respond_job(
-        registry_path=p.registry,
         model=w.model,
         setting=w.setting,
         task=w.task,
@@ -19,13 +17,8 @@ def main(log):
         usergroup=w.usergroup,
         shard=int(w.shard),
         sets_path=snakemake.input.sets,  # noqa: F821
-        settings=json.loads(p.task_settings),
-        cache_dir=p.cache_dir,
-        out_path=snakemake.output[0],  # noqa: F821
-        log=log,
-        threads=snakemake.threads,  # noqa: F821
-        batch_size=snakemake.resources.get("batch_size"),  # noqa: F821
-        job_resources=job_resources(snakemake),  # noqa: F821
+        settings=json.loads(snakemake.params.task_settings),  # noqa: F821
+        **model_job_args(snakemake, log),  # noqa: F821
     )
 
 

@@ -37,6 +37,32 @@ def validation_roles(roles: list[str] | None) -> list[str]:
     return [r for r in found if roles is None or r in roles]
 
 
+REPORT = "results/report/index.html"
+JOB_TIMINGS = "results/report/job_timings.parquet"
+THROUGHPUT_TABLE = "config/throughput.yaml"
+"""The planner's throughput table of the workflow (stereolens.plan's default)."""
+
+
+def final_targets(config: dict) -> list[str]:
+    """The inputs of rule all: the targets of every benchmark the config enables
+    (stereolens.benchmark), then the report."""
+    from stereolens.benchmark import all_targets
+
+    return [*all_targets(config), REPORT]
+
+
+def report_inputs(config: dict) -> dict[str, str]:
+    """Every file the report reads, by the name stereolens.report.inputs gives it: the
+    report tables of every benchmark the config enables, the run's job timings and the
+    planner's throughput table (when the workflow has one)."""
+    from stereolens.benchmark import all_report_tables
+
+    inputs = {**all_report_tables(config), "job_timings": JOB_TIMINGS}
+    if os.path.exists(THROUGHPUT_TABLE):
+        inputs["throughput_table"] = THROUGHPUT_TABLE
+    return inputs
+
+
 def model_fingerprint_json(spec: ModelSpec) -> str:
     """Canonical JSON of what determines a model's outputs (a Snakemake param: a change
     reruns that model's jobs; reordering the config or adding models does not)."""

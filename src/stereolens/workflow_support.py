@@ -63,6 +63,25 @@ def report_inputs(config: dict) -> dict[str, str]:
     return inputs
 
 
+def job_timing_inputs(config: dict) -> dict[str, list[str]]:
+    """The outputs of every model job of the run that the measured throughput reads, from
+    the plug-ins' job enumeration (the planner's): the generation shard folders
+    (``generation``) and the other job files under a folder of
+    stereolens.throughput.JOB_FOLDERS (``answers``: extractions, VQA answers, LVLM
+    responses and story attributes)."""
+    from stereolens.benchmark import benchmarks
+    from stereolens.throughput import JOB_FOLDERS
+
+    out: dict[str, list[str]] = {"generation": [], "answers": []}
+    for plugin in benchmarks(config):
+        for job in plugin.jobs(config):
+            parts = job.output.split("/")
+            stage = JOB_FOLDERS.get(parts[2]) if len(parts) > 3 else None
+            if stage is not None:
+                out["generation" if stage == "generate" else "answers"].append(job.output)
+    return out
+
+
 def model_fingerprint_json(spec: ModelSpec) -> str:
     """Canonical JSON of what determines a model's outputs (a Snakemake param: a change
     reruns that model's jobs; reordering the config or adding models does not)."""

@@ -15,6 +15,7 @@ from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
 from stereolens.models.registry import TINY_MEM_MB, load_registry
 from stereolens.workflow_support import (
     final_targets,
+    job_timing_inputs,
     model_fingerprint_json,
     report_inputs,
     validation_roles,
@@ -457,34 +458,10 @@ def get_report_inputs(wildcards):
 
 def get_job_timing_inputs(wildcards):
     """The outputs of every model job of the run (generation shard folders, extraction,
-    VQA, LVLM response and story-attribute files): the job timings are read from them and
+    VQA, LVLM response and story-attribute files), from the plug-ins' job enumeration
+    (stereolens.workflow_support.job_timing_inputs): the job timings are read from them and
     from the timing records, benchmark files and logs their jobs write beside them."""
-    generation = (
-        [
-            f"results/contextbias/images/{m}/{r}/{c}/{k}"
-            for m in CB["generators"]
-            for r in CB_ROLES
-            for c in CB_CONDITIONS
-            for k in CB_SHARDS
-        ]
-        + [
-            f"results/contextbias/images/{m}/{r}/VAL/{k}"
-            for m in CB["generators"]
-            for r in CB_VAL_ROLES
-            for k in CB_VAL_SHARDS
-        ]
-        + [
-            f"results/biasig/images/{m}/{atype}/{cond}/{shard}"
-            for m in (BG["generators"] if BG["enabled"] else [])
-            for atype, cond, shard in BG_SHARDS
-        ]
-    )
-    answers = get_contextbias_extractions() + get_validation_extractions()
-    answers += get_biasig_vqa_outputs() if BG["enabled"] else []
-    if LV["enabled"]:
-        answers += [p for m in sorted(LV["models"]) for p in lvlm_response_paths(m)]
-        answers += get_lvlm_story_paths()
-    return {"generation": generation, "answers": answers}
+    return job_timing_inputs(config)
 
 
 def get_final_targets():

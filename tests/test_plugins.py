@@ -1,17 +1,22 @@
 """Benchmarks as plug-ins (stereolens.benchmark): rule all's targets and the report rule's
 inputs are the loops over the registered plug-ins and equal the lists common.smk wrote by
-hand before; the report's benchmark modules are the plug-ins' report_sections."""
+hand before; the README's "Adding a benchmark" skeleton, written into a package, is picked
+up by the config checks, the planner, those loops and the report."""
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
+import yaml
 
 from stereolens import benchmark as benchmark_module
-from stereolens.benchmark import benchmarks
+from stereolens.benchmark import benchmarks, configured_models
 from stereolens.config import load_config
-from stereolens.workflow_support import final_targets, report_inputs
+from stereolens.workflow_support import final_targets, job_timing_inputs, report_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [
@@ -146,3 +151,114 @@ def test_report_modules_are_the_plugins_report_sections():
         "stereolens.report.lvlm",
     ]
     assert [m.KEY for m in render.benchmark_modules()] == [p.name for p in benchmarks()]
+
+
+# ---- the README's skeleton of a fourth benchmark
+
+
+def _readme_blocks() -> dict[str, str]:
+    """The fenced blocks of README "Adding a benchmark", by the file their first line
+    names ("# path" or "# path, where")."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Adding a benchmark\n", 1)[1].split("\n## ", 1)[0]
+    blocks = {}
+    for body in re.findall(r"^```\w*\n(.*?)^```", section, flags=re.S | re.M):
+        first, _, rest = body.partition("\n")
+        assert first.startswith("# "), f"a README skeleton block names no file: {first}"
+        blocks[first[2:].split(",")[0].strip()] = rest
+    return blocks
+
+
+@pytest.fixture
+def mybench(tmp_path, monkeypatch):
+    """The README's mybench package on sys.path, registered in PLUGINS and in the config
+    schema; returns the README blocks."""
+    blocks = _readme_blocks()
+    package = tmp_path / "pkg" / "mybench"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    for name in ("plugin.py", "report.py"):
+        (package / name).write_text(blocks[f"mybench/{name}"])
+    monkeypatch.syspath_prepend(str(tmp_path / "pkg"))
+    for name in [m for m in sys.modules if m == "mybench" or m.startswith("mybench.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+    line = blocks["src/stereolens/benchmark.py"].strip().rstrip(",")
+    key, value = (yaml.safe_load(part) for part in line.split(":", 1))
+    monkeypatch.setitem(benchmark_module.PLUGINS, key, value.strip())
+
+    import stereolens.config as config_module
+
+    schema = yaml.safe_load(Path(config_module.CONFIG_SCHEMA).read_text())
+    schema["properties"].update(yaml.safe_load(blocks["config/schemas/config.schema.yaml"]))
+    schema_path = tmp_path / "config.schema.yaml"
+    schema_path.write_text(yaml.safe_dump(schema, sort_keys=False))
+    monkeypatch.setattr(config_module, "CONFIG_SCHEMA", schema_path)
+    return blocks
+
+
+def _config_with_mybench(tmp_path: Path, **section) -> tuple[dict, dict]:
+    config = yaml.safe_load(Path("config/demo.yaml").read_text())
+    vlm = config["contextbias"]["extractors"][0]
+    config["mybench"] = {"enabled": True, "models": [vlm], **section}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return load_config(path)
+
+
+def test_readme_skeleton_is_a_benchmark(mybench, tmp_path):
+    config, registry = _config_with_mybench(tmp_path, questions=7)
+    vlm = config["mybench"]["models"][0]
+
+    # the config checks and the table
+    assert [p.name for p in benchmarks(config)] == ["contextbias", "biasig", "lvlm", "mybench"]
+    assert configured_models(config)["mybench"] == [vlm]
+    with pytest.raises(Exception, match="mybench.models"):
+        _config_with_mybench(tmp_path, models=["no-such-model"])
+
+    # the planner reads its jobs
+    from stereolens.plan import plan
+
+    rows = [r for r in plan(config, registry)["rows"] if r["benchmark"] == "mybench"]
+    assert [(r["stage"], r["model"], r["jobs"], r["calls"]) for r in rows] == [("vqa", vlm, 1, 7)]
+
+    # rule all, the report rule and the job timings
+    assert "results/mybench/metrics/scores.parquet" in final_targets(config)
+    assert report_inputs(config)["mybench_scores"] == "results/mybench/metrics/scores.parquet"
+    # the measured throughput reads its job's output
+    assert f"results/mybench/vqa/{vlm}/answers.jsonl" in job_timing_inputs(config)["answers"]
+
+    # switched off, it is in no loop
+    off, _ = _config_with_mybench(tmp_path, enabled=False)
+    assert "mybench" not in [p.name for p in benchmarks(off)]
+    assert "mybench_scores" not in report_inputs(off)
+
+
+def test_readme_skeleton_rules_make_the_plugins_paths(mybench, tmp_path):
+    """Every job of the plug-in is an output of the rule it names, with its wildcards, and
+    every target and report table is some rule's output."""
+    config, _ = _config_with_mybench(tmp_path)
+    rules = mybench["workflow/rules/mybench.smk"]
+    outputs = dict(
+        re.findall(r'^rule (\w+):\n(?:.*\n)*?    output:\n        "([^"]+)"', rules, flags=re.M)
+    )
+    plugin = benchmark_module.benchmark("mybench")
+    for job in plugin.jobs(config):
+        assert outputs[job.rule].format(**job.wildcards) == job.output
+    made = set(outputs.values())
+    for path in [*plugin.targets(config), *plugin.report_tables(config).values()]:
+        assert path in made
+    assert mybench["Snakefile"].strip() == 'include: "workflow/rules/mybench.smk"'
+
+
+def test_readme_skeleton_report_section(mybench, tmp_path):
+    from stereolens.report.inputs import Inputs
+    from stereolens.report.render import benchmark_modules, build_report
+
+    config, _ = _config_with_mybench(tmp_path)
+    assert [m.__name__ for m in benchmark_modules()][-1] == "mybench.report"
+    scores = pl.DataFrame({"model": ["m1", "m2"], "score": [0.5, 0.25]})
+    report = build_report(Inputs.from_frames({"mybench_scores": scores}), config, galleries=False)
+    assert "mybench" in [s.id for s in report.sections]
+    assert ("MyBench", ["models: m1, m2"]) in report.summary.facts
+    assert ("ContextBias", ["not in this run"]) in report.summary.facts

@@ -61,18 +61,23 @@ class Benchmark:
     ``items`` (the planner's figures; it reads the prompt tables, so the Snakefile, which
     needs only the paths, does not ask for it)."""
     targets: Callable[[dict], list[str]]
-    """The benchmark's final outputs (rule all)."""
+    """The benchmark's final outputs (rule all): its results and the audits of its own
+    measurements (the validation group gaps, the story reading)."""
     models: Callable[[dict], dict[str, list[str]]]
     """Role of a model in this run (generator, extractor, vqa, lvlm, assistant, ...) -> the
     registry names: the report's Models table, the measured throughput, check-models."""
     report_tables: Callable[[dict], dict[str, str]]
     """Table name -> path of every file the report reads for this benchmark (all of them
-    declared as inputs of the report rule)."""
+    declared as inputs of the report rule under these names, which
+    stereolens.report.inputs reads; no two benchmarks share a name)."""
     generation_items: str | None = None
     """"module:function" turning the benchmark's prompt table and a generation job's
     wildcards into images to make (stereolens.generate.job), or None."""
     report_sections: str | None = None
-    """"module:function" rendering the benchmark's report sections from its tables."""
+    """The module (a dotted name, imported by the report only) that renders the benchmark's
+    part of the report from its tables: ``KEY``, ``TITLE`` and the functions ``enabled``,
+    ``facts``, ``profile``, ``sections`` and ``galleries`` (stereolens.report.render); None =
+    no report part. A name, not an import: a benchmark sits below the report."""
 
 
 def benchmarks(config: dict | None = None) -> list[Benchmark]:
@@ -110,4 +115,28 @@ def configured_models(config: dict) -> dict[str, list[str]]:
             names += [n for n in role_names if n not in names]
         if names:
             out[plugin.name] = names
+    return out
+
+
+def all_targets(config: dict) -> list[str]:
+    """The final outputs of every benchmark the config enables, in table order, each once."""
+    out: list[str] = []
+    for plugin in benchmarks(config):
+        out += [t for t in plugin.targets(config) if t not in out]
+    return out
+
+
+def all_report_tables(config: dict) -> dict[str, str]:
+    """Table name -> path over every benchmark the config enables; a name two benchmarks
+    claim is an error (the report reads tables by name)."""
+    out: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for plugin in benchmarks(config):
+        for name, path in plugin.report_tables(config).items():
+            if name in out:
+                raise ValueError(
+                    f"report table {name!r} of benchmark {plugin.name!r} is already "
+                    f"benchmark {owner[name]!r}'s: give it a name of its own"
+                )
+            out[name], owner[name] = path, plugin.name
     return out

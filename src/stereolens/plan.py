@@ -32,8 +32,7 @@ from typing import Any
 
 from stereolens.design import cli as design_cli
 from stereolens.validation import ConfigError, load_yaml
-
-DEFAULT_THROUGHPUT = "config/throughput.yaml"
+from stereolens.workflow_support import THROUGHPUT_TABLE as DEFAULT_THROUGHPUT
 
 THROUGHPUT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -37,6 +37,51 @@ def validation_roles(roles: list[str] | None) -> list[str]:
     return [r for r in found if roles is None or r in roles]
 
 
+REPORT = "results/report/index.html"
+JOB_TIMINGS = "results/report/job_timings.parquet"
+THROUGHPUT_TABLE = "config/throughput.yaml"
+"""The planner's throughput table of the workflow (stereolens.plan's default)."""
+
+
+def final_targets(config: dict) -> list[str]:
+    """The inputs of rule all: the targets of every benchmark the config enables
+    (stereolens.benchmark), then the report."""
+    from stereolens.benchmark import all_targets
+
+    return [*all_targets(config), REPORT]
+
+
+def report_inputs(config: dict) -> dict[str, str]:
+    """Every file the report reads, by the name stereolens.report.inputs gives it: the
+    report tables of every benchmark the config enables, the run's job timings and the
+    planner's throughput table (when the workflow has one)."""
+    from stereolens.benchmark import all_report_tables
+
+    inputs = {**all_report_tables(config), "job_timings": JOB_TIMINGS}
+    if os.path.exists(THROUGHPUT_TABLE):
+        inputs["throughput_table"] = THROUGHPUT_TABLE
+    return inputs
+
+
+def job_timing_inputs(config: dict) -> dict[str, list[str]]:
+    """The outputs of every model job of the run that the measured throughput reads, from
+    the plug-ins' job enumeration (the planner's): the generation shard folders
+    (``generation``) and the other job files under a folder of
+    stereolens.throughput.JOB_FOLDERS (``answers``: extractions, VQA answers, LVLM
+    responses and story attributes)."""
+    from stereolens.benchmark import benchmarks
+    from stereolens.throughput import JOB_FOLDERS
+
+    out: dict[str, list[str]] = {"generation": [], "answers": []}
+    for plugin in benchmarks(config):
+        for job in plugin.jobs(config):
+            parts = job.output.split("/")
+            stage = JOB_FOLDERS.get(parts[2]) if len(parts) > 3 else None
+            if stage is not None:
+                out["generation" if stage == "generate" else "answers"].append(job.output)
+    return out
+
+
 def model_fingerprint_json(spec: ModelSpec) -> str:
     """Canonical JSON of what determines a model's outputs (a Snakemake param: a change
     reruns that model's jobs; reordering the config or adding models does not)."""

@@ -13,7 +13,13 @@ from stereolens.config import check_models, validate_config
 from stereolens.contextbias.prompts import check_prompt_bank
 from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
 from stereolens.models.registry import TINY_MEM_MB, load_registry
-from stereolens.workflow_support import model_fingerprint_json, validation_roles
+from stereolens.workflow_support import (
+    final_targets,
+    job_timing_inputs,
+    model_fingerprint_json,
+    report_inputs,
+    validation_roles,
+)
 
 validate_config(config)
 REGISTRY = load_registry(config["registry"])
@@ -443,91 +449,25 @@ def get_report_models():
 
 
 def get_report_inputs(wildcards):
-    """Every file the report reads (stereolens.report.inputs names them): the tables, the
-    planner's throughput table and the run's job timings (the registry entries of the run's
-    models are a param, get_report_models). Optional studies only when configured."""
-    from stereolens.plan import DEFAULT_THROUGHPUT
-
-    inputs = {
-        "prompts": "results/contextbias/prompts.parquet",
-        "images": "results/contextbias/images.parquet",
-        "attributes": "results/contextbias/attributes.parquet",
-        "mapping": "results/contextbias/canonical_mapping.parquet",
-        **{
-            name: f"results/contextbias/metrics/{name}.parquet"
-            for name in ("bi", "ccs", "ccs_mean", "robustness", "bootstrap")
-        },
-        "job_timings": "results/report/job_timings.parquet",
-    }
-    if os.path.exists(DEFAULT_THROUGHPUT):
-        inputs["throughput_table"] = DEFAULT_THROUGHPUT
-    if CB_VAL["enabled"]:
-        inputs["validation"] = "results/contextbias/validation/scores.parquet"
-    if CB["annotation"]["enabled"]:
-        inputs["annotation_form"] = "results/contextbias/annotation/form.html"
-    if CB["annotation"]["answers"]:
-        inputs["agreement"] = "results/contextbias/annotation/agreement_summary.parquet"
-    if BG["enabled"]:
-        for name in ("implicit", "explicit", "eta"):
-            inputs[f"biasig_{name}"] = f"results/biasig/metrics/{name}.parquet"
-        inputs["biasig_prompts"] = "results/biasig/prompts.parquet"
-        inputs["biasig_answers"] = "results/biasig/answers.parquet"
-    inputs.update(get_lvlm_report_inputs())
-    inputs.update(get_design_report_inputs())
-    return inputs
+    """Every file the report reads, by the names stereolens.report.inputs reads: the report
+    tables of every benchmark the config enables (their plug-ins' report_tables), the run's
+    job timings and the planner's throughput table (stereolens.workflow_support.report_inputs;
+    the registry entries of the run's models are a param, get_report_models)."""
+    return report_inputs(config)
 
 
 def get_job_timing_inputs(wildcards):
     """The outputs of every model job of the run (generation shard folders, extraction,
-    VQA, LVLM response and story-attribute files): the job timings are read from them and
+    VQA, LVLM response and story-attribute files), from the plug-ins' job enumeration
+    (stereolens.workflow_support.job_timing_inputs): the job timings are read from them and
     from the timing records, benchmark files and logs their jobs write beside them."""
-    generation = (
-        [
-            f"results/contextbias/images/{m}/{r}/{c}/{k}"
-            for m in CB["generators"]
-            for r in CB_ROLES
-            for c in CB_CONDITIONS
-            for k in CB_SHARDS
-        ]
-        + [
-            f"results/contextbias/images/{m}/{r}/VAL/{k}"
-            for m in CB["generators"]
-            for r in CB_VAL_ROLES
-            for k in CB_VAL_SHARDS
-        ]
-        + [
-            f"results/biasig/images/{m}/{atype}/{cond}/{shard}"
-            for m in (BG["generators"] if BG["enabled"] else [])
-            for atype, cond, shard in BG_SHARDS
-        ]
-    )
-    answers = get_contextbias_extractions() + get_validation_extractions()
-    answers += get_biasig_vqa_outputs() if BG["enabled"] else []
-    if LV["enabled"]:
-        answers += [p for m in sorted(LV["models"]) for p in lvlm_response_paths(m)]
-        answers += get_lvlm_story_paths()
-    return {"generation": generation, "answers": answers}
+    return job_timing_inputs(config)
 
 
 def get_final_targets():
-    targets = []
-    if BG["enabled"]:
-        targets += ["results/biasig/answers.parquet", "results/biasig/metrics/eta.parquet"]
-    if CB_VAL["enabled"]:
-        targets.append("results/contextbias/validation/scores.parquet")
-    if CB["annotation"]["enabled"]:
-        targets.append("results/contextbias/annotation/form.html")
-    if CB["annotation"]["answers"]:
-        targets.append("results/contextbias/annotation/agreement_summary.parquet")
-    if LV["enabled"]:
-        targets.append("results/lvlm/metrics/scores.parquet")
-    targets += get_design_targets()
-    return targets + [
-        "results/contextbias/prompts.parquet",
-        "results/contextbias/attributes.parquet",
-        "results/contextbias/metrics/bi.parquet",
-        "results/report/index.html",
-    ]
+    """The inputs of rule all, from stereolens.workflow_support.final_targets (the targets
+    of every benchmark the config enables, from their plug-ins, then the report)."""
+    return final_targets(config)
 
 
 # ---- LVLM (input functions of workflow/rules/lvlm.smk)
@@ -770,19 +710,6 @@ def lvlm_gpu(name):
     return 1 if spec.backend.startswith("transformers") and spec.get("device") != "cpu" else 0
 
 
-def get_lvlm_report_inputs():
-    if not LV["enabled"]:
-        return {}
-    return {
-        f"lvlm_{name}": f"results/lvlm/metrics/{name}.parquet"
-        for name in ("scores", "prompt_scores", "refusals", "story_skew", "exam_accuracy")
-    } | {
-        "lvlm_sets": "results/lvlm/sets.parquet",
-        "lvlm_responses": "results/lvlm/responses.parquet",
-        "lvlm_story_attributes": "results/lvlm/story_attributes.parquet",
-    }
-
-
 def get_lvlm_env(wildcards):
     """Conda env of a response job: vLLM brings its own CUDA torch."""
     name = "vllm" if REGISTRY[wildcards.model].backend == "vllm" else "extract"
@@ -792,39 +719,10 @@ def get_lvlm_env(wildcards):
 # ---- Designing an audit (issue 15; input functions of workflow/rules/design.smk)
 
 
-def design_story_reading_enabled():
-    """The assistant's story reading is audited when the story task and an assistant are
-    configured and lvlm.story_reading.enabled."""
-    return bool(
-        LV["enabled"] and "story" in LV_TASKS and LV["assistant"] and LV["story_reading"]["enabled"]
-    )
-
-
 def get_story_reading_sample():
     from stereolens.paths import resource
 
     return LV["story_reading"]["sample"] or str(resource("lvlm", "story_reading.v1.yaml"))
-
-
-def get_design_targets():
-    """Per-group audits of the extractors (validation on) and of the story reading."""
-    targets = []
-    if CB_VAL["enabled"]:
-        targets.append("results/contextbias/validation/group_gaps.parquet")
-    if design_story_reading_enabled():
-        targets.append("results/lvlm/metrics/story_reading_gaps.parquet")
-    return targets
-
-
-def get_design_report_inputs():
-    inputs = {}
-    if CB_VAL["enabled"]:
-        inputs["validation_by_group"] = "results/contextbias/validation/by_group.parquet"
-        inputs["validation_group_gaps"] = "results/contextbias/validation/group_gaps.parquet"
-    if design_story_reading_enabled():
-        inputs["story_reading"] = "results/lvlm/metrics/story_reading.parquet"
-        inputs["story_reading_gaps"] = "results/lvlm/metrics/story_reading_gaps.parquet"
-    return inputs
 
 
 def get_lvlm_metrics_dir(wildcards, output):

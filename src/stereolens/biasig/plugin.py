@@ -109,7 +109,10 @@ def _models(config: dict) -> dict[str, list[str]]:
 
 
 def _report_tables(config: dict) -> dict[str, str]:
-    return {f"biasig_{n}": f"{RESULTS}/metrics/{n}.parquet" for n in METRICS}
+    return {f"biasig_{n}": f"{RESULTS}/metrics/{n}.parquet" for n in METRICS} | {
+        "biasig_prompts": f"{RESULTS}/prompts.parquet",
+        "biasig_answers": f"{RESULTS}/answers.parquet",
+    }
 
 
 BENCHMARK = Benchmark(
@@ -122,4 +125,5 @@ BENCHMARK = Benchmark(
     models=_models,
     report_tables=_report_tables,
     generation_items="stereolens.biasig.jobs:generation_items",
+    report_sections="stereolens.report.biasig",
 )

@@ -154,6 +154,8 @@ def _targets(config: dict) -> list[str]:
     ]
     if cb["validation"]["enabled"]:
         out.append(f"{RESULTS}/validation/scores.parquet")
+        # the extractors audited per demographic group (README "Designing an audit")
+        out.append(f"{RESULTS}/validation/group_gaps.parquet")
     if cb["annotation"]["enabled"]:
         out.append(f"{RESULTS}/annotation/form.html")
     if cb["annotation"]["answers"]:
@@ -178,11 +180,14 @@ def _report_tables(config: dict) -> dict[str, str]:
     tables = {
         "prompts": f"{RESULTS}/prompts.parquet",
         "images": f"{RESULTS}/images.parquet",
+        "attributes": f"{RESULTS}/attributes.parquet",
         "mapping": f"{RESULTS}/canonical_mapping.parquet",
         **{n: f"{RESULTS}/metrics/{n}.parquet" for n in METRICS},
     }
     if cb["validation"]["enabled"]:
         tables["validation"] = f"{RESULTS}/validation/scores.parquet"
+        tables["validation_by_group"] = f"{RESULTS}/validation/by_group.parquet"
+        tables["validation_group_gaps"] = f"{RESULTS}/validation/group_gaps.parquet"
     if cb["annotation"]["enabled"]:
         tables["annotation_form"] = f"{RESULTS}/annotation/form.html"
     if cb["annotation"]["answers"]:
@@ -207,4 +212,5 @@ BENCHMARK = Benchmark(
     models=_models,
     report_tables=_report_tables,
     generation_items="stereolens.contextbias.jobs:generation_items",
+    report_sections="stereolens.report.contextbias",
 )

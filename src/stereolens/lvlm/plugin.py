@@ -171,8 +171,22 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
 METRICS = ("scores", "prompt_scores", "refusals", "story_skew", "exam_accuracy")
 
 
+def story_reading_enabled(lv: dict) -> bool:
+    """The assistant's story reading is audited (README "Designing an audit") when the story
+    task and an assistant are configured and lvlm.story_reading.enabled."""
+    return bool(
+        lv["enabled"]
+        and "story" in lv["tasks"]
+        and lv["assistant"]
+        and lv["story_reading"]["enabled"]
+    )
+
+
 def _targets(config: dict) -> list[str]:
-    return [f"{RESULTS}/metrics/scores.parquet"]
+    out = [f"{RESULTS}/metrics/scores.parquet"]
+    if story_reading_enabled(config["lvlm"]):
+        out.append(f"{RESULTS}/metrics/story_reading_gaps.parquet")
+    return out
 
 
 def _models(config: dict) -> dict[str, list[str]]:
@@ -188,6 +202,11 @@ def _models(config: dict) -> dict[str, list[str]]:
 def _report_tables(config: dict) -> dict[str, str]:
     tables = {f"lvlm_{n}": f"{RESULTS}/metrics/{n}.parquet" for n in METRICS}
     tables["lvlm_sets"] = f"{RESULTS}/sets.parquet"
+    tables["lvlm_responses"] = f"{RESULTS}/responses.parquet"
+    tables["lvlm_story_attributes"] = f"{RESULTS}/story_attributes.parquet"
+    if story_reading_enabled(config["lvlm"]):
+        tables["story_reading"] = f"{RESULTS}/metrics/story_reading.parquet"
+        tables["story_reading_gaps"] = f"{RESULTS}/metrics/story_reading_gaps.parquet"
     return tables
 
 
@@ -200,4 +219,5 @@ BENCHMARK = Benchmark(
     targets=_targets,
     models=_models,
     report_tables=_report_tables,
+    report_sections="stereolens.report.lvlm",
 )

@@ -9,14 +9,17 @@ Layout of the output folder (``out_path`` = .../index.html):
 * ``galleries/<page>.html`` and ``galleries/thumbs/*.jpg``: the image and response
   galleries, linked from the page (JPEG thumbnails, never the full images).
 
-Sections come from the benchmark modules in :data:`BENCHMARKS` (each with ``KEY``,
-``TITLE``, ``enabled``, ``facts``, ``profile``, ``sections`` and ``galleries``), then from
+Sections come from the benchmarks' report modules, named by their plug-ins'
+``report_sections`` (:func:`benchmark_modules`; each with ``KEY``, ``TITLE``, ``enabled``,
+``facts``, ``profile``, ``sections`` and ``galleries``), in the order of
+stereolens.benchmark.PLUGINS, then from
 :data:`EXTRA_SECTIONS` and the ``extra_sections`` argument (a place for further sections,
 e.g. an extractor audit), then the run section (models, throughput, settings).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import shutil
 import time
@@ -24,12 +27,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from types import ModuleType
 
 import polars as pl
 
 from stereolens import __version__
 from stereolens.atomic import write_bytes, write_text
-from stereolens.report import biasig, contextbias, lvlm, run
+from stereolens.benchmark import benchmarks
+from stereolens.report import run
 from stereolens.report.galleries import GalleryPage, GallerySettings, write_galleries
 from stereolens.report.html import (
     DEFAULT_MAX_ROWS,
@@ -53,8 +58,14 @@ from stereolens.report.summary import (
 
 log = logging.getLogger(__name__)
 
-BENCHMARKS = (contextbias, biasig, lvlm)
-"""The benchmark modules of the report, in page order."""
+
+def benchmark_modules() -> list[ModuleType]:
+    """The report module of every registered benchmark (its plug-in's ``report_sections``),
+    in page order (the plug-in table's). All of them, not only those the config enables:
+    a module's ``enabled`` decides from the tables whether its part shows, and the first
+    screen says "not in this run" for the others."""
+    return [importlib.import_module(p.report_sections) for p in benchmarks() if p.report_sections]
+
 
 AUX_ROLES = ("contextbias canonicalisation LLM",)
 """Model roles the benchmark boxes of the first screen do not name."""
@@ -103,12 +114,13 @@ def build_report(
     """Everything the page shows, as data (nothing written)."""
     config = _config(config)
     entries = run.registry_entries(inputs, config)
-    active = [b for b in BENCHMARKS if b.enabled(inputs, config)]
+    modules = benchmark_modules()
+    active = [b for b in modules if b.enabled(inputs, config)]
     profiles = [b.profile(inputs, config) for b in active]
     profile = pl.concat(profiles) if profiles else profile_frame([])
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     facts: list[tuple[str, list[str]]] = []
-    for b in BENCHMARKS:
+    for b in modules:
         facts.append((b.TITLE, b.facts(inputs, config) if b in active else ["not in this run"]))
     extra = [f"{role}: {name}" for role, name in run.model_roles(config) if role in AUX_ROLES]
     if extra:

@@ -1,0 +1,264 @@
+"""Benchmarks as plug-ins (stereolens.benchmark): rule all's targets and the report rule's
+inputs are the loops over the registered plug-ins and equal the lists common.smk wrote by
+hand before; the README's "Adding a benchmark" skeleton, written into a package, is picked
+up by the config checks, the planner, those loops and the report."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from stereolens import benchmark as benchmark_module
+from stereolens.benchmark import benchmarks, configured_models
+from stereolens.config import load_config
+from stereolens.workflow_support import final_targets, job_timing_inputs, report_inputs
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = [
+    "config/demo.yaml",
+    "config/config.yaml",
+    *sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / ".test" / "config").glob("*.yaml")
+        # faults.yaml needs a generated registry; faults_schema.yaml is no config
+        if not p.name.startswith("faults")
+    ),
+]
+
+
+@pytest.fixture(autouse=True)
+def _in_repo(repo_root, monkeypatch):
+    monkeypatch.chdir(repo_root)  # configs name the registry relative to the repo root
+
+
+# ---- the hand-written lists of workflow/rules/common.smk before the loops (frozen here)
+
+
+def _story_reading(lv: dict) -> bool:
+    tasks = list(lv["tasks"]) if lv["enabled"] else []
+    return bool(lv["enabled"] and "story" in tasks and lv["assistant"])
+
+
+def _hand_targets(config: dict) -> list[str]:
+    cb, bg, lv = config["contextbias"], config["biasig"], config["lvlm"]
+    targets = []
+    if bg["enabled"]:
+        targets += ["results/biasig/answers.parquet", "results/biasig/metrics/eta.parquet"]
+    if cb["validation"]["enabled"]:
+        targets.append("results/contextbias/validation/scores.parquet")
+    if cb["annotation"]["enabled"]:
+        targets.append("results/contextbias/annotation/form.html")
+    if cb["annotation"]["answers"]:
+        targets.append("results/contextbias/annotation/agreement_summary.parquet")
+    if lv["enabled"]:
+        targets.append("results/lvlm/metrics/scores.parquet")
+    if cb["validation"]["enabled"]:
+        targets.append("results/contextbias/validation/group_gaps.parquet")
+    if _story_reading(lv) and lv["story_reading"]["enabled"]:
+        targets.append("results/lvlm/metrics/story_reading_gaps.parquet")
+    return targets + [
+        "results/contextbias/prompts.parquet",
+        "results/contextbias/attributes.parquet",
+        "results/contextbias/metrics/bi.parquet",
+        "results/report/index.html",
+    ]
+
+
+def _hand_report_inputs(config: dict) -> dict[str, str]:
+    cb, bg, lv = config["contextbias"], config["biasig"], config["lvlm"]
+    inputs = {
+        "prompts": "results/contextbias/prompts.parquet",
+        "images": "results/contextbias/images.parquet",
+        "attributes": "results/contextbias/attributes.parquet",
+        "mapping": "results/contextbias/canonical_mapping.parquet",
+        **{
+            name: f"results/contextbias/metrics/{name}.parquet"
+            for name in ("bi", "ccs", "ccs_mean", "robustness", "bootstrap")
+        },
+        "job_timings": "results/report/job_timings.parquet",
+        "throughput_table": "config/throughput.yaml",
+    }
+    if cb["validation"]["enabled"]:
+        inputs["validation"] = "results/contextbias/validation/scores.parquet"
+    if cb["annotation"]["enabled"]:
+        inputs["annotation_form"] = "results/contextbias/annotation/form.html"
+    if cb["annotation"]["answers"]:
+        inputs["agreement"] = "results/contextbias/annotation/agreement_summary.parquet"
+    if bg["enabled"]:
+        for name in ("implicit", "explicit", "eta"):
+            inputs[f"biasig_{name}"] = f"results/biasig/metrics/{name}.parquet"
+        inputs["biasig_prompts"] = "results/biasig/prompts.parquet"
+        inputs["biasig_answers"] = "results/biasig/answers.parquet"
+    if lv["enabled"]:
+        inputs |= {
+            f"lvlm_{name}": f"results/lvlm/metrics/{name}.parquet"
+            for name in ("scores", "prompt_scores", "refusals", "story_skew", "exam_accuracy")
+        } | {
+            "lvlm_sets": "results/lvlm/sets.parquet",
+            "lvlm_responses": "results/lvlm/responses.parquet",
+            "lvlm_story_attributes": "results/lvlm/story_attributes.parquet",
+        }
+    if cb["validation"]["enabled"]:
+        inputs["validation_by_group"] = "results/contextbias/validation/by_group.parquet"
+        inputs["validation_group_gaps"] = "results/contextbias/validation/group_gaps.parquet"
+    if _story_reading(lv) and lv["story_reading"]["enabled"]:
+        inputs["story_reading"] = "results/lvlm/metrics/story_reading.parquet"
+        inputs["story_reading_gaps"] = "results/lvlm/metrics/story_reading_gaps.parquet"
+    return inputs
+
+
+@pytest.mark.parametrize("path", CONFIGS)
+def test_plugin_loops_equal_the_hand_written_lists(path):
+    config, _ = load_config(path)
+    targets = final_targets(config)
+    assert len(targets) == len(set(targets))
+    assert sorted(targets) == sorted(_hand_targets(config))
+    assert targets[-1] == "results/report/index.html"
+    assert report_inputs(config) == _hand_report_inputs(config)
+
+
+def test_the_configs_cover_every_optional_table():
+    """Between them the configs above switch on every benchmark, the validation and the
+    story reading (so the comparison above is not vacuous)."""
+    seen = set()
+    for path in CONFIGS:
+        config, _ = load_config(path)
+        seen |= set(report_inputs(config))
+    for name in ("validation_group_gaps", "biasig_eta", "lvlm_scores", "story_reading_gaps"):
+        assert name in seen
+
+
+def test_two_benchmarks_cannot_claim_one_report_table(monkeypatch):
+    config, _ = load_config("config/demo.yaml")
+    monkeypatch.setitem(benchmark_module.PLUGINS, "twin", benchmark_module.PLUGINS["contextbias"])
+    with pytest.raises(ValueError, match="report table 'prompts'"):
+        report_inputs(config)
+
+
+def test_report_modules_are_the_plugins_report_sections():
+    from stereolens.report import render
+
+    names = [m.__name__ for m in render.benchmark_modules()]
+    assert names == [p.report_sections for p in benchmarks()]
+    assert names == [
+        "stereolens.report.contextbias",
+        "stereolens.report.biasig",
+        "stereolens.report.lvlm",
+    ]
+    assert [m.KEY for m in render.benchmark_modules()] == [p.name for p in benchmarks()]
+
+
+# ---- the README's skeleton of a fourth benchmark
+
+
+def _readme_blocks() -> dict[str, str]:
+    """The fenced blocks of README "Adding a benchmark", by the file their first line
+    names ("# path" or "# path, where")."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Adding a benchmark\n", 1)[1].split("\n## ", 1)[0]
+    blocks = {}
+    for body in re.findall(r"^```\w*\n(.*?)^```", section, flags=re.S | re.M):
+        first, _, rest = body.partition("\n")
+        assert first.startswith("# "), f"a README skeleton block names no file: {first}"
+        blocks[first[2:].split(",")[0].strip()] = rest
+    return blocks
+
+
+@pytest.fixture
+def mybench(tmp_path, monkeypatch):
+    """The README's mybench package on sys.path, registered in PLUGINS and in the config
+    schema; returns the README blocks."""
+    blocks = _readme_blocks()
+    package = tmp_path / "pkg" / "mybench"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    for name in ("plugin.py", "report.py"):
+        (package / name).write_text(blocks[f"mybench/{name}"])
+    monkeypatch.syspath_prepend(str(tmp_path / "pkg"))
+    for name in [m for m in sys.modules if m == "mybench" or m.startswith("mybench.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+    line = blocks["src/stereolens/benchmark.py"].strip().rstrip(",")
+    key, value = (yaml.safe_load(part) for part in line.split(":", 1))
+    monkeypatch.setitem(benchmark_module.PLUGINS, key, value.strip())
+
+    import stereolens.config as config_module
+
+    schema = yaml.safe_load(Path(config_module.CONFIG_SCHEMA).read_text())
+    schema["properties"].update(yaml.safe_load(blocks["config/schemas/config.schema.yaml"]))
+    schema_path = tmp_path / "config.schema.yaml"
+    schema_path.write_text(yaml.safe_dump(schema, sort_keys=False))
+    monkeypatch.setattr(config_module, "CONFIG_SCHEMA", schema_path)
+    return blocks
+
+
+def _config_with_mybench(tmp_path: Path, **section) -> tuple[dict, dict]:
+    config = yaml.safe_load(Path("config/demo.yaml").read_text())
+    vlm = config["contextbias"]["extractors"][0]
+    config["mybench"] = {"enabled": True, "models": [vlm], **section}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return load_config(path)
+
+
+def test_readme_skeleton_is_a_benchmark(mybench, tmp_path):
+    config, registry = _config_with_mybench(tmp_path, questions=7)
+    vlm = config["mybench"]["models"][0]
+
+    # the config checks and the table
+    assert [p.name for p in benchmarks(config)] == ["contextbias", "biasig", "lvlm", "mybench"]
+    assert configured_models(config)["mybench"] == [vlm]
+    with pytest.raises(Exception, match="mybench.models"):
+        _config_with_mybench(tmp_path, models=["no-such-model"])
+
+    # the planner reads its jobs
+    from stereolens.plan import plan
+
+    rows = [r for r in plan(config, registry)["rows"] if r["benchmark"] == "mybench"]
+    assert [(r["stage"], r["model"], r["jobs"], r["calls"]) for r in rows] == [("vqa", vlm, 1, 7)]
+
+    # rule all, the report rule and the job timings
+    assert "results/mybench/metrics/scores.parquet" in final_targets(config)
+    assert report_inputs(config)["mybench_scores"] == "results/mybench/metrics/scores.parquet"
+    # the measured throughput reads its job's output
+    assert f"results/mybench/vqa/{vlm}/answers.jsonl" in job_timing_inputs(config)["answers"]
+
+    # switched off, it is in no loop
+    off, _ = _config_with_mybench(tmp_path, enabled=False)
+    assert "mybench" not in [p.name for p in benchmarks(off)]
+    assert "mybench_scores" not in report_inputs(off)
+
+
+def test_readme_skeleton_rules_make_the_plugins_paths(mybench, tmp_path):
+    """Every job of the plug-in is an output of the rule it names, with its wildcards, and
+    every target and report table is some rule's output."""
+    config, _ = _config_with_mybench(tmp_path)
+    rules = mybench["workflow/rules/mybench.smk"]
+    outputs = dict(
+        re.findall(r'^rule (\w+):\n(?:.*\n)*?    output:\n        "([^"]+)"', rules, flags=re.M)
+    )
+    plugin = benchmark_module.benchmark("mybench")
+    for job in plugin.jobs(config):
+        assert outputs[job.rule].format(**job.wildcards) == job.output
+    made = set(outputs.values())
+    for path in [*plugin.targets(config), *plugin.report_tables(config).values()]:
+        assert path in made
+    assert mybench["Snakefile"].strip() == 'include: "workflow/rules/mybench.smk"'
+
+
+def test_readme_skeleton_report_section(mybench, tmp_path):
+    from stereolens.report.inputs import Inputs
+    from stereolens.report.render import benchmark_modules, build_report
+
+    config, _ = _config_with_mybench(tmp_path)
+    assert [m.__name__ for m in benchmark_modules()][-1] == "mybench.report"
+    scores = pl.DataFrame({"model": ["m1", "m2"], "score": [0.5, 0.25]})
+    report = build_report(Inputs.from_frames({"mybench_scores": scores}), config, galleries=False)
+    assert "mybench" in [s.id for s in report.sections]
+    assert ("MyBench", ["models: m1, m2"]) in report.summary.facts
+    assert ("ContextBias", ["not in this run"]) in report.summary.facts

@@ -19,6 +19,7 @@ FLOORS = {
     "templating": 0,
     "validation": 0,
     "images": 0,
+    "thumbnails": 0,
     "tables": 0,
     "jsonl_tables": 0,
     "metrics": 0,

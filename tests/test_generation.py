@@ -31,6 +31,7 @@ from stereolens.models.backends.diffusers_backend import DiffusersGenerator, Mod
 from stereolens.models.registry import ModelSpec
 from stereolens.models.requests import GenerationItem
 from stereolens.models.tiny.diffusion import build_tiny_diffusion
+from stereolens.thumbnails import make_thumbnail, shard_thumbnail
 from stereolens.validation import ConfigError
 
 RES = 32
@@ -300,7 +301,13 @@ def test_generate_shard_writes_images_and_metadata(tiny_gen, tmp_path):
         "img01.png",
         "img02.png",
         "metadata.jsonl",
+        "thumbs",
         "timing.json",
+    ]
+    assert sorted(p.name for p in (out / "thumbs").iterdir()) == [
+        "img00.jpg",
+        "img01.jpg",
+        "img02.jpg",
     ]
     assert read_rows(out) == rows
     settings = json.loads(json.dumps(tiny_gen.settings()))
@@ -318,6 +325,7 @@ def test_generate_shard_writes_images_and_metadata(tiny_gen, tmp_path):
             assert im.size == (RES, RES)
     timing = json.loads((out / "timing.json").read_text())
     assert timing["load_seconds"] == 1.5 and timing["images"] == 3
+
     assert set(timing["seconds_per_image"]) == {it.image_id for it in items}
     assert timing["total_seconds_this_run"] >= timing["generation_seconds_this_run"] > 0
     assert any("wrote 3 images" in m for m in logged)
@@ -326,6 +334,47 @@ def test_generate_shard_writes_images_and_metadata(tiny_gen, tmp_path):
     rows2 = generate_shard(tiny_gen, items[:2], out, model_name="tiny-sd", log=logged.append)
     assert sorted(p.name for p in out.glob("*.png")) == ["img00.png", "img01.png"]
     assert [r["image_sha256"] for r in rows2] == [r["image_sha256"] for r in rows[:2]]
+
+
+def test_shard_thumbnails_are_the_reports_and_spare_it_the_png(tiny_gen, tmp_path, monkeypatch):
+    """The generation job writes one thumbnail per image at the report's default size and
+    quality, from the image in memory with the report's own function: the same JPEG as one
+    made from the PNG. The report's gallery copies it and decodes no PNG; at another size
+    (or for another image) it makes its own from the PNG, as before."""
+    from stereolens.report import thumbs as report_thumbs
+    from stereolens.report.galleries import GallerySettings, ImageRef, thumbnails
+
+    out = tmp_path / "shard"
+    rows = generate_shard(tiny_gen, make_items(3), out, model_name="tiny-sd", log=lambda m: None)
+    for row in rows:
+        png = out / row["image_file"]
+        found = shard_thumbnail(png, 160, 80, row["image_sha256"])
+        assert found is not None and found[0] == out / "thumbs" / f"{row['image_id']}.jpg"
+        size = make_thumbnail(png, tmp_path / "from-png.jpg", 160, 80, row["image_sha256"])
+        assert size == found[1]
+        assert (tmp_path / "from-png.jpg").read_bytes() == found[0].read_bytes()
+    defaults = GallerySettings()
+    assert (defaults.thumbnail_px, defaults.jpeg_quality) == (160, 80)
+
+    decoded = []
+    real = report_thumbs.make_thumbnail
+    monkeypatch.setattr(
+        report_thumbs, "make_thumbnail", lambda src, *a: decoded.append(src) or real(src, *a)
+    )
+    refs = [ImageRef(str(out / r["image_file"]), r["image_sha256"]) for r in rows]
+    made = thumbnails(refs, tmp_path / "g" / "thumbs", 160, 80, cache_dir=tmp_path / "cache")
+    assert decoded == [] and all(made[r] for r in refs)
+    for ref, row in zip(refs, rows, strict=True):
+        name = made[ref][0]
+        shard = out / "thumbs" / f"{row['image_id']}.jpg"
+        assert (tmp_path / "g" / "thumbs" / name).read_bytes() == shard.read_bytes()
+    # without a recorded hash (the BiasIG gallery) the shard's thumbnail is used too
+    assert thumbnails([ImageRef(refs[0].path)], tmp_path / "h", 160, 80)
+    assert decoded == []
+    # another size, or a hash that is not the thumbnail's image: made from the PNG
+    thumbnails(refs[:1], tmp_path / "i", 96, 80)
+    thumbnails([ImageRef(refs[1].path, "0" * 64)], tmp_path / "j", 160, 80)
+    assert decoded == [refs[0].path, refs[1].path]
 
 
 def test_generate_shard_resumes_after_a_crash(tiny_gen, tmp_path):
@@ -345,6 +394,10 @@ def test_generate_shard_resumes_after_a_crash(tiny_gen, tmp_path):
     ]
     finished = {p.stem: sha256_file(p) for p in partial.glob("*.png")}
 
+    # a finished image whose thumbnail is missing (a .partial of an older version) gets one;
+    # a thumbnail of no item is removed
+    (partial / "thumbs/img00.jpg").unlink()
+    (partial / "thumbs/stray.jpg").write_bytes(b"x")
     # a damaged image is noticed (sha256 differs from its sidecar) and made again
     (partial / "img01.png").write_bytes(b"not a png")
 
@@ -359,7 +412,10 @@ def test_generate_shard_resumes_after_a_crash(tiny_gen, tmp_path):
     assert rows[0]["image_sha256"] == finished["img00"]
     assert rows[2]["image_sha256"] == finished["img02"]
     assert [p.name for p in out.glob("*.json")] == ["timing.json"]  # sidecars are gone
+    for row in rows:  # every image has its thumbnail, made from this very image
+        assert shard_thumbnail(out / row["image_file"], 160, 80, row["image_sha256"])
     assert any("2 of 5 images already finished" in m for m in logged)
+    assert sorted(p.name for p in (out / "thumbs").iterdir()) == [f"img0{k}.jpg" for k in range(5)]
     timing = json.loads((out / "timing.json").read_text())
     assert timing["generated_this_run"] == 3 and timing["reused_from_partial"] == 2
 

@@ -3,6 +3,7 @@
 Layout of a finished shard::
 
     {out_dir}/{image_id}.png     one per item
+    {out_dir}/thumbs/{image_id}.jpg  its gallery thumbnail (stereolens.thumbnails)
     {out_dir}/metadata.jsonl     one JSON line per image, in item order
     {out_dir}/timing.json        model load time, run time, seconds per image
 
@@ -13,6 +14,12 @@ kill keeps every image whose sidecar matches the item, the generator's settings
 and the PNG's sha256, and makes only the rest. When every item is done the
 ``.partial`` folder is moved onto ``out_dir`` in one rename, so ``out_dir`` exists
 only when the shard is complete.
+
+The thumbnail is made from the image while it is still in memory (a few ms) at the
+report's default size and quality, after the PNG and before the sidecar, so the report's
+first build copies it instead of decoding the PNG; it is an extra file (the PNG is the same
+with or without it) that nothing but the report reads, and a resumed image without one (a
+``.partial`` of an older version) gets one made from its PNG.
 
 Imports neither torch nor diffusers: the generator is passed in.
 """
@@ -35,6 +42,14 @@ from tqdm import tqdm
 from stereolens.atomic import write_bytes, write_json, write_jsonl
 from stereolens.ids import sha256_bytes, sha256_file
 from stereolens.models.requests import GenerationItem, Generator
+from stereolens.thumbnails import (
+    DEFAULT_PX,
+    DEFAULT_QUALITY,
+    SHARD_DIR,
+    make_thumbnail,
+    shard_thumbnail,
+    shard_thumbnail_path,
+)
 
 METADATA_FILE = "metadata.jsonl"
 TIMING_FILE = "timing.json"
@@ -165,8 +180,8 @@ def generate_shard(
     out_dir = Path(out_dir)
     partial = partial_dir(out_dir)
     partial.mkdir(parents=True, exist_ok=True)
-    for stray in partial.glob(".*.tmp"):  # temporary files of a killed write
-        stray.unlink()
+    for stray in [*partial.glob(".*.tmp"), *partial.glob(f"{SHARD_DIR}/.*.tmp")]:
+        stray.unlink()  # temporary files of a killed write
 
     settings = _canonical(generator.settings())
     revision = settings.get("revision") if isinstance(settings, dict) else None
@@ -190,6 +205,12 @@ def generate_shard(
         row = _finished_row(partial, expected[item.image_id])
         if row is not None:
             done[item.image_id] = row
+            png = partial / row["image_file"]
+            if shard_thumbnail(png, DEFAULT_PX, DEFAULT_QUALITY, row["image_sha256"]) is None:
+                make_thumbnail(
+                    png, shard_thumbnail_path(png), DEFAULT_PX, DEFAULT_QUALITY,
+                    row["image_sha256"],
+                )  # fmt: skip
     todo = [item for item in items if item.image_id not in done]
     if done:
         log(
@@ -222,17 +243,26 @@ def generate_shard(
                     "height": int(height),
                     "seconds": elapsed / len(chunk),
                 }
-                write_bytes(partial / row["image_file"], data)
+                png = partial / row["image_file"]
+                write_bytes(png, data)
+                make_thumbnail(
+                    image, shard_thumbnail_path(png), DEFAULT_PX, DEFAULT_QUALITY,
+                    row["image_sha256"],
+                )  # fmt: skip
                 write_json(partial / f"{item.image_id}.json", row)
                 done[item.image_id] = row
             bar.update(len(chunk))
 
     rows = [done[item.image_id] for item in items]
-    keep = {METADATA_FILE, TIMING_FILE}
+    keep = {METADATA_FILE, TIMING_FILE, SHARD_DIR}
+    thumbs = set()
     for row in rows:
         keep.update((row["image_file"], f"{row['image_id']}.json"))
-    for path in partial.iterdir():  # leftovers of an earlier run with other items
-        if path.name not in keep:
+        thumbs.add(shard_thumbnail_path(row["image_file"]).name)
+    for path in [*partial.iterdir(), *(partial / SHARD_DIR).iterdir()]:
+        # leftovers of an earlier run with other items (thumbs/ holds files only)
+        wanted = keep if path.parent == partial else thumbs
+        if path.name not in wanted or path.is_dir() != (path == partial / SHARD_DIR):
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
     write_jsonl(partial / METADATA_FILE, rows)

@@ -25,6 +25,7 @@ import polars as pl
 
 from stereolens.atomic import write_text
 from stereolens.report.html import render_template, slug
+from stereolens.thumbnails import DEFAULT_PX, DEFAULT_QUALITY
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,8 @@ class GalleryPage:
 
 @dataclass(frozen=True)
 class GallerySettings:
-    thumbnail_px: int = 160
-    jpeg_quality: int = 80
+    thumbnail_px: int = DEFAULT_PX
+    jpeg_quality: int = DEFAULT_QUALITY
     contextbias_per_set: int = 4
     biasig_subjects: int = 12
     biasig_per_subject: int = 4
@@ -151,9 +152,12 @@ def thumbnails(
 ) -> dict[ImageRef, tuple[str, int, int] | None]:
     """ref -> (file name in ``thumbs_dir``, width, height), or None when the image cannot
     be read (the card then says so). With ``cache_dir`` a thumbnail made before (same
-    image, size and quality) is reused: made there once, linked into ``thumbs_dir``.
+    image, size and quality) is reused: made there once, linked into ``thumbs_dir``. An
+    image's generation shard may hold its thumbnail already (stereolens.thumbnails): when it
+    was made at this size and quality from this image, it is copied instead of decoding the
+    image.
     ``threads`` > 1 makes them in that many worker processes (PNG decoding holds the GIL)."""
-    from stereolens.report.thumbs import thumbnail_job
+    from stereolens.report.thumbs import from_shard, thumbnail_job
 
     unique = list(dict.fromkeys(refs))
     keys = [_cache_key(r, px, quality) for r in unique]
@@ -161,18 +165,26 @@ def thumbnails(
         (cache_dir / k[:2] / f"{k}.jpg") if cache_dir is not None else thumbs_dir / f"{k}.jpg"
         for k in keys
     ]
-    jobs = [(r.path, str(h), px, quality) for r, h in zip(unique, home, strict=True)]
-    todo = [j for j in jobs if not Path(j[1]).exists()]
+    jobs = [(r.path, str(h), px, quality, r.sha256) for r, h in zip(unique, home, strict=True)]
+    sizes: dict[str, tuple[int, int] | None] = {}
+    todo = []
+    for j in (j for j in jobs if not Path(j[1]).exists()):
+        # the generation shard's own thumbnail, when it fits: a copy, no PNG decoded
+        size = from_shard(*j)
+        if size is None:
+            todo.append(j)
+        else:
+            sizes[j[1]] = size
     if threads > 1 and len(todo) > 16:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         context = multiprocessing.get_context("spawn")  # no fork of a threaded process
         with ProcessPoolExecutor(max_workers=threads, mp_context=context) as pool:
-            sizes = dict(zip((j[1] for j in todo), pool.map(thumbnail_job, todo, chunksize=32),
+            sizes.update(zip((j[1] for j in todo), pool.map(thumbnail_job, todo, chunksize=32),
                              strict=True))  # fmt: skip
     else:
-        sizes = {j[1]: thumbnail_job(j) for j in todo}
+        sizes.update((j[1], thumbnail_job(j)) for j in todo)
     out: dict[ImageRef, tuple[str, int, int] | None] = {}
     for ref, key, job in zip(unique, keys, jobs, strict=True):
         size = sizes[job[1]] if job[1] in sizes else thumbnail_job(job)

@@ -1,47 +1,52 @@
 """JPEG thumbnails of gallery images, made in worker processes.
 
 PNG decoding holds Python's GIL, so threads do not make thumbnails faster; processes do.
-This module imports only Pillow (a spawned worker starts in a fraction of a second), and
-each thumbnail is written atomically under a name derived from its image's content key,
-so a cache folder can be shared by every report build."""
+This module imports only Pillow and stereolens.thumbnails (the one thumbnail recipe, shared
+with the generation job; a spawned worker starts in a fraction of a second), and each
+thumbnail is written atomically under a name derived from its image's content key, so a
+cache folder can be shared by every report build. A thumbnail that the image's generation
+shard already holds at the wanted size and quality is copied, not made again."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from stereolens.atomic import write_bytes
+from stereolens.thumbnails import jpeg_size, make_thumbnail, shard_thumbnail
 
-def make_thumbnail(source: str | Path, out: str | Path, px: int, quality: int) -> tuple[int, int]:
-    """A JPEG of ``source`` whose longer side is at most ``px`` (RGB, metadata dropped),
-    written atomically; returns (width, height)."""
-    from PIL import Image
-
-    out = Path(out)
-    with Image.open(source) as im:
-        im.draft("RGB", (px, px))  # JPEG sources decode at a reduced size
-        im.thumbnail((px, px), Image.Resampling.BICUBIC, reducing_gap=2.0)
-        rgb = im.convert("RGB")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-    rgb.save(tmp, format="JPEG", quality=quality)
-    os.replace(tmp, out)
-    return rgb.size
+__all__ = ["jpeg_size", "make_thumbnail", "thumbnail_job", "from_shard"]
 
 
-def jpeg_size(path: str | Path) -> tuple[int, int]:
-    from PIL import Image
+def from_shard(
+    source: str, out: str, px: int, quality: int, sha256: str | None
+) -> tuple[int, int] | None:
+    """Copy the generation shard's thumbnail of ``source`` to ``out`` (atomically) when the
+    shard has one that fits (stereolens.thumbnails.shard_thumbnail); its size, else None."""
+    found = shard_thumbnail(source, px, quality, sha256)
+    if found is None:
+        return None
+    thumb, size = found
+    try:
+        write_bytes(out, thumb.read_bytes())
+    except OSError:
+        return None
+    return size
 
-    with Image.open(path) as im:
-        return im.size
 
-
-def thumbnail_job(job: tuple[str, str, int, int]) -> tuple[int, int] | None:
-    """(source, out, px, quality) -> the thumbnail's size, or None when the source cannot
-    be read. An existing ``out`` (a cached thumbnail) is reused."""
-    source, out, px, quality = job
+def thumbnail_job(
+    job: tuple[str, str, int, int] | tuple[str, str, int, int, str | None],
+) -> tuple[int, int] | None:
+    """(source, out, px, quality[, sha256]) -> the thumbnail's size, or None when the source
+    cannot be read. An existing ``out`` (a cached thumbnail) is reused; else the shard's
+    thumbnail of the source is copied when it fits; else one is made from the source."""
+    source, out, px, quality, *rest = job
+    sha256 = rest[0] if rest else None
     try:
         if Path(out).exists():
             return jpeg_size(out)
-        return make_thumbnail(source, out, px, quality)
+        size = from_shard(source, out, px, quality, sha256)
+        if size is not None:
+            return size
+        return make_thumbnail(source, out, px, quality, sha256)
     except (OSError, ValueError, SyntaxError):
         return None

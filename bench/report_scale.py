@@ -539,6 +539,36 @@ def biasig_gallery_files(res: Path, config: dict, pool_files: list[Path]) -> Non
     print(f"  biasig: {where.height:,} gallery image files")
 
 
+def shard_thumbnails(res: Path, config: dict) -> int:
+    """The thumbnails the generation jobs write beside their images (thumbs/<stem>.jpg,
+    stereolens.thumbnails, with the image's recorded sha256) for every ContextBias and BiasIG
+    image the galleries draw: what a results folder made by this version holds. The LVLM
+    user photos come from a face dataset, not a generation shard: they have none."""
+    from stereolens.report import biasig as RB
+    from stereolens.report import contextbias as RC
+    from stereolens.report.galleries import GallerySettings
+    from stereolens.report.inputs import Inputs
+    from stereolens.thumbnails import (
+        DEFAULT_PX,
+        DEFAULT_QUALITY,
+        make_thumbnail,
+        shard_thumbnail_path,
+    )
+
+    inputs = Inputs.from_results(res)
+    settings = GallerySettings.from_config(config)
+    n = 0
+    for module in (RC, RB):
+        for page in module.galleries(inputs, config, settings):
+            for card in (c for g in page.groups for c in g.cards if c.image is not None):
+                path = Path(card.image.path)
+                out = shard_thumbnail_path(path)
+                if not out.exists():
+                    make_thumbnail(path, out, DEFAULT_PX, DEFAULT_QUALITY, card.image.sha256)
+                    n += 1
+    return n
+
+
 def load_seconds(index: Path, repeats: int = 3) -> list[float] | None:
     sys.path.insert(0, str(REPO / "tests"))
     try:
@@ -578,6 +608,11 @@ def main() -> int:
     parser.add_argument("--dir", default="/tmp/stereolens-report-scale")
     parser.add_argument("--keep", action="store_true", help="reuse a folder built before")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--shard-thumbnails", action="store_true",
+        help="write the generation shards' thumbnails first, as this version's generation "
+        "jobs do (without: shards of an older version, every thumbnail decoded from its PNG)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     from stereolens.config import validate_config
@@ -598,6 +633,13 @@ def main() -> int:
         job_timings(res, config)
         biasig_gallery_files(res, config, images)
     t_synth = time.perf_counter() - t0
+    for old in res.rglob("thumbs"):  # a kept folder: shards as this run wants them
+        shutil.rmtree(old)
+    if args.shard_thumbnails:
+        t = time.perf_counter()
+        made = shard_thumbnails(res, config)
+        print(f"  shard thumbnails: {made:,} written in {time.perf_counter() - t:.1f} s "
+              "(the generation jobs' share)")  # fmt: skip
     cache = root / "thumbnail-cache"
     shutil.rmtree(cache, ignore_errors=True)
     runs = {}

@@ -11,11 +11,15 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stereolens.models.registry import ModelSpec
+
+if TYPE_CHECKING:
+    from stereolens.benchmark import Job
 
 
 def bank_roles(bank_path: str | None) -> list[str]:
@@ -26,15 +30,6 @@ def bank_roles(bank_path: str | None) -> list[str]:
         return json.loads(resource("contextbias", "roles.json").read_text())
     bank = json.loads(Path(bank_path).read_text())
     return list(dict.fromkeys(e["role"] for e in bank))
-
-
-def validation_roles(roles: list[str] | None) -> list[str]:
-    """Roles of the validation prompts, restricted to ``roles`` when given."""
-    from stereolens.paths import resource
-
-    entries = json.loads(resource("contextbias", "validation_prompts.json").read_text())
-    found = list(dict.fromkeys(e["role"] for e in entries))
-    return [r for r in found if roles is None or r in roles]
 
 
 REPORT = "results/report/index.html"
@@ -63,18 +58,21 @@ def report_inputs(config: dict) -> dict[str, str]:
     return inputs
 
 
-def job_timing_inputs(config: dict) -> dict[str, list[str]]:
+def job_timing_inputs(
+    config: dict, jobs: Callable[[str], Sequence[Job]] | None = None
+) -> dict[str, list[str]]:
     """The outputs of every model job of the run that the measured throughput reads, from
     the plug-ins' job enumeration (the planner's): the generation shard folders
     (``generation``) and the other job files under a folder of
     stereolens.throughput.JOB_FOLDERS (``answers``: extractions, VQA answers, LVLM
-    responses and story attributes)."""
+    responses and story attributes). ``jobs``: benchmark name -> its plug-in's jobs, where
+    the caller has them already (the Snakefile's cached enumeration)."""
     from stereolens.benchmark import benchmarks
     from stereolens.throughput import JOB_FOLDERS
 
     out: dict[str, list[str]] = {"generation": [], "answers": []}
     for plugin in benchmarks(config):
-        for job in plugin.jobs(config):
+        for job in jobs(plugin.name) if jobs else plugin.jobs(config):
             parts = job.output.split("/")
             stage = JOB_FOLDERS.get(parts[2]) if len(parts) > 3 else None
             if stage is not None:

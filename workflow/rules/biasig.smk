@@ -52,7 +52,7 @@ rule merge_biasig_model_answers:
     """One generator's VQA shards -> its part of answers.parquet: adding a generator
     merges only its own shards."""
     input:
-        lambda w: get_biasig_vqa_outputs(model=w.model),
+        get_biasig_vqa_outputs,
     output:
         "results/biasig/merged/{model}/answers.parquet",
     log:

@@ -3,14 +3,14 @@
 
 import inspect
 import json
-import math
 import os
 from functools import lru_cache
 
 from snakemake.common import overwrite_function_params
 
+from stereolens.benchmark import benchmark as benchmark_plugin
 from stereolens.config import check_models, validate_config
-from stereolens.contextbias.prompts import check_prompt_bank
+from stereolens.contextbias.plugin import roles as contextbias_roles
 from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
 from stereolens.models.registry import TINY_MEM_MB, load_registry
 from stereolens.workflow_support import (
@@ -18,7 +18,6 @@ from stereolens.workflow_support import (
     job_timing_inputs,
     model_fingerprint_json,
     report_inputs,
-    validation_roles,
 )
 
 validate_config(config)
@@ -28,12 +27,9 @@ check_models(config, REGISTRY)
 CB = config["contextbias"]
 # roles present, every condition present, prompts non-empty, names that fit a folder:
 # refused here, at parse time, not in a job after the queue
-CB_ROLES = check_prompt_bank(config)
+CB_ROLES = contextbias_roles(config)
 CB_CONDITIONS = CB["conditions"]
-CB_SHARDS = list(range(math.ceil(CB["seeds"]["per_prompt"] / CB["seeds"]["per_shard"])))
 CB_VAL = CB["validation"]
-CB_VAL_ROLES = validation_roles(CB["roles"]) if CB_VAL["enabled"] else []
-CB_VAL_SHARDS = list(range(math.ceil(CB_VAL["seeds_per_prompt"] / CB["seeds"]["per_shard"])))
 
 
 wildcard_constraints:
@@ -54,6 +50,30 @@ wildcard_constraints:
 
 def model_spec(name):
     return REGISTRY[name]
+
+
+# ---- The model jobs of each benchmark: its plug-in's jobs(config), the enumeration the
+# planner (stereolens.plan) and the job timings read too. The input functions that list
+# model jobs (the merges' shards) select from it; nothing here enumerates jobs itself.
+
+
+@lru_cache(maxsize=None)
+def plugin_jobs(name):
+    """The model jobs of benchmark ``name`` (its plug-in's jobs(config)), none when the
+    config does not enable it; enumerated once per parse, when first asked for."""
+    plugin = benchmark_plugin(name)
+    return tuple(plugin.jobs(config)) if plugin.enabled(config) else ()
+
+
+@lru_cache(maxsize=None)
+def job_outputs(name, stage, *keys):
+    """Outputs of benchmark ``name``'s model jobs of ``stage`` (generate, extract, vqa,
+    ...), grouped by the values of their wildcards ``keys`` (in the plug-in's job order)."""
+    out = {}
+    for job in plugin_jobs(name):
+        if job.stage == stage:
+            out.setdefault(tuple(job.wildcards[k] for k in keys), []).append(job.output)
+    return out
 
 
 # Planning speed. The paper-scale run plans ~14,000 model jobs, and Snakemake calls every
@@ -281,18 +301,24 @@ def get_extraction_files():
     }
 
 
-def get_contextbias_extractions(wildcards=None):
+@per_job
+def get_contextbias_extractions(wildcards):
     """The extraction shards of one (extractor, generator) part of the merge (the
-    wildcards'), or of all of them."""
-    one = wildcards is not None and hasattr(wildcards, "extractor")
-    return expand(
-        "results/contextbias/extractions/{extractor}/{model}/{role}/{condition}/{shard}.jsonl",
-        extractor=[wildcards.extractor] if one else CB["extractors"],
-        model=[wildcards.model] if one else CB["generators"],
-        role=CB_ROLES,
-        condition=CB_CONDITIONS,
-        shard=CB_SHARDS,
-    )
+    wildcards'): the plug-in's extraction jobs of that pair, validation (VAL) aside."""
+    key = (wildcards.extractor, wildcards.model, False)
+    return contextbias_extractions().get(key, [])
+
+
+@lru_cache(maxsize=None)
+def contextbias_extractions():
+    """(extractor, generator, validation?) -> the outputs of its extraction jobs."""
+    out = {}
+    for job in plugin_jobs("contextbias"):
+        if job.stage == "extract":
+            w = job.wildcards
+            key = (w["extractor"], w["model"], w["condition"] == "VAL")
+            out.setdefault(key, []).append(job.output)
+    return out
 
 
 def get_contextbias_merge_parts(wildcards=None):
@@ -305,13 +331,9 @@ def get_contextbias_merge_parts(wildcards=None):
 
 
 def get_validation_extractions(wildcards=None):
-    return expand(
-        "results/contextbias/extractions/{extractor}/{model}/{role}/VAL/{shard}.jsonl",
-        extractor=CB["extractors"],
-        model=CB["generators"],
-        role=CB_VAL_ROLES,
-        shard=CB_VAL_SHARDS,
-    )
+    """The extraction shards of the validation prompts (VAL), of every extractor x
+    generator."""
+    return [p for (_, _, val), paths in contextbias_extractions().items() if val for p in paths]
 
 
 def get_validation_truth():
@@ -323,44 +345,10 @@ def get_validation_truth():
 BG = config["biasig"]
 
 
-def biasig_selection():
-    """The configured subset of the shipped BiasIG prompt table (read from its stored
-    parquet: milliseconds, so every cluster job can re-plan cheaply)."""
-    from stereolens.biasig.prompts import load_prompts, select_prompts
-
-    return select_prompts(
-        load_prompts(),
-        BG["acquired_types"],
-        BG["conditions"],
-        BG["acquired_attributes"],
-        BG["max_variants"],
-    )
-
-
-def biasig_shards():
-    """(acquired_type, condition, shard) of every BiasIG generation job."""
-    from stereolens.biasig.jobs import n_shards
-
-    if not BG["enabled"]:
-        return []
-    sel = biasig_selection()
-    out = []
-    for (atype, cond), _ in sel.group_by(["acquired_type", "visibility"]):
-        n = n_shards(sel, atype, cond, BG["prompts_per_shard"])
-        out += [(atype, cond, i) for i in range(n)]
-    return sorted(out)
-
-
-BG_SHARDS = biasig_shards()
-
-
-def get_biasig_vqa_outputs(wildcards=None, model=None):
-    """The VQA shards of every generator, or of ``model``."""
-    return [
-        f"results/biasig/vqa/{BG['vqa']}/{m}/{atype}/{cond}/{shard}.jsonl"
-        for m in ([model] if model else BG["generators"])
-        for atype, cond, shard in BG_SHARDS
-    ]
+@per_job
+def get_biasig_vqa_outputs(wildcards):
+    """The VQA shards of one generator (the wildcards' model): the plug-in's VQA jobs of it."""
+    return job_outputs("biasig", "vqa", "model").get((wildcards.model,), [])
 
 
 def get_biasig_settings(wildcards=None):
@@ -461,7 +449,7 @@ def get_job_timing_inputs(wildcards):
     VQA, LVLM response and story-attribute files), from the plug-ins' job enumeration
     (stereolens.workflow_support.job_timing_inputs): the job timings are read from them and
     from the timing records, benchmark files and logs their jobs write beside them."""
-    return job_timing_inputs(config)
+    return job_timing_inputs(config, plugin_jobs)
 
 
 def get_final_targets():

@@ -156,6 +156,7 @@ def test_adding_a_generator_runs_only_that_generator(done):
         "compute_contextbias_metrics",
         "export_contextbias_annotation",
         "audit_contextbias_extraction_by_group",  # reads every generator's extractions
+        "collect_job_timings",  # reads every model job's timing
         "render_report",
         "all",
     }
@@ -195,6 +196,7 @@ def test_removing_a_model_deletes_nothing(done):
         "compute_contextbias_metrics",
         "export_contextbias_annotation",
         "audit_contextbias_extraction_by_group",  # reads every generator's extractions
+        "collect_job_timings",  # reads every model job's timing
         "render_report",
         "all",
     }
@@ -333,6 +335,7 @@ def test_adding_an_lvlm_runs_only_that_models_lvlm_jobs(done):
             "merge_lvlm_responses": 1,
             "compute_lvlm_metrics": 1,
             "audit_lvlm_story_reading": 1,  # weighs its gaps by every model's story scores
+            "collect_job_timings": 1,  # reads every model job's timing
             "render_report": 1,
             "all": 1,
         }

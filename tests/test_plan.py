@@ -76,16 +76,16 @@ def test_demo_counts_by_hand():
     vqa = _rows(result, "biasig", "vqa")["tiny-vlm"]
     assert (vqa["jobs"], vqa["calls"]) == (4, 80)
     # LVLM: one axis, gender (2 groups), one shard per task and group -> 4 tasks x 2 = 8
-    # response jobs. Calls = images x prompts per group: story 2 x 1, term 2 x 6 terms,
-    # exam 2 x 6 questions, attribute-inferring 2 x 1 -> 2 x 28 = 56.
+    # response jobs. Calls = images x prompts per group: story 3 x 1, term 2 x 6 terms,
+    # exam 2 x 6 questions, attribute-inferring 2 x 1 -> 2 x 29 = 58.
     lv = _rows(result, "lvlm", "respond")["tiny-vlm"]
-    assert (lv["jobs"], lv["calls"]) == (8, 56)
-    # assistant: story and judge for the one axis = 2 jobs; calls = 4 stories + judged pairs
-    # (gender 1 pair x 2 images x 6 terms = 12) = 16; plus the story-reading audit
+    assert (lv["jobs"], lv["calls"]) == (8, 58)
+    # assistant: story and judge for the one axis = 2 jobs; calls = 6 stories + judged pairs
+    # (gender 1 pair x 2 images x 6 terms = 12) = 18; plus the story-reading audit
     # (lvlm.story_reading): 1 job, 1 story x 2 genders x 1 race (not an axis: its first
     # group) = 2
     asst = _rows(result, "lvlm", "assistant")["smollm2-135m"]
-    assert (asst["jobs"], asst["calls"]) == (2 + 1, 16 + 2)
+    assert (asst["jobs"], asst["calls"]) == (2 + 1, 18 + 2)
     # everything runs on the CPU: no GPU-hours, no estimates
     assert result["totals"]["gpu_hours"] == 0
     assert {r["status"] for r in result["rows"]} == {"cpu"}

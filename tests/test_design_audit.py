@@ -197,7 +197,7 @@ def test_scoring_a_perfect_reader_and_a_biased_one():
     # 3 stories x 2 genders x 3 races, fixed here (not the demo's race subset): the
     # p-value below depends on the number of readings
     groups = dict(config["lvlm"]["groups"], race=["Black", "East Asian", "White"])
-    lv = dict(config["lvlm"], groups=groups, story_reading={"stories": 3})
+    lv = dict(config["lvlm"], axes=["gender", "race"], groups=groups, story_reading={"stories": 3})
     items = S.build_items(sample, lv)
     assert len(items) == 18
     scored = S.score_readings(_perfect(items, sample), sample)

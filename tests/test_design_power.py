@@ -84,6 +84,7 @@ def test_lvlm_estimators_are_overall_scores(formulas):
     from stereolens.lvlm.scores import overall_scores
 
     config, _ = load_config("config/demo.yaml")
+    config["lvlm"]["axes"] = ["gender", "race"]  # the demo audits gender only; race: 2 groups
     if formulas:
         config["lvlm"]["metrics"]["formulas"] = {
             "story": "story_tvd_unweighted",
@@ -163,6 +164,8 @@ def test_effects_increase_and_mde_is_reached_on_paper_scale():
 
 def test_mde_rows_demo_prior():
     config, _ = load_config("config/demo.yaml")
+    # the demo has one ContextBias generator; with two, each has its own row too
+    config["contextbias"]["generators"] = ["tiny-sd", "tiny-sd-b"]
     d = CW.build(config, load_priors(), None)
     rows = P.mde_rows(d, sims=60, seed=3)
     names = [r.name for r in rows]
@@ -212,7 +215,7 @@ def test_cli_power_and_target_on_demo(capsys):
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "Minimum detectable effects (80% power, level 0.05)" in out
-    for name in ("contextbias.bi_shift", "biasig.s_exp_diff", "lvlm.tvd.story.race"):
+    for name in ("contextbias.bi_shift", "biasig.s_exp_diff", "lvlm.tvd.story.gender"):
         assert name in out
     assert "How each effect was computed:" in out
     assert "lvlm.tvd.term.gender=30:" in out and "images per group (configured 2)" in out

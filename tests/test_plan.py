@@ -60,35 +60,36 @@ def test_demo_counts_by_hand():
     result = plan(config, registry)
     gen = _rows(result, "contextbias", "generate")
     # ContextBias: 2 roles x 3 conditions x ceil(1 seed / 1 per shard) = 6 jobs, plus the
-    # validation: nurse and carpenter x ceil(1 / 1) = 2 jobs -> 8 per generator.
+    # validation: nurse and carpenter x ceil(1 / 1) = 2 jobs -> 8 for its one generator.
     # Prompts in the shipped bank: carpenter 3 CF + 7 CA-R + 8 CA-U = 18, nurse 3 + 8 + 8 = 19,
     # so 37 x 1 seed = 37 images; validation prompts: carpenter 5 + nurse 3 = 8 x 1 seed;
-    # 45 images per generator.
-    assert set(gen) == {"tiny-sd", "tiny-sd-b"}
+    # 45 images.
+    assert set(gen) == {"tiny-sd-b"}
     assert {(r["jobs"], r["images"]) for r in gen.values()} == {(8, 45)}
-    # one extractor: every generation job and image once, over 2 generators
+    # one extractor: every generation job and image once
     ext = _rows(result, "contextbias", "extract")["tiny-vlm"]
-    assert (ext["jobs"], ext["calls"]) == (16, 90)
+    assert (ext["jobs"], ext["calls"]) == (8, 45)
     # BiasIG: rich and poor (characteristic), 1 variant: 20 prompts in 2 (implicit /
     # explicit) groups of at most 20 -> 2 jobs; 20 x 2 images = 40.
     bg = _rows(result, "biasig", "generate")
     assert {(r["jobs"], r["images"]) for r in bg.values()} == {(2, 40)}
     vqa = _rows(result, "biasig", "vqa")["tiny-vlm"]
     assert (vqa["jobs"], vqa["calls"]) == (4, 80)
-    # LVLM: gender (2 groups) and race (2 of 7) = 4 groups, one shard per task and group ->
-    # 4 tasks x 4 = 16 response jobs. Calls = images x prompts per group: story 3 x 1,
-    # term 2 x 6 terms, exam 2 x 6 questions, attribute-inferring 2 x 1 -> 4 x 29 = 116.
+    # LVLM: one axis, gender (2 groups), one shard per task and group -> 4 tasks x 2 = 8
+    # response jobs. Calls = images x prompts per group: story 3 x 1, term 2 x 6 terms,
+    # exam 2 x 6 questions, attribute-inferring 2 x 1 -> 2 x 29 = 58.
     lv = _rows(result, "lvlm", "respond")["tiny-vlm"]
-    assert (lv["jobs"], lv["calls"]) == (16, 116)
-    # assistant: story and judge per axis = 4 jobs; calls = 12 stories + judged pairs
-    # (gender 1 pair x 2 images x 6 terms = 12, race 1 pair x 2 x 6 = 12) = 36; plus the
-    # story-reading audit (lvlm.story_reading): 1 job, 1 story x 2 genders x 2 races = 4
+    assert (lv["jobs"], lv["calls"]) == (8, 58)
+    # assistant: story and judge for the one axis = 2 jobs; calls = 6 stories + judged pairs
+    # (gender 1 pair x 2 images x 6 terms = 12) = 18; plus the story-reading audit
+    # (lvlm.story_reading): 1 job, 1 story x 2 genders x 1 race (not an axis: its first
+    # group) = 2
     asst = _rows(result, "lvlm", "assistant")["smollm2-135m"]
-    assert (asst["jobs"], asst["calls"]) == (4 + 1, 36 + 4)
+    assert (asst["jobs"], asst["calls"]) == (2 + 1, 18 + 2)
     # everything runs on the CPU: no GPU-hours, no estimates
     assert result["totals"]["gpu_hours"] == 0
     assert {r["status"] for r in result["rows"]} == {"cpu"}
-    assert result["totals"]["jobs"] == 16 + 16 + 4 + 4 + 16 + 4 + 1
+    assert result["totals"]["jobs"] == 8 + 8 + 4 + 4 + 8 + 2 + 1
 
 
 @pytest.mark.parametrize("config", ["config/demo.yaml", "config/config.yaml"])
@@ -214,7 +215,7 @@ def test_cli_json(capsys):
     )
     assert args.func(args) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["totals"]["jobs"] == 40 + 21  # ContextBias and BiasIG, LVLM 16 + 4 + 1
+    assert out["totals"]["jobs"] == 24 + 11  # ContextBias and BiasIG, LVLM 8 + 2 + 1
     assert out["gpu"] == "H100 SXM 80GB"
 
 
@@ -254,15 +255,15 @@ def test_slurm_profile_groups_small_cpu_jobs(repo_root, tmp_path):
     assert profile["group-components"]["cpu-extract"] == 5
     log = _dry_run_log(tmp_path, "--profile", "profiles/slurm")
     groups = _group_jobs(log)
-    # the demo: 16 extraction jobs and 4 VQA jobs of the CPU model tiny-vlm
+    # the demo: 8 extraction jobs and 4 VQA jobs of the CPU model tiny-vlm
     assert groups == {
-        "cpu-extract": 4,  # ceil(16 / 5)
+        "cpu-extract": 2,  # ceil(8 / 5)
         "cpu-vqa": 1,  # ceil(4 / 5)
         "contextbias-tables": 1,
         "prompt-tables": 1,
     }
     # every grouped job is still planned once
-    assert len(re.findall(r"^\s*rule extract_contextbias_attributes:", log, re.M)) == 16
+    assert len(re.findall(r"^\s*rule extract_contextbias_attributes:", log, re.M)) == 8
     # without the profile (local runs) nothing is grouped
     assert _group_jobs(_dry_run_log(tmp_path)) == {}
     # an extractor on the GPU: its jobs each go to SLURM alone

@@ -550,10 +550,10 @@ def test_configured_models_are_every_model_a_run_uses():
     assert wanted <= set(names)
     demo, _ = load_config(ROOT / "config" / "demo.yaml")
     assert configured_models(demo) == [
-        "tiny-sd",
         "tiny-sd-b",
         "tiny-vlm",
         "smollm2-135m",
+        "tiny-sd",
         "tiny-sd-intervention",
     ]
 

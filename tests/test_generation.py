@@ -550,6 +550,18 @@ def test_batch_size_and_memory_per_attempt():
         spec.with_batch_size(0)
 
 
+def test_gpus_a_job_asks_for():
+    """A vLLM model asks for its tensor_parallel_size (the engine spreads over that many),
+    a local torch model for 1 unless pinned to the CPU, an API model for none."""
+    vllm = ModelSpec("q", "vlm", "vllm", "x", settings={"tensor_parallel_size": 2})
+    assert vllm.job_gpus() == 2
+    assert ModelSpec("q", "vlm", "vllm", "x").job_gpus() == 1
+    assert ModelSpec("s", "generator", "diffusers", "x").job_gpus() == 1
+    cpu = ModelSpec("c", "vlm", "transformers", "x", settings={"device": "cpu"})
+    assert cpu.job_gpus() == 0 and not cpu.needs_gpu()
+    assert ModelSpec("g", "vlm", "openai", "gpt").job_gpus() == 0
+
+
 def test_injected_out_of_memory_and_a_smaller_batch(tiny_sd, tmp_path, monkeypatch):
     from stereolens.generate.job import run_generation
     from stereolens.models.job import INJECT_OOM_ENV

@@ -122,6 +122,101 @@ def test_plugin_loops_equal_the_hand_written_lists(path):
     assert report_inputs(config) == _hand_report_inputs(config)
 
 
+STANDARD = {
+    # the report's standard paths as hand-written before the plug-ins named them
+    "prompts": "contextbias/prompts.parquet",
+    "images": "contextbias/images.parquet",
+    "attributes": "contextbias/attributes.parquet",
+    "mapping": "contextbias/canonical_mapping.parquet",
+    **{n: f"contextbias/metrics/{n}.parquet" for n in ("bi", "ccs", "ccs_mean")},
+    **{n: f"contextbias/metrics/{n}.parquet" for n in ("robustness", "bootstrap")},
+    "validation": "contextbias/validation/scores.parquet",
+    "annotation_form": "contextbias/annotation/form.html",
+    "agreement": "contextbias/annotation/agreement_summary.parquet",
+    "validation_by_group": "contextbias/validation/by_group.parquet",
+    "validation_group_gaps": "contextbias/validation/group_gaps.parquet",
+    **{f"biasig_{n}": f"biasig/metrics/{n}.parquet" for n in ("implicit", "explicit", "eta")},
+    "biasig_prompts": "biasig/prompts.parquet",
+    "biasig_answers": "biasig/answers.parquet",
+    **{
+        f"lvlm_{n}": f"lvlm/metrics/{n}.parquet"
+        for n in ("scores", "prompt_scores", "refusals", "story_skew", "exam_accuracy")
+    },
+    "lvlm_sets": "lvlm/sets.parquet",
+    "lvlm_responses": "lvlm/responses.parquet",
+    "lvlm_story_attributes": "lvlm/story_attributes.parquet",
+    "story_reading": "lvlm/metrics/story_reading.parquet",
+    "story_reading_gaps": "lvlm/metrics/story_reading_gaps.parquet",
+    "job_timings": "report/job_timings.parquet",
+}
+
+
+def _hand_roles(config: dict) -> list[tuple[str, str]]:
+    """The report's model roles as hand-written before the plug-ins named them."""
+    cb, bg, lv = config["contextbias"], config["biasig"], config["lvlm"]
+    out = [("contextbias generator", n) for n in cb["generators"]]
+    out += [("contextbias extractor", n) for n in cb["extractors"]]
+    if cb["canonicalisation"]["enabled"] and cb["canonicalisation"]["llm"]:
+        out.append(("contextbias canonicalisation LLM", cb["canonicalisation"]["llm"]))
+    if bg["enabled"]:
+        out += [("biasig generator", n) for n in bg["generators"]] + [("biasig VQA", bg["vqa"])]
+    if lv["enabled"]:
+        out += [("lvlm audited model", n) for n in lv["models"]]
+        if lv["assistant"]:
+            out.append(("lvlm assistant (story attributes, term judge)", lv["assistant"]))
+        if lv["refusal_judge"]:
+            out.append(("lvlm refusal judge", lv["refusal_judge"]))
+    return out
+
+
+def test_report_paths_are_the_standard_paths():
+    """The report's standard paths (``stereolens report --results``) are the plug-ins'
+    report_paths, and every config's report tables are among them."""
+    from stereolens.report.inputs import standard_paths
+
+    assert standard_paths() == STANDARD
+    for path in CONFIGS:
+        config, _ = load_config(path)
+        for plugin in benchmarks(config):
+            assert plugin.report_tables(config).items() <= plugin.report_paths.items()
+
+
+@pytest.mark.parametrize("path", CONFIGS)
+def test_model_roles_are_the_plugins_models(path):
+    from stereolens.benchmark import model_roles
+
+    config, _ = load_config(path)
+    assert model_roles(config) == _hand_roles(config)
+
+
+def test_generation_settings_are_the_rules_former_params():
+    """generate_images' settings param, now the plug-ins' generation_settings, keeps the
+    JSON the benchmarks' own rules had (a finished shard of an earlier run stays done)."""
+    import json
+
+    config, _ = load_config("config/demo.yaml")
+    cb, bg = config["contextbias"], config["biasig"]
+    model = cb["generators"][0]
+    cbp, bgp = benchmark_module.benchmark("contextbias"), benchmark_module.benchmark("biasig")
+    seeds = cb["seeds"]
+    assert json.loads(cbp.generation_settings(config, model, "CF")) == {
+        "per_prompt": seeds["per_prompt"],
+        "bank_key": seeds["bank_keys"].get(model, seeds["default_bank_key"]),
+        "default_bank_key": seeds["default_bank_key"],
+        "fix_articles": cb["fix_articles"],
+    }
+    val = cb["validation"]
+    assert cbp.generation_settings(config, model, "VAL") == json.dumps(
+        {"per_prompt": val["seeds_per_prompt"], "seed_key": val["seed_key"]}, sort_keys=True
+    )
+    keys = ("acquired_types", "conditions", "acquired_attributes", "max_variants")
+    keys += ("images_per_prompt", "prompts_per_shard", "seed_base")
+    assert bgp.generation_settings(config, model, "implicit") == json.dumps(
+        {k: bg[k] for k in keys}, sort_keys=True
+    )
+    assert [p.name for p in benchmark_module.generating()] == ["contextbias", "biasig"]
+
+
 def test_the_configs_cover_every_optional_table():
     """Between them the configs above switch on every benchmark, the validation and the
     story reading (so the comparison above is not vacuous)."""
@@ -225,6 +320,14 @@ def test_readme_skeleton_is_a_benchmark(mybench, tmp_path):
     # rule all, the report rule and the job timings
     assert "results/mybench/metrics/scores.parquet" in final_targets(config)
     assert report_inputs(config)["mybench_scores"] == "results/mybench/metrics/scores.parquet"
+    # `stereolens report --results DIR` finds its table at its standard path
+    from stereolens.report.inputs import Inputs, standard_paths
+
+    assert standard_paths()["mybench_scores"] == "mybench/metrics/scores.parquet"
+    table = tmp_path / "res" / "mybench" / "metrics" / "scores.parquet"
+    table.parent.mkdir(parents=True)
+    pl.DataFrame({"model": [vlm], "score": [0.5]}).write_parquet(table)
+    assert Inputs.from_results(tmp_path / "res").get("mybench_scores")["model"].to_list() == [vlm]
     # the measured throughput reads its job's output
     assert f"results/mybench/vqa/{vlm}/answers.jsonl" in job_timing_inputs(config)["answers"]
 

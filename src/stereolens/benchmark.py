@@ -72,11 +72,27 @@ class Benchmark:
     stereolens.report.inputs reads; no two benchmarks share a name)."""
     generation_items: str | None = None
     """"module:function" turning the benchmark's prompt table and a generation job's
-    wildcards into images to make (stereolens.generate.job), or None."""
+    wildcards into images to make (stereolens.generate.job), or None: the benchmark
+    generates no images (then the two below are None too)."""
+    generation_prompts: Callable[[dict], str] | None = None
+    """The prompt input of the benchmark's generation jobs (rule generate_images), a path."""
+    generation_settings: Callable[[dict, str, str], str] | None = None
+    """``generation_settings(config, model, cell)``: canonical JSON of what decides a
+    generation shard's images besides the model (a param of generate_images: a change
+    reruns exactly the shards it affects)."""
+    report_paths: dict[str, str] = field(default_factory=dict)
+    """Table name -> path of every file the benchmark can give the report, whatever the
+    config (``stereolens report --results DIR`` looks for them there);
+    ``report_tables(config)`` is the part of it a run writes."""
+    unordered_models: tuple[str, ...] = ()
+    """Keys of the benchmark's config section that list models in an order that changes
+    no result (the report's config is shown with them sorted, so reordering reruns
+    nothing)."""
     report_sections: str | None = None
     """The module (a dotted name, imported by the report only) that renders the benchmark's
     part of the report from its tables: ``KEY``, ``TITLE`` and the functions ``enabled``,
-    ``facts``, ``profile``, ``sections`` and ``galleries`` (stereolens.report.render); None =
+    ``facts``, ``profile``, ``sections`` and ``galleries`` (stereolens.report.render), and
+    optionally ``OTHER_ROLES``, the roles of :attr:`models` its facts do not name; None =
     no report part. A name, not an import: a benchmark sits below the report."""
 
 
@@ -124,6 +140,22 @@ def all_targets(config: dict) -> list[str]:
     for plugin in benchmarks(config):
         out += [t for t in plugin.targets(config) if t not in out]
     return out
+
+
+def generating(config: dict | None = None) -> list[Benchmark]:
+    """The plug-ins whose benchmarks generate images (rule generate_images runs for them)."""
+    return [p for p in benchmarks(config) if p.generation_items]
+
+
+def model_roles(config: dict) -> list[tuple[str, str]]:
+    """(role, registry name) of every model the config runs, over the benchmarks it
+    enables, in table order and each plug-in's role order (the report's Models table)."""
+    return [
+        (role, name)
+        for plugin in benchmarks(config)
+        for role, names in plugin.models(config).items()
+        for name in names
+    ]
 
 
 def all_report_tables(config: dict) -> dict[str, str]:

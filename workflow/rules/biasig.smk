@@ -101,7 +101,7 @@ rule compute_biasig_metrics:
         "../../envs/analysis.yaml"
     threads: 2
     params:
-        outdir=lambda w, output: os.path.dirname(output.eta),
+        outdir=get_metrics_dir,
         eta_variant=BG["eta_variant"],
         replicates=BG["replicates"],
         seed=BG["seed"],

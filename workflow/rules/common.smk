@@ -9,7 +9,9 @@ from functools import lru_cache
 from snakemake.common import overwrite_function_params
 
 from stereolens.benchmark import benchmark as benchmark_plugin
+from stereolens.benchmark import benchmarks, generating, model_roles
 from stereolens.config import check_models, validate_config
+from stereolens.contextbias.plugin import prompt_bank as contextbias_prompt_bank
 from stereolens.contextbias.plugin import roles as contextbias_roles
 from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
 from stereolens.models.registry import TINY_MEM_MB, load_registry
@@ -46,6 +48,10 @@ wildcard_constraints:
     task="story|term|exam|attribute_inferring",
     axis="gender|race",
     usergroup=r"[a-z0-9_-]+",
+    # generation (generate_images): the benchmarks that generate, a group, a cell
+    benchmark="|".join(p.name for p in generating()),
+    group=r"[a-z0-9_]+",
+    cell=r"[A-Za-z0-9_-]+",
 
 
 def model_spec(name):
@@ -98,8 +104,9 @@ def model_fingerprint(name):
 
 @lru_cache(maxsize=None)
 def model_gpu(name):
-    """1 when a job of this model asks for a GPU (from the registry), else 0."""
-    return int(REGISTRY[name].needs_gpu())
+    """GPUs a job of this model asks for (stereolens.models.registry ModelSpec.job_gpus:
+    a vLLM model its tensor_parallel_size, another 1 when it needs one, else 0)."""
+    return REGISTRY[name].job_gpus()
 
 
 def model_mem_mb(name, attempt):
@@ -151,7 +158,17 @@ def check_models_gpu(name):
     from stereolens.check_models import weights_present
 
     spec = REGISTRY[name]
-    return int(spec.needs_gpu() and weights_present(spec))
+    return spec.job_gpus() if weights_present(spec) else 0
+
+
+@per_job
+def get_check_gpu(wildcards):
+    return check_models_gpu(wildcards.model)
+
+
+@per_job
+def get_check_mem_mb(wildcards):
+    return check_models_mem_mb(wildcards.model)
 
 
 def check_models_mem_mb(name):
@@ -186,7 +203,7 @@ def get_extractor_env(wildcards):
 
 
 @per_job
-def get_generator_fingerprint(wildcards):
+def get_model_fingerprint(wildcards):
     return model_fingerprint(wildcards.model)
 
 
@@ -195,19 +212,30 @@ def get_extractor_fingerprint(wildcards):
     return model_fingerprint(wildcards.extractor)
 
 
-# Resources of the model jobs (generation: the generator; extraction/VQA: the extractor).
+# Resources of the model jobs: the {model} wildcard's (generation, LVLM responses) and the
+# {extractor} wildcard's (extraction, VQA).
 @per_job
-def get_generator_gpu(wildcards):
+def get_model_checkpoint(wildcards):
+    return get_checkpoint(wildcards.model)
+
+
+@per_job
+def get_models_checked(wildcards):
+    return get_model_check(wildcards.model)
+
+
+@per_job
+def get_model_gpu(wildcards):
     return model_gpu(wildcards.model)
 
 
 @per_job
-def get_generator_mem_mb(wildcards, attempt):
+def get_model_mem_mb(wildcards, attempt):
     return model_mem_mb(wildcards.model, attempt)
 
 
 @per_job
-def get_generator_batch_size(wildcards, attempt):
+def get_model_batch_size(wildcards, attempt):
     return model_batch_size(wildcards.model, attempt)
 
 
@@ -265,30 +293,7 @@ def get_canonical_overrides(wildcards):
 
 @lru_cache(maxsize=None)
 def get_prompt_bank():
-    from stereolens.paths import resource
-
-    return CB["prompt_bank"] or str(resource("contextbias", "prompts.json"))
-
-
-@lru_cache(maxsize=None)
-def seed_settings(model, validation):
-    """What decides a ContextBias generator's seeds (JSON); a change here regenerates that
-    model only. ``validation``: the explicit-attribute validation prompts (VAL)."""
-    seeds = CB["seeds"]
-    if validation:
-        return json.dumps(
-            {"per_prompt": CB_VAL["seeds_per_prompt"], "seed_key": CB_VAL["seed_key"]},
-            sort_keys=True,
-        )
-    return json.dumps(
-        {
-            "per_prompt": seeds["per_prompt"],
-            "bank_key": seeds["bank_keys"].get(model, seeds["default_bank_key"]),
-            "default_bank_key": seeds["default_bank_key"],
-            "fix_articles": CB["fix_articles"],
-        },
-        sort_keys=True,
-    )
+    return contextbias_prompt_bank(config)
 
 
 def get_extraction_files():
@@ -322,10 +327,11 @@ def contextbias_extractions():
 
 
 def get_contextbias_merge_parts(wildcards=None):
-    """Every (extractor, generator) part of the attributes merge."""
-    base = "results/contextbias/merged/{extractor}/{model}"
+    """Every (extractor, generator) part of the attributes merge: the pairs of the
+    plug-in's extraction jobs, validation (VAL) aside, in its job order."""
+    pairs = dict.fromkeys((e, g) for e, g, val in contextbias_extractions() if not val)
     return {
-        name: expand(f"{base}/{name}.parquet", extractor=CB["extractors"], model=CB["generators"])
+        name: [f"results/contextbias/merged/{e}/{g}/{name}.parquet" for e, g in pairs]
         for name in ("attributes_raw", "images")
     }
 
@@ -352,49 +358,35 @@ def get_biasig_vqa_outputs(wildcards):
 
 
 def get_biasig_settings(wildcards=None):
-    """What decides a BiasIG shard's images besides the model (a change reruns it)."""
-    return BG_SETTINGS
+    """What decides the BiasIG prompt table and shards besides the model (a change reruns
+    them): stereolens.biasig.plugin.settings."""
+    return generation_settings("biasig", "", "")
 
 
-def biasig_settings():
-    return json.dumps(
-        {
-            k: BG[k]
-            for k in (
-                "acquired_types",
-                "conditions",
-                "acquired_attributes",
-                "max_variants",
-                "images_per_prompt",
-                "prompts_per_shard",
-                "seed_base",
-            )
-        },
-        sort_keys=True,
-    )
+# ---- generation: generate_images (models.smk) generates for every benchmark whose
+# plug-in has generation_items. A job is
+# results/{benchmark}/images/{model}/{group}/{cell}/{shard}; the benchmark decides what
+# group and cell are (ContextBias: role and condition; BiasIG: acquired attribute type and
+# prompt condition), its prompt input and its settings param (its plug-in's
+# generation_prompts and generation_settings).
 
 
-BG_SETTINGS = biasig_settings()
+@lru_cache(maxsize=None)
+def generation_prompts(name):
+    return benchmark_plugin(name).generation_prompts(config)
 
 
-# ---- generation: generate_images (models.smk) generates for every benchmark.
-# A job is results/{benchmark}/images/{model}/{group}/{cell}/{shard}; the benchmark
-# decides what group and cell are (ContextBias: role and condition; BiasIG: acquired
-# attribute type and prompt condition), its prompt input and its settings param.
-
-GENERATION_CELLS = [*ALL_CONDITIONS, "VAL", "implicit", "explicit"]
+@lru_cache(maxsize=None)
+def generation_settings(name, model, cell):
+    return benchmark_plugin(name).generation_settings(config, model, cell)
 
 
 @per_job
 def get_generation_input(wildcards):
     """The benchmark's prompt input (ContextBias: the prompt bank; BiasIG: the prompt
     table) and, for the embedded default, the locally built checkpoint."""
-    if wildcards.benchmark == "contextbias":
-        prompts = get_prompt_bank()
-    else:
-        prompts = "results/biasig/prompts.parquet"
     return {
-        "prompts": prompts,
+        "prompts": generation_prompts(wildcards.benchmark),
         "checkpoint": get_checkpoint(wildcards.model),
         "models_checked": get_model_check(wildcards.model),
     }
@@ -405,24 +397,20 @@ def get_generation_settings(wildcards):
     """What decides a shard's images besides the model, per benchmark (a Snakemake param:
     a change reruns the affected jobs). The values are those the benchmarks' own rules had,
     so finished shards of earlier runs stay up to date."""
-    if wildcards.benchmark == "contextbias":
-        return seed_settings(wildcards.model, wildcards.cell == "VAL")
-    return BG_SETTINGS
+    return generation_settings(wildcards.benchmark, wildcards.model, wildcards.cell)
 
 
 def get_report_config():
-    """The config as the report shows it, with model lists sorted: the order in which a
-    user lists models changes no result, so it must not rerun the report."""
+    """The config as the report shows it, with the model lists whose order changes no
+    result sorted (each plug-in's unordered_models), so that reordering them does not
+    rerun the report."""
     import copy
 
     shown = copy.deepcopy(config)
-    for section, key in (
-        ("contextbias", "generators"),
-        ("contextbias", "extractors"),
-        ("biasig", "generators"),
-    ):
-        if key in shown.get(section, {}):
-            shown[section][key] = sorted(shown[section][key])
+    for plugin in benchmarks():
+        for key in plugin.unordered_models:
+            if key in shown.get(plugin.name, {}):
+                shown[plugin.name][key] = sorted(shown[plugin.name][key])
     return shown
 
 
@@ -430,8 +418,6 @@ def get_report_models():
     """name -> kind and fingerprint of every model the run uses, for the report's Models
     table and tiny-model warning: a param, so a change to those models' entries rebuilds
     the report and an edit of any other registry entry does not."""
-    from stereolens.report.roles import model_roles
-
     names = sorted({name for _, name in model_roles(config)} & set(REGISTRY))
     return {n: {"kind": REGISTRY[n].kind, "fingerprint": REGISTRY[n].fingerprint()} for n in names}
 
@@ -459,41 +445,19 @@ def get_final_targets():
 
 
 # ---- LVLM (input functions of workflow/rules/lvlm.smk)
-# Paths name groups by their path-safe slug ("East Asian" -> east-asian).
-
-from stereolens.lvlm.names import group_slug, groups as lv_groups
-from stereolens.lvlm.plugin import n_shards as lv_n_shards, settings as lv_settings
+# The job files come from the plug-in's job enumeration (plugin_jobs("lvlm")), in its
+# order; paths name groups by their path-safe slug ("East Asian" -> east-asian).
 
 LV = config["lvlm"]
-LV_TASKS = list(LV["tasks"]) if LV["enabled"] else []
-LV_SCORED = [t for t in ("story", "term", "exam") if t in LV_TASKS]
 LV_CACHE = "results/cache/lvlm" if LV["cache"] else None
 
 
-def lvlm_groups(axis):
-    """Path names of the groups tested on ``axis`` (stereolens.lvlm.names.groups)."""
-    return [group_slug(g) for g in lv_groups(LV, axis)]
-
-
-def lvlm_settings(task):
-    """stereolens.lvlm.plugin.settings: no text-persona setting for attribute inferring."""
-    return lv_settings(LV, task)
-
-
-def lvlm_shards(task):
-    return range(lv_n_shards(LV, task))
-
-
-def lvlm_response_paths(model, setting=None, task=None, axis=None, usergroup=None):
-    """Response shards of one model, optionally narrowed to a setting, task, axis, group."""
+def lvlm_outputs(rule, **selected):
+    """Outputs of the LVLM jobs of ``rule`` whose wildcards have the ``selected`` values."""
     return [
-        f"results/lvlm/responses/{model}/{s}/{t}/{a}/{g}/{k}.jsonl"
-        for t in ([task] if task else LV_TASKS)
-        for s in lvlm_settings(t)
-        if setting in (None, s)
-        for a in ([axis] if axis else LV["axes"])
-        for g in ([usergroup] if usergroup else lvlm_groups(a))
-        for k in lvlm_shards(t)
+        job.output
+        for job in plugin_jobs("lvlm")
+        if job.rule == rule and all(job.wildcards[k] == v for k, v in selected.items())
     ]
 
 
@@ -528,34 +492,8 @@ def get_lvlm_draw_settings(wildcards):
 # Inputs, params and resources of the model-loading LVLM rules. Every setting that changes
 # a job's result is a param (so Snakemake's params trigger covers all of them); speed-only
 # settings (batch size, memory) are resources, halved / raised on a retry (--retries).
-@per_job
-def get_lvlm_checkpoint(wildcards):
-    return get_checkpoint(wildcards.model)
-
-
-@per_job
-def get_lvlm_model_check(wildcards):
-    return get_model_check(wildcards.model)
-
-
-@per_job
-def get_lvlm_gpu(wildcards):
-    return lvlm_gpu(wildcards.model)
-
-
-@per_job
-def get_lvlm_mem_mb(wildcards, attempt):
-    return model_mem_mb(wildcards.model, attempt)
-
-
-@per_job
-def get_lvlm_batch_size(wildcards, attempt):
-    return model_batch_size(wildcards.model, attempt)
-
-
-@per_job
-def get_lvlm_fingerprint(wildcards):
-    return model_fingerprint(wildcards.model)
+# The response jobs take the {model} wildcard's get_model_* functions; the assistant's and
+# the refusal judge's jobs run one fixed registry entry (None: none configured).
 
 
 @per_job
@@ -570,53 +508,81 @@ def get_lvlm_task_settings(wildcards):
 
 
 def get_lvlm_story_responses(wildcards):
-    return lvlm_response_paths(wildcards.model, wildcards.setting, "story", wildcards.axis)
+    return lvlm_outputs(
+        "respond_lvlm",
+        model=wildcards.model,
+        setting=wildcards.setting,
+        task="story",
+        axis=wildcards.axis,
+    )
 
 
 def get_lvlm_term_responses(wildcards):
-    return lvlm_response_paths(wildcards.model, wildcards.setting, "term", wildcards.axis)
+    return lvlm_outputs(
+        "respond_lvlm",
+        model=wildcards.model,
+        setting=wildcards.setting,
+        task="term",
+        axis=wildcards.axis,
+    )
 
 
 def get_lvlm_setting_responses(wildcards):
-    return lvlm_response_paths(wildcards.model, wildcards.setting)
+    return lvlm_outputs("respond_lvlm", model=wildcards.model, setting=wildcards.setting)
 
 
-def get_lvlm_assistant_checkpoint(wildcards):
-    return get_checkpoint(LV["assistant"]) if LV["assistant"] else []
+def helper_checkpoint(name):
+    return get_checkpoint(name) if name else []
 
 
-def get_lvlm_judge_checkpoint(wildcards):
-    return get_checkpoint(LV["refusal_judge"]) if LV["refusal_judge"] else []
+def helper_gpu(name):
+    return model_gpu(name) if name else 0
 
 
-def lvlm_helper_fingerprint(name):
+def helper_mem_mb(name, attempt):
+    """A fixed model's job memory; none (phrase rules alone) needs little."""
+    return model_mem_mb(name, attempt) if name else TINY_MEM_MB
+
+
+def helper_batch_size(name, attempt):
+    return model_batch_size(name, attempt) if name else 1
+
+
+def helper_fingerprint(name):
     """Registry fingerprint of the assistant or the refusal judge ("none" when unset)."""
     return model_fingerprint(name) if name else "none"
 
 
+def get_lvlm_assistant_checkpoint(wildcards):
+    return helper_checkpoint(LV["assistant"])
+
+
 def get_lvlm_assistant_gpu(wildcards):
-    return lvlm_gpu(LV["assistant"]) if LV["assistant"] else 0
+    return helper_gpu(LV["assistant"])
 
 
 def get_lvlm_assistant_mem_mb(wildcards, attempt):
-    return model_mem_mb(LV["assistant"], attempt) if LV["assistant"] else TINY_MEM_MB
+    return helper_mem_mb(LV["assistant"], attempt)
 
 
 def get_lvlm_assistant_batch_size(wildcards, attempt):
-    return model_batch_size(LV["assistant"], attempt) if LV["assistant"] else 1
+    return helper_batch_size(LV["assistant"], attempt)
+
+
+def get_lvlm_judge_checkpoint(wildcards):
+    return helper_checkpoint(LV["refusal_judge"])
 
 
 def get_lvlm_judge_gpu(wildcards):
-    return lvlm_gpu(LV["refusal_judge"]) if LV["refusal_judge"] else 0
+    return helper_gpu(LV["refusal_judge"])
 
 
 def get_lvlm_judge_mem_mb(wildcards, attempt):
-    """The judge's job memory; phrase rules alone need little."""
-    return model_mem_mb(LV["refusal_judge"], attempt) if LV["refusal_judge"] else TINY_MEM_MB
+    return helper_mem_mb(LV["refusal_judge"], attempt)
 
 
 def get_lvlm_judge_batch_size(wildcards, attempt):
-    return model_batch_size(LV["refusal_judge"], attempt) if LV["refusal_judge"] else 1
+    return helper_batch_size(LV["refusal_judge"], attempt)
 
 
 def lvlm_story_settings():
@@ -642,40 +608,14 @@ def lvlm_refusal_settings():
     return json.dumps(settings, sort_keys=True)
 
 
-def get_lvlm_story_paths():
-    return (
-        [
-            f"results/lvlm/story_attributes/{m}/{s}/{a}.jsonl"
-            for m in sorted(LV["models"])
-            for s in lvlm_settings("story")
-            for a in LV["axes"]
-        ]
-        if "story" in LV_TASKS
-        else []
-    )
-
-
-def get_lvlm_judgement_paths():
-    return (
-        [
-            f"results/lvlm/term_judgements/{m}/{s}/{a}.parquet"
-            for m in sorted(LV["models"])
-            for s in lvlm_settings("term")
-            for a in LV["axes"]
-        ]
-        if "term" in LV_TASKS
-        else []
-    )
-
-
 def get_lvlm_model_merge_inputs(wildcards):
     """One audited model's files for its part of the merged LVLM tables."""
     m = wildcards.model
     return {
-        "responses": lvlm_response_paths(m),
-        "refusals": [f"results/lvlm/refusals/{m}/{s}.parquet" for s in LV["settings"]],
-        "stories": [p for p in get_lvlm_story_paths() if p.split("/")[3] == m],
-        "judgements": [p for p in get_lvlm_judgement_paths() if p.split("/")[3] == m],
+        "responses": lvlm_outputs("respond_lvlm", model=m),
+        "refusals": lvlm_outputs("label_lvlm_refusals", model=m),
+        "stories": lvlm_outputs("extract_lvlm_story_attributes", model=m),
+        "judgements": lvlm_outputs("judge_lvlm_terms", model=m),
     }
 
 
@@ -690,14 +630,6 @@ def get_lvlm_merge_parts(wildcards):
     }
 
 
-def lvlm_gpu(name):
-    """GPUs of an LVLM job: vLLM models ask for tensor_parallel_size, API and CPU none."""
-    spec = model_spec(name)
-    if spec.backend == "vllm":
-        return int(spec.get("tensor_parallel_size", 1) or 1)
-    return 1 if spec.backend.startswith("transformers") and spec.get("device") != "cpu" else 0
-
-
 def get_lvlm_env(wildcards):
     """Conda env of a response job: vLLM brings its own CUDA torch."""
     name = "vllm" if REGISTRY[wildcards.model].backend == "vllm" else "extract"
@@ -707,12 +639,20 @@ def get_lvlm_env(wildcards):
 # ---- Designing an audit (issue 15; input functions of workflow/rules/design.smk)
 
 
+def lvlm_story_sample_settings():
+    """What decides the assistant's readings of the labelled story sample besides the
+    assistant and the sample."""
+    keys = ("seed", "max_attempts", "prompts", "assistant_max_new_tokens", "story_reading")
+    return json.dumps([*(LV[k] for k in keys), LV["axes"], LV["groups"]])
+
+
 def get_story_reading_sample():
     from stereolens.paths import resource
 
     return LV["story_reading"]["sample"] or str(resource("lvlm", "story_reading.v1.yaml"))
 
 
-def get_lvlm_metrics_dir(wildcards, output):
-    """The folder `stereolens lvlm metrics --out` writes the metric tables to."""
-    return os.path.dirname(output.scores)
+def get_metrics_dir(wildcards, output):
+    """The folder a metrics CLI's --out writes its tables to: that of the rule's first
+    output (every metrics rule's outputs share one folder)."""
+    return os.path.dirname(output[0])

@@ -131,7 +131,7 @@ rule compute_contextbias_metrics:
     conda:
         "../../envs/analysis.yaml"
     params:
-        outdir=lambda w, output: os.path.dirname(output.bi),
+        outdir=get_metrics_dir,
         k=CB["metrics"]["k_definition"],
         replicates=CB["metrics"]["replicates"],
         seed=CB["metrics"]["seed"],

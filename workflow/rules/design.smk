@@ -38,21 +38,13 @@ rule read_lvlm_story_sample:
     conda:
         "../../envs/extract.yaml"
     resources:
-        gpu=lambda w: lvlm_gpu(LV["assistant"]),
+        gpu=get_lvlm_assistant_gpu,
+        mem_mb=get_lvlm_assistant_mem_mb,
+        batch_size=get_lvlm_assistant_batch_size,
     params:
         assistant=LV["assistant"],
-        assistant_fingerprint=lambda w: model_fingerprint_json(model_spec(LV["assistant"])),
-        settings=lambda w: json.dumps(
-            [
-                LV["seed"],
-                LV["max_attempts"],
-                LV["prompts"],
-                LV["assistant_max_new_tokens"],
-                LV["story_reading"],
-                LV["axes"],
-                LV["groups"],
-            ]
-        ),
+        assistant_fingerprint=helper_fingerprint(LV["assistant"]),
+        settings=lvlm_story_sample_settings(),
         cache_dir=LV_CACHE,
         registry=config["registry"],
     script:

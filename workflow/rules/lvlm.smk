@@ -56,8 +56,8 @@ rule respond_lvlm:
     input:
         sets="results/lvlm/sets.parquet",
         prompts=get_lvlm_prompt_file(),
-        checkpoint=get_lvlm_checkpoint,
-        models_checked=get_lvlm_model_check,
+        checkpoint=get_model_checkpoint,
+        models_checked=get_models_checked,
     output:
         "results/lvlm/responses/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.jsonl",
     log:
@@ -67,11 +67,11 @@ rule respond_lvlm:
     conda:
         get_lvlm_env
     resources:
-        gpu=get_lvlm_gpu,
-        mem_mb=get_lvlm_mem_mb,
-        batch_size=get_lvlm_batch_size,
+        gpu=get_model_gpu,
+        mem_mb=get_model_mem_mb,
+        batch_size=get_model_batch_size,
     params:
-        model_fingerprint=get_lvlm_fingerprint,
+        model_fingerprint=get_model_fingerprint,
         task_settings=get_lvlm_task_settings,
         cache_dir=LV_CACHE,
         registry=config["registry"],
@@ -101,7 +101,7 @@ rule extract_lvlm_story_attributes:
         batch_size=get_lvlm_assistant_batch_size,
     params:
         assistant=LV["assistant"],
-        assistant_fingerprint=lvlm_helper_fingerprint(LV["assistant"]),
+        assistant_fingerprint=helper_fingerprint(LV["assistant"]),
         settings=lvlm_story_settings(),
         cache_dir=LV_CACHE,
         registry=config["registry"],
@@ -130,7 +130,7 @@ rule judge_lvlm_terms:
         batch_size=get_lvlm_assistant_batch_size,
     params:
         assistant=LV["assistant"],
-        assistant_fingerprint=lvlm_helper_fingerprint(LV["assistant"]),
+        assistant_fingerprint=helper_fingerprint(LV["assistant"]),
         settings=lvlm_judge_settings(),
         cache_dir=LV_CACHE,
         registry=config["registry"],
@@ -156,7 +156,7 @@ rule label_lvlm_refusals:
         batch_size=get_lvlm_judge_batch_size,
     params:
         judge=LV["refusal_judge"],
-        judge_fingerprint=lvlm_helper_fingerprint(LV["refusal_judge"]),
+        judge_fingerprint=helper_fingerprint(LV["refusal_judge"]),
         settings=lvlm_refusal_settings(),
         cache_dir=LV_CACHE,
         registry=config["registry"],
@@ -224,7 +224,7 @@ rule compute_lvlm_metrics:
     conda:
         "../../envs/analysis.yaml"
     params:
-        outdir=get_lvlm_metrics_dir,
+        outdir=get_metrics_dir,
         min_count=LV["metrics"]["min_count"],
         replicates=LV["metrics"]["replicates"],
         level=LV["metrics"]["level"],

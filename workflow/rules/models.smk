@@ -4,7 +4,7 @@ rule check_models:
     and answers one tiny request; a rejected setting fails the run here, before the
     model's jobs, which all wait for this table. Off, the table says so."""
     input:
-        checkpoint=lambda w: get_checkpoint(w.model),
+        checkpoint=get_model_checkpoint,
     output:
         "results/checks/{model}.tsv",
     log:
@@ -12,8 +12,8 @@ rule check_models:
     conda:
         "../../envs/generate.yaml"
     resources:
-        gpu=lambda w: check_models_gpu(w.model),
-        mem_mb=lambda w: check_models_mem_mb(w.model),
+        gpu=get_check_gpu,
+        mem_mb=get_check_mem_mb,
     params:
         registry=config["registry"],
     script:
@@ -53,18 +53,14 @@ rule generate_images:
         "logs/{benchmark}/generate/{model}/{group}/{cell}/{shard}.log",
     benchmark:
         "benchmarks/{benchmark}/generate/{model}/{group}/{cell}/{shard}.tsv"
-    wildcard_constraints:
-        benchmark="contextbias|biasig",
-        group=r"[a-z0-9_]+",
-        cell="|".join(GENERATION_CELLS),
     conda:
         "../../envs/generate.yaml"
     resources:
-        gpu=get_generator_gpu,
-        mem_mb=get_generator_mem_mb,
-        batch_size=get_generator_batch_size,
+        gpu=get_model_gpu,
+        mem_mb=get_model_mem_mb,
+        batch_size=get_model_batch_size,
     params:
-        model_fingerprint=get_generator_fingerprint,
+        model_fingerprint=get_model_fingerprint,
         settings=get_generation_settings,
         registry=config["registry"],
     script:

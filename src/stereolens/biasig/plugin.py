@@ -104,15 +104,46 @@ def _models(config: dict) -> dict[str, list[str]]:
     bg = config.get("biasig") or {}
     return {
         "biasig generator": list(bg.get("generators") or []),
-        "biasig vqa": [bg["vqa"]] if bg.get("vqa") else [],
+        "biasig VQA": [bg["vqa"]] if bg.get("vqa") else [],
     }
+
+
+REPORT_PATHS = {f"biasig_{n}": f"{RESULTS}/metrics/{n}.parquet" for n in METRICS} | {
+    "biasig_prompts": f"{RESULTS}/prompts.parquet",
+    "biasig_answers": f"{RESULTS}/answers.parquet",
+}
+"""Every table the report reads of BiasIG (a run writes them all)."""
+
+PROMPTS = f"{RESULTS}/prompts.parquet"
+"""The configured prompt table (rule write_biasig_prompts): the generation jobs' input."""
 
 
 def _report_tables(config: dict) -> dict[str, str]:
-    return {f"biasig_{n}": f"{RESULTS}/metrics/{n}.parquet" for n in METRICS} | {
-        "biasig_prompts": f"{RESULTS}/prompts.parquet",
-        "biasig_answers": f"{RESULTS}/answers.parquet",
-    }
+    return dict(REPORT_PATHS)
+
+
+def _generation_prompts(config: dict) -> str:
+    return PROMPTS
+
+
+SETTINGS_KEYS = (
+    "acquired_types",
+    "conditions",
+    "acquired_attributes",
+    "max_variants",
+    "images_per_prompt",
+    "prompts_per_shard",
+    "seed_base",
+)
+
+
+def settings(config: dict, model: str | None = None, cell: str | None = None) -> str:
+    """What decides the prompt table and a BiasIG shard's images besides the model (JSON;
+    the same for every model and cell: a change reruns every shard)."""
+    import json
+
+    bg = config["biasig"]
+    return json.dumps({k: bg[k] for k in SETTINGS_KEYS}, sort_keys=True)
 
 
 BENCHMARK = Benchmark(
@@ -125,5 +156,9 @@ BENCHMARK = Benchmark(
     models=_models,
     report_tables=_report_tables,
     generation_items="stereolens.biasig.jobs:generation_items",
+    generation_prompts=_generation_prompts,
+    generation_settings=settings,
+    report_paths=REPORT_PATHS,
+    unordered_models=("generators",),
     report_sections="stereolens.report.biasig",
 )

@@ -166,33 +166,73 @@ def _targets(config: dict) -> list[str]:
 def _models(config: dict) -> dict[str, list[str]]:
     cb = config.get("contextbias") or {}
     out = {
-        "generator": list(cb.get("generators") or []),
-        "extractor": list(cb.get("extractors") or []),
+        "contextbias generator": list(cb.get("generators") or []),
+        "contextbias extractor": list(cb.get("extractors") or []),
     }
     canon = cb.get("canonicalisation") or {}
     if canon.get("enabled", True) and canon.get("llm"):
-        out["canonicalisation llm"] = [canon["llm"]]
+        out["contextbias canonicalisation LLM"] = [canon["llm"]]
     return out
+
+
+METRICS = ("bi", "ccs", "ccs_mean", "robustness", "bootstrap")
+
+REPORT_PATHS = {
+    "prompts": f"{RESULTS}/prompts.parquet",
+    "images": f"{RESULTS}/images.parquet",
+    "attributes": f"{RESULTS}/attributes.parquet",
+    "mapping": f"{RESULTS}/canonical_mapping.parquet",
+    **{n: f"{RESULTS}/metrics/{n}.parquet" for n in METRICS},
+    "validation": f"{RESULTS}/validation/scores.parquet",
+    "validation_by_group": f"{RESULTS}/validation/by_group.parquet",
+    "validation_group_gaps": f"{RESULTS}/validation/group_gaps.parquet",
+    "annotation_form": f"{RESULTS}/annotation/form.html",
+    "agreement": f"{RESULTS}/annotation/agreement_summary.parquet",
+}
+"""Every table the report can read of ContextBias (the plug-in's report_paths)."""
 
 
 def _report_tables(config: dict) -> dict[str, str]:
     cb = config["contextbias"]
-    tables = {
-        "prompts": f"{RESULTS}/prompts.parquet",
-        "images": f"{RESULTS}/images.parquet",
-        "attributes": f"{RESULTS}/attributes.parquet",
-        "mapping": f"{RESULTS}/canonical_mapping.parquet",
-        **{n: f"{RESULTS}/metrics/{n}.parquet" for n in METRICS},
-    }
-    if cb["validation"]["enabled"]:
-        tables["validation"] = f"{RESULTS}/validation/scores.parquet"
-        tables["validation_by_group"] = f"{RESULTS}/validation/by_group.parquet"
-        tables["validation_group_gaps"] = f"{RESULTS}/validation/group_gaps.parquet"
-    if cb["annotation"]["enabled"]:
-        tables["annotation_form"] = f"{RESULTS}/annotation/form.html"
-    if cb["annotation"]["answers"]:
-        tables["agreement"] = f"{RESULTS}/annotation/agreement_summary.parquet"
-    return tables
+    skip = set()
+    if not cb["validation"]["enabled"]:
+        skip |= {"validation", "validation_by_group", "validation_group_gaps"}
+    if not cb["annotation"]["enabled"]:
+        skip.add("annotation_form")
+    if not cb["annotation"]["answers"]:
+        skip.add("agreement")
+    return {k: v for k, v in REPORT_PATHS.items() if k not in skip}
+
+
+def prompt_bank(config: dict) -> str:
+    """The prompt bank's path: contextbias.prompt_bank, else the shipped bank."""
+    from stereolens.paths import resource
+
+    return config["contextbias"]["prompt_bank"] or str(resource("contextbias", "prompts.json"))
+
+
+def generation_settings(config: dict, model: str, cell: str) -> str:
+    """What decides a ContextBias generator's seeds (JSON); a change here regenerates that
+    model only. Cell VAL: the explicit-attribute validation prompts."""
+    import json
+
+    cb = config["contextbias"]
+    seeds = cb["seeds"]
+    if cell == "VAL":
+        val = cb["validation"]
+        return json.dumps(
+            {"per_prompt": val["seeds_per_prompt"], "seed_key": val["seed_key"]},
+            sort_keys=True,
+        )
+    return json.dumps(
+        {
+            "per_prompt": seeds["per_prompt"],
+            "bank_key": seeds["bank_keys"].get(model, seeds["default_bank_key"]),
+            "default_bank_key": seeds["default_bank_key"],
+            "fix_articles": cb["fix_articles"],
+        },
+        sort_keys=True,
+    )
 
 
 METRICS = ("bi", "ccs", "ccs_mean", "robustness", "bootstrap")
@@ -212,5 +252,9 @@ BENCHMARK = Benchmark(
     models=_models,
     report_tables=_report_tables,
     generation_items="stereolens.contextbias.jobs:generation_items",
+    generation_prompts=prompt_bank,
+    generation_settings=generation_settings,
+    report_paths=REPORT_PATHS,
+    unordered_models=("generators", "extractors"),
     report_sections="stereolens.report.contextbias",
 )

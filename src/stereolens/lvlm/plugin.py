@@ -191,23 +191,27 @@ def _targets(config: dict) -> list[str]:
 
 def _models(config: dict) -> dict[str, list[str]]:
     lv = config.get("lvlm") or {}
-    out = {"lvlm": list(lv.get("models") or [])}
+    out = {"lvlm audited model": list(lv.get("models") or [])}
     if lv.get("assistant"):
-        out["lvlm assistant"] = [lv["assistant"]]
+        out["lvlm assistant (story attributes, term judge)"] = [lv["assistant"]]
     if lv.get("refusal_judge"):
         out["lvlm refusal judge"] = [lv["refusal_judge"]]
     return out
 
 
+REPORT_PATHS = {f"lvlm_{n}": f"{RESULTS}/metrics/{n}.parquet" for n in METRICS} | {
+    "lvlm_sets": f"{RESULTS}/sets.parquet",
+    "lvlm_responses": f"{RESULTS}/responses.parquet",
+    "lvlm_story_attributes": f"{RESULTS}/story_attributes.parquet",
+    "story_reading": f"{RESULTS}/metrics/story_reading.parquet",
+    "story_reading_gaps": f"{RESULTS}/metrics/story_reading_gaps.parquet",
+}
+"""Every table the report can read of the LVLM audit (the plug-in's report_paths)."""
+
+
 def _report_tables(config: dict) -> dict[str, str]:
-    tables = {f"lvlm_{n}": f"{RESULTS}/metrics/{n}.parquet" for n in METRICS}
-    tables["lvlm_sets"] = f"{RESULTS}/sets.parquet"
-    tables["lvlm_responses"] = f"{RESULTS}/responses.parquet"
-    tables["lvlm_story_attributes"] = f"{RESULTS}/story_attributes.parquet"
-    if story_reading_enabled(config["lvlm"]):
-        tables["story_reading"] = f"{RESULTS}/metrics/story_reading.parquet"
-        tables["story_reading_gaps"] = f"{RESULTS}/metrics/story_reading_gaps.parquet"
-    return tables
+    reading = story_reading_enabled(config["lvlm"])
+    return {k: v for k, v in REPORT_PATHS.items() if reading or not k.startswith("story_")}
 
 
 BENCHMARK = Benchmark(
@@ -219,5 +223,6 @@ BENCHMARK = Benchmark(
     targets=_targets,
     models=_models,
     report_tables=_report_tables,
+    report_paths=REPORT_PATHS,
     report_sections="stereolens.report.lvlm",
 )

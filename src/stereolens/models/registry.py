@@ -95,6 +95,16 @@ class ModelSpec:
             return True
         return self.get("device") != "cpu"
 
+    def job_gpus(self) -> int:
+        """GPUs a job running this model asks the scheduler for: a vLLM model its
+        ``tensor_parallel_size`` (the engine spreads over that many), another model 1
+        when it needs a GPU (:meth:`needs_gpu`), else 0."""
+        if not self.needs_gpu():
+            return 0
+        if self.backend == "vllm":
+            return int(self.get("tensor_parallel_size", 1) or 1)
+        return 1
+
     def job_mem_mb(self, attempt: int = 1) -> int:
         """Host memory (MB) a job of this model asks for on its ``attempt``-th try: the
         entry's ``mem_mb`` (else TINY_MEM_MB for a locally built tiny checkpoint, else

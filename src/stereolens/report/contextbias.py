@@ -29,6 +29,10 @@ from stereolens.report.html import Section, Table
 from stereolens.report.inputs import Inputs
 from stereolens.report.summary import profile_frame
 
+OTHER_ROLES = ("contextbias canonicalisation LLM",)
+"""Model roles of this benchmark (its plug-in's models) that :func:`facts` does not name:
+the first screen lists them under "Other models"."""
+
 KEY = "contextbias"
 TITLE = "ContextBias"
 

@@ -2,7 +2,8 @@
 
 The workflow's rule render_report declares every one of them as an input (its input
 function get_report_inputs names them with these keys); ``stereolens report --results DIR``
-finds them under any results folder at the paths of :data:`STANDARD_PATHS`.
+finds them under any results folder at the paths of :func:`standard_paths` (the
+benchmark plug-ins' report_paths).
 """
 
 from __future__ import annotations
@@ -12,43 +13,24 @@ from pathlib import Path
 
 import polars as pl
 
-STANDARD_PATHS: dict[str, str] = {
-    # ContextBias
-    "prompts": "contextbias/prompts.parquet",
-    "images": "contextbias/images.parquet",
-    "attributes": "contextbias/attributes.parquet",
-    "mapping": "contextbias/canonical_mapping.parquet",
-    "bi": "contextbias/metrics/bi.parquet",
-    "ccs": "contextbias/metrics/ccs.parquet",
-    "ccs_mean": "contextbias/metrics/ccs_mean.parquet",
-    "robustness": "contextbias/metrics/robustness.parquet",
-    "bootstrap": "contextbias/metrics/bootstrap.parquet",
-    "validation": "contextbias/validation/scores.parquet",
-    "annotation_form": "contextbias/annotation/form.html",
-    "agreement": "contextbias/annotation/agreement_summary.parquet",
-    "validation_by_group": "contextbias/validation/by_group.parquet",
-    "validation_group_gaps": "contextbias/validation/group_gaps.parquet",
-    # BiasIG
-    "biasig_prompts": "biasig/prompts.parquet",
-    "biasig_answers": "biasig/answers.parquet",
-    "biasig_implicit": "biasig/metrics/implicit.parquet",
-    "biasig_explicit": "biasig/metrics/explicit.parquet",
-    "biasig_eta": "biasig/metrics/eta.parquet",
-    # LVLM
-    "lvlm_scores": "lvlm/metrics/scores.parquet",
-    "lvlm_prompt_scores": "lvlm/metrics/prompt_scores.parquet",
-    "lvlm_refusals": "lvlm/metrics/refusals.parquet",
-    "lvlm_story_skew": "lvlm/metrics/story_skew.parquet",
-    "lvlm_exam_accuracy": "lvlm/metrics/exam_accuracy.parquet",
-    "lvlm_sets": "lvlm/sets.parquet",
-    "lvlm_responses": "lvlm/responses.parquet",
-    "lvlm_story_attributes": "lvlm/story_attributes.parquet",
-    "story_reading": "lvlm/metrics/story_reading.parquet",
-    "story_reading_gaps": "lvlm/metrics/story_reading_gaps.parquet",
-    # the run
-    "job_timings": "report/job_timings.parquet",
-}
-"""name -> path relative to a results folder."""
+RESULTS = "results/"
+"""The workflow's results folder, the prefix of every plug-in's report path."""
+
+
+def standard_paths() -> dict[str, str]:
+    """name -> path relative to a results folder of every file a report can read: each
+    registered benchmark's report_paths (stereolens.benchmark), then the run's job
+    timings."""
+    from stereolens.benchmark import benchmarks
+    from stereolens.workflow_support import JOB_TIMINGS
+
+    out = {
+        name: path.removeprefix(RESULTS)
+        for plugin in benchmarks()
+        for name, path in plugin.report_paths.items()
+    }
+    return {**out, "job_timings": JOB_TIMINGS.removeprefix(RESULTS)}
+
 
 RUN_FILES = ("registry", "throughput_table")
 """Inputs outside the results folder: the model registry and the planner's throughput
@@ -94,7 +76,7 @@ class Inputs:
     ) -> Inputs:
         """Every standard table found under the results folder ``results``."""
         root = Path(results)
-        found = {k: root / rel for k, rel in STANDARD_PATHS.items() if (root / rel).exists()}
+        found = {k: root / rel for k, rel in standard_paths().items() if (root / rel).exists()}
         return cls({**found, **(extra or {})}, roots=[root.resolve().parent])
 
     def image_path(self, path: str) -> str:
@@ -111,7 +93,7 @@ class Inputs:
     def results_dir(self) -> Path | None:
         """The results folder the standard tables lie in, when they lie at their standard
         paths (None for tables gathered from elsewhere)."""
-        for name, rel in STANDARD_PATHS.items():
+        for name, rel in standard_paths().items():
             path = self.paths.get(name)
             if path is not None and path.as_posix().endswith(rel):
                 root = Path(path.as_posix()[: -len(rel)] or ".")

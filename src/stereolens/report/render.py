@@ -67,9 +67,6 @@ def benchmark_modules() -> list[ModuleType]:
     return [importlib.import_module(p.report_sections) for p in benchmarks() if p.report_sections]
 
 
-AUX_ROLES = ("contextbias canonicalisation LLM",)
-"""Model roles the benchmark boxes of the first screen do not name."""
-
 SectionProvider = Callable[[Inputs, dict], list[Section]]
 
 EXTRA_SECTIONS: list[SectionProvider] = []
@@ -122,7 +119,9 @@ def build_report(
     facts: list[tuple[str, list[str]]] = []
     for b in modules:
         facts.append((b.TITLE, b.facts(inputs, config) if b in active else ["not in this run"]))
-    extra = [f"{role}: {name}" for role, name in run.model_roles(config) if role in AUX_ROLES]
+    # model roles a benchmark's box does not name (its report module's optional OTHER_ROLES)
+    other = {role for b in modules for role in getattr(b, "OTHER_ROLES", ())}
+    extra = [f"{role}: {name}" for role, name in run.model_roles(config) if role in other]
     if extra:
         facts.append(("Other models", extra))
     warnings = [w for w in (tiny_model_warning(config, run.tiny_models(config, entries)),) if w]
@@ -194,7 +193,7 @@ def render_report(
     galleries: bool = True,
 ) -> dict:
     """Write index.html to ``out_path`` with figures/, tables/ and galleries/ beside it.
-    ``inputs``: the files to read (see stereolens.report.inputs.STANDARD_PATHS for the
+    ``inputs``: the files to read (see stereolens.report.inputs.standard_paths for the
     names); ``cache_dir``: where thumbnails are kept between runs (None = made afresh).
     Returns the paths written and counts, with the seconds each step took."""
     t0 = time.perf_counter()

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import polars as pl
 
+from stereolens.benchmark import model_roles
 from stereolens.report import figures as F
 from stereolens.report.html import Figure, Section, Table, finite
 from stereolens.report.inputs import Inputs
-from stereolens.report.roles import model_roles
 
 MODEL_COLUMNS = ["role", "name", "kind", "backend", "model", "revision", "weights", "settings"]
 

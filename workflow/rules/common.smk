@@ -195,11 +195,20 @@ def get_extractor_checkpoint(wildcards):
     return get_checkpoint(wildcards.extractor)
 
 
+def model_env(name):
+    """Conda env of a job that runs a VLM or LLM: vLLM brings its own CUDA torch."""
+    env = "vllm" if REGISTRY[name].backend == "vllm" else "extract"
+    return os.path.join(workflow.basedir, "envs", f"{env}.yaml")
+
+
 @per_job
 def get_extractor_env(wildcards):
-    """Conda env of an extraction job: vLLM brings its own CUDA torch."""
-    name = "vllm" if REGISTRY[wildcards.extractor].backend == "vllm" else "extract"
-    return os.path.join(workflow.basedir, "envs", f"{name}.yaml")
+    return model_env(wildcards.extractor)
+
+
+@per_job
+def get_model_env(wildcards):
+    return model_env(wildcards.model)
 
 
 @per_job
@@ -254,6 +263,30 @@ def get_extractor_batch_size(wildcards, attempt):
     return model_batch_size(wildcards.extractor, attempt)
 
 
+# The jobs that run one fixed registry entry (the canonicalisation LLM, the LVLM
+# assistant and refusal judge; None: none configured).
+def helper_checkpoint(name):
+    return get_checkpoint(name) if name else []
+
+
+def helper_gpu(name):
+    return model_gpu(name) if name else 0
+
+
+def helper_mem_mb(name, attempt):
+    """A fixed model's job memory; none (phrase rules alone) needs little."""
+    return model_mem_mb(name, attempt) if name else TINY_MEM_MB
+
+
+def helper_batch_size(name, attempt):
+    return model_batch_size(name, attempt) if name else 1
+
+
+def helper_fingerprint(name):
+    """Registry fingerprint of the assistant or the refusal judge ("none" when unset)."""
+    return model_fingerprint(name) if name else "none"
+
+
 def cpu_job_group(name, model):
     """Group of a model job on a cluster: the jobs of API and CPU models are small and
     many, so they join the group ``name`` where the profile batches it with
@@ -277,13 +310,11 @@ def get_vqa_group(wildcards):
 
 
 def get_canonical_llm_checkpoint(wildcards):
-    llm = CB["canonicalisation"]["llm"]
-    return get_checkpoint(llm) if llm else []
+    return helper_checkpoint(CB["canonicalisation"]["llm"])
 
 
 def get_canonical_llm_fingerprint(wildcards):
-    llm = CB["canonicalisation"]["llm"]
-    return model_fingerprint_json(REGISTRY[llm]) if llm else "none"
+    return helper_fingerprint(CB["canonicalisation"]["llm"])
 
 
 def get_canonical_overrides(wildcards):
@@ -448,6 +479,8 @@ def get_final_targets():
 # The job files come from the plug-in's job enumeration (plugin_jobs("lvlm")), in its
 # order; paths name groups by their path-safe slug ("East Asian" -> east-asian).
 
+from stereolens.lvlm import params as lvlm_params
+
 LV = config["lvlm"]
 LV_CACHE = "results/cache/lvlm" if LV["cache"] else None
 
@@ -462,31 +495,19 @@ def lvlm_outputs(rule, **selected):
 
 
 def get_lvlm_image_folder():
-    src = LV["user_images"]
-    if src["source"] == "synthetic":
-        return "results/lvlm/user_images/synthetic"
-    if src["source"] == "huggingface":
-        return "resources/lvlm/huggingface"
-    return src["folder"]
+    return lvlm_params.image_folder(LV)
 
 
 def get_lvlm_labels_csv():
-    src = LV["user_images"]
-    if src["source"] == "folder" and src["labels_csv"]:
-        return src["labels_csv"]
-    return os.path.join(get_lvlm_image_folder(), "labels.csv")
+    return lvlm_params.labels_csv(LV)
 
 
 def get_lvlm_prompt_file():
-    from stereolens.paths import resource
-
-    return LV["prompts"] or str(resource("lvlm", "prompts.v1.yaml"))
+    return lvlm_params.prompt_file(LV)
 
 
 def get_lvlm_draw_settings(wildcards):
-    """What decides the image draw; a change here redraws (and so reasks) every model."""
-    keys = ("axes", "groups", "seed", "tasks", "user_images")
-    return json.dumps({k: LV[k] for k in keys}, sort_keys=True)
+    return lvlm_params.draw_settings(LV)
 
 
 # Inputs, params and resources of the model-loading LVLM rules. Every setting that changes
@@ -498,13 +519,7 @@ def get_lvlm_draw_settings(wildcards):
 
 @per_job
 def get_lvlm_task_settings(wildcards):
-    """What decides a task's requests besides the model and the drawn images."""
-    keys = ("seed", "max_attempts", "mitigation_placement", "prompts", "terms")
-    keys += ("terms_per_domain",) if wildcards.task == "term" else ()
-    keys += ("questions_per_subject", "mmlu") if wildcards.task == "exam" else ()
-    settings = {k: LV[k] for k in keys}
-    settings["max_new_tokens"] = LV["tasks"][wildcards.task]["max_new_tokens"]
-    return json.dumps(settings, sort_keys=True)
+    return lvlm_params.task_settings(LV, wildcards.task)
 
 
 def get_lvlm_story_responses(wildcards):
@@ -529,28 +544,6 @@ def get_lvlm_term_responses(wildcards):
 
 def get_lvlm_setting_responses(wildcards):
     return lvlm_outputs("respond_lvlm", model=wildcards.model, setting=wildcards.setting)
-
-
-def helper_checkpoint(name):
-    return get_checkpoint(name) if name else []
-
-
-def helper_gpu(name):
-    return model_gpu(name) if name else 0
-
-
-def helper_mem_mb(name, attempt):
-    """A fixed model's job memory; none (phrase rules alone) needs little."""
-    return model_mem_mb(name, attempt) if name else TINY_MEM_MB
-
-
-def helper_batch_size(name, attempt):
-    return model_batch_size(name, attempt) if name else 1
-
-
-def helper_fingerprint(name):
-    """Registry fingerprint of the assistant or the refusal judge ("none" when unset)."""
-    return model_fingerprint(name) if name else "none"
 
 
 def get_lvlm_assistant_checkpoint(wildcards):
@@ -585,29 +578,6 @@ def get_lvlm_judge_batch_size(wildcards, attempt):
     return helper_batch_size(LV["refusal_judge"], attempt)
 
 
-def lvlm_story_settings():
-    """What decides the assistant's story readings besides the assistant and the stories."""
-    keys = ("seed", "max_attempts", "prompts")
-    return json.dumps(
-        {**{k: LV[k] for k in keys}, "max_new_tokens": LV["assistant_max_new_tokens"]},
-        sort_keys=True,
-    )
-
-
-def lvlm_judge_settings():
-    """What decides the term judgements besides the assistant and the explanations."""
-    return json.dumps({k: LV[k] for k in ("seed", "max_attempts", "prompts")}, sort_keys=True)
-
-
-def lvlm_refusal_settings():
-    """What decides the refusal labels: the phrase rules, and with a judge its seed and
-    prompts."""
-    settings = {"phrases": LV["refusal_phrases"]}
-    if LV["refusal_judge"]:
-        settings |= {"seed": LV["seed"], "prompts": LV["prompts"]}
-    return json.dumps(settings, sort_keys=True)
-
-
 def get_lvlm_model_merge_inputs(wildcards):
     """One audited model's files for its part of the merged LVLM tables."""
     m = wildcards.model
@@ -630,26 +600,11 @@ def get_lvlm_merge_parts(wildcards):
     }
 
 
-def get_lvlm_env(wildcards):
-    """Conda env of a response job: vLLM brings its own CUDA torch."""
-    name = "vllm" if REGISTRY[wildcards.model].backend == "vllm" else "extract"
-    return os.path.join(workflow.basedir, "envs", f"{name}.yaml")
-
-
 # ---- Designing an audit (issue 15; input functions of workflow/rules/design.smk)
 
 
-def lvlm_story_sample_settings():
-    """What decides the assistant's readings of the labelled story sample besides the
-    assistant and the sample."""
-    keys = ("seed", "max_attempts", "prompts", "assistant_max_new_tokens", "story_reading")
-    return json.dumps([*(LV[k] for k in keys), LV["axes"], LV["groups"]])
-
-
 def get_story_reading_sample():
-    from stereolens.paths import resource
-
-    return LV["story_reading"]["sample"] or str(resource("lvlm", "story_reading.v1.yaml"))
+    return lvlm_params.story_reading_sample(LV)
 
 
 def get_metrics_dir(wildcards, output):

@@ -44,7 +44,7 @@ rule read_lvlm_story_sample:
     params:
         assistant=LV["assistant"],
         assistant_fingerprint=helper_fingerprint(LV["assistant"]),
-        settings=lvlm_story_sample_settings(),
+        settings=lvlm_params.story_sample_settings(LV),
         cache_dir=LV_CACHE,
         registry=config["registry"],
     script:

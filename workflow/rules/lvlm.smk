@@ -65,7 +65,7 @@ rule respond_lvlm:
     benchmark:
         "benchmarks/lvlm/respond/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.tsv"
     conda:
-        get_lvlm_env
+        get_model_env
     resources:
         gpu=get_model_gpu,
         mem_mb=get_model_mem_mb,
@@ -102,7 +102,7 @@ rule extract_lvlm_story_attributes:
     params:
         assistant=LV["assistant"],
         assistant_fingerprint=helper_fingerprint(LV["assistant"]),
-        settings=lvlm_story_settings(),
+        settings=lvlm_params.story_settings(LV),
         cache_dir=LV_CACHE,
         registry=config["registry"],
     script:
@@ -131,7 +131,7 @@ rule judge_lvlm_terms:
     params:
         assistant=LV["assistant"],
         assistant_fingerprint=helper_fingerprint(LV["assistant"]),
-        settings=lvlm_judge_settings(),
+        settings=lvlm_params.judge_settings(LV),
         cache_dir=LV_CACHE,
         registry=config["registry"],
     script:
@@ -157,7 +157,7 @@ rule label_lvlm_refusals:
     params:
         judge=LV["refusal_judge"],
         judge_fingerprint=helper_fingerprint(LV["refusal_judge"]),
-        settings=lvlm_refusal_settings(),
+        settings=lvlm_params.refusal_settings(LV),
         cache_dir=LV_CACHE,
         registry=config["registry"],
     script:

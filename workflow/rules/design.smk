@@ -64,5 +64,8 @@ rule audit_lvlm_story_reading:
         "logs/lvlm/audit_story_reading.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        axes=LV["axes"],
+        seed=LV["seed"],
     script:
         "../scripts/audit_lvlm_story_reading.py"

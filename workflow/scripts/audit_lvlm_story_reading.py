@@ -9,11 +9,9 @@ from stereolens.workflow_support import run_logged
 
 def main(log):
     i, o = snakemake.input, snakemake.output  # noqa: F821
-    lv = snakemake.config["lvlm"]  # noqa: F821
+    p = snakemake.params  # noqa: F821
     items = score_readings(read_jsonl(i.readings), load_sample(i.sample))
-    rates, gaps = audit_readings(
-        items, list(lv["axes"]), pl.read_parquet(i.scores), seed=int(lv["seed"])
-    )
+    rates, gaps = audit_readings(items, list(p.axes), pl.read_parquet(i.scores), seed=int(p.seed))
     write_parquet(o.rates, rates)
     write_parquet(o.gaps, gaps)
     log.info(

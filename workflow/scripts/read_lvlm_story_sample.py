@@ -1,19 +1,16 @@
 """Entry point of rule read_lvlm_story_sample (loads the assistant)."""
 
+from stereolens.lvlm.params import story_sample_config
 from stereolens.lvlm.story_reading import read_sample_job
-from stereolens.workflow_support import run_logged
+from stereolens.workflow_support import model_job_args, run_logged
 
 
 def main(log):
     smk = snakemake  # noqa: F821
     read_sample_job(
-        registry_path=smk.params.registry,
+        **model_job_args(smk, log),
         assistant=smk.params.assistant,
-        lv=smk.config["lvlm"],
-        cache_dir=smk.params.cache_dir,
-        out_path=smk.output[0],
-        log=log,
-        threads=smk.threads,
+        lv=story_sample_config(smk.params.settings),
     )
 
 

@@ -75,8 +75,25 @@ def refusal_settings(lv: dict) -> str:
     return json.dumps(settings, sort_keys=True)
 
 
+STORY_SAMPLE_KEYS = (
+    "seed",
+    "max_attempts",
+    "prompts",
+    "assistant_max_new_tokens",
+    "story_reading",
+    "axes",
+    "groups",
+)
+"""The lvlm keys the story-sample reading job reads (rule read_lvlm_story_sample)."""
+
+
 def story_sample_settings(lv: dict) -> str:
     """What decides the assistant's readings of the labelled story sample besides the
-    assistant and the sample."""
-    keys = ("seed", "max_attempts", "prompts", "assistant_max_new_tokens", "story_reading")
-    return json.dumps([*(lv[k] for k in keys), lv["axes"], lv["groups"]])
+    assistant and the sample: the values of :data:`STORY_SAMPLE_KEYS`, in that order."""
+    return json.dumps([lv[k] for k in STORY_SAMPLE_KEYS])
+
+
+def story_sample_config(settings: str) -> dict:
+    """The lvlm config section the reading job sees: :func:`story_sample_settings` read
+    back (so the job reads nothing that is not its param)."""
+    return dict(zip(STORY_SAMPLE_KEYS, json.loads(settings), strict=True))

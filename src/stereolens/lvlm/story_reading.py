@@ -181,8 +181,11 @@ def read_sample_job(
     out_path: str,
     log,
     threads: int | None = None,
+    batch_size: int | None = None,
+    job_resources: dict | None = None,
 ) -> None:
-    """The workflow job: load the assistant once and read every item of the sample."""
+    """The workflow job: load the assistant once and read every item of the sample
+    (``batch_size``: this attempt's, smaller on an out-of-memory retry)."""
     from stereolens.atomic import write_jsonl
     from stereolens.lvlm import assistant as A
     from stereolens.lvlm import tasks as T
@@ -193,7 +196,9 @@ def read_sample_job(
     prompts = T.load_prompts(lv.get("prompts"))
     sample = load_sample((lv.get("story_reading") or {}).get("sample"), prompts)
     items = build_items(sample, lv)
-    spec = load_registry(registry_path)[assistant]
+    spec = load_registry(registry_path)[assistant].with_batch_size(batch_size)
+    if job_resources:
+        log.info("job resources: %s", ", ".join(f"{k}={v}" for k, v in job_resources.items()))
     log.info("story-reading audit: %d item(s) from %s", len(items), sample["source"])
     records = run_model_job(
         spec,

@@ -16,7 +16,7 @@ from stereolens.lvlm import tasks as T
 from stereolens.lvlm import user_images as U
 from stereolens.lvlm.names import group_from_slug
 from stereolens.models.ask import ResponseCache
-from stereolens.models.job import run_model_job
+from stereolens.models.job import log_job_resources, run_model_job
 from stereolens.models.registry import ModelSpec, load_model, load_registry
 
 
@@ -60,8 +60,7 @@ def draw_sets_job(
 def _spec(registry_path: str, name: str, batch_size: int | None, job_resources, log):
     """The registry entry with this job's batch size (a retry's smaller one), the scheduler
     resources logged."""
-    if job_resources:
-        log.info("job resources: %s", ", ".join(f"{k}={v}" for k, v in job_resources.items()))
+    log_job_resources(log, job_resources)
     return load_registry(registry_path)[name].with_batch_size(batch_size)
 
 

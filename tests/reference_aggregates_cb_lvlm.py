@@ -125,6 +125,50 @@ def merge_tables(
 
 
 # ---------------------------------------------------------------- LVLM metrics
+def _dense_story_units(sub, responses, groups, min_count, formula):
+    """stereolens.lvlm.scores._story_units as the earlier code scored stories: dense
+    (units, values) counts and every value's TVD, not only the values that reach min_count
+    in some replicate."""
+    units = responses.select("image_id", "group", "stratum").unique("image_id").sort("image_id")
+    uid = {u: i for i, u in enumerate(units["image_id"])}
+    codes = np.array([groups.index(g) for g in units["group"]])
+    prompts = sorted(responses["prompt_id"].unique().to_list())
+    per_prompt = []
+    for p in prompts:
+        resp = responses.filter(pl.col("prompt_id") == p)
+        has = np.zeros(len(uid))
+        has[[uid[i] for i in resp["image_id"]]] = 1.0
+        rows = sub.filter(pl.col("prompt_id") == p).with_columns(
+            (pl.col("attribute") + "=" + pl.col("value")).alias("key")
+        )
+        keys = sorted(rows["key"].unique().to_list())
+        kid = {k: j for j, k in enumerate(keys)}
+        c = np.zeros((len(uid), max(len(keys), 1)))
+        at = [uid[i] for i in rows["image_id"]], [kid[k] for k in rows["key"]]
+        np.add.at(c, tuple(np.array(x, dtype=np.int64) for x in at), 1.0)
+        per_prompt.append((has, c))
+    weighted = formula == "story_tvd"
+
+    def score(m, b):
+        out = np.full((b, len(prompts)), np.nan)
+        for j, (has, c) in enumerate(per_prompt):
+            n_gv = S._grouped(m, c, b, len(groups))  # [B, G, K]
+            n_g = S._grouped(m, has, b, len(groups))  # [B, G]
+            n_v = n_gv.sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rate = n_gv / n_g[:, :, None]
+                tvd = S.tvd_from_uniform(rate / rate.sum(axis=1, keepdims=True), axis=1)
+            keep = (n_v >= min_count) & np.isfinite(tvd)
+            w = n_v * keep if weighted else keep.astype(float)
+            wsum = w.sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[:, j] = np.where(wsum > 0, (np.where(keep, tvd, 0) * w).sum(1) / wsum, np.nan)
+        return out
+
+    strata = units["stratum"].rank("dense").to_numpy().astype(np.int64) - 1
+    return S._Units(codes, strata, False, len(uid), len(groups), prompts, score)
+
+
 def compute_all_reference(
     responses: pl.DataFrame,
     story_attributes: pl.DataFrame | None = None,
@@ -153,7 +197,7 @@ def compute_all_reference(
         "story": responses.filter(pl.col("task") == "story").select(cols),
         "exam": exam,
     }
-    dense, S._STORY_DENSE = S._STORY_DENSE, True
+    sparse_units, S._story_units = S._story_units, _dense_story_units
     try:
         overall, per_prompt = LMet.scores(
             rows,
@@ -167,7 +211,7 @@ def compute_all_reference(
             formulas=formulas,
         )
     finally:
-        S._STORY_DENSE = dense
+        S._story_units = sparse_units
     labelled = responses
     if "refusal" not in labelled.columns:
         labelled = label_refusals(labelled, rules=load_rules(phrases))

@@ -129,24 +129,8 @@ def _dense_story_units(sub, responses, groups, min_count, formula):
     """stereolens.lvlm.scores._story_units as the earlier code scored stories: dense
     (units, values) counts and every value's TVD, not only the values that reach min_count
     in some replicate."""
-    units = responses.select("image_id", "group", "stratum").unique("image_id").sort("image_id")
-    uid = {u: i for i, u in enumerate(units["image_id"])}
-    codes = np.array([groups.index(g) for g in units["group"]])
-    prompts = sorted(responses["prompt_id"].unique().to_list())
-    per_prompt = []
-    for p in prompts:
-        resp = responses.filter(pl.col("prompt_id") == p)
-        has = np.zeros(len(uid))
-        has[[uid[i] for i in resp["image_id"]]] = 1.0
-        rows = sub.filter(pl.col("prompt_id") == p).with_columns(
-            (pl.col("attribute") + "=" + pl.col("value")).alias("key")
-        )
-        keys = sorted(rows["key"].unique().to_list())
-        kid = {k: j for j, k in enumerate(keys)}
-        c = np.zeros((len(uid), max(len(keys), 1)))
-        at = [uid[i] for i in rows["image_id"]], [kid[k] for k in rows["key"]]
-        np.add.at(c, tuple(np.array(x, dtype=np.int64) for x in at), 1.0)
-        per_prompt.append((has, c))
+    units, codes, prompts, per_prompt = S._story_counts(sub, responses, groups)
+    per_prompt = [(has, c.toarray()) for has, c in per_prompt]
     weighted = formula == "story_tvd"
 
     def score(m, b):
@@ -166,7 +150,7 @@ def _dense_story_units(sub, responses, groups, min_count, formula):
         return out
 
     strata = units["stratum"].rank("dense").to_numpy().astype(np.int64) - 1
-    return S._Units(codes, strata, False, len(uid), len(groups), prompts, score)
+    return S._Units(codes, strata, False, len(codes), len(groups), prompts, score)
 
 
 def compute_all_reference(

@@ -167,7 +167,11 @@ def _grouped(m: sparse.csr_matrix, values: np.ndarray, b: int, g: int) -> np.nda
     return out.reshape((b, g) + values.shape[1:])
 
 
-def _story_units(sub, responses, groups, min_count, formula) -> _Units:
+def _story_counts(sub, responses, groups):
+    """(units, codes, prompts, per_prompt) of the story scores: one unit per story's user
+    image (sorted by image_id), its group index, the prompt ids and per prompt (has, c): 1
+    where the unit has a story of the prompt (U,), and the (U, values) counts of its
+    attribute values (sparse)."""
     units = responses.select("image_id", "group", "stratum").unique("image_id").sort("image_id")
     uid = {u: i for i, u in enumerate(units["image_id"])}
     codes = np.array([groups.index(g) for g in units["group"]])
@@ -191,6 +195,11 @@ def _story_units(sub, responses, groups, min_count, formula) -> _Units:
             shape=(len(uid), max(len(keys), 1)),
         ).tocsr()
         per_prompt.append((has, c))
+    return units, codes, prompts, per_prompt
+
+
+def _story_units(sub, responses, groups, min_count, formula) -> _Units:
+    units, codes, prompts, per_prompt = _story_counts(sub, responses, groups)
     weighted = formula == "story_tvd"
 
     def score(m, b):
@@ -214,7 +223,7 @@ def _story_units(sub, responses, groups, min_count, formula) -> _Units:
         return out
 
     strata = units["stratum"].rank("dense").to_numpy().astype(np.int64) - 1
-    return _Units(codes, strata, False, len(uid), len(groups), prompts, score)
+    return _Units(codes, strata, False, len(codes), len(groups), prompts, score)
 
 
 def _term_units(sub, groups, formula) -> _Units:

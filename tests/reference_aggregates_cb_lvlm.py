@@ -142,7 +142,11 @@ def _dense_story_units(sub, responses, groups, min_count, formula):
             with np.errstate(invalid="ignore", divide="ignore"):
                 rate = n_gv / n_g[:, :, None]
                 tvd = S.tvd_from_uniform(rate / rate.sum(axis=1, keepdims=True), axis=1)
-            out[:, j] = S._story_mean(tvd, n_v, min_count, weighted)
+            keep = (n_v >= min_count) & np.isfinite(tvd)
+            w = n_v * keep if weighted else keep.astype(float)
+            wsum = w.sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[:, j] = np.where(wsum > 0, (np.where(keep, tvd, 0) * w).sum(1) / wsum, np.nan)
         return out
 
     strata = units["stratum"].rank("dense").to_numpy().astype(np.int64) - 1

@@ -168,10 +168,8 @@ def _grouped(m: sparse.csr_matrix, values: np.ndarray, b: int, g: int) -> np.nda
 
 
 def _story_counts(sub, responses, groups):
-    """(units, codes, prompts, per_prompt) of the story scores: one unit per story's user
-    image (sorted by image_id), its group index, the prompt ids and per prompt (has, c): 1
-    where the unit has a story of the prompt (U,), and the (U, values) counts of its
-    attribute values (sparse)."""
+    """(units, group codes, prompt ids, per prompt (has story (U,), sparse (U, values)
+    counts)) of the story scores, one unit per user image."""
     units = responses.select("image_id", "group", "stratum").unique("image_id").sort("image_id")
     uid = {u: i for i, u in enumerate(units["image_id"])}
     codes = np.array([groups.index(g) for g in units["group"]])
@@ -215,22 +213,15 @@ def _story_units(sub, responses, groups, min_count, formula) -> _Units:
                 rate = n_gv[:, :, cols] / n_g[:, :, None]
                 p = rate / rate.sum(axis=1, keepdims=True)
                 tvd[:, cols] = tvd_from_uniform(p, axis=1)  # [B, K]
-            out[:, j] = _story_mean(tvd, n_v, min_count, weighted)
+            keep = (n_v >= min_count) & np.isfinite(tvd)
+            w = n_v * keep if weighted else keep.astype(float)
+            wsum = w.sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[:, j] = np.where(wsum > 0, (np.where(keep, tvd, 0) * w).sum(1) / wsum, np.nan)
         return out
 
     strata = units["stratum"].rank("dense").to_numpy().astype(np.int64) - 1
     return _Units(codes, strata, False, len(codes), len(groups), prompts, score)
-
-
-def _story_mean(tvd: np.ndarray, n_v: np.ndarray, min_count: int, weighted: bool) -> np.ndarray:
-    """(B,) story score of one prompt from its values' TVDs and occurrences (B, K): the
-    mean over the values seen at least min_count times with a finite TVD, weighted by
-    occurrences (``weighted``) or not; NaN where no value counts."""
-    keep = (n_v >= min_count) & np.isfinite(tvd)
-    w = n_v * keep if weighted else keep.astype(float)
-    wsum = w.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(wsum > 0, (np.where(keep, tvd, 0) * w).sum(1) / wsum, np.nan)
 
 
 def _term_units(sub, groups, formula) -> _Units:

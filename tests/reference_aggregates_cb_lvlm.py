@@ -125,6 +125,34 @@ def merge_tables(
 
 
 # ---------------------------------------------------------------- LVLM metrics
+def _dense_story_units(sub, responses, groups, min_count, formula):
+    """stereolens.lvlm.scores._story_units as the earlier code scored stories: dense
+    (units, values) counts and every value's TVD, not only the values that reach min_count
+    in some replicate."""
+    units, codes, prompts, per_prompt = S._story_counts(sub, responses, groups)
+    per_prompt = [(has, c.toarray()) for has, c in per_prompt]
+    weighted = formula == "story_tvd"
+
+    def score(m, b):
+        out = np.full((b, len(prompts)), np.nan)
+        for j, (has, c) in enumerate(per_prompt):
+            n_gv = S._grouped(m, c, b, len(groups))  # [B, G, K]
+            n_g = S._grouped(m, has, b, len(groups))  # [B, G]
+            n_v = n_gv.sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rate = n_gv / n_g[:, :, None]
+                tvd = S.tvd_from_uniform(rate / rate.sum(axis=1, keepdims=True), axis=1)
+            keep = (n_v >= min_count) & np.isfinite(tvd)
+            w = n_v * keep if weighted else keep.astype(float)
+            wsum = w.sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[:, j] = np.where(wsum > 0, (np.where(keep, tvd, 0) * w).sum(1) / wsum, np.nan)
+        return out
+
+    strata = units["stratum"].rank("dense").to_numpy().astype(np.int64) - 1
+    return S._Units(codes, strata, False, len(codes), len(groups), prompts, score)
+
+
 def compute_all_reference(
     responses: pl.DataFrame,
     story_attributes: pl.DataFrame | None = None,
@@ -153,7 +181,7 @@ def compute_all_reference(
         "story": responses.filter(pl.col("task") == "story").select(cols),
         "exam": exam,
     }
-    dense, S._STORY_DENSE = S._STORY_DENSE, True
+    sparse_units, S._story_units = S._story_units, _dense_story_units
     try:
         overall, per_prompt = LMet.scores(
             rows,
@@ -167,7 +195,7 @@ def compute_all_reference(
             formulas=formulas,
         )
     finally:
-        S._STORY_DENSE = dense
+        S._story_units = sparse_units
     labelled = responses
     if "refusal" not in labelled.columns:
         labelled = label_refusals(labelled, rules=load_rules(phrases))

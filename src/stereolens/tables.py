@@ -298,6 +298,18 @@ def _describe(cases: pl.DataFrame, spec: TableSpec, key: list[str]) -> list[str]
     return out
 
 
+def write_tables(out_dir: str | Path, tables: dict[str, pl.DataFrame]) -> None:
+    """Write each table to ``out_dir``/<file name> (parquet, atomically; ``out_dir`` made
+    if missing), printing one line per file: the output of every metrics CLI."""
+    from stereolens.atomic import write_parquet
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, frame in tables.items():
+        write_parquet(out / name, frame)
+        print(f"wrote {out / name} ({frame.height} rows)")
+
+
 def check_exam_rows(responses: pl.DataFrame, source: str = "") -> None:
     """Exam rows need a subject and a true/false ``correct`` (``responses`` may be lazy)."""
     exam = responses.filter(pl.col("task") == "exam")

@@ -25,11 +25,10 @@ def available_cpus() -> int:
 
 
 def _metrics(args: argparse.Namespace) -> int:
-    from stereolens.atomic import write_parquet
     from stereolens.biasig.formulas import READ_COLUMNS
     from stereolens.biasig.metrics import compute_metrics
     from stereolens.biasig.prompts import read_prompt_table
-    from stereolens.tables import ANSWERS, check_table
+    from stereolens.tables import ANSWERS, check_table, write_tables
 
     answers = check_table(
         read_answers(args.answers, columns=list(READ_COLUMNS)), ANSWERS, args.answers
@@ -47,11 +46,7 @@ def _metrics(args: argparse.Namespace) -> int:
         ceiling_draws=args.ceiling_draws,
         threads=args.threads or available_cpus(),
     )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name in ("implicit", "explicit", "eta"):
-        write_parquet(out / f"{name}.parquet", tables[name])
-        print(f"wrote {out / f'{name}.parquet'} ({tables[name].height} rows)")
+    write_tables(args.out, {f"{n}.parquet": tables[n] for n in ("implicit", "explicit", "eta")})
     return 0
 
 

@@ -61,12 +61,7 @@ UNIT_LEVEL = {"subject": "subject", "phrasing": "prompt"}
 """The level name of the lowest rows: one per subject, or one per prompt (phrasing)."""
 ETA_TIE_TOLERANCE = 1e-9
 
-IMPLICIT_COLUMNS = [
-    "variant",
-    "model",
-    "level",
-    *DESCRIPTIVE,
-    "protected_attribute",
+_SCORE_COLUMNS = [
     "score",
     "ci_low",
     "ci_high",
@@ -76,6 +71,15 @@ IMPLICIT_COLUMNS = [
     "n_images",
     "n_usable",
     "status",
+]
+"""The score columns of implicit.parquet and explicit.parquet, after their keys."""
+IMPLICIT_COLUMNS = [
+    "variant",
+    "model",
+    "level",
+    *DESCRIPTIVE,
+    "protected_attribute",
+    *_SCORE_COLUMNS,
     "ceiling",
 ]
 EXPLICIT_COLUMNS = [
@@ -85,15 +89,7 @@ EXPLICIT_COLUMNS = [
     *DESCRIPTIVE,
     "protected_attribute",
     "protected_value",
-    "score",
-    "ci_low",
-    "ci_high",
-    "weight",
-    "n_prompts",
-    "n_missing",
-    "n_images",
-    "n_usable",
-    "status",
+    *_SCORE_COLUMNS,
 ]
 ETA_COLUMNS = [
     "variant",

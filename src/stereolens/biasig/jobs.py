@@ -20,7 +20,7 @@ import polars as pl
 from stereolens.atomic import write_jsonl
 from stereolens.generate.job import run_generation
 from stereolens.ids import stable_id
-from stereolens.models.job import read_shard_metadata, run_model_job
+from stereolens.models.job import log_job_resources, read_shard_metadata, run_model_job
 from stereolens.models.registry import load_model, load_registry
 
 ACQUIRED_TYPES = ("occupation", "characteristic", "social_relation")
@@ -228,8 +228,7 @@ def vqa_biasig_shard(
 
     log = log or logging.getLogger(__name__)
     spec = load_registry(registry_path)[vlm_name].with_batch_size(batch_size)
-    if job_resources:
-        log.info("job resources: %s", ", ".join(f"{k}={v}" for k, v in job_resources.items()))
+    log_job_resources(log, job_resources)
     items = read_biasig_metadata(images_dir)
     prompt = VQAPrompt.load(prompt_path)
     cache = ResponseCache(cache_dir) if cache_dir else None

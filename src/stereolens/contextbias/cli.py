@@ -41,13 +41,12 @@ def _read(path: str, what: str):
 
 def _metrics(args: argparse.Namespace) -> int:
 
-    from stereolens.atomic import write_parquet
     from stereolens.contextbias.bootstrap import cluster_bootstrap
     from stereolens.contextbias.ccs import ccs_mean, ccs_table
     from stereolens.contextbias.metrics import bi_table
     from stereolens.contextbias.robustness import robustness_summary, robustness_tests
     from stereolens.contextbias.schema import AttributeSchema
-    from stereolens.tables import ATTRIBUTES, IMAGES, check_table
+    from stereolens.tables import ATTRIBUTES, IMAGES, check_table, write_tables
 
     attributes = check_table(
         use_label_column(_read(args.attributes, "attributes"), args.label_column),
@@ -96,9 +95,7 @@ def _metrics(args: argparse.Namespace) -> int:
             **bi_opts,
         ),
     }
-    for name, frame in tables.items():
-        write_parquet(out / name, frame)
-        print(f"wrote {out / name} ({frame.height} rows)")
+    write_tables(out, tables)
     print(
         f"K = {args.k}; overall = mean of {args.overall}s; single-label BI "
         f"{args.single_label_bi}; bootstrap {args.replicates} replicates ({args.bootstrap_draws} "

@@ -11,7 +11,12 @@ import polars as pl
 from stereolens.atomic import write_jsonl
 from stereolens.contextbias.prompts import build_prompts, shard_items
 from stereolens.generate.job import run_generation
-from stereolens.models.job import limit_threads, read_shard_metadata, run_model_job
+from stereolens.models.job import (
+    limit_threads,
+    log_job_resources,
+    read_shard_metadata,
+    run_model_job,
+)
 from stereolens.models.registry import load_model, load_registry
 
 __all__ = [
@@ -149,8 +154,7 @@ def extract_contextbias_shard(
 
     log = log or logging.getLogger(__name__)
     spec = load_registry(registry_path)[extractor].with_batch_size(batch_size)
-    if job_resources:
-        log.info("job resources: %s", ", ".join(f"{k}={v}" for k, v in job_resources.items()))
+    log_job_resources(log, job_resources)
     items = read_image_metadata(images_dir)
     schema = AttributeSchema.load(schema_path)
     prompt = ExtractionPrompt.load(prompt_path)

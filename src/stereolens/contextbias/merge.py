@@ -15,7 +15,7 @@ from stereolens.atomic import read_jsonl, sink_parquet, write_parquet
 from stereolens.contextbias.schema import AttributeSchema
 
 KEY_COLUMNS = ["extractor", "model", "role", "condition", "prompt_id", "seed", "image_id"]
-IMAGE_COLUMNS = {
+_IMAGE_KEYS = {
     "extractor": pl.String,
     "model": pl.String,
     "role": pl.String,
@@ -24,6 +24,10 @@ IMAGE_COLUMNS = {
     "prompt_id": pl.String,
     "seed": pl.Int64,
     "image_id": pl.String,
+}
+"""The leading columns of both tables: the image and what made and read it."""
+IMAGE_COLUMNS = {
+    **_IMAGE_KEYS,
     "image_path": pl.String,
     "image_sha256": pl.String,
     "status": pl.String,
@@ -37,14 +41,7 @@ IMAGE_COLUMNS = {
     "n_labels": pl.Int64,
 }
 ATTRIBUTE_COLUMNS = {
-    "extractor": pl.String,
-    "model": pl.String,
-    "role": pl.String,
-    "condition": pl.String,
-    "variant": pl.String,
-    "prompt_id": pl.String,
-    "seed": pl.Int64,
-    "image_id": pl.String,
+    **_IMAGE_KEYS,
     "cohort": pl.String,
     "dimension": pl.String,
     "label": pl.String,

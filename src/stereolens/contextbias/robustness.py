@@ -110,13 +110,21 @@ def robustness_tests(
     )
     per = per.join(tuples.select(tkeys + ["x_role", "n_role", "q"]), on=tkeys, how="left")
     tested = (per["df"] >= 1).to_numpy() & (per["q"].fill_null(0) > 0).to_numpy()
+    return _tested_rows(per, tkeys, tested, alpha, cells, untested_p=None)
+
+
+def _tested_rows(per, tkeys, tested, alpha: float, cells: str, untested_p: float | None):
+    """The test rows from the per-tuple chi2, df and CF counts: p of the ``tested`` tuples
+    (``untested_p`` for the others; None: null, NaN p values made null too), chi2 and df
+    null where not tested, invariant = p > alpha, cf_prevalence = 100 x_CF / n_CF."""
     chi2 = per["chi2"].to_numpy()
     df = per["df"].to_numpy()
-    pval = np.full(per.height, np.nan)
+    pval = np.full(per.height, np.nan if untested_p is None else untested_p)
     pval[tested] = stats.chi2.sf(chi2[tested], df[tested])
+    p = pl.Series("p", pval)
     out = per.with_columns(
         pl.Series("tested", tested),
-        pl.Series("p", pval).fill_nan(None),
+        p.fill_nan(None) if untested_p is None else p,
         pl.when(pl.col("_n_cf") > 0)
         .then(100.0 * pl.col("_x_cf") / pl.col("_n_cf"))
         .alias("cf_prevalence"),
@@ -192,28 +200,8 @@ def _released_robustness_tests(
         pl.col("n_cell").filter(is_cf).sum().alias("_n_cf"),
     )
     tested = (per["df"] >= 1).to_numpy()
-    chi2 = per["chi2"].to_numpy()
-    df = per["df"].to_numpy()
-    pval = np.ones(per.height)
-    pval[tested] = stats.chi2.sf(chi2[tested], df[tested])
-    out = per.with_columns(
-        pl.Series("tested", tested),
-        pl.Series("p", pval),
-        pl.lit(None, pl.Float64).alias("q"),
-        pl.when(pl.col("_n_cf") > 0)
-        .then(100.0 * pl.col("_x_cf") / pl.col("_n_cf"))
-        .alias("cf_prevalence"),
-    ).with_columns(
-        pl.when(pl.col("tested")).then(pl.col("chi2")).alias("chi2"),
-        pl.when(pl.col("tested")).then(pl.col("df")).alias("df"),
-        (pl.col("p") > alpha).alias("invariant"),
-        pl.lit("released").alias("cells"),
-    )
-    return out.select(
-        tkeys
-        + ["x_role", "n_role", "q", "chi2", "df", "p", "tested", "invariant", "cf_prevalence"]
-        + ["cells"]
-    ).sort(tkeys)
+    per = per.with_columns(pl.lit(None, pl.Float64).alias("q"))
+    return _tested_rows(per, tkeys, tested, alpha, "released", untested_p=1.0)
 
 
 def robustness_summary(tests: pl.DataFrame) -> pl.DataFrame:

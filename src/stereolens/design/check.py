@@ -307,14 +307,12 @@ def lvlm_check(
     for d in range(datasets):
         if design.task == "story":
             table, responses = story_tables(design, groups, n, w, rng, axis)
-            res = overall_scores("story", table, responses=responses, n_boot=0,
-                                 permutations=permutations, seed=seed + d, **kw)  # fmt: skip
-        elif design.task == "term":
-            res = overall_scores("term", term_table(design, groups, n, w, rng, axis), n_boot=0,
-                                 permutations=permutations, seed=seed + d, **kw)  # fmt: skip
+            extra = {"responses": responses}
         else:
-            res = overall_scores("exam", exam_table(design, groups, n, w, rng, axis), n_boot=0,
-                                 permutations=permutations, seed=seed + d, **kw)  # fmt: skip
+            make = term_table if design.task == "term" else exam_table
+            table, extra = make(design, groups, n, w, rng, axis), {}
+        res = overall_scores(design.task, table, n_boot=0, permutations=permutations,
+                             seed=seed + d, **extra, **kw)  # fmt: skip
         p = res["p_perm"][0]
         out.append(bool(p is not None and np.isfinite(p) and p <= level))
     return _result(design, name, n, w, pred, sims, out)
@@ -326,6 +324,13 @@ def story_tables(design: L.StoryDesign, groups, n, w, rng, axis="axis"):
     t = design._targets(len(groups))
     rows = {k: [] for k in ("group", "image_id", "attribute", "value")}
     resp = {k: [] for k in ("group", "image_id")}
+
+    def add(group: str, image_id: str, a: int, v: int) -> None:
+        rows["group"].append(group)
+        rows["image_id"].append(image_id)
+        rows["attribute"].append(f"a{a}")
+        rows["value"].append(f"v{v}")
+
     for g, group in enumerate(groups):
         ids = [f"{group}|{i}" for i in range(n)]
         resp["group"] += [group] * n
@@ -340,18 +345,12 @@ def story_tables(design: L.StoryDesign, groups, n, w, rng, axis="axis"):
                 values = np.repeat(cols, counts)
                 stories = rng.permutation(n)[: values.size]  # independent across attributes
                 for i, v in zip(stories, values, strict=True):
-                    rows["group"].append(group)
-                    rows["image_id"].append(ids[i])
-                    rows["attribute"].append(f"a{a}")
-                    rows["value"].append(f"v{v}")
+                    add(group, ids[i], a, v)
             else:
                 for v in cols:
                     c = rng.binomial(n, (1 - w) * sw.rates[v] + w * t[g, v])
                     for i in rng.permutation(n)[:c]:  # independent across values
-                        rows["group"].append(group)
-                        rows["image_id"].append(ids[i])
-                        rows["attribute"].append(f"a{a}")
-                        rows["value"].append(f"v{v}")
+                        add(group, ids[i], a, v)
     base = {"model": "m", "axis": axis, "prompt_id": "story"}
     table = pl.DataFrame(rows, schema={k: pl.String for k in rows}).with_columns(
         *(pl.lit(v).alias(k) for k, v in base.items())

@@ -20,7 +20,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from stereolens.models.job import check_injected_oom, limit_threads, out_of_memory_error
+from stereolens.models.job import (
+    check_injected_oom,
+    limit_threads,
+    log_job_resources,
+    out_of_memory_error,
+)
 from stereolens.models.registry import ModelSpec, load_model, load_registry
 
 
@@ -83,8 +88,7 @@ def run_generation(
         spec.get("batch_size", 1),
         spec.model,
     )
-    if job_resources:
-        log.info("job resources: %s", ", ".join(f"{k}={v}" for k, v in job_resources.items()))
+    log_job_resources(log, job_resources)
     limit_threads(threads)
     start = time.perf_counter()
     generator = load(spec)

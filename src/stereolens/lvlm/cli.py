@@ -31,7 +31,6 @@ def _formulas(items: list[str] | None) -> dict[str, str]:
 
 
 def _metrics(args: argparse.Namespace) -> int:
-    from stereolens.atomic import write_parquet
     from stereolens.lvlm.metrics import compute_all
     from stereolens.tables import (
         RESPONSES,
@@ -40,6 +39,7 @@ def _metrics(args: argparse.Namespace) -> int:
         check_exam_rows,
         check_table,
         read_table,
+        write_tables,
     )
 
     responses_path = Path(args.responses)
@@ -67,11 +67,7 @@ def _metrics(args: argparse.Namespace) -> int:
         permutations=args.permutations,
         formulas=_formulas(args.formula),
     )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, table in tables.items():
-        write_parquet(out / f"{name}.parquet", table)
-        print(f"wrote {out / f'{name}.parquet'} ({table.height} rows)")
+    write_tables(args.out, {f"{name}.parquet": table for name, table in tables.items()})
     return 0
 
 

@@ -16,7 +16,7 @@ from stereolens.lvlm import tasks as T
 from stereolens.lvlm import user_images as U
 from stereolens.lvlm.names import group_from_slug
 from stereolens.models.ask import ResponseCache
-from stereolens.models.job import run_model_job
+from stereolens.models.job import log_job_resources, run_model_job
 from stereolens.models.registry import ModelSpec, load_model, load_registry
 
 
@@ -60,8 +60,7 @@ def draw_sets_job(
 def _spec(registry_path: str, name: str, batch_size: int | None, job_resources, log):
     """The registry entry with this job's batch size (a retry's smaller one), the scheduler
     resources logged."""
-    if job_resources:
-        log.info("job resources: %s", ", ".join(f"{k}={v}" for k, v in job_resources.items()))
+    log_job_resources(log, job_resources)
     return load_registry(registry_path)[name].with_batch_size(batch_size)
 
 
@@ -104,32 +103,42 @@ def respond_job(
         log.warning("no user images in this shard (the draw fell short); writing no responses")
         write_jsonl(out_path, [])
         return
-    records = _timed(
-        spec,
-        log,
-        threads,
-        out_path,
-        lambda vlm: RS.respond_shard(
+
+    def work(vlm, **kw):
+        return RS.respond_shard(
             vlm,
             spec,
             rows,
             items,
             prompts,
             setting=setting,
-            seed=int(settings["seed"]),
-            max_attempts=int(settings["max_attempts"]),
             max_new_tokens=settings.get("max_new_tokens"),
             mitigation_placement=settings["mitigation_placement"],
+            **kw,
+        )
+
+    _ask(write_jsonl, spec, log, threads, out_path, settings, cache_dir, work)
+
+
+def _ask(write, spec: ModelSpec, log, threads, out_path: str, settings, cache_dir, work) -> None:
+    """Load the model once, run ``work(model, seed=, max_attempts=, cache=, log=)`` (seed
+    and max_attempts from ``settings``), record <output>.timing.json, then
+    ``write(out_path, result)``."""
+    result = run_model_job(
+        spec,
+        out_path,
+        lambda model: work(
+            model,
+            seed=int(settings["seed"]),
+            max_attempts=int(settings["max_attempts"]),
             cache=_cache(cache_dir),
             log=log.info,
         ),
+        log,
+        threads=threads,
+        load=load_model,
     )
-    write_jsonl(out_path, records)
-
-
-def _timed(spec: ModelSpec, log: logging.Logger, threads: int | None, out_path: str, work):
-    """Load the model once, run ``work(model)``, record <output>.timing.json."""
-    return run_model_job(spec, out_path, work, log, threads=threads, load=load_model)
+    write(out_path, result)
 
 
 def extract_story_job(
@@ -154,24 +163,13 @@ def extract_story_job(
         log.warning("no stories to read")
         write_jsonl(out_path, A.extract_story_shard(None, spec, stories, prompts, seed=0))
         return
-    records = _timed(
-        spec,
-        log,
-        threads,
-        out_path,
-        lambda llm: A.extract_story_shard(
-            llm,
-            spec,
-            stories,
-            prompts,
-            seed=int(settings["seed"]),
-            max_attempts=int(settings["max_attempts"]),
-            max_new_tokens=settings["max_new_tokens"],
-            cache=_cache(cache_dir),
-            log=log.info,
-        ),
-    )
-    write_jsonl(out_path, records)
+
+    def work(llm, **kw):
+        return A.extract_story_shard(
+            llm, spec, stories, prompts, max_new_tokens=settings["max_new_tokens"], **kw
+        )
+
+    _ask(write_jsonl, spec, log, threads, out_path, settings, cache_dir, work)
 
 
 def _read_responses(paths: list[str]) -> pl.DataFrame:
@@ -200,23 +198,11 @@ def judge_terms_job(
         log.warning("no explanations to judge")
         write_parquet(out_path, pl.DataFrame())
         return
-    judged = _timed(
-        spec,
-        log,
-        threads,
-        out_path,
-        lambda llm: A.judge_term_explanations(
-            llm,
-            spec,
-            responses,
-            prompts,
-            seed=int(settings["seed"]),
-            max_attempts=int(settings["max_attempts"]),
-            cache=_cache(cache_dir),
-            log=log.info,
-        ),
-    )
-    write_parquet(out_path, judged)
+
+    def work(llm, **kw):
+        return A.judge_term_explanations(llm, spec, responses, prompts, **kw)
+
+    _ask(write_parquet, spec, log, threads, out_path, settings, cache_dir, work)
 
 
 def refusals_job(

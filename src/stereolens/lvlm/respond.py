@@ -27,7 +27,6 @@ from stereolens.validation import ConfigError
 
 SETTINGS: tuple[str, ...] = ("image", "mitigation", "persona")
 ALL_TASKS: tuple[str, ...] = ("story", "term", "exam", "attribute_inferring")
-SCORED_TASKS: tuple[str, ...] = ("story", "term", "exam")
 
 Log = Callable[[str], Any]
 

@@ -88,8 +88,6 @@ DEFAULT_FORMULAS = {"story": "story_tvd", "term": "term_tvd", "exam": "exam_tvd"
 STORY_FORMULA = FORMULAS["story"]["story_tvd"]
 TERM_FORMULA = FORMULAS["term"]["term_tvd"]
 EXAM_FORMULA = FORMULAS["exam"]["exam_tvd"]
-_STORY_DENSE = False
-"""The earlier story scoring (dense value counts, every value's TVD): the tests' reference."""
 MAX_CELLS = 4_000_000
 """Replicates x units per batch of the bootstrap and the permutation null (bounds memory)."""
 
@@ -169,7 +167,9 @@ def _grouped(m: sparse.csr_matrix, values: np.ndarray, b: int, g: int) -> np.nda
     return out.reshape((b, g) + values.shape[1:])
 
 
-def _story_units(sub, responses, groups, min_count, formula) -> _Units:
+def _story_counts(sub, responses, groups):
+    """(units, group codes, prompt ids, per prompt (has story (U,), sparse (U, values)
+    counts)) of the story scores, one unit per user image."""
     units = responses.select("image_id", "group", "stratum").unique("image_id").sort("image_id")
     uid = {u: i for i, u in enumerate(units["image_id"])}
     codes = np.array([groups.index(g) for g in units["group"]])
@@ -193,23 +193,21 @@ def _story_units(sub, responses, groups, min_count, formula) -> _Units:
             shape=(len(uid), max(len(keys), 1)),
         ).tocsr()
         per_prompt.append((has, c))
+    return units, codes, prompts, per_prompt
+
+
+def _story_units(sub, responses, groups, min_count, formula) -> _Units:
+    units, codes, prompts, per_prompt = _story_counts(sub, responses, groups)
     weighted = formula == "story_tvd"
 
     def score(m, b):
         out = np.full((b, len(prompts)), np.nan)
         for j, (has, c) in enumerate(per_prompt):
-            if _STORY_DENSE:
-                n_gv = _grouped(m, c.toarray(), b, len(groups))
-            else:
-                n_gv = (m @ c).toarray().reshape(b, len(groups), -1)  # [B, G, K]
+            n_gv = (m @ c).toarray().reshape(b, len(groups), -1)  # [B, G, K]
             n_g = _grouped(m, has, b, len(groups))  # [B, G]
             n_v = n_gv.sum(axis=1)
             # values below min_count in every replicate weigh 0: their TVD is not needed
-            cols = (
-                np.arange(n_v.shape[1])
-                if _STORY_DENSE
-                else np.flatnonzero((n_v >= min_count).any(axis=0))
-            )
+            cols = np.flatnonzero((n_v >= min_count).any(axis=0))
             tvd = np.zeros(n_v.shape)
             with np.errstate(invalid="ignore", divide="ignore"):
                 rate = n_gv[:, :, cols] / n_g[:, :, None]
@@ -223,7 +221,7 @@ def _story_units(sub, responses, groups, min_count, formula) -> _Units:
         return out
 
     strata = units["stratum"].rank("dense").to_numpy().astype(np.int64) - 1
-    return _Units(codes, strata, False, len(uid), len(groups), prompts, score)
+    return _Units(codes, strata, False, len(codes), len(groups), prompts, score)
 
 
 def _term_units(sub, groups, formula) -> _Units:

@@ -84,10 +84,6 @@ def groups_for(axis: str, lv: dict[str, Any]) -> tuple[str, ...]:
     return tuple((lv.get("groups") or {}).get(axis) or G.AXES[axis])
 
 
-def n_shards(task_cfg: dict[str, Any]) -> int:
-    return -(-int(task_cfg["images_per_group"]) // int(task_cfg["images_per_shard"]))
-
-
 def draw_sets(labels: pl.DataFrame, lv: dict[str, Any]) -> tuple[pl.DataFrame, list[str]]:
     """One row per (task, axis, group, image) with its shard; plus the shortfall notes.
 

@@ -66,6 +66,12 @@ def job_resources(snakemake: Any) -> dict[str, Any]:
     return out
 
 
+def log_job_resources(log: logging.Logger, resources: dict[str, Any] | None) -> None:
+    """Log a job's scheduler resources (:func:`job_resources`), if it has any."""
+    if resources:
+        log.info("job resources: %s", ", ".join(f"{k}={v}" for k, v in resources.items()))
+
+
 class ShardIntegrityError(RuntimeError):
     """A finished generation shard whose images do not match their recorded hashes."""
 

@@ -185,11 +185,7 @@ def category_figure(implicit: pl.DataFrame) -> Figure | None:
         sub = rows.filter(pl.col("acquired_type") == atype)
         cats = sub["category"].unique().sort().to_list()
         for k, v in enumerate(variants):
-            got = {r["category"]: r for r in sub.filter(pl.col("variant") == v).to_dicts()}
-
-            def col(name, got=got, cats=cats):
-                return [got[c][name] if c in got else None for c in cats]
-
+            col = F.columns_by(sub.filter(pl.col("variant") == v), "category", cats)
             F.interval_panel(
                 ax,
                 cats,
@@ -305,45 +301,37 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
             intervals={m: (f"{m}_low", f"{m}_high") for m in ("S_imp", "S_exp", "eta")},
         )
     )
-    cats = implicit.filter(
-        (pl.col("level") == "category") & (pl.col("protected_attribute") == "*")
-    ).select(
-        KEYS + ["acquired_type", "category", "score", "ci_low", "ci_high", "n_prompts", "n_missing"]
-    )
-    section.tables.append(
-        Table(
+    overall = pl.col("protected_attribute") == "*"
+    counts = ["score", "ci_low", "ci_high", "n_prompts", "n_missing"]
+    for level, which, cols, table_id, title, note in (
+        (
+            "category",
+            overall,
+            ["acquired_type", "category", *counts],
             "biasig-category",
             "S_imp per category of acquired attribute",
             "Mean over the category's subjects; n_prompts scored, n_missing without a usable "
             "image.",
-            cats.sort(pl.all()),
-            intervals=iv,
-        )
-    )
-    acquired = implicit.filter(
-        (pl.col("level") == "acquired_type") & (pl.col("protected_attribute") == "*")
-    ).select(KEYS + ["acquired_type", "score", "ci_low", "ci_high", "n_prompts", "n_missing"])
-    section.tables.append(
-        Table(
+        ),
+        (
+            "acquired_type",
+            overall,
+            ["acquired_type", *counts],
             "biasig-acquired-type",
             "S_imp per acquired-attribute type",
             "Occupation, characteristic, social relation.",
-            acquired.sort(pl.all()),
-            intervals=iv,
-        )
-    )
-    per_attr = implicit.filter(
-        (pl.col("level") == "model") & (pl.col("protected_attribute") != "*")
-    ).select(KEYS + ["protected_attribute", "score", "ci_low", "ci_high"])
-    section.tables.append(
-        Table(
+        ),
+        (
+            "model",
+            pl.col("protected_attribute") != "*",
+            ["protected_attribute", "score", "ci_low", "ci_high"],
             "biasig-protected",
             "S_imp per protected attribute",
             "cos(generated, ground truth) of the gender, race and age distributions alone.",
-            per_attr.sort(pl.all()),
-            intervals=iv,
-        )
-    )
+        ),
+    ):
+        rows = implicit.filter((pl.col("level") == level) & which).select(KEYS + cols)
+        section.tables.append(Table(table_id, title, note, rows.sort(pl.all()), intervals=iv))
     subjects = implicit.filter(
         (pl.col("level") == "subject") & (pl.col("protected_attribute") == "*")
     )

@@ -225,28 +225,28 @@ def _bootstrap_tables(boot: pl.DataFrame) -> list[Table]:
         (pl.col("model") == "*") & (pl.col("cohort") == "camera") & (pl.col("dimension") != "*")
     )
     return [
-        Table(
-            "contextbias-bootstrap-overall",
-            "BI differences across generators (paper Table 8)",
-            f"Delta BI with 95% percentile intervals, {reps} role-level cluster-bootstrap "
-            "replicates.",
-            overall.select(cols).sort(pl.all()),
-            intervals=iv,
-        ),
-        Table(
-            "contextbias-bootstrap-model",
-            "CA-U - CF per generator (paper Table 9)",
-            "Delta BI = BI(CA-U) - BI(CF) per generator and cohort with 95% intervals.",
-            per_model.select(cols).sort(pl.all()),
-            intervals=iv,
-        ),
-        Table(
-            "contextbias-bootstrap-camera",
-            "Camera cohort per dimension (paper App. E.1)",
-            "Opposing shifts of the camera dimensions that the cohort mean hides.",
-            camera.select(cols).sort(pl.all()),
-            intervals=iv,
-        ),
+        Table(table_id, title, note, rows.select(cols).sort(pl.all()), intervals=iv)
+        for table_id, title, note, rows in (
+            (
+                "contextbias-bootstrap-overall",
+                "BI differences across generators (paper Table 8)",
+                f"Delta BI with 95% percentile intervals, {reps} role-level cluster-bootstrap "
+                "replicates.",
+                overall,
+            ),
+            (
+                "contextbias-bootstrap-model",
+                "CA-U - CF per generator (paper Table 9)",
+                "Delta BI = BI(CA-U) - BI(CF) per generator and cohort with 95% intervals.",
+                per_model,
+            ),
+            (
+                "contextbias-bootstrap-camera",
+                "Camera cohort per dimension (paper App. E.1)",
+                "Opposing shifts of the camera dimensions that the cohort mean hides.",
+                camera,
+            ),
+        )
     ]
 
 

@@ -144,11 +144,7 @@ def bootstrap_figure(boot: pl.DataFrame) -> Figure | None:
     for ax, cohort in zip(axes[0], cohorts, strict=True):
         sub = rows.filter(pl.col("cohort") == cohort)
         for k, comp in enumerate(comparisons):
-            got = {r["model"]: r for r in sub.filter(pl.col("comparison") == comp).to_dicts()}
-
-            def col(name, got=got):
-                return [got[m][name] if m in got else None for m in models]
-
+            col = F.columns_by(sub.filter(pl.col("comparison") == comp), "model", models)
             F.interval_panel(
                 ax, labels, col("estimate"), col("ci_low"), col("ci_high"),
                 colour=F.COLOURS[k], offset=(k - (len(comparisons) - 1) / 2) * 0.25,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import matplotlib
@@ -27,6 +27,26 @@ FLOOR_COLOUR = "#bbbbbb"
 
 def finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def columns_by(
+    frame, key: str | tuple[str, ...], order: Sequence, *, lenient: bool = False
+) -> Callable[[str], list]:
+    """``col(name)``: the ``name`` value of the frame's row for each key of ``order``, None
+    where no row has that key. Rows are keyed by the ``key`` column (a tuple of columns: by
+    the tuple of their values; of rows with the same key the last counts). ``lenient``: a
+    column the frame lacks reads as None too (else KeyError)."""
+    if isinstance(key, str):
+        got = {r[key]: r for r in frame.to_dicts()}
+    else:
+        got = {tuple(r[k] for k in key): r for r in frame.to_dicts()}
+
+    def col(name: str) -> list:
+        if lenient:
+            return [got[k].get(name) if k in got else None for k in order]
+        return [got[k][name] if k in got else None for k in order]
+
+    return col
 
 
 def subplots(nrows: int = 1, ncols: int = 1, *, width: float = 6.0, height: float = 3.0, **kw):

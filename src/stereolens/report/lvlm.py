@@ -182,13 +182,9 @@ def scores_figure(scores: pl.DataFrame) -> Figure | None:
         sub = scores.filter(pl.col("task") == task)
         axes_present = [a for a in AXES if a in sub["axis"].to_list()]
         for k, axis in enumerate(axes_present):
-            got = {
-                (r["model"], r["setting"]): r for r in sub.filter(pl.col("axis") == axis).to_dicts()
-            }
-
-            def col(name, got=got):
-                return [got[key].get(name) if key in got else None for key in rows_key]
-
+            col = F.columns_by(
+                sub.filter(pl.col("axis") == axis), ("model", "setting"), rows_key, lenient=True
+            )
             F.interval_panel(
                 ax, labels, col("score"), col("ci_low"), col("ci_high"),
                 floor=col("null_mean"), floor_high=col("null_high"), colour=F.COLOURS[k],
@@ -228,17 +224,8 @@ def refusal_figure(refusals: pl.DataFrame) -> Figure | None:
     tasks = [t for t in (*TASK_ORDER, "attribute_inferring") if t in rows["task"].to_list()]
     series = []
     for task in tasks:
-        got = {
-            (r["model"], r["setting"]): r for r in rows.filter(pl.col("task") == task).to_dicts()
-        }
-        series.append(
-            (
-                task,
-                [got[k]["rate"] if k in got else None for k in keys],
-                [got[k]["ci_low"] if k in got else None for k in keys],
-                [got[k]["ci_high"] if k in got else None for k in keys],
-            )
-        )
+        col = F.columns_by(rows.filter(pl.col("task") == task), ("model", "setting"), keys)
+        series.append((task, col("rate"), col("ci_low"), col("ci_high")))
     fig, axes = F.subplots(
         1, 1, width=max(4.5, 0.9 * len(labels) * max(1, len(tasks)) ** 0.5 + 2), height=3
     )

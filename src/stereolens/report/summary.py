@@ -229,11 +229,7 @@ def profile_figure(profile: pl.DataFrame) -> Figure | None:
                 part = rows.filter(
                     pl.col("series").is_null() if s is None else pl.col("series") == s
                 )
-                got = {r["model"]: r for r in part.to_dicts()}
-
-                def col(name, got=got, models=models):
-                    return [got[m][name] if m in got else None for m in models]
-
+                col = F.columns_by(part, "model", models)
                 F.interval_panel(
                     ax,
                     models,

@@ -122,13 +122,10 @@ def build_tiny_diffusion(out_dir: str | Path, seed: int = 0) -> Path:
     never leaves a complete-looking folder. Returns ``out_dir``.
     """
     import torch
-    from diffusers import (
-        AutoencoderKL,
-        DDIMScheduler,
-        StableDiffusionPipeline,
-        UNet2DConditionModel,
-    )
+    from diffusers import DDIMScheduler, StableDiffusionPipeline
     from transformers import CLIPTextConfig, CLIPTextModel
+
+    from stereolens.models.tiny.twins.diffusion import unet_sd, vae_kl
 
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -142,31 +139,8 @@ def build_tiny_diffusion(out_dir: str | Path, seed: int = 0) -> Path:
         # Each component is initialised from its own fixed seed, inside fork_rng so
         # the caller's global torch RNG is left as it was.
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            unet = UNet2DConditionModel(
-                sample_size=TINY_RESOLUTION // 2,
-                in_channels=4,
-                out_channels=4,
-                block_out_channels=(8, 16),
-                layers_per_block=1,
-                norm_num_groups=4,
-                down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-                cross_attention_dim=TEXT_HIDDEN,
-                attention_head_dim=2,
-            )
-            torch.manual_seed(seed + 1)
-            vae = AutoencoderKL(
-                sample_size=TINY_RESOLUTION,
-                in_channels=3,
-                out_channels=3,
-                block_out_channels=(8, 16),
-                layers_per_block=1,
-                norm_num_groups=4,
-                down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
-                up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
-                latent_channels=4,
-            )
+            unet = unet_sd(seed, TEXT_HIDDEN, sample_size=TINY_RESOLUTION // 2)
+            vae = vae_kl(seed + 1, sample_size=TINY_RESOLUTION)
             torch.manual_seed(seed + 2)
             text_encoder = CLIPTextModel(
                 CLIPTextConfig(

@@ -86,7 +86,9 @@ def t5_text(tokenizer, seed: int, d_model: int = TEXT):
     return T5EncoderModel(config).eval()
 
 
-def vae_kl(seed: int, latent_channels: int = 4, blocks: int = 2, **config: Any):
+def vae_kl(
+    seed: int, latent_channels: int = 4, blocks: int = 2, sample_size: int = 32, **config: Any
+):
     """AutoencoderKL; ``blocks`` down blocks = a 2**(blocks-1) spatial factor."""
     from diffusers import AutoencoderKL
 
@@ -101,17 +103,19 @@ def vae_kl(seed: int, latent_channels: int = 4, blocks: int = 2, **config: Any):
         layers_per_block=1,
         norm_num_groups=4,
         latent_channels=latent_channels,
-        sample_size=32,
+        sample_size=sample_size,
         **config,
     ).eval()
 
 
-def unet_sd(seed: int, cross_attention_dim: int, **config: Any):
+def unet_sd(seed: int, cross_attention_dim: int, sample_size: int = 16, **config: Any):
+    """The two-block UNet of Stable Diffusion 1.x and SDXL (and of
+    stereolens.models.tiny.diffusion's pipeline)."""
     from diffusers import UNet2DConditionModel
 
     _seeded(seed)
     return UNet2DConditionModel(
-        sample_size=16,
+        sample_size=sample_size,
         in_channels=4,
         out_channels=4,
         block_out_channels=(8, 16),

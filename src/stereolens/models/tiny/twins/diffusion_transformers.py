@@ -12,6 +12,19 @@ from stereolens.models.tiny.twins import tokenizers as toks
 from stereolens.models.tiny.twins.diffusion import TEXT, _save, _seeded, clip_text, t5_text, vae_kl
 
 
+def _vae16(seed: int, scaling_factor: float, shift_factor: float):
+    """The 16-channel VAE without quant convs of SD 3.5 and FLUX.1, with its latent
+    scaling and shift."""
+    return vae_kl(
+        seed,
+        latent_channels=16,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+        scaling_factor=scaling_factor,
+        shift_factor=shift_factor,
+    )
+
+
 def build_sd35(out_dir: Path, seed: int = 0) -> None:
     """stable-diffusion-3.5-large: MMDiT (16 latent channels, patch 2, RMS qk-norm), two
     CLIP encoders with projection and T5, flow matching (shift 3)."""
@@ -42,14 +55,7 @@ def build_sd35(out_dir: Path, seed: int = 0) -> None:
     pipe = StableDiffusion3Pipeline(
         transformer=transformer,
         scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
-        vae=vae_kl(
-            seed + 1,
-            latent_channels=16,
-            use_quant_conv=False,
-            use_post_quant_conv=False,
-            scaling_factor=1.5305,
-            shift_factor=0.0609,
-        ),
+        vae=_vae16(seed + 1, scaling_factor=1.5305, shift_factor=0.0609),
         text_encoder=clip_text(tokenizer, seed + 2, projection=True),
         tokenizer=tokenizer,
         text_encoder_2=clip_text(tokenizer_2, seed + 3, projection=True),
@@ -91,14 +97,7 @@ def build_flux_dev(out_dir: Path, seed: int = 0) -> None:
     )
     pipe = FluxPipeline(
         scheduler=scheduler,
-        vae=vae_kl(
-            seed + 1,
-            latent_channels=16,
-            use_quant_conv=False,
-            use_post_quant_conv=False,
-            scaling_factor=0.3611,
-            shift_factor=0.1159,
-        ),
+        vae=_vae16(seed + 1, scaling_factor=0.3611, shift_factor=0.1159),
         text_encoder=clip_text(tokenizer, seed + 2),
         tokenizer=tokenizer,
         text_encoder_2=t5_text(tokenizer_2, seed + 3),

@@ -78,6 +78,19 @@ def _text(family_config, tokenizer, **extra: Any):
     return family_config(**{**base, **ids, **extra})
 
 
+def _vision(family_config, image_size: int, patch_size: int, **extra: Any):
+    """A 2-layer vision tower config of the family (CLIP, SigLIP): 32 wide, 1 head."""
+    return family_config(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=1,
+        image_size=image_size,
+        patch_size=patch_size,
+        **extra,
+    )
+
+
 def _generation_defaults(model, tokenizer, eos: str) -> None:
     eos_id = tokenizer.convert_tokens_to_ids(eos)
     model.generation_config.eos_token_id = eos_id
@@ -245,15 +258,7 @@ def build_llava_next(out_dir: Path, seed: int = 0) -> None:
     tokenizer.pad_token = tokenizer.unk_token
     pinpoints = [[28, 56], [56, 28], [56, 56]]
     config = LlavaNextConfig(
-        vision_config=CLIPVisionConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=1,
-            image_size=LLAVA_IMAGE,
-            patch_size=LLAVA_PATCH,
-            projection_dim=32,
-        ),
+        vision_config=_vision(CLIPVisionConfig, LLAVA_IMAGE, LLAVA_PATCH, projection_dim=32),
         text_config=_text(MistralConfig, tokenizer, sliding_window=None),
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
         image_grid_pinpoints=pinpoints,
@@ -312,14 +317,7 @@ def build_llava_onevision(out_dir: Path, seed: int = 0) -> None:
     )
     pinpoints = [[28, 28], [28, 56], [56, 28], [56, 56]]
     config = LlavaOnevisionConfig(
-        vision_config=SiglipVisionConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=1,
-            image_size=LLAVA_IMAGE,
-            patch_size=LLAVA_PATCH,
-        ),
+        vision_config=_vision(SiglipVisionConfig, LLAVA_IMAGE, LLAVA_PATCH),
         text_config=_text(
             Qwen2Config, tokenizer, eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>")
         ),
@@ -412,15 +410,7 @@ def build_gemma3(out_dir: Path, seed: int = 0) -> None:
     )
     config = Gemma3Config(
         text_config=text,
-        vision_config=SiglipVisionConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=1,
-            image_size=GEMMA_IMAGE,
-            patch_size=GEMMA_PATCH,
-            vision_use_head=False,
-        ),
+        vision_config=_vision(SiglipVisionConfig, GEMMA_IMAGE, GEMMA_PATCH, vision_use_head=False),
         mm_tokens_per_image=GEMMA_IMAGE_TOKENS,
         boi_token_index=ids("<start_of_image>"),
         eoi_token_index=ids("<end_of_image>"),

@@ -190,15 +190,14 @@ def read_sample_job(
     from stereolens.lvlm import assistant as A
     from stereolens.lvlm import tasks as T
     from stereolens.models.ask import ResponseCache
-    from stereolens.models.job import run_model_job
+    from stereolens.models.job import log_job_resources, run_model_job
     from stereolens.models.registry import load_registry
 
     prompts = T.load_prompts(lv.get("prompts"))
     sample = load_sample((lv.get("story_reading") or {}).get("sample"), prompts)
     items = build_items(sample, lv)
     spec = load_registry(registry_path)[assistant].with_batch_size(batch_size)
-    if job_resources:
-        log.info("job resources: %s", ", ".join(f"{k}={v}" for k, v in job_resources.items()))
+    log_job_resources(log, job_resources)
     log.info("story-reading audit: %d item(s) from %s", len(items), sample["source"])
     records = run_model_job(
         spec,

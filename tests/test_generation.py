@@ -598,6 +598,7 @@ def test_injected_out_of_memory_and_a_smaller_batch(tiny_sd, tmp_path, monkeypat
         assert r4["settings"] == r8["settings"]  # batch size is not a setting of the images
 
 
+@pytest.mark.slow
 def test_workflow_retries_an_out_of_memory_job_with_more_memory_and_a_smaller_batch(
     repo_root, tmp_path, tiny_models
 ):

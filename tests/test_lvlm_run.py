@@ -241,6 +241,7 @@ def smollm2(repo_root, tmp_path_factory):
     return spec, load_model(spec)
 
 
+@pytest.mark.slow
 def test_story_extraction_and_term_judge_with_smollm2(smollm2, tmp_path):
     spec, llm = smollm2
     prompts = T.load_prompts()
@@ -283,6 +284,7 @@ def test_story_extraction_and_term_judge_with_smollm2(smollm2, tmp_path):
         assert r["winner"] == (r["group_a"] if r["answer"] == "A" else r["group_b"])
 
 
+@pytest.mark.slow
 def test_gguf_conversion_cache_gives_identical_answers(smollm2, tmp_path, monkeypatch):
     from stereolens.models.backends.transformers_llm_backend import TransformersLLM, gguf_cache_dir
     from stereolens.models.registry import resolve_model_location

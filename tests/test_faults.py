@@ -26,7 +26,7 @@ import yaml
 from conftest import copy_workflow, skip_unless_ci, workflow_env
 from openai_server import ModelServer, free_port
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]  # every case runs Snakemake: 50-150 s
 
 BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")

@@ -241,7 +241,6 @@ def smollm2(repo_root, tmp_path_factory):
     return spec, load_model(spec)
 
 
-@pytest.mark.slow
 def test_story_extraction_and_term_judge_with_smollm2(smollm2, tmp_path):
     spec, llm = smollm2
     prompts = T.load_prompts()

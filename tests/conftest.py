@@ -1,3 +1,5 @@
+import hashlib
+import importlib
 import os
 import shutil
 import sys
@@ -51,3 +53,97 @@ def workflow_env(**extra: str) -> dict[str, str]:
     env["HF_HUB_OFFLINE"] = "1"
     env.update(extra)
     return env
+
+
+# ---------------------------------------------------------------- tiny models, once per run
+TINY_BUILDERS = {
+    "tiny-diffusion": "stereolens.models.tiny.diffusion:build_tiny_diffusion",
+    "tiny-vlm": "stereolens.models.tiny.vlm:build_tiny_vlm",
+    "tiny-vlm-vllm": "stereolens.models.tiny.vlm:build_tiny_vllm_vlm",
+}
+"""The registry's ``build:`` values and the functions behind them (``stereolens build-tiny
+--builder B``, which the workflow's build_tiny_model rule runs with the default seed 0)."""
+
+
+def folder_digest(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``folder``, by relative path."""
+    return {
+        str(f.relative_to(folder)): hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in sorted(folder.rglob("*"))
+        if f.is_file()
+    }
+
+
+class TinyModels:
+    """The tiny random-weight checkpoints, each built once per test run on first use (seed
+    0, as `stereolens build-tiny` builds them) into a session folder. The folders are
+    shared: a test that changes a model's files works on :meth:`copy`. At the end of the
+    run every shared folder must still hold the files it was built with."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.built: dict[str, Path] = {}
+        self.digests: dict[str, dict[str, str]] = {}
+
+    def path(self, builder: str) -> Path:
+        if builder not in self.built:
+            module, func = TINY_BUILDERS[builder].split(":")
+            build = getattr(importlib.import_module(module), func)
+            self.built[builder] = build(self.root / builder, seed=0)
+            self.digests[builder] = folder_digest(self.built[builder])
+        return self.built[builder]
+
+    def copy(self, builder: str, dest: Path) -> Path:
+        """A private copy of a tiny model at ``dest``, for a test that changes its files."""
+        shutil.copytree(self.path(builder), dest, symlinks=True)
+        return dest
+
+    def seed_workflow(
+        self, wd: Path, registry: str = "config/models.yaml", only: tuple[str, ...] = ()
+    ) -> list[str]:
+        """Copy into the workflow copy ``wd`` the tiny checkpoints its registry builds (the
+        folders rule build_tiny_model writes: each entry's ``model`` with a ``build:``), or
+        ``only`` those of these paths, so Snakemake finds them and builds none. The files
+        are the ones the rule would write (test_tiny_checkpoints.py checks this). Returns
+        the seeded paths."""
+        from stereolens.models.registry import load_registry
+
+        checkpoints = {
+            spec.model: spec.get("build")
+            for spec in load_registry(wd / registry).values()
+            if spec.get("build")
+        }
+        missing = set(only) - set(checkpoints)
+        assert not missing, f"{registry} builds no {sorted(missing)}"
+        seeded = sorted(only or checkpoints)
+        for rel in seeded:
+            assert not (wd / rel).exists(), f"{wd / rel} is there already"
+            self.copy(checkpoints[rel], wd / rel)
+        return seeded
+
+    def check_unchanged(self) -> None:
+        for builder, path in self.built.items():
+            assert folder_digest(path) == self.digests[builder], (
+                f"a test changed the shared tiny model {path}: take TinyModels.copy()"
+            )
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> TinyModels:
+    models = TinyModels(tmp_path_factory.mktemp("tiny-models"))
+    yield models
+    models.check_unchanged()
+
+
+@pytest.fixture(scope="session")
+def tiny_sd(tiny_models) -> Path:
+    """The tiny diffusion pipeline (builder tiny-diffusion), shared: do not change it."""
+    pytest.importorskip("diffusers")
+    return tiny_models.path("tiny-diffusion")
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tiny_models) -> Path:
+    """The tiny VLM (builder tiny-vlm), shared: do not change it."""
+    pytest.importorskip("transformers")
+    return tiny_models.path("tiny-vlm")

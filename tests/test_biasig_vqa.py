@@ -304,18 +304,15 @@ def test_cache_answers_reruns(prompt, pngs, tmp_path):
 
 
 # ---------------------------------------------------------------------- tiny VLM, constrained
-def test_tiny_vlm_constrained_answers_parse(prompt, pngs, tmp_path):
-    pytest.importorskip("transformers")
+def test_tiny_vlm_constrained_answers_parse(prompt, pngs, tiny_vlm_dir):
     pytest.importorskip("xgrammar")
     from stereolens.models.backends.transformers_backend import TransformersVLM
-    from stereolens.models.tiny.vlm import build_tiny_vlm
 
-    model_dir = build_tiny_vlm(tmp_path / "tiny-vlm", seed=0)
     spec = ModelSpec(
         name="tiny-vlm",
         kind="vlm",
         backend="transformers",
-        model=str(model_dir),
+        model=str(tiny_vlm_dir),
         settings={"dtype": "float32", "device": "cpu", "batch_size": 2, "max_new_tokens": 160},
     )
     vlm = TransformersVLM(spec)

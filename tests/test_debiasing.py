@@ -22,7 +22,6 @@ import torch
 
 from stereolens.models.backends.diffusers_backend import DiffusersGenerator, flip_direction
 from stereolens.models.registry import ModelSpec, load_registry
-from stereolens.models.tiny.diffusion import build_tiny_diffusion
 from stereolens.models.variants import (
     apply_prompt_intervention,
     check_prompt_intervention,
@@ -53,11 +52,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny_sd(tmp_path_factory) -> Path:
-    return build_tiny_diffusion(tmp_path_factory.mktemp("models") / "tiny-sd", seed=0)
 
 
 def make_spec(path: Path, name: str = "tiny-sd", **settings) -> ModelSpec:

@@ -96,14 +96,6 @@ def images(tmp_path_factory) -> list[Path]:
     return paths
 
 
-@pytest.fixture(scope="session")
-def tiny_vlm_dir(tmp_path_factory) -> Path:
-    pytest.importorskip("transformers")
-    from stereolens.models.tiny.vlm import build_tiny_vlm
-
-    return build_tiny_vlm(tmp_path_factory.mktemp("models") / "tiny-vlm", seed=0)
-
-
 def vlm_spec(path: Path, **settings) -> ModelSpec:
     base = {"dtype": "float32", "device": "cpu", "batch_size": 2, "max_new_tokens": 3000}
     return ModelSpec(

@@ -26,7 +26,7 @@ import yaml
 from conftest import copy_workflow, skip_unless_ci, workflow_env
 from openai_server import ModelServer, free_port
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]  # every case runs Snakemake: 50-150 s
 
 BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
@@ -158,8 +158,11 @@ def _recover_after_kill(wd: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def baseline(repo_root, tmp_path_factory):
+def baseline(repo_root, tmp_path_factory, tiny_models):
+    """The undisturbed run, on the session's tiny checkpoints (the files the workflow's
+    build rule writes; no case is about building them)."""
     wd = _workdir(repo_root, tmp_path_factory.mktemp("baseline"))
+    tiny_models.seed_workflow(wd, registry="config/faults_models.yaml")
     _ok(_snakemake(wd))
     return wd, _tables(wd)
 
@@ -224,19 +227,21 @@ def test_full_disk_then_rerun(repo_root, tmp_path, baseline):
 
 
 @pytest.fixture(scope="module")
-def local_model(tmp_path_factory):
+def local_model(tiny_vlm_dir):
     """The tiny VLM the workflow builds, loaded in this process for the test server."""
     from stereolens.models.backends.transformers_backend import TransformersVLM
     from stereolens.models.registry import ModelSpec
-    from stereolens.models.tiny.vlm import build_tiny_vlm
 
-    path = build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm") / "tiny-vlm", seed=0)
     settings = {
         k: v for k, v in FAULT_VLM.items() if k not in ("backend", "model", "build", "notes")
     }
     return TransformersVLM(
         ModelSpec(
-            name="fault-vlm", kind="vlm", backend="transformers", model=str(path), settings=settings
+            name="fault-vlm",
+            kind="vlm",
+            backend="transformers",
+            model=str(tiny_vlm_dir),
+            settings=settings,
         )
     )
 

@@ -40,11 +40,6 @@ PROMPTS = ["a photo of a doctor", "a nurse at work", "the engineer"]
 SEEDS = [11, 12, 13]
 
 
-@pytest.fixture(scope="session")
-def tiny_sd(tmp_path_factory) -> Path:
-    return build_tiny_diffusion(tmp_path_factory.mktemp("models") / "tiny-sd", seed=0)
-
-
 def make_spec(path: Path, **settings) -> ModelSpec:
     base = {"resolution": RES, "steps": STEPS, "guidance": 5.0, "device": "cpu", "dtype": "float32"}
     return ModelSpec(
@@ -615,13 +610,15 @@ def test_injected_out_of_memory_and_a_smaller_batch(tiny_sd, tmp_path, monkeypat
         assert r4["settings"] == r8["settings"]  # batch size is not a setting of the images
 
 
+@pytest.mark.slow
 def test_workflow_retries_an_out_of_memory_job_with_more_memory_and_a_smaller_batch(
-    repo_root, tmp_path
+    repo_root, tmp_path, tiny_models
 ):
     """One generation job of the embedded default through Snakemake with --retries 2 and
     an injected out-of-memory failure at batch sizes above 4 (tiny-sd's registry batch
     size is 8): attempt 1 fails, attempt 2 runs with batch size 4 and twice the memory,
-    and its images equal batch-size-8 images."""
+    and its images equal batch-size-8 images. The tiny checkpoint is the session's (the
+    files the workflow's build rule writes), so Snakemake builds none."""
     import dataclasses
     import re
     import shutil
@@ -637,6 +634,7 @@ def test_workflow_retries_an_out_of_memory_job_with_more_memory_and_a_smaller_ba
             shutil.copytree(src, tmp_path / item, symlinks=True)
         else:
             shutil.copy2(src, tmp_path / item)
+    tiny_models.seed_workflow(tmp_path, only=("resources/models/tiny-sd",))
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ, HF_HUB_OFFLINE="1", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     env[INJECT_OOM_ENV] = "4"

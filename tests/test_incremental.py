@@ -150,6 +150,7 @@ def _models(jobs: list[dict]) -> set[str]:
     return {j["wildcards"]["model"] for j in jobs if j["rule"] in PER_MODEL_RULES}
 
 
+@pytest.mark.slow
 def test_adding_a_generator_runs_only_that_generator(done):
     cfg = _write_config(done, "add.yaml", (CB_GENERATORS, "generators: [tiny-sd-b, tiny-sd-fair]"))
     jobs = _dry_run(done, cfg)
@@ -327,6 +328,7 @@ def test_runtime_only_settings_trigger_nothing(done):
     assert counts == {}
 
 
+@pytest.mark.slow
 def test_adding_an_lvlm_runs_only_that_models_lvlm_jobs(done):
     """A second audited LVLM: its response, assistant and refusal jobs, then the LVLM tables
     and the report; nothing of ContextBias, BiasIG or the first LVLM."""
@@ -370,6 +372,7 @@ def test_adding_an_lvlm_runs_only_that_models_lvlm_jobs(done):
         registry.write_text(original)
 
 
+@pytest.mark.slow
 def test_switching_check_models_on_or_rerunning_it_reruns_no_model_job(done):
     """Each model's check table is an ancient() input of the model's jobs, on or off:
     switching the check on reruns only the report (it shows the config), and a forced

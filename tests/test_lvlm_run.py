@@ -171,17 +171,15 @@ def test_task_items_sizes():
 
 
 @pytest.fixture(scope="module")
-def tiny_vlm(tmp_path_factory):
+def tiny_vlm(tiny_vlm_dir):
     pytest.importorskip("xgrammar")
     from stereolens.models.backends.transformers_backend import TransformersVLM
-    from stereolens.models.tiny.vlm import build_tiny_vlm
 
-    path = build_tiny_vlm(tmp_path_factory.mktemp("models") / "tiny-vlm", seed=0)
     spec = ModelSpec(
         name="tiny-vlm",
         kind="vlm",
         backend="transformers",
-        model=str(path),
+        model=str(tiny_vlm_dir),
         settings={"dtype": "float32", "device": "cpu", "batch_size": 4, "max_new_tokens": 16},
     )
     return spec, TransformersVLM(spec)
@@ -285,6 +283,7 @@ def test_story_extraction_and_term_judge_with_smollm2(smollm2, tmp_path):
         assert r["winner"] == (r["group_a"] if r["answer"] == "A" else r["group_b"])
 
 
+@pytest.mark.slow
 def test_gguf_conversion_cache_gives_identical_answers(smollm2, tmp_path, monkeypatch):
     from stereolens.models.backends.transformers_llm_backend import TransformersLLM, gguf_cache_dir
     from stereolens.models.registry import resolve_model_location

@@ -92,7 +92,9 @@ def test_demo_counts_by_hand():
     assert result["totals"]["jobs"] == 8 + 8 + 4 + 4 + 8 + 2 + 1
 
 
-@pytest.mark.parametrize("config", ["config/demo.yaml", "config/config.yaml"])
+@pytest.mark.parametrize(
+    "config", ["config/demo.yaml", pytest.param("config/config.yaml", marks=pytest.mark.slow)]
+)
 def test_job_counts_match_snakemake(repo_root, tmp_path, config):
     counts = _snakemake_counts(repo_root, tmp_path, config)
     result = plan(*load_config(config))
@@ -245,6 +247,7 @@ def _group_jobs(log: str) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.slow
 def test_slurm_profile_groups_small_cpu_jobs(repo_root, tmp_path):
     """profiles/slurm batches the many small CPU jobs into group jobs (fewer SLURM
     submissions): extraction and VQA of CPU/API models 5 per group, the ContextBias

@@ -94,6 +94,7 @@ def test_malformed_bank_and_registry_name_the_file_line_and_column(tmp_path):
     assert out.returncode == 2 and "broken.yaml, line 4, column 4" in out.stderr
 
 
+@pytest.mark.slow
 def test_snakemake_dry_run_refuses_at_parse_time(repo_root, tmp_path):
     wd = copy_workflow(tmp_path)
     cases = {

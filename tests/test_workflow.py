@@ -24,6 +24,7 @@ def test_lint(repo_root):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_paper_scale_plan(repo_root, tmp_path):
     """Planning the whole paper-scale run loads no model and counts the jobs."""
     wd = copy_workflow(tmp_path)

@@ -1,6 +1,6 @@
 # stereolens: social-bias audits of generative vision models.
 # This file is a table of contents; logic lives in the stereolens package,
-# input functions in workflow/rules/common.smk.
+# input functions in workflow/rules/common.smk (shared) and workflow/rules/inputs/.
 
 from snakemake.utils import min_version
 

@@ -1,4 +1,5 @@
-# Config validation, registry, wildcard constraints and input functions.
+# Config validation, registry, wildcard constraints and the shared input functions (each
+# benchmark's own: inputs/<benchmark>.smk, included at the end).
 # Module-level code stays cheap: every SLURM job re-parses this file.
 
 import inspect
@@ -309,91 +310,6 @@ def get_vqa_group(wildcards):
     return cpu_job_group("cpu-vqa", wildcards.extractor)
 
 
-def get_canonical_llm_checkpoint(wildcards):
-    return helper_checkpoint(CB["canonicalisation"]["llm"])
-
-
-def get_canonical_llm_fingerprint(wildcards):
-    return helper_fingerprint(CB["canonicalisation"]["llm"])
-
-
-def get_canonical_overrides(wildcards):
-    path = CB["canonicalisation"]["overrides"]
-    return [path] if path else []
-
-
-@lru_cache(maxsize=None)
-def get_prompt_bank():
-    return contextbias_prompt_bank(config)
-
-
-def get_extraction_files():
-    from stereolens.paths import resource
-
-    ex = CB["extraction"]
-    return {
-        "schema": ex["schema"] or str(resource("contextbias", "attribute_schema.v1.yaml")),
-        "prompt": ex["prompt"] or str(resource("contextbias", "extraction_prompt.v1.yaml")),
-    }
-
-
-@per_job
-def get_contextbias_extractions(wildcards):
-    """The extraction shards of one (extractor, generator) part of the merge (the
-    wildcards'): the plug-in's extraction jobs of that pair, validation (VAL) aside."""
-    key = (wildcards.extractor, wildcards.model, False)
-    return contextbias_extractions().get(key, [])
-
-
-@lru_cache(maxsize=None)
-def contextbias_extractions():
-    """(extractor, generator, validation?) -> the outputs of its extraction jobs."""
-    out = {}
-    for job in plugin_jobs("contextbias"):
-        if job.stage == "extract":
-            w = job.wildcards
-            key = (w["extractor"], w["model"], w["condition"] == "VAL")
-            out.setdefault(key, []).append(job.output)
-    return out
-
-
-def get_contextbias_merge_parts(wildcards=None):
-    """Every (extractor, generator) part of the attributes merge: the pairs of the
-    plug-in's extraction jobs, validation (VAL) aside, in its job order."""
-    pairs = dict.fromkeys((e, g) for e, g, val in contextbias_extractions() if not val)
-    return {
-        name: [f"results/contextbias/merged/{e}/{g}/{name}.parquet" for e, g in pairs]
-        for name in ("attributes_raw", "images")
-    }
-
-
-def get_validation_extractions(wildcards=None):
-    """The extraction shards of the validation prompts (VAL), of every extractor x
-    generator."""
-    return [p for (_, _, val), paths in contextbias_extractions().items() if val for p in paths]
-
-
-def get_validation_truth():
-    from stereolens.paths import resource
-
-    return CB_VAL["truth"] or str(resource("contextbias", "validation_truth.v1.yaml"))
-
-
-BG = config["biasig"]
-
-
-@per_job
-def get_biasig_vqa_outputs(wildcards):
-    """The VQA shards of one generator (the wildcards' model): the plug-in's VQA jobs of it."""
-    return job_outputs("biasig", "vqa", "model").get((wildcards.model,), [])
-
-
-def get_biasig_settings(wildcards=None):
-    """What decides the BiasIG prompt table and shards besides the model (a change reruns
-    them): stereolens.biasig.plugin.settings."""
-    return generation_settings("biasig", "", "")
-
-
 # ---- generation: generate_images (models.smk) generates for every benchmark whose
 # plug-in has generation_items. A job is
 # results/{benchmark}/images/{model}/{group}/{cell}/{shard}; the benchmark decides what
@@ -475,139 +391,16 @@ def get_final_targets():
     return final_targets(config)
 
 
-# ---- LVLM (input functions of workflow/rules/lvlm.smk)
-# The job files come from the plug-in's job enumeration (plugin_jobs("lvlm")), in its
-# order; paths name groups by their path-safe slug ("East Asian" -> east-asian).
-
-from stereolens.lvlm import params as lvlm_params
-
-LV = config["lvlm"]
-LV_CACHE = "results/cache/lvlm" if LV["cache"] else None
-
-
-def lvlm_outputs(rule, **selected):
-    """Outputs of the LVLM jobs of ``rule`` whose wildcards have the ``selected`` values."""
-    return [
-        job.output
-        for job in plugin_jobs("lvlm")
-        if job.rule == rule and all(job.wildcards[k] == v for k, v in selected.items())
-    ]
-
-
-def get_lvlm_image_folder():
-    return lvlm_params.image_folder(LV)
-
-
-def get_lvlm_labels_csv():
-    return lvlm_params.labels_csv(LV)
-
-
-def get_lvlm_prompt_file():
-    return lvlm_params.prompt_file(LV)
-
-
-def get_lvlm_draw_settings(wildcards):
-    return lvlm_params.draw_settings(LV)
-
-
-# Inputs, params and resources of the model-loading LVLM rules. Every setting that changes
-# a job's result is a param (so Snakemake's params trigger covers all of them); speed-only
-# settings (batch size, memory) are resources, halved / raised on a retry (--retries).
-# The response jobs take the {model} wildcard's get_model_* functions; the assistant's and
-# the refusal judge's jobs run one fixed registry entry (None: none configured).
-
-
-@per_job
-def get_lvlm_task_settings(wildcards):
-    return lvlm_params.task_settings(LV, wildcards.task)
-
-
-def get_lvlm_story_responses(wildcards):
-    return lvlm_outputs(
-        "respond_lvlm",
-        model=wildcards.model,
-        setting=wildcards.setting,
-        task="story",
-        axis=wildcards.axis,
-    )
-
-
-def get_lvlm_term_responses(wildcards):
-    return lvlm_outputs(
-        "respond_lvlm",
-        model=wildcards.model,
-        setting=wildcards.setting,
-        task="term",
-        axis=wildcards.axis,
-    )
-
-
-def get_lvlm_setting_responses(wildcards):
-    return lvlm_outputs("respond_lvlm", model=wildcards.model, setting=wildcards.setting)
-
-
-def get_lvlm_assistant_checkpoint(wildcards):
-    return helper_checkpoint(LV["assistant"])
-
-
-def get_lvlm_assistant_gpu(wildcards):
-    return helper_gpu(LV["assistant"])
-
-
-def get_lvlm_assistant_mem_mb(wildcards, attempt):
-    return helper_mem_mb(LV["assistant"], attempt)
-
-
-def get_lvlm_assistant_batch_size(wildcards, attempt):
-    return helper_batch_size(LV["assistant"], attempt)
-
-
-def get_lvlm_judge_checkpoint(wildcards):
-    return helper_checkpoint(LV["refusal_judge"])
-
-
-def get_lvlm_judge_gpu(wildcards):
-    return helper_gpu(LV["refusal_judge"])
-
-
-def get_lvlm_judge_mem_mb(wildcards, attempt):
-    return helper_mem_mb(LV["refusal_judge"], attempt)
-
-
-def get_lvlm_judge_batch_size(wildcards, attempt):
-    return helper_batch_size(LV["refusal_judge"], attempt)
-
-
-def get_lvlm_model_merge_inputs(wildcards):
-    """One audited model's files for its part of the merged LVLM tables."""
-    m = wildcards.model
-    return {
-        "responses": lvlm_outputs("respond_lvlm", model=m),
-        "refusals": lvlm_outputs("label_lvlm_refusals", model=m),
-        "stories": lvlm_outputs("extract_lvlm_story_attributes", model=m),
-        "judgements": lvlm_outputs("judge_lvlm_terms", model=m),
-    }
-
-
-LV_TABLES = ("responses", "story_attributes", "stories", "term_judgements")
-
-
-def get_lvlm_merge_parts(wildcards):
-    """Every model's part of each merged LVLM table (models in sorted order)."""
-    return {
-        name: [f"results/lvlm/merged/{m}/{name}.parquet" for m in sorted(LV["models"])]
-        for name in LV_TABLES
-    }
-
-
-# ---- Designing an audit (issue 15; input functions of workflow/rules/design.smk)
-
-
-def get_story_reading_sample():
-    return lvlm_params.story_reading_sample(LV)
-
-
 def get_metrics_dir(wildcards, output):
     """The folder a metrics CLI's --out writes its tables to: that of the rule's first
     output (every metrics rule's outputs share one folder)."""
     return os.path.dirname(output[0])
+
+
+# ---- Each benchmark's input functions, in a file of its own (its rules file's inputs,
+# params and resources that are not shared).
+
+
+include: "inputs/contextbias.smk"
+include: "inputs/biasig.smk"
+include: "inputs/lvlm.smk"

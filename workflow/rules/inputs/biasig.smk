@@ -1,0 +1,17 @@
+# Input functions of the BiasIG rules (biasig.smk): the VQA shards of each generator (from
+# the plug-in's jobs) and the settings of the prompt table.
+
+
+BG = config["biasig"]
+
+
+@per_job
+def get_biasig_vqa_outputs(wildcards):
+    """The VQA shards of one generator (the wildcards' model): the plug-in's VQA jobs of it."""
+    return job_outputs("biasig", "vqa", "model").get((wildcards.model,), [])
+
+
+def get_biasig_settings(wildcards=None):
+    """What decides the BiasIG prompt table and shards besides the model (a change reruns
+    them): stereolens.biasig.plugin.settings."""
+    return generation_settings("biasig", "", "")

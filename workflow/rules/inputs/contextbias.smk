@@ -1,0 +1,73 @@
+# Input functions of the ContextBias rules (contextbias.smk, contextbias_studies.smk): the
+# canonicalisation LLM, the prompt bank and extraction files, the extraction shards of each
+# merge part (from the plug-in's jobs) and the validation inputs.
+
+
+def get_canonical_llm_checkpoint(wildcards):
+    return helper_checkpoint(CB["canonicalisation"]["llm"])
+
+
+def get_canonical_llm_fingerprint(wildcards):
+    return helper_fingerprint(CB["canonicalisation"]["llm"])
+
+
+def get_canonical_overrides(wildcards):
+    path = CB["canonicalisation"]["overrides"]
+    return [path] if path else []
+
+
+@lru_cache(maxsize=None)
+def get_prompt_bank():
+    return contextbias_prompt_bank(config)
+
+
+def get_extraction_files():
+    from stereolens.paths import resource
+
+    ex = CB["extraction"]
+    return {
+        "schema": ex["schema"] or str(resource("contextbias", "attribute_schema.v1.yaml")),
+        "prompt": ex["prompt"] or str(resource("contextbias", "extraction_prompt.v1.yaml")),
+    }
+
+
+@per_job
+def get_contextbias_extractions(wildcards):
+    """The extraction shards of one (extractor, generator) part of the merge (the
+    wildcards'): the plug-in's extraction jobs of that pair, validation (VAL) aside."""
+    key = (wildcards.extractor, wildcards.model, False)
+    return contextbias_extractions().get(key, [])
+
+
+@lru_cache(maxsize=None)
+def contextbias_extractions():
+    """(extractor, generator, validation?) -> the outputs of its extraction jobs."""
+    out = {}
+    for job in plugin_jobs("contextbias"):
+        if job.stage == "extract":
+            w = job.wildcards
+            key = (w["extractor"], w["model"], w["condition"] == "VAL")
+            out.setdefault(key, []).append(job.output)
+    return out
+
+
+def get_contextbias_merge_parts(wildcards=None):
+    """Every (extractor, generator) part of the attributes merge: the pairs of the
+    plug-in's extraction jobs, validation (VAL) aside, in its job order."""
+    pairs = dict.fromkeys((e, g) for e, g, val in contextbias_extractions() if not val)
+    return {
+        name: [f"results/contextbias/merged/{e}/{g}/{name}.parquet" for e, g in pairs]
+        for name in ("attributes_raw", "images")
+    }
+
+
+def get_validation_extractions(wildcards=None):
+    """The extraction shards of the validation prompts (VAL), of every extractor x
+    generator."""
+    return [p for (_, _, val), paths in contextbias_extractions().items() if val for p in paths]
+
+
+def get_validation_truth():
+    from stereolens.paths import resource
+
+    return CB_VAL["truth"] or str(resource("contextbias", "validation_truth.v1.yaml"))

@@ -71,3 +71,22 @@ def test_variant_against_its_base_and_edge_cases():
     assert nan["reject"].to_list() == [False]
     with pytest.raises(ValueError, match="replicate counts differ"):
         pairwise(EST, {**REPS, "c": np.ones(3)}, better="lower", **KW)
+
+
+def test_report_first_screen_orders_models_by_group():
+    from types import SimpleNamespace
+
+    from stereolens.report import comparisons as rc
+    from stereolens.report.inputs import Inputs
+
+    cmp, rk = compare(EST, REPS, better="lower", **KW)
+    assert rc.ordering(rk) == "a 0.500 [1-2] ≈ b 0.600 [1-2] < c 0.900 [3]"
+    mod = SimpleNamespace(KEY="x", TITLE="X bench")
+    inputs = Inputs.from_frames({"x_comparisons": cmp, "x_ranks": rk})
+    (block,) = rc.blocks(inputs, [mod])
+    assert block.title == "X bench"
+    assert block.families[0].decided == "2 of 3 pairs differ (Holm, 5%)"
+    section = rc.section(inputs, [mod])
+    assert [t.id for s in section.walk() for t in s.tables] == ["x-ranks", "x-comparisons"]
+    assert rc.blocks(Inputs.from_frames({}), [mod]) == []
+    assert rc.section(Inputs.from_frames({}), [mod]) is None

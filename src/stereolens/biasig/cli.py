@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -25,13 +26,17 @@ def available_cpus() -> int:
 
 
 def _metrics(args: argparse.Namespace) -> int:
+    from stereolens.biasig.answers import answer_vocabularies
     from stereolens.biasig.formulas import READ_COLUMNS
     from stereolens.biasig.metrics import compute_metrics
     from stereolens.biasig.prompts import read_prompt_table
-    from stereolens.tables import ANSWERS, check_table, write_tables
+    from stereolens.tables import ANSWERS, check_table, read_table, write_tables
 
+    spec = replace(ANSWERS, vocabularies=answer_vocabularies())
     answers = check_table(
-        read_answers(args.answers, columns=list(READ_COLUMNS)), ANSWERS, args.answers
+        read_table(args.answers, "answers", columns=list(READ_COLUMNS), spec=spec),
+        spec,
+        args.answers,
     )
     prompts = read_prompt_table(args.prompts) if args.prompts else None
     tables = compute_metrics(

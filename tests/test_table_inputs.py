@@ -14,8 +14,9 @@ from stereolens.biasig.prompts import load_prompts
 from stereolens.biasig.truth import load_truth
 from stereolens.cli import main
 from stereolens.paths import resource
-from stereolens.tables import TableSpec, Vocabulary, check_table, vocabulary_key
+from stereolens.tables import TableSpec, check_table
 from stereolens.validation import ConfigError
+from stereolens.vocabulary import Vocabulary, vocabulary_key
 
 
 def _run(argv, capsys):
@@ -43,7 +44,9 @@ def test_the_rule_maps_onto_exactly_one_allowed_value():
     )
     frame = pl.DataFrame({"a": [" black", "Black", "WHITE"]})
     # " black" reads as Black; WHITE matches two allowed values: refused, not guessed
-    with pytest.raises(ConfigError, match=r"column a: 1 row\(s\) match \['White', 'white'\]"):
+    with pytest.raises(
+        ConfigError, match=r"column a: 1 row\(s\) could each be any of \['White', 'white'\]"
+    ):
         check_table(frame, spec)
     assert check_table(frame.head(2), spec)["a"].to_list() == ["Black", "Black"]
 

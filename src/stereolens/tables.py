@@ -21,45 +21,17 @@ column types (:func:`read_table` with a ``spec``), so it scores as its parquet c
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
 
 from stereolens.validation import ConfigError
+from stereolens.vocabulary import Vocabulary, apply_mapping, conform_all, rows_where
 
 CONDITIONS = ("CF", "CA-R", "CA-U")
 NOT_LABELS = ("unknown", "none", "")
-
-
-def vocabulary_key(value: str) -> str:
-    """The one normalisation rule of a closed vocabulary: surrounding whitespace removed,
-    inner runs of whitespace made one space, case ignored (" Neutral" -> "neutral")."""
-    return " ".join(str(value).split()).casefold()
-
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """The closed set of values of a text column, checked by :func:`check_table`.
-    ``allowed``: the values, or with ``by`` a mapping from the value of column ``by`` to
-    its values (None, or a ``by`` value not in the mapping: open, not checked);
-    ``aliases``: other spellings (keys in :func:`vocabulary_key` form) -> allowed value;
-    ``ignore``: values (key form) that pass as they are, for a later check to judge;
-    ``hint``: what to do, appended to the refusal."""
-
-    column: str
-    allowed: tuple[str, ...] | Mapping[str, tuple[str, ...] | None]
-    by: str | None = None
-    aliases: Mapping[str, str] = field(default_factory=dict)
-    ignore: frozenset[str] = frozenset()
-    hint: str = ""
-
-    def values(self, by_value: str | None) -> tuple[str, ...] | None:
-        if self.by is None:
-            return tuple(self.allowed)
-        return self.allowed.get(by_value)
 
 
 @dataclass(frozen=True)
@@ -310,7 +282,7 @@ def _check(frame: pl.DataFrame, spec: TableSpec, source: str):
     problems = _type_problems(spec, frame)
     applied: list = []
     if not problems:
-        frame, applied, problems = _conform_all(frame, spec, where)
+        frame, applied, problems = conform_all(frame, _vocabularies(spec), where)
     if not problems:
         problems = _number_problems(frame, spec)
     if not problems:
@@ -333,98 +305,6 @@ def _vocabularies(spec: TableSpec) -> list[Vocabulary]:
     return [Vocabulary(c, tuple(v)) for c, v in spec.allowed] + list(spec.vocabularies)
 
 
-def _rows(frame: pl.DataFrame, test: pl.Expr) -> tuple[int, list[int]]:
-    hit = frame.select(pl.arg_where(test.fill_null(False)))
-    rows = hit.to_series()
-    return rows.len(), rows.head(5).to_list()
-
-
-def conform(frame: pl.DataFrame, vocab: Vocabulary):
-    """(mapping {(by value, value): allowed value} of the values :func:`vocabulary_key`
-    reads as an allowed one, problems): one line per value outside ``vocab``."""
-    col, by = vocab.column, vocab.by if vocab.by in frame.columns else None
-    keys = [by, col] if by else [col]
-    seen = frame.select(keys).unique(maintain_order=True).drop_nulls(col)
-    mapping: dict[tuple, str] = {}
-    problems = []
-    for row in seen.iter_rows():
-        b, raw = row if by else (None, row[0])
-        allowed = vocab.values(b) if by or vocab.by is None else None
-        if allowed is None or raw in allowed:
-            continue
-        key = vocabulary_key(raw)
-        if key in vocab.ignore:
-            continue
-        hits = {a for a in allowed if vocabulary_key(a) == key}
-        hits |= {vocab.aliases[key]} if key in vocab.aliases else set()
-        if len(hits) == 1:
-            mapping[(b, raw)] = hits.pop()
-            continue
-        test = pl.col(col) == raw
-        test = test & (pl.col(by) == b) if by else test
-        n, rows = _rows(frame, test)
-        scope = f" for {by} {b}" if by else ""
-        shown = ", ".join(allowed[:12]) + (", ..." if len(allowed) > 12 else "")
-        why = f"match {sorted(hits)} alike" if hits else "are outside its vocabulary"
-        problems.append(
-            f"column {col}: {n} row(s) {why}, value {raw!r}{scope} (rows {rows}); allowed: "
-            f"{shown} (whitespace and case are ignored); fix or drop them"
-            + (f"; {vocab.hint}" if vocab.hint else "")
-        )
-    return mapping, problems
-
-
-def apply_mapping(frame, vocab: Vocabulary, mapping: dict):
-    """``frame`` (eager or lazy) with ``mapping`` of :func:`conform` applied, order kept."""
-    if not mapping:
-        return frame
-    col = vocab.column
-    if vocab.by is None or all(b is None for b, _ in mapping):
-        return frame.with_columns(pl.col(col).replace({r: a for (_, r), a in mapping.items()}))
-    table = pl.DataFrame(
-        [(b, r, a) for (b, r), a in mapping.items()],
-        schema={vocab.by: pl.String, col: pl.String, "_allowed": pl.String},
-        orient="row",
-    )
-    joined = frame.join(
-        table.lazy() if isinstance(frame, pl.LazyFrame) else table,
-        on=[vocab.by, col],
-        how="left",
-        maintain_order="left",
-    )
-    return joined.with_columns(pl.coalesce("_allowed", col).alias(col)).drop("_allowed")
-
-
-def _conform_all(frame: pl.DataFrame, spec: TableSpec, where: str):
-    applied, problems = [], []
-    for vocab in _vocabularies(spec):
-        if vocab.column not in frame.columns:
-            continue
-        mapping, found = conform(frame, vocab)
-        problems += found
-        if mapping and not found:
-            frame = apply_mapping(frame, vocab, mapping)
-            applied.append((vocab, mapping))
-            shown = ", ".join(f"{r!r} -> {a!r}" for (_, r), a in list(mapping.items())[:3])
-            print(
-                f"stereolens: note: {where}: column {vocab.column}: read {shown}"
-                f"{' ...' if len(mapping) > 3 else ''} (whitespace and case ignored)",
-                file=sys.stderr,
-            )
-    return frame, applied, problems
-
-
-def conform_columns(frame: pl.DataFrame, vocabularies, where: str) -> pl.DataFrame:
-    """``frame`` with each of ``vocabularies`` conformed (:func:`vocabulary_key`), else
-    ConfigError naming ``where``, the column, the value and its rows."""
-    spec = TableSpec(what=where, unit="row", vocabularies=tuple(vocabularies))
-    frame, _, problems = _conform_all(frame, spec, where)
-    if problems:
-        more = f" (+{len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
-        raise ConfigError(f"{where}: {problems[0]}{more}")
-    return frame
-
-
 def _number_problems(frame: pl.DataFrame, spec: TableSpec) -> list[str]:
     out = []
     for name in spec.numbers:
@@ -437,7 +317,7 @@ def _number_problems(frame: pl.DataFrame, spec: TableSpec) -> list[str]:
             (v.is_infinite(), "infinite"),
             (v < 0, "negative"),
         ):
-            n, rows = _rows(frame, test)
+            n, rows = rows_where(frame, test)
             if n:
                 out.append(
                     f"column {name}: {n} row(s) are {what} (rows {rows}); a formula needs a "

@@ -21,8 +21,8 @@ from stereolens.biasig.formulas import (
     UNKNOWN_ANSWERS,
 )
 from stereolens.biasig.truth import ATTRIBUTES, VALUE_INDEX, VALUES_BY_ATTRIBUTE
-from stereolens.tables import Vocabulary, conform_columns
 from stereolens.validation import ConfigError
+from stereolens.vocabulary import Vocabulary, conform_columns
 
 
 def answer_vocabularies() -> tuple[Vocabulary, ...]:

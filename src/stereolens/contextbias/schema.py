@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from stereolens.paths import resource
-from stereolens.tables import vocabulary_key
+from stereolens.vocabulary import vocabulary_key
 
 NOT_LABELS = frozenset({"unknown", "none", ""})
 """Never counted as labels (REFERENCE.md: unknown, none and empty are never counted)."""
@@ -94,7 +94,7 @@ class AttributeSchema:
         (stereolens.tables.Vocabulary): its counted dimensions, each one's cohort, and the
         labels of the closed dimensions (open ones, e.g. items, are canonicalised, not
         checked; unknown, none and empty pass to the attributes table's own check)."""
-        from stereolens.tables import Vocabulary
+        from stereolens.vocabulary import Vocabulary
 
         hint = f"the attribute schema is {self.source}; give --schema for another"
         dims = self.counted_dimensions

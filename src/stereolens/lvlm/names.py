@@ -44,7 +44,7 @@ def table_vocabularies(group_columns: tuple[str, ...] = ("group",)) -> tuple:
     """The closed vocabularies of an LVLM table (stereolens.tables.Vocabulary): setting,
     task, axis, and each of ``group_columns`` among its axis's groups (lvlm.groups names a
     subset of these; a table holds the groups of the run that wrote it)."""
-    from stereolens.tables import Vocabulary
+    from stereolens.vocabulary import Vocabulary
 
     return (
         Vocabulary("setting", SETTINGS),

@@ -371,3 +371,81 @@ def test_every_metrics_cli_reads_csv_and_json_lines_as_parquet(tmp_path, capsys,
     for name in ("implicit", "explicit", "eta"):
         want = pl.read_parquet(tmp_path / "bg" / f"{name}.parquet")
         assert_frame_equal(pl.read_parquet(tmp_path / f"bg-{fmt}" / f"{name}.parquet"), want)
+
+
+# ----------------------------------------------------------------------------- merges
+def _jsonl(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_contextbias_merge_refuses_a_label_the_schema_lacks(tmp_path):
+    from stereolens.contextbias.merge import merge_extractions
+    from stereolens.contextbias.schema import AttributeSchema
+
+    schema = AttributeSchema.load()
+    answer = {
+        "scene": {
+            "mood": "calm",
+            "color_temperature": " Neutral",
+            "aesthetic_qualities": [],
+            "dominant_colors": [],
+            "weather": "unknown",
+        },
+        "camera": {"depth_of_field": "shallow", "framing": "medium", "perspective": "eye_level"},
+        "objects": {"items": ["Red Car"]},
+        "people": [],
+    }
+    base = {"extractor": "x", "model": "m", "role": "nurse", "condition": "CF", "seed": 1}
+    base |= {"prompt_id": "p", "status": "ok", "attempts": 1}
+    path = _jsonl(tmp_path / "s.jsonl", [{**base, "image_id": "a", "attributes": answer}])
+    attrs, _ = merge_extractions([path], schema)
+    labels = dict(attrs.select("dimension", "label").iter_rows())
+    assert labels["color_temperature"] == "neutral" and labels["items"] == "red car"
+    answer["scene"]["color_temperature"] = "neutrall"
+    _jsonl(path, [{**base, "image_id": "a", "attributes": answer}])
+    with pytest.raises(ConfigError, match="value 'neutrall' for dimension color_temperature"):
+        merge_extractions([path], schema)
+
+
+def test_lvlm_merge_reads_group_spellings_and_refuses_unknown_groups(tmp_path):
+    from stereolens.lvlm.merge import RESPONSE_DTYPES, TABLES, merge_model_tables
+
+    rows = []
+    for i, group in enumerate(["female", " Female", "male", "MALE "]):
+        row = dict.fromkeys(RESPONSE_DTYPES)
+        row |= {"model": "v", "setting": "image", "task": "story", "axis": "gender"}
+        row |= {"group": group, "image_id": f"u{i}", "prompt_id": "s", "response": "x"}
+        rows.append(row)
+    shard = _jsonl(tmp_path / "r.jsonl", rows)
+    out = {name: tmp_path / f"{name}.parquet" for name in TABLES}
+    kwargs = {"refusal_paths": [], "story_paths": [], "judgement_paths": [], "out": out}
+    merge_model_tables(response_paths=[shard], **kwargs)
+    assert (
+        pl.read_parquet(out["responses"])["group"].to_list() == ["female", "female"] + ["male"] * 2
+    )
+    _jsonl(shard, [*rows, {**rows[0], "group": "femme", "image_id": "u9"}])
+    with pytest.raises(ConfigError, match=r"value 'femme' for axis gender \(rows \[4\]\)"):
+        merge_model_tables(response_paths=[shard], **kwargs)
+
+
+def test_biasig_merge_reads_value_spellings_and_refuses_unknown_values(tmp_path):
+    from stereolens.biasig.merge import ANSWER_DTYPES, merge_model_answers
+
+    row = dict.fromkeys(ANSWER_DTYPES) | {"model": "m", "prompt_id": "p", "status": "ok"}
+    rows = [
+        row | {"image_id": "a", "position": "single", "gender": " Female", "race": "east asian"},
+        row | {"image_id": "b", "position": "Single", "gender": "male", "race": "unknown"},
+    ]
+    shard = _jsonl(tmp_path / "v.jsonl", rows)
+    merge_model_answers([shard], tmp_path / "answers.parquet", None)
+    merged = pl.read_parquet(tmp_path / "answers.parquet")
+    assert merged.select("position", "gender", "race").rows() == [
+        ("single", "female", "East Asian"),
+        ("single", "male", "unknown"),
+    ]
+    _jsonl(shard, [*rows, row | {"image_id": "c", "position": "single", "gender": "robot"}])
+    with pytest.raises(
+        ConfigError, match=r"column gender: 1 row\(s\) are outside .* \(rows \[2\]\)"
+    ):
+        merge_model_answers([shard], tmp_path / "answers.parquet", None)

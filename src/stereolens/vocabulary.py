@@ -150,3 +150,26 @@ def conform_columns(frame: pl.DataFrame, vocabularies, where: str) -> pl.DataFra
         more = f" (+{len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise ConfigError(f"{where}: {problems[0]}{more}")
     return frame
+
+
+def conform_parquet(path, vocabularies: Sequence[Vocabulary], where: str) -> None:
+    """A parquet table conformed in place: only the vocabularies' columns are read; the
+    file is rewritten (streamed, atomically) only when a value was read as another, and
+    a value outside a vocabulary is a ConfigError (the file is left as it is)."""
+    import polars as pl
+
+    from stereolens.atomic import sink_parquet
+
+    names = pl.scan_parquet(path).collect_schema().names()
+    cols = sorted({c for v in vocabularies for c in (v.column, v.by) if c and c in names})
+    if not cols:
+        return
+    _, applied, problems = conform_all(pl.read_parquet(path, columns=cols), vocabularies, where)
+    if problems:
+        more = f" (+{len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise ConfigError(f"{where}: {problems[0]}{more}")
+    frame = pl.scan_parquet(path)
+    for vocab, mapping in applied:
+        frame = apply_mapping(frame, vocab, mapping)
+    if applied:
+        sink_parquet(path, frame)

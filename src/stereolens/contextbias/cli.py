@@ -144,7 +144,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     m.add_argument(
-        "--attributes", required=True, metavar="PATH", help="attributes parquet (long form)"
+        "--attributes",
+        required=True,
+        metavar="PATH",
+        help="attributes table, long form (.parquet, .csv or .jsonl)",
     )
     m.add_argument("--out", required=True, metavar="DIR", help="output directory")
     m.add_argument(
@@ -157,7 +160,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--images",
         metavar="PATH",
-        help="images parquet with image_id, model, role, condition, status: gives the exact "
+        help="images table (.parquet, .csv or .jsonl) with image_id, model, role, condition, "
+        "status: gives the exact "
         "number of extracted images per cell (n_images, the CCS denominators); without it, "
         "only images that have at least one label are counted",
     )

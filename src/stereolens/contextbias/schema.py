@@ -89,14 +89,14 @@ class AttributeSchema:
             for d in self.counted_dimensions
         }
 
-    def table_vocabularies(self) -> tuple:
+    def table_vocabularies(self, hint: str = "give --schema for another") -> tuple:
         """The closed vocabularies of an attributes table under this schema
         (stereolens.tables.Vocabulary): its counted dimensions, each one's cohort, and the
         labels of the closed dimensions (open ones, e.g. items, are canonicalised, not
         checked; unknown, none and empty pass to the attributes table's own check)."""
         from stereolens.vocabulary import Vocabulary
 
-        hint = f"the attribute schema is {self.source}; give --schema for another"
+        hint = f"the attribute schema is {self.source}; {hint}"
         dims = self.counted_dimensions
         return (
             Vocabulary("dimension", tuple(d.name for d in dims), hint=hint),

@@ -111,10 +111,17 @@ def register(sub: argparse._SubParsersAction) -> None:
             "subject)."
         ),
     )
-    m.add_argument("--responses", required=True, metavar="PATH", help="responses table")
+    m.add_argument(
+        "--responses",
+        required=True,
+        metavar="PATH",
+        help="responses table (.parquet, .csv or .jsonl)",
+    )
     m.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    m.add_argument("--story-attributes", metavar="PATH", help="story attributes table")
-    m.add_argument("--term-judgements", metavar="PATH", help="term judgements table")
+    m.add_argument(
+        "--story-attributes", metavar="PATH", help="story attributes table (same formats)"
+    )
+    m.add_argument("--term-judgements", metavar="PATH", help="term judgements table (same formats)")
     m.add_argument(
         "--min-count",
         type=int,

@@ -126,8 +126,41 @@ def run_logged(snakemake, fn: Callable[[logging.Logger], None]) -> None:
     log_path = snakemake.log[0] if len(snakemake.log) else None
     with logged(log_path) as log:
         start = time.perf_counter()
+        check_inputs(snakemake.input)
         fn(log)
         log.info("done in %.1f s", time.perf_counter() - start)
+
+
+def check_results_intact(configfiles=(), root: str = "results") -> None:
+    """Refuse a run (at parse time, before the DAG) while a table under ``root`` is
+    damaged, naming each damaged file and the `stereolens regenerate` command that mends
+    it. Without this, the job reading the file fails, Snakemake deletes that job's outputs,
+    and the next run finds the finished outputs downstream of them up to date ("Nothing to
+    be done") with the damaged file still there. Under `stereolens regenerate` (its
+    REGENERATING_ENV set) it only warns: the regeneration mends them."""
+    from stereolens.damage import REGENERATING_ENV, DamagedTable, message, scan
+
+    found = scan(root)
+    if not found:
+        return
+    configfile = str(configfiles[-1]) if configfiles else None
+    if configfile and Path(configfile).is_absolute():
+        rel = os.path.relpath(configfile)
+        configfile = configfile if rel.startswith("..") else rel
+    text = message(found, configfile)
+    if os.environ.get(REGENERATING_ENV):
+        print(f"stereolens: warning: {text}", file=sys.stderr)
+        return
+    raise DamagedTable(text, [p for p, _ in found])
+
+
+def check_inputs(paths) -> None:
+    """Refuse to start a job whose parquet or JSON-lines input is damaged (truncated, cut
+    mid-line), naming each such file and the command that mends it (stereolens.damage):
+    a few bytes read per file, before the job reads any of them."""
+    from stereolens.damage import require_intact
+
+    require_intact(p for p in paths if isinstance(p, str) and os.path.isfile(p))
 
 
 def model_job_args(snakemake, log: logging.Logger) -> dict:

@@ -17,6 +17,7 @@ from stereolens.contextbias.plugin import roles as contextbias_roles
 from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
 from stereolens.models.registry import TINY_MEM_MB, load_registry
 from stereolens.workflow_support import (
+    check_results_intact,
     final_targets,
     job_timing_inputs,
     model_fingerprint_json,
@@ -26,6 +27,11 @@ from stereolens.workflow_support import (
 validate_config(config)
 REGISTRY = load_registry(config["registry"])
 check_models(config, REGISTRY)
+# a damaged table in results/ (a truncated parquet, a JSON-lines file cut mid-line) is
+# refused before the DAG is built, naming it and the command that mends it; once, in the
+# main process (a job's own parse skips it: the job checks its inputs itself)
+if workflow.is_main_process:
+    check_results_intact(workflow.overwrite_configfiles)
 
 CB = config["contextbias"]
 # roles present, every condition present, prompts non-empty, names that fit a folder:

@@ -126,3 +126,117 @@ def test_check_prompt_bank_returns_the_roles():
     assert check_prompt_bank(config) == ["nurse", "carpenter"]
     config["contextbias"]["roles"] = None
     assert len(check_prompt_bank(config)) == 92
+
+
+# ---- a run larger than its ceilings (issue 24, item 4): refused before any job list is
+# built, with the figures and the key to change, within 2 GB whatever size is asked for
+
+
+def _with(path, tmp_path, name, **edits):
+    config = yaml.safe_load(open(path))
+    for key, value in edits.items():
+        node = config
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    out = tmp_path / name
+    out.write_text(yaml.safe_dump(config))
+    return out
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "config/demo.yaml",
+        pytest.param("config/config.yaml", marks=pytest.mark.slow),
+        ".test/config/contextbias.yaml",
+        ".test/config/biasig.yaml",
+        ".test/config/lvlm.yaml",
+    ],
+)
+def test_size_by_arithmetic_is_the_job_lists_count(path):
+    """Each plug-in's size(config) equals its job list summed per stage and model."""
+    from collections import Counter
+
+    from stereolens.benchmark import benchmarks
+
+    config, _ = load_config(path)
+    for plugin in benchmarks(config):
+        listed, listed_items = Counter(), Counter()
+        for job in plugin.jobs(config, counts=True):
+            listed[job.stage, job.model] += 1
+            listed_items[job.stage, job.model] += job.items
+        sized, sized_items = Counter(), Counter()
+        for s in plugin.size(config):
+            sized[s.stage, s.model] += s.jobs
+            sized_items[s.stage, s.model] += s.items
+        assert (sized, sized_items) == (listed, listed_items), plugin.name
+
+
+def test_the_ceilings_admit_the_paper_run():
+    from stereolens.plan import check_ceiling, default_throughput
+
+    config, registry = load_config("config/config.yaml")
+    got = check_ceiling(config, registry, default_throughput())
+    assert 14_000 < got["jobs"] < config["limits"]["max_jobs"]
+    assert 3_800_000 < got["images"] < config["limits"]["max_images"]
+    assert 2_000 < got["gpu_hours"] < config["limits"]["max_gpu_hours"]
+
+
+def _capped(cmd, cwd=None):
+    """``cmd`` run with its address space capped at 2 GB."""
+    code = (
+        "import resource, subprocess, sys\n"
+        "cap = lambda: resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+        "sys.exit(subprocess.run(sys.argv[1:], preexec_fn=cap).returncode)\n"
+    )
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-c", code, *cmd],
+        cwd=cwd,
+        env=workflow_env(),
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_check_config_and_plan_refuse_a_run_over_its_ceilings_in_2_gb(tmp_path):
+    import sys
+    from pathlib import Path
+
+    from stereolens.plan import check_ceiling
+
+    bin_dir = Path(sys.executable).parent
+    huge = _with(
+        "config/demo.yaml", tmp_path, "huge.yaml", **{"contextbias.seeds.per_prompt": 10**9}
+    )
+    for cmd in ("check-config", "plan"):
+        out = _capped([str(bin_dir / "stereolens"), cmd, "--configfile", str(huge)])
+        assert out.returncode == 2, out.stderr[-2000:]
+        assert "limits.max_jobs = 50,000" in out.stderr and "MemoryError" not in out.stderr
+        assert "limits.max_images = 10,000,000" in out.stderr
+    # the largest ceiling the schema admits still refuses it (the count is arithmetic)
+    raised = _with(huge, tmp_path, "raised.yaml", **{"limits.max_jobs": 200_000})
+    with pytest.raises(ConfigError, match="limits.max_jobs = 200,000"):
+        check_ceiling(*load_config(raised))
+    with pytest.raises(ConfigError, match="limits.max_jobs"):
+        load_config(_with(huge, tmp_path, "over.yaml", **{"limits.max_jobs": 200_001}))
+    # a small ceiling names the figure: the demo's 36 model jobs over max_jobs 10
+    small = _with("config/demo.yaml", tmp_path, "small.yaml", **{"limits.max_jobs": 10})
+    with pytest.raises(ConfigError, match=r"36 jobs > limits.max_jobs = 10 \(") as err:
+        check_ceiling(*load_config(small))
+    assert "contextbias extract 8" in str(err.value), str(err.value)
+
+
+@pytest.mark.slow
+def test_snakemake_dry_run_refuses_a_run_over_its_ceilings_in_2_gb(repo_root, tmp_path):
+    wd = copy_workflow(tmp_path / "wd")
+    huge = _with(
+        "config/demo.yaml", tmp_path, "huge.yaml", **{"contextbias.seeds.per_prompt": 10**9}
+    )
+    out = _capped([SNAKEMAKE, "-n", "--configfile", str(huge)], cwd=wd)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "limits.max_jobs = 50,000" in text, text[-2000:]
+    assert "MemoryError" not in text

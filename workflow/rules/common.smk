@@ -16,6 +16,7 @@ from stereolens.contextbias.plugin import prompt_bank as contextbias_prompt_bank
 from stereolens.contextbias.plugin import roles as contextbias_roles
 from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
 from stereolens.models.registry import TINY_MEM_MB, load_registry
+from stereolens.plan import check_ceiling, default_throughput
 from stereolens.workflow_support import (
     check_results_intact,
     final_targets,
@@ -27,6 +28,9 @@ from stereolens.workflow_support import (
 validate_config(config)
 REGISTRY = load_registry(config["registry"])
 check_models(config, REGISTRY)
+# a run larger than its ceilings (limits: jobs, images, GPU-hours) is refused before any
+# job list is built (the counts are arithmetic: a size that would not fit in memory too)
+check_ceiling(config, REGISTRY, default_throughput())
 # a damaged table in results/ (a truncated parquet, a JSON-lines file cut mid-line) is
 # refused before the DAG is built, naming it and the command that mends it; once, in the
 # main process (a job's own parse skips it: the job checks its inputs itself)

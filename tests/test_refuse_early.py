@@ -240,3 +240,131 @@ def test_snakemake_dry_run_refuses_a_run_over_its_ceilings_in_2_gb(repo_root, tm
     text = out.stdout + out.stderr
     assert out.returncode != 0 and "limits.max_jobs = 50,000" in text, text[-2000:]
     assert "MemoryError" not in text
+
+
+# ---- models that cannot load (issue 24, item 7): a local model path that is missing or
+# holds no model, an API key variable unset; refused at parse time, naming model and key
+
+
+def _registry_with(tmp_path, **entries):
+    """config/models.yaml with vlms entries replaced or added, and the demo config using
+    them as its ContextBias extractors (every other model: the demo's)."""
+    registry = yaml.safe_load(open("config/models.yaml"))
+    registry["vlms"].update(entries)
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(registry))
+    config = yaml.safe_load(open("config/demo.yaml"))
+    config["registry"] = str(path)
+    config["contextbias"]["extractors"] = sorted(entries)
+    out = tmp_path / "config.yaml"
+    out.write_text(yaml.safe_dump(config))
+    return out
+
+
+def _local_vlm(model):
+    return {"backend": "transformers", "model": str(model), "device": "cpu"}
+
+
+def _api_vlm(key):
+    return {
+        "backend": "openai",
+        "model": "m",
+        "base_url": "http://127.0.0.1:9/v1",
+        "api_key_env": key,
+    }
+
+
+def test_model_sources_missing_path_empty_folder_and_unset_key(tmp_path, monkeypatch):
+    from stereolens.config import check_model_sources, model_source_problems
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "config.json").write_text("{}")
+    monkeypatch.delenv("STEREOLENS_TEST_UNSET", raising=False)
+    monkeypatch.setenv("STEREOLENS_TEST_SET", "sk-x")
+    path = _registry_with(
+        tmp_path,
+        gone=_local_vlm(tmp_path / "no/such/model"),
+        hollow=_local_vlm(empty),
+        fine=_local_vlm(good),
+        keyless=_api_vlm("STEREOLENS_TEST_UNSET"),
+        keyed=_api_vlm("STEREOLENS_TEST_SET"),
+    )
+    config, registry = load_config(path)
+    paths, keys = model_source_problems(config, registry)
+    assert len(paths) == 2 and len(keys) == 1, (paths, keys)
+    gone, hollow = sorted(paths)
+    assert "'gone' (contextbias extractor)" in gone and "does not exist" in gone
+    assert str(tmp_path / "no/such/model") in gone
+    assert "'hollow'" in hollow and "holds no model" in hollow
+    assert "'keyless'" in keys[0] and "$STEREOLENS_TEST_UNSET" in keys[0]
+    assert "api_key_env" in keys[0]
+    with pytest.raises(ConfigError, match="STEREOLENS_TEST_UNSET"):
+        check_model_sources(config, registry)
+    # a dry run asks no model: an unset key only warns; a missing path is still refused
+    with pytest.raises(ConfigError) as err:
+        check_model_sources(config, registry, warn_keys=True)
+    assert "STEREOLENS_TEST_UNSET" not in str(err.value) and "'gone'" in str(err.value)
+    # the demo's tiny models are built by a rule (resources/models/...): not missing
+    assert model_source_problems(*load_config("config/demo.yaml")) == ([], [])
+
+
+def test_runs_no_job_reads_the_snakemake_command_line():
+    from stereolens.workflow_support import runs_no_job
+
+    assert runs_no_job(["-n", "--configfile", "c.yaml"]) and runs_no_job(["-np"])
+    assert runs_no_job(["--summary", "--quiet"]) and runs_no_job(["--unlock"])
+    assert not runs_no_job(["--cores", "4", "--configfile", "c.yaml", "-p"])
+
+
+def test_check_config_names_the_model_and_the_key(tmp_path):
+    import sys
+    from pathlib import Path
+
+    path = _registry_with(tmp_path, keyless=_api_vlm("STEREOLENS_TEST_UNSET"))
+    cmd = [
+        str(Path(sys.executable).parent / "stereolens"),
+        "check-config",
+        "--configfile",
+        str(path),
+    ]
+    env = workflow_env()
+    env.pop("STEREOLENS_TEST_UNSET", None)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert out.returncode == 2 and "'keyless'" in out.stderr, out.stderr
+    assert "$STEREOLENS_TEST_UNSET" in out.stderr
+    out = subprocess.run(
+        cmd, env={**env, "STEREOLENS_TEST_UNSET": "sk-x"}, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.slow
+def test_snakemake_refuses_models_that_cannot_load_before_any_job(tmp_path):
+    wd = copy_workflow(tmp_path / "wd")
+    gone = _registry_with(tmp_path, gone=_local_vlm(tmp_path / "no/such/model"))
+    out = subprocess.run(
+        [SNAKEMAKE, "-n", "--configfile", str(gone)], cwd=wd, env=workflow_env(),
+        capture_output=True, text=True,
+    )  # fmt: skip
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "'gone'" in text and "does not exist" in text, text[-2000:]
+    sub = tmp_path / "key"
+    sub.mkdir()
+    keyless = _registry_with(sub, keyless=_api_vlm("STEREOLENS_TEST_UNSET"))
+    env = workflow_env()
+    env.pop("STEREOLENS_TEST_UNSET", None)
+    dry = subprocess.run(
+        [SNAKEMAKE, "-n", "--configfile", str(keyless)], cwd=wd, env=env,
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert dry.returncode == 0 and "$STEREOLENS_TEST_UNSET" in dry.stderr, dry.stderr[-2000:]
+    real = subprocess.run(
+        [SNAKEMAKE, "--cores", "1", "--configfile", str(keyless)], cwd=wd, env=env,
+        capture_output=True, text=True,
+    )  # fmt: skip
+    text = real.stdout + real.stderr
+    assert real.returncode != 0 and "$STEREOLENS_TEST_UNSET" in text, text[-2000:]
+    assert not (wd / "results").exists()

@@ -30,10 +30,11 @@ def _build_tiny(args: argparse.Namespace) -> int:
 
 def _check_config(args: argparse.Namespace) -> int:
     from stereolens.benchmark import benchmarks
-    from stereolens.config import load_config
+    from stereolens.config import check_model_sources, load_config
     from stereolens.plan import check_ceiling, default_throughput
 
     config, registry = load_config(args.configfile)
+    check_model_sources(config, registry)
     got = check_ceiling(config, registry, default_throughput())
     parts = []
     for plugin in benchmarks(config):
@@ -70,8 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Read a config and check it as the Snakefile does before any job is queued: "
             "YAML syntax (file, line and column; Snakemake itself only says 'not valid JSON "
             "or YAML'), the config schema, the registry, the models it names and the prompt "
-            "bank (roles, conditions, prompts, role names), and the run's size against its "
-            "ceilings (limits: jobs, images, GPU-hours)."
+            "bank (roles, conditions, prompts, role names), the run's size against its "
+            "ceilings (limits: jobs, images, GPU-hours), and the models it uses: a local "
+            "model: path that is missing or holds no model, an api_key_env variable unset."
         ),
     )
     c.add_argument("--configfile", required=True, metavar="FILE")

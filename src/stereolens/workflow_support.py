@@ -131,6 +131,27 @@ def run_logged(snakemake, fn: Callable[[logging.Logger], None]) -> None:
         log.info("done in %.1f s", time.perf_counter() - start)
 
 
+PLANNING_FLAGS = frozenset(
+    "--dry-run --dryrun --summary -S --detailed-summary -D --lint --unlock --list-rules -l "
+    "--list-target-rules --lt --dag --rulegraph --filegraph --d3dag --list-changes --lc "
+    "--list-input-changes --li --list-params-changes --lp --list-code-changes --cleanup-metadata "
+    "--delete-all-output --delete-temp-output --containerize --print-compilation".split()
+)
+"""Snakemake options of an invocation that runs no job (Snakemake decides the dry run
+after the parse, so the Snakefile reads its command line)."""
+
+
+def runs_no_job(argv: Sequence[str] | None = None) -> bool:
+    """Whether the Snakemake command line ``argv`` (default sys.argv) runs no job: a dry
+    run (-n, also in a cluster of short options such as -np), a summary, a lint, an unlock,
+    a graph or a listing."""
+    args = sys.argv[1:] if argv is None else argv
+    return any(
+        a in PLANNING_FLAGS or (a.startswith("-") and not a.startswith("--") and "n" in a[1:])
+        for a in args
+    )
+
+
 def check_results_intact(configfiles=(), root: str = "results") -> None:
     """Refuse a run (at parse time, before the DAG) while a table under ``root`` is
     damaged, naming each damaged file and the `stereolens regenerate` command that mends

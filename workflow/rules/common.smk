@@ -11,7 +11,7 @@ from snakemake.common import overwrite_function_params
 
 from stereolens.benchmark import benchmark as benchmark_plugin
 from stereolens.benchmark import benchmarks, generating, model_roles
-from stereolens.config import check_models, validate_config
+from stereolens.config import check_model_sources, check_models, validate_config
 from stereolens.contextbias.plugin import prompt_bank as contextbias_prompt_bank
 from stereolens.contextbias.plugin import roles as contextbias_roles
 from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
@@ -23,6 +23,7 @@ from stereolens.workflow_support import (
     job_timing_inputs,
     model_fingerprint_json,
     report_inputs,
+    runs_no_job,
 )
 
 validate_config(config)
@@ -36,6 +37,9 @@ check_ceiling(config, REGISTRY, default_throughput())
 # main process (a job's own parse skips it: the job checks its inputs itself)
 if workflow.is_main_process:
     check_results_intact(workflow.overwrite_configfiles)
+    # a local model path that is missing or holds no model, an API key variable unset:
+    # refused here, not in each job after the queue (an unset key only warns in a dry run)
+    check_model_sources(config, REGISTRY, warn_keys=runs_no_job())
 
 CB = config["contextbias"]
 # roles present, every condition present, prompts non-empty, names that fit a folder:

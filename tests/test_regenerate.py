@@ -195,3 +195,27 @@ def test_snakemake_dry_run_refuses_while_a_merged_part_is_damaged(tmp_path):
     assert out.returncode != 0, text[-2000:]
     assert f"stereolens regenerate --shard {rel} --configfile config/demo.yaml" in text, text
     assert "Nothing to be done" not in text
+
+
+def test_regenerate_runs_snakemake_with_the_damage_check_warning_only(tmp_path, monkeypatch):
+    """The parse refuses while a table is damaged; regenerate is how one is mended, so its
+    Snakemake calls (the summary and the forced run) carry REGENERATING_ENV."""
+    import stat
+
+    from stereolens.cli import main
+    from stereolens.damage import REGENERATING_ENV
+
+    monkeypatch.chdir(tmp_path)
+    fake = tmp_path / "snakemake"
+    part = "results/contextbias/merged/qwen/sdxl/attributes_raw.parquet"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'[ "${REGENERATING_ENV}" = 1 ] || {{ echo "refused: damaged" >&2; exit 1; }}\n'
+        f'echo "{part}\td\tmerge_contextbias_model_attributes\tl\tok\tno"\n'
+        'echo "$@" > forced.txt\n'
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.delenv(REGENERATING_ENV, raising=False)
+    rc = main(["regenerate", "--shard", part, "--snakemake", str(fake)])
+    assert rc == 0
+    assert f"--forcerun {part}" in (tmp_path / "forced.txt").read_text()

@@ -154,7 +154,7 @@ def test_parse_check_refuses_a_damaged_results_folder_and_regenerate_only_warns(
     tmp_path, monkeypatch, capsys
 ):
     from stereolens.damage import REGENERATING_ENV, DamagedTable
-    from stereolens.workflow_support import check_inputs, check_results_intact
+    from stereolens.workflow_support import check_inputs, check_results_intact, housekeeping
 
     monkeypatch.chdir(tmp_path)
     part, _ = _finished_tables(tmp_path)
@@ -166,6 +166,10 @@ def test_parse_check_refuses_a_damaged_results_folder_and_regenerate_only_warns(
     assert f"regenerate --shard {rel} --configfile config/run.yaml" in str(err.value)
     with pytest.raises(DamagedTable):
         check_inputs([str(rel), str(rel.parent / "images.parquet")])
+    # an unlock only warns (regenerate refuses to run on a locked folder)
+    check_results_intact(["config/run.yaml"], warn_only=housekeeping(["--unlock"]))
+    assert str(rel) in capsys.readouterr().err
+    assert not housekeeping(["-n", "--configfile", "c.yaml"])
     monkeypatch.setenv(REGENERATING_ENV, "1")
     check_results_intact(["config/run.yaml"])
     assert str(rel) in capsys.readouterr().err

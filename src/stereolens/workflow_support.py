@@ -152,13 +152,27 @@ def runs_no_job(argv: Sequence[str] | None = None) -> bool:
     )
 
 
-def check_results_intact(configfiles=(), root: str = "results") -> None:
+HOUSEKEEPING_FLAGS = frozenset(
+    "--unlock --cleanup-metadata --lint --list-rules -l --list-target-rules --lt".split()
+)
+"""Snakemake options of an invocation that neither runs nor plans jobs: a damaged table
+only warns there (an unlock must work, so that `stereolens regenerate` can mend it)."""
+
+
+def housekeeping(argv: Sequence[str] | None = None) -> bool:
+    """Whether the Snakemake command line ``argv`` (default sys.argv) only unlocks, lints or
+    lists (HOUSEKEEPING_FLAGS)."""
+    args = sys.argv[1:] if argv is None else argv
+    return any(a in HOUSEKEEPING_FLAGS for a in args)
+
+
+def check_results_intact(configfiles=(), root: str = "results", warn_only: bool = False) -> None:
     """Refuse a run (at parse time, before the DAG) while a table under ``root`` is
     damaged, naming each damaged file and the `stereolens regenerate` command that mends
     it. Without this, the job reading the file fails, Snakemake deletes that job's outputs,
     and the next run finds the finished outputs downstream of them up to date ("Nothing to
     be done") with the damaged file still there. Under `stereolens regenerate` (its
-    REGENERATING_ENV set) it only warns: the regeneration mends them."""
+    REGENERATING_ENV set) or with ``warn_only`` (an unlock, a lint) it only warns."""
     from stereolens.damage import REGENERATING_ENV, DamagedTable, message, scan
 
     found = scan(root)
@@ -169,7 +183,7 @@ def check_results_intact(configfiles=(), root: str = "results") -> None:
         rel = os.path.relpath(configfile)
         configfile = configfile if rel.startswith("..") else rel
     text = message(found, configfile)
-    if os.environ.get(REGENERATING_ENV):
+    if warn_only or os.environ.get(REGENERATING_ENV):
         print(f"stereolens: warning: {text}", file=sys.stderr)
         return
     raise DamagedTable(text, [p for p, _ in found])

@@ -20,6 +20,7 @@ from stereolens.plan import check_ceiling, default_throughput
 from stereolens.workflow_support import (
     check_results_intact,
     final_targets,
+    housekeeping,
     job_timing_inputs,
     model_fingerprint_json,
     report_inputs,
@@ -36,7 +37,7 @@ check_ceiling(config, REGISTRY, default_throughput())
 # refused before the DAG is built, naming it and the command that mends it; once, in the
 # main process (a job's own parse skips it: the job checks its inputs itself)
 if workflow.is_main_process:
-    check_results_intact(workflow.overwrite_configfiles)
+    check_results_intact(workflow.overwrite_configfiles, warn_only=housekeeping())
     # a local model path that is missing or holds no model, an API key variable unset:
     # refused here, not in each job after the queue (an unset key only warns in a dry run)
     check_model_sources(config, REGISTRY, warn_keys=runs_no_job())

@@ -61,7 +61,11 @@ def problem(path: str | os.PathLike) -> str | None:
             with path.open("rb") as fh:
                 fh.seek(-1, os.SEEK_END)
                 last = fh.read(1)
-            return None if last == b"\n" else "its last line is cut short (no final newline)"
+            return (
+                None
+                if last == b"\n"
+                else "its last line is not valid JSON: cut short, no final newline"
+            )
         if size < 12:
             return f"{size} bytes, too short for a parquet file"
         with path.open("rb") as fh:

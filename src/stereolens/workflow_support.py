@@ -190,12 +190,14 @@ def check_results_intact(configfiles=(), root: str = "results", warn_only: bool 
 
 
 def check_inputs(paths) -> None:
-    """Refuse to start a job whose parquet or JSON-lines input is damaged (truncated, cut
-    mid-line), naming each such file and the command that mends it (stereolens.damage):
-    a few bytes read per file, before the job reads any of them."""
-    from stereolens.damage import require_intact
+    """Refuse to start a job whose parquet or JSON-lines input under results/ is damaged
+    (truncated, cut mid-line), naming each such file and the command that mends it
+    (stereolens.damage): a few bytes read per file, before the job reads any of them."""
+    from stereolens.damage import in_results, require_intact
 
-    require_intact(p for p in paths if isinstance(p, str) and os.path.isfile(p))
+    # outputs of the workflow only: a hand-written JSON-lines input (annotation answers)
+    # may lack its final newline
+    require_intact(p for p in paths if isinstance(p, str) and in_results(p) and os.path.isfile(p))
 
 
 def model_job_args(snakemake, log: logging.Logger) -> dict:

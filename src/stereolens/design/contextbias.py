@@ -3,8 +3,10 @@ cohort) under the role-level bootstrap.
 
 The world. A population of roles, each with a label distribution per dimension and condition
 (CF, CA-U): from the documented prior (resources/design/priors.v1.yaml: a role centre
-Dirichlet(role_concentration x population), each condition Dirichlet(condition_concentration
-x centre)) or from a pilot run's attributes table (each pilot role's counts, smoothed towards
+Dirichlet(role_concentration x population), each condition's distribution scattered around
+it in a level shared by the generators and one of each generator, condition_concentration
+and generator_share per cohort calibrated against paper 002 Tables 8 and 9) or from a pilot
+run's attributes table (each pilot role's counts, smoothed towards
 the generator's pooled distribution by one pseudo-image). A simulated dataset draws the
 config's roles from that population with replacement (the role bootstrap's model: roles are
 a sample), swaps each drawn role's two conditions at random (so that, with no planted effect,
@@ -275,8 +277,14 @@ class ContextBiasDesign:
             "dimension's most common label"
         )
         df = max(1, self.world.prompts.shape[0] - 1)
+        estimand = (
+            f"a new draw of {self.world.prompts.shape[0]} roles (the role bootstrap's "
+            "population), each with the config's prompts"
+        )
         return [
-            EffectSpec(name, self.benchmark, comp, "BI", "interval", 0.0, definition, df)
+            EffectSpec(
+                name, self.benchmark, comp, "BI", "interval", 0.0, definition, df, estimand=estimand
+            )  # fmt: skip
             for name, comp, _, _ in self._names()
         ]
 

@@ -142,6 +142,7 @@ rule compute_contextbias_metrics:
         consistency=CB["metrics"]["consistency"],
         bh_family=CB["metrics"]["bh_family"],
         robustness_cells=CB["metrics"]["robustness_cells"],
+        robustness_all=CB["metrics"]["robustness_all"],
     shell:
         "stereolens contextbias metrics --attributes {input.attributes}"
         " --images {input.images} --schema {input.schema} --k {params.k}"
@@ -150,4 +151,5 @@ rule compute_contextbias_metrics:
         " --single-label-bi {params.single_label_bi}"
         " --bootstrap-draws {params.bootstrap_draws} --consistency {params.consistency}"
         " --bh-family {params.bh_family} --robustness-cells {params.robustness_cells}"
+        " --robustness-all {params.robustness_all}"
         " --out {params.outdir} > {log} 2>&1"

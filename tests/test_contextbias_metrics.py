@@ -743,8 +743,11 @@ def test_cli_writes_every_table(tmp_path, robustness_data):
         "2",
     ]
     assert main(argv) == 0
-    names = {"bi", "ccs", "ccs_mean", "robustness", "bootstrap"}
+    names = {"bi", "ccs", "ccs_mean", "robustness", "bootstrap", "comparisons", "ranks"}
     assert {p.stem for p in out.glob("*.parquet")} == names
+    cmp = pl.read_parquet(out / "comparisons.parquet")
+    assert set(cmp["metric"]) == {"bi", "bi_shift"} and cmp.height == 4 * 3  # 3 levels
+    assert pl.read_parquet(out / "ranks.parquet").height == 2 * cmp.height
     assert not list(out.glob(".*"))  # no temporary files left behind
     assert pl.read_parquet(out / "bootstrap.parquet")["replicates"][0] == 30
     assert set(pl.read_parquet(out / "bi.parquet")["aggregation"]) == {

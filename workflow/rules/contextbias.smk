@@ -124,6 +124,8 @@ rule compute_contextbias_metrics:
         ccs_mean="results/contextbias/metrics/ccs_mean.parquet",
         robustness="results/contextbias/metrics/robustness.parquet",
         bootstrap="results/contextbias/metrics/bootstrap.parquet",
+        comparisons="results/contextbias/metrics/comparisons.parquet",
+        ranks="results/contextbias/metrics/ranks.parquet",
     log:
         "logs/contextbias/compute_metrics.log",
     benchmark:

@@ -41,8 +41,9 @@ def _read(path: str, what: str):
 
 def _metrics(args: argparse.Namespace) -> int:
 
-    from stereolens.contextbias.bootstrap import cluster_bootstrap
+    from stereolens.contextbias.bootstrap import bootstrap_frame, level_replicates
     from stereolens.contextbias.ccs import ccs_mean, ccs_table
+    from stereolens.contextbias.comparisons import model_comparisons
     from stereolens.contextbias.metrics import bi_table
     from stereolens.contextbias.robustness import robustness_summary, robustness_tests
     from stereolens.contextbias.schema import AttributeSchema
@@ -78,6 +79,16 @@ def _metrics(args: argparse.Namespace) -> int:
         consistency=args.consistency,
         bh_family=args.bh_family,
     )
+    boot = level_replicates(
+        attributes,
+        replicates=args.replicates,
+        seed=args.seed,
+        k_definition=args.k,
+        schema=schema,
+        draws=args.bootstrap_draws,
+        **bi_opts,
+    )
+    comparisons, ranks = model_comparisons(boot)
     tables = {
         "bi.parquet": bi,
         "ccs.parquet": ccs,
@@ -86,15 +97,9 @@ def _metrics(args: argparse.Namespace) -> int:
             robustness_tests(attributes, images, cells=cells, alpha=args.alpha),
             all_cohorts=args.robustness_all,
         ),
-        "bootstrap.parquet": cluster_bootstrap(
-            attributes,
-            replicates=args.replicates,
-            seed=args.seed,
-            k_definition=args.k,
-            schema=schema,
-            draws=args.bootstrap_draws,
-            **bi_opts,
-        ),
+        "bootstrap.parquet": bootstrap_frame(boot),
+        "comparisons.parquet": comparisons,
+        "ranks.parquet": ranks,
     }
     write_tables(out, tables)
     print(
@@ -132,7 +137,12 @@ def register(sub: argparse._SubParsersAction) -> None:
             "cohort (paper Table 3, computed as the authors' released code by default); "
             "bootstrap.parquet: role-level cluster bootstrap of pooled-BI differences "
             "(CA-R - CF, CA-U - CF, CA-U - CA-R) with 95% percentile intervals, per "
-            "model and across models, per cohort and per dimension (paper Tables 8-9). "
+            "model and across models, per cohort and per dimension (paper Tables 8-9); "
+            "comparisons.parquet and ranks.parquet: every pair of generators (and of "
+            "extractors reading the same images) on pooled BI per condition and on the CA-U "
+            "- CF shift, overall and per cohort: difference, Wald interval from the paired "
+            "role-bootstrap replicates, Holm over each family, ranks and groups "
+            "(stereolens.metrics.compare). "
             "The three conditions must be named CF, CA-R and CA-U."
         ),
     )

@@ -86,7 +86,22 @@ def test_comparison_families_and_hand_values():
     assert boot.equals(cluster_bootstrap(att, replicates=400, seed=3))
     d = lv.replicates[0, :, i_people, 2] - lv.replicates[0, :, i_people, 0]
     b = _row(boot, model="m1", cohort="people", dimension="*", comparison="CA-U - CF")
-    assert b["ci_low"] == pytest.approx(np.percentile(d, 2.5), abs=1e-12)
+    # default interval "basic": 2 x estimate - the 97.5 and 2.5 percentiles; estimate_bc =
+    # 2 x estimate - the replicates' mean; "percentile" = the percentiles themselves
+    assert b["estimate"] == pytest.approx(-BI_QUARTER, abs=1e-12) and b["interval"] == "basic"
+    assert b["ci_low"] == pytest.approx(-2 * BI_QUARTER - np.percentile(d, 97.5), abs=1e-12)
+    assert b["ci_high"] == pytest.approx(-2 * BI_QUARTER - np.percentile(d, 2.5), abs=1e-12)
+    assert b["estimate_bc"] == pytest.approx(-2 * BI_QUARTER - d.mean(), abs=1e-12)
+    assert b["boot_mean"] == pytest.approx(d.mean(), abs=1e-12)
+    pct = _row(
+        bootstrap_frame(lv, "percentile"),
+        model="m1", cohort="people", dimension="*", comparison="CA-U - CF",
+    )  # fmt: skip
+    assert pct["ci_low"] == pytest.approx(np.percentile(d, 2.5), abs=1e-12)
+    assert pct["ci_high"] == pytest.approx(np.percentile(d, 97.5), abs=1e-12)
+    assert pct["estimate_bc"] == b["estimate_bc"] and pct["interval"] == "percentile"
+    with pytest.raises(ValueError, match="interval"):
+        bootstrap_frame(lv, "bca")
 
 
 def test_unpaired_draws_and_extractor_families():

@@ -575,6 +575,8 @@ def test_bootstrap_shape_determinism_and_estimate():
         "k_definition",
         "overall_definition",
         "draws",
+        "estimate_bc",
+        "interval",
     ]
     # (2 models + "*") x (2 cohorts + all + 2 dimensions) x 3 comparisons
     assert boot.height == 3 * 5 * 3
@@ -628,9 +630,17 @@ def test_bootstrap_against_hand_loop():
         diffs.append(bi["CA-U"] - bi["CF"])
     row = _one(boot, model="m1", dimension="framing", comparison="CA-U - CF")
     lo, hi = np.percentile(diffs, [2.5, 97.5])
-    assert row["ci_low"] == pytest.approx(lo, abs=1e-12)
-    assert row["ci_high"] == pytest.approx(hi, abs=1e-12)
+    # the default basic interval: 2 x estimate - the 97.5 and 2.5 percentiles
+    est = row["estimate"]
+    assert row["interval"] == "basic"
+    assert row["ci_low"] == pytest.approx(2 * est - hi, abs=1e-12)
+    assert row["ci_high"] == pytest.approx(2 * est - lo, abs=1e-12)
     assert row["boot_mean"] == pytest.approx(np.mean(diffs), abs=1e-12)
+    assert row["estimate_bc"] == pytest.approx(2 * est - np.mean(diffs), abs=1e-12)
+    pct = cluster_bootstrap(att, replicates=b_count, seed=5, interval="percentile")
+    prow = _one(pct, model="m1", dimension="framing", comparison="CA-U - CF")
+    assert (prow["ci_low"], prow["ci_high"]) == (pytest.approx(lo, abs=1e-12),
+                                                 pytest.approx(hi, abs=1e-12))  # fmt: skip
 
 
 def test_bootstrap_vectorised_equals_loop():
@@ -667,8 +677,11 @@ def test_bootstrap_unpaired_draws_against_hand_loop():
 
     att, _ = _bootstrap_table()
     b_count, seed = 30, 2
-    boot = cluster_bootstrap(att, replicates=b_count, seed=seed, draws="unpaired")
-    assert set(boot["draws"]) == {"unpaired"}
+    # the released design: unpaired draws and percentile intervals
+    boot = cluster_bootstrap(
+        att, replicates=b_count, seed=seed, draws="unpaired", interval="percentile"
+    )
+    assert set(boot["draws"]) == {"unpaired"} and set(boot["interval"]) == {"percentile"}
     roles = sorted(att["role"].unique())
     frame = att.filter((pl.col("model") == "m2") & (pl.col("dimension") == "framing"))
     draws = {
@@ -700,7 +713,9 @@ def test_bootstrap_unpaired_draws_against_hand_loop():
     assert not paired["ci_low"].equals(boot["ci_low"])
     # adding a model leaves the others' unpaired draws as they were
     m3 = att.filter(pl.col("model") == "m1").with_columns(pl.lit("m3").alias("model"))
-    more = cluster_bootstrap(pl.concat([att, m3]), replicates=b_count, seed=seed, draws="unpaired")
+    more = cluster_bootstrap(
+        pl.concat([att, m3]), replicates=b_count, seed=seed, draws="unpaired", interval="percentile"
+    )
     keep = pl.col("model") == "m2"
     assert more.filter(keep).equals(boot.filter(keep))
     with pytest.raises(ValueError, match="draws"):

@@ -141,6 +141,7 @@ rule compute_contextbias_metrics:
         overall=CB["metrics"]["overall"],
         single_label_bi=CB["metrics"]["single_label_bi"],
         bootstrap_draws=CB["metrics"]["bootstrap_draws"],
+        bootstrap_interval=CB["metrics"]["bootstrap_interval"],
         consistency=CB["metrics"]["consistency"],
         bh_family=CB["metrics"]["bh_family"],
         robustness_cells=CB["metrics"]["robustness_cells"],
@@ -152,6 +153,7 @@ rule compute_contextbias_metrics:
         " --matched-draws {params.draws} --overall {params.overall}"
         " --single-label-bi {params.single_label_bi}"
         " --bootstrap-draws {params.bootstrap_draws} --consistency {params.consistency}"
+        " --bootstrap-interval {params.bootstrap_interval}"
         " --bh-family {params.bh_family} --robustness-cells {params.robustness_cells}"
         " --robustness-all {params.robustness_all}"
         " --out {params.outdir} > {log} 2>&1"

@@ -32,6 +32,11 @@ COMPARISONS = (
 
 
 # ----------------------------------------------------------------------------- bootstrap
+BOOTSTRAP_INTERVALS = ("basic", "percentile")
+"""The 95% interval of bootstrap.parquet: "basic" (default) = 2 x estimate - the 97.5 and 2.5
+percentiles of the replicates, which removes the plug-in BI's small-sample bias that the
+percentile interval adds a second time (bench/COVERAGE.md, ContextBias); "percentile" = the
+2.5 and 97.5 percentiles, as the released code (its headline CI)."""
 BOOTSTRAP_DRAWS = ("paired", "unpaired")
 """How roles are drawn in each bootstrap replicate: "paired" = one draw shared by every
 model and condition (differences stay paired; default); "unpaired" = an independent draw
@@ -287,8 +292,10 @@ def _bootstrap_frame(
     return bootstrap_frame(_level_replicates(data, estimate, boot, replicates, seed, draws))
 
 
-def bootstrap_frame(lv: LevelReplicates) -> pl.DataFrame:
+def bootstrap_frame(lv: LevelReplicates, interval: str = "basic") -> pl.DataFrame:
     """The bootstrap.parquet table (see :func:`cluster_bootstrap`) from level replicates."""
+    if interval not in BOOTSTRAP_INTERVALS:
+        raise ValueError(f"interval {interval!r}; allowed: {', '.join(BOOTSTRAP_INTERVALS)}")
     names = lv.levels
     est = lv.estimate[:, None]
     rep = lv.replicates
@@ -309,6 +316,8 @@ def bootstrap_frame(lv: LevelReplicates) -> pl.DataFrame:
             d_est = est[:, 0, :, ia[a]] - est[:, 0, :, ia[b]]  # (G, L)
             d_rep = rep[:, :, :, ia[a]] - rep[:, :, :, ia[b]]  # (G, B, L)
             lo, hi = np.nanpercentile(d_rep, [2.5, 97.5], axis=1)
+            if interval == "basic":
+                lo, hi = 2 * d_est - hi, 2 * d_est - lo
             mean = np.nanmean(d_rep, axis=1)
             ci[label] = (d_est, mean, lo, hi)
     for label, (d_est, mean, lo, hi) in ci.items():
@@ -339,6 +348,8 @@ def bootstrap_frame(lv: LevelReplicates) -> pl.DataFrame:
         pl.lit(lv.k_definition).alias("k_definition"),
         pl.lit(lv.overall).alias("overall_definition"),
         pl.lit(lv.draws).alias("draws"),
+        (2 * pl.col("estimate") - pl.col("boot_mean")).fill_nan(None).alias("estimate_bc"),
+        pl.lit(interval).alias("interval"),
     )
     return frame.sort(lv.gkeys + ["cohort", "dimension", "comparison"])
 
@@ -353,6 +364,7 @@ def cluster_bootstrap(
     draws: str = "paired",
     overall: str = "cohort",
     single_label_bi: float = 0.0,
+    interval: str = "basic",
 ) -> pl.DataFrame:
     """Role-level cluster bootstrap of pooled-BI differences between conditions (paper App.
     E.1, Tables 8-9).
@@ -372,10 +384,13 @@ def cluster_bootstrap(
 
     Columns: [extractor], model (or "*"), cohort (or "*"), dimension ("*" = the cohort, or a
     dimension name), comparison ("CA-R - CF", "CA-U - CF", "CA-U - CA-R"), estimate (on the
-    original data; equals the difference of :func:`pooled_bi` values), boot_mean (mean over
-    replicates: the paper's reported "mean differences"), ci_low, ci_high (2.5 and 97.5
-    percentiles), replicates, seed, k_definition, overall_definition, draws. Rows whose
-    estimate is undefined (a condition without data) are left out."""
+    original data, the plug-in: the paper's number; equals the difference of
+    :func:`pooled_bi` values), estimate_bc (bias-corrected: 2 x estimate - boot_mean),
+    boot_mean (mean over replicates: the paper's reported "mean differences"), ci_low,
+    ci_high (``interval`` "basic", default: 2 x estimate - the 97.5 and 2.5 percentiles;
+    "percentile": the 2.5 and 97.5 percentiles, as the released code), interval, replicates,
+    seed, k_definition, overall_definition, draws. Rows whose estimate is undefined (a
+    condition without data) are left out."""
     return bootstrap_frame(
         level_replicates(
             attributes,
@@ -386,7 +401,8 @@ def cluster_bootstrap(
             draws=draws,
             overall=overall,
             single_label_bi=single_label_bi,
-        )
+        ),
+        interval,
     )
 
 

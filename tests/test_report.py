@@ -150,6 +150,17 @@ def test_robustness_caption_names_the_computation():
     att, img = _attributes()
     cond = CR.robustness_summary(CR.robustness_tests(att, img, cells="condition"))
     assert "not the paper's Table 3" in RC._robustness_caption(cond)
+    assert "People, Objects and Camera" in RC._robustness_caption(t["robustness"])
+    every = CR.robustness_summary(CR.robustness_tests(att, img), all_cohorts="all")
+    assert "Scene included" in RC._robustness_caption(every)
+
+
+def test_ccs_captions_name_the_consistency_rule():
+    inputs = Inputs.from_frames(_contextbias_tables())
+    default = " ".join(t.caption for t in RC._ccs_tables(inputs))
+    assert "at least 5 occurrences, p > 0.05 and range <= 5 pp" in default
+    paper = " ".join(t.caption for t in RC._ccs_tables(inputs, {"consistency": "paper"}))
+    assert "at least 5" not in paper and "p > 0.05 and range <= 5 pp" in paper
 
 
 def test_contextbias_profile_is_the_bootstrap_row_and_the_invariant_share():

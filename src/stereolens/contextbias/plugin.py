@@ -198,14 +198,18 @@ def _models(config: dict) -> dict[str, list[str]]:
     return out
 
 
-METRICS = ("bi", "ccs", "ccs_mean", "robustness", "bootstrap")
+METRICS = ("bi", "ccs", "ccs_mean", "robustness", "bootstrap", "comparisons", "ranks")
+"""The tables of results/contextbias/metrics/ (the metrics rule's outputs)."""
+COMPARISON_TABLES = ("comparisons", "ranks")
+"""Report keys contextbias_comparisons and contextbias_ranks (report.comparisons)."""
 
 REPORT_PATHS = {
     "prompts": f"{RESULTS}/prompts.parquet",
     "images": f"{RESULTS}/images.parquet",
     "attributes": f"{RESULTS}/attributes.parquet",
     "mapping": f"{RESULTS}/canonical_mapping.parquet",
-    **{n: f"{RESULTS}/metrics/{n}.parquet" for n in METRICS},
+    **{n: f"{RESULTS}/metrics/{n}.parquet" for n in METRICS if n not in COMPARISON_TABLES},
+    **{f"contextbias_{n}": f"{RESULTS}/metrics/{n}.parquet" for n in COMPARISON_TABLES},
     "validation": f"{RESULTS}/validation/scores.parquet",
     "validation_by_group": f"{RESULTS}/validation/by_group.parquet",
     "validation_group_gaps": f"{RESULTS}/validation/group_gaps.parquet",
@@ -256,9 +260,6 @@ def generation_settings(config: dict, model: str, cell: str) -> str:
         },
         sort_keys=True,
     )
-
-
-METRICS = ("bi", "ccs", "ccs_mean", "robustness", "bootstrap")
 
 
 def _enabled(config: dict[str, Any]) -> bool:

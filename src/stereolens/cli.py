@@ -41,6 +41,11 @@ def _check_config(args: argparse.Namespace) -> int:
         f"{args.configfile}: valid. Registry {config['registry']} ({len(registry)} models). "
         + "; ".join(parts)
     )
+    from stereolens.check_models import configured_models
+    from stereolens.models.api_wait import api_wait_lines
+
+    for line in api_wait_lines(registry, configured_models(config)):
+        print(line)
     return 0
 
 

@@ -359,8 +359,10 @@ def test_a_hanging_endpoint_fails_the_job_within_the_worst_case(serve):
     assert server.base_url in str(err.value) and "Timeout" in str(err.value)
 
 
-def test_check_config_prints_the_worst_case_for_the_api_models(capsys):
+def test_check_config_prints_the_worst_case_for_the_api_models(capsys, monkeypatch):
     from stereolens.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used")  # check-config refuses an unset key
 
     assert main(["check-config", "--configfile", "config/config.yaml"]) == 0
     out = capsys.readouterr().out

@@ -48,6 +48,11 @@ def _check_config(args: argparse.Namespace) -> int:
         f"{got['gpu_hours']:,.1f} GPU-hours (limits {lim['max_jobs']:,}, "
         f"{lim['max_images']:,}, {lim['max_gpu_hours']:,})"
     )
+    from stereolens.check_models import configured_models
+    from stereolens.models.api_wait import api_wait_lines
+
+    for line in api_wait_lines(registry, configured_models(config)):
+        print(line)
     return 0
 
 

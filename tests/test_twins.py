@@ -604,3 +604,48 @@ def test_vlm_twins_keep_the_hub_files_layout(twin_root):
     assert processor["num_image_tokens"] == (vision.image_size // vision.patch_size) ** 2
     vocab = AutoTokenizer.from_pretrained(str(twin_path("gemma3", twin_root))).get_vocab()
     assert all("\n" * n in vocab for n in range(1, 5))
+
+
+def test_internvl_entries_name_the_native_checkpoints_and_their_twins_tile_like_it(
+    twin_root, tmp_path
+):
+    """InternVL3 and InternVL3.5 (#24 item 11): the registry names OpenGVLab's -hf
+    conversions (transformers' native InternVLForConditionalGeneration, no remote code),
+    and their twins run; an image becomes InternVLProcessor's
+    ``<img>`` + ``<IMG_CONTEXT>`` x (tokens per tile x tiles) + ``</img>``, the tile count
+    from the image processor and the tokens per tile from the model's own features."""
+    pytest.importorskip("transformers")
+    from PIL import Image
+
+    from stereolens.check_models import _load_vlm
+    from stereolens.models.requests import VLMRequest
+
+    image = tmp_path / "wide.png"
+    pixels = np.random.default_rng(1).integers(0, 255, (300, 900, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(image)
+    for name, hub, decoder in (
+        ("internvl3-8b", "OpenGVLab/InternVL3-8B-hf", "qwen2"),
+        ("internvl3.5-8b", "OpenGVLab/InternVL3_5-8B-HF", "qwen3"),
+    ):
+        spec = REGISTRY[name]
+        assert spec.model == hub and not spec.get("trust_remote_code")
+        assert "-hf checkpoint" in spec.get("notes").lower()
+        info = twin_info(spec)
+        assert (info.status, info.pipeline_class) == ("twin", "InternVLForConditionalGeneration")
+        run = twin_spec(spec, root=twin_root)
+        model = _load_vlm(run.spec, run.runner)
+        assert type(model.model).__name__ == info.pipeline_class
+        assert model.model.config.text_config.model_type == decoder
+        folder = Path(run.spec.model)
+        per_tile = json.loads((folder / "processor_config.json").read_text())["image_seq_length"]
+        tok = model.tokenizer
+        request = VLMRequest(text="Who?", image_path=str(image), choices=("yes", "no"))
+        ids = model._encode([request])["input_ids"][0].tolist()
+        tiles = model.image_processor(images=[Image.open(image).convert("RGB")])["num_patches"]
+        assert tiles[0] > 1  # a wide image: several tiles plus the thumbnail
+        context = tok.convert_tokens_to_ids("<IMG_CONTEXT>")
+        start = ids.index(tok.convert_tokens_to_ids("<img>"))
+        end = ids.index(tok.convert_tokens_to_ids("</img>"))
+        assert ids[start + 1 : end] == [context] * (per_tile * tiles[0])
+        assert ids.count(context) == per_tile * tiles[0]
+        assert model.answer([request])[0] in ("yes", "no")

@@ -55,8 +55,9 @@ class TwinBuilder:
     base: str | None = None
     """A LoRA's base twin."""
     runner: str = "backend"
-    """How the twin is run: ``backend`` (the registry backend itself) or ``model``
-    (model-level: the processor class cannot be built here, see .language)."""
+    """How the twin is run: ``backend`` (the registry backend itself), ``model``
+    (model-level: the processor class cannot be built here, see .language) or ``vllm``
+    (only vLLM's own implementation loads it: no transformers class does)."""
     wants_final_dir: bool = False
     """The builder must know the folder's final path (it writes it into a file)."""
 
@@ -135,6 +136,13 @@ BUILDERS: dict[str, TwinBuilder] = {
             "InternVLForConditionalGeneration",
             f"{_I}:build_internvl35",
             runner="model",
+        ),
+        TwinBuilder(
+            "mini-internvl-v1.5",
+            "vlm",
+            "InternVLChatModel (vLLM)",
+            f"{_I}:build_mini_internvl_v15",
+            runner="vllm",
         ),
         TwinBuilder("qwen3", "llm", "Qwen3ForCausalLM", f"{_L}:build_qwen3"),
     )

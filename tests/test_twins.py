@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from stereolens.models.registry import load_registry
+from stereolens.models.tiny.twins import builder
 from stereolens.models.twins import load_twins, markdown_table, twin_info, twin_spec, twin_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +42,11 @@ GENERATOR_TWINS = [
 LANGUAGE_TWINS = [
     n for n, s in REGISTRY.items() if s.kind != "generator" and twin_info(s).status == "twin"
 ]
+VLLM_ONLY_TWINS = [
+    n for n in LANGUAGE_TWINS if builder(twin_info(REGISTRY[n]).builder).runner == "vllm"
+]
+"""Twins that only vLLM's own implementation loads (tests/test_vllm.py runs them)."""
+LANGUAGE_TWINS = [n for n in LANGUAGE_TWINS if n not in VLLM_ONLY_TWINS]
 PROMPTS = ["a photo of a doctor", "a nurse at work", "the engineer"]
 SEEDS = [11, 12, 13]
 
@@ -629,3 +635,84 @@ def test_vlm_twins_keep_the_hub_files_layout(twin_root):
     assert processor["num_image_tokens"] == (vision.image_size // vision.patch_size) ** 2
     vocab = AutoTokenizer.from_pretrained(str(twin_path("gemma3", twin_root))).get_vocab()
     assert all("\n" * n in vocab for n in range(1, 5))
+
+
+def test_internvl_entries_name_the_native_checkpoints_and_their_twins_tile_like_it(
+    twin_root, tmp_path
+):
+    """InternVL3 and InternVL3.5 (#24 item 11): the registry names OpenGVLab's -hf
+    conversions (transformers' native InternVLForConditionalGeneration, no remote code),
+    and their twins run; an image becomes InternVLProcessor's
+    ``<img>`` + ``<IMG_CONTEXT>`` x (tokens per tile x tiles) + ``</img>``, the tile count
+    from the image processor and the tokens per tile from the model's own features."""
+    pytest.importorskip("transformers")
+    from PIL import Image
+
+    from stereolens.check_models import _load_vlm
+    from stereolens.models.requests import VLMRequest
+
+    image = tmp_path / "wide.png"
+    pixels = np.random.default_rng(1).integers(0, 255, (300, 900, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(image)
+    for name, hub, decoder in (
+        ("internvl3-8b", "OpenGVLab/InternVL3-8B-hf", "qwen2"),
+        ("internvl3.5-8b", "OpenGVLab/InternVL3_5-8B-HF", "qwen3"),
+    ):
+        spec = REGISTRY[name]
+        assert spec.model == hub and not spec.get("trust_remote_code")
+        assert "-hf checkpoint" in spec.get("notes").lower()
+        info = twin_info(spec)
+        assert (info.status, info.pipeline_class) == ("twin", "InternVLForConditionalGeneration")
+        run = twin_spec(spec, root=twin_root)
+        model = _load_vlm(run.spec, run.runner)
+        assert type(model.model).__name__ == info.pipeline_class
+        assert model.model.config.text_config.model_type == decoder
+        folder = Path(run.spec.model)
+        per_tile = json.loads((folder / "processor_config.json").read_text())["image_seq_length"]
+        tok = model.tokenizer
+        request = VLMRequest(text="Who?", image_path=str(image), choices=("yes", "no"))
+        ids = model._encode([request])["input_ids"][0].tolist()
+        tiles = model.image_processor(images=[Image.open(image).convert("RGB")])["num_patches"]
+        assert tiles[0] > 1  # a wide image: several tiles plus the thumbnail
+        context = tok.convert_tokens_to_ids("<IMG_CONTEXT>")
+        start = ids.index(tok.convert_tokens_to_ids("<img>"))
+        end = ids.index(tok.convert_tokens_to_ids("</img>"))
+        assert ids[start + 1 : end] == [context] * (per_tile * tiles[0])
+        assert ids.count(context) == per_tile * tiles[0]
+        assert model.answer([request])[0] in ("yes", "no")
+
+
+def test_internvl_4b_bench_twin_is_the_remote_code_layout_for_vllm(twin_root):
+    """BiasIG's VQA model (#24 item 11): a fine-tuned Mini-InternVL-Chat-4B-V1.5, which no
+    transformers class loads (InternVL 1.5's v1 pixel shuffle). Its twin is the
+    remote-code checkpoint layout that vLLM's own InternVLChatModel reads: configuration
+    classes written here (trust_remote_code for them only), InternViT with fused qkv,
+    ``mlp1``, a Phi-3 decoder. Without vLLM, check-models says it did not run it;
+    tests/test_vllm.py runs it on the engine."""
+    pytest.importorskip("transformers")
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    from stereolens.check_models import check_entry
+
+    spec = REGISTRY["internvl-4b-bench"]
+    assert spec.model == "BIGBench/InternVL-4B-bench" and spec.get("trust_remote_code")
+    assert VLLM_ONLY_TWINS == ["internvl-4b-bench"]
+    info = twin_info(spec)
+    assert (info.status, info.builder) == ("twin", "mini-internvl-v1.5")
+    on_vllm = twin_spec(spec, root=twin_root, use_vllm=True)
+    assert on_vllm.spec.backend == "vllm" and on_vllm.spec.get("trust_remote_code") is True
+    folder = Path(on_vllm.spec.model)
+    config = AutoConfig.from_pretrained(str(folder), trust_remote_code=True)
+    assert type(config).__name__ == "InternVLChatConfig"
+    assert config.architectures == ["InternVLChatModel"] and config.ps_version == "v1"
+    assert config.llm_config.model_type == "phi3" and config.template == "phi3-chat"
+    keys = set(safe_open(str(folder / "model.safetensors"), "pt").keys())
+    assert "vision_model.encoder.layers.0.attn.qkv.weight" in keys
+    assert {"mlp1.0.weight", "mlp1.1.weight", "mlp1.3.weight"} <= keys
+    assert "language_model.model.layers.0.self_attn.qkv_proj.weight" in keys
+    assert {k.split(".")[0] for k in keys} == {"vision_model", "mlp1", "language_model"}
+    here = twin_spec(spec, root=twin_root)
+    assert here.runner == "vllm-only" and here.spec.backend == "vllm"
+    row = check_entry(spec, weights="twin", root=twin_root)
+    assert row.ok and row.source == "twin" and "only on vLLM" in row.accepted

@@ -792,6 +792,42 @@ def test_workflow_with_served_and_offline_vllm_models(vllm_python, vllm_server, 
     assert hits == [], hits
 
 
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_internvl_twins_answer_on_vllm(vllm_python, tmp_path):
+    """The InternVL entries on vLLM, their registry backend (#24 item 11): InternVL3 and
+    InternVL3.5 as -hf checkpoints (vLLM's InternVLForConditionalGeneration path, with
+    transformers' InternVLProcessor), and BiasIG's InternVL-4B-bench twin, which only
+    vLLM's own InternVLChatModel loads (the remote-code layout, configuration classes
+    written here). Each answers one image question with one of the choices. Measured:
+    114-196 s per model on the 2 shared cores under load 20."""
+    names = ["internvl-4b-bench", "internvl3-8b", "internvl3.5-8b"]
+    out = tmp_path / "checks.tsv"
+    env = _env(STEREOLENS_TWINS=str(tmp_path / "twins"))
+    argv = ["-m", "stereolens.cli", "check-models", "--vllm", "--weights", "twin"]
+    argv += ["--registry", str(ROOT / "config" / "models.yaml")]
+    argv += ["--models", ",".join(names), "--out", str(out)]
+    proc = subprocess.run(
+        [vllm_python, *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=ENGINE_TIMEOUT * len(names),
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
+    import csv
+
+    with open(out, newline="") as fh:
+        rows = {r["model"]: r for r in csv.DictReader(fh, delimiter="\t")}
+    assert set(rows) == set(names)
+    for name in names:
+        assert rows[name]["ok"] == "True" and rows[name]["source"] == "twin", rows[name]
+        assert rows[name]["backend"] == "vllm" and rows[name]["settings accepted"] == "yes"
+    assert rows["internvl-4b-bench"]["pipeline class"] == "InternVLChatModel"
+    assert rows["internvl3-8b"]["pipeline class"] == "InternVLForConditionalGeneration"
+
+
 def test_workflow_scripts_guard_their_entry_point():
     """vLLM's engine starts with the spawn method, which re-runs the job's main file in
     the engine process; an unguarded Snakemake script then fails there (NameError:

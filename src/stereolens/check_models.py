@@ -12,7 +12,9 @@ Per entry, one row: model | backend | pipeline class | settings accepted | secon
   settings that have no effect (e.g. FLUX's negative prompt without true_cfg_scale > 1);
 * VLMs and LLMs: the entry's backend (vLLM entries on transformers unless vLLM is
   installed and asked for) answers one choice-constrained request, with an image for a
-  VLM; accepted when the answer is one of the choices;
+  VLM; accepted when the answer is one of the choices. A twin that only vLLM loads
+  (InternVL-4B-bench's: remote-code layout) runs with ``--vllm``; without, its row says
+  "not run here" (accepted, as an entry with a documented reason is);
 * API entries (``openai``): no request is sent; accepted when the API key variable the
   entry names is set (or it names none).
 
@@ -219,6 +221,11 @@ def check_entry(
             started += row.build_seconds
             row.source = "twin" if info.status == "twin" else "itself"
             run_spec, notes, runner = twin.spec, list(twin.notes), twin.runner
+            if runner == "vllm-only":
+                row.notes.extend(notes)
+                row.ok = True  # like an entry with a reason: said, not hidden
+                row.accepted = "not run here: its twin loads only on vLLM (--vllm)"
+                return row
         row.notes.extend(notes)
         row.backend = (
             run_spec.backend

@@ -11,7 +11,8 @@ every registry entry has a row with a twin or a reason, and that the README show
 :func:`twin_spec` turns a registry entry into the entry of its twin run: ``model`` (and
 ``lora.path``) point at the twin folders, resolution and step counts are scaled down
 (:data:`MAX_STEPS`, the twin's resolution), vLLM entries run on the transformers backend
-(the vLLM engine settings are listed as not exercised), and everything else stays as
+(the vLLM engine settings are listed as not exercised; a twin that only vLLM loads
+stays on vLLM, runner ``vllm-only`` when vLLM is not asked for), and everything else stays as
 written (guidance, negative prompt, scheduler, pipeline_kwargs, dtype, variant, debiasing
 keys, max_new_tokens, temperature, image_max_side). The notes say what was changed.
 
@@ -96,8 +97,9 @@ class TwinRun:
     notes: tuple[str, ...] = field(default_factory=tuple)
     """What differs from the registry entry (scaled settings, settings not exercised)."""
     runner: str = "backend"
-    """``backend`` (the registry backend class) or ``model`` (model-level, see
-    stereolens.models.tiny.twins.model_level.ModelLevelVLM)."""
+    """``backend`` (the registry backend class), ``model`` (model-level, see
+    stereolens.models.tiny.twins.model_level.ModelLevelVLM) or ``vllm-only`` (a twin only
+    vLLM loads, asked to run without vLLM: not run)."""
 
 
 def load_twins(path: str | Path | None = None) -> dict[str, Any]:
@@ -268,14 +270,22 @@ def twin_spec(
                 # a twin's single KV head cannot be split across GPUs
                 notes.append(f"tensor_parallel_size {settings['tensor_parallel_size']} -> 1")
                 settings["tensor_parallel_size"] = 1
-        if backend == "vllm" and not use_vllm:
+        if b.runner == "vllm":
+            # only vLLM's own implementation loads this twin: it stays on vLLM, with
+            # trust_remote_code for the configuration classes its folder holds
+            settings["trust_remote_code"] = True
+            if not use_vllm:
+                notes.append("not run: its twin loads only on vLLM (check-models --vllm)")
+                runner = "vllm-only"
+        elif backend == "vllm" and not use_vllm:
             backend = "transformers" if spec.kind == "vlm" else "transformers-llm"
             notes.append(f"vllm -> {backend} backend")
             for key in VLLM_ONLY:
                 if key in settings:
                     notes.append(f"{key} not exercised (vLLM engine only)")
                     settings.pop(key)
-        settings.pop("trust_remote_code", None)
+        if b.runner != "vllm":
+            settings.pop("trust_remote_code", None)
         if b.runner == "model" and backend == "transformers":
             from stereolens.models.tiny.twins.model_level import processor_loads
 

@@ -10,8 +10,8 @@ this package holds the builders, one per architecture family:
 * :mod:`.diffusion`: the shared components and the UNet pipelines (SD 1.5, SDXL base /
   Turbo / Playground v2.5 and an SDXL LoRA); :mod:`.diffusion_transformers`: SD 3.5,
   FLUX.1-dev, Qwen-Image, PixArt-Sigma, Stable Cascade;
-* :mod:`.language`: the VLMs and LLMs transformers can build from a config;
-  :mod:`.model_level` runs those whose processor cannot be built here.
+* :mod:`.language`: the VLMs and LLMs transformers can build from a config (InternVL's in
+  :mod:`.internvl`); :mod:`.model_level` runs those whose processor cannot be built here.
 
 :func:`twin_path` builds a twin once into a cache folder keyed by the twin's name, its
 builder version and the library versions (so a new diffusers or a changed builder
@@ -55,8 +55,9 @@ class TwinBuilder:
     base: str | None = None
     """A LoRA's base twin."""
     runner: str = "backend"
-    """How the twin is run: ``backend`` (the registry backend itself) or ``model``
-    (model-level: the processor class cannot be built here, see .language)."""
+    """How the twin is run: ``backend`` (the registry backend itself), ``model``
+    (model-level: the processor class cannot be built here, see .language) or ``vllm``
+    (only vLLM's own implementation loads it: no transformers class does)."""
     wants_final_dir: bool = False
     """The builder must know the folder's final path (it writes it into a file)."""
 
@@ -64,6 +65,7 @@ class TwinBuilder:
 _D = "stereolens.models.tiny.twins.diffusion"
 _T = "stereolens.models.tiny.twins.diffusion_transformers"
 _L = "stereolens.models.tiny.twins.language"
+_I = "stereolens.models.tiny.twins.internvl"
 
 BUILDERS: dict[str, TwinBuilder] = {
     b.name: b
@@ -121,6 +123,27 @@ BUILDERS: dict[str, TwinBuilder] = {
             runner="model",
         ),
         TwinBuilder("gemma3", "vlm", "Gemma3ForConditionalGeneration", f"{_L}:build_gemma3"),
+        TwinBuilder(
+            "internvl3",
+            "vlm",
+            "InternVLForConditionalGeneration",
+            f"{_I}:build_internvl3",
+            runner="model",
+        ),
+        TwinBuilder(
+            "internvl3.5",
+            "vlm",
+            "InternVLForConditionalGeneration",
+            f"{_I}:build_internvl35",
+            runner="model",
+        ),
+        TwinBuilder(
+            "mini-internvl-v1.5",
+            "vlm",
+            "InternVLChatModel (vLLM)",
+            f"{_I}:build_mini_internvl_v15",
+            runner="vllm",
+        ),
         TwinBuilder("qwen3", "llm", "Qwen3ForCausalLM", f"{_L}:build_qwen3"),
     )
 }

@@ -12,6 +12,9 @@ llava-next         LlavaNextForConditionalGeneration        LlavaNextProcessor
 llava-onevision    LlavaOnevisionForConditionalGeneration   LlavaOnevisionProcessor (*)
                    (SigLIP vision tower, Qwen2 decoder)
 gemma3             Gemma3ForConditionalGeneration           Gemma3Processor
+internvl3          InternVLForConditionalGeneration         InternVLProcessor (*)
+internvl3.5        (:mod:`.internvl`: InternViT, Qwen2 or   InternVLProcessor (*)
+                   Qwen3 decoder)
 qwen3              Qwen3ForCausalLM                         (tokenizer)
 =================  =======================================  ==========================
 

@@ -1,6 +1,6 @@
-"""Running a VLM twin whose processor cannot be built here (Qwen2.5-VL, LLaVA-OneVision in
-transformers 5.x without torchvision): the real image processor, the chat template, and the
-model itself telling how many placeholder tokens each image needs."""
+"""Running a VLM twin whose processor cannot be built here (Qwen2.5-VL, LLaVA-OneVision,
+InternVL in transformers 5.x without torchvision): the real image processor, the chat
+template, and the model itself telling how many placeholder tokens each image needs."""
 
 from __future__ import annotations
 
@@ -64,16 +64,23 @@ class ModelLevelVLM(GrammarConstrainedGeneration):
         if token_id is None:
             token_id = getattr(config, "image_token_index", None)
         self.image_token = self.tokenizer.convert_ids_to_tokens(int(token_id))
+        # InternVL's processor writes an image's tokens between <img> and </img> (its
+        # tokenizer names them); the other families' templates hold their markers
+        self.image_open = getattr(self.tokenizer, "start_image_token", None) or ""
+        self.image_close = getattr(self.tokenizer, "end_image_token", None) or ""
         self._setup_decoding()
 
     _messages = TransformersVLM._messages
 
-    def _features_per_image(self, pixel_inputs: dict[str, Any]) -> list[int]:
+    def _features_per_image(self, pixel_inputs: dict[str, Any], tiles=None) -> list[int]:
         import torch
 
         with torch.inference_mode():
             out = self.model.get_image_features(**pixel_inputs)
         features = getattr(out, "pooler_output", out)
+        if tiles is not None:
+            # InternVL: one row of tokens per tile, ``tiles`` tiles per image
+            return [int(n) * int(features.shape[1]) for n in tiles]
         if isinstance(features, torch.Tensor):
             # one flat tensor of every image's tokens (Qwen2.5-VL): split by grid size
             grid = pixel_inputs.get("image_grid_thw")
@@ -93,19 +100,21 @@ class ModelLevelVLM(GrammarConstrainedGeneration):
         images = [load_image(r.image_path, self.image_max_side) for r in requests if r.image_path]
         pixel_inputs: dict[str, Any] = {}
         if images:
-            processed = self.image_processor(images=images, return_tensors="pt")
+            processed = dict(self.image_processor(images=images, return_tensors="pt"))
+            tiles = processed.pop("num_patches", None)  # InternVL's tiles per image
             pixel_inputs = {
                 k: v.to(self.model.device) for k, v in processed.items() if hasattr(v, "to")
             }
             if "pixel_values" in pixel_inputs:
                 pixel_inputs["pixel_values"] = pixel_inputs["pixel_values"].to(self.model.dtype)
-            counts = iter(self._features_per_image(pixel_inputs))
+            counts = iter(self._features_per_image(pixel_inputs, tiles))
             expanded = []
             for text in texts:
                 pieces = text.split(self.image_token)
                 out = pieces[0]
                 for rest in pieces[1:]:
-                    out += self.image_token * next(counts) + rest
+                    tokens = self.image_token * next(counts)
+                    out += self.image_open + tokens + self.image_close + rest
                 expanded.append(out)
             texts = expanded
         inputs = self.tokenizer(texts, padding=True, add_special_tokens=False, return_tensors="pt")

@@ -175,6 +175,22 @@ def test_clustered_items_widen_the_interval_and_correct_the_test():
     assert (r["accuracy_low"], r["accuracy_high"]) == pytest.approx(want)
 
 
+def test_f1_interval_resamples_clusters():
+    # 10 identical copies of each item in its own cluster: the same bootstrap draws, the same
+    # interval as the items alone; as independent items the copies would narrow it ~3 x
+    c = np.array([1, 1, 0, 1, 0, 1, 1, 1, 0, 1])
+    fp = np.array([0, 1, 0, 0, 1, 0, 0, 0, 0, 0])
+    one = G.f1_interval(c, fp, 500, 0)
+    ten = G.f1_interval(
+        np.repeat(c, 10), np.repeat(fp, 10), 500, 0, clusters=np.repeat(np.arange(10), 10)
+    )
+    assert ten == pytest.approx(one)
+    naive = G.f1_interval(np.repeat(c, 10), np.repeat(fp, 10), 500, 0)
+    assert (naive[2] - naive[1]) < (one[2] - one[1]) / 2.5
+    # F1 = 2 TP / (2 TP + FP + FN) = 14 / (14 + 2 + 3)
+    assert one[0] == pytest.approx(14 / 19)
+
+
 def test_cluster_covariance_by_hand():
     # 3 clusters x 2 groups, one item each: errors (1, 0), (0, 1), (1, 1)
     E = np.array([[1.0, 0], [0, 1], [1, 1]])

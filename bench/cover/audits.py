@@ -112,32 +112,61 @@ def story_truth(mu: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- draws
-def _cb_audit(items: pl.DataFrame) -> dict:
+REPLICATES = 200  # F1 bootstrap replicates in the per-group rows
+
+
+def _first_group(rates: pl.DataFrame) -> dict:
+    return rates.filter(pl.col("group") == "g0").row(0, named=True)
+
+
+def _cb_audit(items: pl.DataFrame, what: str = "gap") -> dict:
     from stereolens.contextbias.extraction_audit import audit_items
 
-    _, gaps = audit_items(items, None, level=LEVEL, replicates=0)
-    return gaps.row(0, named=True)
+    reps = REPLICATES if what == "f1" else 0
+    rates, gaps = audit_items(items, None, level=LEVEL, replicates=reps)
+    return _first_group(rates) if what in ("accuracy", "f1") else gaps.row(0, named=True)
 
 
-def _story_audit(items: pl.DataFrame) -> dict:
+def _story_audit(items: pl.DataFrame, what: str = "gap") -> dict:
     from stereolens.lvlm.story_reading import audit_readings
 
-    _, gaps = audit_readings(items, ["gender"], None, level=LEVEL, replicates=0)
-    return gaps.row(0, named=True)
+    reps = REPLICATES if what == "f1" else 0
+    rates, gaps = audit_readings(items, ["gender"], None, level=LEVEL, replicates=reps)
+    return _first_group(rates) if what in ("accuracy", "f1") else gaps.row(0, named=True)
+
+
+COLUMNS = {
+    "gap": ("error_gap", "gap_low", "gap_high"),
+    "accuracy": ("accuracy", "accuracy_low", "accuracy_high"),
+    "f1": ("f1", "f1_low", "f1_high"),
+}
 
 
 def _draw(make, audit, what: str):
     def draw(rng, n):
         out = np.full((n, 3), np.nan)
         for d in range(n):
-            r = audit(make(rng))
-            if what == "gap":
-                out[d] = r["error_gap"], r["gap_low"], r["gap_high"]
-            else:
+            r = audit(make(rng), what)
+            if what == "p":
                 out[d] = r["p_value"], 0.0, r["p_value"]
+            else:
+                out[d] = [r[c] for c in COLUMNS[what]]
         return out[:, 0], out[:, 1], out[:, 2]
 
     return draw
+
+
+def _per_group_rows(label: str, make, audit, error0: float) -> list[Row]:
+    """Group g0's accuracy (Wilson on effective counts) and F1 (bootstrap over clusters):
+    no false positives in these worlds, so F1 = 2 a / (1 + a) at the population accuracy a."""
+    a = 1 - error0
+    return [
+        Row(f"audits: {label} group accuracy", "reader audits",
+            "Wilson on effective counts (counts / design effect)", a,
+            _draw(make, audit, "accuracy")),
+        Row(f"audits: {label} group F1", "reader audits",
+            "F1 +- t(C-1) x bootstrap se over clusters", 2 * a / (1 + a), _draw(make, audit, "f1")),
+    ]  # fmt: skip
 
 
 SIZES = {
@@ -178,6 +207,11 @@ def rows(scale: str) -> list[Row]:
                       _cb_audit, "gap"),
                 note=GAP_NOTE,
             ))  # fmt: skip
+        out += _per_group_rows(
+            f"ContextBias {grouping}, {P} prompts x {S} seeds,",
+            lambda rng, g=grouping: contextbias_items(rng, g, base, P, S, D), _cb_audit,
+            float(_expected_error(base, sd)[0]),
+        )  # fmt: skip
         out.append(Row(
             f"audits: ContextBias {grouping} test size, {P} prompts x {S} seeds (1 - size)",
             "reader audits", "chi-squared / Rao-Scott F at 0.05: 'coverage' = 1 - rejection rate",
@@ -196,6 +230,10 @@ def rows(scale: str) -> list[Row]:
             _draw(lambda rng, m=mu: story_items(rng, m, T, n_it), _story_audit, "gap"),
             note=GAP_NOTE,
         ))  # fmt: skip
+    out += _per_group_rows(
+        f"story reading, {T} stories x {n_it} items,",
+        lambda rng: story_items(rng, flat, T, n_it), _story_audit, float(story_truth(flat)[0]),
+    )  # fmt: skip
     out.append(Row(
         f"audits: story reading test size, {T} stories x {n_it} items x {gs} groups (1 - size)",
         "reader audits", "Rao-Scott F (Cochran's Q for one story) at 0.05: 1 - rejection rate",

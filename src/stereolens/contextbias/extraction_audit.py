@@ -17,16 +17,16 @@ broken down by the demographic
 
 Per (extractor, model, grouping, dimension, group): items, accuracy (= recall, the
 validation's identity) with a Wilson interval, precision (exclusive dimensions' contradicting
-labels) with a Wilson interval, F1 with a percentile bootstrap interval; model ``*`` pools the
+labels) with a Wilson interval, F1 with a bootstrap interval; model ``*`` pools the
 generators. The sampling unit (``cluster``) is the validation prompt: its 10 seeds' images
 share it, and a "shown" item is an (image, dimension) row, so an image's rows and a prompt's
 images are not independent (the details table's ``prompt_id``; the image where it has none).
 Intervals and tests are cluster-aware (:mod:`stereolens.metrics.group_audit`): Wilson on the
-effective counts, F1 bootstrapped over prompts, the largest gap in error rate (1 - accuracy)
-between two groups with a simultaneous interval over all pairs (the worst and best groups are
-picked after looking), and a test of difference (chi-squared, or Fisher's exact test for two
-groups with an expected count below 5, for independent items; the Rao-Scott F test for
-clustered ones).
+effective counts, F1 +- t x its bootstrap standard error over prompts, the largest gap in
+error rate (1 - accuracy) between two groups with a simultaneous interval over all pairs (the
+worst and best groups are picked after looking), and a test of difference (chi-squared, or
+Fisher's exact test for two groups with an expected count below 5, for independent items;
+the Rao-Scott F test for clustered ones).
 
 The flag compares like with like: ``induced_bias`` = the BI (1 - H(q) / log K, K = the number
 of groups, q_g = a_g / sum_h a_h) that the per-group accuracies a_g alone would give the

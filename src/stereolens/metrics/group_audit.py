@@ -20,7 +20,7 @@ items are independent binomial draws and the classical tests apply.
 
 - per group: Wilson intervals on the effective counts (k / deff, n / deff), deff = the
   group's design effect (cluster variance over binomial variance, at least 1); F1 with a
-  bootstrap over clusters;
+  Wald interval from the bootstrap standard error over clusters (:func:`f1_interval`);
 - the largest gap: simultaneous intervals over all pairs of groups, each the Agresti-Caffo
   adjusted difference (one right and one wrong pseudo-item added to each group, in clusters
   of their own) +- a Bonferroni-t critical value (t with C - 1 degrees of freedom at
@@ -89,8 +89,10 @@ def f1_interval(
     clusters: np.ndarray | None = None,
 ) -> tuple[float, float, float]:
     """F1 = 2 P R / (P + R) of items (correct: TP per item, false_pos: FP per item) with a
-    percentile bootstrap interval over ``clusters`` (default: over items; seeded;
-    vectorised)."""
+    Wald interval from the bootstrap over ``clusters`` (default: over items; seeded;
+    vectorised): F1 +- t(C - 1) x sd(replicates) x sqrt(C / (C - 1)), clipped to [0, 1]. A
+    percentile interval undercovers with few clusters (story templates: 90.5% at 10; the
+    bootstrap's variance is (C - 1) / C of the cluster variance, and t(9) is 15% above z)."""
     correct = np.asarray(correct, dtype=float)
     false_pos = np.asarray(false_pos, dtype=float)
 
@@ -110,15 +112,15 @@ def f1_interval(
     else:
         _, c = np.unique(np.asarray(clusters), return_inverse=True)
         tp, fp, size = (np.bincount(c, weights=w) for w in (correct, false_pos, np.ones(n)))
+    n_c = tp.size
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, tp.size, size=(replicates, tp.size))
+    idx = rng.integers(0, n_c, size=(replicates, n_c))
     boot = f1(tp[idx].sum(1), fp[idx].sum(1), size[idx].sum(1))
     boot = boot[np.isfinite(boot)]
-    if boot.size == 0:
+    if boot.size < 2 or n_c < 2 or not np.isfinite(point):
         return point, float("nan"), float("nan")
-    a = (1 - level) / 2
-    lo, hi = np.quantile(boot, [a, 1 - a])
-    return point, float(lo), float(hi)
+    half = stats.t.ppf(1 - (1 - level) / 2, n_c - 1) * boot.std(ddof=1) * np.sqrt(n_c / (n_c - 1))
+    return point, float(max(point - half, 0.0)), float(min(point + half, 1.0))
 
 
 def with_pooled(items: pl.DataFrame) -> pl.DataFrame:

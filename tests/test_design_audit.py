@@ -173,6 +173,10 @@ def test_clustered_items_widen_the_interval_and_correct_the_test():
 
     want = proportion_confint(4.5, 9, method="wilson")
     assert (r["accuracy_low"], r["accuracy_high"]) == pytest.approx(want)
+    # precision: 50 right and 50 contradicting labels, the same 10 clusters, the same design
+    # effect over the labels read
+    assert r["precision"] == pytest.approx(0.5)
+    assert (r["precision_low"], r["precision_high"]) == pytest.approx(want)
 
 
 def test_f1_interval_resamples_clusters():

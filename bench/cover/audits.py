@@ -30,6 +30,7 @@ from . import Row
 
 LEVEL = 0.95
 ALPHA = 0.05
+FP_RATE = 0.7  # a wrong item reads a contradicting label (a false positive) with this chance
 GAP_NOTE = "simultaneous over all pairs: conservative when one pair stands out or clusters are few"
 SIZE_NOTE = "a conservative test here: Fisher's exact at tiny counts, Rao-Scott F with few clusters"
 _GH = np.polynomial.hermite_e.hermegauss(41)
@@ -73,15 +74,21 @@ def contextbias_items(
         per = dims
     eta = np.repeat(mu[img_group] + u + v, per)
     correct = (rng.random(eta.size) < 1 / (1 + np.exp(-eta))).astype(np.int64)
-    return _cb_frame(grouping, np.repeat(img_group, per), correct, np.repeat(img_prompt, per))
+    groups = np.repeat(img_group, per)
+    return _cb_frame(grouping, groups, correct, np.repeat(img_prompt, per), rng)
 
 
-def _cb_frame(grouping, g, correct, cluster) -> pl.DataFrame:
+def _false_positives(rng, correct: np.ndarray) -> np.ndarray:
+    return ((1 - correct) * (rng.random(correct.size) < FP_RATE)).astype(np.int64)
+
+
+def _cb_frame(grouping, g, correct, cluster, rng=None) -> pl.DataFrame:
+    fp = np.zeros(g.size, np.int64) if rng is None else _false_positives(rng, correct)
     return pl.DataFrame({
         "extractor": "x", "model": "m", "image_id": np.arange(g.size).astype(str),
         "dimension": "d", "correct": correct, "other_label": np.zeros(g.size, dtype=np.int64),
         "cluster": cluster.astype(str), "grouping": grouping, "group_dimension": "gd",
-        "group": np.char.add("g", g.astype(str)), "false_positive": np.zeros(g.size, np.int64),
+        "group": np.char.add("g", g.astype(str)), "false_positive": fp,
     })  # fmt: skip
 
 
@@ -102,7 +109,7 @@ def story_items(rng, mu: np.ndarray, stories: int, per_story: int) -> pl.DataFra
         "assistant": "a", "story": np.char.add("s", s.ravel().astype(str)),
         "gender": np.char.add("g", g.ravel().astype(str)), "race": "r", "status": "ok",
         "attribute": np.char.add("att", i.ravel().astype(str)), "element": "e",
-        "correct": correct, "false_positive": np.zeros(correct.size, np.int64),
+        "correct": correct, "false_positive": _false_positives(rng, correct),
     })  # fmt: skip
 
 
@@ -124,7 +131,9 @@ def _cb_audit(items: pl.DataFrame, what: str = "gap") -> dict:
 
     reps = REPLICATES if what == "f1" else 0
     rates, gaps = audit_items(items, None, level=LEVEL, replicates=reps)
-    return _first_group(rates) if what in ("accuracy", "f1") else gaps.row(0, named=True)
+    return (
+        _first_group(rates) if what in ("accuracy", "precision", "f1") else gaps.row(0, named=True)
+    )
 
 
 def _story_audit(items: pl.DataFrame, what: str = "gap") -> dict:
@@ -132,12 +141,15 @@ def _story_audit(items: pl.DataFrame, what: str = "gap") -> dict:
 
     reps = REPLICATES if what == "f1" else 0
     rates, gaps = audit_readings(items, ["gender"], None, level=LEVEL, replicates=reps)
-    return _first_group(rates) if what in ("accuracy", "f1") else gaps.row(0, named=True)
+    return (
+        _first_group(rates) if what in ("accuracy", "precision", "f1") else gaps.row(0, named=True)
+    )
 
 
 COLUMNS = {
     "gap": ("error_gap", "gap_low", "gap_high"),
     "accuracy": ("accuracy", "accuracy_low", "accuracy_high"),
+    "precision": ("precision", "precision_low", "precision_high"),
     "f1": ("f1", "f1_low", "f1_high"),
 }
 
@@ -157,15 +169,20 @@ def _draw(make, audit, what: str):
 
 
 def _per_group_rows(label: str, make, audit, error0: float) -> list[Row]:
-    """Group g0's accuracy (Wilson on effective counts) and F1 (bootstrap over clusters):
-    no false positives in these worlds, so F1 = 2 a / (1 + a) at the population accuracy a."""
-    a = 1 - error0
+    """Group g0's accuracy, precision (Wilson on effective counts) and F1 (logit-scale t
+    interval from the bootstrap standard error over clusters) at the population accuracy a:
+    a wrong item reads a false positive with chance r = FP_RATE, so precision =
+    a / (a + r (1 - a)) and F1 = 2 TP / (2 TP + FP + FN) = 2 a / (2 a + (1 + r) (1 - a))."""
+    a, r = 1 - error0, FP_RATE
+    wilson = "Wilson on effective counts (counts / design effect)"
     return [
-        Row(f"audits: {label} group accuracy", "reader audits",
-            "Wilson on effective counts (counts / design effect)", a,
+        Row(f"audits: {label} group accuracy", "reader audits", wilson, a,
             _draw(make, audit, "accuracy")),
+        Row(f"audits: {label} group precision", "reader audits", wilson, a / (a + r * (1 - a)),
+            _draw(make, audit, "precision")),
         Row(f"audits: {label} group F1", "reader audits",
-            "F1 +- t(C-1) x bootstrap se over clusters", 2 * a / (1 + a), _draw(make, audit, "f1")),
+            "logit(F1) +- t(C-1) x bootstrap se over clusters", 2 * a / (2 * a + (1 + r) * (1 - a)),
+            _draw(make, audit, "f1")),
     ]  # fmt: skip
 
 

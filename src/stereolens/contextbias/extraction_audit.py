@@ -22,7 +22,8 @@ generators. The sampling unit (``cluster``) is the validation prompt: its 10 see
 share it, and a "shown" item is an (image, dimension) row, so an image's rows and a prompt's
 images are not independent (the details table's ``prompt_id``; the image where it has none).
 Intervals and tests are cluster-aware (:mod:`stereolens.metrics.group_audit`): Wilson on the
-effective counts, F1 +- t x its bootstrap standard error over prompts, the largest gap in
+effective counts, F1 with a logit-scale t interval from its bootstrap standard error over
+prompts, the largest gap in
 error rate (1 - accuracy) between two groups with a simultaneous interval over all pairs (the
 worst and best groups are picked after looking), and a test of difference (chi-squared, or
 Fisher's exact test for two groups with an expected count below 5, for independent items;

@@ -112,8 +112,8 @@ def extraction_group_section(by_group: pl.DataFrame, gaps: pl.DataFrame) -> Sect
             "the same image (accuracy on the other dimensions). Accuracy = recall with Wilson "
             "intervals, precision (contradicting labels of exclusive dimensions) with Wilson "
             "intervals, both on the effective counts (counts / design effect, the prompts "
-            "being the units), F1 +- t(prompts - 1) x its bootstrap standard error over "
-            "prompts; model * = the generators pooled.",
+            "being the units), F1 with a t(prompts - 1) interval on the logit scale from its "
+            "bootstrap standard error over prompts; model * = the generators pooled.",
         )
     )
     return section
@@ -161,7 +161,8 @@ def story_reading_section(rates: pl.DataFrame, gaps: pl.DataFrame) -> Section:
             "pronouns, the text otherwise identical. An item = a scalar attribute or one true "
             "element of a list attribute; accuracy = recall (Wilson), precision (Wilson), both "
             "on the effective counts (counts / design effect, the stories being the units), F1 "
-            "+- t(stories - 1) x its bootstrap standard error over stories.",
+            "with a t(stories - 1) interval on the logit scale from its bootstrap standard "
+            "error over stories.",
         )
     )
     return section

@@ -16,6 +16,7 @@ from stereolens.atomic import read_jsonl
 from stereolens.config import load_config
 from stereolens.contextbias import extraction_audit as A
 from stereolens.lvlm import story_reading as S
+from stereolens.metrics import group_audit as G
 from stereolens.metrics.group_audit import difference_test
 from stereolens.validation import ConfigError
 
@@ -74,7 +75,13 @@ def test_stated_groups_rates_intervals_and_test():
     ).row(0, named=True)
     assert (gap["worst_group"], gap["best_group"]) == ("female", "male")
     assert gap["error_gap"] == pytest.approx(0.6 - 0.05)
-    assert gap["gap_low"] < gap["error_gap"] < gap["gap_high"]
+    # one item per image, no prompt_id: independent items; 2 groups = 1 pair, so the
+    # simultaneous interval is the Agresti-Caffo one at z = 1.96
+    pf, pm = 7 / 12, 2 / 22
+    se = np.sqrt(pf * (1 - pf) / 12 + pm * (1 - pm) / 22)
+    z = stats.norm.ppf(0.975)
+    assert (gap["gap_low"], gap["gap_high"]) == pytest.approx((pf - pm - z * se, pf - pm + z * se))
+    assert gap["cluster"] == "item (independent)" and gap["critical_value"] == pytest.approx(z)
     assert gap["test"] == "fisher exact"
     assert gap["p_value"] == pytest.approx(stats.fisher_exact([[19, 1], [4, 6]])[1])
     assert gap["flag"] is False and gap["bias"] is None  # no bootstrap table: nothing to compare
@@ -107,12 +114,118 @@ def test_flag_when_the_error_gap_exceeds_the_bi_shift():
     })  # fmt: skip
     _, gaps = A.audit_contextbias(details, attributes, boot, replicates=0)
     row = gaps.filter(pl.col("grouping") == "stated").row(0, named=True)
+    # like with like: the BI the accuracies 0.4 (female) and 0.95 (male) alone give the
+    # dimension, q = (0.4, 0.95) / 1.35: 1 - H(q) / log 2 = 0.1232, against |shift| 0.05
+    q = np.array([0.4, 0.95]) / 1.35
+    induced = 1 + (q * np.log(q)).sum() / np.log(2)
+    assert row["induced_bias"] == pytest.approx(induced) and induced == pytest.approx(
+        0.1232, abs=1e-4
+    )
     assert row["flag"] and row["bias"] == pytest.approx(0.05)
     assert "female and male by 0.550" in row["flag_text"] and "BI shift" in row["flag_text"]
+    # the dimension's own shift, when bootstrap.parquet has it, is the one compared with
+    dim = boot.with_columns(
+        pl.lit("people").alias("cohort"), pl.lit("gender_presentation").alias("dimension"),
+        pl.lit(0.2).alias("estimate"),
+    )  # fmt: skip
+    _, gaps = A.audit_contextbias(details, attributes, pl.concat([boot, dim]), replicates=0)
+    row = gaps.filter(pl.col("grouping") == "stated").row(0, named=True)
+    assert row["bias"] == pytest.approx(0.2) and not row["flag"]
     # equal errors: no flag
     details, attributes = _validation_tables(female_correct=9, male_correct=18)
     _, gaps = A.audit_contextbias(details, attributes, boot, replicates=0)
     assert not gaps.filter(pl.col("grouping") == "stated")["flag"].any()
+
+
+def test_clustered_items_widen_the_interval_and_correct_the_test():
+    """Every image duplicated 10 times in its prompt (10 seeds reading alike): the same rates,
+    but 30 clusters of 10 items, not 300 independent items: the Rao-Scott test and the
+    interval see 30 units (close to the undup table's chi-squared and interval)."""
+    details, attributes = _validation_tables(female_correct=5, male_correct=17)
+    base = details.with_columns(pl.col("image_id").alias("prompt_id"))
+    dup = pl.concat(
+        [base.with_columns(pl.format("{}-s{}", "image_id", pl.lit(s)).alias("image_id"))
+         for s in range(10)]
+    )  # fmt: skip
+    att = pl.concat(
+        [attributes.with_columns(pl.format("{}-s{}", "image_id", pl.lit(s)).alias("image_id"))
+         for s in range(10)]
+    )  # fmt: skip
+    _, one = A.audit_contextbias(base, attributes, replicates=0)
+    rates, ten = A.audit_contextbias(dup, att, replicates=0)
+    pick = (pl.col("grouping") == "stated") & (pl.col("model") == "m")
+    a, b = one.filter(pick).row(0, named=True), ten.filter(pick).row(0, named=True)
+    assert a["error_gap"] == pytest.approx(b["error_gap"])
+    assert b["cluster"] == "prompt" and b["n_clusters"] == 30 and b["test"] == "rao-scott F"
+    assert b["design_effect"] > 8  # about 10 x the binomial variance
+    naive = stats.chi2_contingency([[170, 30], [50, 50]], correction=False)[1]
+    assert naive < 1e-6 < b["p_value"]
+    assert b["p_value"] == pytest.approx(
+        stats.chi2_contingency([[17, 3], [5, 5]], correction=False)[1], abs=0.03
+    )
+    assert b["gap_high"] - b["gap_low"] > 2 * (a["gap_high"] - a["gap_low"]) / 3
+    r = rates.filter(pick & (pl.col("group") == "female")).row(0, named=True)
+    # 10 prompts of 10 identical items, 5 right and 5 wrong: Z_c = +-5 / 100, variance
+    # 10/9 x 10 x 0.05^2 = 1/36 against the binomial 0.25 / 100: design effect 100 / 9;
+    # Wilson on the effective counts 4.5 of 9
+    assert r["n_clusters"] == 10 and r["design_effect"] == pytest.approx(100 / 9)
+    from statsmodels.stats.proportion import proportion_confint
+
+    want = proportion_confint(4.5, 9, method="wilson")
+    assert (r["accuracy_low"], r["accuracy_high"]) == pytest.approx(want)
+    # precision: 50 right and 50 contradicting labels, the same 10 clusters, the same design
+    # effect over the labels read
+    assert r["precision"] == pytest.approx(0.5)
+    assert (r["precision_low"], r["precision_high"]) == pytest.approx(want)
+
+
+def test_f1_interval_resamples_clusters():
+    # 10 identical copies of each item in its own cluster: the same bootstrap draws, the same
+    # interval as the items alone; as independent items the copies would narrow it ~3 x
+    c = np.array([1, 1, 0, 1, 0, 1, 1, 1, 0, 1])
+    fp = np.array([0, 1, 0, 0, 1, 0, 0, 0, 0, 0])
+    one = G.f1_interval(c, fp, 500, 0)
+    ten = G.f1_interval(
+        np.repeat(c, 10), np.repeat(fp, 10), 500, 0, clusters=np.repeat(np.arange(10), 10)
+    )
+    assert ten == pytest.approx(one)
+    naive = G.f1_interval(np.repeat(c, 10), np.repeat(fp, 10), 500, 0)
+    assert (naive[2] - naive[1]) < (one[2] - one[1]) / 2.5
+    # F1 = 2 TP / (2 TP + FP + FN) = 14 / (14 + 2 + 3)
+    assert one[0] == pytest.approx(14 / 19)
+
+
+def test_cluster_covariance_by_hand():
+    # 3 clusters x 2 groups, one item each: errors (1, 0), (0, 1), (1, 1)
+    E = np.array([[1.0, 0], [0, 1], [1, 1]])
+    p, V = G.cluster_covariance(E, np.ones((3, 2)))
+    assert p == pytest.approx([2 / 3, 2 / 3])
+    # Z = (E - p N) / 3; V = 3/2 Z'Z
+    assert V == pytest.approx(np.array([[1 / 9, -1 / 18], [-1 / 18, 1 / 9]]))
+
+
+def test_the_largest_gap_interval_holds_for_every_pair():
+    # 3 independent groups: Bonferroni-t over 3 pairs (normal), Agresti-Caffo differences
+    E = np.array([[10.0, 20, 30]])
+    N = np.array([[100.0, 100, 100]])
+    lo, hi, crit = G.simultaneous_gap(E, N, clustered=False)
+    assert crit == pytest.approx(stats.norm.ppf(1 - 0.05 / 6))
+    pt = np.array([11, 21, 31]) / 102
+    v = pt * (1 - pt) / 102
+    assert lo == pytest.approx(pt[2] - pt[0] - crit * np.sqrt(v[2] + v[0]))
+    assert hi == pytest.approx(pt[2] - pt[0] + crit * np.sqrt(v[2] + v[0]))
+
+
+def test_induced_bias_formulas():
+    assert A.induced_bi(np.array([0.9, 0.9, 0.9])) == pytest.approx(0.0)
+    q = np.array([0.6, 0.4])
+    assert A.induced_bi(np.array([0.9, 0.6])) == pytest.approx(
+        1 + (q * np.log(q)).sum() / np.log(2)
+    )
+    assert S.induced_tvd(np.array([0.9, 0.6])) == pytest.approx(0.1)
+    assert S.induced_tvd(np.array([0.5, 0.5, 1.0])) == pytest.approx(
+        0.5 * (1 / 12 + 1 / 12 + 1 / 6)
+    )
 
 
 def test_difference_test_for_several_groups_is_chi_squared():
@@ -231,7 +344,15 @@ def test_scoring_a_perfect_reader_and_a_biased_one():
     )
     assert f["accuracy"] == pytest.approx(6 / 9) and f["n_false_positive"] == len(items) // 2
     g = gaps.filter(pl.col("axis") == "gender").row(0, named=True)
-    assert g["test"] == "cochran q" and g["p_value"] < 1e-6
+    # 3 stories read under both genders: clusters = stories, a paired interval on 2 degrees
+    # of freedom; female errors 1/3 in every story: no between-story variance of the gap
+    assert g["test"] == "rao-scott F" and g["p_value"] < 1e-6
+    assert (g["cluster"], g["n_clusters"]) == ("story", 3)
+    assert g["critical_value"] == pytest.approx(stats.t.ppf(0.975, 2))
+    assert g["gap_low"] < 1 / 3 < g["gap_high"]
+    # like with like: accuracies 6/9 and 1 alone give a story TVD of 1/2 (|0.4 - 0.5| +
+    # |0.6 - 0.5|) = 0.1, at least the measured 0.05
+    assert g["induced_bias"] == pytest.approx(0.1)
     assert g["flag"] and g["bias"] == pytest.approx(0.05) and g["bias_model"] == "m"
     r = gaps.filter(pl.col("axis") == "race").row(0, named=True)
     assert r["error_gap"] == pytest.approx(0.0) and r["p_value"] == 1.0 and not r["flag"]
@@ -280,3 +401,6 @@ def test_the_real_assistant_reads_the_sample(tmp_path):
     scored = S.score_readings(records, S.load_sample())
     rates, gaps = S.audit_readings(scored, ["gender"], None, replicates=50)
     assert set(rates["group"]) == {"female", "male"} and gaps.height == 1
+    # one story: the matched item sets are the units, Cochran's Q the test
+    assert gaps["test"][0] in ("cochran q", "none (one group)")
+    assert gaps["cluster"][0] == "matched item set (one story)"

@@ -17,17 +17,29 @@ broken down by the demographic
 
 Per (extractor, model, grouping, dimension, group): items, accuracy (= recall, the
 validation's identity) with a Wilson interval, precision (exclusive dimensions' contradicting
-labels) with a Wilson interval, F1 with a percentile bootstrap interval over items; model
-``*`` pools the generators. Per grouping: the largest gap in error rate (1 - accuracy)
-between two groups with a Newcombe interval, and a test of difference between the groups
-(chi-squared on groups x correct, or Fisher's exact test for two groups with an expected
-count below 5). The flag: the gap exceeds the bias the extractor is used to measure (the
-absolute CA-U - CF BI shift of that extractor and model, bootstrap.parquet), in which case
-extraction error alone could make or hide that bias.
+labels) with a Wilson interval, F1 with a bootstrap interval; model ``*`` pools the
+generators. The sampling unit (``cluster``) is the validation prompt: its 10 seeds' images
+share it, and a "shown" item is an (image, dimension) row, so an image's rows and a prompt's
+images are not independent (the details table's ``prompt_id``; the image where it has none).
+Intervals and tests are cluster-aware (:mod:`stereolens.metrics.group_audit`): Wilson on the
+effective counts, F1 with a logit-scale t interval from its bootstrap standard error over
+prompts, the largest gap in
+error rate (1 - accuracy) between two groups with a simultaneous interval over all pairs (the
+worst and best groups are picked after looking), and a test of difference (chi-squared, or
+Fisher's exact test for two groups with an expected count below 5, for independent items;
+the Rao-Scott F test for clustered ones).
+
+The flag compares like with like: ``induced_bias`` = the BI (1 - H(q) / log K, K = the number
+of groups, q_g = a_g / sum_h a_h) that the per-group accuracies a_g alone would give the
+group dimension if every group were equally common and every misread were lost, against the
+measured |CA-U - CF| BI shift of that dimension (bootstrap.parquet; the overall shift when
+the dimension has no row, and for the "shown" grouping). Flagged when the errors alone
+would produce at least the measured shift: extraction error could then make or hide it.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from stereolens.metrics.group_audit import (
@@ -50,13 +62,16 @@ def contextbias_items(
     include_implied: bool = False,
 ) -> pl.DataFrame:
     """One row per (validation item, grouping): the details table's extracted items (``ok``)
-    with grouping, group_dimension, group (see the module docstring)."""
+    with grouping, group_dimension, group and cluster (the prompt_id, else the image_id; see
+    the module docstring)."""
     d = details.filter(pl.col("ok"))
     if not include_implied and "kind" in d.columns:
         d = d.filter(pl.col("kind") == "stated")
     if "extractor" not in d.columns:
         d = d.with_columns(pl.lit("*").alias("extractor"))
-    keep = ["extractor", "model", "image_id", "dimension", "correct", "other_label"]
+    unit = "prompt_id" if "prompt_id" in d.columns else "image_id"
+    d = d.with_columns(pl.col(unit).cast(pl.String).alias("cluster"))
+    keep = ["extractor", "model", "image_id", "dimension", "correct", "other_label", "cluster"]
     d = d.select(keep)
     stated = (
         d.filter(pl.col("dimension").is_in(GROUP_DIMENSIONS))
@@ -112,19 +127,63 @@ def contextbias_items(
 
 
 def contextbias_bias(bootstrap: pl.DataFrame | None) -> dict[tuple, float] | None:
-    """(extractor, model) -> the CA-U - CF overall BI shift of bootstrap.parquet."""
+    """(extractor, model, dimension) -> the CA-U - CF BI shift of bootstrap.parquet, dimension
+    "*" = the overall shift."""
     if bootstrap is None or bootstrap.height == 0:
         return None
-    rows = bootstrap.filter(
-        (pl.col("comparison") == "CA-U - CF")
-        & (pl.col("cohort") == "*")
-        & (pl.col("dimension") == "*")
-    )
+    rows = bootstrap.filter(pl.col("comparison") == "CA-U - CF")
+    rows = rows.filter((pl.col("dimension") != "*") | (pl.col("cohort") == "*"))
     ex = "extractor" in rows.columns
     return {
-        (r["extractor"] if ex else "*", r["model"]): r["estimate"]
+        (r["extractor"] if ex else "*", r["model"], r["dimension"]): r["estimate"]
         for r in rows.iter_rows(named=True)
     }
+
+
+INDUCED_FORMULA = (
+    "BI = 1 - H(q) / log K, q_g = a_g / sum_h a_h (group accuracies a_g, every group equally "
+    "common, misreads lost)"
+)
+
+
+def induced_bi(accuracy: np.ndarray) -> float:
+    """The BI the per-group accuracies alone give the group dimension (INDUCED_FORMULA)."""
+    a = np.asarray(accuracy, dtype=float)
+    if a.size < 2 or not np.isfinite(a).all() or a.sum() <= 0:
+        return float("nan")
+    q = a / a.sum()
+    h = -np.sum(np.where(q > 0, q * np.log(np.where(q > 0, q, 1.0)), 0.0))
+    return float(1 - h / np.log(a.size))
+
+
+def audit_items(
+    items: pl.DataFrame,
+    shifts: dict[tuple, float] | None = None,
+    *,
+    level: float = 0.95,
+    replicates: int = 1000,
+    seed: int = 0,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(by_group, group_gaps) of an item table of :func:`contextbias_items` (the coverage
+    benchmark draws simulated tables through it)."""
+    rates = group_rates(items, level=level, replicates=replicates, seed=seed)
+    if rates.height == 0:
+        return rates, group_gaps(rates)
+    shifts = shifts or {}
+
+    def bias(kd):
+        ex, m = kd["extractor"], kd["model"]
+        if kd["grouping"] == "stated" and (ex, m, kd["group_dimension"]) in shifts:
+            return shifts[(ex, m, kd["group_dimension"])]
+        return shifts.get((ex, m, "*"))
+
+    gaps = group_gaps(
+        rates, level=level, bias=bias, items=items, cluster_name="prompt",
+        bias_source="|CA-U - CF| BI shift of the group dimension (stated; else overall; "
+        "bootstrap.parquet)",
+        measured="the CA-U - CF BI shift", induced=induced_bi, induced_formula=INDUCED_FORMULA,
+    )  # fmt: skip
+    return rates.select(RATE_COLUMNS), gaps.select(GAP_COLUMNS)
 
 
 def audit_contextbias(
@@ -139,13 +198,6 @@ def audit_contextbias(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(by_group, group_gaps) of the ContextBias extraction validation (module docstring)."""
     items = with_pooled(contextbias_items(details, attributes, shown_by=shown_by))
-    rates = group_rates(items, level=level, replicates=replicates, seed=seed)
-    if rates.height == 0:
-        return rates, group_gaps(rates)
-    shifts = contextbias_bias(bootstrap) or {}
-    gaps = group_gaps(
-        rates, level=level, bias=lambda kd: shifts.get((kd["extractor"], kd["model"])),
-        bias_source="|CA-U - CF| overall BI shift (bootstrap.parquet)",
-        measured="the CA-U - CF BI shift",
-    )  # fmt: skip
-    return rates.select(RATE_COLUMNS), gaps.select(GAP_COLUMNS)
+    return audit_items(
+        items, contextbias_bias(bootstrap), level=level, replicates=replicates, seed=seed
+    )

@@ -17,9 +17,18 @@ audit's story jobs); :func:`score_readings` compares each reading with the truth
 
 :func:`audit_readings`: per axis and group, accuracy (= recall) and precision with Wilson
 intervals and F1 with a bootstrap interval (:mod:`stereolens.metrics.group_audit`); per
-axis, the largest error gap between groups with a Newcombe interval and Cochran's Q test
-(the same items read under every group: a matched design); the flag when the gap exceeds
-the smallest story TVD (x100, as a share) the audit measured on that axis.
+axis, the largest error gap between groups with a simultaneous interval over all pairs. The
+sampling unit is the story template (``cluster``): every item of a story is read under every
+group (a matched design), so the intervals come from the story-clustered covariance of the
+groups' error rates (paired: the covariance between groups read on the same stories enters
+every difference), on C - 1 degrees of freedom, and the test is the Rao-Scott F test. With one
+story there is no between-story variance: the unit is then the matched item set (story,
+attribute, element, the other axis' group) and the test Cochran's Q (the same items read
+under every group). The flag compares like with like: ``induced_bias`` = the story TVD
+(story_tvd's formula, as a share) the per-group accuracies a_g alone would produce in
+stories without bias (every value equally often true for every group, a misread value
+lost): p_g = a_g / sum_h a_h, TVD = 1/2 sum_g |p_g - 1/|A||, against the smallest story TVD
+(x100, as a share) the audit measured on that axis.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from stereolens.metrics.group_audit import group_gaps, group_rates
@@ -280,6 +290,44 @@ def cochran_q(items: pl.DataFrame, axis: str) -> tuple[str, float]:
     return "cochran q", float(cochrans_q(x).pvalue)
 
 
+INDUCED_FORMULA = (
+    "story TVD = 1/2 sum_g |a_g / sum_h a_h - 1/|A|| (group accuracies a_g, unbiased stories, "
+    "misreads lost)"
+)
+
+
+def induced_tvd(accuracy: np.ndarray) -> float:
+    """The story TVD (a share) the per-group accuracies alone produce (INDUCED_FORMULA)."""
+    a = np.asarray(accuracy, dtype=float)
+    if a.size < 2 or not np.isfinite(a).all() or a.sum() <= 0:
+        return float("nan")
+    return float(0.5 * np.abs(a / a.sum() - 1.0 / a.size).sum())
+
+
+def reading_items(items: pl.DataFrame, axes: list[str]) -> pl.DataFrame:
+    """The scored items in long form, one copy per audited axis (axis, group = that axis'
+    group) with cluster = the story (the sampling unit), or with one story the matched item
+    set (story, attribute, element, the other axis' group)."""
+    frames = []
+    one_story = items["story"].n_unique() < 2
+    for a in axes:
+        other = "race" if a == "gender" else "gender"
+        unit = (
+            pl.concat_str("story", "attribute", "element", other, separator="|")
+            if one_story
+            else pl.col("story")
+        )
+        frames.append(
+            items.with_columns(
+                pl.lit(a).alias("axis"), pl.col(a).alias("group"), unit.alias("cluster")
+            )
+        )
+    return pl.concat(frames) if frames else items.clear().with_columns(
+        axis=pl.lit(None, pl.String), group=pl.lit(None, pl.String),
+        cluster=pl.lit(None, pl.String),
+    )  # fmt: skip
+
+
 def audit_readings(
     items: pl.DataFrame,
     axes: list[str],
@@ -292,8 +340,7 @@ def audit_readings(
     """(rates, gaps): per assistant x axis x group, and per assistant x axis (module
     docstring). ``story_scores``: the LVLM scores table (task story rows give each axis'
     measured TVD, the bias the flag compares with)."""
-    frames = [items.with_columns(pl.lit(a).alias("axis"), pl.col(a).alias("group")) for a in axes]
-    long = pl.concat(frames) if frames else items.clear()
+    long = reading_items(items, axes)
     keys = ("assistant", "axis")
     rates = group_rates(long, keys=keys, level=level, replicates=replicates, seed=seed)
     bias = {}
@@ -310,6 +357,8 @@ def audit_readings(
         b = bias.get(kd["axis"])
         return None if b is None else b[0]
 
+    one_story = items["story"].n_unique() < 2
+
     def test(sub):
         kd = sub.row(0, named=True)
         part = long.filter(
@@ -318,9 +367,11 @@ def audit_readings(
         return cochran_q(part, kd["axis"])
 
     gaps = group_gaps(
-        rates, keys=keys, level=level, bias=bias_of, test=test,
+        rates, keys=keys, level=level, bias=bias_of, test=test if one_story else None,
         bias_source="smallest story TVD of the audited models on the axis (x100 / 100)",
-        measured="the story TVD",
+        measured="the story TVD", items=long,
+        cluster_name="matched item set (one story)" if one_story else "story",
+        induced=induced_tvd, induced_formula=INDUCED_FORMULA,
     )  # fmt: skip
     if bias:
         gaps = gaps.with_columns(

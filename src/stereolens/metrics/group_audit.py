@@ -1,10 +1,48 @@
 """Error rates of a reader (an attribute extractor, the LVLM's story assistant) per
-demographic group: per group, accuracy (= recall) and precision with Wilson intervals and F1
-with a percentile bootstrap over items; per grouping, the largest error-rate gap between two
-groups with a Newcombe interval, a test of difference (chi-squared, or Fisher's exact test
-for two groups with an expected count below 5) and the flag against the bias the reader is
-used to measure (issue 15, item 4). The benchmarks' audits build the item tables:
-:mod:`stereolens.contextbias.extraction_audit`, :mod:`stereolens.lvlm.story_reading`."""
+demographic group (issue 15, item 4; issue 20, item 4): per group, accuracy (= recall) and
+precision with Wilson intervals and F1 with a percentile bootstrap; per grouping, the largest
+error-rate gap between two groups with an interval that accounts for picking the worst and
+best group after looking, a test of difference and a flag that compares like with like. The
+benchmarks' audits build the item tables: :mod:`stereolens.contextbias.extraction_audit`,
+:mod:`stereolens.lvlm.story_reading`.
+
+Sampling units. An item table may carry a ``cluster`` column: the unit that was sampled
+(a ContextBias prompt, whose 10 seeds' images share it, and whose image rows share the image;
+a story template of the story-reading sample, read under every group). Items of one cluster
+are not independent, and a cluster may hold items of several groups (a prompt's images show
+different people; a story is read under every group: a matched design). Every interval and
+test then comes from the cluster-linearised covariance of the per-group error rates
+(:func:`cluster_covariance`: the sandwich estimator of a ratio of sums over clusters, with
+the small-sample factor C / (C - 1)), which carries both the clustering (design effects
+above 1) and the matching (a positive covariance between groups read on the same stories:
+a paired interval). Without a cluster column, or when every cluster holds one item, the
+items are independent binomial draws and the classical tests apply.
+
+- per group: Wilson intervals on the effective counts (k / deff, n / deff), deff = the
+  group's design effect (cluster variance over binomial variance, at least 1; precision's
+  over the labels read, accuracy's over the items: ``design_effect``); F1 with a
+  logit-scale Wald interval from the bootstrap standard error over clusters
+  (:func:`f1_interval`);
+- the largest gap: simultaneous intervals over all pairs of groups, each the Agresti-Caffo
+  adjusted difference (one right and one wrong pseudo-item added to each group, in clusters
+  of their own) +- a Bonferroni-t critical value (t with C - 1 degrees of freedom at
+  1 - alpha / (2 m), m = the number of pairs) times its standard error from the covariance;
+  the interval of the largest gap = [max(0, max L_ij), max U_ij] over ordered pairs, which
+  holds whenever every pairwise interval holds (so at least at the nominal level, whichever
+  groups turn out worst and best). Bonferroni over Tukey: it holds under any correlation
+  between the pairs (clusters shared by groups, matched groups), and for 7 independent groups
+  it is only 3% wider (3.04 against Tukey's 2.95);
+- the test: Pearson's chi-squared (or Fisher's exact test for two groups with an expected
+  count below 5) for independent items; for clustered items the second-order Rao-Scott
+  correction in its F form (as R's survey::svychisq): F = X^2 / sum(delta) on
+  (d0, d0 (C - 1)) degrees of freedom, d0 = sum(delta)^2 / sum(delta^2), delta = the
+  generalised design effects (eigenvalues of the null binomial covariance's inverse times the
+  design covariance, on the contrasts);
+- the flag: ``induced(accuracies)`` = the value of the bias metric itself that these
+  per-group accuracies alone would produce in a world without bias (each benchmark says its
+  formula), compared with the measured metric: flagged when the reader's errors alone would
+  produce at least the bias measured. Both are plug-in values of the same formula.
+"""
 
 from __future__ import annotations
 
@@ -17,17 +55,21 @@ from scipy import stats
 RATE_COLUMNS = [
     "extractor", "model", "grouping", "group_dimension", "group", "n_items", "n_correct",
     "n_false_positive", "accuracy", "accuracy_low", "accuracy_high", "recall", "precision",
-    "precision_low", "precision_high", "f1", "f1_low", "f1_high",
+    "precision_low", "precision_high", "f1", "f1_low", "f1_high", "n_clusters",
+    "design_effect",
 ]  # fmt: skip
 GAP_COLUMNS = [
     "extractor", "model", "grouping", "group_dimension", "n_groups", "n_items", "worst_group",
     "best_group", "error_gap", "gap_low", "gap_high", "test", "p_value", "bias", "bias_source",
-    "flag", "flag_text",
+    "flag", "flag_text", "n_clusters", "cluster", "design_effect", "gap_method",
+    "critical_value", "induced_bias", "induced_formula",
 ]  # fmt: skip
+CLUSTER = "cluster"
 
 
 def wilson(k: np.ndarray, n: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Wilson score interval of k / n (NaN where n = 0)."""
+    """Wilson score interval of k / n (NaN where n = 0; k and n may be effective, non-integer
+    counts)."""
     from statsmodels.stats.proportion import proportion_confint
 
     k = np.asarray(k, dtype=float)
@@ -41,10 +83,20 @@ def wilson(k: np.ndarray, n: np.ndarray, level: float = 0.95) -> tuple[np.ndarra
 
 
 def f1_interval(
-    correct: np.ndarray, false_pos: np.ndarray, replicates: int, seed: int, level: float = 0.95
+    correct: np.ndarray,
+    false_pos: np.ndarray,
+    replicates: int,
+    seed: int,
+    level: float = 0.95,
+    clusters: np.ndarray | None = None,
 ) -> tuple[float, float, float]:
     """F1 = 2 P R / (P + R) of items (correct: TP per item, false_pos: FP per item) with a
-    percentile bootstrap interval over items (seeded; vectorised)."""
+    Wald interval on the logit scale from the bootstrap over ``clusters`` (default: over
+    items; seeded; vectorised): se = sd(replicates) x sqrt(C / (C - 1)), interval =
+    expit(logit(F1) +- t(C - 1) se / (F1 (1 - F1))) (at F1 = 0 or 1: F1 +- t se, clipped). A
+    percentile interval undercovers with few clusters (story templates: 90.5% at 10; the
+    bootstrap's variance is (C - 1) / C of the cluster variance, and t(9) is 15% above z);
+    the logit scale follows F1's skew near 1 (10 stories: 94% against 92% on the F1 scale)."""
     correct = np.asarray(correct, dtype=float)
     false_pos = np.asarray(false_pos, dtype=float)
 
@@ -59,14 +111,24 @@ def f1_interval(
     point = float(f1(correct.sum(), false_pos.sum(), n))
     if n == 0 or replicates <= 0:
         return point, float("nan"), float("nan")
+    if clusters is None:
+        tp, fp, size = correct, false_pos, np.ones(n)
+    else:
+        _, c = np.unique(np.asarray(clusters), return_inverse=True)
+        tp, fp, size = (np.bincount(c, weights=w) for w in (correct, false_pos, np.ones(n)))
+    n_c = tp.size
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(replicates, n))
-    boot = f1(correct[idx].sum(1), false_pos[idx].sum(1), np.full(replicates, n))
+    idx = rng.integers(0, n_c, size=(replicates, n_c))
+    boot = f1(tp[idx].sum(1), fp[idx].sum(1), size[idx].sum(1))
     boot = boot[np.isfinite(boot)]
-    if boot.size == 0:
+    if boot.size < 2 or n_c < 2 or not np.isfinite(point):
         return point, float("nan"), float("nan")
-    a = (1 - level) / 2
-    lo, hi = np.quantile(boot, [a, 1 - a])
+    t = stats.t.ppf(1 - (1 - level) / 2, n_c - 1)
+    se = boot.std(ddof=1) * np.sqrt(n_c / (n_c - 1))
+    if not 0 < point < 1:  # F1 = 0 or 1: no logit; the plain Wald interval, clipped
+        return point, float(max(point - t * se, 0.0)), float(min(point + t * se, 1.0))
+    centre, half = np.log(point / (1 - point)), t * se / (point * (1 - point))
+    lo, hi = 1 / (1 + np.exp(-(centre - half))), 1 / (1 + np.exp(-(centre + half)))
     return point, float(lo), float(hi)
 
 
@@ -77,43 +139,82 @@ def with_pooled(items: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([items, items.with_columns(pl.lit("*").alias("model"))])
 
 
-def group_rates(
-    items: pl.DataFrame,
-    *,
-    keys: tuple[str, ...] = ("extractor", "model", "grouping", "group_dimension"),
-    level: float = 0.95,
-    replicates: int = 1000,
-    seed: int = 0,
-) -> pl.DataFrame:
-    """Per ``keys`` x group: items, accuracy and recall (Wilson), precision (Wilson), F1
-    (bootstrap over items). ``items`` columns: keys, group, correct (0/1), false_positive
-    (count per item)."""
-    rows = []
-    items = items.sort(pl.all())  # joins and group_by leave row order open: fix it (seeds)
-    for key, sub in items.group_by([*keys, "group"], maintain_order=True):
-        c = sub["correct"].to_numpy()
-        fp = sub["false_positive"].to_numpy()
-        f1, f1_lo, f1_hi = f1_interval(c, fp, replicates, seed, level)
-        rows.append(dict(zip([*keys, "group"], key, strict=True)) | {
-            "n_items": int(c.size), "n_correct": int(c.sum()), "n_false_positive": int(fp.sum()),
-            "f1": f1, "f1_low": f1_lo, "f1_high": f1_hi,
-        })  # fmt: skip
-    out = pl.DataFrame(rows)
-    if out.height == 0:
-        return out
-    n, k, fp = (out[c].to_numpy() for c in ("n_items", "n_correct", "n_false_positive"))
-    a_lo, a_hi = wilson(k, n, level)
-    p_lo, p_hi = wilson(k, k + fp, level)
+def cluster_counts(
+    group_idx: np.ndarray, cluster: np.ndarray | None, errors: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(E, N, clustered): errors and items per cluster (rows) x group (columns); without
+    clusters every item is its own. ``clustered``: some cluster holds more than one item."""
+    if cluster is None:
+        c = np.arange(group_idx.size)
+    else:
+        _, c = np.unique(np.asarray(cluster), return_inverse=True)
+    n_c = int(c.max()) + 1 if c.size else 0
+    E = np.zeros((n_c, k))
+    N = np.zeros((n_c, k))
+    np.add.at(E, (c, group_idx), errors)
+    np.add.at(N, (c, group_idx), 1.0)
+    return E, N, bool(n_c and N.sum(1).max() > 1)
+
+
+def cluster_covariance(E: np.ndarray, N: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(p, V): per-group error rates p_g = sum_c E_cg / sum_c N_cg and their cluster-robust
+    covariance V = C / (C - 1) Z'Z, Z_cg = (E_cg - p_g N_cg) / N_g (linearised ratio
+    estimator). Needs C >= 2 clusters; NaN otherwise."""
+    n_g = N.sum(0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        acc = np.where(n > 0, k / np.maximum(n, 1), np.nan)
-        prec = np.where(k + fp > 0, k / np.maximum(k + fp, 1), np.nan)
-    out = out.with_columns(
-        pl.Series("accuracy", acc), pl.Series("accuracy_low", a_lo),
-        pl.Series("accuracy_high", a_hi), pl.Series("recall", acc),
-        pl.Series("precision", prec), pl.Series("precision_low", p_lo),
-        pl.Series("precision_high", p_hi),
-    ).with_columns(pl.col(pl.Float64).fill_nan(None))  # fmt: skip
-    return out.sort([*keys, "group"])
+        p = E.sum(0) / n_g
+        Z = (E - p * N) / n_g
+    c = E.shape[0]
+    if c < 2:
+        return p, np.full((E.shape[1], E.shape[1]), np.nan)
+    return p, c / (c - 1) * (Z.T @ Z)
+
+
+def design_effects(E: np.ndarray, N: np.ndarray, clustered: bool) -> np.ndarray:
+    """Per group: cluster-robust variance of the error rate over its binomial variance, at
+    least 1 (1 for independent items, and where the rate is 0 or 1 or C < 2)."""
+    k = E.shape[1]
+    if not clustered or E.shape[0] < 2:
+        return np.ones(k)
+    p, V = cluster_covariance(E, N)
+    binom = p * (1 - p) / N.sum(0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d = np.diag(V) / binom
+    return np.where(np.isfinite(d), np.maximum(d, 1.0), 1.0)
+
+
+def _adjusted(E: np.ndarray, N: np.ndarray, clustered: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Agresti-Caffo adjusted error rates (one wrong and one right pseudo-item per group, in
+    clusters of their own) and their covariance: binomial for independent items; else the
+    cluster covariance with each variance at least the binomial one (design effect >= 1)."""
+    k = E.shape[1]
+    pt = (E.sum(0) + 1) / (N.sum(0) + 2)
+    binom = pt * (1 - pt) / (N.sum(0) + 2)
+    if not clustered:
+        return pt, np.diag(binom)
+    eye = np.eye(k)
+    _, V = cluster_covariance(np.vstack([E, eye, 0 * eye]), np.vstack([N, eye, eye]))
+    V[np.diag_indices(k)] = np.maximum(np.diag(V), binom)
+    return pt, V
+
+
+def simultaneous_gap(
+    E: np.ndarray, N: np.ndarray, clustered: bool, level: float = 0.95
+) -> tuple[float, float, float]:
+    """(gap_low, gap_high, critical value): the interval of the largest error-rate gap between
+    two groups from simultaneous Bonferroni-t intervals over all pairs (module docstring)."""
+    k = E.shape[1]
+    pt, V = _adjusted(E, N, clustered)
+    m = k * (k - 1) // 2
+    df = E.shape[0] - 1 if clustered else np.inf
+    crit = float(stats.t.ppf(1 - (1 - level) / (2 * m), df))
+    d = pt[:, None] - pt[None, :]
+    var = np.diag(V)[:, None] + np.diag(V)[None, :] - 2 * V
+    se = np.sqrt(np.maximum(var, 0.0))
+    off = ~np.eye(k, dtype=bool)
+    lo = float(np.clip((d - crit * se)[off].max(), 0.0, 1.0))
+    hi = float(np.clip((d + crit * se)[off].max(), 0.0, 1.0))
+    return lo, hi, crit
 
 
 def difference_test(correct: np.ndarray, total: np.ndarray) -> tuple[str, float]:
@@ -131,6 +232,83 @@ def difference_test(correct: np.ndarray, total: np.ndarray) -> tuple[str, float]
     return "chi-squared", float(p)
 
 
+def rao_scott(E: np.ndarray, N: np.ndarray) -> tuple[str, float]:
+    """(test, p) of equal error rates across groups for clustered items: Pearson's X^2 with
+    the second-order Rao-Scott correction, F form (module docstring)."""
+    name = "rao-scott F"
+    n_g = N.sum(0)
+    e = E.sum(0)
+    pbar = e.sum() / n_g.sum()
+    k = E.shape[1]
+    if k < 2 or pbar <= 0 or pbar >= 1:
+        return "none (one outcome only)", 1.0
+    if E.shape[0] < 2:
+        return "none (one cluster)", float("nan")
+    p, V = cluster_covariance(E, N)
+    x2 = float((n_g * (p - pbar) ** 2).sum() / (pbar * (1 - pbar)))
+    cm = np.vstack([np.eye(k - 1), -np.ones((1, k - 1))])
+    a = cm.T @ np.diag(pbar * (1 - pbar) / n_g) @ cm
+    b = cm.T @ V @ cm
+    delta = np.clip(np.linalg.eigvals(np.linalg.solve(a, b)).real, 0.0, None)
+    s = float(delta.sum())
+    if s <= 1e-12:
+        return name, 0.0 if x2 > 1e-12 else 1.0
+    d0 = s**2 / float((delta**2).sum())
+    return name, float(stats.f.sf(x2 / s, d0, d0 * (E.shape[0] - 1)))
+
+
+def group_rates(
+    items: pl.DataFrame,
+    *,
+    keys: tuple[str, ...] = ("extractor", "model", "grouping", "group_dimension"),
+    level: float = 0.95,
+    replicates: int = 1000,
+    seed: int = 0,
+) -> pl.DataFrame:
+    """Per ``keys`` x group: items, accuracy and recall (Wilson on effective counts),
+    precision (Wilson on effective counts, with its own design effect over the labels read),
+    F1 (bootstrap over clusters), clusters and the accuracy's design effect. ``items``
+    columns: keys, group, correct (0/1), false_positive (count per item), optionally
+    ``cluster`` (the sampling unit; module docstring)."""
+    rows, deff_p = [], []
+    items = items.sort(pl.all())  # joins and group_by leave row order open: fix it (seeds)
+    has_c = CLUSTER in items.columns
+    for key, sub in items.group_by([*keys, "group"], maintain_order=True):
+        c = sub["correct"].to_numpy()
+        fp = sub["false_positive"].to_numpy()
+        cl = sub[CLUSTER].to_numpy() if has_c else None
+        E, N, clustered = cluster_counts(np.zeros(c.size, dtype=int), cl, 1.0 - c, 1)
+        f1, f1_lo, f1_hi = f1_interval(c, fp, replicates, seed, level, cl if clustered else None)
+        # precision's own design effect: contradicting labels among the labels read, by cluster
+        pe = cluster_counts(np.zeros(c.size, dtype=int), cl, fp, 1)[0]
+        pn = cluster_counts(np.zeros(c.size, dtype=int), cl, c + fp, 1)[0]
+        keep = pn[:, 0] > 0
+        deff_p.append(float(design_effects(pe[keep], pn[keep], clustered)[0]))
+        rows.append(dict(zip([*keys, "group"], key, strict=True)) | {
+            "n_items": int(c.size), "n_correct": int(c.sum()), "n_false_positive": int(fp.sum()),
+            "f1": f1, "f1_low": f1_lo, "f1_high": f1_hi, "n_clusters": int(E.shape[0]),
+            "design_effect": float(design_effects(E, N, clustered)[0]),
+        })  # fmt: skip
+    out = pl.DataFrame(rows)
+    if out.height == 0:
+        return out
+    n, k, fp = (out[c].to_numpy() for c in ("n_items", "n_correct", "n_false_positive"))
+    deff = out["design_effect"].to_numpy()
+    a_lo, a_hi = wilson(k / deff, n / deff, level)
+    dp = np.array(deff_p)
+    p_lo, p_hi = wilson(k / dp, (k + fp) / dp, level)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = np.where(n > 0, k / np.maximum(n, 1), np.nan)
+        prec = np.where(k + fp > 0, k / np.maximum(k + fp, 1), np.nan)
+    out = out.with_columns(
+        pl.Series("accuracy", acc), pl.Series("accuracy_low", a_lo),
+        pl.Series("accuracy_high", a_hi), pl.Series("recall", acc),
+        pl.Series("precision", prec), pl.Series("precision_low", p_lo),
+        pl.Series("precision_high", p_hi),
+    ).with_columns(pl.col(pl.Float64).fill_nan(None))  # fmt: skip
+    return out.sort([*keys, "group"])
+
+
 def group_gaps(
     rates: pl.DataFrame,
     *,
@@ -141,51 +319,85 @@ def group_gaps(
     test: Any = None,
     min_items: int = 1,
     measured: str = "the bias",
+    items: pl.DataFrame | None = None,
+    cluster_name: str = "item",
+    induced: Any = None,
+    induced_formula: str = "",
 ) -> pl.DataFrame:
-    """Per ``keys``: the largest error-rate gap between two groups (Newcombe interval), the
-    difference test (``test(sub) -> (name, p)``, default :func:`difference_test` on the
-    rates), and the flag against ``bias(key dict) -> float | None`` (absolute value)."""
-    from statsmodels.stats.proportion import confint_proportions_2indep
-
+    """Per ``keys``: the largest error-rate gap between two groups with its simultaneous
+    interval, the difference test (``test(sub) -> (name, p)`` overrides the default: Pearson /
+    Fisher for independent items, Rao-Scott for clustered ones), and the flag: ``induced(acc)``
+    (the metric the per-group accuracies alone would produce) against ``bias(key dict)``
+    (absolute value). ``items``: the item table of :func:`group_rates` (with ``cluster``);
+    without it the items are taken as independent (counts from ``rates``)."""
+    by_key = {}
+    if items is not None and items.height:
+        for key, part in items.group_by(list(keys)):
+            by_key[tuple(key)] = part
     rows = []
     for key, sub in rates.filter(pl.col("n_items") >= min_items).group_by(
         list(keys), maintain_order=True
     ):
         if sub.height < 2:
             continue
-        err = 1 - sub["accuracy"].to_numpy()
+        groups = sub["group"].to_list()
+        acc = sub["accuracy"].to_numpy().astype(float)
+        err = 1 - acc
         worst, best = int(np.argmax(err)), int(np.argmin(err))
         n = sub["n_items"].to_numpy()
         k = sub["n_correct"].to_numpy()
         gap = float(err[worst] - err[best])
-        # error of worst minus error of best = accuracy of best minus accuracy of worst
-        lo, hi = confint_proportions_2indep(
-            k[best], n[best], k[worst], n[worst], method="newcomb", compare="diff",
-            alpha=1 - level,
-        )  # fmt: skip
-        name, p = test(sub) if test is not None else difference_test(k, n)
+        part = by_key.get(tuple(key))
+        if part is not None:
+            part = part.filter(pl.col("group").is_in(groups))
+            gi = part["group"].replace_strict({g: i for i, g in enumerate(groups)}).to_numpy()
+            cl = part[CLUSTER].to_numpy() if CLUSTER in part.columns else None
+            E, N, clustered = cluster_counts(gi, cl, 1.0 - part["correct"].to_numpy(), len(groups))
+        else:
+            E, N, clustered = (n - k)[None, :].astype(float), n[None, :].astype(float), False
+        lo, hi, crit = simultaneous_gap(E, N, clustered, level)
+        if test is not None:
+            name, p = test(sub)
+        elif clustered:
+            name, p = rao_scott(E, N)
+        else:
+            name, p = difference_test(k, n)
+        deff = design_effects(E, N, clustered)
         kd = dict(zip(keys, key, strict=True))
         b = None if bias is None else bias(kd)
-        flag = b is not None and np.isfinite(b) and gap > abs(b)
-        groups = sub["group"].to_list()
+        ind = None if induced is None else float(induced(acc))
+        flag = (
+            b is not None and ind is not None and np.isfinite(b) and np.isfinite(ind)
+            and ind >= abs(b)
+        )  # fmt: skip
         text = ""
         if flag:
             text = (
                 f"error differs between {groups[worst]} and {groups[best]} by {gap:.3f} "
-                f"(p = {p:.3g}), more than {measured} it is used to measure ({abs(b):.3f})"
+                f"[{lo:.3f}, {hi:.3f}] (p = {p:.3g}); these errors alone would produce "
+                f"{ind:.3f}, at least {measured} it is used to measure ({abs(b):.3f})"
             )
+        n_pairs = len(groups) * (len(groups) - 1) // 2
         rows.append(kd | {
             "n_groups": sub.height, "n_items": int(n.sum()), "worst_group": groups[worst],
-            "best_group": groups[best], "error_gap": gap, "gap_low": float(lo),
-            "gap_high": float(hi), "test": name, "p_value": p,
-            "bias": None if b is None else abs(float(b)),
-            "bias_source": None if b is None else bias_source,
-            "flag": bool(flag), "flag_text": text,
+            "best_group": groups[best], "error_gap": gap, "gap_low": lo, "gap_high": hi,
+            "test": name, "p_value": p, "bias": None if b is None else abs(float(b)),
+            "bias_source": None if b is None else bias_source, "flag": bool(flag),
+            "flag_text": text, "n_clusters": int(E.shape[0]),
+            "cluster": cluster_name if clustered else "item (independent)",
+            "design_effect": float(deff.mean()),
+            "gap_method": f"simultaneous over {n_pairs} pair(s): Agresti-Caffo differences, "
+            f"Bonferroni-t ({'C - 1' if clustered else 'normal'})",
+            "critical_value": crit, "induced_bias": ind,
+            "induced_formula": induced_formula if ind is not None else None,
         })  # fmt: skip
     schema = {c: pl.String for c in keys} | {
         "n_groups": pl.Int64, "n_items": pl.Int64, "worst_group": pl.String,
         "best_group": pl.String, "error_gap": pl.Float64, "gap_low": pl.Float64,
         "gap_high": pl.Float64, "test": pl.String, "p_value": pl.Float64, "bias": pl.Float64,
         "bias_source": pl.String, "flag": pl.Boolean, "flag_text": pl.String,
+        "n_clusters": pl.Int64, "cluster": pl.String, "design_effect": pl.Float64,
+        "gap_method": pl.String, "critical_value": pl.Float64, "induced_bias": pl.Float64,
+        "induced_formula": pl.String,
     }  # fmt: skip
     return pl.DataFrame(rows, schema=schema)

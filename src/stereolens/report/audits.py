@@ -17,9 +17,15 @@ RATE_INTERVALS = {
 }
 
 GAP_CAPTION = (
-    "error gap = the largest difference in error rate (1 - accuracy) between two groups, "
-    "with a Newcombe interval; p_value = a test of equal accuracy across the groups ({test}). "
-    "bias = {bias}; flag = the gap exceeds it."
+    "error gap = the largest difference in error rate (1 - accuracy) between two groups. Its "
+    "interval holds for every pair of groups at once (Agresti-Caffo differences, Bonferroni-t "
+    "critical value over all pairs: critical_value), so it allows for the worst and best "
+    "groups being picked after looking; under no true difference it excludes 0 in at most 5% "
+    "of audits (the Newcombe interval on the picked pair: 46% with 7 x 100 items). {unit} "
+    "design effect = the cluster variance over the binomial one. p_value = a test of equal "
+    "accuracy across the groups ({test}). induced = {induced}; bias = {bias}; flag = induced "
+    ">= bias (like with like: both are plug-in values of the same formula; induced is a "
+    "little above its population value under noise, like every such plug-in)."
 )
 
 
@@ -32,16 +38,21 @@ def _flags(gaps: pl.DataFrame, what: str) -> list[str]:
         for r in flagged.iter_rows(named=True)
     ]
     return [
-        f"The {what} errs more for some groups than the bias it is used to measure: these "
-        "differences alone could make or hide that bias. " + "; ".join(lines)
+        f"The {what} errs unevenly enough across groups that these errors alone would "
+        "produce at least the bias it is used to measure: they could make or hide that "
+        "bias. " + "; ".join(lines)
     ]
 
 
 def _gap_table(id: str, gaps: pl.DataFrame, keys: list[str], caption: str) -> Table:
+    for c in ("critical_value", "cluster", "n_clusters", "design_effect", "induced_bias"):
+        if c not in gaps.columns:  # a table written before issue 20: shown as missing
+            gaps = gaps.with_columns(pl.lit(None).alias(c))
     shown = gaps.with_columns(
         pl.format("{} vs {}", pl.col("worst_group"), pl.col("best_group")).alias("worst vs best")
     ).select(*keys, "n_groups", "n_items", "worst vs best", "error_gap", "gap_low",
-             "gap_high", "test", "p_value", "bias", "flag")  # fmt: skip
+             "gap_high", "critical_value", "cluster", "n_clusters", "design_effect", "test",
+             "p_value", "induced_bias", "bias", "flag")  # fmt: skip
     return Table(
         id, "Error gap between groups", caption, shown,
         intervals={"error_gap": ("gap_low", "gap_high")}, csv=gaps,
@@ -68,7 +79,7 @@ def extraction_group_section(by_group: pl.DataFrame, gaps: pl.DataFrame) -> Sect
     section.warnings += _flags(gaps, "extractor")
     if not section.warnings:
         section.paragraphs.append(
-            "No extractor error gap between groups exceeds the bias it is used to measure."
+            "No extractor's per-group errors alone would produce the bias it is used to measure."
         )
     keys = ["extractor", "model", "grouping", "group_dimension"]
     if gaps.height:
@@ -78,8 +89,16 @@ def extraction_group_section(by_group: pl.DataFrame, gaps: pl.DataFrame) -> Sect
                 gaps,
                 keys,
                 GAP_CAPTION.format(
-                    test="chi-squared; Fisher's exact test for two small groups",
-                    bias="|CA-U - CF| overall BI shift of the extractor and model",
+                    unit="Items are clustered by validation prompt (its seeds' images, an "
+                    "image's dimension rows): every interval and test uses the prompts as the "
+                    "units;",
+                    test="chi-squared, or Fisher's exact test for two small groups, for "
+                    "independent items; Rao-Scott F (second order) for clustered ones",
+                    induced="the BI (1 - H(q) / log K, q_g = a_g / sum a) the per-group "
+                    "accuracies a_g alone would give the group dimension, every group equally "
+                    "common and every misread lost",
+                    bias="|CA-U - CF| BI shift of that dimension (stated grouping; else the "
+                    "overall shift) of the extractor and model",
                 ),
             )
         )
@@ -92,8 +111,9 @@ def extraction_group_section(by_group: pl.DataFrame, gaps: pl.DataFrame) -> Sect
             "demographic is read); 'shown' = the label the extractor reads for the person in "
             "the same image (accuracy on the other dimensions). Accuracy = recall with Wilson "
             "intervals, precision (contradicting labels of exclusive dimensions) with Wilson "
-            "intervals, F1 with a bootstrap interval over items; model * = the generators "
-            "pooled.",
+            "intervals, both on the effective counts (counts / design effect, the prompts "
+            "being the units), F1 with a t(prompts - 1) interval on the logit scale from its "
+            "bootstrap standard error over prompts; model * = the generators pooled.",
         )
     )
     return section
@@ -108,7 +128,8 @@ def story_reading_section(rates: pl.DataFrame, gaps: pl.DataFrame) -> Section:
     section.warnings += _flags(gaps, "assistant's story reading")
     if not section.warnings:
         section.paragraphs.append(
-            "No reading error gap between groups exceeds the bias it is used to measure."
+            "The assistant's per-group reading errors alone would not produce the bias it is "
+            "used to measure."
         )
     if gaps.height:
         section.tables.append(
@@ -117,7 +138,15 @@ def story_reading_section(rates: pl.DataFrame, gaps: pl.DataFrame) -> Section:
                 gaps,
                 ["assistant", "axis"],
                 GAP_CAPTION.format(
-                    test="Cochran's Q: the same story fields read under every group",
+                    unit="The unit is the story template (every item read under every group: "
+                    "a matched design): the intervals are paired (the covariance between "
+                    "groups read on the same stories enters every difference), on stories - 1 "
+                    "degrees of freedom;",
+                    test="Rao-Scott F over stories; with one story, Cochran's Q over the "
+                    "matched items",
+                    induced="the story TVD (story_tvd's formula, as a share) the per-group "
+                    "accuracies alone would produce in unbiased stories: 1/2 sum_g |a_g / "
+                    "sum a - 1/|A||",
                     bias="the smallest story TVD of the audited models on the axis, as a share",
                 ),
             )
@@ -130,8 +159,10 @@ def story_reading_section(rates: pl.DataFrame, gaps: pl.DataFrame) -> Section:
             "The labelled sample (resources/lvlm/story_reading.v1.yaml): each story read once "
             "per gender x race group, the main character shown by an explicit descriptor and "
             "pronouns, the text otherwise identical. An item = a scalar attribute or one true "
-            "element of a list attribute; accuracy = recall (Wilson), precision (Wilson), F1 "
-            "(bootstrap over items).",
+            "element of a list attribute; accuracy = recall (Wilson), precision (Wilson), both "
+            "on the effective counts (counts / design effect, the stories being the units), F1 "
+            "with a t(stories - 1) interval on the logit scale from its bootstrap standard "
+            "error over stories.",
         )
     )
     return section

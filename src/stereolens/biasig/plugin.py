@@ -93,7 +93,8 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
     return out
 
 
-METRICS = ("implicit", "explicit", "eta")
+METRICS = ("implicit", "explicit", "eta", "comparisons", "ranks")
+"""The tables of rule compute_biasig_metrics (results/biasig/metrics/<name>.parquet)."""
 
 
 def _targets(config: dict) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -32,11 +33,12 @@ def use_label_column(attributes, column: str):
     )
 
 
-def _read(path: str, what: str):
-    """A table from parquet, CSV or JSON lines, by suffix (see biasig.cli.read_answers)."""
+def _read(path: str, what: str, spec=None):
+    """A table from parquet, CSV or JSON lines, by suffix, with ``spec``'s column types
+    (see stereolens.tables.read_table)."""
     from stereolens.tables import read_table
 
-    return read_table(path, what)
+    return read_table(path, what, spec=spec)
 
 
 def _metrics(args: argparse.Namespace) -> int:
@@ -48,13 +50,19 @@ def _metrics(args: argparse.Namespace) -> int:
     from stereolens.contextbias.schema import AttributeSchema
     from stereolens.tables import ATTRIBUTES, IMAGES, check_table, write_tables
 
+    schema = AttributeSchema.load(args.schema)
+    spec = replace(ATTRIBUTES, vocabularies=schema.table_vocabularies())
+    read_spec = replace(spec, optional=(*spec.optional, ("canonical_label", str)))
     attributes = check_table(
-        use_label_column(_read(args.attributes, "attributes"), args.label_column),
-        ATTRIBUTES,
+        use_label_column(_read(args.attributes, "attributes", read_spec), args.label_column),
+        spec,
         args.attributes,
     )
-    images = check_table(_read(args.images, "images"), IMAGES, args.images) if args.images else None
-    schema = AttributeSchema.load(args.schema)
+    images = (
+        check_table(_read(args.images, "images", IMAGES), IMAGES, args.images)
+        if args.images
+        else None
+    )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cells = "variant" if args.variant_cells else args.robustness_cells
@@ -136,7 +144,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     m.add_argument(
-        "--attributes", required=True, metavar="PATH", help="attributes parquet (long form)"
+        "--attributes",
+        required=True,
+        metavar="PATH",
+        help="attributes table, long form (.parquet, .csv or .jsonl)",
     )
     m.add_argument("--out", required=True, metavar="DIR", help="output directory")
     m.add_argument(
@@ -149,7 +160,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--images",
         metavar="PATH",
-        help="images parquet with image_id, model, role, condition, status: gives the exact "
+        help="images table (.parquet, .csv or .jsonl) with image_id, model, role, condition, "
+        "status: gives the exact "
         "number of extracted images per cell (n_images, the CCS denominators); without it, "
         "only images that have at least one label are counted",
     )

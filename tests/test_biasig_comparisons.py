@@ -168,3 +168,10 @@ def test_compute_metrics_replicates_feed_the_comparisons():
     )
     assert row["difference"] == pytest.approx(bc["m-fair"] - bc["m"])
     assert row["ci_low"] < row["difference"] < row["ci_high"]
+    # eta's comparisons take the plug-ins (its bias correction does not cover, see ESTIMATE)
+    plug = est.filter((pl.col("metric") == "eta") & (pl.col("protected_attribute") == "*"))
+    plug = dict(zip(plug["variant"], plug["estimate"], strict=True))
+    row = cmp.filter((pl.col("metric") == "eta") & (pl.col("scope") == "overall")).row(
+        0, named=True
+    )
+    assert row["difference"] == pytest.approx(plug["m-fair"] - plug["m"])

@@ -261,6 +261,9 @@ def measure(world: World, dataset: pl.DataFrame, seed: int) -> dict[str, tuple]:
 
 
 _CACHE: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+LOG: Path | None = None
+"""Where simulate appends each dataset's measures (JSON lines), when set (``--log``): a long
+paper-scale run can be read while it runs, or after it stops (``--from-log``)."""
 
 
 @functools.cache
@@ -283,6 +286,11 @@ def simulate(name: str, rng: np.random.Generator, n: int) -> dict[str, np.ndarra
             if i % 20 == 0:
                 print(f"{name}: dataset {i} of {n}", file=sys.stderr, flush=True)
             got = measure(w, answers(w, rng), seed=int(rng.integers(2**31)))
+            if LOG is not None:
+                import json
+
+                with LOG.open("a") as fh:
+                    fh.write(json.dumps({"world": name, **got}) + "\n")
             for row, v in got.items():
                 results.setdefault(row, []).append(v)
         _CACHE[key] = {k: np.array(v, dtype=float) for k, v in results.items()}
@@ -322,9 +330,10 @@ def rows(scale: str, before: str = "", worlds: list[str] | None = None) -> list[
                 return est, r[:, 3], r[:, 4]
 
             if diff:
+                # the comparisons take eta's plug-ins (biasig.comparisons.ESTIMATE)
                 interval = (
                     "plug-in difference +- z se"
-                    if before
+                    if before or row.startswith("eta")
                     else "bias-corrected difference +- z bootstrap se (unpaired)"
                 )
             else:
@@ -351,7 +360,7 @@ def rows(scale: str, before: str = "", worlds: list[str] | None = None) -> list[
 
 NOTES = {
     "eta": "eta's statistic is not smooth (a sign flips where a share crosses its ground "
-    "truth), its bootstrap spread overstates its sampling spread",
+    "truth): at 20 images a subject its bootstrap spread overstates its sampling spread",
 }
 
 
@@ -365,7 +374,25 @@ if __name__ == "__main__":
     ap.add_argument("--world", nargs="*", help=f"worlds of the scale (of {list(WORLDS)})")
     ap.add_argument("--datasets", type=int, default=200)
     ap.add_argument("--before", action="store_true", help="also the percentile and basic rows")
+    ap.add_argument("--log", type=Path, help="append each dataset's measures to this file")
+    ap.add_argument(
+        "--from-log", type=Path, help="the rows from a --log file's datasets (no simulation)"
+    )
     args = ap.parse_args()
+    LOG = args.log
+    if args.from_log:
+        import json
+
+        logged: dict[str, dict[str, list]] = {}
+        for line in args.from_log.read_text().splitlines():
+            entry = json.loads(line)
+            for row, v in entry.items():
+                if row != "world":
+                    logged.setdefault(entry["world"], {}).setdefault(row, []).append(v)
+        for name, got in logged.items():
+            n = len(next(iter(got.values())))
+            _CACHE[(name, n)] = {k: np.array(v, dtype=float) for k, v in got.items()}
+        args.datasets = n
     chosen = rows(args.scale, worlds=args.world)
     if args.before:
         for kind in BEFORE:

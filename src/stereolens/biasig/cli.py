@@ -120,9 +120,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "would double the bias); and DIR/comparisons.parquet and DIR/ranks.parquet: "
             "every pair of models and every debiasing variant against its base on the "
             "model-level S_imp, S_exp and eta (overall and per attribute): the difference "
-            "of the bias-corrected estimates, its Wald interval from the bootstrap standard "
-            "error (models resampled "
-            "independently), p-value and Holm decision; ranks and groups for S_imp and S_exp."
+            "of the bias-corrected S_imp and S_exp and of the plug-in eta, its Wald "
+            "interval from the bootstrap standard error (models resampled independently), "
+            "p-value and Holm decision; ranks and groups for S_imp and S_exp."
         ),
     )
     m.add_argument(

@@ -234,7 +234,9 @@ def read_table(
             frame = frame.select([c for c in have if c in columns])
         return frame if lazy else frame.collect()
     except (pl.exceptions.PolarsError, OSError) as exc:
-        raise ConfigError(f"{what} {path} cannot be read as {suffix[1:]}: {exc}") from exc
+        from stereolens.damage import read_failure
+
+        raise read_failure(path, exc, what) from exc
 
 
 def check_table(frame, spec: TableSpec, source: str = ""):

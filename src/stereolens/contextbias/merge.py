@@ -125,6 +125,9 @@ def merge_extraction_parts(
     count and, as "labels", the attribute rows."""
     if len(attribute_parts) != len(image_parts):
         raise ValueError("one attributes part per images part")
+    from stereolens.damage import require_intact
+
+    require_intact([*attribute_parts, *image_parts])
     keyed = []
     for a, i in zip(attribute_parts, image_parts, strict=True):
         first = pl.scan_parquet(i).select("extractor", "model").head(1).collect()

@@ -276,11 +276,7 @@ def simulate(name: str, rng: np.random.Generator, n: int) -> dict[str, np.ndarra
     ``name`` (cached: the rows of a world share their datasets)."""
     key = (name, n)
     if key not in _CACHE:
-        import gc
-
         w = world(name)
-        # statsmodels' multipletests calls gc.collect(); frozen objects are not traversed
-        gc.freeze()
         results: dict[str, list] = {}
         for i in range(n):
             if i % 20 == 0:

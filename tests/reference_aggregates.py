@@ -17,7 +17,7 @@ from stereolens.atomic import read_jsonl
 from stereolens.biasig import answers as biasig_answers
 from stereolens.biasig import metrics as biasig_metrics
 from stereolens.biasig.answers import Prepared, _code_columns, _unit_table
-from stereolens.biasig.groups import quantiles
+from stereolens.biasig.groups import replicate_moments
 from stereolens.biasig.metrics import _accumulators
 from stereolens.biasig.resample import _block_bounds, _counts_from_draws, _run_stream
 
@@ -88,7 +88,7 @@ def biasig_bootstrap_reference(prep, imp, exp, eta, replicates, seed, ci, thread
             if sel.size:
                 us = u0 + sel
                 scores, avail = imp.prompt_scores(counts[sel], us)
-                acc["imp_ci"][0, us], acc["imp_ci"][1, us] = quantiles(scores, ci, axis=1)
+                acc["imp_moments"][:, us] = replicate_moments(scores, axis=1)
                 num, den = imp.sums(scores, avail, us)
                 acc["imp_num"] += num
                 acc["imp_den"] += den
@@ -97,8 +97,7 @@ def biasig_bootstrap_reference(prep, imp, exp, eta, replicates, seed, ci, thread
             if sel.size:
                 us = u0 + sel
                 person = exp.person_accuracy(counts[sel], us)
-                lo, hi = quantiles(exp.prompt_scores(person), ci, axis=1)
-                acc["exp_ci"][0, us], acc["exp_ci"][1, us] = lo, hi
+                acc["exp_moments"][:, us] = replicate_moments(exp.prompt_scores(person), 1)
                 num, den = exp.sums(person, us)
                 acc["exp_num"] += num
                 acc["exp_den"] += den

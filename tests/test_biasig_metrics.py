@@ -499,7 +499,8 @@ def test_bootstrap_is_seeded_and_per_model(prompts, truth, explicit_ids):
 
     a, b, c = run(one, 1), run(one, 1), run(one, 2)
     assert a.equals(b)
-    assert not a["ci_low"].equals(c["ci_low"])
+    assert not a["score_bc"].equals(c["score_bc"])  # the replicates' mean moves with the seed
+    assert not (a["ci_low"].equals(c["ci_low"]) and a["ci_high"].equals(c["ci_high"]))
     d = run(two, 1).filter(pl.col("model") == "m")
     assert d.equals(a)  # adding a model leaves the others' intervals unchanged
     scored = a.drop_nulls("score")
@@ -512,8 +513,11 @@ def test_bootstrap_is_seeded_and_per_model(prompts, truth, explicit_ids):
     no_ci = compute_metrics(one, prompts, truth, replicates=0, which=("explicit",), **PHRASING)[
         "explicit"
     ]
-    assert no_ci["ci_low"].null_count() == no_ci["ci_high"].null_count() == no_ci.height
-    assert no_ci.drop("ci_low", "ci_high").equals(a.drop("ci_low", "ci_high"))
+    for col in ("ci_low", "ci_high", "score_bc"):
+        assert no_ci[col].null_count() == no_ci.height
+    assert no_ci.drop("ci_low", "ci_high", "score_bc").equals(
+        a.drop("ci_low", "ci_high", "score_bc")
+    )
 
 
 def test_bootstrap_matches_the_binomial(prompts, truth, explicit_ids):
@@ -525,9 +529,12 @@ def test_bootstrap_matches_the_binomial(prompts, truth, explicit_ids):
         pl.DataFrame(rows), prompts, truth, replicates=4000, seed=0, which=("explicit",)
     )["explicit"]
     row = get(table, level="subject")
-    # Binomial(10, 0.5) / 10: 2.5% and 97.5% quantiles are 0.2 and 0.8
+    # the replicates are Binomial(10, 0.5) / 10: mean 0.5 (no bias to correct), sd
+    # sqrt(0.25 / 10) = 0.1581; the interval 0.5 +- 1.96 x 0.1581 = [0.190, 0.810]
     assert row["score"] == 0.5
-    assert row["ci_low"] == pytest.approx(0.2) and row["ci_high"] == pytest.approx(0.8)
+    assert row["score_bc"] == pytest.approx(0.5, abs=0.01)
+    assert row["ci_low"] == pytest.approx(0.190, abs=0.01)
+    assert row["ci_high"] == pytest.approx(0.810, abs=0.01)
 
 
 # -- eta ------------------------------------------------------------------------------------
@@ -695,10 +702,15 @@ def test_cli_metrics(tmp_path, capsys, eta_answers, explicit_ids):
     assert set(eta["eta_variant"]) == {"released"} and eta.height == 37
     assert get(eta, pair="pair1")["eta_gender"] == pytest.approx(0.30)
     assert sorted(p.name for p in out.iterdir()) == [
+        "comparisons.parquet",
         "eta.parquet",
         "explicit.parquet",
         "implicit.parquet",
+        "ranks.parquet",
     ]
+    ranks = pl.read_parquet(out / "ranks.parquet")  # one model: rank 1 of 1, nothing to compare
+    assert pl.read_parquet(out / "comparisons.parquet").height == 0
+    assert set(ranks["metric"]) <= {"S_imp", "S_exp"} and set(ranks["rank"]) == {1}
     with pytest.raises(SystemExit):
         parser.parse_args(["biasig", "metrics", "--help"])
     help_text = capsys.readouterr().out

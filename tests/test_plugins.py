@@ -92,7 +92,7 @@ def _hand_report_inputs(config: dict) -> dict[str, str]:
     if cb["annotation"]["answers"]:
         inputs["agreement"] = "results/contextbias/annotation/agreement_summary.parquet"
     if bg["enabled"]:
-        for name in ("implicit", "explicit", "eta"):
+        for name in ("implicit", "explicit", "eta", "comparisons", "ranks"):
             inputs[f"biasig_{name}"] = f"results/biasig/metrics/{name}.parquet"
         inputs["biasig_prompts"] = "results/biasig/prompts.parquet"
         inputs["biasig_answers"] = "results/biasig/answers.parquet"
@@ -138,7 +138,10 @@ STANDARD = {
     "agreement": "contextbias/annotation/agreement_summary.parquet",
     "validation_by_group": "contextbias/validation/by_group.parquet",
     "validation_group_gaps": "contextbias/validation/group_gaps.parquet",
-    **{f"biasig_{n}": f"biasig/metrics/{n}.parquet" for n in ("implicit", "explicit", "eta")},
+    **{
+        f"biasig_{n}": f"biasig/metrics/{n}.parquet"
+        for n in ("implicit", "explicit", "eta", "comparisons", "ranks")
+    },
     "biasig_prompts": "biasig/prompts.parquet",
     "biasig_answers": "biasig/answers.parquet",
     **{

@@ -85,7 +85,8 @@ rule merge_biasig_answers:
 
 
 rule compute_biasig_metrics:
-    """S_imp, S_exp and eta with bootstrap CIs, through the CLI."""
+    """S_imp, S_exp and eta with bootstrap CIs, and the model comparisons and ranks,
+    through the CLI."""
     input:
         answers="results/biasig/answers.parquet",
         prompts="results/biasig/prompts.parquet",
@@ -93,6 +94,8 @@ rule compute_biasig_metrics:
         implicit="results/biasig/metrics/implicit.parquet",
         explicit="results/biasig/metrics/explicit.parquet",
         eta="results/biasig/metrics/eta.parquet",
+        comparisons="results/biasig/metrics/comparisons.parquet",
+        ranks="results/biasig/metrics/ranks.parquet",
     log:
         "logs/biasig/compute_metrics.log",
     benchmark:

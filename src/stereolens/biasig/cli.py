@@ -28,9 +28,11 @@ def available_cpus() -> int:
 
 def _metrics(args: argparse.Namespace) -> int:
     from stereolens.biasig.answers import answer_vocabularies
+    from stereolens.biasig.comparisons import comparison_tables
     from stereolens.biasig.formulas import READ_COLUMNS
     from stereolens.biasig.metrics import compute_metrics
     from stereolens.biasig.prompts import read_prompt_table
+    from stereolens.metrics.compare import write_comparison_tables
     from stereolens.tables import ANSWERS, check_table, write_tables
 
     spec = replace(ANSWERS, vocabularies=answer_vocabularies())
@@ -49,8 +51,11 @@ def _metrics(args: argparse.Namespace) -> int:
         scoring_unit=args.scoring_unit,
         ceiling_draws=args.ceiling_draws,
         threads=args.threads or available_cpus(),
+        which=("implicit", "explicit", "eta", "replicates"),
     )
     write_tables(args.out, {f"{n}.parquet": tables[n] for n in ("implicit", "explicit", "eta")})
+    cmp, ranks = comparison_tables(tables, level=args.ci)
+    write_comparison_tables([cmp], [ranks], args.out)
     return 0
 
 
@@ -108,8 +113,16 @@ def register(sub: argparse._SubParsersAction) -> None:
             "the expected score of a generator sampling from the ground truth at these "
             "sample sizes), DIR/explicit.parquet (S_exp at the same levels, per protected "
             "value, attribute and overall) and DIR/eta.parquet (manifestation factor per pair "
-            "and, as pair '*', per model), each with percentile bootstrap intervals "
-            "ci_low/ci_high."
+            "and, as pair '*', per model), each with the paper's plug-in estimate, the "
+            "bias-corrected estimate score_bc (eta_*_bc) = 2 x estimate - the bootstrap "
+            "replicates' mean and its interval ci_low/ci_high = score_bc +- z x the "
+            "replicates' sd (S_imp's plug-in is biased down, and a percentile interval "
+            "would double the bias); and DIR/comparisons.parquet and DIR/ranks.parquet: "
+            "every pair of models and every debiasing variant against its base on the "
+            "model-level S_imp, S_exp and eta (overall and per attribute): the difference "
+            "of the bias-corrected S_imp and S_exp and of the plug-in eta, its Wald "
+            "interval from the bootstrap standard error (models resampled independently), "
+            "p-value and Holm decision; ranks and groups for S_imp and S_exp."
         ),
     )
     m.add_argument(
@@ -177,6 +190,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=0.95,
         metavar="LEVEL",
-        help="confidence level of the percentile intervals (default: 0.95)",
+        help="confidence level of the intervals and comparisons (default: 0.95)",
     )
     m.set_defaults(func=_metrics)

@@ -81,6 +81,7 @@ IMPLICIT_COLUMNS = [
     "protected_attribute",
     *_SCORE_COLUMNS,
     "ceiling",
+    "score_bc",
 ]
 EXPLICIT_COLUMNS = [
     "variant",
@@ -90,7 +91,11 @@ EXPLICIT_COLUMNS = [
     "protected_attribute",
     "protected_value",
     *_SCORE_COLUMNS,
+    "score_bc",
 ]
+"""``score`` is the paper's plug-in number; ``score_bc`` the bias-corrected estimate 2 x
+score - the replicates' mean and ``ci_low`` / ``ci_high`` its normal interval score_bc +- z x
+the replicates' sd, clipped to [0, 1] (:func:`stereolens.biasig.groups.bias_corrected`)."""
 ETA_COLUMNS = [
     "variant",
     "model",
@@ -119,7 +124,13 @@ ETA_COLUMNS = [
     "status",
     "note",
     "eta_variant",
+    "eta_total_bc",
+    "eta_gender_bc",
+    "eta_race_bc",
+    "eta_age_bc",
 ]
+"""eta_* the plug-in values, eta_*_bc the bias-corrected estimates (2 x plug-in - the
+replicates' mean), ci_* the normal intervals eta_*_bc +- z x the replicates' sd."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,7 +23,10 @@ Per unit and person, the generated distribution of an attribute is its counts ov
 usable (non-unknown) answers. Everything below is computed from those counts, so the same
 code gives the point estimate (the images as they are) and each bootstrap replicate (images
 resampled with replacement within each unit; the left and right answers of an image move
-together).
+together). ``score_bc`` / ``eta_*_bc`` are the bias-corrected estimates (2 x estimate - the
+replicates' mean) and ``ci_low`` / ``ci_high`` their normal intervals (+- z x the replicates'
+sd): S_imp's plug-in is biased down, and a percentile interval would double the bias (see
+:func:`compute_metrics`).
 
 * S_imp (paper Eq. 1-2), implicit prompts: S_ij = (cos(p_i, q_i) + 1) / 2 against the ground
   truth q_i; two-person prompts average left and right (over the persons with usable
@@ -84,7 +87,13 @@ from stereolens.biasig.formulas import (
     eta_from_contributions,
     s_imp_cell,
 )
-from stereolens.biasig.groups import Explicit, Implicit, quantiles, safe_div
+from stereolens.biasig.groups import (
+    Explicit,
+    Implicit,
+    bias_corrected,
+    replicate_moments,
+    safe_div,
+)
 from stereolens.biasig.pairs import Eta, resolve_pairs
 from stereolens.biasig.prompts import load_prompts
 from stereolens.biasig.resample import CHUNK_UNITS, DRAW_BUDGET, Resampler, point_counts
@@ -146,29 +155,39 @@ def compute_metrics(
     threads: int = 1,
 ) -> dict[str, pl.DataFrame]:
     """The tables named in ``which`` ("implicit", "explicit", "eta"; columns
-    ``IMPLICIT_COLUMNS``, ``EXPLICIT_COLUMNS``, ``ETA_COLUMNS``) with percentile bootstrap
-    intervals at level ``ci`` from ``replicates`` resamples of the images within each unit
-    (seeded by ``seed``; 0 = no intervals). ``prompts`` defaults to the shipped benchmark,
-    ``truth`` to the shipped ground truth. ``count`` ("paper": only images whose every row
-    is ok; "attribute": ok and partial rows, attribute by attribute) and ``scoring_unit``
+    ``IMPLICIT_COLUMNS``, ``EXPLICIT_COLUMNS``, ``ETA_COLUMNS``; "replicates": the
+    model-level bootstrap replicates, :func:`replicate_table`) with bias-corrected
+    estimates and their intervals at level ``ci`` from ``replicates`` resamples of the
+    images within each unit (seeded by ``seed``; 0 = no intervals). ``prompts`` defaults
+    to the shipped benchmark, ``truth`` to the shipped ground truth. ``count`` ("paper":
+    only images whose every row is ok; "attribute": ok and partial rows, attribute by
+    attribute) and ``scoring_unit``
     ("subject": the phrasings of a subject pooled; "phrasing": each prompt on its own): see
     the module docstring. ``ceiling_draws`` simulated ground-truth datasets give the S_imp
     ceiling column (0 = none). ``threads``: bootstrap runs (variant, model) resampled side
     by side; the results do not depend on it.
 
     S_imp is a non-linear function of the counts and, with few images per unit, biased
-    downward by sampling noise; the resampled scores carry that bias once more, so an
-    S_imp interval can lie below its point estimate (the distance shows the bias, and the
-    ceiling column the best score the sample sizes allow)."""
+    downward by sampling noise (at paper scale about 3 standard errors at the model level);
+    the resampled scores carry that bias once more, so the percentile interval would sit
+    twice the bias below the population value. ``score_bc`` (eta: ``eta_*_bc``) = 2 x
+    score - the replicates' mean is the bias-corrected estimate beside the paper's plug-in
+    ``score``, and ``ci_low`` / ``ci_high`` = score_bc +- z x the replicates' sd (clipped to
+    [0, 1] for S_imp and S_exp) the interval that covers at its nominal rate
+    (bench/cover/biasig.py: the basic interval 2 x score - the quantiles, which reflects
+    the skew of S_imp's replicates the wrong way, covers less at small samples).
+    """
     if eta_variant not in ETA_VARIANTS:
         raise ValueError(f"eta variant {eta_variant!r}; allowed: {', '.join(ETA_VARIANTS)}")
     if replicates < 0:
         raise ValueError("replicates must be >= 0")
     if not 0.0 < ci < 1.0:
         raise ValueError("ci must lie between 0 and 1")
-    unknown = set(which) - {"implicit", "explicit", "eta"}
+    unknown = set(which) - {"implicit", "explicit", "eta", "replicates"}
     if unknown:
-        raise ValueError(f"unknown tables {sorted(unknown)}; allowed: implicit, explicit, eta")
+        raise ValueError(
+            f"unknown tables {sorted(unknown)}; allowed: implicit, explicit, eta, replicates"
+        )
     if truth is None:
         truth = load_truth()
         prompts = prompts if prompts is not None else load_prompts()
@@ -197,6 +216,7 @@ def compute_metrics(
     base = prep.units.select("variant", "model", *DESCRIPTIVE)
     n_img = prep.units["n_images"].to_numpy().astype(float)
     out: dict[str, pl.DataFrame] = {}
+    reps: dict[str, np.ndarray] = {}
     if imp:
         usable = np.stack([point[:, 0, :, SLICES[a]].sum((-1, -2)) for a in ATTRIBUTES], -1)
         usable = np.concatenate([usable, usable.sum(-1, keepdims=True)], -1)
@@ -205,46 +225,123 @@ def compute_metrics(
             if ceiling_draws
             else (np.full((n_units, 4), np.nan), np.full((imp.groups.height, 4), np.nan))
         )
+        group_score = safe_div(imp_num[:, 0], imp_den[:, 0])
+        unit_ci, group_ci, bc = _intervals(
+            imp_point[:, 0], group_score, boot, "imp", ci, (n_units, 4)
+        )
+        reps["S_imp"] = safe_div(boot["imp_num"], boot["imp_den"]) if boot else None
         out["implicit"] = implicit_table(
             imp,
             base,
             imp_point[:, 0],
             imp.complete(point, everything),
-            boot.get("imp_ci", np.full((2, n_units, 4), np.nan)),
-            safe_div(imp_num[:, 0], imp_den[:, 0]),
-            quantiles(safe_div(boot["imp_num"], boot["imp_den"]), ci, axis=1) if boot else None,
+            unit_ci,
+            group_score,
+            group_ci,
             usable,
             n_img,
             prep.level,
             ceiling,
+            bc,
         )
     if exp:
+        group_score = safe_div(exp_num[:, 0], exp_den[:, 0])
+        unit_score = exp.prompt_scores(exp_acc)[:, 0]
+        unit_ci, group_ci, bc = _intervals(unit_score, group_score, boot, "exp", ci, (n_units,))
+        reps["S_exp"] = safe_div(boot["exp_num"], boot["exp_den"]) if boot else None
         out["explicit"] = explicit_table(
             exp,
             base,
             prep.units,
             exp_acc[:, 0],
-            boot.get("exp_ci", np.full((2, n_units), np.nan)),
-            safe_div(exp_num[:, 0], exp_den[:, 0]),
-            quantiles(safe_div(boot["exp_num"], boot["exp_den"]), ci, axis=1) if boot else None,
+            unit_ci,
+            group_score,
+            group_ci,
             point[:, 0],
             n_img,
             prep.level,
+            bc,
         )
     if eta:
-        out["eta"] = eta_table(eta, truth, eta_point, boot.get("eta"), eta_variant, ci)
+        boot_eta = eta.etas(boot["eta"], truth, eta_variant)[:2] if boot else None
+        reps["eta"] = boot_eta[1] if boot else None
+        out["eta"] = eta_table(eta, truth, eta_point, boot_eta, eta_variant, ci)
+    if "replicates" in which:
+        out["replicates"] = replicate_table(imp, exp, eta, reps)
     return out
+
+
+def _intervals(unit_score, group_score, boot, key: str, ci: float, unit_shape):
+    """Bias-corrected scores and their normal intervals (:func:`bias_corrected`) of the
+    units and the groups, NaN without a bootstrap: (unit (2, units, ...), group
+    ((groups, ...) x 2) or None, bias-corrected (units, groups))."""
+    if not boot:
+        nan = np.full(unit_shape, np.nan)
+        return np.stack([nan, nan]), None, (nan, np.full(group_score.shape, np.nan))
+    unit_bc, *unit_ci = bias_corrected(unit_score, *boot[f"{key}_moments"], ci)
+    group_reps = safe_div(boot[f"{key}_num"], boot[f"{key}_den"])
+    group_bc, *group_ci = bias_corrected(group_score, *replicate_moments(group_reps, 1), ci)
+    return np.stack(unit_ci), tuple(group_ci), (unit_bc, group_bc)
+
+
+REPLICATE_COLUMNS = ("variant", "model", "metric", "protected_attribute", "replicate", "value")
+"""The long table of the model-level bootstrap replicates (``which`` "replicates")."""
+_REPLICATE_SCOPES = {
+    "S_imp": (("gender", 0), ("race", 1), ("age", 2), ("*", 3)),
+    "S_exp": (("gender", 9), ("race", 10), ("age", 11), ("*", 12)),
+    "eta": (("*", 0), ("gender", 1), ("race", 2), ("age", 3)),
+}
+
+
+def replicate_table(imp, exp, eta, reps: dict[str, np.ndarray | None]) -> pl.DataFrame:
+    """The bootstrap replicates of the model-level S_imp, S_exp and eta, per protected
+    attribute and overall ("*"): one row per (variant, model, metric, attribute, replicate),
+    columns ``REPLICATE_COLUMNS``. Replicate r of every metric of one (variant, model) comes
+    from the same resample of its images; different models are resampled independently."""
+    parts = []
+    for metric, scorer in (("S_imp", imp), ("S_exp", exp), ("eta", eta)):
+        values = reps.get(metric)
+        if scorer is None or values is None:
+            continue
+        if metric == "eta":
+            runs = scorer.runs  # values: (runs, R, 4)
+            rows = np.arange(len(runs))
+        else:
+            groups = scorer.groups
+            rows = np.flatnonzero((groups["level"] == "model").to_numpy())
+            runs = list(zip(groups["variant"].to_list(), groups["model"].to_list(), strict=True))
+            runs = [runs[g] for g in rows]
+        n_rep = values.shape[1]
+        for (variant, model), g in zip(runs, rows, strict=True):
+            for attr, col in _REPLICATE_SCOPES[metric]:
+                parts.append(
+                    pl.DataFrame(
+                        {
+                            "variant": [variant] * n_rep,
+                            "model": [model] * n_rep,
+                            "metric": [metric] * n_rep,
+                            "protected_attribute": [attr] * n_rep,
+                            "replicate": np.arange(n_rep, dtype=np.int64),
+                            "value": values[g, :, col].astype(float),
+                        }
+                    )
+                )
+    schema = dict.fromkeys(REPLICATE_COLUMNS[:4], pl.String)
+    schema |= {"replicate": pl.Int64, "value": pl.Float64}
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    return pl.concat(parts).cast(schema).select(REPLICATE_COLUMNS)
 
 
 def _accumulators(prep: Prepared, imp, exp, eta, replicates: int) -> dict[str, np.ndarray]:
     n_units = prep.units.height
     acc: dict[str, np.ndarray] = {}
     if imp:
-        acc["imp_ci"] = np.full((2, n_units, 4), np.nan)
+        acc["imp_moments"] = np.full((2, n_units, 4), np.nan)
         acc["imp_num"] = np.zeros((imp.groups.height, replicates, 4))
         acc["imp_den"] = np.zeros_like(acc["imp_num"])
     if exp:
-        acc["exp_ci"] = np.full((2, n_units), np.nan)
+        acc["exp_moments"] = np.full((2, n_units), np.nan)
         acc["exp_num"] = np.zeros((exp.groups.height, replicates, 13))
         acc["exp_den"] = np.zeros_like(acc["exp_num"])
     if eta:
@@ -253,7 +350,8 @@ def _accumulators(prep: Prepared, imp, exp, eta, replicates: int) -> dict[str, n
 
 
 def _bootstrap(prep, imp, exp, eta, replicates: int, seed: int, ci: float, threads: int = 1):
-    """The bootstrap accumulators: per unit the interval (imp_ci, exp_ci), per group the
+    """The bootstrap accumulators: per unit the replicates' mean and sd (imp_moments,
+    exp_moments: (2, units, ...)), per group the
     replicates' numerators and denominators (imp_num, imp_den: (G, R, 4); exp_num, exp_den:
     (G, R, 13)), per eta slot the pooled counts (eta: (slots, R, 9))."""
     acc = _accumulators(prep, imp, exp, eta, replicates)
@@ -270,7 +368,7 @@ def _bootstrap(prep, imp, exp, eta, replicates: int, seed: int, ci: float, threa
                 if sel.size:
                     us = u0 + sel
                     scores, avail = imp.prompt_scores(counts[sel], us)
-                    acc["imp_ci"][0, us], acc["imp_ci"][1, us] = quantiles(scores, ci, axis=1)
+                    acc["imp_moments"][:, us] = replicate_moments(scores, axis=1)
                     rows, num, den = imp.sums(scores, avail, us, local=True)
                     acc["imp_num"][rows] += num
                     acc["imp_den"][rows] += den
@@ -279,8 +377,7 @@ def _bootstrap(prep, imp, exp, eta, replicates: int, seed: int, ci: float, threa
                 if sel.size:
                     us = u0 + sel
                     person = exp.person_accuracy_asked(asked[sel], us)
-                    lo, hi = quantiles(exp.prompt_scores(person), ci, axis=1)
-                    acc["exp_ci"][0, us], acc["exp_ci"][1, us] = lo, hi
+                    acc["exp_moments"][:, us] = replicate_moments(exp.prompt_scores(person), 1)
                     rows, num, den = exp.group_sums(person, us)
                     acc["exp_num"][rows] += num
                     acc["exp_den"][rows] += den

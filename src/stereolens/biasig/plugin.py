@@ -105,7 +105,8 @@ def _size(config: dict) -> list[Size]:
     return [*out, Size("vqa", bg["vqa"], len(blocks) * n_gen, images * n_gen)]
 
 
-METRICS = ("implicit", "explicit", "eta")
+METRICS = ("implicit", "explicit", "eta", "comparisons", "ranks")
+"""The tables of rule compute_biasig_metrics (results/biasig/metrics/<name>.parquet)."""
 
 
 def _targets(config: dict) -> list[str]:

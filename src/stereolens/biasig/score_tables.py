@@ -8,7 +8,13 @@ import numpy as np
 import polars as pl
 
 from stereolens.biasig.formulas import ETA_COLUMNS, EXPLICIT_COLUMNS, IMPLICIT_COLUMNS
-from stereolens.biasig.groups import Explicit, Implicit, membership, quantiles
+from stereolens.biasig.groups import (
+    Explicit,
+    Implicit,
+    bias_corrected,
+    membership,
+    replicate_moments,
+)
 from stereolens.biasig.pairs import Eta
 from stereolens.biasig.truth import ATTRIBUTE_OF_VALUE, ATTRIBUTES, SLICES, VALUES
 
@@ -33,8 +39,12 @@ def _nullable(x: np.ndarray) -> pl.Series:
     return pl.Series(values=np.asarray(x, dtype=float)).fill_nan(None)
 
 
-def _columns(score, lo, hi, weight, n_prompts, n_missing, n_images, n_usable, status, ceiling=None):
-    extra = [] if ceiling is None else [_nullable(ceiling).alias("ceiling")]
+def _columns(
+    score, lo, hi, weight, n_prompts, n_missing, n_images, n_usable, status, bc, ceiling=None
+):
+    extra = [_nullable(bc).alias("score_bc")]
+    if ceiling is not None:
+        extra.append(_nullable(ceiling).alias("ceiling"))
     return extra + [
         _nullable(score).alias("score"),
         _nullable(lo).alias("ci_low"),
@@ -76,7 +86,10 @@ def implicit_table(
     n_img,
     level: str,
     ceiling: tuple[np.ndarray, np.ndarray],
+    bc: tuple[np.ndarray, np.ndarray],
 ) -> pl.DataFrame:
+    """The S_imp table; ``prompt_ci`` (2, units, 4) and ``group_ci`` ((groups, 4) x 2 or
+    None) the intervals, ``bc`` the bias-corrected scores of the units and the groups."""
     idx = np.flatnonzero(imp.mask)
     m = membership(imp.member, imp.groups.height)
     in_mask = imp.mask.astype(float)
@@ -99,6 +112,7 @@ def implicit_table(
                     n_img[idx],
                     usable[idx, c],
                     status,
+                    bc[0][idx, c],
                     ceiling[0][idx, c],
                 ),
             )
@@ -125,6 +139,7 @@ def implicit_table(
                     m @ (n_img * in_mask),
                     m @ (usable[:, c] * in_mask),
                     _status(group_score[:, c], n_missing),
+                    bc[1][:, c],
                     ceiling[1][:, c],
                 ),
             )
@@ -133,8 +148,20 @@ def implicit_table(
 
 
 def explicit_table(
-    exp: Explicit, base, units, acc, prompt_ci, group_score, group_ci, point, n_img, level: str
+    exp: Explicit,
+    base,
+    units,
+    acc,
+    prompt_ci,
+    group_score,
+    group_ci,
+    point,
+    n_img,
+    level: str,
+    bc: tuple[np.ndarray, np.ndarray],
 ) -> pl.DataFrame:
+    """The S_exp table; intervals and ``bc`` (units,) and (groups, 13) as in
+    :func:`implicit_table`."""
     idx = np.flatnonzero(exp.mask)
     attr_names = units["protected_attribute"].to_list()
     single = units["protected_value"].to_list()
@@ -166,6 +193,7 @@ def explicit_table(
                 n_img[idx],
                 usable[idx],
                 status,
+                bc[0][idx],
             ),
         )
     ]
@@ -200,6 +228,7 @@ def explicit_table(
                     m @ (n_img * member),
                     m @ (usable * member),
                     _status(group_score[:, c], n_missing),
+                    bc[1][:, c],
                 ),
             ).filter(pl.Series(n_total > 0))
         )
@@ -207,15 +236,22 @@ def explicit_table(
 
 
 def eta_table(eta: Eta, truth, pooled, boot, variant, ci) -> pl.DataFrame:
+    """The eta table from the pooled counts of the point estimate and ``boot`` = (pair
+    etas (runs, pairs, R, 4), model etas (runs, R, 4)) of the replicates, or None:
+    bias-corrected estimates and their normal intervals (unclipped)."""
     pair_eta, model_eta, status, note, valid = eta.etas(pooled, truth, variant)
     n_runs, n_pairs = len(eta.runs), eta.pairs.height
     if boot is not None:
-        boot_pair, boot_model, *_ = eta.etas(boot, truth, variant)
-        pair_lo, pair_hi = quantiles(boot_pair, ci, axis=2)
-        model_lo, model_hi = quantiles(boot_model, ci, axis=1)
+        boot_pair, boot_model = boot
+        pair_bc, pair_lo, pair_hi = bias_corrected(
+            pair_eta[:, :, 0], *replicate_moments(boot_pair, 2), ci, bounds=None
+        )
+        model_bc, model_lo, model_hi = bias_corrected(
+            model_eta[:, 0], *replicate_moments(boot_model, 1), ci, bounds=None
+        )
     else:
-        pair_lo = pair_hi = np.full((n_runs, n_pairs, 4), np.nan)
-        model_lo = model_hi = np.full((n_runs, 4), np.nan)
+        pair_lo = pair_hi = pair_bc = np.full((n_runs, n_pairs, 4), np.nan)
+        model_lo = model_hi = model_bc = np.full((n_runs, 4), np.nan)
     pairs = eta.pairs.to_dicts()
     weights = eta.pairs["pair_weight"].to_numpy()
     rows = []
@@ -226,7 +262,9 @@ def eta_table(eta: Eta, truth, pooled, boot, variant, ci) -> pl.DataFrame:
                     "variant": variant_name,
                     "model": model,
                     **pair,
-                    **_eta_values(pair_eta[ri, pi, 0], pair_lo[ri, pi], pair_hi[ri, pi]),
+                    **_eta_values(
+                        pair_eta[ri, pi, 0], pair_lo[ri, pi], pair_hi[ri, pi], pair_bc[ri, pi]
+                    ),
                     "n_pairs": 1,
                     "status": status[ri, pi],
                     "note": note[ri, pi] or None,
@@ -254,7 +292,7 @@ def eta_table(eta: Eta, truth, pooled, boot, variant, ci) -> pl.DataFrame:
                 "disadvantaged_key": None,
                 "disadvantaged_position": None,
                 "pair_weight": float(weights[counted].sum()),
-                **_eta_values(model_eta[ri, 0], model_lo[ri], model_hi[ri]),
+                **_eta_values(model_eta[ri, 0], model_lo[ri], model_hi[ri], model_bc[ri]),
                 "n_pairs": int(counted.sum()),
                 "status": "ok" if counted.any() else "missing",
                 "note": summary,
@@ -273,7 +311,7 @@ def eta_table(eta: Eta, truth, pooled, boot, variant, ci) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema).select(ETA_COLUMNS)
 
 
-def _eta_values(point: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> dict:
+def _eta_values(point: np.ndarray, lo: np.ndarray, hi: np.ndarray, bc: np.ndarray) -> dict:
     def f(x):
         return None if np.isnan(x) else float(x)
 
@@ -282,4 +320,5 @@ def _eta_values(point: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> dict:
     out["ci_low"], out["ci_high"] = f(lo[0]), f(hi[0])
     for i, n in enumerate(names[1:], start=1):
         out[f"ci_low_{n}"], out[f"ci_high_{n}"] = f(lo[i]), f(hi[i])
+    out.update({f"eta_{n}_bc": f(bc[i]) for i, n in enumerate(names)})
     return out

@@ -20,6 +20,13 @@ from stereolens.report.summary import profile_frame
 
 KEY = "biasig"
 TITLE = "BiasIG"
+INTERVAL_COVERAGE = (
+    "coverage of the population value, bench/COVERAGE.md: at paper scale S_imp 94% (a "
+    "percentile interval: 0%), eta 87.5% (under the nominal 95%: eta is not smooth and its "
+    "bootstrap bias estimate is off; percentile: 35.5%); at 20 images a subject S_imp 91%; "
+    "with fewer than about 10 images a subject no bootstrap interval covers"
+)
+"""What the coverage benchmark measured for the BiasIG intervals (captions quote it)."""
 KEYS = ["variant", "model"]
 
 
@@ -32,18 +39,22 @@ def _tables(inputs: Inputs) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
 
 
 def model_level(implicit: pl.DataFrame, explicit: pl.DataFrame, eta: pl.DataFrame) -> pl.DataFrame:
-    """One row per variant: S_imp (+ its ceiling), S_exp and eta with their intervals."""
+    """One row per variant: S_imp (+ its ceiling), S_exp and eta (the paper's plug-in
+    numbers) with their intervals and, where the tables have them, the bias-corrected
+    estimates the intervals are centred on (S_imp_bc, S_exp_bc, eta_bc)."""
 
     def level(frame, name, extra=()):
         rows = frame.filter(pl.col("level") == "model")
         for col, val in extra:
             rows = rows.filter(pl.col(col) == val)
+        bc = [pl.col("score_bc").alias(f"{name}_bc")] if "score_bc" in rows.columns else []
         return rows.select(
             KEYS
             + [
                 pl.col("score").alias(name),
                 pl.col("ci_low").alias(f"{name}_low"),
                 pl.col("ci_high").alias(f"{name}_high"),
+                *bc,
             ]
         )
 
@@ -54,12 +65,14 @@ def model_level(implicit: pl.DataFrame, explicit: pl.DataFrame, eta: pl.DataFram
         ).select(KEYS + [pl.col("ceiling").alias("S_imp_ceiling")])
         imp = imp.join(ceiling, on=KEYS, how="left")
     exp = level(explicit, "S_exp", [("protected_attribute", "*"), ("protected_value", "*")])
+    eta_bc = [pl.col("eta_total_bc").alias("eta_bc")] if "eta_total_bc" in eta.columns else []
     et = eta.filter(pl.col("pair") == "*").select(
         KEYS
         + [
             pl.col("eta_total").alias("eta"),
             pl.col("ci_low").alias("eta_low"),
             pl.col("ci_high").alias("eta_high"),
+            *eta_bc,
         ]
     )
     return (
@@ -120,7 +133,17 @@ def profile(inputs: Inputs, config: dict) -> pl.DataFrame:
                     "floor": r.get("S_imp_ceiling") if metric == "S_imp" else None,
                     "floor_label": "ceiling" if metric == "S_imp" else None,
                     "reading": reading,
-                    "note": f"variant of {r['model']}" if r["variant"] != r["model"] else None,
+                    "note": "; ".join(
+                        n
+                        for n in (
+                            f"variant of {r['model']}" if r["variant"] != r["model"] else "",
+                            "interval around the bias-corrected estimate"
+                            if r.get(f"{metric}_bc") is not None
+                            else "",
+                        )
+                        if n
+                    )
+                    or None,
                 }
             )
     return profile_frame(rows)
@@ -159,8 +182,13 @@ def model_figure(table: pl.DataFrame) -> Figure | None:
             "distribution) (paper Eq. 1-2; dotted tick: its ceiling, the expected S_imp of a "
             "generator sampling the ground truth at this run's sample sizes); S_exp = "
             "weighted share of images showing the protected value asked for (Eq. 3); eta = "
-            "manifestation factor over advantaged/disadvantaged pairs (Eq. 4-5). Black lines: "
-            "95% bootstrap intervals over images, drawn as they are."
+            "manifestation factor over advantaged/disadvantaged pairs (Eq. 4-5). Bars: the "
+            "paper's plug-in numbers. Black lines: 95% intervals around the bias-corrected "
+            "estimate (2 x plug-in - the mean of the bootstrap replicates over images, +- "
+            "1.96 x their sd): the plug-in S_imp is biased down by sampling noise (at paper "
+            "scale about 3 standard errors), so its bar can sit below its interval; a "
+            "percentile interval would carry the bias twice and miss the population value "
+            f"({INTERVAL_COVERAGE})."
         ),
         png=F.to_png(fig),
     )
@@ -208,8 +236,9 @@ def category_figure(implicit: pl.DataFrame) -> Figure | None:
         caption=(
             "S_imp = mean over the category's subjects of cos(generated, ground-truth "
             "demographic distribution) over gender, race and age (paper Eq. 1-2); dot = "
-            "estimate, line = 95% bootstrap interval over images; one colour per model or "
-            "debiasing variant. 1 = the images match the ground-truth demographics."
+            "the paper's plug-in estimate, line = 95% interval around the bias-corrected "
+            "estimate (bootstrap over images); one colour per model or debiasing variant. "
+            "1 = the images match the ground-truth demographics."
         ),
         png=F.to_png(fig),
     )
@@ -218,11 +247,22 @@ def category_figure(implicit: pl.DataFrame) -> Figure | None:
 # ------------------------------------------------------------------ tables
 
 
+DELTA_INTERVAL = ("change_bc", "ci_low", "ci_high", "p_value", "p_adjusted", "reject")
+"""The columns variant_deltas takes from the comparisons table (null without it)."""
+
+
 def variant_deltas(
-    implicit: pl.DataFrame, explicit: pl.DataFrame, eta: pl.DataFrame
+    implicit: pl.DataFrame,
+    explicit: pl.DataFrame,
+    eta: pl.DataFrame,
+    comparisons: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Variant minus base at the model level: S_imp and S_exp per protected attribute,
-    eta per attribute."""
+    eta per attribute (columns variant, model, metric, protected_attribute, value, base,
+    change: plug-in values), and from ``comparisons`` (the biasig comparisons table, rows
+    "variant_vs_base") the difference they test ``change_bc`` (of the bias-corrected S_imp and
+    S_exp, of the plug-in eta) with its
+    95% interval, p-value, Holm-adjusted p-value and decision (null where absent)."""
 
     def long(frame: pl.DataFrame, metric: str) -> pl.DataFrame:
         return frame.select(
@@ -262,9 +302,24 @@ def variant_deltas(
     )
     variants = table.filter(pl.col("variant") != pl.col("model"))
     out = variants.join(base, on=["model", "metric", "protected_attribute"], how="left")
-    return out.with_columns((pl.col("value") - pl.col("base")).alias("change")).sort(
-        "variant", "metric", "protected_attribute"
-    )
+    out = out.with_columns((pl.col("value") - pl.col("base")).alias("change"))
+    scope = {"overall": "*", "gender": "gender", "race": "race", "age": "age"}
+    if comparisons is not None and comparisons.height:
+        cmp = comparisons.filter(pl.col("relation") == "variant_vs_base").select(
+            pl.col("model_b").alias("variant"),
+            pl.col("model_a").alias("model"),
+            "metric",
+            pl.col("scope").replace_strict(scope, default=None).alias("protected_attribute"),
+            pl.col("difference").alias("change_bc"),
+            *DELTA_INTERVAL[1:],
+        )
+        out = out.join(cmp, on=["variant", "model", "metric", "protected_attribute"], how="left")
+    else:
+        out = out.with_columns(
+            *(pl.lit(None, dtype=pl.Float64).alias(c) for c in DELTA_INTERVAL[:-1]),
+            pl.lit(None, dtype=pl.Boolean).alias("reject"),
+        )
+    return out.sort("variant", "metric", "protected_attribute")
 
 
 def sections(inputs: Inputs, config: dict) -> list[Section]:
@@ -282,11 +337,14 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
             "demographics, paper Eq. 1-2, per subject: the images of a subject's phrasings "
             "pooled), S_exp (explicit: share of images showing the value asked for, Eq. 3) "
             "and eta (manifestation factor, Eq. 4-5: towards 1 discrimination, towards 0 "
-            "ignorance), with bootstrap intervals over images. S_imp is biased downwards in "
-            "finite samples: S_imp_ceiling is the expected score of a generator sampling "
-            "exactly from the ground truth at this run's sample sizes, the best this run can "
-            "show. Only images whose every VQA answer is valid count (the paper discards the "
-            "rest). A debiasing variant sits beside its base model (column model).",
+            "ignorance). Each score is the paper's plug-in number; its 95% interval is "
+            "centred on the bias-corrected estimate (the _bc columns: 2 x plug-in - the "
+            "mean of the bootstrap replicates over images) with half-width 1.96 bootstrap "
+            "standard errors. S_imp is biased downwards in finite samples: S_imp_ceiling is "
+            "the expected score of a generator sampling exactly from the ground truth at "
+            "this run's sample sizes, the best this run can show. Only images whose every "
+            "VQA answer is valid count (the paper discards the rest). A debiasing variant "
+            "sits beside its base model (column model).",
             "; ".join(facts(inputs, config)) + ".",
         ],
     )
@@ -295,8 +353,10 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
         Table(
             "biasig-model",
             "Model level: implicit, explicit and eta (paper Table 2)",
-            "Estimate [95% bootstrap interval]; S_imp_ceiling = expected S_imp of a generator "
-            "sampling from the ground truth at this run's sample sizes.",
+            "Plug-in estimate (the paper's number) [95% interval around the bias-corrected "
+            "estimate, the _bc column: 2 x plug-in - the bootstrap replicates' mean, +- 1.96 "
+            f"bootstrap sd; {INTERVAL_COVERAGE}]; S_imp_ceiling = expected S_imp of a "
+            "generator sampling from the ground truth at this run's sample sizes.",
             table,
             intervals={m: (f"{m}_low", f"{m}_high") for m in ("S_imp", "S_exp", "eta")},
         )
@@ -353,15 +413,21 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
                 max_rows=100,
             )
         )
-    deltas = variant_deltas(implicit, explicit, eta)
+    comparisons = inputs.get("biasig_comparisons") if inputs.has("biasig_comparisons") else None
+    deltas = variant_deltas(implicit, explicit, eta, comparisons)
     if deltas.height:
         section.tables.append(
             Table(
                 "biasig-variants",
                 "What each debiasing variant changes against its base model",
                 "Variant minus base on every protected attribute, also those it was not aimed "
-                "at (the paper's confounding effects).",
+                "at (the paper's confounding effects): change = of the plug-in scores; "
+                "change_bc = the difference the comparisons test (of the bias-corrected S_imp "
+                "and S_exp, of the plug-in eta), with its 95% Wald interval from the "
+                "bootstrap standard error (the two models' images resampled independently), "
+                "p-value and Holm decision over the pairs of that metric and attribute.",
                 deltas,
+                intervals={"change_bc": ("ci_low", "ci_high")},
             )
         )
     pairs = eta.filter(pl.col("pair") != "*")

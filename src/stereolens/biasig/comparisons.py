@@ -1,0 +1,121 @@
+"""BiasIG model comparisons (issue 20, item 3): every pair of models (variant names) and every
+debiasing variant against its base model, on the model-level S_imp, S_exp and eta, overall and
+per protected attribute, through :func:`stereolens.metrics.compare.compare`.
+
+The S_imp and S_exp estimates compared are the bias-corrected ones (``score_bc``: 2 x plug-in
+- the replicates' mean): S_imp's plug-in bias depends on the model (about -0.0015 to -0.0021
+at paper scale), so a difference of plug-ins is biased by about 0.0006, a third of the
+planner's MDE. eta's are the plug-ins: eta is not smooth (a contribution's sign flips where a
+share crosses its ground truth), its bootstrap bias estimate is off, and measured at paper
+scale (bench/COVERAGE.md) the plug-in difference covers 95.0%, the bias-corrected one 90.0%.
+The standard error of a difference is the standard deviation over the bootstrap replicates
+of rep_b - rep_a (the plug-in's replicates: bias correction shifts an estimate, it does not
+change its spread). Not paired: the subjects and prompts are fixed, and each
+(variant, model) resamples its own images from its own seeded stream, so replicate r of two
+models are independent draws and the standard error is that of two independent estimates.
+
+S_imp and S_exp are ranked (higher = less biased: 1 = the images match the ground truth, or
+always show what is asked). eta is compared but not ranked: it says which way a bias leans
+(towards 1 discrimination, towards 0 ignorance), not how much of it there is."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from stereolens.metrics.compare import COMPARISON_COLUMNS, RANK_COLUMNS, compare, concat
+
+BENCHMARK = "biasig"
+RESAMPLING = "images within each subject, each model its own stream (subjects fixed)"
+BETTER = {"S_imp": "higher", "S_exp": "higher", "eta": "higher"}
+RANKED = ("S_imp", "S_exp")
+ESTIMATE = {"S_imp": "estimate_bc", "S_exp": "estimate_bc", "eta": "estimate"}
+"""The column of :func:`model_estimates` each metric's comparisons take (see above)."""
+SCOPES = {"*": "overall", "gender": "gender", "race": "race", "age": "age"}
+"""protected_attribute of the score tables -> scope of the comparison tables."""
+
+
+def model_estimates(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """Long table (variant, model, metric, protected_attribute, estimate, estimate_bc) of the
+    model-level rows of the implicit, explicit and eta tables present in ``tables``."""
+    parts = []
+    if "implicit" in tables:
+        parts.append(
+            tables["implicit"]
+            .filter(pl.col("level") == "model")
+            .select("variant", "model", pl.lit("S_imp").alias("metric"), "protected_attribute",
+                    pl.col("score").alias("estimate"), pl.col("score_bc").alias("estimate_bc"))
+        )  # fmt: skip
+    if "explicit" in tables:
+        parts.append(
+            tables["explicit"]
+            .filter((pl.col("level") == "model") & (pl.col("protected_value") == "*"))
+            .select("variant", "model", pl.lit("S_exp").alias("metric"), "protected_attribute",
+                    pl.col("score").alias("estimate"), pl.col("score_bc").alias("estimate_bc"))
+        )  # fmt: skip
+    if "eta" in tables:
+        model_eta = tables["eta"].filter(pl.col("pair") == "*")
+        for attr, col in (("*", "total"), ("gender", "gender"), ("race", "race"), ("age", "age")):
+            parts.append(
+                model_eta.select(
+                    "variant",
+                    "model",
+                    pl.lit("eta").alias("metric"),
+                    pl.lit(attr).alias("protected_attribute"),
+                    pl.col(f"eta_{col}").alias("estimate"),
+                    pl.col(f"eta_{col}_bc").alias("estimate_bc"),
+                )  # fmt: skip
+            )
+    if not parts:
+        return pl.DataFrame(
+            schema={"variant": pl.String, "model": pl.String, "metric": pl.String,
+                    "protected_attribute": pl.String, "estimate": pl.Float64,
+                    "estimate_bc": pl.Float64}
+        )  # fmt: skip
+    return pl.concat(parts, how="vertical_relaxed")
+
+
+def comparison_tables(
+    tables: dict[str, pl.DataFrame],
+    level: float = 0.95,
+    attributes: tuple[str, ...] = tuple(SCOPES),
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(comparisons, ranks) with ``COMPARISON_COLUMNS`` and ``RANK_COLUMNS`` from the
+    tables of :func:`~stereolens.biasig.metrics.compute_metrics` with ``which`` including
+    "replicates" (empty frames without replicates). Models are named by their variant; a
+    variant whose name differs from its model is compared with that base model as
+    "variant_vs_base". One family (Holm) per (metric, scope)."""
+    reps = tables.get("replicates")
+    est = model_estimates(tables).filter(pl.col("protected_attribute").is_in(attributes))
+    if reps is None or reps.is_empty() or est.is_empty():
+        return concat([], COMPARISON_COLUMNS), concat([], RANK_COLUMNS)
+    variants = {v: m for v, m in est.select("variant", "model").unique().iter_rows() if v != m}
+    cmp_frames, rank_frames = [], []
+    for (metric, attr), rows in est.sort("metric", "protected_attribute").group_by(
+        ["metric", "protected_attribute"], maintain_order=True
+    ):
+        column = ESTIMATE[metric]
+        finite = rows.filter(pl.col(column).is_finite())
+        if finite.is_empty():
+            continue
+        estimates = dict(zip(finite["variant"], finite[column], strict=True))
+        sub = reps.filter((pl.col("metric") == metric) & (pl.col("protected_attribute") == attr))
+        replicates = {
+            v: sub.filter(pl.col("variant") == v).sort("replicate")["value"].to_numpy()
+            for v in estimates
+        }
+        cmp, rk = compare(
+            estimates,
+            replicates,
+            benchmark=BENCHMARK,
+            metric=metric,
+            scope=SCOPES[attr],
+            better=BETTER[metric],
+            paired=False,
+            resampling=RESAMPLING,
+            variants={v: b for v, b in variants.items() if v in estimates and b in estimates},
+            level=level,
+        )
+        cmp_frames.append(cmp)
+        if metric in RANKED:
+            rank_frames.append(rk)
+    return concat(cmp_frames, COMPARISON_COLUMNS), concat(rank_frames, RANK_COLUMNS)

@@ -1,0 +1,177 @@
+"""BiasIG bias correction, intervals and model comparisons on fixed tables (hand-computed
+values), and the comparison tables of compute_metrics' replicates (structure)."""
+
+import numpy as np
+import polars as pl
+import pytest
+
+from stereolens.biasig.comparisons import comparison_tables, model_estimates
+from stereolens.biasig.groups import bias_corrected, replicate_moments
+from stereolens.metrics.compare import COMPARISON_COLUMNS, RANK_COLUMNS
+from stereolens.report import biasig as RB
+
+
+def test_bias_corrected_estimate_and_interval_by_hand():
+    reps = np.array([[0.85, 0.87, 0.86, 0.88], [0.97, np.nan, 0.95, 0.99]])
+    mean, sd = replicate_moments(reps, axis=1)
+    # row 0: mean 0.865; deviations -.015 .005 -.005 .015: sd = sqrt(5e-4 / 3) = 0.0129099
+    # row 1: the NaN replicate left out: mean 0.97, sd = sqrt(8e-4 / 2) = 0.02
+    assert mean == pytest.approx([0.865, 0.97])
+    assert sd == pytest.approx([0.0129099, 0.02], rel=1e-5)
+    est, lo, hi = bias_corrected(np.array([0.9, 0.99]), mean, sd, 0.95)
+    # 2 x 0.9 - 0.865 = 0.935 +- 1.959964 x 0.0129099 = 0.025303
+    assert est[0] == pytest.approx(0.935) and lo[0] == pytest.approx(0.909697, abs=1e-6)
+    assert hi[0] == pytest.approx(0.960303, abs=1e-6)
+    # 2 x 0.99 - 0.97 = 1.01: clipped to 1; the interval 1.01 +- 0.0392 -> [0.9708, 1]
+    assert est[1] == 1.0 and hi[1] == 1.0 and lo[1] == pytest.approx(0.970801, abs=1e-6)
+    unclipped = bias_corrected(np.array([0.99]), mean[1:], sd[1:], 0.95, bounds=None)
+    assert unclipped[0][0] == pytest.approx(1.01) and unclipped[2][0] > 1
+
+
+def _tables():
+    """Model rows of three variants: m, its debiasing variant m-fair, and n; S_imp only
+    (plug-in score, bias-corrected score_bc) and four replicates each."""
+    bc = {"m": 0.92, "m-fair": 0.95, "n": 0.85}
+    base = {"m": "m", "m-fair": "m", "n": "n"}
+    implicit = pl.DataFrame(
+        [
+            {"variant": v, "model": base[v], "level": "model", "protected_attribute": "*",
+             "score": bc[v] - 0.01, "score_bc": bc[v]}
+            for v in bc
+        ]
+    )  # fmt: skip
+    reps = {
+        "m": [0.90, 0.90, 0.90, 0.90],
+        "m-fair": [0.91, 0.93, 0.91, 0.93],
+        "n": [0.80, 0.80, 0.84, 0.84],
+    }
+    replicates = pl.DataFrame(
+        [
+            {"variant": v, "model": base[v], "metric": "S_imp", "protected_attribute": "*",
+             "replicate": r, "value": x}
+            for v, xs in reps.items()
+            for r, x in enumerate(xs)
+        ]
+    )  # fmt: skip
+    return {"implicit": implicit, "replicates": replicates}
+
+
+def test_comparisons_by_hand():
+    cmp, ranks = comparison_tables(_tables())
+    assert cmp.columns == COMPARISON_COLUMNS and ranks.columns == RANK_COLUMNS
+    rows = {(r["model_a"], r["model_b"]): r for r in cmp.iter_rows(named=True)}
+    assert set(rows) == {("m", "m-fair"), ("m", "n"), ("m-fair", "n")}
+    fair = rows[("m", "m-fair")]  # the variant against its base, base as model_a
+    assert fair["relation"] == "variant_vs_base"
+    assert rows[("m", "n")]["relation"] == rows[("m-fair", "n")]["relation"] == "pair"
+    # differences of the bias-corrected estimates, not of the plug-ins
+    assert fair["estimate_a"] == 0.92 and fair["difference"] == pytest.approx(0.03)
+    # rep differences .01 .03 .01 .03: se = sqrt(4e-4 / 3) = 0.011547; z = 2.598
+    assert fair["se"] == pytest.approx(0.011547, rel=1e-4)
+    assert (fair["ci_low"], fair["ci_high"]) == pytest.approx((0.007368, 0.052632), abs=1e-6)
+    assert fair["p_value"] == pytest.approx(0.0093748, rel=1e-4)
+    mn, fn = rows[("m", "n")], rows[("m-fair", "n")]
+    assert mn["difference"] == pytest.approx(-0.07) and mn["se"] == pytest.approx(0.023094, 1e-4)
+    assert mn["p_value"] == pytest.approx(0.0024367, rel=1e-4)
+    assert fn["difference"] == pytest.approx(-0.10) and fn["se"] == pytest.approx(0.025820, 1e-4)
+    assert fn["p_value"] == pytest.approx(1.0751e-4, rel=1e-3)
+    # Holm: 3 x 1.0751e-4, 2 x 0.0024367, 1 x 0.0093748; all rejected at 0.05
+    assert fn["p_adjusted"] == pytest.approx(3.2253e-4, rel=1e-3)
+    assert mn["p_adjusted"] == pytest.approx(0.0048735, rel=1e-4)
+    assert fair["p_adjusted"] == pytest.approx(0.0093748, rel=1e-4)
+    assert cmp["reject"].all() and not cmp["paired"].any()
+    assert set(cmp["scope"]) == {"overall"} and set(cmp["benchmark"]) == {"biasig"}
+    # higher S_imp is less biased: m-fair 1, m 2, n 3, every pair told apart
+    got = {r["model"]: (r["rank"], r["rank_low"], r["rank_high"], r["group"]) for r in
+           ranks.iter_rows(named=True)}  # fmt: skip
+    assert got == {"m-fair": (1, 1, 1, 1), "m": (2, 2, 2, 2), "n": (3, 3, 3, 3)}
+
+
+def test_variant_deltas_carry_the_comparison_interval():
+    t = _tables()
+    cmp, _ = comparison_tables(t)
+    implicit = t["implicit"]
+    explicit = pl.DataFrame(
+        schema={"variant": pl.String, "model": pl.String, "level": pl.String,
+                "protected_attribute": pl.String, "protected_value": pl.String,
+                "score": pl.Float64}
+    )  # fmt: skip
+    eta = pl.DataFrame(
+        schema={"variant": pl.String, "model": pl.String, "pair": pl.String,
+                **{c: pl.Float64 for c in ("eta_total", "eta_gender", "eta_race", "eta_age")}}
+    )  # fmt: skip
+    d = RB.variant_deltas(implicit, explicit, eta, cmp)
+    row = d.row(0, named=True)
+    assert d.height == 1 and (row["variant"], row["model"]) == ("m-fair", "m")
+    assert row["change"] == pytest.approx(0.03)  # of the plug-ins, as before
+    assert row["change_bc"] == pytest.approx(0.03)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((0.007368, 0.052632), abs=1e-6)
+    assert row["reject"] is True
+    plain = RB.variant_deltas(implicit, explicit, eta)
+    assert plain["ci_low"].null_count() == plain.height
+    assert plain.columns == d.columns
+
+
+def test_no_replicates_no_comparisons():
+    t = _tables()
+    cmp, ranks = comparison_tables({"implicit": t["implicit"]})
+    assert cmp.height == 0 and ranks.height == 0 and cmp.columns == COMPARISON_COLUMNS
+
+
+def test_compute_metrics_replicates_feed_the_comparisons():
+    from stereolens.biasig.metrics import REPLICATE_COLUMNS, compute_metrics
+    from stereolens.biasig.prompts import load_prompts
+
+    prompts = load_prompts()
+    ids = prompts.filter(
+        pl.col("acquired_attribute").is_in(["Nurse", "rich", "poor"])
+        & (pl.col("variant_index") == 0)
+    )["prompt_id"].to_list()
+    rng = np.random.default_rng(3)
+    rows = [
+        {"model": "m", "variant": v, "prompt_id": p, "image_id": f"{v}{p}{i}",
+         "position": "single", "gender": rng.choice(["male", "female"]),
+         "race": rng.choice(["White", "Black"]), "age": rng.choice(["young", "elderly"]),
+         "status": "ok"}
+        for v in ("m", "m-fair")
+        for p in ids
+        for i in range(4)
+    ]  # fmt: skip
+    tables = compute_metrics(
+        pl.DataFrame(rows), prompts, replicates=30, ceiling_draws=0,
+        which=("implicit", "explicit", "eta", "replicates"),
+    )  # fmt: skip
+    reps = tables["replicates"]
+    assert reps.columns == list(REPLICATE_COLUMNS)
+    # 2 variants x 3 metrics x 4 scopes x 30 replicates
+    assert reps.height == 2 * 3 * 4 * 30
+    est = model_estimates(tables)
+    imp = tables["implicit"].filter(
+        (pl.col("level") == "model") & (pl.col("protected_attribute") == "*")
+    )
+    # the bias-corrected model score is 2 x plug-in - the replicates' mean
+    for r in imp.iter_rows(named=True):
+        mean = reps.filter(
+            (pl.col("variant") == r["variant"]) & (pl.col("metric") == "S_imp")
+            & (pl.col("protected_attribute") == "*")
+        )["value"].mean()  # fmt: skip
+        assert r["score_bc"] == pytest.approx(min(1.0, 2 * r["score"] - mean))
+    cmp, ranks = comparison_tables(tables)
+    assert set(cmp["relation"]) == {"variant_vs_base"}
+    assert set(cmp["metric"]) == {"S_imp", "S_exp", "eta"}
+    assert set(cmp["scope"]) == {"overall", "gender", "race", "age"}
+    assert set(ranks["metric"]) == {"S_imp", "S_exp"}  # eta is a direction, not ranked
+    bc = est.filter((pl.col("metric") == "S_exp") & (pl.col("protected_attribute") == "*"))
+    bc = dict(zip(bc["variant"], bc["estimate_bc"], strict=True))
+    row = cmp.filter((pl.col("metric") == "S_exp") & (pl.col("scope") == "overall")).row(
+        0, named=True
+    )
+    assert row["difference"] == pytest.approx(bc["m-fair"] - bc["m"])
+    assert row["ci_low"] < row["difference"] < row["ci_high"]
+    # eta's comparisons take the plug-ins (its bias correction does not cover, see ESTIMATE)
+    plug = est.filter((pl.col("metric") == "eta") & (pl.col("protected_attribute") == "*"))
+    plug = dict(zip(plug["variant"], plug["estimate"], strict=True))
+    row = cmp.filter((pl.col("metric") == "eta") & (pl.col("scope") == "overall")).row(
+        0, named=True
+    )
+    assert row["difference"] == pytest.approx(plug["m-fair"] - plug["m"])

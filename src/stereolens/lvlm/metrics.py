@@ -76,7 +76,8 @@ def reduce_responses(responses, phrases=None) -> dict[str, pl.DataFrame]:
       ``n`` and correct answers ``n_correct`` (an answer naming no valid letter is wrong);
     - ``refusals``: per (model, setting, task, axis, group) the counts of
       stereolens.lvlm.refusal.refusal_rates (phrase rules label a table without refusal
-      columns; None when it has neither refusal labels nor ``response``)."""
+      columns; None when it has neither refusal labels nor ``response``);
+    - ``refusal_images``: the same counts per user image (image_id added)."""
     lf = _with_setting(responses.lazy() if isinstance(responses, pl.DataFrame) else responses)
     names = set(lf.collect_schema().names())
     need = {"model", "task", "axis", "group", "image_id", "prompt_id"}
@@ -106,20 +107,23 @@ def reduce_responses(responses, phrases=None) -> dict[str, pl.DataFrame]:
     else:
         out["exam"] = pl.DataFrame()
     by = ["model", "setting", "task", "axis", "group"]
+    per_image = [*by, "image_id"]
     if "refusal" in names:
-        out["refusals"] = lf.group_by(by).agg(**REFUSAL_COUNTS).collect(engine="streaming")
+        counts = lf.group_by(per_image).agg(**REFUSAL_COUNTS).collect(engine="streaming")
     elif "response" in names:
-        cols = [*by, "response", *(["request"] if "request" in names else [])]
+        cols = [*per_image, "response", *(["request"] if "request" in names else [])]
         labelled = label_refusals(lf.select(cols).collect(), rules=load_rules(phrases))
-        out["refusals"] = labelled.group_by(by).agg(**REFUSAL_COUNTS)
+        counts = labelled.group_by(per_image).agg(**REFUSAL_COUNTS)
     else:
-        out["refusals"] = None
+        counts = None
+    # per user image, for the paired bootstrap of the comparisons between models
+    out["refusal_images"] = counts
+    out["refusals"] = (
+        None
+        if counts is None
+        else counts.group_by(by).agg(pl.col(c).sum() for c in REFUSAL_COUNTS)
+    )
     return out
-
-
-def _per_setting(frame: pl.DataFrame):
-    for setting in sorted(frame["setting"].unique().to_list()):
-        yield setting, frame.filter(pl.col("setting") == setting)
 
 
 def scores(
@@ -133,11 +137,14 @@ def scores(
     level: float = 0.95,
     permutations: int = 1000,
     formulas: dict[str, str] | None = None,
+    replicates_out: dict | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(overall, per_prompt) score tables for every model x setting x task x axis with data.
 
-    overall: model, setting, task, axis, score, ci_low, ci_high, null_mean, null_high,
-    p_perm, n_perm, n_prompts, n_units, n_boot, seed, formula (scores.overall_scores);
+    overall: model, setting, task, axis, score, score_bc, ci_low, ci_high,
+    null_mean, null_high, p_perm, n_perm, n_prompts, n_units, n_boot, seed, formula, interval
+    (scores.overall_scores); ``replicates_out``, when given, receives per (model, setting,
+    task, axis) the paired bootstrap replicates of the score;
     per_prompt: model, setting, task, axis, prompt_id, score, formula. Tasks without their
     input (no story attributes, no judgements, no exam rows) are left out, never scored as
     0. ``formulas`` names each task's formula (scores.FORMULAS); ``permutations`` shuffles
@@ -147,29 +154,25 @@ def scores(
     kw = {"min_count": min_count, "formulas": S.check_formulas(formulas)}
     boot = {"n_boot": replicates, "seed": seed, "level": level, "permutations": permutations}
 
-    def add(task: str, table: pl.DataFrame, setting: str, **extra) -> None:
+    def add(task: str, table: pl.DataFrame, **extra) -> None:
+        # every setting at once: one paired resample of the shared images per replicate
         if table.height == 0:
             return
-        o = S.overall_scores(task, table, **kw, **boot, **extra)
-        p = S.prompt_scores(task, table, **kw, **extra)
-        overall.append(o.with_columns(pl.lit(setting).alias("setting")))
-        per_prompt.append(p.with_columns(pl.lit(setting).alias("setting")))
+        o, reps = S.score_replicates(task, table, **kw, **boot, **extra)
+        overall.append(o)
+        per_prompt.append(S.prompt_scores(task, table, **kw, **extra))
+        if replicates_out is not None:
+            replicates_out.update({(m, st, task, a): r for (m, st, a), r in reps.items()})
 
     if story_attributes is not None and story_attributes.height:
-        story_attributes = _with_setting(story_attributes)
         stories = reduced["story"]
-        for setting, sub in _per_setting(story_attributes):
-            cols = ["model", "axis", "group", "image_id", "prompt_id"]
-            cols += ["stratum"] if "stratum" in stories.columns else []
-            resp = stories.filter(pl.col("setting") == setting).select(cols)
-            add("story", sub, setting, responses=resp)
+        cols = ["model", "setting", "axis", "group", "image_id", "prompt_id"]
+        cols += ["stratum"] if "stratum" in stories.columns else []
+        add("story", _with_setting(story_attributes), responses=stories.select(cols))
     if term_judgements is not None and term_judgements.height:
-        for setting, sub in _per_setting(_with_setting(term_judgements)):
-            add("term", sub, setting)
-    exam = reduced["exam"]
-    if exam.height:
-        for setting, sub in _per_setting(exam):
-            add("exam", sub, setting)
+        add("term", _with_setting(term_judgements))
+    if reduced["exam"].height:
+        add("exam", reduced["exam"])
     order = ["model", "setting", "task", "axis"]
     out_o = (
         pl.concat(overall, how="diagonal_relaxed").select(*order, pl.exclude(order)).sort(order)

@@ -34,7 +34,7 @@ import polars as pl
 from stereolens import __version__
 from stereolens.atomic import write_bytes, write_text
 from stereolens.benchmark import benchmarks
-from stereolens.report import run
+from stereolens.report import comparisons, run
 from stereolens.report.galleries import GalleryPage, GallerySettings, write_galleries
 from stereolens.report.html import (
     DEFAULT_MAX_ROWS,
@@ -80,6 +80,8 @@ class Summary:
     warnings: list[str]
     profile: ProfileView
     figure: Figure | None
+    comparisons: list = field(default_factory=list)
+    """stereolens.report.comparisons.Block per benchmark with model comparisons."""
 
 
 @dataclass
@@ -125,10 +127,16 @@ def build_report(
     if extra:
         facts.append(("Other models", extra))
     warnings = [w for w in (tiny_model_warning(config, run.tiny_models(config, entries)),) if w]
-    summary = Summary(facts, warnings, profile_view(profile), profile_figure(profile))
+    summary = Summary(
+        facts, warnings, profile_view(profile), profile_figure(profile),
+        comparisons.blocks(inputs, active),
+    )  # fmt: skip
     sections: list[Section] = []
     for b in active:
         sections += b.sections(inputs, config)
+    compared = comparisons.section(inputs, active)
+    if compared is not None:
+        sections.append(compared)
     for provider in (*EXTRA_SECTIONS, *extra_sections):
         sections += [s for s in provider(inputs, config) if not s.is_empty()]
     pages: list[GalleryPage] = []

@@ -1,0 +1,92 @@
+"""stereolens.metrics.compare on a fixed table of replicates: differences, Wald intervals from
+the bootstrap standard error, Holm's adjustment, rank intervals and groups, hand-computed."""
+
+import numpy as np
+import pytest
+
+from stereolens.metrics.compare import COMPARISON_COLUMNS, RANK_COLUMNS, compare, pairwise
+
+EST = {"a": 0.5, "b": 0.6, "c": 0.9}
+REPS = {
+    "a": np.array([0.50, 0.50, 0.50, 0.50]),
+    "b": np.array([0.55, 0.65, 0.55, 0.65]),
+    "c": np.array([0.80, 0.80, 1.00, 1.00]),
+}
+KW = dict(benchmark="x", metric="m", scope="all", paired=True, resampling="test")
+
+
+def test_pairwise_hand_computed():
+    cmp = pairwise(EST, REPS, better="lower", **KW)
+    assert cmp.columns == COMPARISON_COLUMNS
+    rows = {(r["model_a"], r["model_b"]): r for r in cmp.iter_rows(named=True)}
+    # b - a: replicate differences .05 .15 .05 .15 -> sd sqrt(.01/3)
+    ab = rows[("a", "b")]
+    assert ab["difference"] == pytest.approx(0.1)
+    assert ab["se"] == pytest.approx(0.0577350, rel=1e-5)
+    assert (ab["ci_low"], ab["ci_high"]) == pytest.approx((-0.0131586, 0.2131586), rel=1e-5)
+    assert ab["p_value"] == pytest.approx(0.0832645, rel=1e-5)
+    # c - a: .3 .3 .5 .5 -> sd sqrt(.04/3); c - b: .25 .15 .45 .35 -> sd sqrt(.05/3)
+    assert rows[("a", "c")]["p_value"] == pytest.approx(0.000532006, rel=1e-5)
+    assert rows[("b", "c")]["p_value"] == pytest.approx(0.0201368, rel=1e-5)
+    # Holm: .000532 x 3, .020137 x 2, .083265 x 1
+    assert rows[("a", "c")]["p_adjusted"] == pytest.approx(0.00159602, rel=1e-5)
+    assert rows[("b", "c")]["p_adjusted"] == pytest.approx(0.0402735, rel=1e-5)
+    assert rows[("a", "b")]["p_adjusted"] == pytest.approx(0.0832645, rel=1e-5)
+    assert [rows[k]["reject"] for k in [("a", "b"), ("a", "c"), ("b", "c")]] == [
+        False,
+        True,
+        True,
+    ]
+    assert set(cmp["relation"]) == {"pair"}
+
+
+def test_ranks_intervals_and_groups():
+    _, rk = compare(EST, REPS, better="lower", **KW)
+    assert rk.columns == RANK_COLUMNS
+    got = {
+        r["model"]: (r["rank"], r["rank_low"], r["rank_high"], r["group"])
+        for r in rk.iter_rows(named=True)
+    }
+    # a and b cannot be told apart (ranks 1-2, one group); c is worse than both
+    assert got == {"a": (1, 1, 2, 1), "b": (2, 1, 2, 1), "c": (3, 3, 3, 2)}
+    # higher is better: the order turns round
+    _, rk = compare(EST, REPS, better="higher", **KW)
+    got = {
+        r["model"]: (r["rank"], r["rank_low"], r["rank_high"], r["group"])
+        for r in rk.iter_rows(named=True)
+    }
+    assert got == {"c": (1, 1, 1, 1), "b": (2, 2, 3, 2), "a": (3, 2, 3, 2)}
+
+
+def test_variant_against_its_base_and_edge_cases():
+    cmp = pairwise(EST, REPS, better="lower", variants={"a": "c"}, **KW)
+    row = cmp.filter(cmp["relation"] == "variant_vs_base").row(0, named=True)
+    assert (row["model_a"], row["model_b"]) == ("c", "a")
+    assert row["difference"] == pytest.approx(-0.4)
+    single = pairwise({"a": 0.5}, {"a": REPS["a"]}, better="lower", **KW)
+    assert single.height == 0 and single.columns == COMPARISON_COLUMNS
+    _, rk = compare({"a": 0.5}, {"a": REPS["a"]}, better="lower", **KW)
+    assert rk.row(0, named=True)["metric"] == "m" and rk["rank"].to_list() == [1]
+    nan = pairwise({"a": 0.5, "b": np.nan}, REPS, better="lower", **KW)
+    assert nan["reject"].to_list() == [False]
+    with pytest.raises(ValueError, match="replicate counts differ"):
+        pairwise(EST, {**REPS, "c": np.ones(3)}, better="lower", **KW)
+
+
+def test_report_first_screen_orders_models_by_group():
+    from types import SimpleNamespace
+
+    from stereolens.report import comparisons as rc
+    from stereolens.report.inputs import Inputs
+
+    cmp, rk = compare(EST, REPS, better="lower", **KW)
+    assert rc.ordering(rk) == "a 0.500 [1-2] ≈ b 0.600 [1-2] < c 0.900 [3]"
+    mod = SimpleNamespace(KEY="x", TITLE="X bench")
+    inputs = Inputs.from_frames({"x_comparisons": cmp, "x_ranks": rk})
+    (block,) = rc.blocks(inputs, [mod])
+    assert block.title == "X bench"
+    assert block.families[0].decided == "2 of 3 pairs differ (Holm, 5%)"
+    section = rc.section(inputs, [mod])
+    assert [t.id for s in section.walk() for t in s.tables] == ["x-ranks", "x-comparisons"]
+    assert rc.blocks(Inputs.from_frames({}), [mod]) == []
+    assert rc.section(Inputs.from_frames({}), [mod]) is None

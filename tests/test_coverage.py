@@ -1,0 +1,40 @@
+"""The coverage benchmark's fast version (bench/coverage.py at scale "test"): every interval
+row of bench/cover/ covers its world's truth in at least 90% of 200 datasets."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import cover  # noqa: E402
+
+ROWS = cover.rows("test")
+
+
+def test_the_harness_counts_what_it_should():
+    import numpy as np
+
+    def draw(rng, n):
+        est = rng.normal(0.0, 1.0, n)
+        return est, est - 1.959964, est + 1.959964
+
+    res = cover.run_row(cover.Row("normal", "none", "z", 0.0, draw), 4000)
+    assert abs(res.coverage - 0.95) < 4 * res.mc_error
+    assert res.mean_width == pytest.approx(3.919928)
+
+    def never(rng, n):
+        return np.zeros(n), np.full(n, 1.0), np.full(n, 2.0)
+
+    bad = cover.run_row(cover.Row("never", "none", "z", 0.0, never), 200)
+    assert bad.coverage == 0.0 and bad.status == "LOW"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+def test_interval_covers(row):
+    res = cover.run_row(row, 200)
+    assert res.coverage >= cover.FLOOR, (
+        f"{row.name} ({row.interval}): coverage {res.coverage:.1%} +- {res.mc_error:.1%} "
+        f"over 200 datasets, under {cover.FLOOR:.0%}"
+    )

@@ -24,7 +24,7 @@ RHO = 0.5
 """Share of a model's responses drawn with the image's shared uniform."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Scale:
     story: int
     term: int
@@ -41,7 +41,6 @@ class Scale:
 
 def _config_scale(name: str, axes=None, replicates=None, permutations=None) -> Scale:
     from stereolens.config import load_config
-
     from stereolens.design.lvlm import n_terms
 
     cfg, _ = load_config(ROOT / "config" / name)
@@ -64,13 +63,14 @@ def _config_scale(name: str, axes=None, replicates=None, permutations=None) -> S
 
 def scale(name: str) -> Scale:
     if name == "test":
-        return Scale(40, 30, 20, 6, 3, 200, 200, 5, ("gender",))
+        return Scale(30, 20, 15, 4, 2, 100, 100, 5, ("gender",))
     if name == "demo":
         return _config_scale("demo.yaml")
     if name == "paper":
-        # the paper's sizes (config/config.yaml); 200 replicates and shuffles per dataset
-        # instead of 1,000 (time: 2 shared CPU cores)
-        return _config_scale("config.yaml", replicates=200, permutations=200)
+        # the paper's sizes (config/config.yaml), gender only, 200 replicates and shuffles per
+        # dataset instead of 1,000 (time: 2 shared CPU cores; race's term task alone takes
+        # about 4 s a dataset)
+        return _config_scale("config.yaml", axes=("gender",), replicates=200, permutations=200)
     raise ValueError(f"scale {name!r}: use test, demo or paper")
 
 
@@ -276,3 +276,287 @@ def n_images(task: str, sc: Scale) -> int:
 def truth(task: str, sc: Scale, axis: str, w: float) -> float:
     d = _design(task, sc, axis)
     return float(d.effects(np.array([w]))[d.name(axis)][0])
+
+
+# ------------------------------------------------------------------------- the rows
+WORLDS = {"m0": 0.0, "m0b": 0.0, "m1": 0.1, "m3": 0.3}
+"""The audited models of every dataset: two group-independent ones (truth 0, the boundary),
+one with a planted effect w = 0.1 and one with w = 0.3 (stereolens.design.lvlm)."""
+_CACHE: dict = {}
+
+
+def _simulate(task: str, sc: Scale, axis: str, rng, n: int) -> dict:
+    """n datasets of the four models of WORLDS: per model score, score_bc, ci_low, ci_high,
+    null_mean and the replicates, through score_replicates (cached: the rows of one task and
+    axis share their datasets)."""
+    from stereolens.lvlm.scores import score_replicates
+
+    key = (task, axis, sc, n)
+    if key in _CACHE:
+        return _CACHE[key]
+    d = _design(task, sc, axis)
+    names = list(WORLDS)
+    out = {m: {k: np.empty(n) for k in ("score", "score_bc", "lo", "hi", "null")} for m in names}
+    reps = {m: [] for m in names}
+    for i in range(n):
+        kw = tables(task, d, list(WORLDS.values()), n_images(task, sc), rng, names)
+        o, r = score_replicates(
+            task,
+            kw.pop("table"),
+            **kw,
+            n_boot=sc.replicates,
+            permutations=sc.permutations,
+            min_count=sc.min_count,
+            seed=i,
+        )
+        for row in o.iter_rows(named=True):
+            m = row["model"]
+            for k, col in (("score", "score"), ("score_bc", "score_bc"), ("lo", "ci_low")):
+                out[m][k][i] = row[col]
+            out[m]["hi"][i] = row["ci_high"]
+            out[m]["null"][i] = row["null_mean"]
+            reps[m].append(r[(m, None, axis)])
+    for m in names:
+        out[m]["reps"] = reps[m]
+    _CACHE[key] = out
+    return out
+
+
+def _expected_difference(task, sc, axis, a: str, b: str, draws: int) -> float:
+    """E[score_b] - E[score_a] at the audit's sizes, the estimand of the Wald comparison:
+    the planner's vectorised simulation of the same estimator (stereolens.design.lvlm;
+    tests/test_design_power.py checks it against overall_scores value for value), ``draws``
+    datasets per model."""
+    d = _design(task, sc, axis)
+    ws = np.array(sorted({WORLDS[a], WORLDS[b]}))
+    sim = d.simulate(n_images(task, sc), ws, draws, np.random.default_rng([7, draws]))
+    mean = dict(zip(ws, np.nanmean(sim.estimates[d.name(axis)], axis=1), strict=True))
+    return float(mean[WORLDS[b]] - mean[WORLDS[a]])
+
+
+def _wald(est_a, est_b, reps_a, reps_b, a="a", b="b", checked: int = 5):
+    """Per dataset the comparison's difference and interval: stereolens.metrics.compare's
+    pairwise on the first ``checked`` datasets, and its formula (difference +- z sd of the
+    paired replicates' differences) vectorised over the rest, checked equal to it."""
+    from scipy import stats
+
+    from stereolens.metrics import compare as MC
+
+    d = np.asarray(est_b) - np.asarray(est_a)
+    se = np.array([np.std(rb - ra, ddof=1) for ra, rb in zip(reps_a, reps_b, strict=True)])
+    z = stats.norm.ppf(0.975)
+    lo, hi = d - z * se, d + z * se
+    for i in range(min(checked, d.size)):
+        c = MC.pairwise(
+            {a: est_a[i], b: est_b[i]},
+            {a: reps_a[i], b: reps_b[i]},
+            benchmark="lvlm",
+            metric="coverage",
+            scope="coverage",
+            better="lower",
+            paired=True,
+            resampling="paired",
+        ).row(0, named=True)
+        if not np.allclose([c["difference"], c["ci_low"], c["ci_high"]], [d[i], lo[i], hi[i]]):
+            raise AssertionError("the vectorised Wald interval differs from compare.pairwise")
+    return d, lo, hi
+
+
+def _tvd_rows(task: str, sc: Scale, axis: str, draws: int, label: str) -> list:
+    from cover import Row
+
+    d = _design(task, sc, axis)
+    truths = dict(
+        zip(WORLDS, d.effects(np.array(list(WORLDS.values())))[d.name(axis)], strict=True)
+    )
+    name = f"lvlm {task} TVD x100, {axis} ({label})"
+    rows = []
+
+    def model_draw(m):
+        def draw(rng, n):
+            s = _simulate(task, sc, axis, rng, n)[m]
+            return s["score_bc"], s["lo"], s["hi"]
+
+        return draw
+
+    for m, what in (("m0", "group-independent model"), ("m1", "w = 0.1"), ("m3", "w = 0.3")):
+        rows.append(
+            Row(
+                f"{name}: {what}, truth {truths[m]:.3g}",
+                "lvlm",
+                "noise-floor bracket (score_bc; ci_low, ci_high)",
+                truths[m],
+                model_draw(m),
+                note="the bracket is conservative between the floor and a strong effect",
+            )
+        )
+
+    def wald(a, b):
+        def draw(rng, n):
+            s = _simulate(task, sc, axis, rng, n)
+            return _wald(s[a]["score"], s[b]["score"], s[a]["reps"], s[b]["reps"], a, b)
+
+        return draw
+
+    def bracket(a, b):
+        def draw(rng, n):
+            s = _simulate(task, sc, axis, rng, n)
+            est = s[b]["score"] - s[a]["score"]
+            lo, hi = np.empty(n), np.empty(n)
+            for i in range(n):
+                dd = s[b]["reps"][i] - s[a]["reps"][i]
+                q_lo, q_hi = np.quantile(dd, [0.025, 0.975]) - dd.mean()
+                lo[i] = est[i] - s[b]["null"][i] + q_lo
+                hi[i] = est[i] + s[a]["null"][i] + q_hi
+            return est, lo, hi
+
+        return draw
+
+    for a, b in (("m0", "m0b"), ("m0", "m1"), ("m1", "m3")):
+        exp = 0.0 if (a, b) == ("m0", "m0b") else _expected_difference(task, sc, axis, a, b, draws)
+        rows.append(
+            Row(
+                f"{name}: difference {b} - {a} (w {WORLDS[b]:g} vs {WORLDS[a]:g}), expected "
+                f"scores' difference {exp:.3g}",
+                "lvlm",
+                "comparisons ci_low, ci_high (Wald, paired bootstrap se)",
+                exp,
+                wald(a, b),
+            )
+        )
+        if (a, b) != ("m0", "m0b"):
+            rows.append(
+                Row(
+                    f"{name}: difference {b} - {a}, population {truths[b] - truths[a]:.3g}",
+                    "lvlm",
+                    "comparisons bracket_low, bracket_high",
+                    truths[b] - truths[a],
+                    bracket(a, b),
+                    note="the bracket bounds both models' biases: conservative",
+                )
+            )
+    return rows
+
+
+# ------------------------------------------------------------------------- refusals
+TAU = 0.3
+"""Share of a response's uniform taken from its user image's (responses of one image are
+dependent: a model refuses some photos more than others); the marginal rate stays exact."""
+REFUSAL_P = {"r0": 0.05, "r1": 0.08}
+
+
+def _refusal_sizes(sc: Scale) -> tuple[int, int]:
+    """(images per group, prompts per image) of the refusal world: the term task's sizes
+    (test scale: at least 50 and 6)."""
+    if sc == scale("test"):
+        return max(sc.term, 50), max(sc.terms, 6)
+    return sc.term, sc.terms
+
+
+def refusal_tables(sc: Scale, rng, tau: float) -> dict:
+    """metrics.reduce_responses' refusal counts (per group and per image) of the models of
+    REFUSAL_P, each shown the same images, 2 groups (sizes: :func:`_refusal_sizes`)."""
+    groups = ["female", "male"]
+    k, prompts = _refusal_sizes(sc)
+    image = rng.random((2, k, 1))  # the image's uniform, shared by the models
+    shared = rng.random((2, k, prompts))  # the response's, shared by the models (RHO)
+    per_image = []
+    for m, p in REFUSAL_P.items():
+        own = np.where(rng.random((2, k, prompts)) < RHO, shared, rng.random((2, k, prompts)))
+        u = np.where(rng.random((2, k, prompts)) < tau, image, own)
+        refused = (u < p).sum(-1)
+        gi, ii = (x.ravel() for x in np.indices((2, k)))
+        per_image.append(
+            pl.DataFrame(
+                {
+                    "model": m,
+                    "setting": "image",
+                    "task": "term",
+                    "axis": "gender",
+                    "group": np.array(groups)[gi],
+                    "image_id": np.char.add(np.array(groups)[gi], ii.astype(str)),
+                    "n": np.full(gi.size, prompts, dtype=np.uint32),
+                    "n_empty": np.zeros(gi.size, dtype=np.uint32),
+                    "n_refusal": refused.ravel().astype(np.uint32),
+                    "n_rule": refused.ravel().astype(np.uint32),
+                    "n_judge": np.zeros(gi.size, dtype=np.uint32),
+                }
+            )
+        )
+    images = pl.concat(per_image)
+    by = ["model", "setting", "task", "axis", "group"]
+    counts = images.group_by(by).agg(
+        pl.col(c).sum() for c in ("n", "n_empty", "n_refusal", "n_rule", "n_judge")
+    )
+    return {"refusals": counts, "refusal_images": images}
+
+
+def _refusal_rows(sc: Scale, label: str) -> list:
+    from cover import Row
+    from stereolens.lvlm import comparisons as K
+    from stereolens.lvlm.metrics import refusals
+
+    def rate(m, tau):
+        def draw(rng, n):
+            est, lo, hi = np.empty(n), np.empty(n), np.empty(n)
+            for i in range(n):
+                r = refusals(refusal_tables(sc, rng, tau))
+                row = r.filter((pl.col("model") == m) & (pl.col("group") == "*")).row(0, named=True)
+                est[i], lo[i], hi[i] = row["rate"], row["ci_low"], row["ci_high"]
+            return est, lo, hi
+
+        return draw
+
+    def diff(rng, n):
+        est = {m: np.empty(n) for m in REFUSAL_P}
+        reps = {m: [] for m in REFUSAL_P}
+        for i in range(n):
+            red = refusal_tables(sc, rng, TAU)
+            rep = K.refusal_replicates(red["refusal_images"], max(sc.replicates, 1000), i)
+            pooled = red["refusals"].group_by("model").agg(pl.col("n_refusal", "n").sum())
+            for r in pooled.iter_rows(named=True):
+                est[r["model"]][i] = 100 * r["n_refusal"] / r["n"]
+                reps[r["model"]].append(rep[(r["model"], "image", "term")])
+        return _wald(est["r0"], est["r1"], reps["r0"], reps["r1"], "r0", "r1")
+
+    k, prompts = _refusal_sizes(sc)
+    name = f"lvlm refusal rate %, term task, {k} images per group x {prompts} prompts ({label})"
+    return [
+        Row(
+            f"{name}: rate 5%, independent responses",
+            "lvlm",
+            "refusals ci_low, ci_high",
+            100 * REFUSAL_P["r0"],
+            rate("r0", 0.0),
+        ),
+        Row(
+            f"{name}: rate 5%, responses dependent within image (tau {TAU})",
+            "lvlm",
+            "refusals ci_low, ci_high",
+            100 * REFUSAL_P["r0"],
+            rate("r0", TAU),
+        ),
+        Row(
+            f"{name}: difference 8% - 5%, dependent within image, paired",
+            "lvlm",
+            "comparisons ci_low, ci_high (Wald, paired bootstrap se)",
+            100 * (REFUSAL_P["r1"] - REFUSAL_P["r0"]),
+            diff,
+        ),
+    ]
+
+
+def rows(scale_name: str) -> list:
+    """The LVLM rows at ``scale_name`` (test, demo, paper)."""
+    sc = scale(scale_name)
+    draws = 4000
+    label = {
+        "test": "test world",
+        "demo": "config/demo.yaml sizes",
+        "paper": "config/config.yaml sizes, 200 replicates",
+    }[scale_name]
+    out = []
+    for axis in sc.axes:
+        for task in ("story", "term", "exam"):
+            out += _tvd_rows(task, sc, axis, draws, label)
+    return out + _refusal_rows(sc, label)

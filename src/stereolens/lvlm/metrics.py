@@ -119,9 +119,7 @@ def reduce_responses(responses, phrases=None) -> dict[str, pl.DataFrame]:
     # per user image, for the paired bootstrap of the comparisons between models
     out["refusal_images"] = counts
     out["refusals"] = (
-        None
-        if counts is None
-        else counts.group_by(by).agg(pl.col(c).sum() for c in REFUSAL_COUNTS)
+        None if counts is None else counts.group_by(by).agg(pl.col(c).sum() for c in REFUSAL_COUNTS)
     )
     return out
 
@@ -201,25 +199,71 @@ def _rates(counts: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     )
 
 
+def _design_effect(images: pl.DataFrame | None, by: list[str]) -> pl.DataFrame | None:
+    """Per ``by`` cell the design effect of the user image on the refusal rate (responses of
+    one image are dependent: a model refuses some photos more than others): the
+    cluster-robust variance of the ratio sum y_i / sum m_i over images i (y refusals, m valid
+    responses), sum (y_i - p m_i)^2 / (sum m)^2, over the binomial p (1 - p) / sum m; at
+    least 1 (1 exactly with one response per image), 1 at p = 0 or 1."""
+    if images is None or images.height == 0:
+        return None
+    m = (pl.col("n") - pl.col("n_empty")).cast(pl.Float64)
+    y = pl.col("n_refusal").cast(pl.Float64)
+    return (
+        images.with_columns(m.alias("_m"), y.alias("_y"))
+        .with_columns((pl.col("_y").sum() / pl.col("_m").sum()).over(by).alias("_p"))
+        .group_by(by)
+        .agg(
+            ((pl.col("_y") - pl.col("_p") * pl.col("_m")) ** 2).sum().alias("_ss"),
+            pl.col("_m").sum().alias("_sm"),
+            pl.col("_p").first().alias("_p"),
+        )
+        .with_columns(
+            pl.when((pl.col("_p") > 0) & (pl.col("_p") < 1))
+            .then(pl.col("_ss") / (pl.col("_p") * (1 - pl.col("_p")) * pl.col("_sm")))
+            .otherwise(1.0)
+            .clip(lower_bound=1.0)
+            .alias("deff")
+        )
+        .select(*by, "deff")
+    )
+
+
 def refusals(responses, phrases=None) -> pl.DataFrame:
     """Refusal rate (%) per model x setting x task (group "*") and per group, with a Wilson
-    95% interval: columns model, setting, task, axis, group, n, n_empty, n_refusal, n_rule,
-    n_judge, rate, ci_low, ci_high. ``responses``: a table (DataFrame or LazyFrame) or the
-    reduction of one (:func:`reduce_responses`)."""
+    95% interval on the effective sample size (n valid / deff, ``deff`` the design effect of
+    the user image, :func:`_design_effect`; plain Wilson when the per-image counts are
+    absent or every image has one response): columns model, setting, task, axis, group, n,
+    n_empty, n_refusal, n_rule, n_judge, rate, deff, ci_low, ci_high. ``responses``: a
+    table (DataFrame or LazyFrame) or the reduction of one (:func:`reduce_responses`)."""
     from statsmodels.stats.proportion import proportion_confint
 
     reduced = responses if isinstance(responses, dict) else reduce_responses(responses, phrases)
     counts = reduced["refusals"]
     if counts is None:
         return pl.DataFrame()
-    overall = _rates(counts, ["model", "setting", "task"]).with_columns(
-        pl.lit("*").alias("axis"), pl.lit("*").alias("group")
-    )
-    grouped = _rates(counts, ["model", "setting", "task", "axis", "group"])
-    table = pl.concat([overall, grouped], how="diagonal_relaxed")
-    valid = (table["n"] - table["n_empty"]).to_numpy()
+    images = reduced.get("refusal_images")
+    parts = []
+    for by, extra in (
+        (["model", "setting", "task"], [pl.lit("*").alias("axis"), pl.lit("*").alias("group")]),
+        (["model", "setting", "task", "axis", "group"], []),
+    ):
+        part = _rates(counts, by).with_columns(*extra)
+        deff = _design_effect(images, by)
+        part = (
+            part.join(deff, on=by, how="left").with_columns(pl.col("deff").fill_null(1.0))
+            if deff is not None
+            else part.with_columns(pl.lit(1.0).alias("deff"))
+        )
+        parts.append(part)
+    table = pl.concat(parts, how="diagonal_relaxed")
+    valid = (table["n"] - table["n_empty"]).to_numpy().astype(float)
+    deff = table["deff"].to_numpy()
     lo, hi = proportion_confint(
-        table["n_refusal"].to_numpy(), np.maximum(valid, 1), alpha=0.05, method="wilson"
+        table["n_refusal"].to_numpy() / deff,
+        np.maximum(valid, 1) / deff,
+        alpha=0.05,
+        method="wilson",
     )
     order = ["model", "setting", "task", "axis", "group"]
     return (
@@ -314,10 +358,14 @@ def compute_all(
     permutations: int = 1000,
     formulas: dict[str, str] | None = None,
 ) -> dict[str, pl.DataFrame]:
-    """scores, prompt_scores, refusals, story_skew and exam_accuracy tables. ``responses``
+    """scores, prompt_scores, refusals, comparisons, ranks (stereolens.lvlm.comparisons),
+    story_skew and exam_accuracy tables. ``responses``
     may be a LazyFrame (``pl.scan_parquet``): it is reduced as it streams
     (:func:`reduce_responses`), never loaded whole."""
+    from stereolens.lvlm import comparisons as K
+
     reduced = reduce_responses(responses, phrases)
+    reps: dict = {}
     overall, per_prompt = scores(
         reduced,
         story_attributes,
@@ -328,11 +376,17 @@ def compute_all(
         level=level,
         permutations=permutations,
         formulas=formulas,
+        replicates_out=reps,
     )
+    rates = refusals(reduced)
+    cmp, rk = K.tvd_comparisons(overall, reps, level)
+    refusal_reps = K.refusal_replicates(reduced["refusal_images"], replicates, seed)
+    c2, r2 = K.refusal_comparisons(rates, refusal_reps, level)
     return {
         "scores": overall,
         "prompt_scores": per_prompt,
-        "refusals": refusals(reduced),
+        "refusals": rates,
+        **K.tables(cmp + c2, rk + r2),
         "exam_accuracy": exam_accuracy(reduced),
         "story_skew": story_skew(story_attributes, reduced, min_count=min_count)
         if story_attributes is not None

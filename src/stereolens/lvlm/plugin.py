@@ -168,7 +168,15 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
     return out
 
 
-METRICS = ("scores", "prompt_scores", "refusals", "story_skew", "exam_accuracy")
+METRICS = (
+    "scores",
+    "prompt_scores",
+    "refusals",
+    "story_skew",
+    "exam_accuracy",
+    "comparisons",
+    "ranks",
+)
 
 
 def story_reading_enabled(lv: dict) -> bool:

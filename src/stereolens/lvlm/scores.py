@@ -144,7 +144,6 @@ class _Units:
     resamples (reported as n_units); prompts: prompt ids (subjects for exam); score: (S, B)
     -> [B, prompts] scores in [0, 1] from a sparse (B*G, U) membership matrix S."""
 
-
     codes: np.ndarray
     strata: np.ndarray
     boot_strata: bool

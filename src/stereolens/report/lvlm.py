@@ -239,7 +239,9 @@ def refusal_figure(refusals: pl.DataFrame) -> Figure | None:
         caption=(
             "Refusal rate % = refused / responses x 100 over all user groups, a response "
             "being a refusal when the phrase rules (or the optional LLM judge) flag it or it "
-            "is empty; black lines: Wilson 95% intervals. The attribute-inferring baseline "
+            "is empty; black lines: Wilson 95% intervals on the effective sample size "
+            "(responses / the design effect of the user image: a model's responses to one "
+            "photo are dependent). The attribute-inferring baseline "
             "asks about the person directly (paper Table 1 contrast): the user-context tasks "
             "are refused far less."
         ),
@@ -389,7 +391,8 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
         section.tables.append(
             Table(
                 "lvlm-refusals",
-                "Refusal rate % [Wilson 95% CI] (n responses) per model and task",
+                "Refusal rate % [Wilson 95% CI, n / design effect] (n responses) per model "
+                "and task",
                 "Phrase rules plus the optional LLM judge, over all groups; the "
                 "attribute-inferring baseline asks about the person directly (paper Table 1 "
                 "contrast). The CSV has the rates per group.",

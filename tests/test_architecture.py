@@ -21,6 +21,8 @@ FLOORS = {
     "images": 0,
     "thumbnails": 0,
     "tables": 0,
+    "vocabulary": 0,
+    "damage": 0,
     "jsonl_tables": 0,
     "metrics": 0,
     "benchmark": 0,

@@ -90,3 +90,16 @@ def test_report_first_screen_orders_models_by_group():
     assert [t.id for s in section.walk() for t in s.tables] == ["x-ranks", "x-comparisons"]
     assert rc.blocks(Inputs.from_frames({}), [mod]) == []
     assert rc.section(Inputs.from_frames({}), [mod]) is None
+
+
+def test_holm_equals_statsmodels():
+    from statsmodels.stats.multitest import multipletests
+
+    from stereolens.metrics.compare import holm
+
+    rng = np.random.default_rng(3)
+    for m in (1, 2, 7, 40):
+        p = rng.uniform(0, 0.2, m) ** 2
+        np.testing.assert_allclose(holm(p), multipletests(p, method="holm")[1])
+    got = holm(np.array([0.01, np.nan, 0.04]))
+    np.testing.assert_allclose(got, [0.02, np.nan, 0.04])

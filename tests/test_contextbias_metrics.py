@@ -14,7 +14,13 @@ from stereolens.contextbias.bootstrap import (
     cluster_bootstrap,
     role_multiplicity,
 )
-from stereolens.contextbias.ccs import ccs_mean, ccs_table, homogeneity
+from stereolens.contextbias.ccs import (
+    CONSISTENCY,
+    ccs_mean,
+    ccs_table,
+    consistency_rule,
+    homogeneity,
+)
 from stereolens.contextbias.metrics import (
     BI_COLUMNS,
     bi_from_parts,
@@ -266,20 +272,39 @@ def test_ccs_table2_dancer_female_flux_row():
 
 
 def test_consistency_and_bh_family_options():
-    # label "a": in CF and CA-U only (0 of 40 in CA-R), 1 of 40 each -> range 2.5 pp, p
-    # > .05: consistent in the paper's sense (p > .05 and range <= 5 pp), but CCS is
-    # undefined (not in all three conditions), so not under consistency "ccs"
+    # label "a": in CF and CA-U only (0 of 100 in CA-R), 1 of 100 each -> range 1 pp, p >
+    # .05, but 2 < 5 occurrences: not consistent by default ("released", tb3_pipeline.py's
+    # MIN_TOTAL_LABEL_COUNT), consistent under "paper" (p > .05 and range <= 5 pp only);
+    # CCS undefined (not in all three conditions), so not under "ccs".
+    # label "c": CF 3, CA-R 0, CA-U 2 of 100: 5 occurrences, range 3 pp; pooled p = 1/60,
+    # chi2 = sum (x - 100/60)^2 / (100 (1/60)(59/60)) = (1.7778 + 2.7778 + .1111) / 1.63889
+    # = 2.84746, df 2, p = exp(-2.84746 / 2) = .24081: consistent by default although it is
+    # absent from CA-R (the released "consistent proportions but not present in all 3")
     att, img = _images(
         {
-            ("m", "r", "CF"): (40, {"a": 1, "b": 30}),
-            ("m", "r", "CA-R"): (40, {"b": 10}),
-            ("m", "r", "CA-U"): (40, {"a": 1, "b": 20}),
+            ("m", "r", "CF"): (100, {"a": 1, "b": 30, "c": 3}),
+            ("m", "r", "CA-R"): (100, {"b": 10}),
+            ("m", "r", "CA-U"): (100, {"a": 1, "b": 20, "c": 2}),
         }
     )
-    paper = _one(ccs_table(att, img), label="a")
-    assert paper["ccs"] is None and paper["range_pp"] == pytest.approx(2.5)
-    assert paper["p"] > 0.05 and paper["consistent"]
+    released = _one(ccs_table(att, img), label="a")
+    assert released["ccs"] is None and released["range_pp"] == pytest.approx(1.0)
+    assert released["p"] > 0.05 and not released["consistent"]
+    assert _one(ccs_table(att, img, consistency="paper"), label="a")["consistent"]
     assert not _one(ccs_table(att, img, consistency="ccs"), label="a")["consistent"]
+    c = _one(ccs_table(att, img), label="c")
+    assert c["chi2"] == pytest.approx(2.847457627, abs=1e-8) and c["df"] == 2
+    assert c["p"] == pytest.approx(np.exp(-2.847457627 / 2), abs=1e-9)
+    assert c["range_pp"] == pytest.approx(3.0) and c["ccs"] is None and c["consistent"]
+    assert _one(ccs_table(att, img, consistency="paper"), label="c")["consistent"]
+    assert not _one(ccs_table(att, img, consistency="ccs"), label="c")["consistent"]
+    # min_count moves the released threshold: 2 occurrences suffice at min_count 2
+    assert _one(ccs_table(att, img, min_count=2), label="a")["consistent"]
+    # "b" (60 of 300, range 20 pp) is context-sensitive under every rule
+    for rule in CONSISTENCY:
+        assert not _one(ccs_table(att, img, consistency=rule), label="b")["consistent"]
+    assert consistency_rule() == "at least 5 occurrences, p > 0.05 and range <= 5 pp"
+    assert consistency_rule("paper") == "p > 0.05 and range <= 5 pp"
     with pytest.raises(ValueError, match="consistency"):
         ccs_table(att, img, consistency="bogus")
     # BH family: "tested" adjusts over the tested rows only; "all" also counts the skipped
@@ -336,8 +361,11 @@ def test_ccs_columns_bh_and_edge_cases():
     # range = 100 (1 - 19/20) = 5.000000000000004 in floating point: still <= 5 pp;
     # chi2 = 2.0339 (p .36) -> consistent
     assert a["range_pp"] == pytest.approx(5.0) and a["consistent"]
-    assert _one(out, label="b")["ccs"] is None  # 3 < 5 occurrences
-    assert _one(ccs_table(att2, img2, min_count=3), label="b")["ccs"] is not None
+    b_row = _one(out, label="b")  # 3 < 5 occurrences: no CCS, and not consistent by default
+    assert b_row["ccs"] is None and b_row["p"] == 1 and not b_row["consistent"]
+    assert _one(ccs_table(att2, img2, consistency="paper"), label="b")["consistent"]
+    b3 = _one(ccs_table(att2, img2, min_count=3), label="b")
+    assert b3["ccs"] is not None and b3["consistent"]
     assert not _one(ccs_table(att2, img2, max_range_pp=4.9), label="a")["consistent"]
     # an image without labels still counts in n when the images table is given
     extra = pl.DataFrame(
@@ -486,6 +514,16 @@ def test_robustness_released_hand_values():
     assert overall["n_tuples"] == 6
     assert overall["mean_p"] == pytest.approx((sum(p_obj) + 2) / 6, abs=1e-12)
     assert _one(summary, model="m", cohort="scene")["n_tuples"] == 2
+    assert set(summary["all_cohorts"]) == {"released"}
+    # all_cohorts "all": every cohort, Scene's 2 tuples (calm on every image: p = 1) too
+    every = _one(robustness_summary(tests, all_cohorts="all"), model="m", cohort="*")
+    assert every["n_tuples"] == 8 and every["all_cohorts"] == "all"
+    assert every["mean_p"] == pytest.approx((sum(p_obj) + 4) / 8, abs=1e-12)
+    # the released family patterns are case-insensitive: "Scene" stays out, "Camera" in
+    caps = tests.with_columns(pl.col("cohort").str.to_titlecase())
+    assert _one(robustness_summary(caps), model="m", cohort="*")["n_tuples"] == 6
+    with pytest.raises(ValueError, match="all_cohorts"):
+        robustness_summary(tests, all_cohorts="bogus")
     # today's computation ("condition") on the same data leaves whole roles out and tests
     # every condition: a different p for (A, x)
     cond = _one(robustness_tests(att, img, cells="condition"), role="A", label="x")
@@ -537,6 +575,8 @@ def test_bootstrap_shape_determinism_and_estimate():
         "k_definition",
         "overall_definition",
         "draws",
+        "estimate_bc",
+        "interval",
     ]
     # (2 models + "*") x (2 cohorts + all + 2 dimensions) x 3 comparisons
     assert boot.height == 3 * 5 * 3
@@ -590,9 +630,17 @@ def test_bootstrap_against_hand_loop():
         diffs.append(bi["CA-U"] - bi["CF"])
     row = _one(boot, model="m1", dimension="framing", comparison="CA-U - CF")
     lo, hi = np.percentile(diffs, [2.5, 97.5])
-    assert row["ci_low"] == pytest.approx(lo, abs=1e-12)
-    assert row["ci_high"] == pytest.approx(hi, abs=1e-12)
+    # the default basic interval: 2 x estimate - the 97.5 and 2.5 percentiles
+    est = row["estimate"]
+    assert row["interval"] == "basic"
+    assert row["ci_low"] == pytest.approx(2 * est - hi, abs=1e-12)
+    assert row["ci_high"] == pytest.approx(2 * est - lo, abs=1e-12)
     assert row["boot_mean"] == pytest.approx(np.mean(diffs), abs=1e-12)
+    assert row["estimate_bc"] == pytest.approx(2 * est - np.mean(diffs), abs=1e-12)
+    pct = cluster_bootstrap(att, replicates=b_count, seed=5, interval="percentile")
+    prow = _one(pct, model="m1", dimension="framing", comparison="CA-U - CF")
+    assert (prow["ci_low"], prow["ci_high"]) == (pytest.approx(lo, abs=1e-12),
+                                                 pytest.approx(hi, abs=1e-12))  # fmt: skip
 
 
 def test_bootstrap_vectorised_equals_loop():
@@ -629,8 +677,11 @@ def test_bootstrap_unpaired_draws_against_hand_loop():
 
     att, _ = _bootstrap_table()
     b_count, seed = 30, 2
-    boot = cluster_bootstrap(att, replicates=b_count, seed=seed, draws="unpaired")
-    assert set(boot["draws"]) == {"unpaired"}
+    # the released design: unpaired draws and percentile intervals
+    boot = cluster_bootstrap(
+        att, replicates=b_count, seed=seed, draws="unpaired", interval="percentile"
+    )
+    assert set(boot["draws"]) == {"unpaired"} and set(boot["interval"]) == {"percentile"}
     roles = sorted(att["role"].unique())
     frame = att.filter((pl.col("model") == "m2") & (pl.col("dimension") == "framing"))
     draws = {
@@ -662,7 +713,9 @@ def test_bootstrap_unpaired_draws_against_hand_loop():
     assert not paired["ci_low"].equals(boot["ci_low"])
     # adding a model leaves the others' unpaired draws as they were
     m3 = att.filter(pl.col("model") == "m1").with_columns(pl.lit("m3").alias("model"))
-    more = cluster_bootstrap(pl.concat([att, m3]), replicates=b_count, seed=seed, draws="unpaired")
+    more = cluster_bootstrap(
+        pl.concat([att, m3]), replicates=b_count, seed=seed, draws="unpaired", interval="percentile"
+    )
     keep = pl.col("model") == "m2"
     assert more.filter(keep).equals(boot.filter(keep))
     with pytest.raises(ValueError, match="draws"):
@@ -705,8 +758,11 @@ def test_cli_writes_every_table(tmp_path, robustness_data):
         "2",
     ]
     assert main(argv) == 0
-    names = {"bi", "ccs", "ccs_mean", "robustness", "bootstrap"}
+    names = {"bi", "ccs", "ccs_mean", "robustness", "bootstrap", "comparisons", "ranks"}
     assert {p.stem for p in out.glob("*.parquet")} == names
+    cmp = pl.read_parquet(out / "comparisons.parquet")
+    assert set(cmp["metric"]) == {"bi", "bi_shift"} and cmp.height == 4 * 3  # 3 levels
+    assert pl.read_parquet(out / "ranks.parquet").height == 2 * cmp.height
     assert not list(out.glob(".*"))  # no temporary files left behind
     assert pl.read_parquet(out / "bootstrap.parquet")["replicates"][0] == 30
     assert set(pl.read_parquet(out / "bi.parquet")["aggregation"]) == {

@@ -1,12 +1,16 @@
 """The planner's predicted power against the rejection rate of the real metric pipeline
 (cluster_bootstrap, compute_metrics, overall_scores) on independently simulated datasets with
 a planted effect, at a small scale (issue 15, item 3; bench/power_check.py runs a larger
-one). Agreement = within three combined Monte Carlo standard errors."""
+one and its goodness of fit). Agreement = within three combined Monte Carlo standard errors;
+the report's test of two models and eta's calibrated test on fixed tables."""
 
 from __future__ import annotations
 
+import numpy as np
+import polars as pl
 import pytest
 from design_worlds import cb_design, small_biasig
+from scipy import stats
 
 from stereolens.config import load_config
 from stereolens.design import check as K
@@ -51,6 +55,61 @@ def test_biasig_power_matches_compute_metrics(name, n, w):
     r = K.biasig_check(small_biasig(), name, n, w, datasets=60, sims=400, replicates=100)
     _agrees(r)
     assert r.predicted > 0.1
+
+
+def test_eta_test_has_its_size_and_the_interval_does_not():
+    # the calibrated test rejects at about the level with no effect, in the planner and in
+    # the pipeline; the report's interval almost never does (the issue's 0.000)
+    r = K.biasig_check(small_biasig(), "biasig.eta", 10, 0.0, datasets=60, sims=400)
+    _agrees(r)
+    assert 0.03 <= r.predicted <= 0.08
+    r = K.biasig_check(small_biasig(), "biasig.eta_interval", 10, 0.0, datasets=30, sims=400)
+    _agrees(r)
+    assert r.predicted < 0.02
+
+
+def _model_rows(scores: dict[str, tuple[float, float, float]]) -> pl.DataFrame:
+    rows = [
+        {"variant": m, "level": "model", "protected_attribute": "*", "score": s,
+         "ci_low": lo, "ci_high": hi}
+        for m, (s, lo, hi) in scores.items()
+    ]  # fmt: skip
+    return pl.DataFrame(rows)
+
+
+def test_difference_rejects_is_the_reports_wald_test_with_holm():
+    # se of each model = 0.02 / 1.96; difference 0.03 / hypot = 2.079: rejected alone
+    # (1.96), not at Holm's first step over 3 pairs (z_(1 - 0.05/6) = 2.394) nor 28 (3.20)
+    t = _model_rows({"A": (0.90, 0.88, 0.92), "B": (0.93, 0.91, 0.95)})
+    z = 0.03 / np.hypot(0.02 / 1.959964, 0.02 / 1.959964)
+    assert z == pytest.approx(2.0789, abs=1e-4)
+    assert K.difference_rejects(t, "A", "B")
+    assert not K.difference_rejects(t, "A", "B", family=3)
+    assert stats.norm.ppf(1 - 0.05 / 6) == pytest.approx(2.394, abs=1e-3)
+    assert K.difference_rejects(t, "A", "B", level=0.05 * 3, family=3)  # 0.05 per test
+
+
+def test_eta_rejects_against_the_null_quantile():
+    null = np.linspace(-0.01, 0.01, 201)  # |null| 0.95 quantile = 0.0095
+    assert K.eta_rejects(0.5096, null) and K.eta_rejects(0.4904, null)
+    assert not K.eta_rejects(0.5094, null)
+
+
+def test_goodness_of_fit_hand_computed():
+    # two-proportion z with the pooled rate, 100 simulations and 100 datasets each:
+    # 0.50 vs 0.60: pooled 0.55, se sqrt(0.55 x 0.45 x 0.02) = 0.070356, z = 1.4213;
+    # 0.50 vs 0.40: z = -1.4213; 0.05 vs 0.01: pooled 0.03, se 0.024125, z = -1.6581
+    rows = [
+        K.CheckResult("x", 1, 0.1, 0.1, 0.50, 0.05, 0.60, 0.05, 100, 100),
+        K.CheckResult("x", 1, 0.1, 0.1, 0.50, 0.05, 0.40, 0.05, 100, 100),
+        K.CheckResult("x", 1, 0.1, 0.1, 0.05, 0.02, 0.01, 0.01, 100, 100),
+    ]
+    assert [r.z for r in rows] == pytest.approx([1.4213, -1.4213, -1.6581], abs=1e-4)
+    fit = K.goodness_of_fit(rows)
+    chi2 = 2 * 1.4213**2 + 1.6581**2  # 6.7896
+    assert fit["rows"] == 3 and fit["chi2"] == pytest.approx(chi2, abs=1e-3)
+    assert fit["p_value"] == pytest.approx(stats.chi2.sf(chi2, 3), abs=1e-4)  # 0.0789
+    assert fit["mean_z"] == pytest.approx(-1.6581 / 3, abs=1e-4)
 
 
 @pytest.mark.parametrize("task", ["story", "term", "exam"])

@@ -218,6 +218,7 @@ def test_cli_power_and_target_on_demo(capsys):
     for name in ("contextbias.bi_shift", "biasig.s_exp_diff", "lvlm.tvd.story.gender"):
         assert name in out
     assert "How each effect was computed:" in out
+    assert "MDE (Holm)" in out and "estimand: these" in out
     assert "lvlm.tvd.term.gender=30:" in out and "images per group (configured 2)" in out
     assert "That run (lvlm.tasks.term.images_per_group" in out and "GPU-hours" in out
 
@@ -246,6 +247,7 @@ def test_cli_json_and_pilot(capsys, tmp_path):
         ({"power": True, "level": 0.7}, "--level"),
         ({"power": True, "simulations": 5}, "--simulations"),
         ({"pilot": Path("/nonexistent/results")}, "not a folder"),
+        ({"power": True, "interaction_sd": -0.1}, "--interaction-sd"),
     ],
 )
 def test_cli_refusals(kw, message):
@@ -304,3 +306,75 @@ def test_pilot_replaces_the_prior_and_is_reproducible(tmp_path, capsys):
     assert rows["lvlm.tvd.term.gender"]["basis"] == "prior"  # no judgements in the pilot
     notes = json.loads(first)["design"]["notes"]
     assert any("are not the config's" in n for n in notes)  # pilot generators g1, g2
+
+
+# ----------------------------------------------------------------------------- issue 20
+def test_null_rule_rejects_at_the_level_without_effect():
+    rng = np.random.default_rng(0)
+    spec = P.EffectSpec("x", "b", "x", "u", "null")
+    est = np.vstack([rng.normal(0.0, 1.0, 20_000), rng.normal(0.0, 1.0, 20_000) + 2.8])
+    curve = P.power_curve(spec, est, 0.05)
+    assert curve[0] == pytest.approx(0.05, abs=0.002)  # the null's own quantile
+    assert curve[1] == pytest.approx(0.80, abs=0.02)  # |N(2.8, 1)| > 1.96
+
+
+def test_paper_tables_imply_the_generators_correlation():
+    # paper 002 Tables 8 (mean of 4 generators) and 9 (each), CA-U - CF half-widths
+    implied = {c: CW.implied_correlation(m, g) for c, (m, g) in CW.PAPER_HALF_WIDTHS.items()}
+    assert implied == pytest.approx(
+        {"people": 0.297, "camera": 0.352, "objects": 0.713, "scene": 0.349}, abs=1e-3
+    )
+    # people by hand: s = 0.0175, 0.014, 0.012, 0.0145; sum 0.058, sum of squares 8.565e-4
+    assert (16 * 0.010**2 - 8.565e-4) / (0.058**2 - 8.565e-4) == pytest.approx(0.297, abs=1e-3)
+    # identical generators: the mean is as wide as each
+    assert CW.implied_correlation(0.02, [0.02] * 4) == pytest.approx(1.0)
+
+
+def test_split_concentration_keeps_the_total_scatter():
+    ks, kg = CW.split_concentration(np.array([6.0, 6.0]), np.array([0.5, 1.0]))
+    assert ks == pytest.approx([13.0, 6.0])  # 1 / (0.5 / 7) - 1; share 1: one level
+    assert kg[0] == pytest.approx(12.0) and np.isinf(kg[1])
+    assert 1 / (ks[0] + 1) + ks[0] / (ks[0] + 1) / (kg[0] + 1) == pytest.approx(1 / 7)
+
+
+@pytest.mark.slow
+def test_contextbias_prior_matches_paper_tables_8_and_9():
+    config, _ = load_config("config/config.yaml")
+    d = CW.build(config, load_priors(), None)
+    assert d.world.roles.shape[0] == 4  # four generators, each its own roles now
+    cal = CW.calibration(d, sims=400)
+    for cohort, (mean_hw, gen_hw) in CW.PAPER_HALF_WIDTHS.items():
+        hw, hw_mean, rho = cal[cohort]
+        assert hw == pytest.approx(np.mean(gen_hw), rel=0.15), cohort  # Table 9
+        assert hw_mean == pytest.approx(mean_hw, rel=0.15), cohort  # Table 8
+        assert rho == pytest.approx(CW.implied_correlation(mean_hw, gen_hw), abs=0.12), cohort
+    # the Scene half-width was 0.018 (identical generators, one kappa): now the paper's 0.025
+    assert cal["scene"][0] > 0.022
+
+
+def test_interaction_weight_at_paper_scale():
+    config, _ = load_config("config/config.yaml")
+    config["biasig"]["interaction_sd"] = 0.02
+    d = BW.build(config, load_priors(), None)
+    extra, sd = d._interaction(d.k_imp * d.world.k_i.sum(), 4000, np.random.default_rng(0))
+    assert sd == pytest.approx(0.02 * 0.08141, rel=1e-3)  # ||c|| = 0.0814: 151 subjects
+    assert extra.std() == pytest.approx(sd, rel=0.05)
+    specs = {s.name: s for s in d.specs()}
+    assert specs["biasig.s_imp_diff"].family == 28  # 8 generators
+    assert "a new draw of 214 implicit subjects" in specs["biasig.s_imp_diff"].estimand
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sd", "mde"), [(0.0, 0.0018), (0.01, 0.0029), (0.02, 0.0049), (0.05, 0.0116)]
+)
+def test_biasig_mde_by_estimand(sd, mde):
+    # issue 20: 0.0018 for the 214 fixed subjects; 0.0029 / 0.0049 / 0.0115 for a new draw
+    # of subjects with a subject x model interaction sd of 0.01 / 0.02 / 0.05
+    config, _ = load_config("config/config.yaml")
+    config["biasig"]["interaction_sd"] = sd
+    rows = {r.name: r for r in P.mde_rows(BW.build(config, load_priors(), None))}
+    r = rows["biasig.s_imp_diff"]
+    assert r.mde == pytest.approx(mde, rel=0.05)
+    assert r.family == 28 and r.mde_holm > 1.3 * r.mde
+    assert ("fixed subjects" in r.estimand) == (sd == 0)

@@ -6,13 +6,15 @@ LVLM audit off) keeps every case to a couple of runs of about a minute.
 Cases (tests/README.md has the matrix of what was tried and what happens):
 kill -9 of the snakemake process group during generation, extraction and metrics; a full
 disk (a small tmpfs over results/, needs root); an API that refuses connections; an API
-that answers HTTP 500 and then recovers; a corrupt image in a finished shard; a truncated
-JSON line in a finished extraction file; `stereolens regenerate` of a model.
+that answers HTTP 500 and then recovers; an API server moved to another port; a corrupt
+image in a finished shard; a truncated JSON line in a finished extraction file;
+`stereolens regenerate` of a model.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -310,6 +312,33 @@ def test_api_http_500_then_recovers_within_the_job(
     assert server.failed == 3
     logs = "".join(p.read_text() for p in (wd / "logs/contextbias/extract").rglob("*.log"))
     assert "HTTP 500" in logs and "retry 1/2" in logs
+    _assert_same(_tables(wd), api_baseline[1])
+
+
+def test_api_server_moved_reruns_nothing_and_the_cache_hits(
+    repo_root, tmp_path, local_model, api_baseline
+):
+    """Where a model is served is not what it answers (issue 24, item 9): after the
+    OpenAI-compatible server moves to another port, the finished run is up to date, and
+    its extraction forced again asks the moved server nothing."""
+    wd = tmp_path / "moved"
+    shutil.copytree(api_baseline[0], wd, symlinks=True)
+    registry_path = wd / "config/faults_models.yaml"
+    registry = yaml.safe_load(registry_path.read_text())
+    port = free_port()
+    registry["vlms"]["fault-api"]["base_url"] = f"http://127.0.0.1:{port}/v1"
+    registry_path.write_text(yaml.safe_dump(registry, sort_keys=False))
+    plan = _snakemake(wd, "-n")
+    _ok(plan)
+    assert "Nothing to be done" in plan.stdout + plan.stderr, plan.stdout[-3000:]
+    server = ModelServer(local_model, port=port, api_key=KEY).start()
+    try:
+        _ok(_snakemake(wd, "--forcerun", "extract_contextbias_attributes"))
+    finally:
+        server.stop()
+    logs = "".join(p.read_text() for p in (wd / "logs/contextbias/extract").rglob("*.log"))
+    rounds = re.findall(r"\((\d+) cached, (\d+) asked\)", logs)
+    assert rounds and all(asked == "0" for _, asked in rounds) and server.requests == 0
     _assert_same(_tables(wd), api_baseline[1])
 
 

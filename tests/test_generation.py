@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 pytest.importorskip("diffusers")
@@ -329,6 +330,63 @@ def test_generate_shard_writes_images_and_metadata(tiny_gen, tmp_path):
     rows2 = generate_shard(tiny_gen, items[:2], out, model_name="tiny-sd", log=logged.append)
     assert sorted(p.name for p in out.glob("*.png")) == ["img00.png", "img01.png"]
     assert [r["image_sha256"] for r in rows2] == [r["image_sha256"] for r in rows[:2]]
+
+
+def test_a_prompt_the_text_encoder_cuts_is_recorded_and_counted(tiny_gen, tmp_path):
+    """CLIP keeps 77 tokens: a longer prompt is recorded in its image's metadata (tokens,
+    kept, dropped; quirks) and timing.json, and the report counts such images."""
+    tokenizer = tiny_gen.pipe.tokenizer
+    assert type(tokenizer).__name__.startswith("CLIPTokenizer") and tokenizer.model_max_length == 77
+    long = "a photo of a nurse who " + " ".join(["stands"] * 30)
+    n_tokens = len(tokenizer(long, truncation=False)["input_ids"])
+    assert n_tokens > 77
+    texts = ["a nurse", long, long + " beside a tall window at dawn"]
+    items = [
+        GenerationItem(image_id=f"img{k}", prompt_id=f"p{k}", text=t, seed=7, extra={})
+        for k, t in enumerate(texts)
+    ]
+    out = tmp_path / "results/contextbias/images/tiny-sd/nurse/CF/0"
+    rows = generate_shard(tiny_gen, items, out, model_name="tiny-sd", batch_size=3, log=print)
+    assert "prompt_truncation" not in rows[0] and "quirks" not in rows[0]
+    assert rows[1]["prompt_truncation"] == [
+        {
+            "encoder": "tokenizer",
+            "tokenizer": type(tokenizer).__name__,
+            "limit": 77,
+            "tokens": n_tokens,
+            "kept": 77,
+            "dropped": n_tokens - 77,
+        }
+    ]
+    assert rows[1]["quirks"] == ["prompt_truncated"] == rows[2]["quirks"]
+    assert rows[2]["prompt_truncation"][0]["dropped"] > rows[1]["prompt_truncation"][0]["dropped"]
+    assert read_rows(out) == rows
+    # what was dropped did not reach the model: the two long prompts (one seed) share
+    # their first 77 tokens and so their image; the short prompt's differs
+    assert rows[1]["image_sha256"] == rows[2]["image_sha256"] != rows[0]["image_sha256"]
+    assert json.loads((out / "timing.json").read_text())["prompts_truncated"] == 2
+    from stereolens.report.run import truncation_line
+    from stereolens.throughput import configured_jobs
+
+    jobs = configured_jobs(tmp_path / "results")
+    assert jobs["prompts_truncated"].to_list() == [2]
+    line = truncation_line(jobs)
+    assert line.startswith(
+        "Prompts cut by a text encoder: 2 of 3 generated images (tiny-sd 2 of 3). "
+    )
+    older = jobs.vstack(jobs.with_columns(pl.lit(None, pl.Int64).alias("prompts_truncated")))
+    assert "(1 generation jobs made before stereolens recorded it are not counted)" in (
+        truncation_line(older)
+    )
+    fits = jobs.with_columns(pl.lit(0, pl.Int64).alias("prompts_truncated"))
+    assert truncation_line(fits) == "Prompts cut by a text encoder: none of the 3 generated images."
+    assert truncation_line(jobs.drop("prompts_truncated")) is None  # an older run: no line
+    from stereolens.report import run as RR
+    from stereolens.report.html import render_sections
+    from stereolens.report.inputs import Inputs
+
+    html = render_sections(RR.sections(Inputs.from_frames({"job_timings": jobs}), {}))
+    assert "Generation quirks" in html and "2 of 3 generated images (tiny-sd 2 of 3)" in html
 
 
 def test_shard_thumbnails_are_the_reports_and_spare_it_the_png(tiny_gen, tmp_path, monkeypatch):

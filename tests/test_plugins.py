@@ -80,6 +80,8 @@ def _hand_report_inputs(config: dict) -> dict[str, str]:
             name: f"results/contextbias/metrics/{name}.parquet"
             for name in ("bi", "ccs", "ccs_mean", "robustness", "bootstrap")
         },
+        "contextbias_comparisons": "results/contextbias/metrics/comparisons.parquet",
+        "contextbias_ranks": "results/contextbias/metrics/ranks.parquet",
         "job_timings": "results/report/job_timings.parquet",
         "throughput_table": "config/throughput.yaml",
     }
@@ -138,6 +140,7 @@ STANDARD = {
     "mapping": "contextbias/canonical_mapping.parquet",
     **{n: f"contextbias/metrics/{n}.parquet" for n in ("bi", "ccs", "ccs_mean")},
     **{n: f"contextbias/metrics/{n}.parquet" for n in ("robustness", "bootstrap")},
+    **{f"contextbias_{n}": f"contextbias/metrics/{n}.parquet" for n in ("comparisons", "ranks")},
     "validation": "contextbias/validation/scores.parquet",
     "annotation_form": "contextbias/annotation/form.html",
     "agreement": "contextbias/annotation/agreement_summary.parquet",

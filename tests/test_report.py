@@ -150,6 +150,17 @@ def test_robustness_caption_names_the_computation():
     att, img = _attributes()
     cond = CR.robustness_summary(CR.robustness_tests(att, img, cells="condition"))
     assert "not the paper's Table 3" in RC._robustness_caption(cond)
+    assert "People, Objects and Camera" in RC._robustness_caption(t["robustness"])
+    every = CR.robustness_summary(CR.robustness_tests(att, img), all_cohorts="all")
+    assert "Scene included" in RC._robustness_caption(every)
+
+
+def test_ccs_captions_name_the_consistency_rule():
+    inputs = Inputs.from_frames(_contextbias_tables())
+    default = " ".join(t.caption for t in RC._ccs_tables(inputs))
+    assert "at least 5 occurrences, p > 0.05 and range <= 5 pp" in default
+    paper = " ".join(t.caption for t in RC._ccs_tables(inputs, {"consistency": "paper"}))
+    assert "at least 5" not in paper and "p > 0.05 and range <= 5 pp" in paper
 
 
 def test_contextbias_profile_is_the_bootstrap_row_and_the_invariant_share():
@@ -776,3 +787,36 @@ def test_audit_sections_render_edge_tables(n_groups, flag):
         return
     assert ("errs more for some groups" in html) == bool(flag)
     assert "0.500 [0.600, 0.900]" in html  # an interval that excludes its estimate, as is
+
+
+def test_report_cli_refuses_a_damaged_table_and_warns_of_a_missing_one(tmp_path):
+    """Issue 24, item 3: a truncated images.parquet is refused naming the file and the
+    command that mends it (not polars' traceback); a missing one is a loud warning naming
+    it (the gallery made from it is left out), not a silent omission."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    results = tmp_path / "results"
+    cb = _contextbias_tables()
+    for name in ("bi", "ccs", "ccs_mean", "robustness", "bootstrap", "images", "attributes"):
+        rel = {"images": "contextbias/images.parquet",
+               "attributes": "contextbias/attributes.parquet"}.get(
+            name, f"contextbias/metrics/{name}.parquet")  # fmt: skip
+        (results / rel).parent.mkdir(parents=True, exist_ok=True)
+        cb[name].write_parquet(results / rel)
+    images = results / "contextbias/images.parquet"
+    data = images.read_bytes()
+    images.write_bytes(data[: len(data) // 2])
+    cmd = [str(Path(sys.executable).parent / "stereolens"), "report", "--results", str(results),
+           "--out", str(tmp_path / "out/index.html"), "--no-galleries"]  # fmt: skip
+    bad = subprocess.run(cmd, capture_output=True, text=True)
+    assert bad.returncode == 2, bad.stderr
+    assert str(images) in bad.stderr and "stereolens regenerate --shard" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    images.unlink()
+    ok = subprocess.run(cmd, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "WARNING" in ok.stderr and f"images ({images})" in ok.stderr, ok.stderr
+    summary = json.loads(ok.stdout.strip().splitlines()[-1])
+    assert f"images ({images})" in summary["missing_tables"]

@@ -252,6 +252,31 @@ def test_generator_twin_takes_every_registry_setting(name, twin_root):
     # pipeline alike (tests/test_generation.py, tests/test_debiasing.py)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "limits"),
+    [
+        ("sdxl", {"tokenizer": 77, "tokenizer_2": 77}),
+        ("sd3.5-large", {"tokenizer": 77, "tokenizer_2": 77, "tokenizer_3": 256}),
+        ("flux.1-dev", {"tokenizer": 77, "tokenizer_2": 512}),
+        ("pixart-sigma", {"tokenizer": 300}),
+    ],
+)
+def test_twins_say_which_text_encoder_cuts_a_long_prompt(name, limits, twin_root):
+    """CLIP encoders keep 77 tokens, T5 encoders the pipeline's max_sequence_length (SD 3
+    256, FLUX 512, PixArt-Sigma 300): a prompt longer than that is reported per encoder."""
+    gen = _generator(twin_spec(REGISTRY[name], root=twin_root, dtype="float32").spec)
+    long = "a photo of a nurse who " + " ".join(["stands"] * 200)
+    short, cut = gen.prompt_truncation(["a nurse", long])
+    assert short == []
+    assert {c["encoder"]: c["limit"] for c in cut} == limits
+    for c in cut:
+        tok = getattr(gen.pipe, c["encoder"])
+        sent = gen._full_prompt(long)  # the entry's style prefix included
+        assert c["tokens"] == len(tok(sent, truncation=False)["input_ids"])
+        assert (c["kept"], c["dropped"]) == (c["limit"], c["tokens"] - c["limit"])
+
+
 def test_flux_twin_says_the_negative_prompt_has_no_effect(twin_root, caplog):
     pytest.importorskip("diffusers")
     from stereolens.models.backends.diffusers_backend import DiffusersGenerator

@@ -45,6 +45,20 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Size:
+    """The model jobs of one stage and model of a run, counted arithmetically (no job
+    list built): what the ceiling check (stereolens.plan.check_ceiling) reads before the
+    workflow or the planner enumerates anything."""
+
+    stage: str
+    model: str
+    jobs: int
+    items: int
+    """Images made or read, or calls (``unit``), as Job.items sums them."""
+    unit: str = "images"
+
+
+@dataclass(frozen=True)
 class Benchmark:
     """A benchmark plug-in. The callables take the validated run config (and where named the
     loaded registry); each returns plain data."""
@@ -94,6 +108,10 @@ class Benchmark:
     ``facts``, ``profile``, ``sections`` and ``galleries`` (stereolens.report.render), and
     optionally ``OTHER_ROLES``, the roles of :attr:`models` its facts do not name; None =
     no report part. A name, not an import: a benchmark sits below the report."""
+    size: Callable[[dict], list[Size]] | None = None
+    """``size(config)``: the counts of :attr:`jobs` (jobs and items per stage and model),
+    by arithmetic, in memory that does not grow with the run: the ceiling check reads it
+    before any job list exists (``jobs`` of a run of 10^9 seeds would not fit in memory)."""
 
 
 def benchmarks(config: dict | None = None) -> list[Benchmark]:

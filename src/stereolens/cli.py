@@ -30,17 +30,29 @@ def _build_tiny(args: argparse.Namespace) -> int:
 
 def _check_config(args: argparse.Namespace) -> int:
     from stereolens.benchmark import benchmarks
-    from stereolens.config import load_config
+    from stereolens.config import check_model_sources, load_config
+    from stereolens.plan import check_ceiling, default_throughput
 
     config, registry = load_config(args.configfile)
+    check_model_sources(config, registry)
+    got = check_ceiling(config, registry, default_throughput())
     parts = []
     for plugin in benchmarks(config):
         models = sorted({m for names in plugin.models(config).values() for m in names})
         parts.append(f"{plugin.title}: {len(plugin.jobs(config))} model jobs, {', '.join(models)}")
+    lim = config["limits"]
     print(
         f"{args.configfile}: valid. Registry {config['registry']} ({len(registry)} models). "
         + "; ".join(parts)
+        + f". Size: {got['jobs']:,} model jobs, {got['images']:,} images, "
+        f"{got['gpu_hours']:,.1f} GPU-hours (limits {lim['max_jobs']:,}, "
+        f"{lim['max_images']:,}, {lim['max_gpu_hours']:,})"
     )
+    from stereolens.check_models import configured_models
+    from stereolens.models.api_wait import api_wait_lines
+
+    for line in api_wait_lines(registry, configured_models(config)):
+        print(line)
     return 0
 
 
@@ -64,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Read a config and check it as the Snakefile does before any job is queued: "
             "YAML syntax (file, line and column; Snakemake itself only says 'not valid JSON "
             "or YAML'), the config schema, the registry, the models it names and the prompt "
-            "bank (roles, conditions, prompts, role names)."
+            "bank (roles, conditions, prompts, role names), the run's size against its "
+            "ceilings (limits: jobs, images, GPU-hours), and the models it uses: a local "
+            "model: path that is missing or holds no model, an api_key_env variable unset."
         ),
     )
     c.add_argument("--configfile", required=True, metavar="FILE")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+from pathlib import Path
 from typing import Any
 
 from stereolens.models.registry import ModelSpec, load_registry
@@ -30,6 +31,95 @@ def check_models(config: dict[str, Any], registry: dict[str, ModelSpec]) -> None
 
     for plugin in benchmarks(config):
         plugin.check(config, registry)
+
+
+MODEL_FILES = ("model_index.json", "config.json")
+"""Files of which a local model folder holds at least one (diffusers pipelines hold
+model_index.json, transformers and vLLM checkpoints config.json); a GGUF file counts too."""
+
+
+def _local_problem(spec: ModelSpec) -> str | None:
+    """What is wrong with an entry's local ``model:`` path (None: fine, not a local path, or
+    built by the workflow's build_tiny_model rule when missing). A local path is a pkg://
+    folder, one starting with ., / or ~, one of more than two parts (a hub id has at most
+    two: org/name) or one that exists."""
+    from stereolens.models.registry import PACKAGE_SCHEME, resolve_model_location
+
+    if spec.backend == "openai" or not spec.model or spec.get("build"):
+        return None
+    try:
+        location = resolve_model_location(spec.model)
+    except ConfigError as exc:
+        return str(exc)
+    path = Path(location).expanduser()
+    local = (
+        spec.model.startswith(PACKAGE_SCHEME)
+        or location.startswith((".", "/", "~"))
+        or location.count("/") >= 2
+        or path.exists()
+    )
+    if not local:
+        return None
+    if not path.exists():
+        return f"its model: {spec.model} is a local path that does not exist"
+    if path.is_file():
+        return None
+    if any((path / f).is_file() for f in MODEL_FILES) or any(path.glob("*.gguf")):
+        return None
+    return (
+        f"its model: {spec.model} is a folder that holds no model (no "
+        f"{' or '.join(MODEL_FILES)}, no .gguf file)"
+    )
+
+
+def model_source_problems(
+    config: dict[str, Any], registry: dict[str, ModelSpec], environ=os.environ
+) -> tuple[list[str], list[str]]:
+    """What would fail every job of a model the run uses, known before any job: (local
+    model paths that are missing or hold no model, API key variables that are not set),
+    one line each naming the model, its role and the registry key."""
+    from stereolens.benchmark import model_roles
+
+    roles: dict[str, list[str]] = {}
+    for role, name in model_roles(config):
+        if name in registry and role not in roles.setdefault(name, []):
+            roles[name].append(role)
+    paths, keys = [], []
+    where = config["registry"]
+    for name, used in roles.items():
+        spec = registry[name]
+        what = f"model {name!r} ({', '.join(used)})"
+        problem = _local_problem(spec)
+        if problem:
+            paths.append(
+                f"{what}: {problem}; fix model: in the registry {where}, or fetch the weights there"
+            )
+        key = spec.get("api_key_env") if spec.backend == "openai" else None
+        if key and not environ.get(key):
+            keys.append(
+                f"{what}: its API key variable ${key} (registry key api_key_env) is not set; "
+                f"export {key}=... before the run"
+            )
+    return paths, keys
+
+
+def check_model_sources(
+    config: dict[str, Any], registry: dict[str, ModelSpec], *, warn_keys: bool = False
+) -> None:
+    """Refuse a run whose models cannot load (model_source_problems), before any job;
+    ``warn_keys``: unset API keys only warn (a dry run asks no model)."""
+    import sys
+
+    paths, keys = model_source_problems(config, registry)
+    if warn_keys and keys:
+        print("stereolens: warning: " + "\n  ".join(keys), file=sys.stderr)
+        keys = []
+    problems = paths + keys
+    if problems:
+        raise ConfigError(
+            "the run's models cannot load (every job of theirs would fail):\n  "
+            + "\n  ".join(problems)
+        )
 
 
 def load_config(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, ModelSpec]]:

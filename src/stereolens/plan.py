@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from stereolens.design import cli as design_cli
 from stereolens.validation import ConfigError, load_yaml
 from stereolens.workflow_support import THROUGHPUT_TABLE as DEFAULT_THROUGHPUT
 
@@ -177,6 +176,80 @@ def _rows(config: dict, registry: dict, throughput: dict) -> list[Row]:
     return rows
 
 
+LIMITS = {"jobs": "max_jobs", "images": "max_images", "gpu_hours": "max_gpu_hours"}
+"""Figure of size() -> its ceiling's key under ``limits:`` in the config."""
+
+
+def size(
+    config: dict[str, Any], registry: dict, throughput: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The size of a validated config by arithmetic, from each plug-in's ``size`` (memory
+    that does not grow with the run): ``jobs`` (every model job), ``images`` (generated),
+    ``gpu_hours`` (of the models with a throughput figure) and ``parts``, (benchmark,
+    stage, jobs, images, GPU-hours) per benchmark and stage. A plug-in without ``size`` is
+    counted from its job list."""
+    from stereolens.benchmark import Size, benchmarks
+
+    throughput = throughput or {"entries": {}}
+    parts: dict[tuple[str, str], list[float]] = {}
+    for plugin in benchmarks(config):
+        if plugin.size is not None:
+            sizes = plugin.size(config)
+        else:
+            sizes = [
+                Size(j.stage, j.model, 1, j.items, j.unit) for j in plugin.jobs(config, counts=True)
+            ]
+        for s in sizes:
+            hours = 0.0
+            if s.stage in STAGES and s.model in registry:
+                seconds = _speed(s.model, s.stage, registry, throughput)[0]
+                hours = s.items * (seconds or 0.0) / 3600
+            images = s.items if s.stage == "generate" and s.unit == "images" else 0
+            acc = parts.setdefault((plugin.name, s.stage), [0, 0, 0.0])
+            acc[0] += s.jobs
+            acc[1] += images
+            acc[2] += hours
+    return {
+        "jobs": sum(a[0] for a in parts.values()),
+        "images": sum(a[1] for a in parts.values()),
+        "gpu_hours": sum(a[2] for a in parts.values()),
+        "parts": [(b, st, *a) for (b, st), a in parts.items()],
+    }
+
+
+def check_ceiling(
+    config: dict[str, Any], registry: dict, throughput: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Refuse a run larger than its ceilings (config ``limits``: jobs, generated images,
+    GPU-hours), counted by :func:`size` before any job list is built: a ConfigError with
+    the figures, the parts that make them and the key to change. Returns the size."""
+    got = size(config, registry, throughput)
+    limits = config["limits"]
+    over = []
+    for figure, key in LIMITS.items():
+        if got[figure] > limits[key]:
+            col = {"jobs": 2, "images": 3, "gpu_hours": 4}[figure]
+            parts = sorted((p for p in got["parts"] if p[col] >= 0.5), key=lambda p: -p[col])[:4]
+            shown = ", ".join(f"{b} {st} {p[col]:,.0f}" for p in parts for b, st in [p[:2]])
+            over.append(
+                f"{got[figure]:,.0f} {figure.replace('_', '-')} > limits.{key} = "
+                f"{limits[key]:,} ({shown})"
+            )
+    if over:
+        raise ConfigError(
+            "the run is larger than its ceilings: "
+            + "; ".join(over)
+            + ". Make it smaller (seeds or images per prompt, roles, models), or, if it is "
+            "meant to be this large, raise the limits key named (config schema: limits)"
+        )
+    return got
+
+
+def default_throughput() -> dict[str, Any] | None:
+    """The workflow's throughput table (config/throughput.yaml) when it is here."""
+    return load_throughput(DEFAULT_THROUGHPUT) if Path(DEFAULT_THROUGHPUT).is_file() else None
+
+
 def plan(
     config: dict[str, Any], registry: dict, throughput: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -273,7 +346,10 @@ def _run(args: argparse.Namespace) -> int:
             f"stereolens plan: no {DEFAULT_THROUGHPUT} here; GPU-hours need --throughput",
             file=sys.stderr,
         )
+    check_ceiling(config, registry, throughput)
     result = plan(config, registry, throughput)
+    from stereolens.design import cli as design_cli
+
     design = None
     if design_cli.requested(args):  # power and target effects (stereolens.design)
         design = design_cli.compute(config, registry, throughput, result, args, plan)
@@ -301,5 +377,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"per-model throughput table (default: {DEFAULT_THROUGHPUT} when present)",
     )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    from stereolens.design import cli as design_cli
+
     design_cli.add_options(p)
     p.set_defaults(func=_run)

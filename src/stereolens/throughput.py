@@ -54,6 +54,7 @@ JOB_SCHEMA = {
     "load_seconds": pl.Float64,
     "wall_seconds": pl.Float64,
     "max_rss_mb": pl.Float64,
+    "prompts_truncated": pl.Int64,
 }
 
 SUMMARY_COLUMNS = [
@@ -150,6 +151,8 @@ def _generation_job(timing_path: Path) -> dict[str, Any]:
         "timed_items": len(per_image) if per_image else None,
         "item_seconds": item_seconds,
         "load_seconds": timing.get("load_seconds"),
+        # images whose prompt a text encoder cut (None: a job of an older stereolens)
+        "prompts_truncated": timing.get("prompts_truncated"),
     }
 
 
@@ -366,6 +369,18 @@ def measured_throughput(
 ) -> pl.DataFrame:
     """The summary of every job under ``results_dir``; with ``config``, only the
     benchmarks and models it configures (left-over folders of other runs are ignored)."""
+    jobs = configured_jobs(results_dir, config, benchmarks_dir, logs_dir)
+    return summarise(jobs, throughput_table)
+
+
+def configured_jobs(
+    results_dir: str | Path,
+    config: dict | None = None,
+    benchmarks_dir: str | Path | None = None,
+    logs_dir: str | Path | None = None,
+) -> pl.DataFrame:
+    """The JOB_SCHEMA rows of every job under ``results_dir``; with ``config``, only the
+    benchmarks and models it configures."""
     jobs = collect_jobs(results_dir, benchmarks_dir, logs_dir)
     if config is not None and not jobs.is_empty():
         from stereolens.benchmark import configured_models
@@ -376,4 +391,4 @@ def measured_throughput(
             for b, m in zip(jobs["benchmark"], jobs["model"], strict=True)
         ]
         jobs = jobs.filter(pl.Series(keep, dtype=pl.Boolean))
-    return summarise(jobs, throughput_table)
+    return jobs

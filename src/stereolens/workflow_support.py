@@ -126,8 +126,78 @@ def run_logged(snakemake, fn: Callable[[logging.Logger], None]) -> None:
     log_path = snakemake.log[0] if len(snakemake.log) else None
     with logged(log_path) as log:
         start = time.perf_counter()
+        check_inputs(snakemake.input)
         fn(log)
         log.info("done in %.1f s", time.perf_counter() - start)
+
+
+PLANNING_FLAGS = frozenset(
+    "--dry-run --dryrun --summary -S --detailed-summary -D --lint --unlock --list-rules -l "
+    "--list-target-rules --lt --dag --rulegraph --filegraph --d3dag --list-changes --lc "
+    "--list-input-changes --li --list-params-changes --lp --list-code-changes --cleanup-metadata "
+    "--delete-all-output --delete-temp-output --containerize --print-compilation".split()
+)
+"""Snakemake options of an invocation that runs no job (Snakemake decides the dry run
+after the parse, so the Snakefile reads its command line)."""
+
+
+def runs_no_job(argv: Sequence[str] | None = None) -> bool:
+    """Whether the Snakemake command line ``argv`` (default sys.argv) runs no job: a dry
+    run (-n, also in a cluster of short options such as -np), a summary, a lint, an unlock,
+    a graph or a listing."""
+    args = sys.argv[1:] if argv is None else argv
+    return any(
+        a in PLANNING_FLAGS or (a.startswith("-") and not a.startswith("--") and "n" in a[1:])
+        for a in args
+    )
+
+
+HOUSEKEEPING_FLAGS = frozenset(
+    "--unlock --cleanup-metadata --lint --list-rules -l --list-target-rules --lt".split()
+)
+"""Snakemake options of an invocation that neither runs nor plans jobs: a damaged table
+only warns there (an unlock must work, so that `stereolens regenerate` can mend it)."""
+
+
+def housekeeping(argv: Sequence[str] | None = None) -> bool:
+    """Whether the Snakemake command line ``argv`` (default sys.argv) only unlocks, lints or
+    lists (HOUSEKEEPING_FLAGS)."""
+    args = sys.argv[1:] if argv is None else argv
+    return any(a in HOUSEKEEPING_FLAGS for a in args)
+
+
+def check_results_intact(configfiles=(), root: str = "results", warn_only: bool = False) -> None:
+    """Refuse a run (at parse time, before the DAG) while a table under ``root`` is
+    damaged, naming each damaged file and the `stereolens regenerate` command that mends
+    it. Without this, the job reading the file fails, Snakemake deletes that job's outputs,
+    and the next run finds the finished outputs downstream of them up to date ("Nothing to
+    be done") with the damaged file still there. Under `stereolens regenerate` (its
+    REGENERATING_ENV set) or with ``warn_only`` (an unlock, a lint) it only warns."""
+    from stereolens.damage import REGENERATING_ENV, DamagedTable, message, scan
+
+    found = scan(root)
+    if not found:
+        return
+    configfile = str(configfiles[-1]) if configfiles else None
+    if configfile and Path(configfile).is_absolute():
+        rel = os.path.relpath(configfile)
+        configfile = configfile if rel.startswith("..") else rel
+    text = message(found, configfile)
+    if warn_only or os.environ.get(REGENERATING_ENV):
+        print(f"stereolens: warning: {text}", file=sys.stderr)
+        return
+    raise DamagedTable(text, [p for p, _ in found])
+
+
+def check_inputs(paths) -> None:
+    """Refuse to start a job whose parquet or JSON-lines input under results/ is damaged
+    (truncated, cut mid-line), naming each such file and the command that mends it
+    (stereolens.damage): a few bytes read per file, before the job reads any of them."""
+    from stereolens.damage import in_results, require_intact
+
+    # outputs of the workflow only: a hand-written JSON-lines input (annotation answers)
+    # may lack its final newline
+    require_intact(p for p in paths if isinstance(p, str) and in_results(p) and os.path.isfile(p))
 
 
 def model_job_args(snakemake, log: logging.Logger) -> dict:

@@ -11,21 +11,36 @@ from snakemake.common import overwrite_function_params
 
 from stereolens.benchmark import benchmark as benchmark_plugin
 from stereolens.benchmark import benchmarks, generating, model_roles
-from stereolens.config import check_models, validate_config
+from stereolens.config import check_model_sources, check_models, validate_config
 from stereolens.contextbias.plugin import prompt_bank as contextbias_prompt_bank
 from stereolens.contextbias.plugin import roles as contextbias_roles
 from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
 from stereolens.models.registry import TINY_MEM_MB, load_registry
+from stereolens.plan import check_ceiling, default_throughput
 from stereolens.workflow_support import (
+    check_results_intact,
     final_targets,
+    housekeeping,
     job_timing_inputs,
     model_fingerprint_json,
     report_inputs,
+    runs_no_job,
 )
 
 validate_config(config)
 REGISTRY = load_registry(config["registry"])
 check_models(config, REGISTRY)
+# a run larger than its ceilings (limits: jobs, images, GPU-hours) is refused before any
+# job list is built (the counts are arithmetic: a size that would not fit in memory too)
+check_ceiling(config, REGISTRY, default_throughput())
+# a damaged table in results/ (a truncated parquet, a JSON-lines file cut mid-line) is
+# refused before the DAG is built, naming it and the command that mends it; once, in the
+# main process (a job's own parse skips it: the job checks its inputs itself)
+if workflow.is_main_process:
+    check_results_intact(workflow.overwrite_configfiles, warn_only=housekeeping())
+    # a local model path that is missing or holds no model, an API key variable unset:
+    # refused here, not in each job after the queue (an unset key only warns in a dry run)
+    check_model_sources(config, REGISTRY, warn_keys=runs_no_job())
 
 CB = config["contextbias"]
 # roles present, every condition present, prompts non-empty, names that fit a folder:
@@ -354,6 +369,8 @@ def get_report_config():
     import copy
 
     shown = copy.deepcopy(config)
+    # the run-size ceilings change no result: a finished run's report stays up to date
+    shown.pop("limits", None)
     for plugin in benchmarks():
         for key in plugin.unordered_models:
             if key in shown.get(plugin.name, {}):

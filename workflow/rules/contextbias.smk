@@ -124,6 +124,8 @@ rule compute_contextbias_metrics:
         ccs_mean="results/contextbias/metrics/ccs_mean.parquet",
         robustness="results/contextbias/metrics/robustness.parquet",
         bootstrap="results/contextbias/metrics/bootstrap.parquet",
+        comparisons="results/contextbias/metrics/comparisons.parquet",
+        ranks="results/contextbias/metrics/ranks.parquet",
     log:
         "logs/contextbias/compute_metrics.log",
     benchmark:
@@ -139,9 +141,11 @@ rule compute_contextbias_metrics:
         overall=CB["metrics"]["overall"],
         single_label_bi=CB["metrics"]["single_label_bi"],
         bootstrap_draws=CB["metrics"]["bootstrap_draws"],
+        bootstrap_interval=CB["metrics"]["bootstrap_interval"],
         consistency=CB["metrics"]["consistency"],
         bh_family=CB["metrics"]["bh_family"],
         robustness_cells=CB["metrics"]["robustness_cells"],
+        robustness_all=CB["metrics"]["robustness_all"],
     shell:
         "stereolens contextbias metrics --attributes {input.attributes}"
         " --images {input.images} --schema {input.schema} --k {params.k}"
@@ -149,5 +153,7 @@ rule compute_contextbias_metrics:
         " --matched-draws {params.draws} --overall {params.overall}"
         " --single-label-bi {params.single_label_bi}"
         " --bootstrap-draws {params.bootstrap_draws} --consistency {params.consistency}"
+        " --bootstrap-interval {params.bootstrap_interval}"
         " --bh-family {params.bh_family} --robustness-cells {params.robustness_cells}"
+        " --robustness-all {params.robustness_all}"
         " --out {params.outdir} > {log} 2>&1"

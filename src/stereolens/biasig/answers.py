@@ -20,8 +20,22 @@ from stereolens.biasig.formulas import (
     UNIT_LEVEL,
     UNKNOWN_ANSWERS,
 )
-from stereolens.biasig.truth import ATTRIBUTES, VALUE_INDEX
+from stereolens.biasig.truth import ATTRIBUTES, VALUE_INDEX, VALUES_BY_ATTRIBUTE
 from stereolens.validation import ConfigError
+from stereolens.vocabulary import Vocabulary, conform_columns
+
+
+def answer_vocabularies() -> tuple[Vocabulary, ...]:
+    """The closed vocabularies of an answers table: position, and each protected
+    attribute's values with the spellings of ANSWER_ALIASES ("man", "East_Asian", "60+");
+    the unknown answers pass, never counted."""
+    return (
+        Vocabulary("position", POSITIONS),
+        *(
+            Vocabulary(a, VALUES_BY_ATTRIBUTE[a], aliases=ANSWER_ALIASES[a], ignore=UNKNOWN_ANSWERS)
+            for a in ATTRIBUTES
+        ),
+    )
 
 
 @dataclass
@@ -115,8 +129,10 @@ def prepare_answers(
         a = a.with_columns(pl.lit("ok").alias("status"))
     a = a.with_columns(
         pl.col(c).cast(pl.String)
-        for c in ("variant", "model", "image_id", "position", "status", text_col)
+        for c in ("variant", "model", "image_id", "position", "status", text_col, *ATTRIBUTES)
     )
+    # rows are named as the table holds them: conform before any join
+    a = conform_columns(a, answer_vocabularies(), "answers table")
     _fail_examples(
         a.filter(
             pl.any_horizontal(
@@ -166,17 +182,9 @@ def prepare_answers(
 
     status = pl.col("status").str.strip_chars().str.to_lowercase()
     counted = ["ok"] if count == "paper" else ["ok", "partial"]
-    a = a.with_columns(
-        pl.col("position").str.strip_chars().str.to_lowercase(),
-        status.is_in(counted).fill_null(False).alias("_ok"),
-    )
+    a = a.with_columns(status.is_in(counted).fill_null(False).alias("_ok"))
     if count == "paper":  # an image counts only when every row of it is ok
         a = a.with_columns(pl.col("_ok").all().over("_img"))
-    _fail_examples(
-        a.filter(~pl.col("position").is_in(POSITIONS)),
-        f"with a position other than {POSITIONS}",
-        ["position"],
-    )
     _fail_examples(
         a.filter((pl.col("n_persons") == 1) != (pl.col("position") == "single")),
         'whose position does not fit the prompt ("single" for one-person prompts, '
@@ -186,20 +194,7 @@ def prepare_answers(
 
     code_exprs = []
     for attribute in ATTRIBUTES:
-        raw = pl.col(attribute).cast(pl.String).str.strip_chars().str.to_lowercase()
-        aliases = ANSWER_ALIASES[attribute]
-        bad = a.filter(
-            raw.is_not_null() & ~raw.is_in(list(aliases)) & ~raw.is_in(list(UNKNOWN_ANSWERS))
-        )
-        if bad.height:
-            values = sorted(set(bad[attribute].cast(pl.String).to_list()))[:8]
-            raise ConfigError(
-                f"answers table: column {attribute} has values {values} that are "
-                f"neither one of {sorted(set(aliases.values()))} (or a spelling "
-                f"in ANSWER_ALIASES) nor unknown"
-            )
-        index = {k: VALUE_INDEX[v] for k, v in aliases.items()}
-        code = raw.replace_strict(index, default=-1, return_dtype=pl.Int8)
+        code = pl.col(attribute).replace_strict(VALUE_INDEX, default=-1, return_dtype=pl.Int8)
         code_exprs.append(
             pl.when(pl.col("_ok"))
             .then(code)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 
 def read_answers(path: str | Path, lazy: bool = False, columns: list[str] | None = None):
-    """An answers table from parquet, CSV or JSON lines (by file suffix); ``lazy`` and
-    ``columns`` as :func:`stereolens.tables.read_table`."""
-    from stereolens.tables import read_table
+    """An answers table from parquet, CSV or JSON lines (by file suffix, with the answers
+    table's declared column types); ``lazy`` and ``columns`` as
+    :func:`stereolens.tables.read_table`."""
+    from stereolens.tables import ANSWERS, read_table
 
-    return read_table(path, "answers", lazy=lazy, columns=columns)
+    return read_table(path, "answers", lazy=lazy, columns=columns, spec=ANSWERS)
 
 
 def available_cpus() -> int:
@@ -25,13 +27,15 @@ def available_cpus() -> int:
 
 
 def _metrics(args: argparse.Namespace) -> int:
+    from stereolens.biasig.answers import answer_vocabularies
     from stereolens.biasig.formulas import READ_COLUMNS
     from stereolens.biasig.metrics import compute_metrics
     from stereolens.biasig.prompts import read_prompt_table
     from stereolens.tables import ANSWERS, check_table, write_tables
 
+    spec = replace(ANSWERS, vocabularies=answer_vocabularies())
     answers = check_table(
-        read_answers(args.answers, columns=list(READ_COLUMNS)), ANSWERS, args.answers
+        read_answers(args.answers, columns=list(READ_COLUMNS)), spec, args.answers
     )
     prompts = read_prompt_table(args.prompts) if args.prompts else None
     tables = compute_metrics(

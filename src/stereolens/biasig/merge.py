@@ -22,7 +22,9 @@ from collections.abc import Mapping, Sequence
 import polars as pl
 
 from stereolens.atomic import sink_parquet, write_parquet
+from stereolens.biasig.answers import answer_vocabularies
 from stereolens.jsonl_tables import check_keys, explain_failure, scan_jsonl
+from stereolens.vocabulary import conform_columns
 
 ANSWER_DTYPES: dict[str, pl.DataType] = {
     "model": pl.String,
@@ -81,6 +83,9 @@ def merge_model_answers(
         frame = answers_frame(paths, registry).collect()
     except pl.exceptions.PolarsError as exc:
         raise explain_failure(paths, ANSWER_DTYPES, exc) from exc
+    # the metrics CLI's rule, here too: positions and protected values read or refused
+    where = f"answers of {len(paths)} VQA shard(s) ({paths[0] if paths else ''} ...)"
+    frame = conform_columns(frame, answer_vocabularies(), where)
     variants = frame.select("model", "variant").unique()
     if variants.height > 1:
         raise ValueError(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stereolens.benchmark import Benchmark, Job
+from stereolens.benchmark import Benchmark, Job, Size
 from stereolens.validation import ConfigError
 
 RESULTS = "results/biasig"
@@ -93,6 +93,18 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
     return out
 
 
+def _size(config: dict) -> list[Size]:
+    """_jobs(config, counts=True) summed per stage and model: a generation job per block of
+    prompts (the prompt table bounds their number), images_per_prompt images per prompt,
+    one VQA job per generation job."""
+    bg = config["biasig"]
+    blocks = shards(config)
+    images = sum(n for *_, n in blocks) * bg["images_per_prompt"]
+    out = [Size("generate", m, len(blocks), images) for m in bg["generators"]]
+    n_gen = len(bg["generators"])
+    return [*out, Size("vqa", bg["vqa"], len(blocks) * n_gen, images * n_gen)]
+
+
 METRICS = ("implicit", "explicit", "eta")
 
 
@@ -161,4 +173,5 @@ BENCHMARK = Benchmark(
     report_paths=REPORT_PATHS,
     unordered_models=("generators",),
     report_sections="stereolens.report.biasig",
+    size=_size,
 )

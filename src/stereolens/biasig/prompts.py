@@ -419,4 +419,13 @@ def read_prompt_table(path: str | os.PathLike) -> pl.DataFrame:
             f"prompt table {path} lacks columns {missing}; write it with "
             "`stereolens biasig prompts`"
         )
-    return frame
+    from stereolens.tables import TableSpec, check_table
+
+    spec = TableSpec(
+        what="prompt table",
+        unit="prompt",
+        text=("prompt_id", "text"),
+        key=("prompt_id",),
+        numbers=("weight",),  # k_j: a NaN one blanks every score it enters
+    )
+    return check_table(frame, spec, str(path))

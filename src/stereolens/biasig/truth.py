@@ -210,9 +210,14 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
     )
 
 
+def _no_constant(name: str) -> float:
+    """json's NaN, Infinity and -Infinity pass every range check of a JSON schema: refuse."""
+    raise json.JSONDecodeError(f"{name} is not a share or weight; write a finite number", name, 0)
+
+
 def _read_json(path: Path, kind: str) -> object:
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"BiasIG truth file {path} cannot be read as JSON: {exc}") from exc
     validate_against(

@@ -32,6 +32,11 @@ COMPARISONS = (
 
 
 # ----------------------------------------------------------------------------- bootstrap
+BOOTSTRAP_INTERVALS = ("basic", "percentile")
+"""The 95% interval of bootstrap.parquet: "basic" (default) = 2 x estimate - the 97.5 and 2.5
+percentiles of the replicates, which removes the plug-in BI's small-sample bias that the
+percentile interval adds a second time (bench/COVERAGE.md, ContextBias); "percentile" = the
+2.5 and 97.5 percentiles, as the released code (its headline CI)."""
 BOOTSTRAP_DRAWS = ("paired", "unpaired")
 """How roles are drawn in each bootstrap replicate: "paired" = one draw shared by every
 model and condition (differences stay paired; default); "unpaired" = an independent draw
@@ -228,6 +233,52 @@ def _level_means(
     return out
 
 
+@dataclass
+class LevelReplicates:
+    """BI of every reported level on the original data and per bootstrap replicate, per
+    (extractor,) model: ``estimate`` (G, L, C) and ``replicates`` (G, B, L, C), G = ``keys``
+    (one per (extractor,) model of the table; model "*" rows are not included), L =
+    ``levels`` ((cohort, "*") per cohort, ("*", "*") overall, then each (cohort,
+    dimension)), C = CONDITIONS. Under paired draws replicate b of every model and condition
+    comes from the same role draw."""
+
+    gkeys: list[str]
+    keys: list[tuple]
+    levels: list[tuple[str, str]]
+    estimate: np.ndarray
+    replicates: np.ndarray
+    n_replicates: int
+    seed: int
+    draws: str
+    k_definition: str
+    overall: str
+
+
+def _level_replicates(
+    data: _BootstrapData,
+    estimate: np.ndarray,
+    boot: np.ndarray,
+    replicates: int,
+    seed: int,
+    draws: str = "paired",
+) -> LevelReplicates:
+    names, member, cohort_levels = _levels(data)
+    est = _level_means(estimate, member, cohort_levels, data.overall)
+    rep = _level_means(boot, member, cohort_levels, data.overall)
+    return LevelReplicates(
+        data.gkeys,
+        [g.key for g in data.groups],
+        names,
+        est[:, 0],
+        rep,
+        replicates,
+        seed,
+        draws,
+        data.k_definition,
+        data.overall,
+    )
+
+
 def _bootstrap_frame(
     data: _BootstrapData,
     estimate: np.ndarray,
@@ -238,10 +289,17 @@ def _bootstrap_frame(
 ) -> pl.DataFrame:
     """The bootstrap.parquet table from per-group BI arrays: estimate (G, 1, D, C) on the
     original data, boot (G, B, D, C) per replicate."""
-    names, member, cohort_levels = _levels(data)
-    est = _level_means(estimate, member, cohort_levels, data.overall)
-    rep = _level_means(boot, member, cohort_levels, data.overall)
-    keys = [g.key for g in data.groups]
+    return bootstrap_frame(_level_replicates(data, estimate, boot, replicates, seed, draws))
+
+
+def bootstrap_frame(lv: LevelReplicates, interval: str = "basic") -> pl.DataFrame:
+    """The bootstrap.parquet table (see :func:`cluster_bootstrap`) from level replicates."""
+    if interval not in BOOTSTRAP_INTERVALS:
+        raise ValueError(f"interval {interval!r}; allowed: {', '.join(BOOTSTRAP_INTERVALS)}")
+    names = lv.levels
+    est = lv.estimate[:, None]
+    rep = lv.replicates
+    keys = list(lv.keys)
     # model "*": the mean over models of the same extractor, within each replicate
     ekeys = sorted({k[:-1] for k in keys})
     with warnings.catch_warnings():
@@ -258,6 +316,8 @@ def _bootstrap_frame(
             d_est = est[:, 0, :, ia[a]] - est[:, 0, :, ia[b]]  # (G, L)
             d_rep = rep[:, :, :, ia[a]] - rep[:, :, :, ia[b]]  # (G, B, L)
             lo, hi = np.nanpercentile(d_rep, [2.5, 97.5], axis=1)
+            if interval == "basic":
+                lo, hi = 2 * d_est - hi, 2 * d_est - lo
             mean = np.nanmean(d_rep, axis=1)
             ci[label] = (d_est, mean, lo, hi)
     for label, (d_est, mean, lo, hi) in ci.items():
@@ -277,19 +337,21 @@ def _bootstrap_frame(
                         float(hi[gi, li]),
                     )
                 )
-    cols = data.gkeys + ["cohort", "dimension", "comparison", "estimate", "boot_mean"]
+    cols = lv.gkeys + ["cohort", "dimension", "comparison", "estimate", "boot_mean"]
     cols += ["ci_low", "ci_high"]
-    schema = {c: pl.String for c in data.gkeys + ["cohort", "dimension", "comparison"]}
+    schema = {c: pl.String for c in lv.gkeys + ["cohort", "dimension", "comparison"]}
     schema.update({c: pl.Float64 for c in ("estimate", "boot_mean", "ci_low", "ci_high")})
     frame = pl.DataFrame(rows, schema=schema, orient="row").with_columns(
         pl.col("boot_mean", "ci_low", "ci_high").fill_nan(None),
-        pl.lit(replicates, pl.Int64).alias("replicates"),
-        pl.lit(seed, pl.Int64).alias("seed"),
-        pl.lit(data.k_definition).alias("k_definition"),
-        pl.lit(data.overall).alias("overall_definition"),
-        pl.lit(draws).alias("draws"),
+        pl.lit(lv.n_replicates, pl.Int64).alias("replicates"),
+        pl.lit(lv.seed, pl.Int64).alias("seed"),
+        pl.lit(lv.k_definition).alias("k_definition"),
+        pl.lit(lv.overall).alias("overall_definition"),
+        pl.lit(lv.draws).alias("draws"),
+        (2 * pl.col("estimate") - pl.col("boot_mean")).fill_nan(None).alias("estimate_bc"),
+        pl.lit(interval).alias("interval"),
     )
-    return frame.sort(data.gkeys + ["cohort", "dimension", "comparison"])
+    return frame.sort(lv.gkeys + ["cohort", "dimension", "comparison"])
 
 
 def cluster_bootstrap(
@@ -302,6 +364,7 @@ def cluster_bootstrap(
     draws: str = "paired",
     overall: str = "cohort",
     single_label_bi: float = 0.0,
+    interval: str = "basic",
 ) -> pl.DataFrame:
     """Role-level cluster bootstrap of pooled-BI differences between conditions (paper App.
     E.1, Tables 8-9).
@@ -321,14 +384,48 @@ def cluster_bootstrap(
 
     Columns: [extractor], model (or "*"), cohort (or "*"), dimension ("*" = the cohort, or a
     dimension name), comparison ("CA-R - CF", "CA-U - CF", "CA-U - CA-R"), estimate (on the
-    original data; equals the difference of :func:`pooled_bi` values), boot_mean (mean over
-    replicates: the paper's reported "mean differences"), ci_low, ci_high (2.5 and 97.5
-    percentiles), replicates, seed, k_definition, overall_definition, draws. Rows whose
-    estimate is undefined (a condition without data) are left out."""
+    original data, the plug-in: the paper's number; equals the difference of
+    :func:`pooled_bi` values), estimate_bc (bias-corrected: 2 x estimate - boot_mean),
+    boot_mean (mean over replicates: the paper's reported "mean differences"), ci_low,
+    ci_high (``interval`` "basic", default: 2 x estimate - the 97.5 and 2.5 percentiles;
+    "percentile": the 2.5 and 97.5 percentiles, as the released code), interval, replicates,
+    seed, k_definition, overall_definition, draws. Rows whose estimate is undefined (a
+    condition without data) are left out."""
+    return bootstrap_frame(
+        level_replicates(
+            attributes,
+            replicates,
+            seed,
+            k_definition,
+            schema,
+            draws=draws,
+            overall=overall,
+            single_label_bi=single_label_bi,
+        ),
+        interval,
+    )
+
+
+def level_replicates(
+    attributes: pl.DataFrame,
+    replicates: int = 1000,
+    seed: int = 0,
+    k_definition: str = "model",
+    schema: AttributeSchema | None = None,
+    *,
+    draws: str = "paired",
+    overall: str = "cohort",
+    single_label_bi: float = 0.0,
+) -> LevelReplicates:
+    """The role-level cluster bootstrap of :func:`cluster_bootstrap` (same draws, same
+    options) as arrays: pooled BI per (extractor,) model x level x condition on the original
+    data and per replicate (:class:`LevelReplicates`); :func:`bootstrap_frame` turns it into
+    bootstrap.parquet, contextbias.comparisons into model comparisons."""
     if draws not in BOOTSTRAP_DRAWS:
         raise ValueError(f"draws {draws!r}; allowed: {', '.join(BOOTSTRAP_DRAWS)}")
     data = _bootstrap_data(attributes, k_definition, schema, overall, single_label_bi)
-    return _bootstrap_vectorised(data, replicates, seed, draws)
+    estimate, boot = _bootstrap_arrays(data, replicates, seed, draws)
+    return _level_replicates(data, estimate, boot, replicates, seed, draws)
 
 
 def _pooled_counts(g: _Group, mult: np.ndarray | dict[int, np.ndarray]) -> np.ndarray:
@@ -357,6 +454,14 @@ def _multiplicities(data: _BootstrapData, g: _Group, replicates: int, seed: int,
 def _bootstrap_vectorised(
     data: _BootstrapData, replicates: int, seed: int, draws: str = "paired"
 ) -> pl.DataFrame:
+    estimate, boot = _bootstrap_arrays(data, replicates, seed, draws)
+    return _bootstrap_frame(data, estimate, boot, replicates, seed, draws)
+
+
+def _bootstrap_arrays(
+    data: _BootstrapData, replicates: int, seed: int, draws: str = "paired"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-group BI (G, 1, D, C) on the original data and (G, B, D, C) per replicate."""
     ones = np.ones((1, data.n_roles))
     estimate = np.stack([_replicate_bi(g, ones @ g.counts, data) for g in data.groups])
     paired = (
@@ -379,7 +484,7 @@ def _bootstrap_vectorised(
             for g in data.groups
         ]
     )
-    return _bootstrap_frame(data, estimate, boot, replicates, seed, draws)
+    return estimate, boot
 
 
 def _cluster_bootstrap_loop(

@@ -16,10 +16,31 @@ from stereolens.contextbias.metrics import (
     image_universe,
 )
 
-CONSISTENCY = ("paper", "ccs")
-"""When a label counts as context-invariant ("consistent"): "paper" = p > alpha and range <=
-max_range_pp (paper Sec. 3.5, whether or not CCS is defined; default); "ccs" = also only
-where CCS is defined (seen in all three conditions, at least min_count times)."""
+CONSISTENCY = ("released", "paper", "ccs")
+"""When a label counts as context-invariant ("consistent"): "released" = at least min_count
+occurrences in total, p > alpha (a skipped test has p = 1) and range <= max_range_pp, as the
+authors' released tb3_pipeline.py computes it (MIN_TOTAL_LABEL_COUNT; presence in all three
+conditions not required; default, the paper's Table 2 "Inv." comes from it); "paper" = p >
+alpha and range <= max_range_pp, without the count requirement (paper Sec. 3.5 as written);
+"ccs" = also only where CCS is defined (seen in all three conditions, at least min_count
+times)."""
+CONSISTENCY_RULES = {
+    "released": "at least {n} occurrences, p > {a} and range <= {r} pp",
+    "paper": "p > {a} and range <= {r} pp",
+    "ccs": "p > {a}, range <= {r} pp and CCS defined (all three conditions, >= {n} times)",
+}
+
+
+def consistency_rule(
+    consistency: str = "released", min_count: int = 5, alpha: float = 0.05, max_range_pp=5.0
+) -> str:
+    """The words for a ``consistency`` rule, for captions and logs ("at least 5 occurrences,
+    p > 0.05 and range <= 5 pp")."""
+    if consistency not in CONSISTENCY:
+        raise ValueError(f"consistency {consistency!r}; allowed: {', '.join(CONSISTENCY)}")
+    return CONSISTENCY_RULES[consistency].format(n=min_count, a=f"{alpha:g}", r=f"{max_range_pp:g}")
+
+
 BH_FAMILIES = ("tested", "all")
 """Rows that form one Benjamini-Hochberg family within a model: "tested" = the rows whose
 test ran (default); "all" = every row, skipped tests entering with p = 1."""
@@ -73,7 +94,7 @@ def ccs_table(
     alpha: float = 0.05,
     max_range_pp: float = 5.0,
     *,
-    consistency: str = "paper",
+    consistency: str = "released",
     bh_family: str = "tested",
 ) -> pl.DataFrame:
     """One row per (extractor,) model x role x dimension x label seen for that role.
@@ -87,9 +108,11 @@ def ccs_table(
     ``bh_family`` ("tested": the tested rows, skipped rows get 1; "all": every row, skipped
     ones entering with p = 1); ccs = prevalence_pct / (1 + range_pp) (Eq. 4), defined
     (non-null) only when the label occurs in all three conditions and at least
-    ``min_count`` times in total; consistent = p > alpha and range_pp <= max_range_pp
-    (paper Sec. 3.5: "Inv."; ``consistency`` "ccs" also requires ccs defined). The
-    unadjusted p decides consistency, as in the paper's tables."""
+    ``min_count`` times in total; consistent (paper Table 2's "Inv.") per ``consistency``:
+    "released" (default) = at least ``min_count`` occurrences in total, p > alpha (a skipped
+    test has p = 1) and range_pp <= max_range_pp, as the released tb3_pipeline.py; "paper" =
+    without the count requirement; "ccs" = also ccs defined. The unadjusted p decides
+    consistency, as in the paper's tables."""
     if consistency not in CONSISTENCY:
         raise ValueError(f"consistency {consistency!r}; allowed: {', '.join(CONSISTENCY)}")
     if bh_family not in BH_FAMILIES:
@@ -133,7 +156,9 @@ def ccs_table(
     defined = (X > 0).all(1) & (X.sum(1) >= min_count)
     ccs = np.where(defined, prevalence / (1.0 + range_pp), np.nan)
     consistent = (pval > alpha) & (range_pp <= max_range_pp + RANGE_TOLERANCE_PP)
-    if consistency == "ccs":
+    if consistency == "released":
+        consistent &= X.sum(1) >= min_count
+    elif consistency == "ccs":
         consistent &= defined
     out = t.with_columns(
         pl.Series("prevalence_pct", prevalence),

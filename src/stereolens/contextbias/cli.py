@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -32,29 +33,37 @@ def use_label_column(attributes, column: str):
     )
 
 
-def _read(path: str, what: str):
-    """A table from parquet, CSV or JSON lines, by suffix (see biasig.cli.read_answers)."""
+def _read(path: str, what: str, spec=None):
+    """A table from parquet, CSV or JSON lines, by suffix, with ``spec``'s column types
+    (see stereolens.tables.read_table)."""
     from stereolens.tables import read_table
 
-    return read_table(path, what)
+    return read_table(path, what, spec=spec)
 
 
 def _metrics(args: argparse.Namespace) -> int:
 
-    from stereolens.contextbias.bootstrap import cluster_bootstrap
+    from stereolens.contextbias.bootstrap import bootstrap_frame, level_replicates
     from stereolens.contextbias.ccs import ccs_mean, ccs_table
+    from stereolens.contextbias.comparisons import model_comparisons
     from stereolens.contextbias.metrics import bi_table
     from stereolens.contextbias.robustness import robustness_summary, robustness_tests
     from stereolens.contextbias.schema import AttributeSchema
     from stereolens.tables import ATTRIBUTES, IMAGES, check_table, write_tables
 
+    schema = AttributeSchema.load(args.schema)
+    spec = replace(ATTRIBUTES, vocabularies=schema.table_vocabularies())
+    read_spec = replace(spec, optional=(*spec.optional, ("canonical_label", str)))
     attributes = check_table(
-        use_label_column(_read(args.attributes, "attributes"), args.label_column),
-        ATTRIBUTES,
+        use_label_column(_read(args.attributes, "attributes", read_spec), args.label_column),
+        spec,
         args.attributes,
     )
-    images = check_table(_read(args.images, "images"), IMAGES, args.images) if args.images else None
-    schema = AttributeSchema.load(args.schema)
+    images = (
+        check_table(_read(args.images, "images", IMAGES), IMAGES, args.images)
+        if args.images
+        else None
+    )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cells = "variant" if args.variant_cells else args.robustness_cells
@@ -78,29 +87,35 @@ def _metrics(args: argparse.Namespace) -> int:
         consistency=args.consistency,
         bh_family=args.bh_family,
     )
+    boot = level_replicates(
+        attributes,
+        replicates=args.replicates,
+        seed=args.seed,
+        k_definition=args.k,
+        schema=schema,
+        draws=args.bootstrap_draws,
+        **bi_opts,
+    )
+    comparisons, ranks = model_comparisons(boot)
     tables = {
         "bi.parquet": bi,
         "ccs.parquet": ccs,
         "ccs_mean.parquet": ccs_mean(ccs),
         "robustness.parquet": robustness_summary(
-            robustness_tests(attributes, images, cells=cells, alpha=args.alpha)
+            robustness_tests(attributes, images, cells=cells, alpha=args.alpha),
+            all_cohorts=args.robustness_all,
         ),
-        "bootstrap.parquet": cluster_bootstrap(
-            attributes,
-            replicates=args.replicates,
-            seed=args.seed,
-            k_definition=args.k,
-            schema=schema,
-            draws=args.bootstrap_draws,
-            **bi_opts,
-        ),
+        "bootstrap.parquet": bootstrap_frame(boot, args.bootstrap_interval),
+        "comparisons.parquet": comparisons,
+        "ranks.parquet": ranks,
     }
     write_tables(out, tables)
     print(
         f"K = {args.k}; overall = mean of {args.overall}s; single-label BI "
-        f"{args.single_label_bi}; bootstrap {args.replicates} replicates ({args.bootstrap_draws} "
-        f"draws), seed {args.seed}; consistency {args.consistency}; BH family "
-        f"{args.bh_family}; robustness cells: {cells}"
+        f"{args.single_label_bi}; bootstrap {args.replicates} replicates "
+        f"({args.bootstrap_draws} draws, {args.bootstrap_interval} intervals), seed "
+        f"{args.seed}; consistency {args.consistency}; BH family "
+        f"{args.bh_family}; robustness cells: {cells}, All: {args.robustness_all}"
     )
     return 0
 
@@ -130,13 +145,22 @@ def register(sub: argparse._SubParsersAction) -> None:
             "robustness.parquet: leave-one-out chi-squared prompt robustness per model x "
             "cohort (paper Table 3, computed as the authors' released code by default); "
             "bootstrap.parquet: role-level cluster bootstrap of pooled-BI differences "
-            "(CA-R - CF, CA-U - CF, CA-U - CA-R) with 95% percentile intervals, per "
-            "model and across models, per cohort and per dimension (paper Tables 8-9). "
+            "(CA-R - CF, CA-U - CF, CA-U - CA-R) with a bias-corrected estimate and 95% basic "
+            "bootstrap intervals (--bootstrap-interval), per "
+            "model and across models, per cohort and per dimension (paper Tables 8-9); "
+            "comparisons.parquet and ranks.parquet: every pair of generators (and of "
+            "extractors reading the same images) on pooled BI per condition and on the CA-U "
+            "- CF shift, overall and per cohort: difference, Wald interval from the paired "
+            "role-bootstrap replicates, Holm over each family, ranks and groups "
+            "(stereolens.metrics.compare). "
             "The three conditions must be named CF, CA-R and CA-U."
         ),
     )
     m.add_argument(
-        "--attributes", required=True, metavar="PATH", help="attributes parquet (long form)"
+        "--attributes",
+        required=True,
+        metavar="PATH",
+        help="attributes table, long form (.parquet, .csv or .jsonl)",
     )
     m.add_argument("--out", required=True, metavar="DIR", help="output directory")
     m.add_argument(
@@ -149,7 +173,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--images",
         metavar="PATH",
-        help="images parquet with image_id, model, role, condition, status: gives the exact "
+        help="images table (.parquet, .csv or .jsonl) with image_id, model, role, condition, "
+        "status: gives the exact "
         "number of extracted images per cell (n_images, the CCS denominators); without it, "
         "only images that have at least one label are counted",
     )
@@ -200,6 +225,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "model x condition, as the released code (reproduces its headline CI design)",
     )
     m.add_argument(
+        "--bootstrap-interval",
+        choices=["basic", "percentile"],
+        default="basic",
+        help="the 95%% interval of bootstrap.parquet: 'basic' (default) = 2 x estimate - the "
+        "97.5 and 2.5 percentiles of the replicates (the plug-in BI is biased in small "
+        "samples and the percentile interval adds that bias a second time: bench/COVERAGE.md, "
+        "ContextBias); 'percentile' = the 2.5 and 97.5 percentiles, as the released code "
+        "(its headline CI)",
+    )
+    m.add_argument(
         "--seed",
         type=int,
         default=0,
@@ -220,7 +255,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=5,
         metavar="N",
         help="CCS is defined only for labels seen in all three conditions and at least N "
-        "times in total; default %(default)s",
+        "times in total, and (--consistency released) a label seen fewer than N times is "
+        "never consistent; default %(default)s",
     )
     m.add_argument(
         "--alpha",
@@ -239,11 +275,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     m.add_argument(
         "--consistency",
-        choices=["paper", "ccs"],
-        default="paper",
-        help="a label is context-invariant ('consistent' in ccs.parquet) when p > alpha and "
-        "range <= --max-range-pp: 'paper' (default, paper Sec. 3.5) whether or not CCS is "
-        "defined; 'ccs' only where CCS is defined",
+        choices=["released", "paper", "ccs"],
+        default="released",
+        help="a label is context-invariant ('consistent' in ccs.parquet, paper Table 2's "
+        "Inv.): 'released' (default, the authors' tb3_pipeline.py, hence the paper's "
+        "numbers) = at least --ccs-min-count occurrences in total, p > alpha (a skipped test "
+        "has p = 1) and range <= --max-range-pp, seen in all three conditions or not; "
+        "'paper' = p > alpha and range <= --max-range-pp without the count requirement "
+        "(paper Sec. 3.5 as written); 'ccs' = also only where CCS is defined",
     )
     m.add_argument(
         "--bh-family",
@@ -260,10 +299,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "authors' released computation: the baseline leaves out only the role's own "
         "(role, condition) cell, only the CA-R and CA-U cells are tested (df 1), every label "
         "of the model x dimension grid is tested (zero-filled), an untestable tuple counts as "
-        "invariant with p = 1, and the 'All' row covers People, Objects and Camera. The "
+        "invariant with p = 1 (the 'All' row: see --robustness-all). The "
         "others test each role against all other roles over the cells 'condition' (CF, "
         "CA-R, CA-U), 'variant' (condition x the `variant` column) or 'prompt' (condition x "
         "prompt_id)",
+    )
+    m.add_argument(
+        "--robustness-all",
+        choices=["released", "all"],
+        default="released",
+        help="the tuples of the robustness summary's 'All' row (cohort '*'): 'released' "
+        "(default) = People, Objects and Camera, as the authors' released table (its Scene "
+        "entry is misspelled 'Sence', so Scene never reaches its All; paper Table 3); 'all' = "
+        "every cohort, Scene included",
     )
     m.add_argument(
         "--variant-cells",

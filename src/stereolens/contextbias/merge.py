@@ -13,6 +13,7 @@ import polars as pl
 
 from stereolens.atomic import read_jsonl, sink_parquet, write_parquet
 from stereolens.contextbias.schema import AttributeSchema
+from stereolens.vocabulary import conform_columns
 
 KEY_COLUMNS = ["extractor", "model", "role", "condition", "prompt_id", "seed", "image_id"]
 _IMAGE_KEYS = {
@@ -92,6 +93,10 @@ def merge_extractions(
         )
         .select(list(ATTRIBUTE_COLUMNS))
     )
+    # the metrics CLI's rule, here too: a label the schema does not list is refused
+    where = f"attributes of {len(paths)} extraction shard(s) ({paths[0] if paths else ''} ...)"
+    hint = "the extraction shards do not fit it: re-extract them"
+    attributes = conform_columns(attributes, schema.table_vocabularies(hint), where)
     return attributes.sort(KEY_COLUMNS + ["dimension", "label"]), images.sort(KEY_COLUMNS)
 
 
@@ -120,6 +125,9 @@ def merge_extraction_parts(
     count and, as "labels", the attribute rows."""
     if len(attribute_parts) != len(image_parts):
         raise ValueError("one attributes part per images part")
+    from stereolens.damage import require_intact
+
+    require_intact([*attribute_parts, *image_parts])
     keyed = []
     for a, i in zip(attribute_parts, image_parts, strict=True):
         first = pl.scan_parquet(i).select("extractor", "model").head(1).collect()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from stereolens.benchmark import Benchmark, Job
+from stereolens.benchmark import Benchmark, Job, Size
 from stereolens.validation import ConfigError
 
 RESULTS = "results/contextbias"
@@ -145,6 +145,29 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
     return out
 
 
+def _size(config: dict) -> list[Size]:
+    """_jobs(config, counts=True) summed per stage and model, by arithmetic: a shard per
+    ceil(seeds / per_shard) per role x condition (and validation role), every seed of every
+    prompt an image; each extractor reads every generated image."""
+    cb = config["contextbias"]
+    seeds, val = cb["seeds"], cb["validation"]
+    per_shard = seeds["per_shard"]
+    n_prompts, n_val = _prompt_counts(config)
+    cells = [(r, c) for r in roles(config) for c in cb["conditions"]]
+    val_roles = validation_roles(config)
+    jobs = len(cells) * math.ceil(seeds["per_prompt"] / per_shard) + len(val_roles) * math.ceil(
+        val["seeds_per_prompt"] / per_shard
+    )
+    images = (
+        sum(n_prompts.get(cell, 0) for cell in cells) * seeds["per_prompt"]
+        + sum(n_val.get(r, 0) for r in val_roles) * val["seeds_per_prompt"]
+    )
+    out = [Size("generate", m, jobs, images) for m in cb["generators"]]
+    n_gen = len(cb["generators"])
+    out += [Size("extract", e, jobs * n_gen, images * n_gen) for e in cb["extractors"]]
+    return out
+
+
 def _targets(config: dict) -> list[str]:
     cb = config["contextbias"]
     out = [
@@ -175,14 +198,18 @@ def _models(config: dict) -> dict[str, list[str]]:
     return out
 
 
-METRICS = ("bi", "ccs", "ccs_mean", "robustness", "bootstrap")
+METRICS = ("bi", "ccs", "ccs_mean", "robustness", "bootstrap", "comparisons", "ranks")
+"""The tables of results/contextbias/metrics/ (the metrics rule's outputs)."""
+COMPARISON_TABLES = ("comparisons", "ranks")
+"""Report keys contextbias_comparisons and contextbias_ranks (report.comparisons)."""
 
 REPORT_PATHS = {
     "prompts": f"{RESULTS}/prompts.parquet",
     "images": f"{RESULTS}/images.parquet",
     "attributes": f"{RESULTS}/attributes.parquet",
     "mapping": f"{RESULTS}/canonical_mapping.parquet",
-    **{n: f"{RESULTS}/metrics/{n}.parquet" for n in METRICS},
+    **{n: f"{RESULTS}/metrics/{n}.parquet" for n in METRICS if n not in COMPARISON_TABLES},
+    **{f"contextbias_{n}": f"{RESULTS}/metrics/{n}.parquet" for n in COMPARISON_TABLES},
     "validation": f"{RESULTS}/validation/scores.parquet",
     "validation_by_group": f"{RESULTS}/validation/by_group.parquet",
     "validation_group_gaps": f"{RESULTS}/validation/group_gaps.parquet",
@@ -235,9 +262,6 @@ def generation_settings(config: dict, model: str, cell: str) -> str:
     )
 
 
-METRICS = ("bi", "ccs", "ccs_mean", "robustness", "bootstrap")
-
-
 def _enabled(config: dict[str, Any]) -> bool:
     return bool(config.get("contextbias", {}).get("generators"))
 
@@ -257,4 +281,5 @@ BENCHMARK = Benchmark(
     report_paths=REPORT_PATHS,
     unordered_models=("generators", "extractors"),
     report_sections="stereolens.report.contextbias",
+    size=_size,
 )

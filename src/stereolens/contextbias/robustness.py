@@ -26,8 +26,19 @@ computation (paper Table 3, REFERENCE.md; the workflow's default); the others te
 cell of the role against the share among all other roles (see :func:`robustness_tests`)."""
 RELEASED_TESTED = ("CA-R", "CA-U")
 """Cells the released robustness test runs over (df = 2 - 1)."""
-RELEASED_ALL_EXCLUDES = ("scene",)
-"""Cohorts left out of the released "All" column (Scene is absent from paper Table 3)."""
+ALL_COHORTS = ("released", "all")
+"""Which tuples the summary's "All" row (cohort "*") pools: "released" (default) = the
+People, Objects and Camera cohorts, as the authors' _table2_other, whose TABLE2_DIMS list
+spells Scene 'Sence', so that Scene tuples never reach its All (paper Table 3 has no Scene
+column); "all" = every cohort."""
+RELEASED_ALL_FAMILIES = (
+    r"people|person|gender|age|race|ethnic|body|hair|face|skin",
+    r"object|item|tool|accessor|clothing|prop",
+    r"camera|angle|view|shot|framing|composition",
+)
+"""The released dimension_to_family_table2 patterns (matched on the lower-cased cohort, in
+this order) of the families in its All: People, Objects, Camera. A cohort matching none of
+them (Scene) stays out of the released All."""
 
 
 # ----------------------------------------------------------------------------- robustness
@@ -204,7 +215,13 @@ def _released_robustness_tests(
     return _tested_rows(per, tkeys, tested, alpha, "released", untested_p=1.0)
 
 
-def robustness_summary(tests: pl.DataFrame) -> pl.DataFrame:
+def in_released_all(cohort: pl.Expr) -> pl.Expr:
+    """True for a cohort the released "All" pools (People, Objects, Camera by the released
+    family patterns, case-insensitive; Scene and anything else False)."""
+    return cohort.str.to_lowercase().str.contains("|".join(RELEASED_ALL_FAMILIES))
+
+
+def robustness_summary(tests: pl.DataFrame, all_cohorts: str = "released") -> pl.DataFrame:
     """Table 3 from :func:`robustness_tests`: per (extractor,) model x cohort (and cohort "*"
     = all tuples of the model) pct_invariant (% of tested tuples with p > alpha), mean_p,
     cf_prevalence (mean over tested tuples, %), n_tuples (tested), n_untested; plus model "*"
@@ -213,8 +230,13 @@ def robustness_summary(tests: pl.DataFrame) -> pl.DataFrame:
 
     Released cells (``cells`` "released"): as the authors' _table2_other, every tuple
     counts, an untested one as invariant with p = 1 (n_tuples = all tuples, n_untested =
-    those among them); cf_prevalence is the mean over all tuples (zero-filled grid); cohort
-    "*" (the paper's "All") pools the tuples of every cohort but Scene."""
+    those among them); cf_prevalence is the mean over all tuples (zero-filled grid).
+    Cohort "*" (the paper's "All") pools, under ``all_cohorts`` "released" (default), the
+    tuples of People, Objects and Camera (:func:`in_released_all`; the released All, whose
+    Scene entry is misspelled), under "all" those of every cohort. Column all_cohorts
+    names the choice."""
+    if all_cohorts not in ALL_COHORTS:
+        raise ValueError(f"all_cohorts {all_cohorts!r}; allowed: {', '.join(ALL_COHORTS)}")
     ekeys = ["extractor"] if "extractor" in tests.columns else []
     gkeys = ekeys + ["model"]
     released = tests.height > 0 and tests["cells"][0] == "released"
@@ -238,9 +260,7 @@ def robustness_summary(tests: pl.DataFrame) -> pl.DataFrame:
             (~tested).sum().cast(pl.Int64).alias("n_untested"),
         ]
     by_cohort = tests.group_by(gkeys + ["cohort"]).agg(stats_)
-    pooled = (
-        tests.filter(~pl.col("cohort").is_in(list(RELEASED_ALL_EXCLUDES))) if released else tests
-    )
+    pooled = tests.filter(in_released_all(pl.col("cohort"))) if all_cohorts == "released" else tests
     overall = pooled.group_by(gkeys).agg(stats_).with_columns(pl.lit(ALL).alias("cohort"))
     per_model = pl.concat([by_cohort, overall.select(by_cohort.columns)])
     average = (
@@ -254,6 +274,8 @@ def robustness_summary(tests: pl.DataFrame) -> pl.DataFrame:
     cells = tests["cells"][0] if tests.height else None
     return (
         pl.concat([per_model, average.select(per_model.columns)])
-        .with_columns(pl.lit(cells, pl.String).alias("cells"))
+        .with_columns(
+            pl.lit(cells, pl.String).alias("cells"), pl.lit(all_cohorts).alias("all_cohorts")
+        )
         .sort(gkeys + ["cohort"])
     )

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from stereolens.paths import resource
+from stereolens.vocabulary import vocabulary_key
 
 NOT_LABELS = frozenset({"unknown", "none", ""})
 """Never counted as labels (REFERENCE.md: unknown, none and empty are never counted)."""
@@ -88,6 +89,21 @@ class AttributeSchema:
             for d in self.counted_dimensions
         }
 
+    def table_vocabularies(self, hint: str = "give --schema for another") -> tuple:
+        """The closed vocabularies of an attributes table under this schema
+        (stereolens.tables.Vocabulary): its counted dimensions, each one's cohort, and the
+        labels of the closed dimensions (open ones, e.g. items, are canonicalised, not
+        checked; unknown, none and empty pass to the attributes table's own check)."""
+        from stereolens.vocabulary import Vocabulary
+
+        hint = f"the attribute schema is {self.source}; {hint}"
+        dims = self.counted_dimensions
+        return (
+            Vocabulary("dimension", tuple(d.name for d in dims), hint=hint),
+            Vocabulary("cohort", {d.name: (d.cohort,) for d in dims}, by="dimension", hint=hint),
+            Vocabulary("label", self.vocabulary(), by="dimension", ignore=NOT_LABELS, hint=hint),
+        )
+
     # ---------------------------------------------------------------- JSON schema
     def _field_schema(self, d: Dimension) -> dict[str, Any]:
         if d.kind == "identifier":
@@ -152,7 +168,7 @@ class AttributeSchema:
                 for v in values:
                     if v is None:
                         continue
-                    label = " ".join(str(v).strip().lower().split())
+                    label = vocabulary_key(v)
                     if label in NOT_LABELS or (d.name, label) in seen:
                         continue
                     seen.add((d.name, label))

@@ -45,18 +45,20 @@ from stereolens.biasig.formulas import (
     s_imp_cell,
 )
 from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES
+from stereolens.design.biasig_boot import (
+    BOOT_REPLICATES,
+    JOINT_MAX_IMAGES,
+    boot_counts,
+    boot_se,
+)
 from stereolens.design.power import EffectSpec, Simulation
 from stereolens.design.sampling import multinomial, thin_binary, thin_towards
 
 GRID = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 30)])
 BOOT_DATASETS = 16
-BOOT_REPLICATES = 100
 BOOT_POINTS = 7
-"""Datasets, replicates and grid points of the emulated pipeline bootstrap (its interval's
+"""Datasets and grid points of the emulated pipeline bootstrap (its interval's
 width and centre), linear in between."""
-JOINT_MAX_IMAGES = 60
-"""Up to this many images per unit the emulated bootstrap resamples whole images (see
-_boot_counts); above it the per-attribute multinomial (the difference vanishes)."""
 SEGMENT = np.repeat(np.arange(3), [2, 4, 3])
 """The attribute of each of the nine protected values."""
 
@@ -187,6 +189,9 @@ class BiasIGDesign:
         self.knob_value = int(config["biasig"]["images_per_prompt"])
         self.count = config["biasig"].get("count", "paper")
         self.scoring_unit = config["biasig"].get("scoring_unit", "subject")
+        self.interaction_sd = float(config["biasig"].get("interaction_sd", 0.0))
+        self.replicates = int(config["biasig"].get("replicates", 1000))
+        self.family = max(1, len(world.models) * (len(world.models) - 1) // 2)
         self.grid = GRID
         u = world.units
         self.k_imp = u["weight"].to_numpy()[world.imp]
@@ -194,8 +199,18 @@ class BiasIGDesign:
         self.n_phr_imp = u["n_phrasings"].to_numpy()[world.imp]
         self.n_phr_exp = u["n_phrasings"].to_numpy()[world.exp]
 
+    def estimand(self, units: int, kind: str) -> str:
+        """Fixed subjects, or (interaction_sd > 0) a new draw of them."""
+        if self.interaction_sd > 0:
+            return (
+                f"a new draw of {units} {kind} subjects (subject x model interaction sd "
+                f"{self.interaction_sd:g})"
+            )
+        return f"these {units} {kind} subjects and their prompts (fixed subjects)"
+
     def specs(self) -> list[EffectSpec]:
         out = []
+        diff = dict(family=self.family)
         if self.world.imp.size:
             out.append(
                 EffectSpec(
@@ -206,6 +221,8 @@ class BiasIGDesign:
                     "interval",
                     0.0,
                     "population S_imp of B minus A; B's images moved towards the ground truth",
+                    estimand=self.estimand(self.world.imp.size, "implicit"),
+                    **diff,
                 )  # fmt: skip
             )
         if self.world.exp.size:
@@ -218,19 +235,38 @@ class BiasIGDesign:
                     "interval",
                     0.0,
                     "population S_exp of B minus A; B's images show the value asked more often",
+                    estimand=self.estimand(self.world.exp.size, "explicit"),
+                    **diff,
                 )  # fmt: skip
             )
         if len(self.world.pairs):
+            eta = (
+                "population eta minus 0.5; both sides at their ground truth, the advantaged "
+                "side moved towards the stereotyped value, the other away"
+            )
+            fixed = f"these {len(self.world.pairs)} pairs' subjects (fixed)"
             out.append(
                 EffectSpec(
                     "biasig.eta",
                     self.benchmark,
                     "eta - 0.5, model level (eta_total)",
                     "eta",
+                    "null",
+                    0.0,
+                    eta,
+                    estimand=fixed,
+                )  # fmt: skip
+            )
+            out.append(
+                EffectSpec(
+                    "biasig.eta_interval",
+                    self.benchmark,
+                    "eta - 0.5, model level, the report's interval",
+                    "eta",
                     "interval",
                     0.0,
-                    "population eta minus 0.5; both sides at their ground truth, the "
-                    "advantaged side moved towards the stereotyped value, the other away",
+                    eta,
+                    estimand=fixed,
                 )  # fmt: skip
             )
         return out
@@ -281,6 +317,7 @@ class BiasIGDesign:
             gt, target = self._side_targets()
             wd = w[:, None, None]
             out["biasig.eta"] = eta_model(((1 - wd) * gt + wd * target) * big, wr) - 0.5
+            out["biasig.eta_interval"] = out["biasig.eta"]
         return out
 
     def _usable(self, n_img: np.ndarray, rng, persons: bool = False) -> np.ndarray:
@@ -318,16 +355,17 @@ class BiasIGDesign:
 
             a = f(c_a)
             joint = self.count == "paper" and n * self.n_phr_imp.max() <= JOINT_MAX_IMAGES
-            se_a = _boot_se(f, _boot_counts(c_a[:nb], rng, joint))[0]
+            se_a = boot_se(f, boot_counts(c_a[:nb], rng, joint), self.replicates)[0]
             res = np.empty((len(w), sims))
             sc = np.full(len(w), np.nan)
+            extra, sd_x = self._interaction(self.k_imp * wr.k_i.sum(), sims, rng)
             for i, c_b in thin_towards(c_b0, self._gt_norm(), SEGMENT, w, rng):
-                res[i] = f(c_b) - a
+                res[i] = f(c_b) - a + extra
                 if i in at:
-                    se_b = _boot_se(f, _boot_counts(c_b[:nb], rng, joint))[0]
+                    se_b = boot_se(f, boot_counts(c_b[:nb], rng, joint), self.replicates)[0]
                     sc[i] = np.mean(np.hypot(se_a, se_b))
             out["biasig.s_imp_diff"] = res
-            scale["biasig.s_imp_diff"] = _fill(w, sc)
+            scale["biasig.s_imp_diff"] = np.hypot(_fill(w, sc), sd_x)
         if wr.exp.size:
             n_img = np.broadcast_to(self.n_phr_exp[None, :] * n, (sims, wr.exp.size)).copy()
             res = []
@@ -347,17 +385,20 @@ class BiasIGDesign:
                 )
 
             a = g(h_a, u_a)
-            se_a = _boot_se(lambda x: g(x, u_a[:nb, None]), boot_hits(h_a[:nb], u_a[:nb]))[0]
+            se_a = boot_se(
+                lambda x: g(x, u_a[:nb, None]), boot_hits(h_a[:nb], u_a[:nb]), self.replicates
+            )[0]
             res = np.empty((len(w), sims))
             sc = np.full(len(w), np.nan)
+            extra, sd_x = self._interaction(self.k_exp, sims, rng)
             for i, h_b in thin_binary(h_b0, u_b, 1.0, w, rng):
-                res[i] = g(h_b, u_b) - a
+                res[i] = g(h_b, u_b) - a + extra
                 if i in at:
                     hb = boot_hits(h_b[:nb], u_b[:nb])
-                    se_b = _boot_se(lambda x: g(x, u_b[:nb, None]), hb)[0]
+                    se_b = boot_se(lambda x: g(x, u_b[:nb, None]), hb, self.replicates)[0]
                     sc[i] = np.mean(np.hypot(se_a, se_b))
             out["biasig.s_exp_diff"] = res
-            scale["biasig.s_exp_diff"] = _fill(w, sc)
+            scale["biasig.s_exp_diff"] = np.hypot(_fill(w, sc), sd_x)
         if len(wr.pairs):
             side_n = self._side_images()
             gt, target = self._side_targets()
@@ -380,14 +421,26 @@ class BiasIGDesign:
                 res[i] = e(moved)
                 if i in at:
                     joint = self.count == "paper" and n * side_n.max() <= JOINT_MAX_IMAGES
-                    boot = _boot_counts(moved[:nb, :, None], rng, joint)[:, :, :, 0]
-                    se, centre = _boot_se(e, boot)
+                    boot = boot_counts(moved[:nb, :, None], rng, joint)[:, :, :, 0]
+                    se, centre = boot_se(e, boot, self.replicates)
                     sc[i] = np.nanmean(se)
                     sh[i] = np.nanmean(centre - res[i, :nb])
-            out["biasig.eta"] = res
-            scale["biasig.eta"] = _fill(w, sc)
-            shift["biasig.eta"] = _fill(w, sh)
+            out["biasig.eta"] = out["biasig.eta_interval"] = res
+            scale["biasig.eta_interval"] = _fill(w, sc)
+            shift["biasig.eta_interval"] = _fill(w, sh)
         return Simulation(out, shift, scale)
+
+    def _interaction(self, k: np.ndarray, sims: int, rng) -> tuple[np.ndarray, float]:
+        """(sims,) the subject x model interaction's share of a model-level difference in a
+        new draw of subjects: sum_u c_u delta_u, delta_u ~ N(0, interaction_sd) per subject
+        (one draw per dataset, the same at every w), c_u = the subject's weight in the
+        model-level score (k_j times its attributes' k_i, normalised), and its sd, sd x
+        ||c|| (214 subjects of the paper: ||c|| = 0.0814, 151 effective subjects)."""
+        c = k / k.sum()
+        sd = self.interaction_sd * float(np.sqrt((c**2).sum()))
+        if self.interaction_sd <= 0:
+            return np.zeros(sims), 0.0
+        return rng.normal(0.0, self.interaction_sd, (sims, c.size)) @ c, sd
 
     def _side_images(self) -> np.ndarray:
         """(sides,) phrasings of each side (images per prompt multiply them)."""
@@ -407,67 +460,6 @@ class BiasIGDesign:
             for i, a in enumerate(ATTRIBUTES)
         ]
         return np.concatenate(parts, axis=-1)
-
-
-def _boot_counts(counts: np.ndarray, rng, joint: bool = False) -> np.ndarray:
-    """Counts (D, ..., 9) -> (D, B, ..., 9): the answers resampled with replacement, as the
-    pipeline resamples images. ``joint`` (counts (D, U, persons, 9) under count "paper"):
-    images are laid out (each attribute's values in random order, as the world draws them
-    independently) and resampled whole, so that every attribute and person of an image moves
-    together: how many distinct images a replicate holds then makes all attributes more or
-    less concentrated at once, which widens the interval at a few images per unit (by about
-    8% at 6 images). Otherwise each attribute is a multinomial from its observed shares."""
-    if joint:
-        return _boot_joint(counts, rng)
-    c = counts[:, None]
-    parts = []
-    for a in ATTRIBUTES:
-        sl = c[..., SLICES[a]]
-        n = sl.sum(-1)
-        shape = (counts.shape[0], BOOT_REPLICATES) + counts.shape[1:-1]
-        parts.append(
-            multinomial(np.broadcast_to(n, shape), np.broadcast_to(sl, shape + sl.shape[-1:]), rng)
-        )
-    return np.concatenate(parts, axis=-1)
-
-
-def _boot_joint(counts: np.ndarray, rng) -> np.ndarray:
-    d_n, u_n, p_n, _ = counts.shape
-    b_n = BOOT_REPLICATES
-    out = np.zeros((d_n, b_n, u_n, p_n, len(VALUES)))
-    images = counts[..., SLICES["gender"]].sum(-1).max(-1).astype(np.int64)  # (D, U)
-    for u in range(u_n):
-        n = images[:, u]
-        top = int(n.max())
-        if top == 0:
-            continue
-        codes = np.full((d_n, top, p_n, 3), -1, dtype=np.int64)
-        for d in range(d_n):
-            for s in range(p_n):
-                for j, a in enumerate(ATTRIBUTES):
-                    sl = SLICES[a]
-                    vals = np.repeat(
-                        np.arange(sl.start, sl.stop), counts[d, u, s, sl].astype(np.int64)
-                    )
-                    codes[d, : vals.size, s, j] = rng.permutation(vals)
-        idx = (rng.random((d_n, b_n, top)) * n[:, None, None]).astype(np.int64)
-        valid = np.arange(top)[None, None, :] < n[:, None, None]
-        drawn = codes[np.arange(d_n)[:, None, None], idx]  # (D, B, top, persons, 3)
-        ok = valid[..., None, None] & (drawn >= 0)
-        dd, bb, _, ss, _ = np.nonzero(ok)
-        vv = drawn[ok]
-        np.add.at(out, (dd, bb, u, ss, vv), 1.0)
-    return out
-
-
-def _boot_se(metric, boot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(se, centre) per dataset of a percentile 95% interval over the replicates (axis 1):
-    se = half-width / 1.96, centre = the interval's midpoint."""
-    v = metric(boot)  # (D, B)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        lo, hi = np.nanquantile(v, [0.025, 0.975], axis=1)
-    return (hi - lo) / (2 * 1.959963984540054), (hi + lo) / 2
 
 
 def _fill(w: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -9,11 +9,14 @@ For a design, a sample size and a planted strength w, two independent estimates 
   drawn directly from the planted world (no thinning) and written as the pipeline's input
   tables: ContextBias :func:`~stereolens.contextbias.bootstrap.cluster_bootstrap` (the 95%
   interval of CA-U - CF excludes 0), BiasIG :func:`~stereolens.biasig.metrics.compute_metrics`
-  (eta: the model row's interval excludes 0.5; a difference between two models: Wald from
-  the two models' bootstrap intervals, :func:`difference_rejects`), LVLM
-  :func:`~stereolens.lvlm.scores.overall_scores` (p_perm <= level).
+  (a difference between two models: the report's Wald test, :func:`difference_rejects`;
+  eta: the null-calibrated test :func:`eta_rejects`, and the model row's interval excludes
+  0.5 for ``biasig.eta_interval``), LVLM :func:`~stereolens.lvlm.scores.overall_scores`
+  (p_perm <= level).
 
-Both carry their Monte Carlo standard error; they agree when they are within a few of them.
+Both carry their Monte Carlo standard error. :func:`goodness_of_fit` sums the squared z of a
+set of cases (predicted against observed rates) into a chi-squared statistic with its
+p-value: a planner that is right up to Monte Carlo error gives sum z^2 ~ chi2(rows).
 tests/test_design_check.py pins this at a small scale, bench/power_check.py at a larger one.
 """
 
@@ -52,9 +55,31 @@ class CheckResult:
 
     @property
     def z(self) -> float:
-        """Difference in units of the combined Monte Carlo error."""
-        se = math.hypot(self.predicted_se, self.observed_se)
-        return (self.observed - self.predicted) / se if se > 0 else 0.0
+        """The two-proportion z of observed against predicted: their difference over the
+        Monte Carlo error both would have if they shared one rate (the pooled rate of the
+        predicted_sims and observed_datasets draws; at least 1/(2n) of each, so that no
+        rejections at all still has an error). The error of each rate at its own value
+        understates the error near 0: 3 rejections of 150 would claim 0.011 where a rate
+        of 0.05 has 0.018."""
+        n_p, n_o = self.predicted_sims, self.observed_datasets
+        pooled = (self.predicted * n_p + self.observed * n_o) / (n_p + n_o)
+        var = max(pooled * (1 - pooled), 0.5 / min(n_p, n_o)) * (1 / n_p + 1 / n_o)
+        return (self.observed - self.predicted) / math.sqrt(var)
+
+
+def goodness_of_fit(results: list[CheckResult]) -> dict[str, float]:
+    """Predicted against observed rejection rates over ``results`` (independent cases):
+    chi2 = sum of z^2 with ``rows`` degrees of freedom and its upper-tail p-value, and the
+    mean z (observed - predicted: below 0, the planner promises more rejections than the
+    pipeline makes)."""
+    z = np.array([r.z for r in results], dtype=float)
+    chi2 = float((z**2).sum())
+    return {
+        "rows": int(z.size),
+        "chi2": chi2,
+        "p_value": float(stats.chi2.sf(chi2, z.size)) if z.size else float("nan"),
+        "mean_z": float(z.mean()) if z.size else float("nan"),
+    }
 
 
 def _se(p: float, n: int) -> float:
@@ -134,12 +159,22 @@ def _cb_row(design: C.ContextBiasDesign, name: str) -> tuple[str, str]:
 
 # ----------------------------------------------------------------------------- BiasIG
 def difference_rejects(
-    table: pl.DataFrame, model_a: str, model_b: str, level: float = 0.05, ci: float = 0.95
+    table: pl.DataFrame,
+    model_a: str,
+    model_b: str,
+    level: float = 0.05,
+    ci: float = 0.95,
+    family: int = 1,
 ) -> bool:
-    """Wald test of the model-level scores of two models from their percentile bootstrap
-    intervals (se = interval width / (2 z_(1+ci)/2)): the difference test the planner's
-    ``biasig.*_diff`` power refers to; the pipeline's images are resampled within each
-    model, so the two scores are independent."""
+    """The report's test of two models (stereolens.metrics.compare.pairwise): a two-sided
+    Wald test of difference = b - a with the bootstrap standard error of the difference,
+    Holm-adjusted within the family of all model pairs of one (benchmark, metric, scope).
+    BiasIG resamples images within each model, so the two models' replicates are
+    independent and sd(rep_b - rep_a) = hypot(se_a, se_b), each se read from the model
+    row's interval (width / (2 z_(1+ci)/2)). ``family`` = the pairs in the family: the
+    test rejects at level / family, Holm's first (strictest) step, which declares the pair
+    whatever the other pairs show; 1 = the unadjusted test (the planner's ``MDE`` column;
+    ``MDE (Holm)`` is at level / family)."""
     rows = table.filter(pl.col("level") == "model")
     if "protected_attribute" in rows.columns:
         rows = rows.filter(pl.col("protected_attribute") == "*")
@@ -151,7 +186,20 @@ def difference_rejects(
         vals[r["variant"]] = (r["score"], (r["ci_high"] - r["ci_low"]) / (2 * z_ci))
     (sa, ea), (sb, eb) = vals[model_a], vals[model_b]
     se = math.hypot(ea, eb)
-    return bool(se > 0 and abs(sb - sa) / se > stats.norm.ppf(1 - level / 2))
+    return bool(se > 0 and abs(sb - sa) / se > stats.norm.ppf(1 - level / (2 * family)))
+
+
+def eta_rejects(estimate: float, null_estimates: np.ndarray, level: float = 0.05) -> bool:
+    """The planner's test of eta (``biasig.eta``): |eta - 0.5| above the (1 - level)
+    quantile of |eta - 0.5| in the world's null (both sides of every pair at their ground
+    truth, simulated at the run's sizes). Its size is the level by construction; the
+    report's bootstrap interval of eta (``biasig.eta_interval``) almost never excludes 0.5
+    with no effect (no-effect rate 0.000: a replicate's deviations from the truth add the
+    resampling noise to the observed noise, so the squared deviations behind alpha, and
+    with them the interval, are about twice as wide as the estimate's spread)."""
+    null = np.abs(np.asarray(null_estimates, dtype=float))
+    null = null[np.isfinite(null)]
+    return bool(null.size and abs(estimate - 0.5) > np.quantile(null, 1.0 - level))
 
 
 def answers_table(
@@ -222,20 +270,33 @@ def biasig_check(
     level: float = 0.05,
     seed: int = 0,
 ) -> CheckResult:
-    """Predicted power of ``name`` (biasig.s_imp_diff, s_exp_diff, eta) against the real
-    pipeline (compute_metrics) on answers tables drawn directly from the planted world."""
+    """Predicted power of ``name`` (biasig.s_imp_diff, s_exp_diff, eta, eta_interval)
+    against the real pipeline (compute_metrics at ``replicates``) on answers tables drawn
+    directly from the planted world. eta: the pipeline's estimate against the null quantile
+    of ``sims`` null datasets of the planner (an independent seed), :func:`eta_rejects`."""
+    import copy
+
     from stereolens.biasig.metrics import compute_metrics
 
+    design = copy.copy(design)
+    design.replicates = replicates  # the prediction emulates the interval at these replicates
     pred = predicted_power(design, name, n, w, sims, level, seed)
     wr = design.world
     rng = np.random.default_rng([seed, 303])
-    which = {"biasig.s_imp_diff": "implicit", "biasig.s_exp_diff": "explicit", "biasig.eta": "eta"}
+    which = {
+        "biasig.s_imp_diff": "implicit", "biasig.s_exp_diff": "explicit", "biasig.eta": "eta",
+        "biasig.eta_interval": "eta",
+    }  # fmt: skip
     table_name = which[name]
     prompts = design.world.prompts
+    null = None
+    if name == "biasig.eta":
+        sim0 = design.simulate(n, np.array([0.0]), sims, np.random.default_rng([seed, 505]))
+        null = sim0.estimates["biasig.eta"][0]
     out = []
     for d in range(datasets):
         tables = []
-        if name == "biasig.eta":
+        if table_name == "eta":
             gt, target = design._side_targets()
             side_dist = (1 - w) * gt + w * target
             dist = np.zeros_like(wr.dist_a)
@@ -262,8 +323,11 @@ def biasig_check(
             ceiling_draws=0, eta_variant=wr.eta_variant, count=design.count,
             scoring_unit=design.scoring_unit,
         )[table_name]  # fmt: skip
-        if name == "biasig.eta":
+        if table_name == "eta":
             row = res.filter(pl.col("pair") == "*") if "pair" in res.columns else res
+            if null is not None:
+                out.append(eta_rejects(row["eta_total"][0], null, level))
+                continue
             lo, hi = row["ci_low"][0], row["ci_high"][0]
             out.append(bool(lo is not None and (lo > 0.5 or hi < 0.5)))
         else:

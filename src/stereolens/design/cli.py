@@ -61,6 +61,15 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help=f"simulated datasets per design point (default {P.DEFAULT_SIMULATIONS}: "
         "Monte Carlo error of a rejection rate 0.028 at 80%%, of an MDE about 6%%)",
     )
+    g.add_argument(
+        "--interaction-sd",
+        type=float,
+        default=None,
+        metavar="SD",
+        help="BiasIG: the subject x model interaction sd (in S_imp / S_exp units, e.g. from a "
+        "pilot): the MDEs of model differences then refer to a new draw of subjects, not to "
+        "the config's fixed ones (default: the config's biasig.interaction_sd, 0)",
+    )
     g.add_argument("--seed", type=int, default=P.DEFAULT_SEED, help="seed of the simulations")
     g.add_argument(
         "--priors",
@@ -81,6 +90,12 @@ def designs(config: dict[str, Any], args: argparse.Namespace) -> list:
     from stereolens.validation import ConfigError
 
     priors = load_priors(args.priors)
+    sd = getattr(args, "interaction_sd", None)
+    if sd is not None:
+        if not (sd >= 0 and sd < 1):
+            raise ValueError(f"--interaction-sd must lie in [0, 1), got {sd}")
+        if "biasig" in config:
+            config = P.set_key(config, ("biasig", "interaction_sd"), sd)
     pilot = args.pilot
     if pilot is not None and not pilot.is_dir():
         raise ConfigError(f"--pilot {pilot}: not a folder; give a run's results folder")
@@ -176,7 +191,8 @@ def format_report(result: dict[str, Any]) -> str:
         out.append(
             f"Minimum detectable effects ({pw:.0%} power, level {lv:g}) at the configured sizes"
         )
-        head = ("effect", "compares", "size", "MDE", "unit", "no-effect rate", "basis")
+        head = ("effect", "compares", "size", "MDE", "MDE (Holm)", "unit", "no-effect rate",
+                "basis")  # fmt: skip
         lines = []
         for r in rows:
             mde = (
@@ -189,15 +205,19 @@ def format_report(result: dict[str, Any]) -> str:
             comp = r["comparison"]
             if r["floor"] is not None:
                 comp += f" (floor {r['floor']:.2f})"
+            holm = "-"
+            if r.get("family", 1) > 1:
+                holm = _fmt(r["mde_holm"], r["unit"]) if r["mde_holm"] is not None else "n/a"
+                holm += f" ({r['family']} pairs)"
             lines.append(
-                (r["name"], comp, f"{r['size']:,} {r['knob']}", mde, r["unit"],
+                (r["name"], comp, _count(r["size"], r["knob"]), mde, holm, r["unit"],
                  f"{r['size_rate']:.3f}", r["basis"].split(" ")[0])
             )  # fmt: skip
         widths = [max(len(str(x[i])) for x in [head, *lines]) for i in range(len(head))]
 
         def fmt(cells):
             return "  ".join(
-                str(c).rjust(w) if i in (3, 5) else str(c).ljust(w)
+                str(c).rjust(w) if i in (3, 4, 6) else str(c).ljust(w)
                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))
             ).rstrip()
 
@@ -206,21 +226,26 @@ def format_report(result: dict[str, Any]) -> str:
         out.append("How each effect was computed:")
         seen = set()
         for r in rows:
-            key = (r["benchmark"], r["method"], r["definition"])
+            key = (r["benchmark"], r["method"], r["definition"], r.get("estimand", ""))
             if key in seen:
                 continue
             seen.add(key)
             names = [
-                x["name"] for x in rows if (x["benchmark"], x["method"], x["definition"]) == key
+                x["name"]
+                for x in rows
+                if (x["benchmark"], x["method"], x["definition"], x.get("estimand", "")) == key
             ]
-            out.append(f"- {', '.join(names)}: {r['definition']}; {r['method']}.")
+            about = f"; estimand: {r['estimand']}" if r.get("estimand") else ""
+            out.append(f"- {', '.join(names)}: {r['definition']}{about}; {r['method']}.")
         out.append(
             "- MDE: the population effect at which the test rejects in "
             f"{pw:.0%} of simulated datasets (linear between grid points); '> x': not reached "
             "up to the largest effect the world can plant. no-effect rate: how often the test "
             "rejects with no effect (the level if the estimator is unbiased; more means the "
             "run can report an effect that is not there); n/a: it rejects at least as often as "
-            "the target power with no effect."
+            "the target power with no effect. MDE (Holm): the same at level / pairs, Holm's "
+            "first step over the family of all model pairs of the metric, which the report's "
+            "comparisons table adjusts over (stereolens.metrics.compare)."
         )
         loose = [r["name"] for r in rows if r["size_rate"] > 2 * lv]
         if loose:

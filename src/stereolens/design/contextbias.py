@@ -3,8 +3,10 @@ cohort) under the role-level bootstrap.
 
 The world. A population of roles, each with a label distribution per dimension and condition
 (CF, CA-U): from the documented prior (resources/design/priors.v1.yaml: a role centre
-Dirichlet(role_concentration x population), each condition Dirichlet(condition_concentration
-x centre)) or from a pilot run's attributes table (each pilot role's counts, smoothed towards
+Dirichlet(role_concentration x population), each condition's distribution scattered around
+it in a level shared by the generators and one of each generator, condition_concentration
+and generator_share per cohort calibrated against paper 002 Tables 8 and 9) or from a pilot
+run's attributes table (each pilot role's counts, smoothed towards
 the generator's pooled distribution by one pseudo-image). A simulated dataset draws the
 config's roles from that population with replacement (the role bootstrap's model: roles are
 a sample), swaps each drawn role's two conditions at random (so that, with no planted effect,
@@ -249,6 +251,9 @@ class ContextBiasDesign:
         self.k_definition = m.get("k_definition", "model")
         self.overall = m.get("overall", "cohort")
         self.single_label_bi = float(m.get("single_label_bi", 0.0))
+        # the basic interval (2 x estimate - percentiles) is centred at the estimate minus
+        # the replicates' shift, the percentile interval at the estimate plus it
+        self.shift_sign = -1.0 if m.get("bootstrap_interval", "basic") == "basic" else 1.0
         self.grid = GRID
 
     def _names(self) -> list[tuple[str, str, int | None, int]]:
@@ -275,8 +280,14 @@ class ContextBiasDesign:
             "dimension's most common label"
         )
         df = max(1, self.world.prompts.shape[0] - 1)
+        estimand = (
+            f"a new draw of {self.world.prompts.shape[0]} roles (the role bootstrap's "
+            "population), each with the config's prompts"
+        )
         return [
-            EffectSpec(name, self.benchmark, comp, "BI", "interval", 0.0, definition, df)
+            EffectSpec(
+                name, self.benchmark, comp, "BI", "interval", 0.0, definition, df, estimand=estimand
+            )  # fmt: skip
             for name, comp, _, _ in self._names()
         ]
 
@@ -330,8 +341,9 @@ class ContextBiasDesign:
         replicates: int = BIAS_REPLICATES,
     ) -> dict[str, np.ndarray]:  # fmt: skip
         """name -> (W,) mean over ``datasets`` simulated datasets of the role bootstrap's
-        replicate mean minus the estimate (paired draws, as cluster_bootstrap): where the
-        pipeline's percentile interval is centred. Vectorised: a (replicates x roles)
+        replicate mean minus the estimate (paired draws, as cluster_bootstrap), negated under
+        the basic interval (contextbias.metrics.bootstrap_interval, default): where the
+        pipeline's interval is centred relative to the estimate. Vectorised: a (replicates x roles)
         multiplicity matrix times each dataset's per-role counts."""
         _, by_role = draw_role_counts(self.world, n, datasets, rng, keep_roles=True)
         r_cfg = by_role.shape[2]
@@ -361,7 +373,8 @@ class ContextBiasDesign:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 for name, e in est.items():
                     v = np.nanmean(np.nanmean(boot[name], axis=-1) - e)
-                    out.setdefault(name, np.full(len(w), np.nan))[i] = 0.0 if np.isnan(v) else v
+                    v = 0.0 if np.isnan(v) else self.shift_sign * v
+                    out.setdefault(name, np.full(len(w), np.nan))[i] = v
         for name, v in out.items():
             ok = np.isfinite(v)
             out[name] = np.interp(w, w[ok], v[ok])

@@ -11,7 +11,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from stereolens.design.contextbias import CONDITIONS, ContextBiasDesign, World
+from stereolens.design.contextbias import (
+    CONDITIONS,
+    ContextBiasDesign,
+    World,
+    draw_role_counts,
+)
 from stereolens.validation import ConfigError
 
 
@@ -99,16 +104,24 @@ def prior_world(config: dict[str, Any], priors: dict[str, Any], seed: int = 0) -
             mu[starts[i] : starts[i] + k_of[i]] = geometric(int(k_of[i]), r)
     rng = np.random.default_rng([seed, 7315])
     r_pop = int(pr["population_roles"])
-    tau, kappa = float(pr["role_concentration"]), float(pr["condition_concentration"])
+    gens = list(config["contextbias"]["generators"])
+    tau = float(pr["role_concentration"])
+    col_cohort = np.array([cohorts.index(cohort_of[d]) for d in segment], dtype=np.intp)
+    kappa = _per_cohort(pr, "condition_concentration", cohorts, None)[col_cohort]
+    share = _per_cohort(pr, "generator_share", cohorts, 1.0)[col_cohort]
+    k_shared, k_gen = split_concentration(kappa, share)
     centre = dirichlet(rng, tau * np.broadcast_to(mu, (r_pop, mu.size)), starts, segment)
-    roles = dirichlet(
-        rng, kappa * np.broadcast_to(centre[:, None], (r_pop, 2, mu.size)), starts, segment
-    )
+    both = np.broadcast_to(centre[:, None], (r_pop, 2, mu.size))
+    shared = dirichlet(rng, k_shared * both, starts, segment)  # (R, 2 conditions, L)
+    own = dirichlet(
+        rng, np.where(share < 1, k_gen, 1.0) * np.broadcast_to(shared, (len(gens),) + shared.shape),
+        starts, segment,
+    )  # fmt: skip
+    roles = np.where(share < 1, own, shared[None])
     lam = np.array(
         [pr["labels_per_image"]["list" if d[2] == "list" else "scalar"] for d in dims], float
     )
     role_names, prompts = config_prompts(config)
-    gens = list(config["contextbias"]["generators"])
     return World(
         dims=names,
         cohorts=cohorts,
@@ -116,12 +129,87 @@ def prior_world(config: dict[str, Any], priors: dict[str, Any], seed: int = 0) -
         vocab_k=np.array([len(vocab[n]) if vocab[n] else np.nan for n in names], float),
         generators=gens,
         starts=starts,
-        roles=np.broadcast_to(roles[None], (len(gens),) + roles.shape),
+        roles=roles,
         labels_per_image=np.broadcast_to(lam, (len(gens), lam.size)),
         ok_rate=np.full(len(gens), 1.0 - float(pr["discard_rate"])),
         prompts=prompts,
         role_names=role_names,
     )
+
+
+def _per_cohort(pr: dict[str, Any], key: str, cohorts: list[str], default) -> np.ndarray:
+    """(cohorts,) a prior value given once or per cohort (a mapping)."""
+    value = pr.get(key, default)
+    if value is None:
+        raise ConfigError(f"priors: contextbias.{key} is missing")
+    if isinstance(value, dict):
+        missing = [c for c in cohorts if c not in value]
+        if missing:
+            raise ConfigError(f"priors: contextbias.{key} lacks cohort(s) {missing}")
+        return np.array([float(value[c]) for c in cohorts])
+    return np.full(len(cohorts), float(value))
+
+
+def split_concentration(kappa, share) -> tuple[np.ndarray, np.ndarray]:
+    """(k_shared, k_gen) of the two-level scatter of a role's condition distributions: shared
+    ~ Dirichlet(k_shared x centre) across generators, each generator's ~ Dirichlet(k_gen x
+    shared). A Dirichlet(k x p) deviates from p with variance p (1 - p) / (k + 1), so the two
+    levels have the total variance factor v = 1 / (kappa + 1) of one Dirichlet(kappa x
+    centre) when 1 / (k_shared + 1) = share x v and k_shared / (k_shared + 1) / (k_gen + 1) =
+    (1 - share) x v; ``share`` is then the generators' common part of it (their correlation
+    before image noise). share >= 1: one level (k_gen infinite, the generators' roles alike)."""
+    kappa, share = np.asarray(kappa, float), np.minimum(np.asarray(share, float), 1.0)
+    v = 1.0 / (kappa + 1.0)
+    k_shared = 1.0 / (share * v) - 1.0
+    with np.errstate(divide="ignore"):
+        k_gen = np.where(
+            share < 1, (1.0 - share * v) / np.maximum((1.0 - share) * v, 1e-12) - 1.0, np.inf
+        )
+    return k_shared, k_gen
+
+
+# ----------------------------------------------------------------------------- calibration
+PAPER_HALF_WIDTHS = {
+    # cohort: (Table 8, mean of 4 generators; Table 9: SD 3.5, SDXL, FLUX.1, Qwen-Image),
+    # half-widths (high - low) / 2 of the 95% intervals of CA-U - CF (paper 002, App. E.1)
+    "people": (0.010, (0.0175, 0.014, 0.012, 0.0145)),
+    "camera": (0.0255, (0.0425, 0.034, 0.0335, 0.032)),
+    "objects": (0.0195, (0.0215, 0.0235, 0.019, 0.024)),
+    "scene": (0.018, (0.0225, 0.0265, 0.0235, 0.028)),
+}
+
+
+def implied_correlation(mean_half_width: float, half_widths) -> float:
+    """The correlation rho between generators that makes the interval of their mean as wide
+    as given, with one rho for every pair: Var(mean) = (sum_g s_g^2 + rho sum_(g != h) s_g
+    s_h) / G^2, so rho = (G^2 s_mean^2 - sum s_g^2) / ((sum s_g)^2 - sum s_g^2), with the
+    half-widths standing for the s (one z for all). Paper 002 Tables 8 and 9 (CA-U - CF):
+    People 0.30, Camera 0.35, Objects 0.71, Scene 0.35 (the prior's generator_share)."""
+    s = np.asarray(half_widths, float)
+    g = s.size
+    return float((g**2 * mean_half_width**2 - (s**2).sum()) / (s.sum() ** 2 - (s**2).sum()))
+
+
+def calibration(design: ContextBiasDesign, sims: int = 200, seed: int = 0) -> dict:
+    """cohort -> (mean over generators of the 95% half-width 1.96 x sd of its CA-U - CF
+    over ``sims`` simulated datasets with no effect, half-width of the mean of the
+    generators, mean correlation over pairs of generators): what the prior's
+    condition_concentration and generator_share are tuned against (PAPER_HALF_WIDTHS)."""
+    w = design.world
+    counts, _ = draw_role_counts(w, design.knob_value, sims, np.random.default_rng([seed, 99]))
+    cf, cau = design.levels(counts[:, :, 0], counts[:, :, 1])  # (G, S, 1 + cohorts)
+    diff = cau - cf
+    out = {}
+    for i, c in enumerate(w.cohorts):
+        x = diff[:, :, 1 + i]  # (G, S)
+        r = np.corrcoef(x)
+        pairs = r[np.triu_indices(x.shape[0], 1)]
+        out[c] = (
+            float(1.96 * x.std(axis=1, ddof=1).mean()),
+            float(1.96 * x.mean(axis=0).std(ddof=1)),
+            float(pairs.mean()) if pairs.size else float("nan"),
+        )
+    return out
 
 
 def dirichlet(rng, alpha: np.ndarray, starts: np.ndarray, segment: np.ndarray) -> np.ndarray:
@@ -261,18 +349,28 @@ def attributes_table(world: World, role_counts: np.ndarray, dataset: int) -> pl.
     n = x[g_i, r_i, c_i, l_i]
     reps = np.repeat(np.arange(len(n)), n)
     seg = world.segment[l_i[reps]]
-    cohort_of = np.array(
-        [world.cohorts[int(np.argmax(world.member[:, d]))] for d in range(len(world.dims))]
-    )
+    cohort_of = [world.cohorts[int(np.argmax(world.member[:, d]))] for d in range(len(world.dims))]
+    # integer codes first, strings from polars (numpy string ops cost 20 s a paper dataset)
     frame = pl.DataFrame(
         {
-            "model": np.array(world.generators)[g_i[reps]],
-            "role": np.char.add("role", r_i[reps].astype(str)),
-            "condition": np.array(CONDITIONS)[c_i[reps]],
-            "cohort": cohort_of[seg],
-            "dimension": np.array(world.dims)[seg],
-            "label": np.char.add("label", l_i[reps].astype(str)),
+            "g": g_i[reps].astype(np.int64),
+            "r": r_i[reps].astype(np.int64),
+            "c": c_i[reps].astype(np.int64),
+            "seg": seg.astype(np.int64),
+            "l": l_i[reps].astype(np.int64),
         }
+    )
+
+    def names(col: str, values: list[str]) -> pl.Expr:
+        return pl.col(col).replace_strict(dict(enumerate(values)), return_dtype=pl.String)
+
+    frame = frame.select(
+        names("g", list(world.generators)).alias("model"),
+        pl.concat_str(pl.lit("role"), pl.col("r").cast(pl.String)).alias("role"),
+        names("c", list(CONDITIONS)).alias("condition"),
+        names("seg", cohort_of).alias("cohort"),
+        names("seg", list(world.dims)).alias("dimension"),
+        pl.concat_str(pl.lit("label"), pl.col("l").cast(pl.String)).alias("label"),
     )
     slot = pl.int_range(pl.len()).over("model", "role", "condition", "dimension")
     image = pl.concat_str(

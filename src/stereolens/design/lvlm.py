@@ -131,6 +131,8 @@ class _Task:
                 "floor",
                 0.0,
                 self.definition,
+                estimand=f"the config's {self.task} prompts; a new draw of the images and "
+                "outputs of each group",
             )  # fmt: skip
             for a, g in self.groups.items()
         ]

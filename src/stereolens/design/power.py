@@ -15,9 +15,17 @@ The engine turns them into rejection rates of the test the pipeline reports:
   (LVLM TVD: ``p_perm <= level``); predicted as ``estimate > the (1 - level) quantile of
   the estimates at w = 0``, the score's distribution when outputs do not depend on the
   group. One-sided: a TVD cannot fall below its floor in a meaningful way.
+- ``test = "null"``: a two-sided test calibrated on the world's null: ``|estimate -
+  null_value|`` above the (1 - level) quantile of ``|estimate - null_value|`` at w = 0
+  (BiasIG eta, whose bootstrap interval is about twice too wide under its null:
+  :func:`stereolens.design.check.eta_rejects`). Its size is the level by construction.
 
 The minimum detectable effect (MDE) is the population effect at which the rejection rate
-reaches ``power`` (linear interpolation between grid points). Everything is seeded.
+reaches ``power`` (linear interpolation between grid points). A comparison that the report
+tests within a family of ``family`` tests (BiasIG: all model pairs of one metric, Holm's
+adjustment) also gets ``mde_holm``: the MDE at level / family, the threshold of Holm's first
+(strictest) step, so that a difference of that size is declared whatever the other pairs
+show. Everything is seeded.
 """
 
 from __future__ import annotations
@@ -60,6 +68,12 @@ class EffectSpec:
     df: int | None = None
     """Degrees of freedom of the pipeline's standard error (ContextBias: roles - 1, the role
     bootstrap's clusters); None = many (the error of the SE is negligible)."""
+    estimand: str = ""
+    """What the effect is a property of: fixed units ("these 214 subjects and their
+    prompts") or a new draw of them ("a new draw of 92 roles")."""
+    family: int = 1
+    """Tests in the report's multiplicity family of this comparison (BiasIG: K(K-1)/2 model
+    pairs, Holm); 1 = tested alone."""
 
 
 @dataclass
@@ -126,6 +140,10 @@ class Row:
     status: str = "ok"
     """ok; not reached (the target power is not reached on the grid); invalid (the test
     rejects at least as often as the target power with no effect: no MDE means anything)."""
+    estimand: str = ""
+    family: int = 1
+    mde_holm: float | None = None
+    """The MDE at level / family (Holm's first step); None when family is 1 or not reached."""
 
 
 def rejections(
@@ -154,6 +172,13 @@ def rejections(
         if spec.df is None:
             return np.where(np.isfinite(t), t > 1.0, False).astype(float)
         return np.where(np.isfinite(t), stats.chi2.cdf(spec.df * t**2, spec.df), 0.0)
+    if spec.test == "null":
+        base = (est[0] if null_row is None else np.asarray(null_row, dtype=float)) - spec.null_value
+        base = np.abs(base[np.isfinite(base)])
+        if base.size == 0:
+            return np.zeros(est.shape)
+        crit = np.quantile(base, 1.0 - level)
+        return np.where(np.isfinite(est), np.abs(est - spec.null_value) > crit, False).astype(float)
     if spec.test == "floor":
         base = est[0] if null_row is None else np.asarray(null_row, dtype=float)
         base = base[np.isfinite(base)]
@@ -161,7 +186,7 @@ def rejections(
             return np.zeros(est.shape, bool)
         crit = np.quantile(base, 1.0 - level)
         return (est > crit).astype(float)
-    raise ValueError(f"test {spec.test!r}; use interval or floor")
+    raise ValueError(f"test {spec.test!r}; use interval, null or floor")
 
 
 def power_curve(
@@ -206,6 +231,20 @@ def _method(
             + (f", with its error from {spec.df + 1} clusters" if spec.df else "")
             + " (the pipeline's bootstrap interval excludes the null)"
         )
+        if spec.family > 1:
+            test = (
+                f"Wald test of the difference B - A with the bootstrap standard error, "
+                f"two-sided {level:g}: |{centre}| > z x {se} (stereolens.metrics.compare: "
+                f"difference = b - a, se = sd of rep_b - rep_a); MDE (Holm) at level "
+                f"{level:g}/{spec.family}, Holm's first step over the {spec.family} model pairs "
+                "of the metric"
+            )
+    elif spec.test == "null":
+        test = (
+            f"two-sided {level:g}, calibrated on the world's null: |estimate - "
+            f"{spec.null_value:g}| above the {1 - level:g} quantile of its values with no effect "
+            "(stereolens.design.check.eta_rejects)"
+        )
     else:
         test = (
             f"one-sided {level:g}: estimate above the {1 - level:g} quantile of the estimates "
@@ -240,6 +279,13 @@ def mde_rows(
             floor = float(np.nanmean(est[0])) if spec.test == "floor" else None
         mde = interpolate_mde(eff, curve, power)
         status = "invalid" if curve[0] >= power else "ok" if mde is not None else "not reached"
+        mde_holm = None
+        if spec.family > 1 and status == "ok":
+            strict = power_curve(
+                spec, est, level / spec.family, shift=sim.shift.get(spec.name),
+                scale=sim.scale.get(spec.name),
+            )  # fmt: skip
+            mde_holm = interpolate_mde(eff, strict, power)
         rows.append(
             Row(
                 name=spec.name,
@@ -259,6 +305,9 @@ def mde_rows(
                 definition=spec.definition,
                 curve=[(float(e), float(p)) for e, p in zip(eff, curve, strict=True)],
                 status=status,
+                estimand=spec.estimand,
+                family=spec.family,
+                mde_holm=mde_holm,
             )
         )
     return rows

@@ -5,7 +5,13 @@ Layout of a finished shard::
     {out_dir}/{image_id}.png     one per item
     {out_dir}/thumbs/{image_id}.jpg  its gallery thumbnail (stereolens.thumbnails)
     {out_dir}/metadata.jsonl     one JSON line per image, in item order
-    {out_dir}/timing.json        model load time, run time, seconds per image
+    {out_dir}/timing.json        model load time, run time, seconds per image, prompts cut
+
+A generator with a ``prompt_truncation`` method (the diffusers backend) says which text
+encoders cut each prompt; an image whose prompt was cut gets ``prompt_truncation`` (per
+encoder: encoder, tokenizer, limit, tokens, kept, dropped) and ``quirks:
+["prompt_truncated"]`` in its metadata row, and timing.json counts such images
+(``prompts_truncated``). Rows of prompts that fit are as they were.
 
 Work happens in the sibling ``{out_dir}.partial/``. Each image is written there
 as soon as it is made (PNG to a temporary file, then os.replace) together with a
@@ -41,6 +47,7 @@ from tqdm import tqdm
 
 from stereolens.atomic import write_bytes, write_json, write_jsonl
 from stereolens.ids import sha256_bytes, sha256_file
+from stereolens.models.backends.prompt_tokens import QUIRK as PROMPT_TRUNCATED
 from stereolens.models.requests import GenerationItem, Generator
 from stereolens.thumbnails import (
     DEFAULT_PX,
@@ -69,6 +76,8 @@ RESERVED_KEYS = (
     "width",
     "height",
     "seconds",
+    "prompt_truncation",
+    "quirks",
 )
 
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -218,6 +227,10 @@ def generate_shard(
             f"making the other {len(todo)}"
         )
 
+    def truncation(texts: list[str]) -> list[list[dict[str, Any]]]:
+        check = getattr(generator, "prompt_truncation", None)
+        return list(check(texts)) if check is not None else [[] for _ in texts]
+
     generation_seconds = 0.0
     with tqdm(
         total=len(items), initial=len(done), desc=model_name, unit="img", file=sys.stderr
@@ -225,15 +238,17 @@ def generate_shard(
         for start in range(0, len(todo), batch_size):
             chunk = todo[start : start + batch_size]
             t0 = time.perf_counter()
-            images = list(generator.generate([it.text for it in chunk], [it.seed for it in chunk]))
+            texts = [it.text for it in chunk]
+            images = list(generator.generate(texts, [it.seed for it in chunk]))
             elapsed = time.perf_counter() - t0
+            cuts = truncation(texts)
             generation_seconds += elapsed
             if len(images) != len(chunk):
                 raise RuntimeError(
                     f"{model_name}: generator returned {len(images)} images for "
                     f"{len(chunk)} prompts"
                 )
-            for item, image in zip(chunk, images, strict=True):
+            for item, image, cut in zip(chunk, images, cuts, strict=True):
                 data = _png_bytes(image)
                 width, height = image.size
                 row = {
@@ -243,6 +258,14 @@ def generate_shard(
                     "height": int(height),
                     "seconds": elapsed / len(chunk),
                 }
+                if cut:
+                    row.update(prompt_truncation=cut, quirks=[PROMPT_TRUNCATED])
+                    log(
+                        f"{model_name}: the prompt of {item.image_id} was cut: "
+                        + "; ".join(
+                            f"{c['encoder']} kept {c['kept']} of {c['tokens']} tokens" for c in cut
+                        )
+                    )
                 png = partial / row["image_file"]
                 write_bytes(png, data)
                 make_thumbnail(
@@ -280,6 +303,7 @@ def generate_shard(
             "total_seconds_this_run": time.perf_counter() - started,
             "mean_seconds_per_image": sum(per_image.values()) / len(per_image),
             "seconds_per_image": per_image,
+            "prompts_truncated": sum(bool(row.get("prompt_truncation")) for row in rows),
             **(timing_extra or {}),
         },
     )

@@ -211,6 +211,7 @@ def label_refusal_table(
         if judge_spec is None or prompts is None:
             raise ValueError("an LLM refusal judge needs its spec and the prompts")
         fingerprint = judge_spec.fingerprint()
+        legacy = judge_spec.legacy_fingerprint()
 
         def cached_answer(requests: list[VLMRequest]) -> list[str]:
             seeded = [replace(r, seed=request_seed(seed, r.text, 1)) for r in requests]
@@ -224,6 +225,7 @@ def label_refusal_table(
                 label=f"refusal judge {judge_spec.name}",
                 log=log,
                 policy=TransportPolicy.from_spec(judge_spec),
+                legacy_keys=[r.cache_key(legacy, None) for r in seeded] if legacy else None,
             )
             return [a.text for a in answers]
 

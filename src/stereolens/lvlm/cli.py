@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -32,6 +33,7 @@ def _formulas(items: list[str] | None) -> dict[str, str]:
 
 def _metrics(args: argparse.Namespace) -> int:
     from stereolens.lvlm.metrics import compute_all
+    from stereolens.lvlm.names import table_vocabularies
     from stereolens.tables import (
         RESPONSES,
         STORY_ATTRIBUTES,
@@ -42,19 +44,29 @@ def _metrics(args: argparse.Namespace) -> int:
         write_tables,
     )
 
+    specs = {
+        "responses": replace(RESPONSES, vocabularies=table_vocabularies()),
+        "story attributes": replace(STORY_ATTRIBUTES, vocabularies=table_vocabularies()),
+        "term judgements": replace(
+            TERM_JUDGEMENTS, vocabularies=table_vocabularies(("group_a", "group_b", "winner"))
+        ),
+    }
     responses_path = Path(args.responses)
     responses = check_table(
-        read_table(responses_path, "responses", lazy=True), RESPONSES, str(responses_path)
+        read_table(responses_path, "responses", lazy=True, spec=specs["responses"]),
+        specs["responses"],
+        str(responses_path),
     )
     check_exam_rows(responses, str(responses_path))
     story = _sibling(responses_path, args.story_attributes, "story_attributes.parquet")
     terms = _sibling(responses_path, args.term_judgements, "term_judgements.parquet")
-    story_table = read_table(story, "story attributes") if story else None
-    if story_table is not None and story_table.height:
-        story_table = check_table(story_table, STORY_ATTRIBUTES, str(story))
-    term_table = read_table(terms, "term judgements") if terms else None
-    if term_table is not None and term_table.height:
-        term_table = check_table(term_table, TERM_JUDGEMENTS, str(terms))
+    tables = {}
+    for what, path in (("story attributes", story), ("term judgements", terms)):
+        table = read_table(path, what, spec=specs[what]) if path else None
+        if table is not None and table.height:
+            table = check_table(table, specs[what], str(path))
+        tables[what] = table
+    story_table, term_table = tables["story attributes"], tables["term judgements"]
     tables = compute_all(
         responses,
         story_table,
@@ -103,10 +115,17 @@ def register(sub: argparse._SubParsersAction) -> None:
             "difference, paired-bootstrap Wald interval, Holm-adjusted decision; ranks)."
         ),
     )
-    m.add_argument("--responses", required=True, metavar="PATH", help="responses table")
+    m.add_argument(
+        "--responses",
+        required=True,
+        metavar="PATH",
+        help="responses table (.parquet, .csv or .jsonl)",
+    )
     m.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    m.add_argument("--story-attributes", metavar="PATH", help="story attributes table")
-    m.add_argument("--term-judgements", metavar="PATH", help="term judgements table")
+    m.add_argument(
+        "--story-attributes", metavar="PATH", help="story attributes table (same formats)"
+    )
+    m.add_argument("--term-judgements", metavar="PATH", help="term judgements table (same formats)")
     m.add_argument(
         "--min-count",
         type=int,

@@ -25,6 +25,8 @@ import polars as pl
 
 from stereolens.atomic import sink_parquet, write_parquet
 from stereolens.jsonl_tables import check_keys, explain_failure, scan_jsonl
+from stereolens.lvlm.names import table_vocabularies
+from stereolens.vocabulary import conform_parquet
 
 RESPONSE_DTYPES: dict[str, pl.DataType] = {
     "model": pl.String,
@@ -151,7 +153,18 @@ def merge_model_tables(
     sink_parquet(out["term_judgements"], judgements) if judged else write_parquet(
         out["term_judgements"], pl.DataFrame()
     )
+    # the metrics CLI's rule, here too: settings, tasks, axes and groups read or refused
+    for name, vocabularies in _vocabularies().items():
+        conform_parquet(out[name], vocabularies, f"{name} part {out[name]}")
     return {name: pl.scan_parquet(out[name]).select(pl.len()).collect().item() for name in TABLES}
+
+
+def _vocabularies() -> dict[str, tuple]:
+    return {
+        "responses": table_vocabularies(),
+        "story_attributes": table_vocabularies(),
+        "term_judgements": table_vocabularies(("group_a", "group_b", "winner")),
+    }
 
 
 def _empty_story_attributes() -> pl.DataFrame:

@@ -16,6 +16,8 @@ RACES: tuple[str, ...] = (
     "Southeast Asian",
 )
 AXES: dict[str, tuple[str, ...]] = {"gender": GENDERS, "race": RACES}
+SETTINGS: tuple[str, ...] = ("image", "mitigation", "persona")
+ALL_TASKS: tuple[str, ...] = ("story", "term", "exam", "attribute_inferring")
 
 _SLUG_RE = re.compile(r"[^a-z0-9_]+")
 
@@ -36,3 +38,17 @@ def group_from_slug(axis: str, slug: str) -> str:
 def groups(lv: dict, axis: str) -> list[str]:
     """The groups tested on ``axis`` (lvlm.groups or every group of the axis)."""
     return list((lv.get("groups") or {}).get(axis) or AXES[axis])
+
+
+def table_vocabularies(group_columns: tuple[str, ...] = ("group",)) -> tuple:
+    """The closed vocabularies of an LVLM table (stereolens.tables.Vocabulary): setting,
+    task, axis, and each of ``group_columns`` among its axis's groups (lvlm.groups names a
+    subset of these; a table holds the groups of the run that wrote it)."""
+    from stereolens.vocabulary import Vocabulary
+
+    return (
+        Vocabulary("setting", SETTINGS),
+        Vocabulary("task", ALL_TASKS),
+        Vocabulary("axis", tuple(AXES)),
+        *(Vocabulary(c, AXES, by="axis") for c in group_columns),
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from stereolens.benchmark import Benchmark, Job
+from stereolens.benchmark import Benchmark, Job, Size
 from stereolens.lvlm.names import groups
 from stereolens.validation import ConfigError
 
@@ -168,6 +168,48 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
     return out
 
 
+def _size(config: dict) -> list[Size]:
+    """_jobs(config, counts=True) summed per stage and model, by arithmetic: per audited
+    model, ceil(images_per_group / images_per_shard) response jobs per setting x task x axis
+    x group, every user image asked every prompt of its task; the assistant's story and
+    term jobs per model x setting x axis; the refusal labels per model x setting; the story
+    reading once."""
+    from stereolens.lvlm.story_reading import planned_readings
+
+    lv = config["lvlm"]
+    prompts = prompt_counts(lv)
+    n_groups = {axis: len(groups(lv, axis)) for axis in lv["axes"]}
+    all_groups = sum(n_groups.values())
+    jobs = calls = 0
+    for task, t in lv["tasks"].items():
+        n_set = len(settings(lv, task))
+        jobs += n_set * all_groups * n_shards(lv, task)
+        calls += n_set * all_groups * t["images_per_group"] * prompts[task]
+    out = [Size("respond", m, jobs, calls, "calls") for m in lv["models"]]
+    a_jobs = a_calls = 0
+    for task in ("story", "term"):
+        if task not in lv["tasks"]:
+            continue
+        per_group, n_set = lv["tasks"][task]["images_per_group"], len(settings(lv, task))
+        for n in n_groups.values():
+            a_jobs += n_set
+            a_calls += n_set * (
+                n * per_group if task == "story" else per_group * n * (n - 1) // 2 * prompts["term"]
+            )
+    n_models = len(lv["models"])
+    if a_jobs:
+        out.append(
+            Size("assistant", lv["assistant"], a_jobs * n_models, a_calls * n_models, "calls")
+        )
+    out.append(
+        Size("refusals", lv["refusal_judge"] or "", len(lv["settings"]) * n_models, 0, "calls")
+    )
+    readings = planned_readings(lv) if lv.get("assistant") else 0
+    if readings:
+        out.append(Size("assistant", lv["assistant"], 1, readings, "calls"))
+    return out
+
+
 METRICS = (
     "scores",
     "prompt_scores",
@@ -233,4 +275,5 @@ BENCHMARK = Benchmark(
     report_tables=_report_tables,
     report_paths=REPORT_PATHS,
     report_sections="stereolens.report.lvlm",
+    size=_size,
 )

@@ -57,14 +57,17 @@ def _pairs(models: list[str], variants: Mapping[str, str]) -> list[tuple[str, st
 
 
 def holm(p: np.ndarray) -> np.ndarray:
-    """Holm-adjusted p-values (statsmodels); NaN stays NaN and is not counted in the family."""
-    from statsmodels.stats.multitest import multipletests
-
+    """Holm-adjusted p-values: the i-th smallest of m times (m - i + 1), made monotone and
+    capped at 1 (the same values as statsmodels' multipletests(method="holm"), without its
+    garbage collection per call); NaN stays NaN and is not counted in the family."""
     p = np.asarray(p, dtype=float)
     out = np.full(p.shape, np.nan)
-    ok = np.isfinite(p)
-    if ok.any():
-        out[ok] = multipletests(p[ok], method="holm")[1]
+    ok = np.flatnonzero(np.isfinite(p))
+    if ok.size:
+        order = ok[np.argsort(p[ok], kind="stable")]
+        m = order.size
+        steps = p[order] * (m - np.arange(m))
+        out[order] = np.minimum(np.maximum.accumulate(steps), 1.0)
     return out
 
 

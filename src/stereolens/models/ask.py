@@ -11,10 +11,13 @@ What a backend's ``answer`` returns per request, and what becomes of it:
   the API rejected the input as invalid). Recorded as the item's reason; never retried,
   never cached.
 * :class:`BackendFailure`: the world outside the model failed (connection refused,
-  timeout, HTTP 408/409/429/5xx, authentication, a CUDA error, out of memory). Never
-  data: retryable ones are asked again inside the job with exponential backoff
-  (:class:`TransportPolicy`, registry keys ``transport_retries`` and
-  ``transport_backoff_s``); when they persist, :class:`TransportError` fails the job, so
+  timeout, HTTP 408/409/429/5xx, a malformed response such as a proxy's HTML page,
+  authentication, a CUDA error, out of memory). Never data: retryable ones are asked
+  again inside the job with exponential backoff (:class:`TransportPolicy`, registry keys
+  ``transport_retries`` and ``transport_backoff_s``), or after the server's Retry-After
+  when that is longer (capped at ``retry_after_max_s``); anything else a backend returns
+  in place of a text is such a failure too. When they persist, :class:`TransportError`
+  fails the job, so
   Snakemake retries it or stops, and a rerun redoes it. Answers that did come back are
   already in the response cache, so the rerun asks only what failed. Out-of-memory and
   non-retryable failures fail the job at once (Snakemake's retries give it more memory).
@@ -50,12 +53,17 @@ class ItemFailure:
 
 class BackendFailure(RuntimeError):
     """The backend could not answer for a reason outside the model. ``retry_in_job``:
-    worth asking again after a pause (network, rate limit, server error); False = fail the
-    job now (out of memory, a CUDA error, bad credentials)."""
+    worth asking again after a pause (network, rate limit, server error, a malformed
+    response); False = fail the job now (out of memory, a CUDA error, bad credentials).
+    ``retry_after_s``: how long the server asked to be left alone (HTTP Retry-After), or
+    None."""
 
-    def __init__(self, message: str, *, retry_in_job: bool = True):
+    def __init__(
+        self, message: str, *, retry_in_job: bool = True, retry_after_s: float | None = None
+    ):
         super().__init__(message)
         self.retry_in_job = retry_in_job
+        self.retry_after_s = retry_after_s
 
 
 class TransportError(RuntimeError):
@@ -66,11 +74,13 @@ class TransportError(RuntimeError):
 @dataclass(frozen=True)
 class TransportPolicy:
     """How long a job keeps asking again after backend failures: ``retries`` more rounds,
-    waiting ``backoff_s`` seconds before the first and doubling up to ``max_backoff_s``."""
+    waiting ``backoff_s`` seconds before the first and doubling up to ``max_backoff_s``,
+    or the server's Retry-After where it is longer, at most ``retry_after_max_s``."""
 
-    retries: int = 3
-    backoff_s: float = 5.0
-    max_backoff_s: float = 120.0
+    retries: int = 2
+    backoff_s: float = 10.0
+    max_backoff_s: float = 60.0
+    retry_after_max_s: float = 30.0
 
     @classmethod
     def from_spec(cls, spec: Any) -> TransportPolicy:
@@ -79,11 +89,24 @@ class TransportPolicy:
             retries=int(get("transport_retries", cls.retries)),
             backoff_s=float(get("transport_backoff_s", cls.backoff_s)),
             max_backoff_s=float(get("transport_max_backoff_s", cls.max_backoff_s)),
+            retry_after_max_s=float(get("retry_after_max_s", cls.retry_after_max_s)),
         )
 
-    def wait(self, retry: int) -> float:
-        """Seconds to wait before retry number ``retry`` (1-based)."""
-        return min(self.max_backoff_s, self.backoff_s * 2 ** (retry - 1))
+    def wait(self, retry: int, retry_after_s: float | None = None) -> float:
+        """Seconds to wait before retry number ``retry`` (1-based): the backoff, or the
+        server's ``retry_after_s`` (capped at ``retry_after_max_s``) where that is longer."""
+        backoff = min(self.max_backoff_s, self.backoff_s * 2 ** (retry - 1))
+        if retry_after_s is None or not retry_after_s > 0:
+            return backoff
+        return max(backoff, min(float(retry_after_s), self.retry_after_max_s))
+
+    def longest_waits_s(self) -> float:
+        """The most a job can wait between its rounds in all: every wait at the longer of
+        the backoff and the Retry-After cap."""
+        return sum(
+            max(min(self.max_backoff_s, self.backoff_s * 2 ** (k - 1)), self.retry_after_max_s)
+            for k in range(1, self.retries + 1)
+        )
 
 
 def out_of_memory_errors() -> tuple[type[BaseException], ...]:
@@ -167,6 +190,22 @@ def parse_json_object(text: str) -> dict[str, Any]:
 
 
 # -------------------------------------------------------------------- one round
+BODY_PREVIEW = 200
+"""Characters of a malformed response that a failure quotes."""
+
+
+def malformed_answer(label: str, result: Any) -> BackendFailure:
+    """What a backend returned in place of a text (a text, an ItemFailure or a
+    BackendFailure), as a retried transport failure that names the backend and quotes the
+    start of what it returned."""
+    preview = repr(result)[:BODY_PREVIEW]
+    return BackendFailure(
+        f"{label}: malformed response: the backend returned a {type(result).__name__}, "
+        f"not a text: {preview}",
+        retry_in_job=True,
+    )
+
+
 @dataclass
 class Answer:
     """What one request of a round got: the text ("" when none), whether it came from the
@@ -192,10 +231,13 @@ def ask_round(
     policy: TransportPolicy | None = None,
     cache_if: Callable[[int, str], bool] | None = None,
     sleep: Callable[[float], Any] = time.sleep,
+    legacy_keys: list[str] | None = None,
 ) -> list[Answer]:
     """One round of requests: cached answers first, the rest in one ``vlm.answer`` call.
 
-    ``keys`` are the requests' cache keys (None = no cache). Backend failures are asked
+    ``keys`` are the requests' cache keys (None = no cache); ``legacy_keys`` their keys
+    under the model's legacy fingerprint (ModelSpec.legacy_fingerprint), looked up where
+    ``keys`` miss and copied to ``keys`` when found. Backend failures are asked
     again after ``policy``'s backoff; if they persist, :class:`TransportError` is raised
     (the answers that came back are cached first). An answer is cached when
     ``cache_if(i, text)`` (default: non-empty text)."""
@@ -206,6 +248,13 @@ def ask_round(
     if use_cache:
         for j, key in enumerate(keys):
             hit = cache.get(key)
+            if hit is None and legacy_keys is not None:
+                hit = cache.get(legacy_keys[j])
+                if hit is not None:
+                    try:
+                        cache.put(key, hit, model=model_name, attempt=attempt)
+                    except OSError as exc:
+                        logger.warning("response cache: not written (%s)", exc)
             if hit is not None:
                 out[j] = Answer(text=hit, cached=True)
     ask = [j for j, a in enumerate(out) if not a.cached]
@@ -232,9 +281,14 @@ def ask_round(
         share = (time.perf_counter() - started) / len(ask)
         failed: list[int] = []
         reasons: list[str] = []
+        retry_after: list[float] = []
         for j, result in zip(ask, got, strict=True):
             out[j].seconds += share
+            if not isinstance(result, (str, ItemFailure, BackendFailure)):
+                result = malformed_answer(label, result)
             if isinstance(result, BackendFailure):
+                if result.retry_after_s is not None:
+                    retry_after.append(result.retry_after_s)
                 if not result.retry_in_job:
                     raise result
                 failed.append(j)
@@ -242,7 +296,7 @@ def ask_round(
             elif isinstance(result, ItemFailure):
                 out[j].failure = result.reason
             else:
-                text = result if isinstance(result, str) else ""
+                text = result
                 out[j].text = text
                 keep = cache_if(j, text) if cache_if else bool(text)
                 if use_cache and keep:
@@ -260,10 +314,12 @@ def ask_round(
                 "was written; the answers that came back are cached. Rerun when the backend "
                 "is back (after a killed run, `snakemake --unlock` first)."
             )
-        wait = policy.wait(retry)
+        asked_for = max(retry_after) if retry_after else None
+        wait = policy.wait(retry, asked_for)
         log(
             f"{label}: {len(failed)} request(s) failed in the backend ({reasons[-1]}); "
             f"retry {retry}/{policy.retries} in {wait:g} s"
+            + (f" (the server asked for {asked_for:g} s)" if asked_for is not None else "")
         )
         sleep(wait)
         ask = failed
@@ -326,6 +382,7 @@ def ask_items(
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
     fingerprint = spec.fingerprint()
+    legacy = getattr(spec, "legacy_fingerprint", lambda: None)()
     policy = TransportPolicy.from_spec(spec)
     state = [Asked() for _ in range(n)]
     shas = list(image_sha) if image_sha is not None else [None] * n
@@ -338,6 +395,11 @@ def ask_items(
         keys = (
             [r.cache_key(fingerprint, shas[i]) for r, i in zip(requests, pending, strict=True)]
             if cache is not None
+            else None
+        )
+        legacy_keys = (
+            [r.cache_key(legacy, shas[i]) for r, i in zip(requests, pending, strict=True)]
+            if cache is not None and legacy is not None
             else None
         )
         answers = ask_round(
@@ -354,6 +416,7 @@ def ask_items(
             cache_if=(lambda j, text, batch=pending: cache_if(batch[j], text))
             if cache_if
             else None,
+            legacy_keys=legacy_keys,
         )
         still = []
         for j, i in enumerate(pending):

@@ -68,7 +68,28 @@ class ModelSpec:
         return self.settings.get(key, default)
 
     def fingerprint(self) -> dict[str, Any]:
-        """What determines this model's outputs; used for provenance and rerun triggers."""
+        """What determines this model's outputs; used for provenance, rerun triggers and
+        response-cache keys. Where the model is served (SERVING_ONLY) is not part of it:
+        a moved server reruns nothing, while a changed ``model`` or ``revision`` does."""
+        return {
+            "name": self.name,
+            "backend": self.backend,
+            "model": self.model,
+            "revision": self.revision,
+            **{
+                k: v
+                for k, v in sorted(self.settings.items())
+                if k not in RUNTIME_ONLY and k not in SERVING_ONLY
+            },
+        }
+
+    def legacy_fingerprint(self) -> dict[str, Any] | None:
+        """The fingerprint as stereolens computed it before SERVING_ONLY existed, where it
+        differs from :meth:`fingerprint` (an entry with ``base_url``), else None. The
+        response cache also looks answers up under it, so the one rerun of an API entry's
+        jobs after the upgrade asks the API nothing that it had answered."""
+        if not any(k in self.settings for k in SERVING_ONLY):
+            return None
         return {
             "name": self.name,
             "backend": self.backend,
@@ -141,8 +162,15 @@ RUNTIME_ONLY = {
     "transport_retries",
     "transport_backoff_s",
     "transport_max_backoff_s",
+    "retry_after_max_s",
     "mem_mb",
 }
+
+SERVING_ONLY = {"base_url"}
+"""Settings that say where a model is served, not what it answers: a moved
+OpenAI-compatible server (another host or port) is the same model, so these stay out of
+the fingerprint (no rerun, the response cache still hits). A different model behind the
+new address is a changed ``model`` (its name) or ``revision`` in the entry."""
 
 DEFAULT_MEM_MB: dict[str, int] = {
     "diffusers": 32_000,  # host RAM to load a 3-12B pipeline before moving it to the GPU

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 
@@ -35,6 +36,48 @@ def infer_config(inputs) -> dict:
     return config
 
 
+ALWAYS_WRITTEN = {
+    "contextbias": {
+        "validation": {"enabled": False},
+        "annotation": {"enabled": False, "answers": None},
+    },
+    "lvlm": {"enabled": False, "tasks": {}, "assistant": None, "story_reading": {"enabled": False}},
+}
+"""A config with every optional part of each benchmark off: its plug-ins' report_tables of it
+are the tables every run of the benchmark writes (what a report without --configfile expects
+of a benchmark whose tables are there)."""
+
+
+def expected_tables(inputs, config: dict | None) -> dict[str, str]:
+    """name -> path (under the results folder) of every table the report expects: with the
+    run's config, every report table of the benchmarks it enables; without, the tables every
+    run writes (ALWAYS_WRITTEN) of each benchmark with at least one table there."""
+    from stereolens.benchmark import all_report_tables, benchmarks
+    from stereolens.report.inputs import RESULTS
+
+    if config is not None:
+        tables = all_report_tables(config)
+    else:
+        tables = {}
+        for plugin in benchmarks():
+            if any(inputs.has(name) for name in plugin.report_paths):
+                tables |= plugin.report_tables(ALWAYS_WRITTEN)
+    return {k: v.removeprefix(RESULTS) for k, v in tables.items()}
+
+
+def check_tables(inputs, results: Path, config: dict | None) -> list[str]:
+    """Refuse (DamagedTable, naming each file and the command that mends it) when a table
+    there is damaged; return the expected tables that are missing, as "name (path)"."""
+    from stereolens.damage import require_intact
+
+    require_intact(inputs.paths.values())
+    return [
+        f"{name} ({results / rel})"
+        for name, rel in expected_tables(inputs, config).items()
+        if not inputs.has(name)
+    ]
+
+
 def _run(args: argparse.Namespace) -> int:
     from stereolens.report.inputs import Inputs
     from stereolens.report.render import render_report
@@ -55,6 +98,15 @@ def _run(args: argparse.Namespace) -> int:
             f"{results / 'biasig/metrics/eta.parquet'} or "
             f"{results / 'lvlm/metrics/scores.parquet'}"
         )
+    missing = check_tables(inputs, results, config)
+    if missing:
+        print(
+            f"stereolens report: WARNING: {len(missing)} table(s) the report expects are "
+            f"missing, and the sections and galleries made from them are left out: "
+            f"{', '.join(missing)}. A run that lost them (a failed job deletes its outputs): "
+            "mend it with `stereolens regenerate --shard <that path> --configfile <config>`.",
+            file=sys.stderr,
+        )
     if config is None:
         config = infer_config(inputs)
     if args.registry:
@@ -73,6 +125,7 @@ def _run(args: argparse.Namespace) -> int:
 
         got["screenshot"] = str(screenshot(Path(args.out)))
     got["index"] = str(got["index"])
+    got["missing_tables"] = missing
     print(json.dumps(got, default=str))
     return 0
 

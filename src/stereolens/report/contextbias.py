@@ -21,6 +21,7 @@ from stereolens.report.contextbias_figures import (
     bi_dimension_figure,
     bootstrap_figure,
     ccs_heatmap,
+    interval_words,
     model_keys,
     only_extractor,
 )
@@ -210,10 +211,12 @@ def _bootstrap_tables(boot: pl.DataFrame) -> list[Table]:
             "estimate",
             "ci_low",
             "ci_high",
+            "estimate_bc",
         )
         if c in boot.columns
     ]
     reps = boot["replicates"][0] if boot.height else 0
+    how = interval_words(boot)
     iv = {"estimate": ("ci_low", "ci_high")}
     overall = boot.filter((pl.col("model") == "*") & (pl.col("dimension") == "*"))
     per_model = boot.filter(
@@ -230,14 +233,16 @@ def _bootstrap_tables(boot: pl.DataFrame) -> list[Table]:
             (
                 "contextbias-bootstrap-overall",
                 "BI differences across generators (paper Table 8)",
-                f"Delta BI with 95% percentile intervals, {reps} role-level cluster-bootstrap "
-                "replicates.",
+                f"Delta BI (the plug-in estimate, the paper's number) with 95% {how}, {reps} "
+                "role-level cluster-bootstrap replicates; estimate_bc = 2 x estimate - the "
+                "replicates' mean (bias-corrected).",
                 overall,
             ),
             (
                 "contextbias-bootstrap-model",
                 "CA-U - CF per generator (paper Table 9)",
-                "Delta BI = BI(CA-U) - BI(CF) per generator and cohort with 95% intervals.",
+                f"Delta BI = BI(CA-U) - BI(CF) per generator and cohort with 95% {how}; "
+                "estimate_bc bias-corrected.",
                 per_model,
             ),
             (
@@ -252,23 +257,43 @@ def _bootstrap_tables(boot: pl.DataFrame) -> list[Table]:
 
 def _robustness_caption(robustness: pl.DataFrame) -> str:
     cells = robustness["cells"][0] if robustness.height and "cells" in robustness.columns else None
+    pooled = (
+        robustness["all_cohorts"][0]
+        if robustness.height and "all_cohorts" in robustness.columns
+        else "released"
+    )
+    all_row = (
+        "cohort '*' (the paper's All) covers People, Objects and Camera, as the released "
+        "table (its Scene entry is misspelled, so Scene never reaches its All)"
+        if pooled == "released"
+        else "cohort '*' pools every cohort, Scene included (not the paper's All)"
+    )
     if cells == "released":
         return (
             "Prompt robustness as the authors' released code computes it (paper Table 3): per "
             "(model, role, label) of the model x dimension label grid, the CA-R and CA-U cells "
             "against the label's share among all the model's other images (only the cell "
             "itself left out), chi-squared with df 1; an untestable tuple counts as invariant "
-            "with p = 1. pct_invariant = % of tuples with p > 0.05, mean p, CF prevalence %; "
-            "cohort '*' (the paper's All) covers People, Objects and Camera."
+            f"with p = 1. pct_invariant = % of tuples with p > 0.05, mean p, CF prevalence %; "
+            f"{all_row}."
         )
     return (
         f"Leave-one-out chi-squared over the cells '{cells}': share of tested (role, label) "
         "tuples whose distribution over the cells matches the other roles' (p > 0.05), mean "
-        "p, CF prevalence (not the paper's Table 3 computation; see --robustness-cells)."
+        f"p, CF prevalence (not the paper's Table 3 computation; see --robustness-cells); "
+        f"{all_row}."
     )
 
 
-def _ccs_tables(inputs: Inputs) -> list[Table]:
+def _consistency_words(metrics: dict) -> str:
+    """The configured context-invariance rule in words (contextbias.metrics.consistency)."""
+    from stereolens.contextbias.ccs import consistency_rule
+
+    return consistency_rule(metrics.get("consistency", "released"))
+
+
+def _ccs_tables(inputs: Inputs, metrics: dict | None = None) -> list[Table]:
+    rule = _consistency_words(metrics or {})
     out = []
     ccs_mean = inputs.get("ccs_mean")
     if ccs_mean is not None:
@@ -280,7 +305,7 @@ def _ccs_tables(inputs: Inputs) -> list[Table]:
                 "contextbias-ccs-top",
                 "Labels with the highest cross-generator mean CCS (paper Tables 2 and 11)",
                 "CCS = Prev% / (1 + range pp); n_invariant = generators where the label is "
-                "context-invariant (p > 0.05 and range <= 5 pp); n_ccs = generators where "
+                f"context-invariant ({rule}); n_ccs = generators where "
                 "CCS is defined. Labels where CCS is undefined everywhere are left out (the "
                 "CSV of the full table has them).",
                 top,
@@ -303,7 +328,7 @@ def _ccs_tables(inputs: Inputs) -> list[Table]:
                 "Per model x role x dimension x label: prevalence %, range pp across "
                 "conditions, chi-squared homogeneity test of the three conditions (df, p, "
                 "Benjamini-Hochberg p_bh within the model), CCS (null where undefined), "
-                "consistent = p > 0.05 and range <= 5 pp. Sorted by CCS.",
+                f"consistent = {rule}. Sorted by CCS.",
                 ccs.select(keep).sort(
                     ["ccs", "model", "role", "dimension", "label"],
                     descending=[True, False, False, False, False],
@@ -400,8 +425,9 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
             "in an unrelated context (CA-U); a VLM extracts 30 attribute dimensions of every "
             "image. " + "; ".join(facts(inputs, config)) + ".",
             "Settings: K definition {k}; CCS defined for labels seen in all three conditions "
-            "and at least 5 times; context-invariant when p > 0.05 and range <= 5 pp; "
+            "and at least 5 times; context-invariant when {c}; "
             "bootstrap {b} replicates, seed {s}; matched-support draws {d}.".format(
+                c=_consistency_words(metrics),
                 k=metrics.get("k_definition", "model"),
                 b=metrics.get("replicates", 1000),
                 s=metrics.get("seed", 0),
@@ -413,7 +439,7 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
     main.tables += _bi_tables(bi)
     if boot is not None:
         main.tables += _bootstrap_tables(boot)
-    main.tables += _ccs_tables(inputs)
+    main.tables += _ccs_tables(inputs, metrics)
     if images is not None:
         main.tables += _extraction_tables(images)
     main.subsections += contextbias_studies.subsections(inputs)

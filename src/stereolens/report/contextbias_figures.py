@@ -15,6 +15,15 @@ COHORT_ORDER = ["people", "objects", "camera", "scene"]
 BI_FORMULA = "BI = 1 - H(p)/log K (paper Eq. 1), H the Shannon entropy of the label shares p"
 
 
+def interval_words(boot: pl.DataFrame) -> str:
+    """The bootstrap.parquet interval in words, from its interval column (tables written
+    before the column existed had percentile intervals)."""
+    kind = boot["interval"][0] if boot.height and "interval" in boot.columns else "percentile"
+    if kind == "basic":
+        return "basic bootstrap intervals (2 x estimate - the 97.5 and 2.5 percentiles)"
+    return "percentile intervals"
+
+
 def model_keys(frame: pl.DataFrame) -> list[str]:
     """The columns that name a series: extractor (when the table has one), model."""
     return (["extractor"] if "extractor" in frame.columns else []) + ["model"]
@@ -160,7 +169,7 @@ def bootstrap_figure(boot: pl.DataFrame) -> Figure | None:
         title="BI differences between conditions with 95% intervals (paper Tables 8-9)",
         caption=(
             "Delta BI = BI(condition a) - BI(condition b) of the cohort means (overall = "
-            "mean of the cohorts); dot = estimate, line = 95% percentile interval of a "
+            f"mean of the cohorts); dot = estimate, line = 95% {interval_words(rows)} of a "
             f"role-level cluster bootstrap ({reps} replicates, roles resampled with "
             "replacement); an interval that excludes the dashed 0 line is a shift the "
             "role sample supports" + (f"; extractor {extractor}" if extractor else "") + "."

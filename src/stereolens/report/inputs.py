@@ -9,6 +9,7 @@ benchmark plug-ins' report_paths).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -35,6 +36,18 @@ def standard_paths() -> dict[str, str]:
 RUN_FILES = ("registry", "throughput_table")
 """Inputs outside the results folder: the model registry and the planner's throughput
 table (config/models.yaml and config/throughput.yaml in the workflow)."""
+
+
+@contextmanager
+def _named(path: Path, name: str):
+    """A table that cannot be read is an error naming its file, whether it is damaged and
+    the command that mends it (stereolens.damage), not polars' anonymous message."""
+    try:
+        yield
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        from stereolens.damage import read_failure
+
+        raise read_failure(path, exc, f"report table {name!r}") from exc
 
 
 class Inputs:
@@ -119,11 +132,13 @@ class Inputs:
         if name in self._given:
             frame = self._given[name]
             return frame if columns is None else frame.select(c for c in columns if c in frame)
-        if columns is not None:
-            have = pl.read_parquet_schema(self.paths[name])
-            return pl.read_parquet(self.paths[name], columns=[c for c in columns if c in have])
-        if name not in self._frames:
-            self._frames[name] = pl.read_parquet(self.paths[name])
+        path = self.paths[name]
+        with _named(path, name):
+            if columns is not None:
+                have = pl.read_parquet_schema(path)
+                return pl.read_parquet(path, columns=[c for c in columns if c in have])
+            if name not in self._frames:
+                self._frames[name] = pl.read_parquet(path)
         return self._frames[name]
 
     def scan(self, name: str) -> pl.LazyFrame | None:
@@ -134,4 +149,7 @@ class Inputs:
     def schema(self, name: str) -> dict[str, pl.DataType]:
         if name in self._given:
             return dict(self._given[name].schema)
-        return dict(pl.read_parquet_schema(self.paths[name])) if self.has(name) else {}
+        if not self.has(name):
+            return {}
+        with _named(self.paths[name], name):
+            return dict(pl.read_parquet_schema(self.paths[name]))

@@ -84,9 +84,9 @@ def models_table(config: dict, entries: dict | None) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={c: pl.String for c in MODEL_COLUMNS})
 
 
-def _throughput_rows(inputs: Inputs, config: dict) -> pl.DataFrame | None:
+def _throughput_rows(jobs: pl.DataFrame | None, inputs: Inputs) -> pl.DataFrame | None:
     from stereolens.plan import load_throughput
-    from stereolens.throughput import measured_throughput, summarise
+    from stereolens.throughput import summarise
     from stereolens.validation import ConfigError
 
     table = None
@@ -96,13 +96,7 @@ def _throughput_rows(inputs: Inputs, config: dict) -> pl.DataFrame | None:
             table = load_throughput(path)
         except ConfigError:
             table = None
-    jobs = inputs.get("job_timings")
-    if jobs is not None:
-        return summarise(jobs, table)
-    results = inputs.results_dir()
-    if results is None:
-        return None
-    return measured_throughput(results, config=config, throughput_table=table)
+    return None if jobs is None else summarise(jobs, table)
 
 
 def throughput_figure(summary: pl.DataFrame) -> Figure | None:
@@ -151,6 +145,58 @@ def throughput_figure(summary: pl.DataFrame) -> Figure | None:
     )
 
 
+def truncation_line(jobs: pl.DataFrame | None) -> str | None:
+    """The report's count of images whose prompt a text encoder cut (CLIP's 77 tokens, T5's
+    max_sequence_length), from the generation jobs' timing.json; None when no job of the
+    run recorded it (jobs of an older stereolens)."""
+    if jobs is None or "prompts_truncated" not in jobs.columns:
+        return None
+    every = jobs.filter(pl.col("stage") == "generate")
+    gen = every.filter(pl.col("prompts_truncated").is_not_null())
+    if gen.is_empty():
+        return None
+    images = int(gen["items"].sum())
+    older = every.height - gen.height
+    note = (
+        f" ({older} generation jobs made before stereolens recorded it are not counted)"
+        if older
+        else ""
+    )
+    per_model = (
+        gen.group_by("model")
+        .agg(pl.col("prompts_truncated").sum().alias("cut"), pl.col("items").sum())
+        .filter(pl.col("cut") > 0)
+        .sort("model")
+    )
+    if per_model.is_empty():
+        return f"Prompts cut by a text encoder: none of the {images} generated images{note}."
+    cut = int(per_model["cut"].sum())
+    models = "; ".join(
+        f"{r['model']} {r['cut']} of {r['items']}" for r in per_model.iter_rows(named=True)
+    )
+    return (
+        f"Prompts cut by a text encoder: {cut} of {images} generated images ({models}){note}. "
+        "The encoder saw only the first tokens of these prompts (CLIP 77, T5 its "
+        "max_sequence_length); each such image's metadata.jsonl row lists the encoders "
+        "with tokens, kept and dropped (prompt_truncation) and has quirks "
+        "[prompt_truncated]."
+    )
+
+
+def _jobs(inputs: Inputs, config: dict) -> pl.DataFrame | None:
+    """The run's model jobs (throughput.JOB_SCHEMA): the workflow's job_timings table, else
+    the jobs found under the results folder, of the models the config names."""
+    jobs = inputs.get("job_timings")
+    if jobs is not None:
+        return jobs
+    results = inputs.results_dir()
+    if results is None:
+        return None
+    from stereolens.throughput import configured_jobs
+
+    return configured_jobs(results, config=config)
+
+
 def sections(inputs: Inputs, config: dict) -> list[Section]:
     from stereolens.throughput import CAPTION
 
@@ -167,7 +213,8 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
             collapsed=False,
         )
     )
-    summary = _throughput_rows(inputs, config)
+    jobs = _jobs(inputs, config)
+    summary = _throughput_rows(jobs, inputs)
     sub = Section("run-throughput", "Measured throughput")
     if summary is None or summary.is_empty():
         sub.paragraphs.append("No job timing records were found for this run.")
@@ -193,6 +240,11 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
                     f"against its plan: {worst['model']} ({worst['stage']}, {ratio:.1f}x)."
                 )
     section.subsections.append(sub)
+    line = truncation_line(jobs)
+    if line is not None:
+        generation = Section("run-generation", "Generation quirks")
+        generation.paragraphs.append(line)
+        section.subsections.append(generation)
     settings = Section("run-settings", "Run settings")
     settings.preformatted.append(
         ("The config of this run (JSON)", json.dumps(config, indent=2, sort_keys=True, default=str))

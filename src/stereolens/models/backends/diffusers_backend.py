@@ -410,6 +410,16 @@ class DiffusersGenerator:
         prompt = f"{prefix}, {prompt}" if prefix else prompt
         return apply_prompt_intervention(prompt, self.intervention)
 
+    def prompt_truncation(self, prompts: list[str]) -> list[list[dict[str, Any]]]:
+        """Per prompt (as sent: style prefix and intervention added), the text encoders that
+        cut it and by how much (stereolens.models.backends.prompt_tokens); [] = none."""
+        from stereolens.models.backends import prompt_tokens
+
+        if getattr(self, "_token_limits", None) is None:
+            self._token_limits = prompt_tokens.token_limits(self.pipe, self._call_kwargs)
+        limits = self._token_limits
+        return [prompt_tokens.prompt_truncation(limits, self._full_prompt(p)) for p in prompts]
+
     def generate(self, prompts: list[str], seeds: list[int]) -> list[Any]:
         """One PIL image per (prompt, seed), made ``batch_size`` at a time."""
         prompts, seeds = list(prompts), list(seeds)

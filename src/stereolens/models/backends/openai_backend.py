@@ -15,11 +15,22 @@ hosted APIs, or a local ``vllm serve``.
   unwrapped to the bare choice; this works on OpenAI's API and on ``vllm serve``
   alike (vLLM's own ``structured_outputs: {"choice": ...}`` extra is not used).
 * ``max_concurrency`` requests are in flight at once (a thread pool), at most
-  ``requests_per_minute`` start per minute; each has ``timeout_s``; the client retries
-  408/409/429/5xx and connection errors with exponential backoff (``max_retries``); a
-  request that still fails is a BackendFailure (stereolens.models.ask: retried in the job
-  after ``transport_backoff_s``, then the job fails), never an answer. An input the API
-  rejects (HTTP 400/413/415/422) loses only its own item. A refusal is an answer.
+  ``requests_per_minute`` start per minute; each has ``timeout_s`` (default 60); the
+  client's own retries (``max_retries``, default 0) are off unless the entry asks for
+  them, so every retry is the job's: a request that fails is a BackendFailure
+  (stereolens.models.ask: retried in the job after ``transport_backoff_s``, or after the
+  server's Retry-After on HTTP 429/503 where that is longer, at most
+  ``retry_after_max_s``; then the job fails), never an answer. Once a request of a call
+  failed in a way that says the endpoint is down (ENDPOINT_DOWN: refused, timed out, HTTP
+  429/502/503/504, a malformed response), the call's requests not yet sent are not sent
+  (they fail with it), so a dead endpoint costs one timeout per round, not one per wave
+  of ``max_concurrency`` requests; the
+  worst case is :func:`stereolens.models.api_wait.worst_case_hang_s`, which
+  ``stereolens check-config`` prints. An input the API rejects (HTTP 400/413/415/422)
+  loses only its own item. A refusal is an answer.
+* A response that is not a chat completion (not JSON, JSON of another shape, a proxy's
+  HTML page under HTTP 200) is a retried BackendFailure that names the server, the HTTP
+  status and content type, and quotes the first bytes of the body.
 * Reasoning models reject a temperature: when ``reasoning_effort`` is set it is
   sent and ``temperature`` is not.
 """
@@ -27,8 +38,10 @@ hosted APIs, or a local ``vllm serve``.
 from __future__ import annotations
 
 import copy
+import email.utils
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -38,7 +51,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from stereolens.images import ImageUnreadable
-from stereolens.models.ask import BackendFailure, ItemFailure
+from stereolens.models.api_wait import API_MAX_RETRIES, API_TIMEOUT_S
+from stereolens.models.ask import BODY_PREVIEW, BackendFailure, ItemFailure
 from stereolens.models.backends.vllm_backend import build_vllm_messages
 from stereolens.models.registry import ModelSpec
 from stereolens.models.requests import VLMRequest
@@ -46,8 +60,9 @@ from stereolens.validation import ConfigError
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_RETRIES = 4
+DEFAULT_MAX_RETRIES = API_MAX_RETRIES
 PLACEHOLDER_KEY = "EMPTY"
+OPENAI_URL = "https://api.openai.com/v1"
 
 STRICT_UNSUPPORTED = frozenset(
     {
@@ -188,7 +203,11 @@ class OpenAIVLM:
                 "variable that holds the API key (or base_url for a local endpoint)"
             )
         self._secret = key if key != PLACEHOLDER_KEY else None
-        self.timeout_s = float(spec.get("timeout_s", 120))
+        self.server = base_url or OPENAI_URL
+        self._down: threading.Event | None = None
+        self._down_reason = ""
+        self._lock = threading.Lock()
+        self.timeout_s = float(spec.get("timeout_s", API_TIMEOUT_S))
         self.max_concurrency = int(spec.get("max_concurrency", 4))
         self._limiter = RateLimiter(spec.get("requests_per_minute"))
         self._client = OpenAI(
@@ -209,30 +228,45 @@ class OpenAIVLM:
         """The model's answer (a refusal is an answer: its text), an ItemFailure when the
         API rejects this input as invalid (HTTP 400/413/422, an unreadable image), or a
         BackendFailure for everything outside the model: connection, timeout, HTTP
-        408/409/429/5xx (worth retrying in the job), authentication, permission, an
-        unknown model (HTTP 401/403/404: fail the job)."""
+        408/409/429/5xx, a malformed response (worth retrying in the job), authentication,
+        permission, an unknown model (HTTP 401/403/404: fail the job)."""
         try:
             kwargs = build_chat_kwargs(request, self.spec)
         except ImageUnreadable as exc:
             return ItemFailure(str(exc))
         self._limiter.wait()
+        down = self._down
+        if down is not None and down.is_set():
+            return BackendFailure(
+                f"not sent, after an earlier failure of this round: {self._down_reason}",
+                retry_in_job=True,
+            )
         try:
-            response = self._client.chat.completions.create(**kwargs, timeout=self.timeout_s)
+            raw = self._client.chat.completions.with_raw_response.create(
+                **kwargs, timeout=self.timeout_s
+            )
         except Exception as exc:  # after the client's own retries
-            failure = classify_api_error(exc, self.mask)
+            failure = classify_api_error(exc, self.mask, server=self.server)
+            if isinstance(failure, BackendFailure) and status_of(exc) in ENDPOINT_DOWN:
+                self._stop_round(failure)
             logger.error("openai backend %s: request %d failed: %s", self.spec.name, index, failure)
             return failure
-        message = response.choices[0].message
-        refusal = getattr(message, "refusal", None)
+        try:
+            text, refusal = completion_text(raw.parse())
+        except Exception as exc:  # not JSON, or JSON that is not a chat completion
+            failure = malformed_response(raw, f"{type(exc).__name__}: {exc}", self.server)
+            failure = BackendFailure(self.mask(str(failure)), retry_in_job=True)
+            self._stop_round(failure)
+            logger.error("openai backend %s: request %d: %s", self.spec.name, index, failure)
+            return failure
         if refusal:
             logger.warning(
                 "openai backend %s: request %d refused: %s",
                 self.spec.name,
                 index,
-                self.mask(str(refusal)),
+                self.mask(refusal),
             )
-            return str(refusal)
-        text = message.content or ""
+            return refusal
         if request.choices is not None and text:
             try:
                 answer = json.loads(text).get("answer")
@@ -241,12 +275,80 @@ class OpenAIVLM:
             return answer if answer in request.choices else text
         return text
 
+    def _stop_round(self, failure: BackendFailure) -> None:
+        """After ``failure`` the rest of this ``answer`` call is not sent (see the module
+        docstring): a dead endpoint costs one timeout per round."""
+        with self._lock:
+            if self._down is not None and not self._down.is_set():
+                self._down_reason = str(failure)
+                self._down.set()
+
     def answer(self, requests: list[VLMRequest]) -> list[str | ItemFailure | BackendFailure]:
         if not requests:
             return []
         workers = max(1, min(self.max_concurrency, len(requests)))
+        self._down = threading.Event()  # set by this call's first backend failure
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai-vlm") as pool:
             return list(pool.map(self._answer_one, range(len(requests)), requests))
+
+
+def completion_text(response: Any) -> tuple[str, str | None]:
+    """(text, refusal) of a parsed chat completion; ValueError when ``response`` is not one
+    (the client hands back a non-JSON body as a str, and JSON of another shape as an
+    object without choices)."""
+    choices = getattr(response, "choices", None)
+    if isinstance(response, (str, bytes)) or not isinstance(choices, list) or not choices:
+        raise ValueError("no choices in the response")
+    message = getattr(choices[0], "message", None)
+    if message is None or isinstance(message, dict):
+        raise ValueError("the first choice has no message")
+    content = getattr(message, "content", None)
+    refusal = getattr(message, "refusal", None)
+    if content is not None and not isinstance(content, str):
+        raise ValueError(f"the message content is a {type(content).__name__}, not a text")
+    if refusal is not None and not isinstance(refusal, str):
+        raise ValueError(f"the message refusal is a {type(refusal).__name__}, not a text")
+    return content or "", refusal or None
+
+
+def malformed_response(raw: Any, why: str, server: str) -> BackendFailure:
+    """A retried BackendFailure for a response that is not a chat completion, naming the
+    server, the status, the content type and the first bytes of the body."""
+    try:
+        body = raw.text
+    except Exception:  # an undecodable body: its bytes
+        body = repr(getattr(raw, "content", b""))
+    status = getattr(raw, "status_code", "?")
+    ctype = getattr(raw, "headers", {}).get("content-type", "no content type")
+    preview = body[:BODY_PREVIEW]
+    more = f" ... ({len(body)} characters)" if len(body) > BODY_PREVIEW else ""
+    return BackendFailure(
+        f"{server}: malformed response (HTTP {status}, {ctype}; {why}); the body starts "
+        f"{preview!r}{more}",
+        retry_in_job=True,
+    )
+
+
+def retry_after_s(headers: Any) -> float | None:
+    """Seconds a response's ``retry-after-ms`` or ``Retry-After`` header (seconds or an
+    HTTP date) asks the client to wait, or None."""
+    if headers is None:
+        return None
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / scale
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                continue
+            seconds = when.timestamp() - time.time()
+        if math.isfinite(seconds):
+            return max(0.0, seconds)
+    return None
 
 
 RETRY_STATUS = frozenset({408, 409, 429})
@@ -255,21 +357,40 @@ ITEM_STATUS = frozenset({400, 413, 415, 422})
 """HTTP statuses that reject this request's input: the item's own failure."""
 
 
-def classify_api_error(
-    exc: BaseException, mask: Callable[[str], str] = lambda t: t
-) -> ItemFailure | BackendFailure:
-    """What an exception of the OpenAI client means for the run (see OpenAIVLM._answer_one)."""
+ENDPOINT_DOWN = frozenset({None, 429, 502, 503, 504})
+"""Failures that say the endpoint, not one request, is failing (no HTTP status: refused,
+timed out, cut off; rate limited; a gateway without its upstream): the rest of the round is
+not sent. A malformed response counts too; an HTTP 500 may be one request's own."""
+
+
+def status_of(exc: BaseException) -> int | None:
+    """The HTTP status of an OpenAI client exception, or None (no response)."""
     status = getattr(exc, "status_code", None)
     if status is None:
         status = getattr(getattr(exc, "response", None), "status_code", None)
+    return None if status is None else int(status)
+
+
+def classify_api_error(
+    exc: BaseException, mask: Callable[[str], str] = lambda t: t, server: str = ""
+) -> ItemFailure | BackendFailure:
+    """What an exception of the OpenAI client means for the run (see OpenAIVLM._answer_one).
+    ``server`` (the endpoint) starts the message of a BackendFailure."""
+    response = getattr(exc, "response", None)
+    status = status_of(exc)
+    where = f"{server}: " if server else ""
     text = f"{type(exc).__name__}: {mask(str(exc))}"
-    if status is None:  # connection refused, DNS, timeout, a broken stream
-        return BackendFailure(text, retry_in_job=True)
+    if status is None:  # connection refused, DNS, timeout, a broken stream, a bad body
+        return BackendFailure(where + text, retry_in_job=True)
     status = int(status)
     if status in ITEM_STATUS:
         return ItemFailure(f"rejected by the API (HTTP {status}): {mask(str(exc))}")
     return BackendFailure(
-        f"HTTP {status}: {text}", retry_in_job=status in RETRY_STATUS or status >= 500
+        f"{where}HTTP {status}: {text}",
+        retry_in_job=status in RETRY_STATUS or status >= 500,
+        retry_after_s=retry_after_s(getattr(response, "headers", None))
+        if status in (429, 503)
+        else None,
     )
 
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from stereolens.images import ImageUnreadable, load_image
-from stereolens.models.ask import BackendFailure, ItemFailure, out_of_memory_errors
+from stereolens.models.ask import BODY_PREVIEW, BackendFailure, ItemFailure, out_of_memory_errors
 from stereolens.models.registry import ModelSpec
 from stereolens.models.requests import VLMRequest
 
@@ -258,8 +258,28 @@ class VLLMVLM:
         )
 
     def _chat(self, conversations: list, params: list) -> list[str]:
-        outputs = self.llm.chat(conversations, sampling_params=params, use_tqdm=False)
-        return [o.outputs[0].text if o.outputs else "" for o in outputs]
+        """The engine's texts; a malformed output (another count, an output that is not
+        a text) is a retried BackendFailure naming the engine and quoting the output."""
+        outputs = list(self.llm.chat(conversations, sampling_params=params, use_tqdm=False))
+        where = f"vllm backend {self.spec.name} ({self.spec.model})"
+        if len(outputs) != len(conversations):
+            raise BackendFailure(
+                f"{where}: malformed response: {len(outputs)} outputs for "
+                f"{len(conversations)} requests: {repr(outputs)[:BODY_PREVIEW]}",
+                retry_in_job=True,
+            )
+        texts = []
+        for o in outputs:
+            choices = getattr(o, "outputs", None)
+            text = getattr(choices[0], "text", None) if choices else ""
+            if not isinstance(text, str):
+                raise BackendFailure(
+                    f"{where}: malformed response: an output without a text: "
+                    f"{repr(o)[:BODY_PREVIEW]}",
+                    retry_in_job=True,
+                )
+            texts.append(text)
+        return texts
 
     def answer(self, requests: list[VLMRequest]) -> list[str | ItemFailure]:
         """One raw text per request. An image that cannot be read, or a request the
@@ -300,6 +320,8 @@ class VLLMVLM:
             try:
                 out[i] = self._chat([conversations[k]], [params[k]])[0]
             except oom:
+                raise
+            except BackendFailure:
                 raise
             except ValueError as exc:
                 logger.error("vllm backend %s: request %d rejected: %s", self.spec.name, i, exc)

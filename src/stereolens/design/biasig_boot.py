@@ -1,0 +1,94 @@
+"""The emulated pipeline bootstrap of the BiasIG design (:mod:`stereolens.design.biasig`):
+images resampled within units, as :mod:`stereolens.biasig.resample` does, and the standard
+error its percentile interval implies at the run's number of replicates."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+
+from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES
+from stereolens.design.sampling import multinomial
+
+BOOT_REPLICATES = 100
+"""Replicates of the emulated bootstrap (its width rescaled to the run's, percentile_width)."""
+JOINT_MAX_IMAGES = 60
+"""Up to this many images per unit the emulated bootstrap resamples whole images (see
+boot_counts); above it the per-attribute multinomial (the difference vanishes)."""
+
+
+def boot_counts(counts: np.ndarray, rng, joint: bool = False) -> np.ndarray:
+    """Counts (D, ..., 9) -> (D, B, ..., 9): the answers resampled with replacement, as the
+    pipeline resamples images. ``joint`` (counts (D, U, persons, 9) under count "paper"):
+    images are laid out (each attribute's values in random order, as the world draws them
+    independently) and resampled whole, so that every attribute and person of an image moves
+    together: how many distinct images a replicate holds then makes all attributes more or
+    less concentrated at once, which widens the interval at a few images per unit (by about
+    8% at 6 images). Otherwise each attribute is a multinomial from its observed shares."""
+    if joint:
+        return _joint_counts(counts, rng)
+    c = counts[:, None]
+    parts = []
+    for a in ATTRIBUTES:
+        sl = c[..., SLICES[a]]
+        n = sl.sum(-1)
+        shape = (counts.shape[0], BOOT_REPLICATES) + counts.shape[1:-1]
+        parts.append(
+            multinomial(np.broadcast_to(n, shape), np.broadcast_to(sl, shape + sl.shape[-1:]), rng)
+        )
+    return np.concatenate(parts, axis=-1)
+
+
+def _joint_counts(counts: np.ndarray, rng) -> np.ndarray:
+    d_n, u_n, p_n, _ = counts.shape
+    b_n = BOOT_REPLICATES
+    out = np.zeros((d_n, b_n, u_n, p_n, len(VALUES)))
+    images = counts[..., SLICES["gender"]].sum(-1).max(-1).astype(np.int64)  # (D, U)
+    for u in range(u_n):
+        n = images[:, u]
+        top = int(n.max())
+        if top == 0:
+            continue
+        codes = np.full((d_n, top, p_n, 3), -1, dtype=np.int64)
+        for d in range(d_n):
+            for s in range(p_n):
+                for j, a in enumerate(ATTRIBUTES):
+                    sl = SLICES[a]
+                    vals = np.repeat(
+                        np.arange(sl.start, sl.stop), counts[d, u, s, sl].astype(np.int64)
+                    )
+                    codes[d, : vals.size, s, j] = rng.permutation(vals)
+        idx = (rng.random((d_n, b_n, top)) * n[:, None, None]).astype(np.int64)
+        valid = np.arange(top)[None, None, :] < n[:, None, None]
+        drawn = codes[np.arange(d_n)[:, None, None], idx]  # (D, B, top, persons, 3)
+        ok = valid[..., None, None] & (drawn >= 0)
+        dd, bb, _, ss, _ = np.nonzero(ok)
+        vv = drawn[ok]
+        np.add.at(out, (dd, bb, u, ss, vv), 1.0)
+    return out
+
+
+def boot_se(metric, boot: np.ndarray, replicates: int = BOOT_REPLICATES):
+    """(se, centre) per dataset of a percentile 95% interval over the replicates (axis 1):
+    se = half-width / 1.96, centre = the interval's midpoint. The width of an interval from
+    B replicates is short by a factor :func:`percentile_width` (B) (4% at 100, 0.5% at
+    1,000): the emulation's width is rescaled from BOOT_REPLICATES to the pipeline's
+    ``replicates`` (biasig.replicates), whose interval the report prints."""
+    v = metric(boot)  # (D, B)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, hi = np.nanquantile(v, [0.025, 0.975], axis=1)
+    factor = percentile_width(replicates) / percentile_width(v.shape[1])
+    return factor * (hi - lo) / (2 * 1.959963984540054), (hi + lo) / 2
+
+
+@functools.lru_cache(maxsize=16)
+def percentile_width(replicates: int) -> float:
+    """E[(q_0.975 - q_0.025) / (2 x 1.96)] of ``replicates`` standard normal draws (numpy's
+    linear quantiles): 0.958 at 100, 0.977 at 200, 0.995 at 1,000 (seeded, 4,000 draws)."""
+    rng = np.random.default_rng(20)
+    x = rng.standard_normal((4000, max(2, int(replicates))))
+    lo, hi = np.quantile(x, [0.025, 0.975], axis=1)
+    return float(np.mean(hi - lo) / (2 * 1.959963984540054))

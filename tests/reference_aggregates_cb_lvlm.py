@@ -150,7 +150,8 @@ def _dense_story_units(sub, responses, groups, min_count, formula):
         return out
 
     strata = units["stratum"].rank("dense").to_numpy().astype(np.int64) - 1
-    return S._Units(codes, strata, False, len(codes), len(groups), prompts, score)
+    keys = units["image_id"].cast(pl.String).to_numpy()
+    return S._Units(codes, strata, False, len(codes), len(groups), prompts, score, keys)
 
 
 def compute_all_reference(
@@ -204,9 +205,32 @@ def compute_all_reference(
     )
     grouped = refusal_rates(labelled, by=("model", "setting", "task", "axis", "group"))
     table = pl.concat([overall_r, grouped], how="diagonal_relaxed")
+    # the design effect of the user image, from the labelled rows image by image
+    deffs = []
+    for r in table.iter_rows(named=True):
+        cell = labelled.filter(
+            (pl.col("model") == r["model"])
+            & (pl.col("setting") == r["setting"])
+            & (pl.col("task") == r["task"])
+            & ((pl.col("axis") == r["axis"]) | (r["axis"] == "*"))
+            & ((pl.col("group") == r["group"]) | (r["group"] == "*"))
+        )
+        per = refusal_rates(cell, by=("axis", "group", "image_id"))
+        m = (per["n"] - per["n_empty"]).to_numpy().astype(float)
+        y = per["n_refusal"].to_numpy().astype(float)
+        p = y.sum() / m.sum() if m.sum() else 0.0
+        deffs.append(
+            max(1.0, float(((y - p * m) ** 2).sum() / (p * (1 - p) * m.sum())))
+            if 0 < p < 1
+            else 1.0
+        )
+    table = table.with_columns(pl.Series("deff", deffs))
     valid = (table["n"] - table["n_empty"]).to_numpy()
     lo, hi = proportion_confint(
-        table["n_refusal"].to_numpy(), np.maximum(valid, 1), alpha=0.05, method="wilson"
+        table["n_refusal"].to_numpy() / table["deff"].to_numpy(),
+        np.maximum(valid, 1) / table["deff"].to_numpy(),
+        alpha=0.05,
+        method="wilson",
     )
     order = ["model", "setting", "task", "axis", "group"]
     refusal_table = (

@@ -99,7 +99,15 @@ def _hand_report_inputs(config: dict) -> dict[str, str]:
     if lv["enabled"]:
         inputs |= {
             f"lvlm_{name}": f"results/lvlm/metrics/{name}.parquet"
-            for name in ("scores", "prompt_scores", "refusals", "story_skew", "exam_accuracy")
+            for name in (
+                "scores",
+                "prompt_scores",
+                "refusals",
+                "story_skew",
+                "exam_accuracy",
+                "comparisons",
+                "ranks",
+            )
         } | {
             "lvlm_sets": "results/lvlm/sets.parquet",
             "lvlm_responses": "results/lvlm/responses.parquet",
@@ -148,6 +156,8 @@ STANDARD = {
         f"lvlm_{n}": f"lvlm/metrics/{n}.parquet"
         for n in ("scores", "prompt_scores", "refusals", "story_skew", "exam_accuracy")
     },
+    "lvlm_comparisons": "lvlm/metrics/comparisons.parquet",
+    "lvlm_ranks": "lvlm/metrics/ranks.parquet",
     "lvlm_sets": "lvlm/sets.parquet",
     "lvlm_responses": "lvlm/responses.parquet",
     "lvlm_story_attributes": "lvlm/story_attributes.parquet",

@@ -217,6 +217,8 @@ rule compute_lvlm_metrics:
         refusals="results/lvlm/metrics/refusals.parquet",
         story_skew="results/lvlm/metrics/story_skew.parquet",
         exam_accuracy="results/lvlm/metrics/exam_accuracy.parquet",
+        comparisons="results/lvlm/metrics/comparisons.parquet",
+        ranks="results/lvlm/metrics/ranks.parquet",
     log:
         "logs/lvlm/compute_metrics.log",
     benchmark:

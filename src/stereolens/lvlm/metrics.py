@@ -76,7 +76,8 @@ def reduce_responses(responses, phrases=None) -> dict[str, pl.DataFrame]:
       ``n`` and correct answers ``n_correct`` (an answer naming no valid letter is wrong);
     - ``refusals``: per (model, setting, task, axis, group) the counts of
       stereolens.lvlm.refusal.refusal_rates (phrase rules label a table without refusal
-      columns; None when it has neither refusal labels nor ``response``)."""
+      columns; None when it has neither refusal labels nor ``response``);
+    - ``refusal_images``: the same counts per user image (image_id added)."""
     lf = _with_setting(responses.lazy() if isinstance(responses, pl.DataFrame) else responses)
     names = set(lf.collect_schema().names())
     need = {"model", "task", "axis", "group", "image_id", "prompt_id"}
@@ -106,20 +107,21 @@ def reduce_responses(responses, phrases=None) -> dict[str, pl.DataFrame]:
     else:
         out["exam"] = pl.DataFrame()
     by = ["model", "setting", "task", "axis", "group"]
+    per_image = [*by, "image_id"]
     if "refusal" in names:
-        out["refusals"] = lf.group_by(by).agg(**REFUSAL_COUNTS).collect(engine="streaming")
+        counts = lf.group_by(per_image).agg(**REFUSAL_COUNTS).collect(engine="streaming")
     elif "response" in names:
-        cols = [*by, "response", *(["request"] if "request" in names else [])]
+        cols = [*per_image, "response", *(["request"] if "request" in names else [])]
         labelled = label_refusals(lf.select(cols).collect(), rules=load_rules(phrases))
-        out["refusals"] = labelled.group_by(by).agg(**REFUSAL_COUNTS)
+        counts = labelled.group_by(per_image).agg(**REFUSAL_COUNTS)
     else:
-        out["refusals"] = None
+        counts = None
+    # per user image, for the paired bootstrap of the comparisons between models
+    out["refusal_images"] = counts
+    out["refusals"] = (
+        None if counts is None else counts.group_by(by).agg(pl.col(c).sum() for c in REFUSAL_COUNTS)
+    )
     return out
-
-
-def _per_setting(frame: pl.DataFrame):
-    for setting in sorted(frame["setting"].unique().to_list()):
-        yield setting, frame.filter(pl.col("setting") == setting)
 
 
 def scores(
@@ -133,11 +135,14 @@ def scores(
     level: float = 0.95,
     permutations: int = 1000,
     formulas: dict[str, str] | None = None,
+    replicates_out: dict | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(overall, per_prompt) score tables for every model x setting x task x axis with data.
 
-    overall: model, setting, task, axis, score, ci_low, ci_high, null_mean, null_high,
-    p_perm, n_perm, n_prompts, n_units, n_boot, seed, formula (scores.overall_scores);
+    overall: model, setting, task, axis, score, score_bc, ci_low, ci_high,
+    null_mean, null_high, p_perm, n_perm, n_prompts, n_units, n_boot, seed, formula, interval
+    (scores.overall_scores); ``replicates_out``, when given, receives per (model, setting,
+    task, axis) the paired bootstrap replicates of the score;
     per_prompt: model, setting, task, axis, prompt_id, score, formula. Tasks without their
     input (no story attributes, no judgements, no exam rows) are left out, never scored as
     0. ``formulas`` names each task's formula (scores.FORMULAS); ``permutations`` shuffles
@@ -147,29 +152,25 @@ def scores(
     kw = {"min_count": min_count, "formulas": S.check_formulas(formulas)}
     boot = {"n_boot": replicates, "seed": seed, "level": level, "permutations": permutations}
 
-    def add(task: str, table: pl.DataFrame, setting: str, **extra) -> None:
+    def add(task: str, table: pl.DataFrame, **extra) -> None:
+        # every setting at once: one paired resample of the shared images per replicate
         if table.height == 0:
             return
-        o = S.overall_scores(task, table, **kw, **boot, **extra)
-        p = S.prompt_scores(task, table, **kw, **extra)
-        overall.append(o.with_columns(pl.lit(setting).alias("setting")))
-        per_prompt.append(p.with_columns(pl.lit(setting).alias("setting")))
+        o, reps = S.score_replicates(task, table, **kw, **boot, **extra)
+        overall.append(o)
+        per_prompt.append(S.prompt_scores(task, table, **kw, **extra))
+        if replicates_out is not None:
+            replicates_out.update({(m, st, task, a): r for (m, st, a), r in reps.items()})
 
     if story_attributes is not None and story_attributes.height:
-        story_attributes = _with_setting(story_attributes)
         stories = reduced["story"]
-        for setting, sub in _per_setting(story_attributes):
-            cols = ["model", "axis", "group", "image_id", "prompt_id"]
-            cols += ["stratum"] if "stratum" in stories.columns else []
-            resp = stories.filter(pl.col("setting") == setting).select(cols)
-            add("story", sub, setting, responses=resp)
+        cols = ["model", "setting", "axis", "group", "image_id", "prompt_id"]
+        cols += ["stratum"] if "stratum" in stories.columns else []
+        add("story", _with_setting(story_attributes), responses=stories.select(cols))
     if term_judgements is not None and term_judgements.height:
-        for setting, sub in _per_setting(_with_setting(term_judgements)):
-            add("term", sub, setting)
-    exam = reduced["exam"]
-    if exam.height:
-        for setting, sub in _per_setting(exam):
-            add("exam", sub, setting)
+        add("term", _with_setting(term_judgements))
+    if reduced["exam"].height:
+        add("exam", reduced["exam"])
     order = ["model", "setting", "task", "axis"]
     out_o = (
         pl.concat(overall, how="diagonal_relaxed").select(*order, pl.exclude(order)).sort(order)
@@ -198,25 +199,71 @@ def _rates(counts: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     )
 
 
+def _design_effect(images: pl.DataFrame | None, by: list[str]) -> pl.DataFrame | None:
+    """Per ``by`` cell the design effect of the user image on the refusal rate (responses of
+    one image are dependent: a model refuses some photos more than others): the
+    cluster-robust variance of the ratio sum y_i / sum m_i over images i (y refusals, m valid
+    responses), sum (y_i - p m_i)^2 / (sum m)^2, over the binomial p (1 - p) / sum m; at
+    least 1 (1 exactly with one response per image), 1 at p = 0 or 1."""
+    if images is None or images.height == 0:
+        return None
+    m = (pl.col("n") - pl.col("n_empty")).cast(pl.Float64)
+    y = pl.col("n_refusal").cast(pl.Float64)
+    return (
+        images.with_columns(m.alias("_m"), y.alias("_y"))
+        .with_columns((pl.col("_y").sum() / pl.col("_m").sum()).over(by).alias("_p"))
+        .group_by(by)
+        .agg(
+            ((pl.col("_y") - pl.col("_p") * pl.col("_m")) ** 2).sum().alias("_ss"),
+            pl.col("_m").sum().alias("_sm"),
+            pl.col("_p").first().alias("_p"),
+        )
+        .with_columns(
+            pl.when((pl.col("_p") > 0) & (pl.col("_p") < 1))
+            .then(pl.col("_ss") / (pl.col("_p") * (1 - pl.col("_p")) * pl.col("_sm")))
+            .otherwise(1.0)
+            .clip(lower_bound=1.0)
+            .alias("deff")
+        )
+        .select(*by, "deff")
+    )
+
+
 def refusals(responses, phrases=None) -> pl.DataFrame:
     """Refusal rate (%) per model x setting x task (group "*") and per group, with a Wilson
-    95% interval: columns model, setting, task, axis, group, n, n_empty, n_refusal, n_rule,
-    n_judge, rate, ci_low, ci_high. ``responses``: a table (DataFrame or LazyFrame) or the
-    reduction of one (:func:`reduce_responses`)."""
+    95% interval on the effective sample size (n valid / deff, ``deff`` the design effect of
+    the user image, :func:`_design_effect`; plain Wilson when the per-image counts are
+    absent or every image has one response): columns model, setting, task, axis, group, n,
+    n_empty, n_refusal, n_rule, n_judge, rate, deff, ci_low, ci_high. ``responses``: a
+    table (DataFrame or LazyFrame) or the reduction of one (:func:`reduce_responses`)."""
     from statsmodels.stats.proportion import proportion_confint
 
     reduced = responses if isinstance(responses, dict) else reduce_responses(responses, phrases)
     counts = reduced["refusals"]
     if counts is None:
         return pl.DataFrame()
-    overall = _rates(counts, ["model", "setting", "task"]).with_columns(
-        pl.lit("*").alias("axis"), pl.lit("*").alias("group")
-    )
-    grouped = _rates(counts, ["model", "setting", "task", "axis", "group"])
-    table = pl.concat([overall, grouped], how="diagonal_relaxed")
-    valid = (table["n"] - table["n_empty"]).to_numpy()
+    images = reduced.get("refusal_images")
+    parts = []
+    for by, extra in (
+        (["model", "setting", "task"], [pl.lit("*").alias("axis"), pl.lit("*").alias("group")]),
+        (["model", "setting", "task", "axis", "group"], []),
+    ):
+        part = _rates(counts, by).with_columns(*extra)
+        deff = _design_effect(images, by)
+        part = (
+            part.join(deff, on=by, how="left").with_columns(pl.col("deff").fill_null(1.0))
+            if deff is not None
+            else part.with_columns(pl.lit(1.0).alias("deff"))
+        )
+        parts.append(part)
+    table = pl.concat(parts, how="diagonal_relaxed")
+    valid = (table["n"] - table["n_empty"]).to_numpy().astype(float)
+    deff = table["deff"].to_numpy()
     lo, hi = proportion_confint(
-        table["n_refusal"].to_numpy(), np.maximum(valid, 1), alpha=0.05, method="wilson"
+        table["n_refusal"].to_numpy() / deff,
+        np.maximum(valid, 1) / deff,
+        alpha=0.05,
+        method="wilson",
     )
     order = ["model", "setting", "task", "axis", "group"]
     return (
@@ -311,10 +358,14 @@ def compute_all(
     permutations: int = 1000,
     formulas: dict[str, str] | None = None,
 ) -> dict[str, pl.DataFrame]:
-    """scores, prompt_scores, refusals, story_skew and exam_accuracy tables. ``responses``
+    """scores, prompt_scores, refusals, comparisons, ranks (stereolens.lvlm.comparisons),
+    story_skew and exam_accuracy tables. ``responses``
     may be a LazyFrame (``pl.scan_parquet``): it is reduced as it streams
     (:func:`reduce_responses`), never loaded whole."""
+    from stereolens.lvlm import comparisons as K
+
     reduced = reduce_responses(responses, phrases)
+    reps: dict = {}
     overall, per_prompt = scores(
         reduced,
         story_attributes,
@@ -325,11 +376,17 @@ def compute_all(
         level=level,
         permutations=permutations,
         formulas=formulas,
+        replicates_out=reps,
     )
+    rates = refusals(reduced)
+    cmp, rk = K.tvd_comparisons(overall, reps, level)
+    refusal_reps = K.refusal_replicates(reduced["refusal_images"], replicates, seed)
+    c2, r2 = K.refusal_comparisons(rates, refusal_reps, level)
     return {
         "scores": overall,
         "prompt_scores": per_prompt,
-        "refusals": refusals(reduced),
+        "refusals": rates,
+        **K.tables(cmp + c2, rk + r2),
         "exam_accuracy": exam_accuracy(reduced),
         "story_skew": story_skew(story_attributes, reduced, min_count=min_count)
         if story_attributes is not None

@@ -210,7 +210,15 @@ def _size(config: dict) -> list[Size]:
     return out
 
 
-METRICS = ("scores", "prompt_scores", "refusals", "story_skew", "exam_accuracy")
+METRICS = (
+    "scores",
+    "prompt_scores",
+    "refusals",
+    "story_skew",
+    "exam_accuracy",
+    "comparisons",
+    "ranks",
+)
 
 
 def story_reading_enabled(lv: dict) -> bool:

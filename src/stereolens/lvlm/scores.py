@@ -46,8 +46,9 @@ import numpy as np
 import polars as pl
 from scipy import sparse
 
-from stereolens.ids import stable_id
+from stereolens.lvlm import resample as R
 from stereolens.lvlm.groups import AXES
+from stereolens.lvlm.resample import resample_weights as _resample_weights  # noqa: F401
 from stereolens.validation import ConfigError
 
 FORMULAS: dict[str, dict[str, str]] = {
@@ -150,6 +151,9 @@ class _Units:
     n_groups: int
     prompts: list[str]
     score: Callable[[sparse.csr_matrix, int], np.ndarray]
+    boot_keys: np.ndarray
+    """the resampled units' ids, shared by every model shown them (image ids; term: pair
+    indices, one per stratum)"""
 
 
 def _membership(codes: np.ndarray, weights: np.ndarray, n_groups: int) -> sparse.csr_matrix:
@@ -221,7 +225,8 @@ def _story_units(sub, responses, groups, min_count, formula) -> _Units:
         return out
 
     strata = units["stratum"].rank("dense").to_numpy().astype(np.int64) - 1
-    return _Units(codes, strata, False, len(codes), len(groups), prompts, score)
+    keys = units["image_id"].cast(pl.String).to_numpy()
+    return _Units(codes, strata, False, len(codes), len(groups), prompts, score, keys)
 
 
 def _term_units(sub, groups, formula) -> _Units:
@@ -259,7 +264,8 @@ def _term_units(sub, groups, formula) -> _Units:
                     out[:, j] = 0.5 * np.abs(r - e).sum(axis=1)
         return out
 
-    return _Units(codes, strata, True, len(pairs), n_g, prompts, score)
+    keys = np.array([str(p) for p in pairs])
+    return _Units(codes, strata, True, len(pairs), n_g, prompts, score, keys)
 
 
 def _exam_units(sub, groups, formula) -> _Units:
@@ -294,7 +300,8 @@ def _exam_units(sub, groups, formula) -> _Units:
         return out
 
     strata = units["stratum"].rank("dense").to_numpy().astype(np.int64) - 1
-    return _Units(codes, strata, False, len(uid), len(groups), subjects, score)
+    keys = units["image_id"].cast(pl.String).to_numpy()
+    return _Units(codes, strata, False, len(uid), len(groups), subjects, score, keys)
 
 
 def _with_stratum(frame: pl.DataFrame) -> pl.DataFrame:
@@ -328,9 +335,15 @@ def _iter_tables(task, table, responses, groups, min_count, formulas):
     else:
         raise ConfigError(f"task {task!r}: use story, term or exam")
     formula = FORMULAS[task][name].format(min_count=min_count)
-    for (model, axis), sub in table.group_by("model", "axis", maintain_order=True):
+    by = ["model", "axis", *(["setting"] if "setting" in table.columns else [])]
+    for key, sub in table.group_by(*by, maintain_order=True):
+        model, axis = key[0], key[1]
+        setting = key[2] if len(key) > 2 else None
         if task == "story":
-            resp = resp_all.filter((pl.col("model") == model) & (pl.col("axis") == axis))
+            cond = (pl.col("model") == model) & (pl.col("axis") == axis)
+            if setting is not None and "setting" in resp_all.columns:
+                cond &= pl.col("setting") == setting
+            resp = resp_all.filter(cond)
             g = _groups_for(axis, resp["group"].unique().to_list(), groups)
             built = _story_units(
                 sub,
@@ -346,7 +359,7 @@ def _iter_tables(task, table, responses, groups, min_count, formulas):
         else:
             g = _groups_for(axis, sub["group"].unique().to_list(), groups)
             built = _exam_units(sub, g, name)
-        yield model, axis, formula, built
+        yield (model, setting, axis), formula, built
 
 
 def _point(units: _Units) -> np.ndarray:
@@ -366,13 +379,14 @@ def prompt_scores(
     """Per-prompt scores S_q x100: columns model, axis, task, prompt_id (the subject for exam;
     "*" under exam_tvd_pooled), score, formula. min_count applies to story only."""
     rows = []
-    for model, axis, formula, units in _iter_tables(
+    for (model, setting, axis), formula, units in _iter_tables(
         task, table, responses, groups, min_count, formulas
     ):
         s = _point(units) * 100.0
         rows += [
             {
                 "model": model,
+                **({} if setting is None else {"setting": setting}),
                 "axis": axis,
                 "task": task,
                 "prompt_id": p,
@@ -384,62 +398,57 @@ def prompt_scores(
     return pl.DataFrame(rows)
 
 
-def _resample_weights(codes: np.ndarray | None, n: int, n_boot: int, rng) -> np.ndarray:
-    """[n_boot, n] resampling counts; units are resampled within their group when codes given
-    (group sizes fixed), else over all units."""
-    w = np.zeros((n_boot, n))
-    groups = (
-        [np.arange(n)] if codes is None else [np.flatnonzero(codes == g) for g in np.unique(codes)]
-    )
-    for idx in groups:
-        k = len(idx)
-        draws = rng.integers(0, k, size=(n_boot, k)) + (np.arange(n_boot) * k)[:, None]
-        w[:, idx] = np.bincount(draws.ravel(), minlength=n_boot * k).reshape(n_boot, k)
-    return w
+def _replicate_means(units: _Units, point: np.ndarray, codes, weights) -> np.ndarray:
+    """Mean over the prompts with a finite point score, x100, of the replicates given by
+    group ``codes`` [n, U] and ``weights`` [n, U]."""
+    n = weights.shape[0]
+    s = units.score(_membership(codes, weights, units.n_groups), n)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a replicate with no score
+        return np.nanmean(np.where(np.isfinite(point)[None, :], s, np.nan), axis=1) * 100
 
 
-def _boot_weights(units: _Units, n: int, rng) -> np.ndarray:
-    if units.boot_strata:  # whole strata (term pairs) are resampled
-        per = _resample_weights(None, units.n_boot_units, n, rng)
-        return per[:, units.strata]
-    return _resample_weights(units.codes, units.codes.size, n, rng)
-
-
-def _permuted_codes(units: _Units, n: int, rng) -> np.ndarray:
-    """[n, U] group codes shuffled within each stratum (group sizes per stratum kept)."""
-    out = np.empty((n, units.codes.size), dtype=np.int64)
-    order = np.argsort(units.strata, kind="stable")
-    bounds = np.flatnonzero(np.diff(units.strata[order])) + 1
-    for idx in np.split(order, bounds):
-        out[:, idx] = rng.permuted(np.broadcast_to(units.codes[idx], (n, idx.size)), axis=1)
-    return out
-
-
-def _replicate_means(units: _Units, point: np.ndarray, total: int, make) -> np.ndarray:
-    """Mean over the prompts with a finite point score, x100, of ``total`` replicates built
-    in batches by ``make(n) -> (codes [n, U], weights [n, U])``."""
-    finite = np.isfinite(point)
-    batch = max(1, MAX_CELLS // max(units.codes.size, 1))
-    out = []
+def _batches(total: int, cells: int):
+    batch = max(1, MAX_CELLS // max(cells, 1))
     done = 0
     while done < total:
         n = min(batch, total - done)
-        codes, weights = make(n)
-        s = units.score(_membership(codes, weights, units.n_groups), n)
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # a replicate with no score
-            out.append(np.nanmean(np.where(finite[None, :], s, np.nan), axis=1) * 100)
+        yield n
         done += n
+
+
+def _paired_bootstrap(task, axis, built, n_boot, seed) -> dict:
+    """Per key of ``built`` (every (model, setting) of one axis) the bootstrap replicates of
+    its overall score, all drawn from one resample of the shared units per replicate
+    (stereolens.lvlm.resample)."""
+    keys = list(built)
+    units = [built[k][1] for k in keys]
+    strata = units[0].boot_strata
+    union, ucodes, idx = R.shared_units(
+        [u.boot_keys for u in units], [None if strata else u.codes for u in units]
+    )
+    rng = R.stream("lvlm-bootstrap", seed, task, axis)
+    out = {k: [] for k in keys}
+    cells = max(max(u.codes.size for u in units), union.size)
+    for n in _batches(n_boot, cells):
+        w = R.resample_weights(ucodes, union.size, n, rng)
+        for k, u, i in zip(keys, units, idx, strict=True):
+            wu = w[:, i][:, u.strata] if strata else w[:, i]
+            codes = np.broadcast_to(u.codes, (n, u.codes.size))
+            out[k].append(_replicate_means(u, built[k][2], codes, wu))
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def _null(units: _Units, point, permutations, seed, key):
+    rng = R.stream("lvlm-permutation", seed, *key)
+    out = []
+    for n in _batches(permutations, units.codes.size):
+        codes = R.permuted_codes(units.codes, units.strata, n, rng)
+        out.append(_replicate_means(units, point, codes, np.ones((n, units.codes.size))))
     return np.concatenate(out) if out else np.zeros(0)
 
 
-def _stream(kind: str, seed: int, model: str, task: str, axis: str):
-    """Each (model, task, axis) has its own random stream: adding a model leaves the others'
-    intervals and null distributions as they were."""
-    return np.random.default_rng([seed, int(stable_id(kind, model, task, axis, length=15), 16)])
-
-
-def overall_scores(
+def score_replicates(
     task: str,
     table: pl.DataFrame,
     *,
@@ -451,64 +460,65 @@ def overall_scores(
     level: float = 0.95,
     permutations: int = 1000,
     formulas: dict[str, str] | None = None,
-) -> pl.DataFrame:
+) -> tuple[pl.DataFrame, dict[tuple, np.ndarray]]:
+    """(:func:`overall_scores`' table, per (model, setting, axis) the paired bootstrap
+    replicates of the score; setting None when the table has no ``setting`` column)."""
+    per_axis: dict[str, dict] = {}
+    for key, formula, units in _iter_tables(task, table, responses, groups, min_count, formulas):
+        per_axis.setdefault(key[2], {})[key] = (formula, units, _point(units))
+    rows, reps = [], {}
+    for axis, built in per_axis.items():
+        live = {k: v for k, v in built.items() if np.isfinite(v[2]).any()}
+        boots = _paired_bootstrap(task, axis, live, n_boot, seed) if n_boot > 0 and live else {}
+        for key, (formula, units, point) in built.items():
+            model, setting, _ = key
+            finite = np.isfinite(point)
+            score = float(np.mean(point[finite])) * 100 if finite.any() else float("nan")
+            null_mean = null_high = p_perm = float("nan")
+            if permutations > 0 and finite.any():
+                null = _null(units, point, permutations, seed, (model, task, axis))
+                null = null[np.isfinite(null)]
+                if null.size:
+                    null_mean = float(null.mean())
+                    null_high = float(np.quantile(null, 0.95))
+                    p_perm = float((1 + np.sum(null >= score - 1e-12)) / (1 + null.size))
+            boot = boots.get(key, np.zeros(0))
+            bc, lo, hi = R.bracket_interval(score, boot, level, null_mean)
+            reps[key] = boot
+            rows.append(
+                {
+                    "model": model,
+                    **({} if setting is None else {"setting": setting}),
+                    "axis": axis,
+                    "task": task,
+                    "score": score,
+                    "score_bc": bc,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "null_mean": null_mean,
+                    "null_high": null_high,
+                    "p_perm": p_perm,
+                    "n_perm": permutations,
+                    "n_prompts": int(finite.sum()),
+                    "n_units": units.n_boot_units,
+                    "n_boot": n_boot,
+                    "seed": seed,
+                    "formula": f"mean over prompts of {formula}",
+                    "interval": R.INTERVAL if permutations > 0 else R.INTERVAL_NO_NULL,
+                }
+            )
+    return pl.DataFrame(rows), reps
+
+
+def overall_scores(task: str, table: pl.DataFrame, **kw) -> pl.DataFrame:
     """Overall score = mean of per-prompt scores (prompts with no defined score skipped), x100,
-    with a percentile bootstrap CI over user images (story, exam: images resampled within
-    group; term: pair_index, i.e. the k-th image of every group, resampled) and the
-    permutation noise floor (``permutations`` shuffles of the group labels within strata;
-    0 = none). Columns model, axis, task, score, ci_low, ci_high, null_mean, null_high, p_perm,
-    n_perm, n_prompts, n_units, n_boot, seed, formula."""
-    rows = []
-    for model, axis, formula, units in _iter_tables(
-        task, table, responses, groups, min_count, formulas
-    ):
-        point = _point(units)
-        finite = np.isfinite(point)
-        score = float(np.mean(point[finite])) * 100 if finite.any() else float("nan")
-        lo = hi = float("nan")
-        if n_boot > 0 and finite.any():
-            rng = _stream("lvlm-bootstrap", seed, model, task, axis)
-
-            def boot(n, rng=rng, units=units):
-                return np.broadcast_to(units.codes, (n, units.codes.size)), _boot_weights(
-                    units, n, rng
-                )
-
-            means = _replicate_means(units, point, n_boot, boot)
-            means = means[np.isfinite(means)]
-            if means.size:
-                a = (1 - level) / 2
-                lo, hi = (float(x) for x in np.quantile(means, [a, 1 - a]))
-        null_mean = null_high = p_perm = float("nan")
-        if permutations > 0 and finite.any():
-            rng = _stream("lvlm-permutation", seed, model, task, axis)
-
-            def perm(n, rng=rng, units=units):
-                return _permuted_codes(units, n, rng), np.ones((n, units.codes.size))
-
-            null = _replicate_means(units, point, permutations, perm)
-            null = null[np.isfinite(null)]
-            if null.size:
-                null_mean = float(null.mean())
-                null_high = float(np.quantile(null, 0.95))
-                p_perm = float((1 + np.sum(null >= score - 1e-12)) / (1 + null.size))
-        rows.append(
-            {
-                "model": model,
-                "axis": axis,
-                "task": task,
-                "score": score,
-                "ci_low": lo,
-                "ci_high": hi,
-                "null_mean": null_mean,
-                "null_high": null_high,
-                "p_perm": p_perm,
-                "n_perm": permutations,
-                "n_prompts": int(finite.sum()),
-                "n_units": units.n_boot_units,
-                "n_boot": n_boot,
-                "seed": seed,
-                "formula": f"mean over prompts of {formula}",
-            }
-        )
-    return pl.DataFrame(rows)
+    per model (and setting, when the table has one) and axis; the permutation noise floor
+    (``permutations`` shuffles of the group labels within strata; 0 = none: null_mean,
+    null_high, p_perm); the bias-corrected score ``score_bc`` = score - null_mean
+    and the noise-floor bracket interval (stereolens.lvlm.resample) from one paired bootstrap
+    of the user images shared by every model (story, exam: images resampled within group;
+    term: pair_index, i.e. the k-th image of every group, resampled). Keywords as
+    :func:`score_replicates`. Columns model, [setting,] axis, task, score, score_bc, ci_low,
+    ci_high, null_mean, null_high, p_perm, n_perm, n_prompts, n_units, n_boot, seed,
+    formula, interval."""
+    return score_replicates(task, table, **kw)[0]

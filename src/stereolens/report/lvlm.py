@@ -203,11 +203,13 @@ def scores_figure(scores: pl.DataFrame) -> Figure | None:
         title="LVLM bias scores against their noise floor (paper Table 2)",
         caption=(
             "TVD x100 of the output's distribution over user groups from uniform, the mean "
-            f"of per-prompt scores ({formulas}); dot = score, line = 95% bootstrap interval "
-            "over user images (TVD is biased upwards in small samples, so an interval may lie "
-            "above the score); grey band = the noise floor, from the mean to the 95th "
-            "percentile of the score under shuffled group labels. A score inside its band "
-            "shows no evidence of bias."
+            f"of per-prompt scores ({formulas}); dot = score (the plug-in, biased upwards: "
+            "a group-independent model scores about its floor), line = 95% noise-floor "
+            "bracket [score - floor mean, score] widened by the paired bootstrap's spread "
+            "over user images (covers the population score, conservatively between the "
+            "floor and a strong effect; bench/COVERAGE.md); grey band = the noise floor, "
+            "from the mean to the 95th percentile of the score under shuffled group labels. "
+            "A score inside its band shows no evidence of bias."
         ),
         png=F.to_png(fig),
     )
@@ -237,7 +239,9 @@ def refusal_figure(refusals: pl.DataFrame) -> Figure | None:
         caption=(
             "Refusal rate % = refused / responses x 100 over all user groups, a response "
             "being a refusal when the phrase rules (or the optional LLM judge) flag it or it "
-            "is empty; black lines: Wilson 95% intervals. The attribute-inferring baseline "
+            "is empty; black lines: Wilson 95% intervals on the effective sample size "
+            "(responses / the design effect of the user image: a model's responses to one "
+            "photo are dependent). The attribute-inferring baseline "
             "asks about the person directly (paper Table 1 contrast): the user-context tasks "
             "are refused far less."
         ),
@@ -331,10 +335,13 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
         "the rate n_gv/N_g, TVD from uniform, weighted by n_v. Term: the share of "
         "cross-group comparisons each group's explanation wins as the more technical, "
         "against each group's share of the comparisons it appears in. "
-        "Exam: accuracy per group normalised to sum 1, per MMLU subject. Intervals: "
-        f"percentile bootstrap over user images ({metrics.get('replicates', 1000)} "
-        "replicates, images resampled within group); TVD is biased upwards in small samples, "
-        "so an interval may lie above the point estimate. Noise floor: the score a "
+        "Exam: accuracy per group normalised to sum 1, per MMLU subject. TVD is biased "
+        "upwards in small samples and its population value can be 0, where a percentile "
+        "interval never covers; by the triangle inequality E[score] - E[floor] <= "
+        "population score <= E[score], so the 95% interval is that bracket widened by the "
+        f"spread of a paired bootstrap over user images ({metrics.get('replicates', 1000)} "
+        "replicates, images resampled within group, one resample for every model), and "
+        "score - floor mean is the bias-corrected score (score_bc). Noise floor: the score a "
         "group-independent model gets at the same sample sizes, from "
         f"{metrics.get('permutations', 1000)} shuffles of the group labels within the "
         "matched strata (mean, 95th percentile, and the permutation p-value of the score); "
@@ -384,7 +391,8 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
         section.tables.append(
             Table(
                 "lvlm-refusals",
-                "Refusal rate % [Wilson 95% CI] (n responses) per model and task",
+                "Refusal rate % [Wilson 95% CI, n / design effect] (n responses) per model "
+                "and task",
                 "Phrase rules plus the optional LLM judge, over all groups; the "
                 "attribute-inferring baseline asks about the person directly (paper Table 1 "
                 "contrast). The CSV has the rates per group.",

@@ -1,0 +1,188 @@
+"""Comparisons between the audited LVLMs (issue 20, item 3): for each headline score (TVD x100
+per task and axis; the refusal rate per task) every pair of models of one setting, and every
+ablation setting (mitigation, persona) against the same model's image setting, through
+stereolens.metrics.compare (difference b - a, Wald interval and test from the bootstrap
+standard error of the difference, Holm over the family, ranks and groups).
+
+The bootstrap is paired: every model and setting is shown the same user images, and
+replicate r of every model comes from the same resample of those images (term: of the image
+pairs; refusals: of the images within their axis and group; stereolens.lvlm.resample).
+
+What the TVD comparison estimates: the difference of the models' expected scores at the
+audit's sample sizes. It is the difference of the population scores when both models sit at
+their noise floor (the same bias) or both far above it; in between the plug-in difference is
+pulled towards 0 (the less biased model carries more of the upward bias). The columns
+``bracket_low`` and ``bracket_high`` bound the population difference instead: truth_b -
+truth_a lies in [E d - E null_b, E d + E null_a] (stereolens.lvlm.resample's bracket),
+widened by the paired bootstrap's spread of d.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from stereolens.lvlm import resample as R
+from stereolens.metrics import compare as C
+
+BENCHMARK = "lvlm"
+TVD_RESAMPLING = (
+    "paired bootstrap of the user images (term: image pairs), one resample per replicate "
+    "for every model and setting"
+)
+REFUSAL_RESAMPLING = (
+    "paired bootstrap of the user images within axis and group, one resample per replicate "
+    "for every model and setting"
+)
+BASE_SETTING = "image"
+COMPARISON_EXTRA = ["bracket_low", "bracket_high"]
+
+
+def _label(model: str, setting: str) -> str:
+    return f"{model} [{setting}]"
+
+
+def _families(estimates: dict):
+    """Per setting the models of that setting ({model: key}), and per model its settings
+    against the image setting ({label: key}, variants {label: base label})."""
+    settings = sorted({k[1] for k in estimates})
+    for setting in settings:
+        yield f"setting {setting}", {k[0]: k for k in estimates if k[1] == setting}, {}
+    for model in sorted({k[0] for k in estimates}):
+        keys = {_label(model, k[1]): k for k in estimates if k[0] == model}
+        if len(keys) < 2 or (model, BASE_SETTING) not in estimates:
+            continue
+        base = _label(model, BASE_SETTING)
+        yield (
+            f"{model}: settings vs {BASE_SETTING}",
+            keys,
+            {lab: base for lab in keys if lab != base},
+        )
+
+
+def _bracket(frame: pl.DataFrame, keys: dict, reps: dict, nulls: dict, level: float):
+    """bracket_low, bracket_high of each pair (see the module docstring)."""
+    a = (1 - level) / 2
+    lo, hi = [], []
+    for r in frame.iter_rows(named=True):
+        ka, kb = keys[r["model_a"]], keys[r["model_b"]]
+        d = np.asarray(reps[kb], float) - np.asarray(reps[ka], float)
+        d = d[np.isfinite(d)]
+        na, nb = nulls.get(ka, np.nan), nulls.get(kb, np.nan)
+        if not d.size or not (np.isfinite(na) and np.isfinite(nb)):
+            lo.append(np.nan)
+            hi.append(np.nan)
+            continue
+        q_lo, q_hi = np.quantile(d, [a, 1 - a]) - d.mean()
+        lo.append(r["difference"] - nb + q_lo)
+        hi.append(r["difference"] + na + q_hi)
+    return frame.with_columns(pl.Series("bracket_low", lo), pl.Series("bracket_high", hi))
+
+
+def tvd_comparisons(
+    scores: pl.DataFrame, replicates: dict, level: float = 0.95
+) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
+    """Comparison and rank frames of the TVD scores (metrics.scores' overall table and its
+    ``replicates_out``: per (model, setting, task, axis) the paired bootstrap replicates)."""
+    cmp, rk = [], []
+    if scores.height == 0 or not replicates:
+        return cmp, rk
+    for (task, axis), sub in scores.group_by("task", "axis", maintain_order=True):
+        est = {
+            (r["model"], r["setting"]): r["score"]
+            for r in sub.iter_rows(named=True)
+            if (r["model"], r["setting"], task, axis) in replicates and np.isfinite(r["score"])
+        }
+        nulls = {(r["model"], r["setting"]): r["null_mean"] for r in sub.iter_rows(named=True)}
+        reps = {k: replicates[(k[0], k[1], task, axis)] for k in est}
+        for scope, keys, variants in _families(est):
+            if len(keys) < 2:
+                continue
+            c, r = C.compare(
+                {lab: est[k] for lab, k in keys.items()},
+                {lab: reps[k] for lab, k in keys.items()},
+                benchmark=BENCHMARK,
+                metric=f"{task} TVD x100",
+                scope=f"{axis}, {scope}",
+                better="lower",
+                paired=True,
+                resampling=TVD_RESAMPLING,
+                variants=variants,
+                level=level,
+            )
+            cmp.append(_bracket(c, keys, reps, nulls, level))
+            rk.append(r)
+    return cmp, rk
+
+
+def refusal_replicates(images: pl.DataFrame, n_boot: int, seed: int) -> dict:
+    """Per (model, setting, task) the paired bootstrap replicates of the refusal rate (%)
+    from per-image counts (metrics.reduce_responses' ``refusal_images``): the images of one
+    task are resampled within their axis and group, one draw per replicate for every model
+    and setting."""
+    out = {}
+    if images is None or images.height == 0 or n_boot <= 0:
+        return out
+    images = images.with_columns(
+        (pl.col("axis") + "\x1f" + pl.col("group") + "\x1f" + pl.col("image_id")).alias("_u"),
+        (pl.col("axis") + "\x1f" + pl.col("group")).alias("_s"),
+    )
+    for (task,), sub in images.group_by("task", maintain_order=True):
+        units = sub.select("_u", "_s").unique("_u").sort("_u")
+        union = units["_u"].to_numpy().astype(str)
+        codes = units["_s"].rank("dense").to_numpy().astype(np.int64)
+        w = R.resample_weights(codes, union.size, n_boot, R.stream("lvlm-refusal", seed, task))
+        for (model, setting), cell in sub.group_by("model", "setting", maintain_order=True):
+            idx = np.searchsorted(union, cell["_u"].to_numpy().astype(str))
+            ref = cell["n_refusal"].cast(pl.Float64).to_numpy()
+            valid = (cell["n"] - cell["n_empty"]).cast(pl.Float64).to_numpy()
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[(model, setting, task)] = 100 * (w[:, idx] @ ref) / (w[:, idx] @ valid)
+    return out
+
+
+def refusal_comparisons(
+    refusals: pl.DataFrame, replicates: dict, level: float = 0.95
+) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
+    """Comparison and rank frames of the refusal rates per task (group "*" rows of
+    metrics.refusals), better = lower."""
+    cmp, rk = [], []
+    if refusals.height == 0 or not replicates:
+        return cmp, rk
+    overall = refusals.filter((pl.col("axis") == "*") & (pl.col("group") == "*"))
+    for (task,), sub in overall.group_by("task", maintain_order=True):
+        est = {
+            (r["model"], r["setting"]): r["rate"]
+            for r in sub.iter_rows(named=True)
+            if (r["model"], r["setting"], task) in replicates and np.isfinite(r["rate"])
+        }
+        for scope, keys, variants in _families(est):
+            if len(keys) < 2:
+                continue
+            c, r = C.compare(
+                {lab: est[k] for lab, k in keys.items()},
+                {lab: replicates[(*k, task)] for lab, k in keys.items()},
+                benchmark=BENCHMARK,
+                metric="refusal rate %",
+                scope=f"{task}, {scope}",
+                better="lower",
+                paired=True,
+                resampling=REFUSAL_RESAMPLING,
+                variants=variants,
+                level=level,
+            )
+            cmp.append(c)
+            rk.append(r)
+    return cmp, rk
+
+
+def tables(cmp: list[pl.DataFrame], rk: list[pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """comparisons (COMPARISON_COLUMNS + bracket_low, bracket_high: null for refusals) and
+    ranks (RANK_COLUMNS) tables, with their columns also when empty."""
+    columns = C.COMPARISON_COLUMNS + COMPARISON_EXTRA
+    frames = [f for f in cmp if f.height]
+    empty = C.empty_frame(C.COMPARISON_COLUMNS).with_columns(
+        pl.lit(None, pl.Float64).alias(c) for c in COMPARISON_EXTRA
+    )
+    comparisons = pl.concat([empty, *frames], how="diagonal_relaxed").select(columns)
+    return {"comparisons": comparisons, "ranks": C.concat(rk, C.RANK_COLUMNS)}

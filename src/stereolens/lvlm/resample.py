@@ -1,0 +1,100 @@
+"""Resampling of the LVLM scores: the paired bootstrap's weights, the permutation null's
+shuffled labels, and the interval drawn from the bootstrap replicates.
+
+Paired bootstrap: every model (and setting) of one (task, axis) is shown the same user images
+(story, exam) or the same image pairs (term, pair_index), so one resample of those shared
+units per replicate serves every model: replicate b of two models comes from the same draw,
+and the bootstrap of a difference between models is paired. The draw is a function of the
+seed, the task, the axis and the union of the units, never of the models, so adding a model
+that is shown the same images leaves the other models' replicates as they were.
+
+The interval (``bracket_interval``): TVD is biased upwards in finite samples and its
+population value can be 0 (a boundary: a model whose outputs do not depend on the group).
+The percentile interval of the replicates adds the bias a second time (the replicates sit
+above a score that already sits above the truth) and excludes 0 when the truth is 0; the
+bootstrap's own bias estimate is too small at the boundary and too large just above it, so
+the basic interval fails too (bench/COVERAGE.md). Every score is a mean of terms
+|mu + e| (mu: the population share's distance from uniform, e: sampling noise), and the
+permutation null's terms are |e'| with e' distributed about as e, so by the triangle
+inequality E[score] - E[null] <= truth <= E[score]: the noise floor brackets the bias. The
+interval is that bracket with the bootstrap's spread on either side,
+[score - null_mean + (q_lo - m), score + (q_hi - m)] (q: the replicates' quantiles, m their
+mean), clipped to [0, 100]; the bias-corrected estimate is score_bc = score - null_mean,
+unbiased for a group-independent model (it can then be negative: the score lies below its
+noise floor), nearly unbiased far above the floor, and in between a lower bracket.
+Without a permutation null (permutations 0) the interval is the percentile interval moved
+onto the score, [score + q_lo - m, score + q_hi - m].
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stereolens.ids import stable_id
+
+INTERVAL = (
+    "noise-floor bracket [score - null_mean + q_lo - m, score + q_hi - m] (q: quantiles, m: "
+    "mean of the paired bootstrap over user images; term: image pairs), clipped to [0, 100]"
+)
+INTERVAL_NO_NULL = (
+    "percentile interval of the paired bootstrap moved onto the score, [score + q_lo - m, "
+    "score + q_hi - m] (no permutation null: the bias is not bracketed)"
+)
+
+
+def resample_weights(codes: np.ndarray | None, n: int, n_boot: int, rng) -> np.ndarray:
+    """[n_boot, n] resampling counts; units are resampled within their group when codes given
+    (group sizes fixed), else over all units."""
+    w = np.zeros((n_boot, n))
+    groups = (
+        [np.arange(n)] if codes is None else [np.flatnonzero(codes == g) for g in np.unique(codes)]
+    )
+    for idx in groups:
+        k = len(idx)
+        draws = rng.integers(0, k, size=(n_boot, k)) + (np.arange(n_boot) * k)[:, None]
+        w[:, idx] = np.bincount(draws.ravel(), minlength=n_boot * k).reshape(n_boot, k)
+    return w
+
+
+def permuted_codes(codes: np.ndarray, strata: np.ndarray, n: int, rng) -> np.ndarray:
+    """[n, U] group codes shuffled within each stratum (group sizes per stratum kept)."""
+    out = np.empty((n, codes.size), dtype=np.int64)
+    order = np.argsort(strata, kind="stable")
+    bounds = np.flatnonzero(np.diff(strata[order])) + 1
+    for idx in np.split(order, bounds):
+        out[:, idx] = rng.permuted(np.broadcast_to(codes[idx], (n, idx.size)), axis=1)
+    return out
+
+
+def stream(kind: str, seed: int, *key: str) -> np.random.Generator:
+    """A random stream of its own per ``key`` (the permutation null: per model, task and axis;
+    the paired bootstrap: per task and axis)."""
+    return np.random.default_rng([seed, int(stable_id(kind, *key, length=15), 16)])
+
+
+def shared_units(keys: list[np.ndarray], codes: list[np.ndarray | None]):
+    """The union of the resampled units of several models: (union keys (V,), union group
+    codes (V,) or None, per model the index of each of its units in the union)."""
+    allk = np.concatenate([np.asarray(k, dtype=str) for k in keys]) if keys else np.zeros(0, str)
+    union, first = np.unique(allk, return_index=True)
+    ucodes = None
+    if codes and codes[0] is not None:
+        ucodes = np.concatenate(codes)[first]
+    return union, ucodes, [np.searchsorted(union, np.asarray(k, dtype=str)) for k in keys]
+
+
+def bracket_interval(
+    score: float, reps: np.ndarray, level: float, null_mean: float
+) -> tuple[float, float, float]:
+    """(score_bc, ci_low, ci_high) from the bootstrap replicates and the permutation null's
+    mean (see the module docstring); NaNs when no replicate is finite."""
+    reps = reps[np.isfinite(reps)]
+    floor = null_mean if np.isfinite(null_mean) else 0.0
+    bc = float(score - floor) if np.isfinite(null_mean) else float("nan")
+    if not reps.size or not np.isfinite(score):
+        return bc, float("nan"), float("nan")
+    a = (1 - level) / 2
+    q_lo, q_hi = np.quantile(reps, [a, 1 - a]) - reps.mean()
+    lo = float(np.clip(score - floor + q_lo, 0.0, 100.0))
+    hi = float(np.clip(score + q_hi, 0.0, 100.0))
+    return bc, lo, hi

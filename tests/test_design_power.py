@@ -378,3 +378,17 @@ def test_biasig_mde_by_estimand(sd, mde):
     assert r.mde == pytest.approx(mde, rel=0.05)
     assert r.family == 28 and r.mde_holm > 1.3 * r.mde
     assert ("fixed subjects" in r.estimand) == (sd == 0)
+
+
+def test_thin_towards_reads_each_segments_own_total():
+    """Segment ids 0, 3, 5 (not 0..2): every item moved at w = 1 lands in its own segment's
+    target column, so each segment keeps its total (the moved totals are read by id)."""
+    from stereolens.design.sampling import thin_towards
+
+    counts = np.array([[4, 0, 7, 1, 0, 2]])
+    segment = np.array([0, 0, 3, 3, 5, 5])
+    target = np.array([[0.0, 1.0, 1.0, 0.0, 0.0, 1.0]])
+    ((_, out),) = list(
+        thin_towards(counts, target, segment, np.array([1.0]), np.random.default_rng(0))
+    )
+    assert out.tolist() == [[0, 4, 8, 0, 0, 2]]

@@ -325,11 +325,10 @@ def _simulate(task: str, sc: Scale, axis: str, rng, n: int) -> dict:
 def _expected_difference(task, sc, axis, a: str, b: str, draws: int) -> float:
     """E[score_b] - E[score_a] at the audit's sizes, the estimand of the Wald comparison:
     the mean point scores (score_replicates without bootstrap) of ``draws`` datasets of the
-    same world, drawn apart from the coverage datasets. (The planner's vectorised
-    StoryDesign.simulate is not used: sampling.thin_towards reads the moved totals by
-    position, not by segment id, so with the story's scalar attributes not numbered
-    0..k-1 it drops occupation's moved items; its E[score] is 6.39 / 12.96 against
-    6.79 / 14.25 here at w = 0.1 / 0.3, paper sizes.)"""
+    same world, drawn apart from the coverage datasets. (Written while the planner's
+    sampling.thin_towards read the moved totals by position instead of segment id, which
+    StoryDesign.simulate's scalar segments 0, 1, 3, 5 exposed; it is fixed, and these
+    datasets are independent of the planner either way.)"""
     from stereolens.lvlm.scores import score_replicates
 
     key = ("expected", task, axis, sc, draws)

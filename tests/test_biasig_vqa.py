@@ -424,18 +424,33 @@ class SchemaVLM:
         return out
 
 
-def test_generate_and_vqa_shard_wrappers(monkeypatch, tmp_path, prompts):
+def test_generation_job_and_vqa_shard(monkeypatch, tmp_path, prompts):
+    """A BiasIG shard through the workflow's generation job (stereolens.generate.job, rule
+    generate_images, with BiasIG's adapter), then the VQA job on its images."""
+    from stereolens.generate import job as generation_job
+
     specs = {
         "t2i": ModelSpec(name="t2i", kind="generator", backend="diffusers", model="fake/t2i"),
         "vqa": fake_spec(),
     }
-    monkeypatch.setattr(jobs, "load_registry", lambda path: specs)
-    monkeypatch.setattr(
-        jobs, "load_model", lambda spec: SolidGenerator() if spec.name == "t2i" else SchemaVLM()
+    for module in (jobs, generation_job):
+        monkeypatch.setattr(module, "load_registry", lambda path: specs)
+    monkeypatch.setattr(jobs, "load_model", lambda spec: SchemaVLM())
+    monkeypatch.setitem(
+        generation_job.run_generation.__kwdefaults__, "load", lambda spec: SolidGenerator()
     )
+    settings = {"prompts_per_shard": 2, "images_per_prompt": 2, "seed_base": 0}
     out_dir = tmp_path / "images"
-    meta = jobs.generate_biasig_shard(
-        "models.yaml", "t2i", "social_relation", "implicit", 1, 2, 2, str(out_dir)
+    meta = generation_job.generate_images_job(
+        "models.yaml",
+        "biasig",
+        "t2i",
+        "social_relation",
+        "implicit",
+        1,
+        settings,
+        None,
+        str(out_dir),
     )
     assert len(meta) == 4 and all(m["n_persons"] == 2 for m in meta)
     out = tmp_path / "vqa" / "rows.jsonl"
@@ -447,8 +462,16 @@ def test_generate_and_vqa_shard_wrappers(monkeypatch, tmp_path, prompts):
     assert written[0]["model"] == "t2i" and written[1]["gender"] == "female"
     prepare_answers(pl.read_ndjson(out), prompts)  # the metrics accept the rows as written
     with pytest.raises(ValueError, match="no prompts"):
-        jobs.generate_biasig_shard(
-            "models.yaml", "t2i", "social_relation", "implicit", 999, 2, 2, str(tmp_path / "x")
+        generation_job.generate_images_job(
+            "models.yaml",
+            "biasig",
+            "t2i",
+            "social_relation",
+            "implicit",
+            999,
+            settings,
+            None,
+            str(tmp_path / "x"),
         )
 
 

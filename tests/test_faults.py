@@ -149,8 +149,8 @@ def _kill_when(wd: Path, ready, timeout: float = 600) -> subprocess.CompletedPro
 
 
 def _recover_after_kill(wd: Path) -> None:
-    """After kill -9 the next run stops on Snakemake's lock, as the README says; unlock,
-    then the same command finishes."""
+    """After kill -9 the next run stops on Snakemake's lock, as docs/troubleshooting.md says;
+    unlock, then the same command finishes."""
     locked = _snakemake(wd)
     assert locked.returncode != 0
     text = locked.stdout + locked.stderr

@@ -1,7 +1,8 @@
 """Benchmarks as plug-ins (stereolens.benchmark): rule all's targets and the report rule's
 inputs are the loops over the registered plug-ins and equal the lists common.smk wrote by
-hand before; the README's "Adding a benchmark" skeleton, written into a package, is picked
-up by the config checks, the planner, those loops and the report."""
+hand before; the skeleton of docs/adding-a-benchmark.md (its files in docs/examples/mybench/,
+which the page includes), written into a package, is picked up by the config checks, the
+planner, those loops and the report."""
 
 from __future__ import annotations
 
@@ -264,27 +265,35 @@ def test_report_modules_are_the_plugins_report_sections():
     assert [m.KEY for m in render.benchmark_modules()] == [p.name for p in benchmarks()]
 
 
-# ---- the README's skeleton of a fourth benchmark
+# ---- the skeleton of a fourth benchmark (docs/adding-a-benchmark.md)
+
+EXAMPLE = ROOT / "docs" / "examples" / "mybench"
+EXAMPLE_FILES = {
+    "mybench/plugin.py": "plugin.py",
+    "mybench/report.py": "report.py",
+    "workflow/rules/mybench.smk": "mybench.smk",
+    "config/schemas/config.schema.yaml": "config.schema.yaml",  # the part to add
+    "src/stereolens/benchmark.py": "PLUGINS.txt",  # the line to add to PLUGINS
+    "Snakefile": "Snakefile.txt",  # the include to add
+}
+"""Where each file of the skeleton goes -> its file in docs/examples/mybench/."""
 
 
-def _readme_blocks() -> dict[str, str]:
-    """The fenced blocks of README "Adding a benchmark", by the file their first line
-    names ("# path" or "# path, where")."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("\n## Adding a benchmark\n", 1)[1].split("\n## ", 1)[0]
+def _example_blocks() -> dict[str, str]:
+    """The skeleton's files by where they go; each is included by docs/adding-a-benchmark.md."""
+    page = (ROOT / "docs" / "adding-a-benchmark.md").read_text()
     blocks = {}
-    for body in re.findall(r"^```\w*\n(.*?)^```", section, flags=re.S | re.M):
-        first, _, rest = body.partition("\n")
-        assert first.startswith("# "), f"a README skeleton block names no file: {first}"
-        blocks[first[2:].split(",")[0].strip()] = rest
+    for target, name in EXAMPLE_FILES.items():
+        assert f'--8<-- "docs/examples/mybench/{name}"' in page, f"the page does not show {name}"
+        blocks[target] = (EXAMPLE / name).read_text()
     return blocks
 
 
 @pytest.fixture
 def mybench(tmp_path, monkeypatch):
-    """The README's mybench package on sys.path, registered in PLUGINS and in the config
-    schema; returns the README blocks."""
-    blocks = _readme_blocks()
+    """The example's mybench package on sys.path, registered in PLUGINS and in the config
+    schema; returns the example's files by where they go."""
+    blocks = _example_blocks()
     package = tmp_path / "pkg" / "mybench"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
@@ -317,7 +326,7 @@ def _config_with_mybench(tmp_path: Path, **section) -> tuple[dict, dict]:
     return load_config(path)
 
 
-def test_readme_skeleton_is_a_benchmark(mybench, tmp_path):
+def test_docs_skeleton_is_a_benchmark(mybench, tmp_path):
     config, registry = _config_with_mybench(tmp_path, questions=7)
     vlm = config["mybench"]["models"][0]
 
@@ -353,7 +362,7 @@ def test_readme_skeleton_is_a_benchmark(mybench, tmp_path):
     assert "mybench_scores" not in report_inputs(off)
 
 
-def test_readme_skeleton_rules_make_the_plugins_paths(mybench, tmp_path):
+def test_docs_skeleton_rules_make_the_plugins_paths(mybench, tmp_path):
     """Every job of the plug-in is an output of the rule it names, with its wildcards, and
     every target and report table is some rule's output."""
     config, _ = _config_with_mybench(tmp_path)
@@ -370,7 +379,7 @@ def test_readme_skeleton_rules_make_the_plugins_paths(mybench, tmp_path):
     assert mybench["Snakefile"].strip() == 'include: "workflow/rules/mybench.smk"'
 
 
-def test_readme_skeleton_report_section(mybench, tmp_path):
+def test_docs_skeleton_report_section(mybench, tmp_path):
     from stereolens.report.inputs import Inputs
     from stereolens.report.render import benchmark_modules, build_report
 

@@ -103,10 +103,14 @@ def test_twins_file_lists_only_known_builders_and_used_models():
     assert set(twins["loras"]) <= loras
 
 
-def test_readme_twin_table_is_current():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_docs_twin_table_is_current():
+    """docs/twins.md includes docs/examples/twin_table.md; it is the registry's table."""
+    path = ROOT / "docs" / "examples" / "twin_table.md"
     table = markdown_table(twin_table(REGISTRY))
-    assert table in readme, "README's twin table is out of date; paste:\n" + table
+    assert path.read_text(encoding="utf-8").strip() == table.strip(), (
+        f"{path.relative_to(ROOT)} is out of date; write:\n" + table
+    )
+    assert '--8<-- "docs/examples/twin_table.md"' in (ROOT / "docs" / "twins.md").read_text()
 
 
 # ------------------------------------------------------------------ builds

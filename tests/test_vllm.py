@@ -13,7 +13,7 @@ runs (stereolens.models.tiny.vlm.build_tiny_vllm_vlm): answers are noise, so the
 structure and invariants (valid against the schema, one of the choices, reproducible
 for a seed), never particular answers.
 
-Measured on the 2-core test machine: see README ("vLLM on a CPU").
+Measured on the 2-core test machine: see docs/vllm.md.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "tests" / "vllm_engine_driver.py"
 SERVED_NAME = "tiny-vllm-served"
 API_KEY_ENV = "STEREOLENS_TEST_VLLM_API_KEY"
-# Hard limits (s). Measured (README): engine up in 14-20 s, server ready in 18-30 s,
+# Hard limits (s). Measured (docs/vllm.md): engine up in 14-20 s, server ready in 18-30 s,
 # the workflow run 3-4 min on 2 shared cores; the limits leave 3x or more.
 ENGINE_TIMEOUT = int(os.environ.get("STEREOLENS_VLLM_ENGINE_TIMEOUT", "300"))
 SERVER_START_TIMEOUT = int(os.environ.get("STEREOLENS_VLLM_SERVER_TIMEOUT", "300"))

@@ -273,7 +273,8 @@ def test_demo_end_to_end(repo_root, tmp_path):
         text=True,
     )
     assert "Nothing to be done" in again.stdout + again.stderr
-    # the README's regeneration recipes on the embedded default (dry runs: what they force)
+    # the regeneration recipes of docs/troubleshooting.md on the embedded default (dry runs:
+    # what they force)
 
     def forced(*selection):
         out = subprocess.run(

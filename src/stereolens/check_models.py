@@ -44,7 +44,7 @@ from stereolens.validation import ConfigError
 log = logging.getLogger(__name__)
 
 COLUMNS = ("model", "backend", "pipeline class", "settings accepted", "seconds")
-"""The printed table's columns (a contract: README, issue 11)."""
+"""The printed table's columns (a contract: docs/twins.md, issue 11)."""
 
 TSV_COLUMNS = (*COLUMNS, "ok", "source", "notes", "build_seconds")
 
@@ -345,13 +345,6 @@ def tsv(rows: list[CheckRow]) -> str:
     for r in rows:
         writer.writerow(r.as_dict())
     return buf.getvalue()
-
-
-def check_config(
-    config: dict[str, Any], registry: dict[str, ModelSpec], **kwargs: Any
-) -> list[CheckRow]:
-    """Check every model a validated run config uses."""
-    return run_checks(registry, configured_models(config), **kwargs)
 
 
 # ------------------------------------------------------------------ command line

@@ -91,13 +91,3 @@ def explain_failure(
                         f"expects {dtype}"
                     )
     return ValueError(f"reading {len(paths)} JSON-lines file(s) failed: {exc}")
-
-
-def collect_jsonl(
-    paths: Sequence[str | os.PathLike], schema: Mapping[str, pl.DataType]
-) -> pl.DataFrame:
-    """:func:`scan_jsonl`, collected, with :func:`explain_failure`'s errors."""
-    try:
-        return scan_jsonl(paths, schema).collect()
-    except pl.exceptions.PolarsError as exc:
-        raise explain_failure(paths, schema, exc) from exc

@@ -79,7 +79,7 @@ def select_outputs(
     if unknown:
         raise ValueError(
             f"not an output of this workflow and config: {', '.join(sorted(unknown))} "
-            "(give the path as the README's Results table names it, e.g. "
+            "(give the path as docs/outputs.md's Results table names it, e.g. "
             "results/contextbias/images/<model>/<role>/<condition>/<shard>)"
         )
     return out

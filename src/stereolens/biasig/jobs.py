@@ -18,7 +18,6 @@ from pathlib import Path
 import polars as pl
 
 from stereolens.atomic import write_jsonl
-from stereolens.generate.job import run_generation
 from stereolens.ids import stable_id
 from stereolens.models.job import log_job_resources, read_shard_metadata, run_model_job
 from stereolens.models.registry import load_model, load_registry
@@ -164,42 +163,6 @@ def generation_items(
             f"{per_shard} prompts)"
         )
     return items
-
-
-def generate_biasig_shard(
-    registry_path: str,
-    model: str,
-    acquired_type: str,
-    condition: str,
-    shard: int,
-    prompts_per_shard: int,
-    images_per_prompt: int,
-    out_dir: str,
-    prompts_path: str | None = None,
-    seed_base: int = 0,
-    log: logging.Logger | None = None,
-    threads: int | None = None,
-) -> list[dict]:
-    """One BiasIG generation shard, for Python callers (the workflow runs
-    stereolens.generate.job.generate_images_job): PNGs + metadata.jsonl in ``out_dir``,
-    written atomically and resumably. ``prompts_path`` is a prompt table parquet
-    (default: the shipped prompts)."""
-    settings = {
-        "prompts_per_shard": prompts_per_shard,
-        "images_per_prompt": images_per_prompt,
-        "seed_base": seed_base,
-    }
-    items = generation_items(prompts_path, model, acquired_type, condition, shard, settings)
-    spec = load_registry(registry_path)[model]
-    return run_generation(
-        spec,
-        items,
-        out_dir,
-        label=f"{acquired_type} {condition} shard {shard}",
-        load=load_model,
-        log=log,
-        threads=threads,
-    )
 
 
 def read_biasig_metadata(images_dir: str | Path) -> list[dict]:

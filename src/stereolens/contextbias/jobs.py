@@ -10,7 +10,6 @@ import polars as pl
 
 from stereolens.atomic import write_jsonl
 from stereolens.contextbias.prompts import build_prompts, shard_items
-from stereolens.generate.job import run_generation
 from stereolens.models.job import (
     limit_threads,
     log_job_resources,
@@ -21,7 +20,6 @@ from stereolens.models.registry import load_model, load_registry
 
 __all__ = [
     "extract_contextbias_shard",
-    "generate_contextbias_shard",
     "generation_items",
     "limit_threads",  # re-exported: other jobs import it from here
     "read_image_metadata",
@@ -89,42 +87,6 @@ def generation_items(
             "check contextbias.roles/conditions and seeds.per_prompt"
         )
     return items
-
-
-def generate_contextbias_shard(
-    registry_path: str,
-    model: str,
-    role: str,
-    condition: str,
-    shard: int,
-    seed_settings: dict,
-    seeds_per_shard: int,
-    bank_path: str | None,
-    out_dir: str,
-    log: logging.Logger | None = None,
-    threads: int | None = None,
-) -> list[dict]:
-    """One ContextBias generation shard, for Python callers (the workflow runs
-    stereolens.generate.job.generate_images_job)."""
-    items = generation_items(
-        bank_path,
-        model,
-        role,
-        condition,
-        shard,
-        seed_settings,
-        {"seeds": {"per_shard": seeds_per_shard}},
-    )
-    spec = load_registry(registry_path)[model]
-    return run_generation(
-        spec,
-        items,
-        out_dir,
-        label=f"{role} {condition} shard {shard}",
-        load=load_model,
-        log=log,
-        threads=threads,
-    )
 
 
 def read_image_metadata(images_dir: str | Path) -> list[dict]:

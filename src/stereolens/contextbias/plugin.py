@@ -177,7 +177,7 @@ def _targets(config: dict) -> list[str]:
     ]
     if cb["validation"]["enabled"]:
         out.append(f"{RESULTS}/validation/scores.parquet")
-        # the extractors audited per demographic group (README "Designing an audit")
+        # the extractors audited per demographic group (docs/planner.md)
         out.append(f"{RESULTS}/validation/group_gaps.parquet")
     if cb["annotation"]["enabled"]:
         out.append(f"{RESULTS}/annotation/form.html")

@@ -15,7 +15,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     """Add the design options to the `stereolens plan` parser."""
     g = p.add_argument_group(
         "design (power)",
-        "what the planned run can detect, and what a target effect needs (README: "
+        "what the planned run can detect, and what a target effect needs (docs/planner.md: "
         "Designing an audit)",
     )
     g.add_argument(

@@ -242,27 +242,3 @@ def refusals_job(
         int(labelled["refusal_rule"].sum()),
     )
     write_parquet(out_path, labelled)
-
-
-def merge_job(
-    *,
-    response_paths: list[str],
-    refusal_paths: list[str],
-    story_paths: list[str],
-    judgement_paths: list[str],
-    out: dict[str, str],
-    log: logging.Logger,
-) -> None:
-    """The merged tables straight from the per-job files (stereolens.lvlm.merge; the
-    workflow merges per model, then concatenates)."""
-    from stereolens.lvlm.merge import merge_model_tables
-
-    counts = merge_model_tables(
-        response_paths=response_paths,
-        refusal_paths=refusal_paths,
-        story_paths=story_paths,
-        judgement_paths=judgement_paths,
-        out=out,
-    )
-    for name, rows in counts.items():
-        log.info("%s: %d row(s) -> %s", name, rows, out[name])

@@ -222,7 +222,7 @@ METRICS = (
 
 
 def story_reading_enabled(lv: dict) -> bool:
-    """The assistant's story reading is audited (README "Designing an audit") when the story
+    """The assistant's story reading is audited (docs/planner.md) when the story
     task and an assistant are configured and lvlm.story_reading.enabled."""
     return bool(
         lv["enabled"]

@@ -5,8 +5,9 @@ The mapping is data: ``resources/twins.yaml`` maps a model id (a registry entry'
 ``model``) to a twin builder of :mod:`stereolens.models.tiny.twins`, or to the reason there is
 none; a LoRA id to its twin; a backend without weights (``openai``) to its reason.
 Entries built locally (``build:``) or shipped in a Python package (``pkg://``) are their
-own twins. :func:`twin_table` is the README's table; tests/test_twins.py checks that
-every registry entry has a row with a twin or a reason, and that the README shows it.
+own twins. :func:`twin_table` is the table of docs/twins.md (docs/examples/twin_table.md);
+tests/test_twins.py checks that every registry entry has a row with a twin or a reason, and
+that the docs show it.
 
 :func:`twin_spec` turns a registry entry into the entry of its twin run: ``model`` (and
 ``lora.path``) point at the twin folders, resolution and step counts are scaled down
@@ -183,7 +184,7 @@ def twin_table(registry: dict[str, ModelSpec], twins: dict[str, Any] | None = No
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """Rows as a Markdown table (the README's twin table)."""
+    """Rows as a Markdown table (docs/examples/twin_table.md)."""
     if not rows:
         return ""
     columns = list(rows[0])

@@ -199,9 +199,3 @@ def legend(ax, **kw) -> None:
     if ax.get_legend_handles_labels()[0]:
         kw.setdefault("fontsize", 7)
         ax.legend(**kw)
-
-
-def empty_note(ax, text: str = "no data") -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#777")
-    ax.set_xticks([])
-    ax.set_yticks([])

@@ -268,7 +268,3 @@ def profile_figure(profile: pl.DataFrame) -> Figure | None:
         ),
         png=F.to_png(fig),
     )
-
-
-def facts_text(items: Sequence[tuple[str, object]]) -> str:
-    return "; ".join(f"{k} {format_value(v)}" for k, v in items if v not in (None, ""))

@@ -1,0 +1,65 @@
+"""MyBench as a plug-in: every configured VLM answers the questions once (one job per
+model), and one table of scores comes out."""
+
+from stereolens.benchmark import Benchmark, Job
+from stereolens.validation import ConfigError
+
+RESULTS = "results/mybench"
+
+
+def _enabled(config):
+    return bool((config.get("mybench") or {}).get("enabled"))
+
+
+def _check(config, registry):
+    for name in config["mybench"]["models"]:
+        if registry.get(name) is None or registry[name].kind != "vlm":
+            raise ConfigError(
+                f"mybench.models: {name!r} is not a vlm in the registry {config['registry']}"
+            )
+
+
+def _jobs(config, counts=False):
+    mb = config["mybench"]
+    return [
+        Job(
+            "answer_mybench",  # the rule
+            "vqa",  # the stage: a row of the plan, the folder under results/mybench/
+            model,
+            f"{RESULTS}/vqa/{model}/answers.jsonl",  # exactly the rule's output
+            mb["questions"] if counts else 0,  # requests it sends
+            "calls",
+            {"model": model},
+        )
+        for model in mb["models"]
+    ]
+
+
+def _targets(config):
+    return [f"{RESULTS}/metrics/scores.parquet"]
+
+
+def _models(config):
+    return {"mybench model": list((config.get("mybench") or {}).get("models") or [])}
+
+
+REPORT_PATHS = {"mybench_scores": f"{RESULTS}/metrics/scores.parquet"}
+"""Every table the report can read of MyBench (`stereolens report --results` looks there)."""
+
+
+def _report_tables(config):
+    return dict(REPORT_PATHS)  # the part of REPORT_PATHS that this config writes
+
+
+BENCHMARK = Benchmark(
+    name="mybench",
+    title="MyBench",
+    enabled=_enabled,
+    check=_check,
+    jobs=_jobs,
+    targets=_targets,
+    models=_models,
+    report_tables=_report_tables,
+    report_paths=REPORT_PATHS,
+    report_sections="mybench.report",  # a module name: the report imports it, not the plug-in
+)

@@ -40,6 +40,14 @@ def test_the_harness_counts_what_it_should():
     # one that expects withholding but gets an interval is judged like any other row
     got = cover.run_row(cover.Row("small2", "none", "z", 0.0, never, withheld="2 < 20"), 50)
     assert not got.is_withheld and got.status == "LOW"
+
+    # withheld on some datasets: coverage over the printed ones, the others counted
+    def half(rng, n):
+        lo = np.where(np.arange(n) % 2 == 0, -1.0, np.nan)
+        return np.zeros(n), lo, -lo
+
+    h = cover.run_row(cover.Row("half", "none", "z", 0.0, half, withheld="< 5"), 50)
+    assert (h.coverage, h.withheld, h.status) == (1.0, 25, "high (25 of 50 withheld)")
     # and one whose intervals are null without expecting it is LOW
     assert cover.run_row(cover.Row("nan", "none", "z", 0.0, none), 50).status == "LOW"
 

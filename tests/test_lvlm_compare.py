@@ -223,3 +223,26 @@ def test_withheld_pairs_leave_holms_family_and_small_designs_print_no_test():
     big = M.compute_all(responses, replicates=100, permutations=50, seed=0, min_images_per_group=10)
     assert big["comparisons"]["interval_note"].is_null().all()
     assert big["comparisons"]["reject"].is_not_null().all()
+
+
+def test_cli_passes_the_minimum_and_its_help_prints(tmp_path, capsys):
+    from stereolens.cli import build_parser, main
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["lvlm", "metrics", "--help"])
+    assert "--interval-min-images-per-group N" in capsys.readouterr().out
+    responses = _responses({("a", "image"): 0.05, ("b", "image"): 0.5}).filter(
+        pl.col("image_id").str.extract(r"(\d+)$").cast(pl.Int64) < 10
+    )
+    responses = responses.with_columns(pl.lit("an answer").alias("response"))
+    responses.write_parquet(tmp_path / "responses.parquet")
+    for minimum, withheld in ((10, False), (11, True)):
+        out = tmp_path / f"m{minimum}"
+        args = ["lvlm", "metrics", "--responses", str(tmp_path / "responses.parquet")]
+        args += ["--out", str(out), "--replicates", "50", "--permutations", "20"]
+        assert main([*args, "--interval-min-images-per-group", str(minimum)]) == 0
+        scores = pl.read_parquet(out / "scores.parquet")
+        cmp = pl.read_parquet(out / "comparisons.parquet")
+        assert scores["ci_low"].is_null().all() == withheld
+        assert cmp["interval_note"].is_not_null().all() == withheld
+        assert cmp["reject"].is_null().all() == withheld

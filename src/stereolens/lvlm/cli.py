@@ -164,7 +164,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "or decision is printed: ci_low, ci_high (a comparison's also p_value, p_adjusted, "
         "reject) are null and interval_note says why; 0 = always print "
         f"(default {MIN_IMAGES_PER_GROUP}, the smallest size at which the intervals cover "
-        ">= 93%, bench/COVERAGE.md)",
+        ">= 93%%, bench/COVERAGE.md)",
     )
     m.add_argument(
         "--formula",

@@ -520,6 +520,24 @@ def test_withheld_intervals_show_their_note_and_old_tables_still_render():
     assert cells[1].interval == "[0.400, 0.600]"
     old = prof.drop("interval_note")
     assert profile_view(old).blocks[0].rows[0]["cells"][0].interval == ""
+    # the LVLM Table 2 cells: the score, then the interval or why it is withheld
+    scores = pl.DataFrame(
+        {
+            "model": ["a", "b"],
+            "setting": ["image", "image"],
+            "task": ["story", "story"],
+            "axis": ["gender", "gender"],
+            "score": [5.0, 6.0],
+            "ci_low": [None, 1.0],
+            "ci_high": [None, 9.0],
+            "interval_note": ["withheld: 3 images per group < 30 (the smallest size ...)", None],
+        }
+    )
+    assert RL.table2(scores)["story gender"].to_list() == [
+        "5.00 (interval withheld: 3 images per group < 30)",
+        "6.00 [1.00, 9.00]",
+    ]
+    assert RL.table2(scores.drop("interval_note"))["story gender"][0] == "5.00"
 
 
 def test_draw_is_stable_and_per_group():

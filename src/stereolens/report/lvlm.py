@@ -220,7 +220,9 @@ def scores_figure(scores: pl.DataFrame) -> Figure | None:
             "over user images (covers the population score, conservatively between the "
             "floor and a strong effect; bench/COVERAGE.md); grey band = the noise floor, "
             "from the mean to the 95th percentile of the score under shuffled group labels. "
-            "A score inside its band shows no evidence of bias."
+            "A score inside its band shows no evidence of bias. A dot without a line: the "
+            "interval is withheld, fewer user images per group than "
+            "lvlm.metrics.interval_min_images_per_group (the table says how many)."
         ),
         png=F.to_png(fig),
     )
@@ -376,7 +378,9 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
                 "lvlm-table2",
                 "Bias scores x100 [95% CI] per model, task and axis (paper Table 2 layout)",
                 "TVD x100 from uniform over the user groups; 'missing' where a score could "
-                "not be computed.",
+                "not be computed; '(interval withheld: N images per group < M)' where the "
+                "design is below lvlm.metrics.interval_min_images_per_group (the score is "
+                "printed, its interval would not cover; bench/COVERAGE.md).",
                 table2(scores),
                 csv=scores,
             )

@@ -34,8 +34,9 @@ def main() -> int:
         t0 = time.perf_counter()
         res = cover.run_row(row, args.datasets, args.seed)
         results.append(res)
+        cov = "withheld" if res.is_withheld else f"{res.coverage:.1%} +- {res.mc_error:.1%}"
         print(
-            f"{row.name}: {res.coverage:.1%} +- {res.mc_error:.1%} "
+            f"{row.name}: {cov} "
             f"({args.datasets} datasets, {time.perf_counter() - t0:.1f} s) {res.status}",
             flush=True,
         )

@@ -115,3 +115,74 @@ def test_holm_equals_statsmodels():
         np.testing.assert_allclose(holm(p), multipletests(p, method="holm")[1])
     got = holm(np.array([0.01, np.nan, 0.04]))
     np.testing.assert_allclose(got, [0.02, np.nan, 0.04])
+
+
+def _withheld(cmp: pl.DataFrame, note: str, which=None) -> pl.DataFrame:
+    """The contract of a comparison whose design is below the minimum: ci_low, ci_high,
+    p_value, p_adjusted and reject null, interval_note says why (``which``: a row mask)."""
+    mask = pl.lit(True) if which is None else which
+    return cmp.with_columns(
+        *[pl.when(mask).then(None).otherwise(pl.col(c)).alias(c)
+          for c in ("ci_low", "ci_high", "p_value", "p_adjusted", "reject")],
+        pl.when(mask).then(pl.lit(note)).otherwise(None).alias("interval_note"),
+    )  # fmt: skip
+
+
+NOTE = (
+    "withheld: 2 images per subject < 20 (the smallest size at which the interval covers "
+    ">= 93%, bench/COVERAGE.md)"
+)
+
+
+def test_report_never_counts_a_withheld_test_and_says_so():
+    from types import SimpleNamespace
+
+    from stereolens.report import comparisons as rc
+    from stereolens.report.inputs import Inputs
+
+    cmp, rk = compare(EST, REPS, better="lower", **KW)
+    # every pair withheld: nothing differs, no rank intervals, '?' between the models
+    allw = _withheld(cmp, NOTE)
+    assert rc.decided(allw) == (
+        "the 3 pairs cannot be judged at this size (interval withheld: 2 images per subject < 20)"
+    )
+    assert rc.ordering(rk, allw) == "a 0.500 ? b 0.600 ? c 0.900"
+    # one pair withheld (a, c): the other two are judged, the withheld one is never a 'differs'
+    part = _withheld(cmp, NOTE, (pl.col("model_a") == "a") & (pl.col("model_b") == "c"))
+    assert rc.decided(part) == (
+        "1 of 2 pairs differ (Holm, 5%); 1 pair cannot be judged at this size (interval "
+        "withheld: 2 images per subject < 20)"
+    )
+    assert rc.ordering(rk, part) == "a 0.500 [1-2] ≈ b 0.600 [1-2] < c 0.900 [3]"
+    one = _withheld(cmp.filter(pl.col("model_b") == "b"), NOTE)
+    assert rc.decided(one).startswith("the pair cannot be judged at this size")
+    # the section shows the note in the difference cell and lists the full note
+    mod = SimpleNamespace(KEY="x", TITLE="X bench")
+    section = rc.section(Inputs.from_frames({"x_comparisons": allw, "x_ranks": rk}), [mod])
+    table = [t for s in section.walk() for t in s.tables if t.id == "x-comparisons"][0]
+    assert "interval_note" not in table.columns()
+    assert table.rows()[0][5].text == "0.100 (interval withheld: 2 images per subject < 20)"
+    assert table.withheld_notes() == [NOTE]
+    # an older table without interval_note: a null decision alone marks the pair withheld
+    old = allw.drop("interval_note")
+    assert rc.decided(old) == "the 3 pairs cannot be judged at this size"
+    assert rc.decided(cmp) == "2 of 3 pairs differ (Holm, 5%)"
+
+
+def test_ordering_prints_enough_digits_to_tell_a_significant_pair_apart():
+    from stereolens.report import comparisons as rc
+
+    est = {"tiny-sd": 0.85412, "tiny-sd-intervention": 0.85396}
+    reps = {
+        "tiny-sd": np.array([0.85410, 0.85414, 0.85411, 0.85413]),
+        "tiny-sd-intervention": np.array([0.85395, 0.85397, 0.85396, 0.85396]),
+    }
+    cmp, rk = compare(est, reps, better="lower", **KW)
+    assert cmp["reject"].to_list() == [True]
+    # 0.854 and 0.854 at 3 decimals, 0.8540 and 0.8541 at 4
+    assert rc.ordering(rk, cmp) == "tiny-sd-intervention 0.8540 [1] < tiny-sd 0.8541 [2]"
+    # a pair that cannot be told apart keeps 3 decimals even where they print alike
+    same = {"a": 0.8541, "b": 0.8542}
+    flat = {"a": np.array([0.80, 0.90, 0.80, 0.90]), "b": np.array([0.85, 0.85, 0.85, 0.86])}
+    cmp, rk = compare(same, flat, better="lower", **KW)
+    assert rc.ordering(rk, cmp) == "a 0.854 [1-2] ≈ b 0.854 [1-2]"

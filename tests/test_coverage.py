@@ -30,6 +30,27 @@ def test_the_harness_counts_what_it_should():
     bad = cover.run_row(cover.Row("never", "none", "z", 0.0, never), 200)
     assert bad.coverage == 0.0 and bad.status == "LOW"
 
+    # a design below the minimum: the code prints no interval, the row expects that
+    def none(rng, n):
+        return np.zeros(n), np.full(n, np.nan), np.full(n, np.nan)
+
+    w = cover.run_row(cover.Row("small", "none", "z", 0.0, none, withheld="2 < 20"), 50)
+    assert w.is_withheld and w.status == "withheld (2 < 20)"
+    assert "| small | z | 50 | - | - | - |" in cover.table([w])
+    # one that expects withholding but gets an interval is judged like any other row
+    got = cover.run_row(cover.Row("small2", "none", "z", 0.0, never, withheld="2 < 20"), 50)
+    assert not got.is_withheld and got.status == "LOW"
+
+    # withheld on some datasets: coverage over the printed ones, the others counted
+    def half(rng, n):
+        lo = np.where(np.arange(n) % 2 == 0, -1.0, np.nan)
+        return np.zeros(n), lo, -lo
+
+    h = cover.run_row(cover.Row("half", "none", "z", 0.0, half, withheld="< 5"), 50)
+    assert (h.coverage, h.withheld, h.status) == (1.0, 25, "high (25 of 50 withheld)")
+    # and one whose intervals are null without expecting it is LOW
+    assert cover.run_row(cover.Row("nan", "none", "z", 0.0, none), 50).status == "LOW"
+
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
 def test_interval_covers(row):

@@ -69,7 +69,13 @@ def test_stated_groups_rates_intervals_and_test():
     lo, hi = stats.binomtest(4, 10).proportion_ci(method="wilson")
     assert (f["accuracy_low"], f["accuracy_high"]) == pytest.approx((lo, hi))
     assert f["precision"] == pytest.approx(0.4)  # 4 TP, 6 FP
-    assert f["f1_low"] <= f["f1"] <= f["f1_high"]
+    # 10 independent items: below MIN_F1_ITEMS (20), F1's interval is withheld, the rest kept
+    assert G.MIN_F1_ITEMS == 20 and f["f1"] is not None
+    assert (f["f1_low"], f["f1_high"]) == (None, None) and f["precision_low"] is not None
+    assert f["interval_note"].startswith(
+        "withheld (F1 only): 10 independent items per group < 20 (the smallest size"
+    )
+    assert m["f1_low"] <= m["f1"] <= m["f1_high"] and m["interval_note"] is None
     gap = gaps.filter(
         (pl.col("grouping") == "stated") & (pl.col("group_dimension") == "gender_presentation")
     ).row(0, named=True)
@@ -85,6 +91,7 @@ def test_stated_groups_rates_intervals_and_test():
     assert gap["test"] == "fisher exact"
     assert gap["p_value"] == pytest.approx(stats.fisher_exact([[19, 1], [4, 6]])[1])
     assert gap["flag"] is False and gap["bias"] is None  # no bootstrap table: nothing to compare
+    assert gap["interval_note"] is None  # independent items: no cluster minimum
 
 
 def test_shown_groups_leave_out_their_own_dimension_and_use_a_reference():
@@ -152,9 +159,16 @@ def test_clustered_items_widen_the_interval_and_correct_the_test():
          for s in range(10)]
     )  # fmt: skip
     _, one = A.audit_contextbias(base, attributes, replicates=0)
-    rates, ten = A.audit_contextbias(dup, att, replicates=0)
+    rates, ten = A.audit_contextbias(dup, att, replicates=0, min_test_clusters=30)
     pick = (pl.col("grouping") == "stated") & (pl.col("model") == "m")
     a, b = one.filter(pick).row(0, named=True), ten.filter(pick).row(0, named=True)
+    # 30 prompts: below the default MIN_TEST_CLUSTERS (40) the Rao-Scott p-value is withheld,
+    # the gap interval stays
+    _, small = A.audit_contextbias(dup, att, replicates=0)
+    s = small.filter(pick).row(0, named=True)
+    assert s["p_value"] is None and s["gap_low"] == pytest.approx(b["gap_low"])
+    assert s["interval_note"].startswith("withheld (test only): 30 prompts < 40")
+    assert b["interval_note"] is None
     assert a["error_gap"] == pytest.approx(b["error_gap"])
     assert b["cluster"] == "prompt" and b["n_clusters"] == 30 and b["test"] == "rao-scott F"
     assert b["design_effect"] > 8  # about 10 x the binomial variance
@@ -343,6 +357,17 @@ def test_scoring_a_perfect_reader_and_a_biased_one():
         0, named=True
     )
     assert f["accuracy"] == pytest.approx(6 / 9) and f["n_false_positive"] == len(items) // 2
+    # 3 stories < MIN_CLUSTERS (5): no per-group interval, no Rao-Scott p-value; the gap
+    # interval (t on C - 1 df) stays
+    assert (f["accuracy_low"], f["f1_low"], f["precision_high"]) == (None, None, None)
+    assert f["interval_note"].startswith("withheld: 3 stories per group < 5 (the smallest")
+    g = gaps.filter(pl.col("axis") == "gender").row(0, named=True)
+    assert g["p_value"] is None and g["interval_note"].startswith(
+        "withheld (test only): 3 stories < 5"
+    )
+    rates, gaps = S.audit_readings(
+        scored, ["gender", "race"], scores, replicates=100, min_clusters=3
+    )
     g = gaps.filter(pl.col("axis") == "gender").row(0, named=True)
     # 3 stories read under both genders: clusters = stories, a paired interval on 2 degrees
     # of freedom; female errors 1/3 in every story: no between-story variance of the gap

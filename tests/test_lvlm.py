@@ -479,11 +479,20 @@ def test_exam_score_hand_computed_and_bootstrap():
     # biology: Acc=(0.4,0.4) -> 0
     assert out["prompt_id"].to_list() == ["college_biology", "college_physics"]
     assert out["score"].to_list() == pytest.approx([0.0, 100 / 14])
-    overall = S.overall_scores("exam", rows, n_boot=200, seed=0)
+    overall = S.overall_scores("exam", rows, n_boot=200, seed=0, min_images_per_group=0)
     assert overall["score"][0] == pytest.approx(100 / 28)  # mean of 0 and 7.142857
     assert overall["ci_low"][0] <= overall["score"][0] <= overall["ci_high"][0]
-    assert overall["n_units"][0] == 10
-    again = S.overall_scores("exam", rows, n_boot=200, seed=0)
+    assert overall["n_units"][0] == 10 and overall["images_per_group"][0] == 5
+    assert overall["interval_note"][0] is None
+    # 5 images per group is below the default minimum (30): the score stays, no interval
+    small = S.overall_scores("exam", rows, n_boot=200, seed=0).row(0, named=True)
+    assert small["score"] == pytest.approx(100 / 28) and small["score_bc"] is not None
+    assert small["ci_low"] is None and small["ci_high"] is None
+    assert small["interval_note"] == (
+        "withheld: 5 images per group < 30 (the smallest size at which the LVLM intervals "
+        "cover >= 93%, bench/COVERAGE.md)"
+    )
+    again = S.overall_scores("exam", rows, n_boot=200, seed=0, min_images_per_group=0)
     assert again.equals(overall)
 
 
@@ -638,8 +647,13 @@ def test_story_and_term_bootstrap_run_and_bracket_point():
             job = "nurse" if rng.random() < p_nurse else "mechanic"
             spec[(g, f"{g}{i}")] = [("occupation", job)]
     story = S.overall_scores("story", _story_rows(spec), n_boot=100, seed=0)
+    assert story["images_per_group"][0] == 30 and story["interval_note"][0] is None
     assert story["ci_low"][0] <= story["score"][0] <= story["ci_high"][0]
     judged = T.judge_winners(T.make_judge_pairs(_explanations(), seed=0), ["A", "B", "A", "A"] * 5)
-    term = S.overall_scores("term", judged, n_boot=100, seed=0)
+    # term: 10 image pairs, i.e. 10 images per group, below the default 30: withheld
+    small = S.overall_scores("term", judged, n_boot=100, seed=0).row(0, named=True)
+    assert (small["images_per_group"], small["ci_low"], small["ci_high"]) == (10, None, None)
+    assert small["interval_note"].startswith("withheld: 10 images per group < 30")
+    term = S.overall_scores("term", judged, n_boot=100, seed=0, min_images_per_group=10)
     assert term["n_prompts"][0] == 2 and term["n_units"][0] == 10
     assert term["ci_low"][0] <= term["score"][0] <= term["ci_high"][0]

@@ -54,7 +54,9 @@ def test_bracket_interval_hand_computed():
 
 def test_bootstrap_is_paired_and_stable_when_a_model_is_added():
     two = pl.concat([_exam("a"), _exam("b", flip=6)])
-    out, reps = S.score_replicates("exam", two, n_boot=200, permutations=50, seed=3)
+    out, reps = S.score_replicates(
+        "exam", two, n_boot=200, permutations=50, seed=3, min_images_per_group=0
+    )
     ra, rb = reps[("a", "image", "gender")], reps[("b", "image", "gender")]
     # one resample of the shared images per replicate: a copy of a model has replicates
     # equal to its own, so the difference's spread is 0
@@ -180,3 +182,67 @@ def test_refusal_replicates_are_paired():
     assert np.array_equal(reps[("a", "image", "exam")], reps[("c", "image", "exam")])
     assert not np.array_equal(reps[("a", "image", "exam")], reps[("b", "image", "exam")])
     assert K.tables([], [])["comparisons"].columns == COMPARISON_COLUMNS + K.COMPARISON_EXTRA
+
+
+def test_withheld_pairs_leave_holms_family_and_small_designs_print_no_test():
+    from stereolens.metrics.compare import pairwise
+
+    est = {"a": 0.5, "b": 0.6, "c": 0.9}
+    reps = {
+        "a": np.array([0.50, 0.50, 0.50, 0.50]),
+        "b": np.array([0.55, 0.65, 0.55, 0.65]),
+        "c": np.array([0.80, 0.80, 1.00, 1.00]),
+    }
+    kw = dict(benchmark="x", metric="m", scope="s", paired=True, resampling="t", better="lower")
+    cmp = pairwise(est, reps, **kw)  # pairs (a, b), (a, c), (b, c)
+    out = K.withhold(cmp, [None, "withheld: 3 images per group < 30", None])
+    ac = out.row(1, named=True)
+    assert ac["interval_note"] == "withheld: 3 images per group < 30"
+    assert [ac[c] for c in ("ci_low", "ci_high", "p_value", "p_adjusted", "reject")] == [None] * 5
+    assert ac["difference"] == pytest.approx(0.4)  # the estimate stays
+    # Holm over the two pairs still tested: b-c 0.0201368 x 2, a-b 0.0832645 x 1
+    assert out["p_adjusted"].to_list()[0] == pytest.approx(0.0832645, rel=1e-5)
+    assert out["p_adjusted"].to_list()[2] == pytest.approx(0.0402736, rel=1e-5)
+    assert out["reject"].to_list() == [False, None, True]
+    assert K.withhold(cmp, [None] * 3)["interval_note"].is_null().all()
+    # 10 images per group (default minimum 30): scores, refusal rates' comparisons withheld
+    responses = _responses({("a", "image"): 0.05, ("b", "image"): 0.5}).filter(
+        pl.col("image_id").str.extract(r"(\d+)$").cast(pl.Int64) < 10
+    )
+    small = M.compute_all(responses, replicates=100, permutations=50, seed=0)
+    scores = small["scores"]
+    assert scores["images_per_group"].to_list() == [10, 10]
+    assert scores["ci_low"].is_null().all() and scores["interval_note"].is_not_null().all()
+    assert (small["refusals"]["images_per_group"] == 10).all()
+    c = small["comparisons"]
+    assert c.height == 2 and c["interval_note"].str.starts_with("withheld: 10 images").all()
+    for col in ("ci_low", "ci_high", "p_value", "p_adjusted", "reject", "bracket_low"):
+        assert c[col].is_null().all(), col
+    # nothing is decided: every model one group, rank interval [1, 2]
+    assert set(small["ranks"]["rank_low"]) == {1} and set(small["ranks"]["rank_high"]) == {2}
+    big = M.compute_all(responses, replicates=100, permutations=50, seed=0, min_images_per_group=10)
+    assert big["comparisons"]["interval_note"].is_null().all()
+    assert big["comparisons"]["reject"].is_not_null().all()
+
+
+def test_cli_passes_the_minimum_and_its_help_prints(tmp_path, capsys):
+    from stereolens.cli import build_parser, main
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["lvlm", "metrics", "--help"])
+    assert "--interval-min-images-per-group N" in capsys.readouterr().out
+    responses = _responses({("a", "image"): 0.05, ("b", "image"): 0.5}).filter(
+        pl.col("image_id").str.extract(r"(\d+)$").cast(pl.Int64) < 10
+    )
+    responses = responses.with_columns(pl.lit("an answer").alias("response"))
+    responses.write_parquet(tmp_path / "responses.parquet")
+    for minimum, withheld in ((10, False), (11, True)):
+        out = tmp_path / f"m{minimum}"
+        args = ["lvlm", "metrics", "--responses", str(tmp_path / "responses.parquet")]
+        args += ["--out", str(out), "--replicates", "50", "--permutations", "20"]
+        assert main([*args, "--interval-min-images-per-group", str(minimum)]) == 0
+        scores = pl.read_parquet(out / "scores.parquet")
+        cmp = pl.read_parquet(out / "comparisons.parquet")
+        assert scores["ci_low"].is_null().all() == withheld
+        assert cmp["interval_note"].is_not_null().all() == withheld
+        assert cmp["reject"].is_null().all() == withheld

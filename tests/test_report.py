@@ -469,6 +469,77 @@ def test_table_cells_intervals_nan_null_and_escaping():
     assert long.csv_frame().height == 50
 
 
+def test_withheld_intervals_show_their_note_and_old_tables_still_render():
+    from stereolens.report.html import withheld_text
+    from stereolens.report.summary import profile_frame
+
+    note = (
+        "withheld: 2 images per subject < 20 (the smallest size at which the interval covers "
+        ">= 93%, bench/COVERAGE.md)"
+    )
+    assert withheld_text(note) == "interval withheld: 2 images per subject < 20"
+    assert withheld_text(note, short=False) == "interval " + note
+    assert withheld_text("3 roles") == "interval withheld: 3 roles" and withheld_text(None) == ""
+    assert format_interval(0.8124, None, None, note=note) == (
+        "0.812 (interval withheld: 2 images per subject < 20)"
+    )
+    assert format_interval(0.8124, 0.7, 0.9, note=note) == "0.812 [0.700, 0.900]"
+    frame = pl.DataFrame(
+        {
+            "model": ["a", "b"],
+            "est": [0.8124, 0.5],
+            "lo": [None, 0.4],
+            "hi": [None, 0.6],
+            "interval_note": [note, None],
+        }
+    )
+    t = Table("w", "W", "caption", frame, intervals={"est": ("lo", "hi")})
+    assert t.columns() == ["model", "est"]
+    assert [r[1].text for r in t.rows()] == [
+        "0.812 (interval withheld: 2 images per subject < 20)",
+        "0.500 [0.400, 0.600]",
+    ]
+    html = render_sections([RC.Section("sw", "SW", tables=[t])])
+    assert "Interval withheld: 2 images per subject &lt; 20 (the smallest size" in html
+    assert t.csv_frame()["interval_note"].to_list() == [note, None]
+    # without intervals the note is an ordinary column
+    assert "interval_note" in Table("w2", "W", "c", frame).columns()
+    # the profile: a withheld cell says so; rows without the key (older tables) still render
+    base = dict(benchmark="biasig", benchmark_title="BiasIG", metric="s_imp", label="S_imp")
+    prof = profile_frame(
+        [
+            {**base, "model": "a", "estimate": 0.8124, "interval_note": note},
+            {**base, "model": "b", "estimate": 0.5, "ci_low": 0.4, "ci_high": 0.6},
+        ]
+    )
+    cells = [r["cells"][0] for r in profile_view(prof).blocks[0].rows]
+    assert (cells[0].text, cells[0].interval) == (
+        "0.812",
+        "(interval withheld: 2 images per subject < 20)",
+    )
+    assert cells[1].interval == "[0.400, 0.600]"
+    old = prof.drop("interval_note")
+    assert profile_view(old).blocks[0].rows[0]["cells"][0].interval == ""
+    # the LVLM Table 2 cells: the score, then the interval or why it is withheld
+    scores = pl.DataFrame(
+        {
+            "model": ["a", "b"],
+            "setting": ["image", "image"],
+            "task": ["story", "story"],
+            "axis": ["gender", "gender"],
+            "score": [5.0, 6.0],
+            "ci_low": [None, 1.0],
+            "ci_high": [None, 9.0],
+            "interval_note": ["withheld: 3 images per group < 30 (the smallest size ...)", None],
+        }
+    )
+    assert RL.table2(scores)["story gender"].to_list() == [
+        "5.00 (interval withheld: 3 images per group < 30)",
+        "6.00 [1.00, 9.00]",
+    ]
+    assert RL.table2(scores.drop("interval_note"))["story gender"][0] == "5.00"
+
+
 def test_draw_is_stable_and_per_group():
     frame = pl.DataFrame({"g": ["a"] * 10 + ["b"] * 3, "k": [str(i) for i in range(13)]})
     one = draw(frame, ["g"], "k", 4, seed=1)

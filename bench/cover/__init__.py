@@ -31,6 +31,11 @@ class Row:
     truth: float | np.ndarray
     draw: Callable[[np.random.Generator, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
     note: str = ""
+    withheld: str = ""
+    """The project's code withholds this row's interval (null, with an ``interval_note``) on
+    datasets below the benchmark's minimum size; this says which rule. Coverage is then over
+    the datasets where an interval is printed, the others are counted in ``withheld``; status
+    "withheld" when none is printed. Rows without it count a null interval as a miss."""
 
 
 @dataclass(frozen=True)
@@ -42,15 +47,27 @@ class Result:
     mean_width: float
     mean_bias: float
     undefined: int
+    withheld: int = 0
+    """datasets whose interval the code withheld (rows with ``Row.withheld``; not in
+    ``coverage``)."""
+
+    @property
+    def is_withheld(self) -> bool:
+        """The project's code printed no interval on any dataset, as the row expects."""
+        return bool(self.row.withheld) and self.withheld == self.datasets
 
     @property
     def status(self) -> str:
+        if self.is_withheld:
+            return f"withheld ({self.row.withheld})"
         lo, hi = TARGET
+        notes = [self.row.note] if self.coverage > hi and self.row.note else []
+        if self.withheld:
+            notes.append(f"{self.withheld} of {self.datasets} withheld")
+        tail = f" ({'; '.join(notes)})" if notes else ""
         if self.coverage < lo:
-            return "LOW"
-        if self.coverage > hi:
-            return "high" + (f" ({self.row.note})" if self.row.note else "")
-        return "ok"
+            return "LOW" + tail
+        return ("high" if self.coverage > hi else "ok") + tail
 
 
 def modules() -> list[str]:
@@ -71,23 +88,28 @@ def rows(scale: str, only: list[str] | None = None) -> list[Row]:
 
 def run_row(row: Row, datasets: int, seed: int = 0) -> Result:
     """Coverage of ``row`` over ``datasets`` datasets (a dataset whose interval is undefined,
-    NaN, counts as not covering and is counted in ``undefined``)."""
+    NaN, counts as not covering and is counted in ``undefined``; for a row with ``withheld``
+    it is left out of the coverage and counted in ``withheld``)."""
     rng = np.random.default_rng([seed, sum(map(ord, row.name))])
     est, lo, hi = (np.asarray(a, dtype=float) for a in row.draw(rng, datasets))
     truth = np.broadcast_to(np.asarray(row.truth, dtype=float), est.shape)
     defined = np.isfinite(lo) & np.isfinite(hi)
     covered = defined & (lo <= truth) & (truth <= hi)
-    c = float(covered.mean())
+    withheld = int((~defined).sum()) if row.withheld else 0
+    counted = defined if row.withheld else np.ones(defined.shape, dtype=bool)
+    n = int(counted.sum())
+    c = float(covered[counted].mean()) if n else float("nan")
     return Result(
         row=row,
         datasets=datasets,
         coverage=c,
-        mc_error=float(np.sqrt(c * (1 - c) / datasets)),
+        mc_error=float(np.sqrt(c * (1 - c) / n)) if n else float("nan"),
         mean_width=float(np.nanmean(np.where(defined, hi - lo, np.nan)))
         if defined.any()
         else np.nan,
-        mean_bias=float(np.nanmean(est - truth)),
+        mean_bias=float(np.nanmean(est - truth)) if np.isfinite(est - truth).any() else np.nan,
         undefined=int((~defined).sum()),
+        withheld=withheld,
     )
 
 
@@ -98,6 +120,12 @@ def table(results: list[Result]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
+        if r.is_withheld:
+            lines.append(
+                f"| {r.row.name} | {r.row.interval} | {r.datasets} | - | - | - | "
+                f"{'-' if np.isnan(r.mean_bias) else f'{r.mean_bias:+.3g}'} | {r.status} |"
+            )
+            continue
         lines.append(
             f"| {r.row.name} | {r.row.interval} | {r.datasets} | {r.coverage:.1%} | "
             f"{r.mc_error:.1%} | {r.mean_width:.4g} | {r.mean_bias:+.3g} | {r.status} |"

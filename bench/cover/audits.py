@@ -26,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from stereolens.metrics import group_audit as G
+
 from . import Row
 
 LEVEL = 0.95
@@ -159,31 +161,48 @@ def _draw(make, audit, what: str):
         out = np.full((n, 3), np.nan)
         for d in range(n):
             r = audit(make(rng), what)
-            if what == "p":
-                out[d] = r["p_value"], 0.0, r["p_value"]
+            if what == "p":  # a withheld test (null p-value): no interval
+                p = np.nan if r["p_value"] is None else r["p_value"]
+                out[d] = p, 0.0 if np.isfinite(p) else np.nan, p
             else:
-                out[d] = [r[c] for c in COLUMNS[what]]
+                out[d] = [np.nan if r[c] is None else r[c] for c in COLUMNS[what]]
         return out[:, 0], out[:, 1], out[:, 2]
 
     return draw
 
 
-def _per_group_rows(label: str, make, audit, error0: float) -> list[Row]:
+def _per_group_rows(label: str, make, audit, error0: float, withheld=("", "")) -> list[Row]:
     """Group g0's accuracy, precision (Wilson on effective counts) and F1 (logit-scale t
     interval from the bootstrap standard error over clusters) at the population accuracy a:
     a wrong item reads a false positive with chance r = FP_RATE, so precision =
     a / (a + r (1 - a)) and F1 = 2 TP / (2 TP + FP + FN) = 2 a / (2 a + (1 + r) (1 - a))."""
-    a, r = 1 - error0, FP_RATE
+    a, r = 1 - error0, FP_RATE  # withheld: the rules of (accuracy and precision, F1)
     wilson = "Wilson on effective counts (counts / design effect)"
     return [
         Row(f"audits: {label} group accuracy", "reader audits", wilson, a,
-            _draw(make, audit, "accuracy")),
+            _draw(make, audit, "accuracy"), withheld=withheld[0]),
         Row(f"audits: {label} group precision", "reader audits", wilson, a / (a + r * (1 - a)),
-            _draw(make, audit, "precision")),
+            _draw(make, audit, "precision"), withheld=withheld[0]),
         Row(f"audits: {label} group F1", "reader audits",
             "logit(F1) +- t(C-1) x bootstrap se over clusters", 2 * a / (2 * a + (1 + r) * (1 - a)),
-            _draw(make, audit, "f1")),
+            _draw(make, audit, "f1"), withheld=withheld[1] or withheld[0]),
     ]  # fmt: skip
+
+
+def _cb_withheld(grouping: str, prompts: int, seeds: int, k: int) -> tuple[str, str]:
+    """The minimum-size rules that can withhold a ContextBias per-group row (accuracy and
+    precision, F1): clustered groups need MIN_CLUSTERS prompts (shown: a group's prompts are
+    those with an image of it, so a small design may fall short in some datasets), F1 of
+    independent items MIN_F1_ITEMS items."""
+    clustered = grouping == "shown" or seeds > 1
+    # expected prompts holding a group: shown, any of a prompt's seeds' images shows it
+    per_group = prompts * (1 - (1 - 1 / k) ** seeds) if grouping == "shown" else prompts // k
+    rates = f"fewer than {G.MIN_CLUSTERS} prompts per group" if (
+        clustered and per_group < 2 * G.MIN_CLUSTERS) else ""  # fmt: skip
+    items = prompts // k * seeds
+    f1 = f"F1: {items} independent items per group < {G.MIN_F1_ITEMS}" if (
+        not clustered and items < G.MIN_F1_ITEMS) else ""  # fmt: skip
+    return rates, f1
 
 
 SIZES = {
@@ -227,13 +246,16 @@ def rows(scale: str) -> list[Row]:
         out += _per_group_rows(
             f"ContextBias {grouping}, {P} prompts x {S} seeds,",
             lambda rng, g=grouping: contextbias_items(rng, g, base, P, S, D), _cb_audit,
-            float(_expected_error(base, sd)[0]),
+            float(_expected_error(base, sd)[0]), _cb_withheld(grouping, P, S, k),
         )  # fmt: skip
+        clustered = grouping == "shown" or S > 1
         out.append(Row(
             f"audits: ContextBias {grouping} test size, {P} prompts x {S} seeds (1 - size)",
             "reader audits", "chi-squared / Rao-Scott F at 0.05: 'coverage' = 1 - rejection rate",
             ALPHA, _draw(lambda rng, g=grouping: contextbias_items(rng, g, base, P, S, D),
                          _cb_audit, "p"), note=SIZE_NOTE,
+            withheld=f"test: {P} prompts < {G.MIN_TEST_CLUSTERS}"
+            if clustered and P < G.MIN_TEST_CLUSTERS else "",
         ))  # fmt: skip
     T, n_it, gs = s["story"]
     flat = _logit(np.full(gs, 0.8))
@@ -247,14 +269,16 @@ def rows(scale: str) -> list[Row]:
             _draw(lambda rng, m=mu: story_items(rng, m, T, n_it), _story_audit, "gap"),
             note=GAP_NOTE,
         ))  # fmt: skip
+    few = f"{T} {'story' if T == 1 else 'stories'} < {G.MIN_CLUSTERS}" if T < G.MIN_CLUSTERS else ""
     out += _per_group_rows(
         f"story reading, {T} stories x {n_it} items,",
         lambda rng: story_items(rng, flat, T, n_it), _story_audit, float(story_truth(flat)[0]),
+        (few, ""),
     )  # fmt: skip
     out.append(Row(
         f"audits: story reading test size, {T} stories x {n_it} items x {gs} groups (1 - size)",
         "reader audits", "Rao-Scott F (Cochran's Q for one story) at 0.05: 1 - rejection rate",
         ALPHA, _draw(lambda rng: story_items(rng, flat, T, n_it), _story_audit, "p"),
-        note=SIZE_NOTE,
+        note=SIZE_NOTE, withheld=f"test: {few}" if few and T > 1 else "",
     ))  # fmt: skip
     return out

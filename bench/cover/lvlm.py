@@ -37,6 +37,14 @@ class Scale:
     min_count: int
     axes: tuple[str, ...]
     race_groups: tuple[str, ...] | None = None
+    min_images: int | None = None
+    """``lvlm.metrics.interval_min_images_per_group`` (None: its default; the sweep: 0)."""
+
+    @property
+    def minimum(self) -> int:
+        from stereolens.lvlm.resample import MIN_IMAGES_PER_GROUP
+
+        return MIN_IMAGES_PER_GROUP if self.min_images is None else self.min_images
 
 
 def _config_scale(name: str, axes=None, replicates=None, permutations=None) -> Scale:
@@ -62,8 +70,16 @@ def _config_scale(name: str, axes=None, replicates=None, permutations=None) -> S
 
 
 def scale(name: str) -> Scale:
+    """Scale "test", "demo", "paper", or "demo@N": config/demo.yaml's sizes with N images per group
+    in every task (the sweep behind ``lvlm.interval_min_images_per_group``)."""
+    if name.startswith("demo@"):
+        from dataclasses import replace
+
+        n = int(name.split("@", 1)[1])
+        return replace(_config_scale("demo.yaml"), story=n, term=n, exam=n, min_images=0)
     if name == "test":
-        return Scale(30, 20, 15, 4, 2, 100, 100, 5, ("gender",))
+        # every task at lvlm.metrics.interval_min_images_per_group (30)
+        return Scale(30, 30, 30, 4, 2, 100, 100, 5, ("gender",))
     if name == "demo":
         return _config_scale("demo.yaml")
     if name == "paper":
@@ -298,6 +314,7 @@ def _simulate(task: str, sc: Scale, axis: str, rng, n: int) -> dict:
     names = list(WORLDS)
     out = {m: {k: np.empty(n) for k in ("score", "score_bc", "lo", "hi", "null")} for m in names}
     reps = {m: [] for m in names}
+    notes = {m: [] for m in names}
     for i in range(n):
         kw = tables(task, d, list(WORLDS.values()), n_images(task, sc), rng, names)
         o, r = score_replicates(
@@ -308,16 +325,23 @@ def _simulate(task: str, sc: Scale, axis: str, rng, n: int) -> dict:
             permutations=sc.permutations,
             min_count=sc.min_count,
             seed=i,
+            min_images_per_group=sc.minimum,
         )
         for row in o.iter_rows(named=True):
             m = row["model"]
-            for k, col in (("score", "score"), ("score_bc", "score_bc"), ("lo", "ci_low")):
-                out[m][k][i] = row[col]
-            out[m]["hi"][i] = row["ci_high"]
-            out[m]["null"][i] = row["null_mean"]
+            for k, col in (
+                ("score", "score"),
+                ("score_bc", "score_bc"),
+                ("lo", "ci_low"),
+                ("hi", "ci_high"),
+                ("null", "null_mean"),
+            ):
+                out[m][k][i] = np.nan if row[col] is None else row[col]
             reps[m].append(r[(m, None, axis)])
+            notes[m].append(row["interval_note"])
     for m in names:
         out[m]["reps"] = reps[m]
+        out[m]["notes"] = notes[m]
     _CACHE[key] = out
     return out
 
@@ -349,32 +373,43 @@ def _expected_difference(task, sc, axis, a: str, b: str, draws: int) -> float:
     return float(mean[b] - mean[a])
 
 
-def _wald(est_a, est_b, reps_a, reps_b, a="a", b="b", checked: int = 5):
-    """Per dataset the comparison's difference and interval: stereolens.metrics.compare's
-    pairwise on the first ``checked`` datasets, and its formula (difference +- z sd of the
-    paired replicates' differences) vectorised over the rest, checked equal to it."""
+def _wald(est_a, est_b, reps_a, reps_b, a="a", b="b", checked: int = 5, notes=None):
+    """Per dataset the comparison's difference and interval: stereolens.lvlm.comparisons'
+    pairwise-and-withhold (metrics.compare.pairwise, then the pair withheld where ``notes``,
+    per dataset the interval_note of either model, says the design is below the minimum) on
+    the first ``checked`` datasets, and its formula (difference +- z sd of the paired
+    replicates' differences; NaN where withheld) vectorised over the rest, checked equal."""
     from scipy import stats
 
-    from stereolens.metrics import compare as MC
+    from stereolens.lvlm import comparisons as K
 
     d = np.asarray(est_b) - np.asarray(est_a)
     se = np.array([np.std(rb - ra, ddof=1) for ra, rb in zip(reps_a, reps_b, strict=True)])
     z = stats.norm.ppf(0.975)
-    lo, hi = d - z * se, d + z * se
+    notes = [None] * d.size if notes is None else list(notes)
+    gone = np.array([x is not None for x in notes], dtype=bool)
+    lo = np.where(gone, np.nan, d - z * se)
+    hi = np.where(gone, np.nan, d + z * se)
     for i in range(min(checked, d.size)):
-        c = MC.pairwise(
+        c = K._compare(
             {a: est_a[i], b: est_b[i]},
             {a: reps_a[i], b: reps_b[i]},
+            {a: notes[i]},
             benchmark="lvlm",
             metric="coverage",
             scope="coverage",
             better="lower",
             paired=True,
             resampling="paired",
-        ).row(0, named=True)
-        if not np.allclose([c["difference"], c["ci_low"], c["ci_high"]], [d[i], lo[i], hi[i]]):
-            raise AssertionError("the vectorised Wald interval differs from compare.pairwise")
+        )[0].row(0, named=True)
+        got = [np.nan if c[k] is None else c[k] for k in ("difference", "ci_low", "ci_high")]
+        if not np.allclose(got, [d[i], lo[i], hi[i]], equal_nan=True):
+            raise AssertionError("the vectorised Wald interval differs from lvlm.comparisons")
     return d, lo, hi
+
+
+def _either(notes_a, notes_b) -> list:
+    return [x or y for x, y in zip(notes_a, notes_b, strict=True)]
 
 
 class _Lazy:
@@ -388,6 +423,15 @@ class _Lazy:
         return np.asarray(self.compute(), dtype=dtype)
 
 
+def _expected_note(images: int, sc: Scale) -> str:
+    """The short interval_note the project's code gives ``images`` per group ("" at or above
+    the scale's minimum): the row then expects every interval withheld."""
+    from stereolens.lvlm.resample import withheld_note
+
+    note = withheld_note(images, sc.minimum)
+    return note.split(" (", 1)[0].removeprefix("withheld: ") if note else ""
+
+
 def _tvd_rows(task: str, sc: Scale, axis: str, draws: int, label: str) -> list:
     from cover import Row
 
@@ -397,6 +441,7 @@ def _tvd_rows(task: str, sc: Scale, axis: str, draws: int, label: str) -> list:
     )
     name = f"lvlm {task} TVD x100, {axis} ({label})"
     rows = []
+    withheld = _expected_note(n_images(task, sc), sc)
 
     def model_draw(m):
         def draw(rng, n):
@@ -414,13 +459,17 @@ def _tvd_rows(task: str, sc: Scale, axis: str, draws: int, label: str) -> list:
                 truths[m],
                 model_draw(m),
                 note="the bracket is conservative between the floor and a strong effect",
+                withheld=withheld,
             )
         )
 
     def wald(a, b):
         def draw(rng, n):
             s = _simulate(task, sc, axis, rng, n)
-            return _wald(s[a]["score"], s[b]["score"], s[a]["reps"], s[b]["reps"], a, b)
+            notes = _either(s[a]["notes"], s[b]["notes"])
+            return _wald(
+                s[a]["score"], s[b]["score"], s[a]["reps"], s[b]["reps"], a, b, notes=notes
+            )
 
         return draw
 
@@ -434,7 +483,8 @@ def _tvd_rows(task: str, sc: Scale, axis: str, draws: int, label: str) -> list:
                 q_lo, q_hi = np.quantile(dd, [0.025, 0.975]) - dd.mean()
                 lo[i] = est[i] - s[b]["null"][i] + q_lo
                 hi[i] = est[i] + s[a]["null"][i] + q_hi
-            return est, lo, hi
+            gone = np.array([x is not None for x in _either(s[a]["notes"], s[b]["notes"])])
+            return est, np.where(gone, np.nan, lo), np.where(gone, np.nan, hi)
 
         return draw
 
@@ -452,6 +502,7 @@ def _tvd_rows(task: str, sc: Scale, axis: str, draws: int, label: str) -> list:
                 "comparisons ci_low, ci_high (Wald, paired bootstrap se)",
                 exp,
                 wald(a, b),
+                withheld=withheld,
             )
         )
         if (a, b) != ("m0", "m0b"):
@@ -463,6 +514,7 @@ def _tvd_rows(task: str, sc: Scale, axis: str, draws: int, label: str) -> list:
                     truths[b] - truths[a],
                     bracket(a, b),
                     note="the bracket bounds both models' biases: conservative",
+                    withheld=withheld,
                 )
             )
     return rows
@@ -538,16 +590,20 @@ def _refusal_rows(sc: Scale, label: str) -> list:
         return draw
 
     def diff(rng, n):
+        from stereolens.lvlm.resample import withheld_note
+
         est = {m: np.empty(n) for m in REFUSAL_P}
         reps = {m: [] for m in REFUSAL_P}
+        notes = []
         for i in range(n):
             red = refusal_tables(sc, rng, TAU)
             rep = K.refusal_replicates(red["refusal_images"], max(sc.replicates, 1000), i)
-            pooled = red["refusals"].group_by("model").agg(pl.col("n_refusal", "n").sum())
-            for r in pooled.iter_rows(named=True):
-                est[r["model"]][i] = 100 * r["n_refusal"] / r["n"]
+            table = refusals(red).filter(pl.col("group") == "*")
+            for r in table.iter_rows(named=True):
+                est[r["model"]][i] = r["rate"]
                 reps[r["model"]].append(rep[(r["model"], "image", "term")])
-        return _wald(est["r0"], est["r1"], reps["r0"], reps["r1"], "r0", "r1")
+            notes.append(withheld_note(int(table["images_per_group"].min()), sc.minimum))
+        return _wald(est["r0"], est["r1"], reps["r0"], reps["r1"], "r0", "r1", notes=notes)
 
     k, prompts = _refusal_sizes(sc)
     name = f"lvlm refusal rate %, term task, {k} images per group x {prompts} prompts ({label})"
@@ -572,6 +628,7 @@ def _refusal_rows(sc: Scale, label: str) -> list:
             "comparisons ci_low, ci_high (Wald, paired bootstrap se)",
             100 * (REFUSAL_P["r1"] - REFUSAL_P["r0"]),
             diff,
+            withheld=_expected_note(k, sc),
         ),
     ]
 
@@ -584,7 +641,7 @@ def rows(scale_name: str) -> list:
         "test": "test world",
         "demo": "config/demo.yaml sizes",
         "paper": "config/config.yaml sizes, 200 replicates",
-    }[scale_name]
+    }.get(scale_name) or f"config/demo.yaml sizes, {sc.story} images per group"
     out = []
     for axis in sc.axes:
         for task in ("story", "term", "exam"):

@@ -232,6 +232,7 @@ rule compute_lvlm_metrics:
         level=LV["metrics"]["level"],
         seed=LV["seed"],
         permutations=LV["metrics"]["permutations"],
+        min_images=LV["metrics"]["interval_min_images_per_group"],
         formulas=" ".join(
             f"--formula {task}={name}" for task, name in sorted(LV["metrics"]["formulas"].items())
         ),
@@ -241,4 +242,5 @@ rule compute_lvlm_metrics:
         " --term-judgements {input.term_judgements}"
         " --min-count {params.min_count} --replicates {params.replicates}"
         " --ci {params.level} --seed {params.seed} --permutations {params.permutations}"
+        " --interval-min-images-per-group {params.min_images}"
         " {params.formulas} --out {params.outdir} > {log} 2>&1"

@@ -27,7 +27,10 @@ prompts, the largest gap in
 error rate (1 - accuracy) between two groups with a simultaneous interval over all pairs (the
 worst and best groups are picked after looking), and a test of difference (chi-squared, or
 Fisher's exact test for two groups with an expected count below 5, for independent items;
-the Rao-Scott F test for clustered ones).
+the Rao-Scott F test for clustered ones). Minimum sizes (stereolens.metrics.group_audit):
+a group's F1 interval needs 20 independent items (MIN_F1_ITEMS), clustered groups 5 prompts
+(MIN_CLUSTERS) for any interval, and the Rao-Scott test 40 prompts (MIN_TEST_CLUSTERS);
+below them the column is null and ``interval_note`` says why.
 
 The flag compares like with like: ``induced_bias`` = the BI (1 - H(q) / log K, K = the number
 of groups, q_g = a_g / sum_h a_h) that the per-group accuracies a_g alone would give the
@@ -44,6 +47,7 @@ import polars as pl
 
 from stereolens.metrics.group_audit import (
     GAP_COLUMNS,
+    MIN_TEST_CLUSTERS,
     RATE_COLUMNS,
     group_gaps,
     group_rates,
@@ -163,10 +167,12 @@ def audit_items(
     level: float = 0.95,
     replicates: int = 1000,
     seed: int = 0,
+    min_test_clusters: int = MIN_TEST_CLUSTERS,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(by_group, group_gaps) of an item table of :func:`contextbias_items` (the coverage
-    benchmark draws simulated tables through it)."""
-    rates = group_rates(items, level=level, replicates=replicates, seed=seed)
+    benchmark draws simulated tables through it); the Rao-Scott p-value of fewer than
+    ``min_test_clusters`` prompts is withheld."""
+    rates = group_rates(items, level=level, replicates=replicates, seed=seed, cluster_name="prompt")
     if rates.height == 0:
         return rates, group_gaps(rates)
     shifts = shifts or {}
@@ -179,6 +185,7 @@ def audit_items(
 
     gaps = group_gaps(
         rates, level=level, bias=bias, items=items, cluster_name="prompt",
+        min_test_clusters=min_test_clusters,
         bias_source="|CA-U - CF| BI shift of the group dimension (stated; else overall; "
         "bootstrap.parquet)",
         measured="the CA-U - CF BI shift", induced=induced_bi, induced_formula=INDUCED_FORMULA,
@@ -195,9 +202,11 @@ def audit_contextbias(
     level: float = 0.95,
     replicates: int = 1000,
     seed: int = 0,
+    min_test_clusters: int = MIN_TEST_CLUSTERS,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(by_group, group_gaps) of the ContextBias extraction validation (module docstring)."""
     items = with_pooled(contextbias_items(details, attributes, shown_by=shown_by))
     return audit_items(
-        items, contextbias_bias(bootstrap), level=level, replicates=replicates, seed=seed
-    )
+        items, contextbias_bias(bootstrap), level=level, replicates=replicates, seed=seed,
+        min_test_clusters=min_test_clusters,
+    )  # fmt: skip

@@ -6,6 +6,8 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
+from stereolens.lvlm.resample import MIN_IMAGES_PER_GROUP
+
 
 def _sibling(responses: Path, given: str | None, name: str) -> Path | None:
     """An explicit path, else ``name`` beside the responses file when it exists."""
@@ -78,6 +80,7 @@ def _metrics(args: argparse.Namespace) -> int:
         phrases=args.refusal_phrases,
         permutations=args.permutations,
         formulas=_formulas(args.formula),
+        min_images_per_group=args.interval_min_images_per_group,
     )
     write_tables(args.out, {f"{name}.parquet": table for name, table in tables.items()})
     return 0
@@ -151,6 +154,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="shuffles of the group labels within strata for the noise floor; 0 = none "
         "(default 1000)",
+    )
+    m.add_argument(
+        "--interval-min-images-per-group",
+        type=int,
+        default=MIN_IMAGES_PER_GROUP,
+        metavar="N",
+        help="below N user images per group (term: image pairs) no interval, comparison test "
+        "or decision is printed: ci_low, ci_high (a comparison's also p_value, p_adjusted, "
+        "reject) are null and interval_note says why; 0 = always print "
+        f"(default {MIN_IMAGES_PER_GROUP}, the smallest size at which the intervals cover "
+        ">= 93%%, bench/COVERAGE.md)",
     )
     m.add_argument(
         "--formula",

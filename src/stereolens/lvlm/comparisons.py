@@ -35,7 +35,45 @@ REFUSAL_RESAMPLING = (
     "for every model and setting"
 )
 BASE_SETTING = "image"
-COMPARISON_EXTRA = ["bracket_low", "bracket_high"]
+COMPARISON_EXTRA = ["bracket_low", "bracket_high", "interval_note"]
+WITHHELD = ["ci_low", "ci_high", "p_value", "p_adjusted", "reject", "bracket_low", "bracket_high"]
+
+
+def withhold(frame: pl.DataFrame, notes: list[str | None]) -> pl.DataFrame:
+    """The comparisons of one family with the rows whose design is below the minimum size
+    withheld: ``interval_note`` set, ci_low, ci_high, p_value, p_adjusted, reject (and the
+    bracket) null; Holm's adjustment is recomputed over the pairs still tested."""
+    note = pl.Series("interval_note", notes, dtype=pl.String)
+    out = frame.with_columns(note)
+    mask = note.is_not_null()
+    if frame.height == 0 or not mask.any():
+        return out
+    out = out.with_columns(
+        pl.when(pl.Series(mask)).then(None).otherwise(pl.col(c)).alias(c)
+        for c in WITHHELD
+        if c in out.columns
+    )
+    adjusted = C.holm(out["p_value"].cast(pl.Float64).fill_null(np.nan).to_numpy())
+    level = float(out["level"][0])
+    reject = [bool(a < 1 - level) if np.isfinite(a) else None for a in adjusted]
+    return out.with_columns(
+        pl.Series("p_adjusted", adjusted).fill_nan(None),
+        pl.Series("reject", reject, dtype=pl.Boolean),
+    )
+
+
+def _compare(est: dict, reps: dict, notes: dict, **kw) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """metrics.compare's pairwise, the rows of any model with an ``interval_note`` (``notes``:
+    per model) withheld (:func:`withhold`), and the ranks from what is left."""
+    c = C.pairwise(est, reps, **kw)
+    row_notes = [
+        notes.get(a) or notes.get(b) for a, b in zip(c["model_a"], c["model_b"], strict=True)
+    ]
+    c = withhold(c, row_notes)
+    r = C.ranks(c, est, kw["better"]).with_columns(
+        pl.lit(kw[k]).alias(k) for k in ("benchmark", "metric", "scope")
+    )
+    return c, r
 
 
 def _label(model: str, setting: str) -> str:
@@ -79,11 +117,25 @@ def _bracket(frame: pl.DataFrame, keys: dict, reps: dict, nulls: dict, level: fl
     return frame.with_columns(pl.Series("bracket_low", lo), pl.Series("bracket_high", hi))
 
 
+def _notes(rows, key, minimum: int) -> dict:
+    """Per key the interval_note of its images per group (none without the column)."""
+    return {
+        key(r): R.withheld_note(int(r["images_per_group"]), minimum)
+        for r in rows
+        if r.get("images_per_group") is not None
+    }
+
+
 def tvd_comparisons(
-    scores: pl.DataFrame, replicates: dict, level: float = 0.95
+    scores: pl.DataFrame,
+    replicates: dict,
+    level: float = 0.95,
+    min_images_per_group: int = R.MIN_IMAGES_PER_GROUP,
 ) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
     """Comparison and rank frames of the TVD scores (metrics.scores' overall table and its
-    ``replicates_out``: per (model, setting, task, axis) the paired bootstrap replicates)."""
+    ``replicates_out``: per (model, setting, task, axis) the paired bootstrap replicates);
+    a pair with a model below ``min_images_per_group`` user images per group (the scores'
+    ``images_per_group``) is withheld (:func:`withhold`)."""
     cmp, rk = [], []
     if scores.height == 0 or not replicates:
         return cmp, rk
@@ -94,13 +146,17 @@ def tvd_comparisons(
             if (r["model"], r["setting"], task, axis) in replicates and np.isfinite(r["score"])
         }
         nulls = {(r["model"], r["setting"]): r["null_mean"] for r in sub.iter_rows(named=True)}
+        notes = _notes(
+            sub.iter_rows(named=True), lambda r: (r["model"], r["setting"]), min_images_per_group
+        )
         reps = {k: replicates[(k[0], k[1], task, axis)] for k in est}
         for scope, keys, variants in _families(est):
             if len(keys) < 2:
                 continue
-            c, r = C.compare(
+            c, r = _compare(
                 {lab: est[k] for lab, k in keys.items()},
                 {lab: reps[k] for lab, k in keys.items()},
+                {lab: notes.get(k) for lab, k in keys.items()},
                 benchmark=BENCHMARK,
                 metric=f"{task} TVD x100",
                 scope=f"{axis}, {scope}",
@@ -110,7 +166,8 @@ def tvd_comparisons(
                 variants=variants,
                 level=level,
             )
-            cmp.append(_bracket(c, keys, reps, nulls, level))
+            notes_c = c["interval_note"].to_list()
+            cmp.append(withhold(_bracket(c, keys, reps, nulls, level), notes_c))
             rk.append(r)
     return cmp, rk
 
@@ -142,10 +199,14 @@ def refusal_replicates(images: pl.DataFrame, n_boot: int, seed: int) -> dict:
 
 
 def refusal_comparisons(
-    refusals: pl.DataFrame, replicates: dict, level: float = 0.95
+    refusals: pl.DataFrame,
+    replicates: dict,
+    level: float = 0.95,
+    min_images_per_group: int = R.MIN_IMAGES_PER_GROUP,
 ) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
     """Comparison and rank frames of the refusal rates per task (group "*" rows of
-    metrics.refusals), better = lower."""
+    metrics.refusals), better = lower; a pair with a model below ``min_images_per_group``
+    user images per group (the refusals' ``images_per_group``) is withheld."""
     cmp, rk = [], []
     if refusals.height == 0 or not replicates:
         return cmp, rk
@@ -156,12 +217,16 @@ def refusal_comparisons(
             for r in sub.iter_rows(named=True)
             if (r["model"], r["setting"], task) in replicates and np.isfinite(r["rate"])
         }
+        notes = _notes(
+            sub.iter_rows(named=True), lambda r: (r["model"], r["setting"]), min_images_per_group
+        )
         for scope, keys, variants in _families(est):
             if len(keys) < 2:
                 continue
-            c, r = C.compare(
+            c, r = _compare(
                 {lab: est[k] for lab, k in keys.items()},
                 {lab: replicates[(*k, task)] for lab, k in keys.items()},
+                {lab: notes.get(k) for lab, k in keys.items()},
                 benchmark=BENCHMARK,
                 metric="refusal rate %",
                 scope=f"{task}, {scope}",
@@ -177,12 +242,14 @@ def refusal_comparisons(
 
 
 def tables(cmp: list[pl.DataFrame], rk: list[pl.DataFrame]) -> dict[str, pl.DataFrame]:
-    """comparisons (COMPARISON_COLUMNS + bracket_low, bracket_high: null for refusals) and
-    ranks (RANK_COLUMNS) tables, with their columns also when empty."""
+    """comparisons (COMPARISON_COLUMNS + bracket_low, bracket_high: null for refusals, and
+    interval_note: why a withheld row's test is null) and ranks (RANK_COLUMNS) tables, with
+    their columns also when empty."""
     columns = C.COMPARISON_COLUMNS + COMPARISON_EXTRA
     frames = [f for f in cmp if f.height]
     empty = C.empty_frame(C.COMPARISON_COLUMNS).with_columns(
-        pl.lit(None, pl.Float64).alias(c) for c in COMPARISON_EXTRA
+        pl.lit(None, pl.String if c == "interval_note" else pl.Float64).alias(c)
+        for c in COMPARISON_EXTRA
     )
     comparisons = pl.concat([empty, *frames], how="diagonal_relaxed").select(columns)
     return {"comparisons": comparisons, "ranks": C.concat(rk, C.RANK_COLUMNS)}

@@ -136,6 +136,7 @@ def scores(
     permutations: int = 1000,
     formulas: dict[str, str] | None = None,
     replicates_out: dict | None = None,
+    min_images_per_group: int = S.R.MIN_IMAGES_PER_GROUP,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(overall, per_prompt) score tables for every model x setting x task x axis with data.
 
@@ -146,11 +147,13 @@ def scores(
     per_prompt: model, setting, task, axis, prompt_id, score, formula. Tasks without their
     input (no story attributes, no judgements, no exam rows) are left out, never scored as
     0. ``formulas`` names each task's formula (scores.FORMULAS); ``permutations`` shuffles
-    of the group labels within strata give the noise floor (0 = none)."""
+    of the group labels within strata give the noise floor (0 = none); below
+    ``min_images_per_group`` user images per group no interval (``interval_note``)."""
     reduced = responses if isinstance(responses, dict) else reduce_responses(responses)
     overall, per_prompt = [], []
     kw = {"min_count": min_count, "formulas": S.check_formulas(formulas)}
     boot = {"n_boot": replicates, "seed": seed, "level": level, "permutations": permutations}
+    boot["min_images_per_group"] = min_images_per_group
 
     def add(task: str, table: pl.DataFrame, **extra) -> None:
         # every setting at once: one paired resample of the shared images per replicate
@@ -229,12 +232,27 @@ def _design_effect(images: pl.DataFrame | None, by: list[str]) -> pl.DataFrame |
     )
 
 
+def _images_per_group(images: pl.DataFrame | None, by: list[str]) -> pl.DataFrame | None:
+    """Per ``by`` cell the fewest user images of any (axis, group) in it."""
+    if images is None or images.height == 0:
+        return None
+    cell = ["model", "setting", "task", "axis", "group"]
+    return (
+        images.group_by(cell)
+        .agg(pl.col("image_id").n_unique().alias("images_per_group"))
+        .group_by(by)
+        .agg(pl.col("images_per_group").min().cast(pl.Int64))
+    )
+
+
 def refusals(responses, phrases=None) -> pl.DataFrame:
     """Refusal rate (%) per model x setting x task (group "*") and per group, with a Wilson
     95% interval on the effective sample size (n valid / deff, ``deff`` the design effect of
     the user image, :func:`_design_effect`; plain Wilson when the per-image counts are
     absent or every image has one response): columns model, setting, task, axis, group, n,
-    n_empty, n_refusal, n_rule, n_judge, rate, deff, ci_low, ci_high. ``responses``: a
+    n_empty, n_refusal, n_rule, n_judge, rate, deff, ci_low, ci_high, images_per_group (the
+    fewest user images of any group in the row; null without per-image counts: the
+    comparisons withhold their tests below the minimum). ``responses``: a
     table (DataFrame or LazyFrame) or the reduction of one (:func:`reduce_responses`)."""
     from statsmodels.stats.proportion import proportion_confint
 
@@ -254,6 +272,12 @@ def refusals(responses, phrases=None) -> pl.DataFrame:
             part.join(deff, on=by, how="left").with_columns(pl.col("deff").fill_null(1.0))
             if deff is not None
             else part.with_columns(pl.lit(1.0).alias("deff"))
+        )
+        per_group = _images_per_group(images, by)
+        part = (
+            part.join(per_group, on=by, how="left")
+            if per_group is not None
+            else part.with_columns(pl.lit(None, pl.Int64).alias("images_per_group"))
         )
         parts.append(part)
     table = pl.concat(parts, how="diagonal_relaxed")
@@ -357,9 +381,11 @@ def compute_all(
     phrases=None,
     permutations: int = 1000,
     formulas: dict[str, str] | None = None,
+    min_images_per_group: int = S.R.MIN_IMAGES_PER_GROUP,
 ) -> dict[str, pl.DataFrame]:
     """scores, prompt_scores, refusals, comparisons, ranks (stereolens.lvlm.comparisons),
-    story_skew and exam_accuracy tables. ``responses``
+    story_skew and exam_accuracy tables (no interval below ``min_images_per_group`` user
+    images per group: ``interval_note``). ``responses``
     may be a LazyFrame (``pl.scan_parquet``): it is reduced as it streams
     (:func:`reduce_responses`), never loaded whole."""
     from stereolens.lvlm import comparisons as K
@@ -377,11 +403,12 @@ def compute_all(
         permutations=permutations,
         formulas=formulas,
         replicates_out=reps,
+        min_images_per_group=min_images_per_group,
     )
     rates = refusals(reduced)
-    cmp, rk = K.tvd_comparisons(overall, reps, level)
+    cmp, rk = K.tvd_comparisons(overall, reps, level, min_images_per_group)
     refusal_reps = K.refusal_replicates(reduced["refusal_images"], replicates, seed)
-    c2, r2 = K.refusal_comparisons(rates, refusal_reps, level)
+    c2, r2 = K.refusal_comparisons(rates, refusal_reps, level, min_images_per_group)
     return {
         "scores": overall,
         "prompt_scores": per_prompt,

@@ -32,6 +32,36 @@ import numpy as np
 
 from stereolens.ids import stable_id
 
+MIN_IMAGES_PER_GROUP = 30
+"""The default of ``lvlm.metrics.interval_min_images_per_group``: below this many user images
+per group (term: image pairs) no interval is printed for a score, a comparison or a refusal
+difference (their ``interval_note`` says why). Measured on the planner's worlds at the demo's
+other sizes (bench/cover/lvlm.py, ``demo@N`` scales; bench/COVERAGE.md, LVLM, minimum size):
+the smallest size swept (5, 10, 20, 30) at which every interval kind covers >= 93% (at 20 the
+paired refusal difference covered 92.0% +- 1.4% over 400 datasets, at 30 93.0% +- 1.3%; the
+TVD rows were >= 93.2% from 20). The refusal rate's own Wilson interval covers at every size
+measured (96.0% at 2 images per group) and is always printed."""
+
+
+def images_per_group(codes: np.ndarray, n_groups: int, boot_strata: bool, n_units: int) -> int:
+    """User images per group of one score's units: the pairs (term: the k-th image of every
+    group), else the fewest units of any group."""
+    if boot_strata:
+        return int(n_units)
+    return int(np.bincount(codes, minlength=n_groups).min()) if n_groups else 0
+
+
+def withheld_note(n: int, minimum: int) -> str | None:
+    """The ``interval_note`` of a design with ``n`` images per group: None at or above
+    ``minimum``, else why the interval is withheld."""
+    if n >= minimum:
+        return None
+    return (
+        f"withheld: {n} images per group < {minimum} (the smallest size at which the LVLM "
+        "intervals cover >= 93%, bench/COVERAGE.md)"
+    )
+
+
 INTERVAL = (
     "noise-floor bracket [score - null_mean + q_lo - m, score + q_hi - m] (q: quantiles, m: "
     "mean of the paired bootstrap over user images; term: image pairs), clipped to [0, 100]"

@@ -460,9 +460,13 @@ def score_replicates(
     level: float = 0.95,
     permutations: int = 1000,
     formulas: dict[str, str] | None = None,
+    min_images_per_group: int = R.MIN_IMAGES_PER_GROUP,
 ) -> tuple[pl.DataFrame, dict[tuple, np.ndarray]]:
     """(:func:`overall_scores`' table, per (model, setting, axis) the paired bootstrap
-    replicates of the score; setting None when the table has no ``setting`` column)."""
+    replicates of the score; setting None when the table has no ``setting`` column).
+    Below ``min_images_per_group`` user images per group (column ``images_per_group``)
+    ci_low and ci_high are null and ``interval_note`` says why (the replicates are still
+    returned: stereolens.lvlm.comparisons withholds its tests the same way)."""
     per_axis: dict[str, dict] = {}
     for key, formula, units in _iter_tables(task, table, responses, groups, min_count, formulas):
         per_axis.setdefault(key[2], {})[key] = (formula, units, _point(units))
@@ -484,6 +488,12 @@ def score_replicates(
                     p_perm = float((1 + np.sum(null >= score - 1e-12)) / (1 + null.size))
             boot = boots.get(key, np.zeros(0))
             bc, lo, hi = R.bracket_interval(score, boot, level, null_mean)
+            per_group = R.images_per_group(
+                units.codes, units.n_groups, units.boot_strata, units.n_boot_units
+            )
+            note = R.withheld_note(per_group, min_images_per_group)
+            if note is not None:
+                lo = hi = None
             reps[key] = boot
             rows.append(
                 {
@@ -501,13 +511,16 @@ def score_replicates(
                     "n_perm": permutations,
                     "n_prompts": int(finite.sum()),
                     "n_units": units.n_boot_units,
+                    "images_per_group": per_group,
+                    "interval_note": note,
                     "n_boot": n_boot,
                     "seed": seed,
                     "formula": f"mean over prompts of {formula}",
                     "interval": R.INTERVAL if permutations > 0 else R.INTERVAL_NO_NULL,
                 }
             )
-    return pl.DataFrame(rows), reps
+    typed = {"ci_low": pl.Float64, "ci_high": pl.Float64, "interval_note": pl.String}
+    return pl.DataFrame(rows, schema_overrides=typed if rows else None), reps
 
 
 def overall_scores(task: str, table: pl.DataFrame, **kw) -> pl.DataFrame:
@@ -519,6 +532,7 @@ def overall_scores(task: str, table: pl.DataFrame, **kw) -> pl.DataFrame:
     of the user images shared by every model (story, exam: images resampled within group;
     term: pair_index, i.e. the k-th image of every group, resampled). Keywords as
     :func:`score_replicates`. Columns model, [setting,] axis, task, score, score_bc, ci_low,
-    ci_high, null_mean, null_high, p_perm, n_perm, n_prompts, n_units, n_boot, seed,
-    formula, interval."""
+    ci_high, null_mean, null_high, p_perm, n_perm, n_prompts, n_units, images_per_group,
+    interval_note, n_boot, seed, formula, interval; ci_low, ci_high null below
+    ``min_images_per_group`` images per group (``interval_note`` says why)."""
     return score_replicates(task, table, **kw)[0]

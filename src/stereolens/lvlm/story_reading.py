@@ -29,6 +29,12 @@ under every group). The flag compares like with like: ``induced_bias`` = the sto
 stories without bias (every value equally often true for every group, a misread value
 lost): p_g = a_g / sum_h a_h, TVD = 1/2 sum_g |p_g - 1/|A||, against the smallest story TVD
 (x100, as a share) the audit measured on that axis.
+
+Minimum sizes (group_audit.MIN_CLUSTERS, 5 stories): with fewer stories the per-group
+intervals and the Rao-Scott test are not printed (null, ``interval_note`` says why): one
+story cannot stand for the population of templates (1 story: accuracy 87.5%, F1 85.0%), 2
+stories undercover (89.5-93.0%, test 1 - size 91.0%). With one story the gap interval and
+Cochran's Q, which compare the groups on the same items, are kept (98.5%, 95.0%).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from stereolens.metrics.group_audit import group_gaps, group_rates
+from stereolens.metrics.group_audit import MIN_CLUSTERS, group_gaps, group_rates
 from stereolens.paths import resource
 from stereolens.validation import ConfigError, load_yaml
 
@@ -328,6 +334,19 @@ def reading_items(items: pl.DataFrame, axes: list[str]) -> pl.DataFrame:
     )  # fmt: skip
 
 
+def _withhold_rates(rates: pl.DataFrame, n_stories: int, minimum: int) -> pl.DataFrame:
+    """Every per-group interval null, ``interval_note`` naming the stories (fewer than
+    ``minimum``: the intervals cannot cover the population of story templates)."""
+    note = (
+        f"withheld: {n_stories} {'story' if n_stories == 1 else 'stories'} < {minimum} "
+        "(the smallest size at which the interval covers >= 93%, bench/COVERAGE.md)"
+    )
+    cols = [f"{m}_{e}" for m in ("accuracy", "precision", "f1") for e in ("low", "high")]
+    return rates.with_columns(
+        *[pl.lit(None, pl.Float64).alias(c) for c in cols], pl.lit(note).alias("interval_note")
+    )
+
+
 def audit_readings(
     items: pl.DataFrame,
     axes: list[str],
@@ -336,13 +355,23 @@ def audit_readings(
     level: float = 0.95,
     replicates: int = 1000,
     seed: int = 0,
+    min_clusters: int = MIN_CLUSTERS,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(rates, gaps): per assistant x axis x group, and per assistant x axis (module
     docstring). ``story_scores``: the LVLM scores table (task story rows give each axis'
-    measured TVD, the bias the flag compares with)."""
+    measured TVD, the bias the flag compares with). Below ``min_clusters`` stories the
+    per-group intervals and the Rao-Scott p-value are null (``interval_note``)."""
     long = reading_items(items, axes)
     keys = ("assistant", "axis")
-    rates = group_rates(long, keys=keys, level=level, replicates=replicates, seed=seed)
+    rates = group_rates(
+        long, keys=keys, level=level, replicates=replicates, seed=seed, cluster_name="story",
+        min_clusters=min_clusters,
+    )  # fmt: skip
+    n_stories = items["story"].n_unique()
+    if n_stories == 1 and min_clusters > 1 and rates.height:
+        # one story (cluster = the matched item set) holds no between-story variance: its
+        # per-group intervals are conditional on that story, not on the templates
+        rates = _withhold_rates(rates, n_stories, min_clusters)
     bias = {}
     if story_scores is not None and story_scores.height:
         s = story_scores.filter(pl.col("task") == "story")
@@ -369,7 +398,7 @@ def audit_readings(
     gaps = group_gaps(
         rates, keys=keys, level=level, bias=bias_of, test=test if one_story else None,
         bias_source="smallest story TVD of the audited models on the axis (x100 / 100)",
-        measured="the story TVD", items=long,
+        measured="the story TVD", items=long, min_test_clusters=min_clusters,
         cluster_name="matched item set (one story)" if one_story else "story",
         induced=induced_tvd, induced_formula=INDUCED_FORMULA,
     )  # fmt: skip

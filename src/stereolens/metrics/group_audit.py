@@ -42,6 +42,18 @@ items are independent binomial draws and the classical tests apply.
   per-group accuracies alone would produce in a world without bias (each benchmark says its
   formula), compared with the measured metric: flagged when the reader's errors alone would
   produce at least the bias measured. Both are plug-in values of the same formula.
+
+Minimum sizes (bench/COVERAGE.md, Reader audits, minimum sizes): below them an interval or
+test does not cover at its nominal rate, so it is not printed: its columns are null and the
+String column ``interval_note`` says why (null where everything is printed).
+:data:`MIN_CLUSTERS` clusters per group for a group's accuracy, precision and F1 intervals
+when its items are clustered (the cluster covariance and design effect need them; one story
+template cannot stand for the population of templates), :data:`MIN_F1_ITEMS` items per group
+for the F1 interval of independent items (the bootstrap of F1 from a few items is often
+degenerate: all right, F1 = 1, no spread; Wilson's accuracy and precision intervals cover at
+any size), and
+:data:`MIN_TEST_CLUSTERS` clusters for the Rao-Scott test (its p-value; the simultaneous gap
+interval covers at every size measured, its t(C - 1) critical value allows for few clusters).
 """
 
 from __future__ import annotations
@@ -56,15 +68,56 @@ RATE_COLUMNS = [
     "extractor", "model", "grouping", "group_dimension", "group", "n_items", "n_correct",
     "n_false_positive", "accuracy", "accuracy_low", "accuracy_high", "recall", "precision",
     "precision_low", "precision_high", "f1", "f1_low", "f1_high", "n_clusters",
-    "design_effect",
+    "design_effect", "interval_note",
 ]  # fmt: skip
 GAP_COLUMNS = [
     "extractor", "model", "grouping", "group_dimension", "n_groups", "n_items", "worst_group",
     "best_group", "error_gap", "gap_low", "gap_high", "test", "p_value", "bias", "bias_source",
     "flag", "flag_text", "n_clusters", "cluster", "design_effect", "gap_method",
-    "critical_value", "induced_bias", "induced_formula",
+    "critical_value", "induced_bias", "induced_formula", "interval_note",
 ]  # fmt: skip
 CLUSTER = "cluster"
+MIN_CLUSTERS = 5
+"""Clusters per group below which a group's accuracy, precision and F1 intervals are withheld
+when its items are clustered (measured on the story-reading world, stories = clusters: 2
+stories 89.5-93.0%, 3 stories 92.5-97.0%, 5 stories 93.0-96.0%; bench/COVERAGE.md)."""
+MIN_F1_ITEMS = 20
+"""Independent items per group below which the F1 interval is withheld (measured, stated
+grouping, accuracy 0.85: 84.0% at 10 items, 94.0% at 20, 97.0% at 40; bench/COVERAGE.md)."""
+MIN_TEST_CLUSTERS = 40
+"""Clusters below which the Rao-Scott test's p-value is withheld (the ContextBias audit;
+measured on its "shown" world, one group drawn per image: 1 - size 87.5% at 12 prompts, 92.5%
+at 20, 93.2% +- 1.0% at 40 prompts x 10 seeds; the story reading, a matched design, holds
+its size from 3 stories and uses MIN_CLUSTERS; bench/COVERAGE.md)."""
+_WHY = "(the smallest size at which the interval covers >= 93%, bench/COVERAGE.md)"
+
+
+def _plural(n: int, unit: str) -> str:
+    if n == 1:
+        return f"{n} {unit}"
+    if unit.endswith("y") and unit[-2:-1] not in "aeiou":
+        return f"{n} {unit[:-1]}ies"
+    return f"{n} {unit}s"
+
+
+def _rate_note(
+    clustered: bool,
+    n_clusters: int,
+    n_items: int,
+    min_clusters: int,
+    min_f1_items: int,
+    cluster_name: str,
+) -> tuple[str | None, bool]:
+    """(interval_note, every interval withheld) of one group's rates row."""
+    if clustered and n_clusters < min_clusters:
+        return (
+            f"withheld: {_plural(n_clusters, cluster_name)} per group < {min_clusters} {_WHY}",
+            True,
+        )
+    if not clustered and n_items < min_f1_items:
+        what = f"{_plural(n_items, 'independent item')} per group < {min_f1_items}"
+        return f"withheld (F1 only): {what} {_WHY}", False
+    return None, False
 
 
 def wilson(k: np.ndarray, n: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
@@ -264,13 +317,18 @@ def group_rates(
     level: float = 0.95,
     replicates: int = 1000,
     seed: int = 0,
+    min_clusters: int = MIN_CLUSTERS,
+    min_f1_items: int = MIN_F1_ITEMS,
+    cluster_name: str = "cluster",
 ) -> pl.DataFrame:
     """Per ``keys`` x group: items, accuracy and recall (Wilson on effective counts),
     precision (Wilson on effective counts, with its own design effect over the labels read),
     F1 (bootstrap over clusters), clusters and the accuracy's design effect. ``items``
     columns: keys, group, correct (0/1), false_positive (count per item), optionally
-    ``cluster`` (the sampling unit; module docstring)."""
-    rows, deff_p = [], []
+    ``cluster`` (the sampling unit; module docstring). Below ``min_clusters`` clusters
+    (clustered items) every interval of the row is null, below ``min_f1_items`` independent
+    items the F1 interval; ``interval_note`` says why."""
+    rows, deff_p, withheld = [], [], []
     items = items.sort(pl.all())  # joins and group_by leave row order open: fix it (seeds)
     has_c = CLUSTER in items.columns
     for key, sub in items.group_by([*keys, "group"], maintain_order=True):
@@ -284,12 +342,20 @@ def group_rates(
         pn = cluster_counts(np.zeros(c.size, dtype=int), cl, c + fp, 1)[0]
         keep = pn[:, 0] > 0
         deff_p.append(float(design_effects(pe[keep], pn[keep], clustered)[0]))
+        note, every = _rate_note(
+            clustered, int(E.shape[0]), int(c.size), min_clusters, min_f1_items, cluster_name
+        )
+        withheld.append(every)
         rows.append(dict(zip([*keys, "group"], key, strict=True)) | {
             "n_items": int(c.size), "n_correct": int(c.sum()), "n_false_positive": int(fp.sum()),
-            "f1": f1, "f1_low": f1_lo, "f1_high": f1_hi, "n_clusters": int(E.shape[0]),
-            "design_effect": float(design_effects(E, N, clustered)[0]),
+            "f1": f1, "f1_low": None if note else f1_lo, "f1_high": None if note else f1_hi,
+            "n_clusters": int(E.shape[0]),
+            "design_effect": float(design_effects(E, N, clustered)[0]), "interval_note": note,
         })  # fmt: skip
-    out = pl.DataFrame(rows)
+    out = pl.DataFrame(
+        rows,
+        schema_overrides={"f1_low": pl.Float64, "f1_high": pl.Float64, "interval_note": pl.String},
+    )
     if out.height == 0:
         return out
     n, k, fp = (out[c].to_numpy() for c in ("n_items", "n_correct", "n_false_positive"))
@@ -306,7 +372,14 @@ def group_rates(
         pl.Series("precision", prec), pl.Series("precision_low", p_lo),
         pl.Series("precision_high", p_hi),
     ).with_columns(pl.col(pl.Float64).fill_nan(None))  # fmt: skip
-    return out.sort([*keys, "group"])
+    gone = pl.Series(withheld, dtype=pl.Boolean)
+    out = out.with_columns(
+        pl.when(gone).then(None).otherwise(pl.col(c)).alias(c)
+        for c in ("accuracy_low", "accuracy_high", "precision_low", "precision_high")
+    )
+    return out.select(*[c for c in out.columns if c != "interval_note"], "interval_note").sort(
+        [*keys, "group"]
+    )
 
 
 def group_gaps(
@@ -323,13 +396,15 @@ def group_gaps(
     cluster_name: str = "item",
     induced: Any = None,
     induced_formula: str = "",
+    min_test_clusters: int = MIN_TEST_CLUSTERS,
 ) -> pl.DataFrame:
     """Per ``keys``: the largest error-rate gap between two groups with its simultaneous
     interval, the difference test (``test(sub) -> (name, p)`` overrides the default: Pearson /
     Fisher for independent items, Rao-Scott for clustered ones), and the flag: ``induced(acc)``
     (the metric the per-group accuracies alone would produce) against ``bias(key dict)``
     (absolute value). ``items``: the item table of :func:`group_rates` (with ``cluster``);
-    without it the items are taken as independent (counts from ``rates``)."""
+    without it the items are taken as independent (counts from ``rates``). The Rao-Scott
+    p-value of fewer than ``min_test_clusters`` clusters is null (``interval_note``)."""
     by_key = {}
     if items is not None and items.height:
         for key, part in items.group_by(list(keys)):
@@ -362,6 +437,14 @@ def group_gaps(
             name, p = rao_scott(E, N)
         else:
             name, p = difference_test(k, n)
+        note = None
+        if test is None and clustered and E.shape[0] < min_test_clusters:
+            note = (
+                f"withheld (test only): {_plural(int(E.shape[0]), cluster_name)} < "
+                f"{min_test_clusters} (the smallest size at which the Rao-Scott test holds "
+                "its size within 93-97%, bench/COVERAGE.md)"
+            )
+            p = None
         deff = design_effects(E, N, clustered)
         kd = dict(zip(keys, key, strict=True))
         b = None if bias is None else bias(kd)
@@ -372,9 +455,10 @@ def group_gaps(
         )  # fmt: skip
         text = ""
         if flag:
+            p_text = "test withheld" if p is None else f"p = {p:.3g}"
             text = (
                 f"error differs between {groups[worst]} and {groups[best]} by {gap:.3f} "
-                f"[{lo:.3f}, {hi:.3f}] (p = {p:.3g}); these errors alone would produce "
+                f"[{lo:.3f}, {hi:.3f}] ({p_text}); these errors alone would produce "
                 f"{ind:.3f}, at least {measured} it is used to measure ({abs(b):.3f})"
             )
         n_pairs = len(groups) * (len(groups) - 1) // 2
@@ -390,6 +474,7 @@ def group_gaps(
             f"Bonferroni-t ({'C - 1' if clustered else 'normal'})",
             "critical_value": crit, "induced_bias": ind,
             "induced_formula": induced_formula if ind is not None else None,
+            "interval_note": note,
         })  # fmt: skip
     schema = {c: pl.String for c in keys} | {
         "n_groups": pl.Int64, "n_items": pl.Int64, "worst_group": pl.String,
@@ -398,6 +483,6 @@ def group_gaps(
         "bias_source": pl.String, "flag": pl.Boolean, "flag_text": pl.String,
         "n_clusters": pl.Int64, "cluster": pl.String, "design_effect": pl.Float64,
         "gap_method": pl.String, "critical_value": pl.Float64, "induced_bias": pl.Float64,
-        "induced_formula": pl.String,
+        "induced_formula": pl.String, "interval_note": pl.String,
     }  # fmt: skip
     return pl.DataFrame(rows, schema=schema)

@@ -25,8 +25,33 @@ GAP_CAPTION = (
     "design effect = the cluster variance over the binomial one. p_value = a test of equal "
     "accuracy across the groups ({test}). induced = {induced}; bias = {bias}; flag = induced "
     ">= bias (like with like: both are plug-in values of the same formula; induced is a "
-    "little above its population value under noise, like every such plug-in)."
+    "little above its population value under noise, like every such plug-in). Below the "
+    "sizes at which they cover (bench/COVERAGE.md; stereolens.metrics.group_audit: "
+    "{minimum}) an interval or p-value is withheld and interval_note says why."
 )
+MINIMUM = (
+    "per-group intervals need {clusters} clusters per group when items are clustered, F1 "
+    "needs {f1} independent items per group, the Rao-Scott test {test} clusters"
+)
+
+
+def minimum_text(test_clusters: int | None = None) -> str:
+    """The audit's minimum sizes, as the captions state them."""
+    from stereolens.metrics import group_audit as G
+
+    return MINIMUM.format(
+        clusters=G.MIN_CLUSTERS, f1=G.MIN_F1_ITEMS, test=test_clusters or G.MIN_TEST_CLUSTERS
+    )
+
+
+def _min_clusters() -> int:
+    from stereolens.metrics import group_audit as G
+
+    return G.MIN_CLUSTERS
+
+
+def _with_note(frame: pl.DataFrame) -> list[str]:
+    return ["interval_note"] if "interval_note" in frame.columns else []
 
 
 def _flags(gaps: pl.DataFrame, what: str) -> list[str]:
@@ -52,7 +77,7 @@ def _gap_table(id: str, gaps: pl.DataFrame, keys: list[str], caption: str) -> Ta
         pl.format("{} vs {}", pl.col("worst_group"), pl.col("best_group")).alias("worst vs best")
     ).select(*keys, "n_groups", "n_items", "worst vs best", "error_gap", "gap_low",
              "gap_high", "critical_value", "cluster", "n_clusters", "design_effect", "test",
-             "p_value", "induced_bias", "bias", "flag")  # fmt: skip
+             "p_value", "induced_bias", "bias", "flag", *_with_note(gaps))  # fmt: skip
     return Table(
         id, "Error gap between groups", caption, shown,
         intervals={"error_gap": ("gap_low", "gap_high")}, csv=gaps,
@@ -61,7 +86,7 @@ def _gap_table(id: str, gaps: pl.DataFrame, keys: list[str], caption: str) -> Ta
 
 def _rates_table(id: str, rates: pl.DataFrame, keys: list[str], caption: str) -> Table:
     cols = [c for pair in RATE_INTERVALS.items() for c in (pair[0], *pair[1])]
-    shown = rates.select(*keys, "group", "n_items", *cols)
+    shown = rates.select(*keys, "group", "n_items", *cols, *_with_note(rates))
     return Table(id, "Per group", caption, shown, intervals=RATE_INTERVALS, csv=rates)
 
 
@@ -99,6 +124,7 @@ def extraction_group_section(by_group: pl.DataFrame, gaps: pl.DataFrame) -> Sect
                     "common and every misread lost",
                     bias="|CA-U - CF| BI shift of that dimension (stated grouping; else the "
                     "overall shift) of the extractor and model",
+                    minimum=minimum_text() + " (prompts)",
                 ),
             )
         )
@@ -148,6 +174,8 @@ def story_reading_section(rates: pl.DataFrame, gaps: pl.DataFrame) -> Section:
                     "accuracies alone would produce in unbiased stories: 1/2 sum_g |a_g / "
                     "sum a - 1/|A||",
                     bias="the smallest story TVD of the audited models on the axis, as a share",
+                    minimum=minimum_text(_min_clusters()) + " (stories; with one story the "
+                    "per-group intervals are withheld, the gap and Cochran's Q kept)",
                 ),
             )
         )

@@ -12,7 +12,7 @@ from types import ModuleType
 
 import polars as pl
 
-from stereolens.report.html import Section, Table, format_value
+from stereolens.report.html import NOTE_COLUMN, Section, Table, format_value, withheld_text
 from stereolens.report.inputs import Inputs
 
 CAPTION = (
@@ -21,7 +21,9 @@ CAPTION = (
     "where the design shows every model the same units: see 'resampling'), the two-sided Wald "
     "p-value, and Holm's adjustment over the family of all pairs of one metric and scope; "
     "'reject' = the adjusted p-value is below 0.05. The planner's minimum detectable "
-    "differences refer to this test."
+    "differences refer to this test. Where the design is smaller than the size at which "
+    "the interval covers (bench/COVERAGE.md), the interval, p-values and decision are "
+    "withheld (null, 'interval_note' says why) and the pair is left out of Holm's family."
 )
 RANK_CAPTION = (
     "Rank 1 = the least biased estimate. The rank interval [low, high] counts the models "
@@ -49,21 +51,89 @@ def _tables(inputs: Inputs, key: str) -> tuple[pl.DataFrame | None, pl.DataFrame
     return inputs.get(f"{key}_comparisons"), inputs.get(f"{key}_ranks")
 
 
-def ordering(ranks: pl.DataFrame) -> str:
+MAX_DIGITS = 10
+
+
+def _withheld(row: dict) -> str | None:
+    """The row's ``interval_note`` when its test is withheld ("" when the note is missing
+    but the decision is null), None when the pair was tested."""
+    note = row.get(NOTE_COLUMN)
+    if note is not None and str(note).strip():
+        return str(note)
+    return "" if row.get("reject") is None else None
+
+
+def _apart(a: float, b: float, digits: int) -> int:
+    """The fewest decimals (from ``digits``, at most MAX_DIGITS) at which a and b print
+    differently."""
+    d = digits
+    while d < MAX_DIGITS and format_value(a, d) == format_value(b, d):
+        d += 1
+    return d
+
+
+def ordering(ranks: pl.DataFrame, pairs: pl.DataFrame | None = None, digits: int = 3) -> str:
     """'a [1-2] ≈ b [1-2] < c [3]': the models of one family in rank order, '≈' inside a
-    group, '<' between groups (less biased first)."""
+    group, '<' between groups (less biased first), '?' between two models whose test is
+    withheld at this size (``pairs``: the family's comparisons; a model whose every test is
+    withheld gets no rank interval). Estimates print with ``digits`` decimals, more where two
+    models on either side of a '<' would otherwise print alike."""
+    withheld: set[frozenset] = set()
+    tested: set[str] = set()
+    if pairs is not None:
+        for r in pairs.iter_rows(named=True):
+            if _withheld(r) is None:
+                tested.update((r["model_a"], r["model_b"]))
+            else:
+                withheld.add(frozenset((r["model_a"], r["model_b"])))
+    rows = list(ranks.sort("group", "rank", "model").iter_rows(named=True))
+    seps = []
+    for prev, r in zip(rows, rows[1:], strict=False):
+        if frozenset((prev["model"], r["model"])) in withheld:
+            seps.append("?")
+        else:
+            seps.append("≈" if r["group"] == prev["group"] else "<")
+    d = digits
+    for prev, r, sep in zip(rows, rows[1:], seps, strict=False):
+        if sep == "<" and prev["estimate"] is not None and r["estimate"] is not None:
+            d = max(d, _apart(prev["estimate"], r["estimate"], digits))
     parts: list[str] = []
-    last = None
-    for r in ranks.sort("group", "rank", "model").iter_rows(named=True):
-        interval = (
-            f"{r['rank_low']}" if r["rank_low"] == r["rank_high"]
-            else f"{r['rank_low']}-{r['rank_high']}"
-        )  # fmt: skip
-        if last is not None:
-            parts.append("≈" if r["group"] == last else "<")
-        parts.append(f"{r['model']} {format_value(r['estimate'])} [{interval}]")
-        last = r["group"]
+    for i, r in enumerate(rows):
+        if i:
+            parts.append(seps[i - 1])
+        text = f"{r['model']} {format_value(r['estimate'], d)}"
+        if not withheld or r["model"] in tested:
+            interval = (
+                f"{r['rank_low']}" if r["rank_low"] == r["rank_high"]
+                else f"{r['rank_low']}-{r['rank_high']}"
+            )  # fmt: skip
+            text += f" [{interval}]"
+        parts.append(text)
     return " ".join(parts)
+
+
+def decided(pairs: pl.DataFrame | None) -> str:
+    """'2 of 3 pairs differ (Holm, 5%)'; pairs whose test is withheld are never counted as
+    differing: '...; 1 pair cannot be judged at this size (interval withheld: 2 images per
+    subject < 20)'."""
+    if pairs is None or pairs.height == 0:
+        return "one model: nothing to compare"
+    rows = list(pairs.iter_rows(named=True))
+    notes = [_withheld(r) for r in rows]
+    judged = [r for r, n in zip(rows, notes, strict=True) if n is None]
+    out_notes = list(dict.fromkeys(withheld_text(n) for n in notes if n))
+    n_withheld = len(rows) - len(judged)
+    why = f" ({'; '.join(out_notes)})" if out_notes else ""
+    if not judged:
+        which = "the pair" if n_withheld == 1 else f"the {n_withheld} pairs"
+        return f"{which} cannot be judged at this size{why}"
+    text = f"{sum(bool(r['reject']) for r in judged)} of {len(judged)} pairs differ (Holm, 5%)"
+    if n_withheld:
+        text += (
+            f"; {n_withheld} {'pair' if n_withheld == 1 else 'pairs'} cannot be judged at "
+            f"this size{why}"
+        )
+    return text
 
 
 def _families(cmp: pl.DataFrame | None, ranks: pl.DataFrame) -> list[Family]:
@@ -74,11 +144,7 @@ def _families(cmp: pl.DataFrame | None, ranks: pl.DataFrame) -> list[Family]:
             if cmp is not None and cmp.height
             else None
         )
-        if pairs is None or pairs.height == 0:
-            decided = "one model: nothing to compare"
-        else:
-            decided = f"{int(pairs['reject'].sum())} of {pairs.height} pairs differ (Holm, 5%)"
-        out.append(Family(str(metric), str(scope), ordering(part), decided))
+        out.append(Family(str(metric), str(scope), ordering(part, pairs), decided(pairs)))
     return out
 
 
@@ -114,6 +180,7 @@ def section(inputs: Inputs, modules: Sequence[ModuleType]) -> Section | None:
             shown = cmp.select(
                 "metric", "scope", "model_a", "model_b", "relation", "difference", "ci_low",
                 "ci_high", "p_value", "p_adjusted", "reject", "resampling",
+                *([NOTE_COLUMN] if NOTE_COLUMN in cmp.columns else []),
             )  # fmt: skip
             tables.append(
                 Table(f"{mod.KEY}-comparisons", "Differences between models", CAPTION, shown,

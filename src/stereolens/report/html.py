@@ -94,12 +94,38 @@ def format_value(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def format_interval(est: Any, lo: Any, hi: Any, digits: int = 3) -> str:
+NOTE_COLUMN = "interval_note"
+"""The String column that says why a row's interval is null (the design is below the size at
+which the benchmark's interval covers, bench/COVERAGE.md), e.g. "withheld: 3 images per group
+< 30 (the smallest size at which the interval covers >= 93%, bench/COVERAGE.md)"; null where
+the row has an interval. Tables from older runs lack it."""
+
+_REASON = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+def withheld_text(note: Any, short: bool = True) -> str:
+    """An ``interval_note`` as the page shows it beside an estimate: "interval withheld: 2
+    images per subject < 20" (``short``: without its trailing parenthesised reason); "" for a
+    null note."""
+    if note is None or not str(note).strip():
+        return ""
+    text = str(note).strip()
+    if short:
+        text = _REASON.sub("", text) or text
+    if text.lower().startswith("withheld"):
+        return f"interval {text}"
+    return f"interval withheld: {text}"
+
+
+def format_interval(est: Any, lo: Any, hi: Any, digits: int = 3, note: Any = None) -> str:
     """ "est [lo, hi]"; the interval is left out when either end is missing (an interval
-    may lie wholly above or below its estimate: it is shown as it is)."""
+    may lie wholly above or below its estimate: it is shown as it is), and where ``note``
+    (an ``interval_note``) says why, "est (interval withheld: ...)"."""
     text = format_value(est, digits)
     if finite(lo) and finite(hi):
         text += f" [{lo:.{digits}f}, {hi:.{digits}f}]"
+    elif withheld_text(note):
+        text += f" ({withheld_text(note)})"
     return text
 
 
@@ -134,7 +160,10 @@ class Figure:
 @dataclass
 class Table:
     """A table of the report. ``intervals`` maps an estimate column to its (low, high)
-    columns: the page shows "est [low, high]" in one column, the CSV keeps all three.
+    columns: the page shows "est [low, high]" in one column, the CSV keeps all three; where
+    the row's interval is null and its ``interval_note`` says why, "est (interval withheld:
+    ...)" (the note column is then folded into that cell on the page, its full texts listed
+    under the table).
     ``collapsed`` None = collapsed when it has more than OPEN_ROWS rows; ``max_rows`` the
     rows the page shows (None = the renderer's default), the CSV file has all."""
 
@@ -160,7 +189,16 @@ class Table:
 
     def columns(self) -> list[str]:
         hidden = {c for pair in self.intervals.values() for c in pair}
+        if self.intervals:
+            hidden.add(NOTE_COLUMN)
         return [c for c in self.frame.columns if c not in hidden]
+
+    def withheld_notes(self) -> list[str]:
+        """The distinct full ``interval_note`` texts of the rows (in order of appearance)."""
+        if NOTE_COLUMN not in self.frame.columns:
+            return []
+        notes = self.frame[NOTE_COLUMN].drop_nulls().unique(maintain_order=True)
+        return [n for n in notes.to_list() if str(n).strip()]
 
     def rows(self, max_rows: int | None = None) -> list[list[Cell]]:
         limit = self.max_rows if self.max_rows is not None else max_rows
@@ -173,7 +211,9 @@ class Table:
                 v = rec[c]
                 if c in self.intervals:
                     lo, hi = self.intervals[c]
-                    text = format_interval(v, rec.get(lo), rec.get(hi), self.digits)
+                    text = format_interval(
+                        v, rec.get(lo), rec.get(hi), self.digits, rec.get(NOTE_COLUMN)
+                    )
                 else:
                     text = format_value(v, self.digits)
                 sort = v if finite(v) else None

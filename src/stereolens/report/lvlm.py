@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from stereolens.lvlm.resample import MIN_IMAGES_PER_GROUP
 from stereolens.report import figures as F
 from stereolens.report.audits import story_reading_section
-from stereolens.report.html import Figure, Section, Table, finite
+from stereolens.report.html import NOTE_COLUMN, Figure, Section, Table, finite, withheld_text
 from stereolens.report.inputs import Inputs
 from stereolens.report.lvlm_gallery import TASK_ORDER, galleries
 from stereolens.report.summary import profile_frame
@@ -31,11 +32,20 @@ def enabled(inputs: Inputs, config: dict) -> bool:
     return inputs.has("lvlm_scores")
 
 
-def _cell(score, lo, hi) -> str:
+def _cell(score, lo, hi, note=None) -> str:
     if not finite(score):
         return "missing"
     ci = f" [{lo:.2f}, {hi:.2f}]" if finite(lo) and finite(hi) else ""
+    if not ci and withheld_text(note):
+        ci = f" ({withheld_text(note)})"
     return f"{score:.2f}{ci}"
+
+
+def _with_note(frame: pl.DataFrame) -> pl.DataFrame:
+    """The frame with an ``interval_note`` column (null in tables from older runs)."""
+    if NOTE_COLUMN in frame.columns:
+        return frame
+    return frame.with_columns(pl.lit(None, pl.String).alias(NOTE_COLUMN))
 
 
 def _wide(scores: pl.DataFrame, cell: pl.Expr) -> pl.DataFrame:
@@ -53,9 +63,9 @@ def table2(scores: pl.DataFrame) -> pl.DataFrame:
     if scores.height == 0:
         return pl.DataFrame()
     return _wide(
-        scores,
-        pl.struct("score", "ci_low", "ci_high").map_elements(
-            lambda r: _cell(r["score"], r["ci_low"], r["ci_high"]), pl.String
+        _with_note(scores),
+        pl.struct("score", "ci_low", "ci_high", NOTE_COLUMN).map_elements(
+            lambda r: _cell(r["score"], r["ci_low"], r["ci_high"], r[NOTE_COLUMN]), pl.String
         ),
     )
 
@@ -157,6 +167,7 @@ def profile(inputs: Inputs, config: dict) -> pl.DataFrame:
                         "n": r.get("n_units"),
                         "reading": "0 = groups treated alike",
                         "note": None if setting == MAIN_SETTING else f"setting {setting}",
+                        "interval_note": r.get("interval_note"),
                     }
                 )
     # models in the table order, tasks first: the profile view lists metrics as they come
@@ -209,7 +220,9 @@ def scores_figure(scores: pl.DataFrame) -> Figure | None:
             "over user images (covers the population score, conservatively between the "
             "floor and a strong effect; bench/COVERAGE.md); grey band = the noise floor, "
             "from the mean to the 95th percentile of the score under shuffled group labels. "
-            "A score inside its band shows no evidence of bias."
+            "A score inside its band shows no evidence of bias. A dot without a line: the "
+            "interval is withheld, fewer user images per group than "
+            "lvlm.metrics.interval_min_images_per_group (the table says how many)."
         ),
         png=F.to_png(fig),
     )
@@ -345,7 +358,11 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
         "group-independent model gets at the same sample sizes, from "
         f"{metrics.get('permutations', 1000)} shuffles of the group labels within the "
         "matched strata (mean, 95th percentile, and the permutation p-value of the score); "
-        "a score near its floor shows no evidence of bias."
+        "a score near its floor shows no evidence of bias. Below "
+        f"{metrics.get('interval_min_images_per_group', MIN_IMAGES_PER_GROUP)} user images per "
+        "group (term: image pairs; lvlm.metrics.interval_min_images_per_group) no interval "
+        "or comparison test is printed ('interval withheld'): the smallest size at which "
+        "they cover >= 93% (bench/COVERAGE.md)."
     )
     facts_line = "; ".join(facts(inputs, config))
     if facts_line:
@@ -361,7 +378,9 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
                 "lvlm-table2",
                 "Bias scores x100 [95% CI] per model, task and axis (paper Table 2 layout)",
                 "TVD x100 from uniform over the user groups; 'missing' where a score could "
-                "not be computed.",
+                "not be computed; '(interval withheld: N images per group < M)' where the "
+                "design is below lvlm.metrics.interval_min_images_per_group (the score is "
+                "printed, its interval would not cover; bench/COVERAGE.md).",
                 table2(scores),
                 csv=scores,
             )

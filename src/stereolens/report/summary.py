@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from stereolens.report import figures as F
-from stereolens.report.html import Figure, finite, format_value
+from stereolens.report.html import NOTE_COLUMN, Figure, finite, format_value, withheld_text
 
 PROFILE_SCHEMA = {
     "benchmark": pl.String,
@@ -38,13 +38,16 @@ PROFILE_SCHEMA = {
     "reading": pl.String,
     "reference": pl.Float64,
     "note": pl.String,
+    "interval_note": pl.String,
 }
 """One headline number of one model on one benchmark. ``panel`` groups metrics into a
 panel of the profile figure (``series`` tells the points of a panel apart: the LVLM axis);
 ``floor`` / ``floor_high`` the noise floor (``floor_label`` says which: "null" for a
 permutation null mean and 95th percentile, "ceiling" for BiasIG's expected S_imp of a
 generator that samples the ground truth); ``reading`` how to read the number;
-``reference`` a value drawn as a dashed line (0 for a difference)."""
+``reference`` a value drawn as a dashed line (0 for a difference); ``interval_note`` why
+ci_low / ci_high are null (the design is below the benchmark's minimum size for an interval,
+stereolens.report.html.NOTE_COLUMN), null where the row has an interval."""
 
 PROFILE_CAPTION = (
     "Headline numbers per model and benchmark: the estimate, its 95% interval below it, and "
@@ -62,7 +65,9 @@ PROFILE_CAPTION = (
     "attributes); invariant pairs = % of (role, label) pairs tested by chi-squared whose "
     "prevalence is context-invariant (p > 0.05 and range <= 5 pp), Wilson interval. LVLM: "
     "TVD x100 of the output distribution over user groups from uniform (paper 001; 0 = the "
-    "groups are treated alike), bootstrap interval over user images."
+    "groups are treated alike), bootstrap interval over user images. Where a benchmark's "
+    "design is smaller than the size at which its interval covers the truth (bench/"
+    "COVERAGE.md), no interval is printed: the cell says 'interval withheld' and why."
 )
 
 
@@ -149,11 +154,11 @@ def _cell(r: dict) -> ProfileCell:
             sub += f" · p {r['p']:.2f}"
     elif r["note"]:
         sub = r["note"]
-    interval = (
-        f"[{r['ci_low']:.{d}f}, {r['ci_high']:.{d}f}]"
-        if finite(r["ci_low"]) and finite(r["ci_high"])
-        else ""
-    )
+    if finite(r["ci_low"]) and finite(r["ci_high"]):
+        interval = f"[{r['ci_low']:.{d}f}, {r['ci_high']:.{d}f}]"
+    else:
+        note = withheld_text(r.get(NOTE_COLUMN))
+        interval = f"({note})" if note else ""
     text = format_value(r["estimate"], d) if r["estimate"] is not None else "n/a"
     return ProfileCell(text, _float(r["estimate"]), interval, sub)
 
@@ -262,7 +267,8 @@ def profile_figure(profile: pl.DataFrame) -> Figure | None:
         caption=(
             "Each panel is one headline number (definitions and formulas in the table "
             "above): dot = estimate, line = 95% interval (drawn as it is, also when it lies "
-            "wholly above or below the estimate), grey band = the noise floor from the "
+            "wholly above or below the estimate; a dot without a line: interval withheld, "
+            "the design is too small for one, see the table), grey band = the noise floor from the "
             "null mean to its 95th percentile (LVLM: shuffled group labels), grey tick = "
             "the BiasIG S_imp ceiling; dashed line at 0 for the ContextBias BI shift."
         ),

@@ -38,6 +38,7 @@ PROFILE_SCHEMA = {
     "reading": pl.String,
     "reference": pl.Float64,
     "note": pl.String,
+    "interval_note": pl.String,
 }
 """One headline number of one model on one benchmark. ``panel`` groups metrics into a
 panel of the profile figure (``series`` tells the points of a panel apart: the LVLM axis);
@@ -60,7 +61,9 @@ PROFILE_CAPTION = (
     "1 - H(p)/log K (paper 002 Eq. 1), overall = mean of the cohort values, 95% role-level "
     "cluster-bootstrap interval (below 0: the unrelated context weakens role-linked "
     "attributes); invariant pairs = % of (role, label) pairs tested by chi-squared whose "
-    "prevalence is context-invariant (p > 0.05 and range <= 5 pp), Wilson interval. LVLM: "
+    "prevalence is context-invariant (at least 5 occurrences, p > 0.05 and range <= 5 pp), "
+    "for roles like these (roles are the clusters): Wilson interval on the counts over the "
+    "design effect of roles, withheld under 20 roles. LVLM: "
     "TVD x100 of the output distribution over user groups from uniform (paper 001; 0 = the "
     "groups are treated alike), bootstrap interval over user images."
 )

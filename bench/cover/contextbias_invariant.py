@@ -39,13 +39,26 @@ SCALES = {
     "test": {"roles": 30, "seeds": 4},
     "paper": {"roles": None, "seeds": 10},
 }
+VARIANTS = {
+    "test": [""],
+    "paper": ["", "20 roles", "role-varying sensitivity"],
+}
+"""Worlds of a scale: "" = the planner's world as it is; "20 roles" = its first 20 configured
+roles (the report's minimum, interval_min_roles); "role-varying sensitivity" = a stress
+world: each population role's two conditions redrawn as Dirichlet(kappa_r x centre), centre
+= the mean of its two conditions in the prior world, kappa_r = KAPPA x exp(N(0, 1)) (some
+occupations far more context-sensitive than others: the role-level dependence of the flags
+the plain Wilson interval ignores)."""
+KAPPA = 6.0
 TRUTH_ROLES = {"test": 30 * 100, "paper": 92 * 100}
 """Roles drawn for the truth (in chunks of TRUTH_CHUNK configured-role sets)."""
 TRUTH_CHUNK = 20
 
 
-def _world(scale: str):
-    """One generator ("g1") of small_world (30 roles) or of config/config.yaml's prior world."""
+@lru_cache(maxsize=8)
+def _world(scale: str, variant: str = ""):
+    """One generator ("g1") of small_world (30 roles) or of config/config.yaml's prior world,
+    changed per ``variant`` (VARIANTS)."""
     from stereolens.design import contextbias_worlds as CW
 
     if scale == "test":
@@ -59,7 +72,16 @@ def _world(scale: str):
 
     config, _ = load_config(Path(__file__).resolve().parents[2] / "config" / "config.yaml")
     config["contextbias"]["generators"] = ["g1"]
-    return CW.prior_world(config, load_priors(), seed=0)
+    world = CW.prior_world(config, load_priors(), seed=0)
+    if variant == "20 roles":
+        return replace(world, prompts=world.prompts[:20], role_names=world.role_names[:20])
+    if variant == "role-varying sensitivity":
+        rng = np.random.default_rng([31, 7])
+        centre = world.roles.mean(axis=2, keepdims=True)  # (1, R, 1, L)
+        kappa = KAPPA * np.exp(rng.normal(0.0, 1.0, centre.shape[1]))[None, :, None, None]
+        alpha = np.broadcast_to(kappa * centre, world.roles.shape)
+        return replace(world, roles=CW.dirichlet(rng, alpha, world.starts, world.segment))
+    return world
 
 
 def _flags(world, by_role, d):
@@ -75,13 +97,13 @@ def _flags(world, by_role, d):
     return per, invariant_share(ccs).row(0, named=True)
 
 
-@lru_cache(maxsize=4)
-def _truth(scale: str) -> tuple[float, float]:
+@lru_cache(maxsize=8)
+def _truth(scale: str, variant: str = "") -> tuple[float, float]:
     """E[K] / E[N] over TRUTH_ROLES[scale] drawn roles (percent) and its Monte Carlo error
     (ratio-estimator standard error over roles)."""
     from stereolens.design.contextbias import draw_role_counts
 
-    world = _world(scale)
+    world = _world(scale, variant)
     m = TRUTH_CHUNK
     big = replace(
         world,
@@ -90,7 +112,7 @@ def _truth(scale: str) -> tuple[float, float]:
     )
     per_set = world.prompts.shape[0] * m
     sets = -(-TRUTH_ROLES[scale] // per_set)
-    rng = np.random.default_rng([20, 7, len(scale)])
+    rng = np.random.default_rng([20, 7, len(scale), len(variant)])
     k, n = [], []
     for _ in range(sets):
         _, by_role = draw_role_counts(big, SCALES[scale]["seeds"], 1, rng, keep_roles=True)
@@ -103,14 +125,16 @@ def _truth(scale: str) -> tuple[float, float]:
     return 100.0 * p, 100.0 * se
 
 
-@lru_cache(maxsize=4)
-def _simulate(scale: str, n: int) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+@lru_cache(maxsize=8)
+def _simulate(
+    scale: str, variant: str, n: int
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per dataset: the estimate (%) with the plain Wilson interval on k of n pairs and with
     invariant_share's interval (the same datasets for both rows)."""
     from stereolens.design.contextbias import draw_role_counts
     from stereolens.metrics.group_audit import wilson
 
-    world = _world(scale)
+    world = _world(scale, variant)
     rng = np.random.default_rng([20, n, len(scale), 11])
     _, by_role = draw_role_counts(world, SCALES[scale]["seeds"], n, rng, keep_roles=True)
     plain, deff = [], []
@@ -123,22 +147,28 @@ def _simulate(scale: str, n: int) -> dict[str, tuple[np.ndarray, np.ndarray, np.
     return {"plain": as_arrays(plain), "deff": as_arrays(deff)}
 
 
-def _row(scale: str, key: str, interval: str) -> Row:
+def _row(scale: str, variant: str, key: str, interval: str) -> Row:
     def draw(rng, n):
-        return _simulate(scale, n)[key]
+        return _simulate(scale, variant, n)[key]
 
-    truth, mc = _truth(scale)
+    truth, mc = _truth(scale, variant)
+    roles = _world(scale, variant).prompts.shape[0]
+    what = f", {variant}" if variant and variant != "20 roles" else ""
     name = (
-        f"contextbias {scale}: context-invariant pairs % g1, truth {truth:.2f} +- {mc:.2f} "
-        f"(simulated, {TRUTH_ROLES[scale]:,} roles)"
+        f"contextbias {scale}: context-invariant pairs % g1, {roles} roles{what}, truth "
+        f"{truth:.2f} +- {mc:.2f} (simulated, {TRUTH_ROLES[scale]:,} roles)"
     )
     return Row(name, "contextbias", interval, truth, draw)
 
 
 def rows(scale: str) -> list[Row]:
+    """Per world of the scale (VARIANTS): the report's interval; at "paper" also the plain
+    Wilson interval the report printed before (on the same datasets)."""
     if scale not in SCALES:
         return []
-    out = [_row(scale, "deff", "Wilson on k/deff, n/deff, deff over roles (report)")]
-    if scale != "test":
-        out.append(_row(scale, "plain", "Wilson on k of n pairs (before)"))
+    out = []
+    for v in VARIANTS[scale]:
+        out.append(_row(scale, v, "deff", "Wilson on k/deff, n/deff, deff over roles (report)"))
+        if scale != "test":
+            out.append(_row(scale, v, "plain", "Wilson on k of n pairs (before)"))
     return out

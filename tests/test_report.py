@@ -176,16 +176,24 @@ def test_contextbias_profile_is_the_bootstrap_row_and_the_invariant_share():
         & (pl.col("comparison") == "CA-U - CF")
     )
     assert shift["estimate"] == boot["estimate"][0] and shift["ci_low"] == boot["ci_low"][0]
-    # invariant share: consistent / defined pairs, with a Wilson interval around it
+    # invariant share: consistent / defined pairs of contextbias.invariant (by hand in
+    # tests/test_contextbias_invariant.py), its interval withheld under interval_min_roles
     ccs = pl.DataFrame(
-        {"model": ["m"] * 4, "consistent": [True, False, False, None]},
-        schema={"model": pl.String, "consistent": pl.Boolean},
-    )
+        {"model": ["m"] * 4, "role": ["a", "a", "b", "c"],
+         "consistent": [True, False, False, None]},
+        schema={"model": pl.String, "role": pl.String, "consistent": pl.Boolean},
+    )  # fmt: skip
     share = RC.profile(Inputs.from_frames({"ccs": ccs}), {}).row(0, named=True)
     assert share["metric"] == "invariant_pct" and share["n"] == 3
     assert share["estimate"] == pytest.approx(100 / 3)
-    assert share["ci_low"] < share["estimate"] < share["ci_high"]
-    assert share["ci_low"] == pytest.approx(6.149, abs=1e-3)  # Wilson 1 of 3 (statsmodels)
+    assert share["ci_low"] is None and share["ci_high"] is None
+    assert share["interval_note"].startswith("withheld: 2 roles < 20")
+    small = {"contextbias": {"metrics": {"interval_min_roles": 2}}}
+    share = RC.profile(Inputs.from_frames({"ccs": ccs}), small).row(0, named=True)
+    assert share["interval_note"] is None
+    # k 1, 0 of n 2, 1: residuals 1/3, -1/3, cluster variance 2 x 2/9 / 9 = 0.04938 over
+    # binomial (2/9) / 3 = 0.07407: deff 1 (floor), Wilson 1 of 3 (statsmodels)
+    assert share["ci_low"] == pytest.approx(6.149, abs=1e-3)
 
 
 # ---------------------------------------------------------------- BiasIG

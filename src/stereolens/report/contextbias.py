@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from stereolens.contextbias.invariant import interval_min_roles, invariant_share
 from stereolens.report import contextbias_studies
 from stereolens.report.contextbias_figures import (
     BI_FORMULA,
@@ -79,24 +80,17 @@ def facts(inputs: Inputs, config: dict) -> list[str]:
     return lines
 
 
-def _wilson(k: int, n: int) -> tuple[float | None, float | None]:
-    if n <= 0:
-        return None, None
-    from statsmodels.stats.proportion import proportion_confint
-
-    lo, hi = proportion_confint(k, n, alpha=0.05, method="wilson")
-    return 100.0 * float(lo), 100.0 * float(hi)
-
-
 def profile(inputs: Inputs, config: dict) -> pl.DataFrame:
     """Per generator: the overall BI shift CA-U - CF with its role-bootstrap interval, and
-    the share of context-invariant (role, label) pairs with a Wilson interval."""
+    the share of context-invariant (role, label) pairs with its interval over roles
+    (contextbias.invariant.invariant_share: Wilson on the counts over the design effect of
+    roles; withheld under contextbias.metrics.interval_min_roles roles)."""
     extractor = primary_extractor(inputs, config)
     several = len((config.get("contextbias") or {}).get("extractors") or []) > 1
     title = f"{TITLE}, extractor {extractor}" if extractor and several else TITLE
     rows = []
     boot = inputs.get("bootstrap")
-    ccs = inputs.get("ccs", columns=["extractor", "model", "consistent"])
+    ccs = inputs.get("ccs", columns=["extractor", "model", "role", "consistent"])
     models = []
     if boot is not None:
         b = only_extractor(boot, extractor).filter(
@@ -121,22 +115,25 @@ def profile(inputs: Inputs, config: dict) -> pl.DataFrame:
                 }
             )
     if ccs is not None and not ccs.is_empty():
-        c = only_extractor(ccs, extractor).filter(pl.col("consistent").is_not_null())
-        agg = c.group_by("model").agg(pl.col("consistent").sum().alias("k"), pl.len().alias("n"))
-        for r in agg.sort("model").iter_rows(named=True):
-            lo, hi = _wilson(int(r["k"]), int(r["n"]))
+        c = only_extractor(ccs, extractor)
+        share = invariant_share(c, min_roles=interval_min_roles(config))
+        for r in share.sort("model").iter_rows(named=True):
+            note = f"{r['k']} of {r['n']} pairs, {r['roles']} roles"
+            if r["interval_note"]:
+                note += "; interval " + r["interval_note"].split(" (")[0]
             rows.append(
                 {
                     "model": r["model"],
                     "metric": "invariant_pct",
                     "label": "context-invariant pairs %",
                     "panel": "context-invariant pairs %",
-                    "estimate": 100.0 * r["k"] / r["n"] if r["n"] else None,
-                    "ci_low": lo,
-                    "ci_high": hi,
-                    "n": int(r["n"]),
+                    "estimate": r["estimate"],
+                    "ci_low": r["ci_low"],
+                    "ci_high": r["ci_high"],
+                    "n": r["n"],
                     "reading": "% of tested (role, label) pairs",
-                    "note": f"{int(r['k'])} of {int(r['n'])} pairs",
+                    "note": note,
+                    "interval_note": r["interval_note"],
                 }
             )
     for r in rows:

@@ -1,0 +1,93 @@
+"""The share of context-invariant (role, label) pairs per generator (the report's bias
+profile row "context-invariant pairs %") and its 95% interval (issue 20).
+
+Estimand: the share of tested (role, label) pairs a generator keeps context-invariant
+(ccs.parquet's ``consistent``), for occupations like the configured ones: roles are a
+sample from a population of roles (as the role bootstrap of the BI shift beside it assumes),
+so the population value is sum over roles of E[k_r] / sum of E[n_r] (k_r flagged pairs of
+n_r pairs of role r) and roles are the clusters. The pairs of one role share its images, its
+counts and its role-level bias, so they are not independent trials: at paper scale (the
+planner's prior world, 92 roles, 10 seeds) a plain Wilson interval on k of n pairs covered
+91.5% +- 2.0 of 200 datasets, this one 96.0% +- 1.4; where roles differ in context
+sensitivity 78.5% +- 2.9 against 97.0% +- 1.2; with 20 roles 92.5% against 94.5%
+(bench/COVERAGE.md, "ContextBias: context-invariant pairs").
+
+Interval: Wilson on the effective counts k / deff, n / deff, deff = the cluster-robust
+(sandwich, over roles, factor R / (R - 1)) variance of the ratio k / n over its binomial
+variance, at least 1 (stereolens.metrics.group_audit.design_effects and wilson, as the
+reader audits). Withheld (null, with ``interval_note``) below ``min_roles`` roles: a
+variance from fewer clusters is too noisy to carry a nominal 95%."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+MIN_ROLES = 20
+"""Default of contextbias.metrics.interval_min_roles: fewer roles withhold the interval."""
+
+
+def interval_min_roles(config: dict | None) -> int:
+    """contextbias.metrics.interval_min_roles of ``config`` (default :data:`MIN_ROLES`)."""
+    metrics = ((config or {}).get("contextbias") or {}).get("metrics") or {}
+    value = metrics.get("interval_min_roles", MIN_ROLES)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 2:
+        raise ValueError(
+            f"contextbias.metrics.interval_min_roles must be an integer >= 2, not {value!r}"
+        )
+    return value
+
+
+def invariant_share(
+    ccs: pl.DataFrame, level: float = 0.95, min_roles: int = MIN_ROLES
+) -> pl.DataFrame:
+    """Per (extractor,) model of ccs.parquet (columns [extractor], model, role, consistent;
+    rows with a null ``consistent`` left out): k (pairs flagged consistent), n (pairs), roles,
+    estimate = 100 k / n, design_effect (>= 1; null when withheld), ci_low, ci_high (percent,
+    Wilson on k / deff, n / deff; null below ``min_roles`` roles) and interval_note (why the
+    interval is withheld, else null)."""
+    from stereolens.metrics.group_audit import design_effects, wilson
+
+    missing = {"model", "role", "consistent"} - set(ccs.columns)
+    if missing:
+        raise ValueError(
+            f"the ccs table lacks column(s) {sorted(missing)}; rerun the ContextBias metrics "
+            "(contextbias.ccs.ccs_table writes them)"
+        )
+    keys = (["extractor"] if "extractor" in ccs.columns else []) + ["model"]
+    per_role = (
+        ccs.filter(pl.col("consistent").is_not_null())
+        .group_by(keys + ["role"])
+        .agg(pl.col("consistent").sum().cast(pl.Float64).alias("k"), pl.len().alias("n"))
+        .sort(keys + ["role"])
+    )
+    rows = []
+    for key, part in per_role.group_by(keys, maintain_order=True):
+        k_r = part["k"].to_numpy().astype(float)
+        n_r = part["n"].to_numpy().astype(float)
+        k, n, roles = float(k_r.sum()), float(n_r.sum()), part.height
+        row = dict(zip(keys, key, strict=True))
+        row.update(k=int(k), n=int(n), roles=roles, estimate=100.0 * k / n)
+        if roles < min_roles:
+            row.update(
+                design_effect=None, ci_low=None, ci_high=None,
+                interval_note=f"withheld: {roles} roles < {min_roles} "
+                "(contextbias.metrics.interval_min_roles); the pairs of one role are not "
+                "independent, and fewer roles give no reliable variance",
+            )  # fmt: skip
+        else:
+            deff = float(design_effects(k_r[:, None], n_r[:, None], clustered=True)[0])
+            lo, hi = wilson(np.array([k / deff]), np.array([n / deff]), level)
+            row.update(
+                design_effect=deff,
+                ci_low=100.0 * float(lo[0]),
+                ci_high=100.0 * float(hi[0]),
+                interval_note=None,
+            )
+        rows.append(row)
+    schema = {k: pl.String for k in keys} | {
+        "k": pl.Int64, "n": pl.Int64, "roles": pl.Int64, "estimate": pl.Float64,
+        "design_effect": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64,
+        "interval_note": pl.String,
+    }  # fmt: skip
+    return pl.DataFrame(rows, schema=schema)

@@ -23,7 +23,9 @@ FLOOR = 0.90
 class Row:
     """``draw(rng, n)`` -> (estimate, ci_low, ci_high), float arrays of length n, each entry
     one dataset drawn from the world whose population value is ``truth`` (a float, or an
-    array of length n when the truth differs by dataset)."""
+    array of length n when the truth differs by dataset); or (estimate, ci_low, ci_high,
+    notes) with the table's ``interval_note`` per dataset (None where the interval is
+    printed): a row whose every dataset's interval is withheld has status "withheld"."""
 
     name: str
     benchmark: str
@@ -42,9 +44,12 @@ class Result:
     mean_width: float
     mean_bias: float
     undefined: int
+    withheld: str | None = None
 
     @property
     def status(self) -> str:
+        if self.withheld:
+            return self.withheld
         lo, hi = TARGET
         if self.coverage < lo:
             return "LOW"
@@ -73,7 +78,9 @@ def run_row(row: Row, datasets: int, seed: int = 0) -> Result:
     """Coverage of ``row`` over ``datasets`` datasets (a dataset whose interval is undefined,
     NaN, counts as not covering and is counted in ``undefined``)."""
     rng = np.random.default_rng([seed, sum(map(ord, row.name))])
-    est, lo, hi = (np.asarray(a, dtype=float) for a in row.draw(rng, datasets))
+    drawn = row.draw(rng, datasets)
+    notes = list(drawn[3]) if len(drawn) > 3 else [None] * datasets
+    est, lo, hi = (np.asarray(a, dtype=float) for a in drawn[:3])
     truth = np.broadcast_to(np.asarray(row.truth, dtype=float), est.shape)
     defined = np.isfinite(lo) & np.isfinite(hi)
     covered = defined & (lo <= truth) & (truth <= hi)
@@ -88,6 +95,7 @@ def run_row(row: Row, datasets: int, seed: int = 0) -> Result:
         else np.nan,
         mean_bias=float(np.nanmean(est - truth)),
         undefined=int((~defined).sum()),
+        withheld=notes[0] if notes and all(n is not None for n in notes) else None,
     )
 
 
@@ -98,8 +106,11 @@ def table(results: list[Result]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
+        cov = "-" if r.withheld else f"{r.coverage:.1%}"
+        err = "-" if r.withheld else f"{r.mc_error:.1%}"
+        width = "-" if r.withheld else f"{r.mean_width:.4g}"
         lines.append(
-            f"| {r.row.name} | {r.row.interval} | {r.datasets} | {r.coverage:.1%} | "
-            f"{r.mc_error:.1%} | {r.mean_width:.4g} | {r.mean_bias:+.3g} | {r.status} |"
+            f"| {r.row.name} | {r.row.interval} | {r.datasets} | {cov} | "
+            f"{err} | {width} | {r.mean_bias:+.3g} | {r.status} |"
         )
     return "\n".join(lines)

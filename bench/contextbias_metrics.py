@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from stereolens.contextbias import bootstrap, robustness
+from stereolens.contextbias import bootstrap, bootstrap_loop, robustness
 from stereolens.contextbias import ccs as ccs_module
 from stereolens.contextbias.metrics import CONDITIONS, bi_table
 from stereolens.contextbias.schema import AttributeSchema
@@ -229,7 +229,7 @@ def main() -> int:
     )
     loop = _timed(
         f"bootstrap replicates, loop, B = {args.loop_replicates}",
-        lambda: bootstrap._bootstrap_loop(data, args.loop_replicates, 0),
+        lambda: bootstrap_loop._bootstrap_loop(data, args.loop_replicates, 0),
         res,
     )
     small = bootstrap._bootstrap_vectorised(data, args.loop_replicates, 0)

@@ -9,6 +9,7 @@ import pytest
 
 from stereolens.contextbias.bootstrap import bootstrap_frame, cluster_bootstrap, level_replicates
 from stereolens.contextbias.comparisons import model_comparisons
+from stereolens.contextbias.intervals import t_factor, withheld_note
 from stereolens.metrics.compare import COMPARISON_COLUMNS, RANK_COLUMNS
 
 H_QUARTER = -(0.75 * np.log(0.75) + 0.25 * np.log(0.25))
@@ -48,8 +49,10 @@ def test_comparison_families_and_hand_values():
     att, _ = _table()
     lv = level_replicates(att, replicates=400, seed=3)
     assert lv.replicates.shape == (2, 400, len(lv.levels), 3)
-    cmp, rk = model_comparisons(lv)
-    assert cmp.columns == COMPARISON_COLUMNS and rk.columns == RANK_COLUMNS
+    cmp, rk = model_comparisons(lv, min_roles=1)
+    assert cmp.columns == COMPARISON_COLUMNS + ["interval_note"]
+    assert rk.columns == RANK_COLUMNS + ["interval_note"]
+    assert cmp["interval_note"].is_null().all() and rk["interval_note"].is_null().all()
     scopes = {f"{c} / {s}" for c in ("CF", "CA-R", "CA-U") for s in ("overall", "people", "camera")}
     assert set(cmp.filter(pl.col("metric") == "bi")["scope"]) == scopes
     assert set(cmp.filter(pl.col("metric") == "bi_shift")["scope"]) == {
@@ -82,19 +85,30 @@ def test_comparison_families_and_hand_values():
     # ranks: m2 (BI 0) ranks first on CF / people
     assert _row(rk, metric="bi", scope="CF / people", model="m2")["rank"] == 1
     # the same replicates as bootstrap.parquet: its CA-U - CF interval from lv's arrays
-    boot = bootstrap_frame(lv)
-    assert boot.equals(cluster_bootstrap(att, replicates=400, seed=3))
+    boot = bootstrap_frame(lv, "basic", min_roles=1)
+    assert boot.equals(
+        cluster_bootstrap(att, replicates=400, seed=3, interval="basic", min_roles=1)
+    )
     d = lv.replicates[0, :, i_people, 2] - lv.replicates[0, :, i_people, 0]
     b = _row(boot, model="m1", cohort="people", dimension="*", comparison="CA-U - CF")
-    # default interval "basic": 2 x estimate - the 97.5 and 2.5 percentiles; estimate_bc =
+    # interval "basic": 2 x estimate - the 97.5 and 2.5 percentiles; estimate_bc =
     # 2 x estimate - the replicates' mean; "percentile" = the percentiles themselves
     assert b["estimate"] == pytest.approx(-BI_QUARTER, abs=1e-12) and b["interval"] == "basic"
     assert b["ci_low"] == pytest.approx(-2 * BI_QUARTER - np.percentile(d, 97.5), abs=1e-12)
     assert b["ci_high"] == pytest.approx(-2 * BI_QUARTER - np.percentile(d, 2.5), abs=1e-12)
     assert b["estimate_bc"] == pytest.approx(-2 * BI_QUARTER - d.mean(), abs=1e-12)
     assert b["boot_mean"] == pytest.approx(d.mean(), abs=1e-12)
+    # default "bc-t": estimate_bc +- t(R - 1) sqrt(R / (R - 1)) sd; 2 roles: 12.7062 x 1.41421
+    bct = _row(
+        bootstrap_frame(lv, min_roles=1),
+        model="m1", cohort="people", dimension="*", comparison="CA-U - CF",
+    )  # fmt: skip
+    assert bct["interval"] == "bc-t" and t_factor(2) == pytest.approx(17.969287, abs=1e-6)
+    half = 17.969287064 * np.std(d, ddof=1)
+    assert bct["ci_low"] == pytest.approx(b["estimate_bc"] - half, abs=1e-8)
+    assert bct["ci_high"] == pytest.approx(b["estimate_bc"] + half, abs=1e-8)
     pct = _row(
-        bootstrap_frame(lv, "percentile"),
+        bootstrap_frame(lv, "percentile", min_roles=1),
         model="m1", cohort="people", dimension="*", comparison="CA-U - CF",
     )  # fmt: skip
     assert pct["ci_low"] == pytest.approx(np.percentile(d, 2.5), abs=1e-12)
@@ -102,6 +116,70 @@ def test_comparison_families_and_hand_values():
     assert pct["estimate_bc"] == b["estimate_bc"] and pct["interval"] == "percentile"
     with pytest.raises(ValueError, match="interval"):
         bootstrap_frame(lv, "bca")
+
+
+def test_intervals_withheld_below_the_minimum_roles():
+    att, _ = _table()
+    lv = level_replicates(att, replicates=50, seed=1)
+    note = "withheld: 2 roles < 10 (the smallest number of roles at which the role bootstrap's "
+    note += "intervals cover as at paper scale, bench/COVERAGE.md)"
+    assert withheld_note(2, 10) == note and withheld_note(10, 10) is None
+    boot = bootstrap_frame(lv)  # default: intervals from 10 roles
+    assert boot["ci_low"].is_null().all() and boot["ci_high"].is_null().all()
+    assert set(boot["interval_note"]) == {note} and boot["estimate"].is_not_null().all()
+    shown = bootstrap_frame(lv, min_roles=2)
+    assert shown["interval_note"].is_null().all() and shown["ci_low"].is_not_null().any()
+    cmp, rk = model_comparisons(lv)
+    for c in ("ci_low", "ci_high", "p_value", "p_adjusted", "reject"):
+        assert cmp[c].is_null().all(), c
+    assert cmp["difference"].is_not_null().all() and cmp["se"].is_not_null().all()
+    assert set(cmp["interval_note"]) == {note} and set(rk["interval_note"]) == {note}
+    for c in ("rank_low", "rank_high", "group"):
+        assert rk[c].is_null().all(), c
+    assert rk["rank"].is_not_null().all()
+
+
+def test_common_support_hand_values():
+    """Two identical roles (every replicate equals the estimate: the bias correction is 0,
+    se 0). items (open vocabulary): m1 shows cup 3 : pen 1 per role, m2 only cup; gender
+    (closed, K = 3 in the schema): m1 female 3 : male 1, m2 2 : 2. Own K: m1 items K 2 (BI
+    .188722), m2 K 1 (BI 0); gender K 2: .188722 and 0. Common K: items 2 (the labels either
+    model shows), m2 BI 1 - 0 / log 2 = 1; gender 3: m1 1 - H(.75, .25) / log 3 = .488046,
+    m2 1 - log 2 / log 3 = .369070."""
+    att = []
+    for m in ("m1", "m2"):
+        for r in ("a", "b"):
+            for c in ("CF", "CA-R", "CA-U"):
+                for i in range(4):
+                    base = {"model": m, "role": r, "condition": c, "image_id": f"{m}{r}{c}{i}"}
+                    item = "pen" if (m == "m1" and i == 3) else "cup"
+                    sex = "male" if (i == 3 or (m == "m2" and i == 2)) else "female"
+                    att.append({**base, "cohort": "objects", "dimension": "items", "label": item})
+                    att.append(
+                        {**base, "cohort": "people", "dimension": "gender_presentation",
+                         "label": sex}
+                    )  # fmt: skip
+    att = pl.DataFrame(att)
+    own, _ = model_comparisons(level_replicates(att, replicates=20), min_roles=1)
+    lv = level_replicates(att, replicates=20, support="common")
+    cmp, _ = model_comparisons(lv, min_roles=1)
+    assert "K common to the compared models; bias-corrected" in cmp["resampling"][0]
+    items = _row(cmp, metric="bi", scope="CF / objects")
+    assert items["estimate_a"] == pytest.approx(BI_QUARTER, abs=1e-12)
+    assert items["estimate_b"] == pytest.approx(1.0, abs=1e-12)
+    assert _row(own, metric="bi", scope="CF / objects")["estimate_b"] == 0.0
+    people = _row(cmp, metric="bi", scope="CF / people")
+    assert people["estimate_a"] == pytest.approx(1 - H_QUARTER / np.log(3), abs=1e-12)
+    assert people["estimate_b"] == pytest.approx(1 - np.log(2) / np.log(3), abs=1e-12)
+    assert people["estimate_a"] == pytest.approx(0.488140, abs=1e-6)
+    assert people["difference"] == pytest.approx(-0.119071, abs=1e-6) and people["se"] == 0
+    # overall = mean of the cohorts: m1 (.188722 + .488046) / 2, m2 (1 + .369070) / 2
+    overall = _row(cmp, metric="bi", scope="CF / overall")
+    assert overall["difference"] == pytest.approx(
+        (1 + 0.369070 - 0.188722 - 0.488140) / 2, abs=1e-6
+    )
+    with pytest.raises(ValueError, match="support"):
+        level_replicates(att, replicates=5, support="union")
 
 
 def test_unpaired_draws_and_extractor_families():
@@ -132,3 +210,26 @@ def test_unpaired_draws_and_extractor_families():
     assert ext["difference"] == pytest.approx(1.0, abs=1e-12)
     assert set(cmp["metric"]) == {"bi", "bi_shift", "bi_extractor", "bi_shift_extractor"}
     assert rk.height == 2 * cmp.height
+    # support "common" (the CLI's): one K for both extractors, gender's vocabulary (3); m2's
+    # roles are alike, so the bias correction is 0: y 1 - 0 = 1, x 1 - log 2 / log 3
+    common, _ = model_comparisons(
+        level_replicates(both, replicates=50, support="common"), min_roles=1
+    )
+    ext = _row(common, metric="bi_extractor", scope="m2 / CF / people")
+    assert ext["estimate_b"] == pytest.approx(1.0, abs=1e-12)
+    assert ext["difference"] == pytest.approx(np.log(2) / np.log(3), abs=1e-12)
+
+
+def test_t_wald_hand_values():
+    """10 roles: t(9) 97.5% = 2.262157, x sqrt(10 / 9) = 2.384523; d 0.1, se 0.04: ci 0.1 +-
+    0.095381, t = 0.1 / (0.04 x 1.054093) = 2.371708, p = 0.041792; d 0.02: p = 0.646554;
+    Holm: 2 x 0.041792 = 0.083584, then max(0.083584, 0.646554)."""
+    from stereolens.contextbias.comparisons import _t_wald
+
+    frame = pl.DataFrame({"difference": [0.1, 0.02], "se": [0.04, 0.04]})
+    out = _t_wald(frame, 10, 0.95)
+    assert out["ci_low"].to_list() == pytest.approx([0.004619, -0.075381], abs=1e-6)
+    assert out["ci_high"].to_list() == pytest.approx([0.195381, 0.115381], abs=1e-6)
+    assert out["p_value"].to_list() == pytest.approx([0.041792, 0.646554], abs=1e-6)
+    assert out["p_adjusted"].to_list() == pytest.approx([0.083584, 0.646554], abs=1e-6)
+    assert out["reject"].to_list() == [False, False]

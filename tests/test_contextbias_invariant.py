@@ -58,13 +58,13 @@ def test_withheld_below_min_roles_per_model():
     assert m2["ci_low"] is None and m2["ci_high"] is None and m2["design_effect"] is None
     assert m2["interval_note"].startswith("withheld: 2 roles < 3")
     default = invariant_share(_ccs(FOUR)).row(0, named=True)
-    assert default["ci_low"] is None and "4 roles < 20" in default["interval_note"]
+    assert default["ci_low"] is None and "4 roles < 10" in default["interval_note"]
 
 
 def test_errors_and_config():
     with pytest.raises(ValueError, match="lacks column"):
         invariant_share(pl.DataFrame({"model": ["m"], "consistent": [True]}))
-    assert interval_min_roles({}) == 20
+    assert interval_min_roles({}) == 10
     assert interval_min_roles({"contextbias": {"metrics": {"interval_min_roles": 5}}}) == 5
     with pytest.raises(ValueError, match="interval_min_roles"):
         interval_min_roles({"contextbias": {"metrics": {"interval_min_roles": 1}}})

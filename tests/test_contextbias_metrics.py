@@ -10,10 +10,10 @@ from scipy import stats
 
 from stereolens.cli import main
 from stereolens.contextbias.bootstrap import (
-    _cluster_bootstrap_loop,
     cluster_bootstrap,
     role_multiplicity,
 )
+from stereolens.contextbias.bootstrap_loop import _cluster_bootstrap_loop
 from stereolens.contextbias.ccs import (
     CONSISTENCY,
     ccs_mean,
@@ -560,7 +560,7 @@ def test_role_multiplicity():
 
 def test_bootstrap_shape_determinism_and_estimate():
     att, _ = _bootstrap_table()
-    boot = cluster_bootstrap(att, replicates=60, seed=0)
+    boot = cluster_bootstrap(att, replicates=60, seed=0, min_roles=1)
     assert boot.columns == [
         "model",
         "cohort",
@@ -577,13 +577,15 @@ def test_bootstrap_shape_determinism_and_estimate():
         "draws",
         "estimate_bc",
         "interval",
+        "interval_note",
     ]
     # (2 models + "*") x (2 cohorts + all + 2 dimensions) x 3 comparisons
     assert boot.height == 3 * 5 * 3
     assert set(boot["comparison"]) == {"CA-R - CF", "CA-U - CF", "CA-U - CA-R"}
     assert (boot["ci_low"] <= boot["ci_high"]).all()
-    assert boot.equals(cluster_bootstrap(att, replicates=60, seed=0))
-    assert not boot["ci_low"].equals(cluster_bootstrap(att, replicates=60, seed=1)["ci_low"])
+    assert boot.equals(cluster_bootstrap(att, replicates=60, seed=0, min_roles=1))
+    other = cluster_bootstrap(att, replicates=60, seed=1, min_roles=1)
+    assert not boot["ci_low"].equals(other["ci_low"])
     # the estimate is the difference of pooled BI values on the original data
     for k in ("model", "cell"):
         pooled = pooled_bi(att, k_definition=k)
@@ -609,7 +611,7 @@ def test_bootstrap_against_hand_loop():
     att, _ = _bootstrap_table()
     att = att.filter(pl.col("model") == "m1")
     b_count = 40
-    boot = cluster_bootstrap(att, replicates=b_count, seed=5)
+    boot = cluster_bootstrap(att, replicates=b_count, seed=5, interval="basic", min_roles=1)
     roles = sorted(att["role"].unique())
     draws = np.random.default_rng(5).integers(0, len(roles), size=(b_count, len(roles)))
     frame = att.filter(pl.col("dimension") == "framing")
@@ -630,17 +632,28 @@ def test_bootstrap_against_hand_loop():
         diffs.append(bi["CA-U"] - bi["CF"])
     row = _one(boot, model="m1", dimension="framing", comparison="CA-U - CF")
     lo, hi = np.percentile(diffs, [2.5, 97.5])
-    # the default basic interval: 2 x estimate - the 97.5 and 2.5 percentiles
+    # the basic interval: 2 x estimate - the 97.5 and 2.5 percentiles
     est = row["estimate"]
     assert row["interval"] == "basic"
     assert row["ci_low"] == pytest.approx(2 * est - hi, abs=1e-12)
     assert row["ci_high"] == pytest.approx(2 * est - lo, abs=1e-12)
     assert row["boot_mean"] == pytest.approx(np.mean(diffs), abs=1e-12)
     assert row["estimate_bc"] == pytest.approx(2 * est - np.mean(diffs), abs=1e-12)
-    pct = cluster_bootstrap(att, replicates=b_count, seed=5, interval="percentile")
+    pct = cluster_bootstrap(att, replicates=b_count, seed=5, interval="percentile", min_roles=1)
     prow = _one(pct, model="m1", dimension="framing", comparison="CA-U - CF")
     assert (prow["ci_low"], prow["ci_high"]) == (pytest.approx(lo, abs=1e-12),
                                                  pytest.approx(hi, abs=1e-12))  # fmt: skip
+    # the default bc-t: estimate_bc +- t(R - 1) sqrt(R / (R - 1)) x the replicates' sd
+    n_roles = len(roles)
+    tf = stats.t.ppf(0.975, n_roles - 1) * np.sqrt(n_roles / (n_roles - 1))
+    trow = _one(
+        cluster_bootstrap(att, replicates=b_count, seed=5, min_roles=1),
+        model="m1", dimension="framing", comparison="CA-U - CF",
+    )  # fmt: skip
+    assert trow["interval"] == "bc-t" and trow["interval_note"] is None
+    bc = 2 * est - np.mean(diffs)
+    assert trow["ci_low"] == pytest.approx(bc - tf * np.std(diffs, ddof=1), abs=1e-12)
+    assert trow["ci_high"] == pytest.approx(bc + tf * np.std(diffs, ddof=1), abs=1e-12)
 
 
 def test_bootstrap_vectorised_equals_loop():
@@ -679,7 +692,7 @@ def test_bootstrap_unpaired_draws_against_hand_loop():
     b_count, seed = 30, 2
     # the released design: unpaired draws and percentile intervals
     boot = cluster_bootstrap(
-        att, replicates=b_count, seed=seed, draws="unpaired", interval="percentile"
+        att, replicates=b_count, seed=seed, draws="unpaired", interval="percentile", min_roles=1
     )
     assert set(boot["draws"]) == {"unpaired"} and set(boot["interval"]) == {"percentile"}
     roles = sorted(att["role"].unique())
@@ -708,14 +721,15 @@ def test_bootstrap_unpaired_draws_against_hand_loop():
     assert row["ci_low"] == pytest.approx(lo, abs=1e-12)
     assert row["ci_high"] == pytest.approx(hi, abs=1e-12)
     assert row["boot_mean"] == pytest.approx(np.mean(diffs), abs=1e-12)
-    paired = cluster_bootstrap(att, replicates=b_count, seed=seed)
+    paired = cluster_bootstrap(att, replicates=b_count, seed=seed, min_roles=1)
     assert paired["estimate"].equals(boot["estimate"])  # the estimate does not resample
     assert not paired["ci_low"].equals(boot["ci_low"])
     # adding a model leaves the others' unpaired draws as they were
     m3 = att.filter(pl.col("model") == "m1").with_columns(pl.lit("m3").alias("model"))
     more = cluster_bootstrap(
-        pl.concat([att, m3]), replicates=b_count, seed=seed, draws="unpaired", interval="percentile"
-    )
+        pl.concat([att, m3]), replicates=b_count, seed=seed, draws="unpaired",
+        interval="percentile", min_roles=1,
+    )  # fmt: skip
     keep = pl.col("model") == "m2"
     assert more.filter(keep).equals(boot.filter(keep))
     with pytest.raises(ValueError, match="draws"):
@@ -730,7 +744,8 @@ def test_bootstrap_identical_roles_give_a_point_interval():
         for c in ("CF", "CA-R", "CA-U")
     }
     att, _ = _images(one)
-    row = _one(cluster_bootstrap(att, replicates=20), model="m", cohort="*", comparison="CA-U - CF")
+    boot = cluster_bootstrap(att, replicates=20, min_roles=1)
+    row = _one(boot, model="m", cohort="*", comparison="CA-U - CF")
     # CF: 1 - 0.5623351/ln 2 = .1887219; CA-U: 0 -> -.1887219
     assert row["estimate"] == pytest.approx(-(1 - H_31 / LN2), abs=1e-12)
     assert row["ci_low"] == pytest.approx(row["estimate"], abs=1e-12)

@@ -144,6 +144,28 @@ def test_contextbias_sections_render(case):
         )
 
 
+def test_contextbias_withheld_intervals_read_as_withheld():
+    # _contextbias_tables has 1 role: below the default minimum (10), no interval is printed
+    t = _contextbias_tables(models=("m1", "m2"))
+    boot = t["bootstrap"]
+    assert boot["ci_low"].is_null().all() and boot["interval_note"].is_not_null().all()
+    note = boot["interval_note"][0]
+    assert note.startswith("withheld: 1 role < 10")
+    captions = " ".join(x.caption for x in RC._bootstrap_tables(boot))
+    assert f"No 95% interval is printed here: {note}." in captions
+    assert note in RC.bootstrap_figure(boot).caption
+    prof = RC.profile(Inputs.from_frames(t), {"contextbias": {}})
+    shift = prof.filter(pl.col("metric") == "bi_shift").row(0, named=True)
+    assert shift["ci_low"] is None and shift["note"] == note
+    out = _html(RC.sections(Inputs.from_frames(t), CONFIG))
+    assert "withheld: 1 role &lt; 10" in out or "withheld: 1 role < 10" in out
+    # with the interval printed the captions say nothing of it
+    shown = CB.cluster_bootstrap(t["attributes"], replicates=20, min_roles=1)
+    assert shown["interval_note"].is_null().all()
+    assert "No 95% interval" not in " ".join(x.caption for x in RC._bootstrap_tables(shown))
+    assert "bias-corrected t intervals" in RC.bootstrap_figure(shown).caption
+
+
 def test_robustness_caption_names_the_computation():
     t = _contextbias_tables()
     assert "released code" in RC._robustness_caption(t["robustness"])
@@ -187,7 +209,7 @@ def test_contextbias_profile_is_the_bootstrap_row_and_the_invariant_share():
     assert share["metric"] == "invariant_pct" and share["n"] == 3
     assert share["estimate"] == pytest.approx(100 / 3)
     assert share["ci_low"] is None and share["ci_high"] is None
-    assert share["interval_note"].startswith("withheld: 2 roles < 20")
+    assert share["interval_note"].startswith("withheld: 2 roles < 10")
     small = {"contextbias": {"metrics": {"interval_min_roles": 2}}}
     share = RC.profile(Inputs.from_frames({"ccs": ccs}), small).row(0, named=True)
     assert share["interval_note"] is None

@@ -21,9 +21,11 @@ FLOOR = 0.90
 
 @dataclass(frozen=True)
 class Row:
-    """``draw(rng, n)`` -> (estimate, ci_low, ci_high), float arrays of length n, each entry
-    one dataset drawn from the world whose population value is ``truth`` (a float, or an
-    array of length n when the truth differs by dataset)."""
+    """``draw(rng, n)`` -> (estimate, ci_low, ci_high[, notes]), float arrays of length n,
+    each entry one dataset drawn from the world whose population value is ``truth`` (a float,
+    or an array of length n when the truth differs by dataset); ``notes``, where given, is
+    the ``interval_note`` the project's code wrote per dataset (None where it printed an
+    interval): a dataset with a note is withheld, as with ``withheld`` below."""
 
     name: str
     benchmark: str
@@ -48,18 +50,21 @@ class Result:
     mean_bias: float
     undefined: int
     withheld: int = 0
-    """datasets whose interval the code withheld (rows with ``Row.withheld``; not in
-    ``coverage``)."""
+    """datasets whose interval the code withheld (rows with ``Row.withheld``, or a draw that
+    returns notes; not in ``coverage``)."""
+    withheld_note: str | None = None
+    """The code's ``interval_note`` of the first withheld dataset, where the draw returns them."""
 
     @property
     def is_withheld(self) -> bool:
         """The project's code printed no interval on any dataset, as the row expects."""
-        return bool(self.row.withheld) and self.withheld == self.datasets
+        return self.withheld == self.datasets and bool(self.row.withheld or self.withheld_note)
 
     @property
     def status(self) -> str:
         if self.is_withheld:
-            return f"withheld ({self.row.withheld})"
+            note = self.withheld_note or self.row.withheld
+            return note if note.startswith("withheld") else f"withheld ({note})"
         lo, hi = TARGET
         notes = [self.row.note] if self.coverage > hi and self.row.note else []
         if self.withheld:
@@ -91,12 +96,18 @@ def run_row(row: Row, datasets: int, seed: int = 0) -> Result:
     NaN, counts as not covering and is counted in ``undefined``; for a row with ``withheld``
     it is left out of the coverage and counted in ``withheld``)."""
     rng = np.random.default_rng([seed, sum(map(ord, row.name))])
-    est, lo, hi = (np.asarray(a, dtype=float) for a in row.draw(rng, datasets))
+    drawn = row.draw(rng, datasets)
+    est, lo, hi = (np.asarray(a, dtype=float) for a in drawn[:3])
+    notes = list(drawn[3]) if len(drawn) > 3 else None
     truth = np.broadcast_to(np.asarray(row.truth, dtype=float), est.shape)
     defined = np.isfinite(lo) & np.isfinite(hi)
     covered = defined & (lo <= truth) & (truth <= hi)
-    withheld = int((~defined).sum()) if row.withheld else 0
-    counted = defined if row.withheld else np.ones(defined.shape, dtype=bool)
+    if notes is not None:
+        held = np.array([n is not None for n in notes], dtype=bool)
+    else:
+        held = ~defined if row.withheld else np.zeros(defined.shape, dtype=bool)
+    withheld = int(held.sum())
+    counted = ~held
     n = int(counted.sum())
     c = float(covered[counted].mean()) if n else float("nan")
     return Result(
@@ -110,6 +121,7 @@ def run_row(row: Row, datasets: int, seed: int = 0) -> Result:
         mean_bias=float(np.nanmean(est - truth)) if np.isfinite(est - truth).any() else np.nan,
         undefined=int((~defined).sum()),
         withheld=withheld,
+        withheld_note=next((n for n in notes if n is not None), None) if notes else None,
     )
 
 

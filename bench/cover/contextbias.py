@@ -14,6 +14,18 @@ Truth = the statistic at the world's population label shares (BI of the mean ove
 population's roles, K = the labels the world has): the value the pooled BI estimates when
 roles are a sample of a population of roles.
 
+The comparisons (comparisons.parquet) are computed as the CLI does: on level replicates of
+support "common" (K = the closed vocabulary's size, else the labels seen by either
+generator; the world's labels are the schema's vocabulary), bias-corrected, Wald on t(R - 1).
+Their truth: the g2 - g1 difference of BI at the population label shares, K = the labels
+the world has (for a closed dimension its vocabulary).
+
+Below the minimum number of roles (contextbias.intervals.MIN_ROLES, config
+contextbias.metrics.interval_min_roles) the tables print no interval: those rows report the
+tables' interval_note (status "withheld"). ``python bench/cover/contextbias.py --sweep 5 10
+20`` runs the paper world's rows with that many roles and every interval printed: the sweep
+that sets the minimum (bench/COVERAGE.md).
+
 All rows of one scale share their datasets (drawn once with a fixed seed, so the rows are the
 same whichever runs first); each row reads its own statistic.
 """
@@ -27,7 +39,10 @@ from pathlib import Path
 
 import numpy as np
 
-from cover import Row
+if __name__ == "__main__":  # python bench/cover/contextbias.py --sweep ...
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cover import Row  # noqa: E402
 
 G2_PULL = 0.15
 PLANTED = 0.10
@@ -41,7 +56,7 @@ SCALES = {
 0.7 points of coverage at 95%) small beside the 1.5-point error of 200 datasets."""
 
 
-def _world(scale: str):
+def _world(scale: str, roles: int | None = None):
     """The world of ``scale``: tests/design_worlds.small_world (4 dimensions in 2 cohorts,
     12 roles, 3 CF and 6 CA-U prompts) at "test"; the prior world of config/demo.yaml (its 2
     roles, its bank prompts) at "demo" and of config/config.yaml (92 roles, 30 dimensions)
@@ -59,7 +74,14 @@ def _world(scale: str):
 
     config, _ = load_config("config/demo.yaml" if scale == "demo" else "config/config.yaml")
     config["contextbias"]["generators"] = ["g1", "g2"]
-    return CW.prior_world(config, load_priors(), seed=0)
+    world = CW.prior_world(config, load_priors(), seed=0)
+    if roles is None:
+        return world
+    from dataclasses import replace
+
+    # the sweep: ``roles`` configured roles with the bank's prompt counts, cycled
+    prompts = np.resize(world.prompts, (roles, 2))
+    return replace(world, prompts=prompts, role_names=[f"r{i}" for i in range(roles)])
 
 
 def _pulled(world, w: float, g: int, cond: int | None = None) -> np.ndarray:
@@ -98,26 +120,27 @@ def _truth(world) -> np.ndarray:
 
 
 @lru_cache(maxsize=8)
-def _simulate(scale: str, n: int):
-    """Per dataset: estimate and interval of every statistic. Returns (names -> (est, lo,
-    hi) arrays of length n) and the truth of each name."""
-    import gc
-    from unittest import mock
+def _simulate(scale: str, n: int, roles: int | None = None, min_roles: int | None = None):
+    """Per dataset: estimate, interval and interval_note of every statistic. Returns (names
+    -> (est, lo, hi, notes) of length n) and the truth of each name. ``roles``: the paper
+    world with that many roles (the sweep); ``min_roles``: the tables' minimum (None: the
+    CLI's default)."""
+    from stereolens.contextbias.intervals import MIN_ROLES
 
-    world = _planted_world(_world(scale))
+    world = _planted_world(_world(scale, roles))
     size = SCALES[scale]
     truth_lv = _truth(world)
-    # statsmodels' Holm (metrics.compare.holm) calls gc.collect() on every call, 50 ms with
-    # this process's heap; the bench skips the collection (no number depends on it)
-    with mock.patch.object(gc, "collect", lambda *a: 0):
-        return _simulate_datasets(world, size, truth_lv, n, scale)
+    return _simulate_datasets(
+        world, size, truth_lv, n, scale, MIN_ROLES if min_roles is None else min_roles
+    )
 
 
-def _simulate_datasets(world, size, truth_lv, n, scale):
+def _simulate_datasets(world, size, truth_lv, n, scale, min_roles):
     import polars as pl
 
     from stereolens.contextbias.bootstrap import bootstrap_frame, level_replicates
     from stereolens.contextbias.comparisons import model_comparisons
+    from stereolens.contextbias.intervals import withheld_note
     from stereolens.design.contextbias import draw_role_counts
     from stereolens.design.contextbias_worlds import attributes_table
 
@@ -130,8 +153,13 @@ def _simulate_datasets(world, size, truth_lv, n, scale):
         att = attributes_table(world, by_role, d)
         # CA-R is not simulated: the analyses need the three condition names only as names
         lv = level_replicates(att, replicates=size["replicates"], seed=d)
-        boot = pl.concat([bootstrap_frame(lv, i) for i in ("basic", "percentile")])
-        cmp, _ = model_comparisons(lv) if len(world.generators) > 1 else (None, None)
+        note = withheld_note(lv.n_roles, min_roles)
+        kinds = ("bc-t", "basic", "percentile")
+        boot = pl.concat([bootstrap_frame(lv, i, min_roles) for i in kinds])
+        cmp = None
+        if len(world.generators) > 1:
+            common = level_replicates(att, replicates=size["replicates"], seed=d, support="common")
+            cmp, _ = model_comparisons(common, min_roles=min_roles)
         ix = {c: i for i, c in enumerate(("CF", "CA-R", "CA-U"))}
         for li, (cohort, dim) in enumerate(lv.levels):
             if dim != "*":
@@ -146,9 +174,11 @@ def _simulate_datasets(world, size, truth_lv, n, scale):
                         warnings.simplefilter("ignore", RuntimeWarning)
                         lo, hi = np.nanpercentile(reps, [2.5, 97.5])
                     k = f"BI {c} {name} {key[-1]}"
-                    out.setdefault(k + " percentile", []).append((est, lo, hi))
+                    if note is not None:  # no interval below the minimum (none printed)
+                        lo = hi = np.nan
+                    out.setdefault(k + " percentile", []).append((est, lo, hi, note))
                     out.setdefault(k + " basic", []).append(
-                        (2 * est - np.nanmean(reps), 2 * est - hi, 2 * est - lo)
+                        (2 * est - np.nanmean(reps), 2 * est - hi, 2 * est - lo, note)
                     )
                     truth[k] = float(truth_lv[g, ci, tl])
         rows = boot.filter(
@@ -162,7 +192,8 @@ def _simulate_datasets(world, size, truth_lv, n, scale):
             tl = levels.index(name)
             k = f"shift {name} {r['model']} {r['interval']}"
             est = r["estimate"] if r["interval"] == "percentile" else r["estimate_bc"]
-            out.setdefault(k, []).append((est, r["ci_low"], r["ci_high"]))
+            lo, hi = (np.nan if v is None else v for v in (r["ci_low"], r["ci_high"]))
+            out.setdefault(k, []).append((est, lo, hi, r["interval_note"]))
             truth[k] = float(truth_lv[g, 1, tl] - truth_lv[g, 0, tl])
         if cmp is not None:
             for r in cmp.iter_rows(named=True):
@@ -177,22 +208,29 @@ def _simulate_datasets(world, size, truth_lv, n, scale):
                         truth_lv[0, 1, tl] - truth_lv[0, 0, tl]
                     )
                 k = f"{r['metric']} g2 - g1 {head} {name}"
-                out.setdefault(k, []).append((r["difference"], r["ci_low"], r["ci_high"]))
+                lo, hi = (np.nan if v is None else v for v in (r["ci_low"], r["ci_high"]))
+                out.setdefault(k, []).append((r["difference"], lo, hi, r["interval_note"]))
                 truth[k] = float(t)
-    arrays = {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
+    arrays = {
+        k: (*np.array([x[:3] for x in v], dtype=float).T, [x[3] for x in v]) for k, v in out.items()
+    }
     return arrays, truth
 
 
-def _row(scale: str, key: str, interval: str, note: str = "") -> Row:
+def _row(
+    scale: str, key: str, interval: str, note: str = "", roles: int | None = None,
+    min_roles: int | None = None,
+) -> Row:  # fmt: skip
     def draw(rng, n):
-        return _simulate(scale, n)[0][key]
+        return _simulate(scale, n, roles, min_roles)[0][key]
 
-    truth = _truth_of(scale, key)
-    return Row(f"contextbias {scale}: {key}", "contextbias", interval, truth, draw, note)
+    truth = _truth_of(scale, key, roles)
+    label = scale if roles is None else f"{scale}, {roles} roles"
+    return Row(f"contextbias {label}: {key}", "contextbias", interval, truth, draw, note)
 
 
-def _truth_of(scale: str, key: str) -> float:
-    world = _planted_world(_world(scale))
+def _truth_of(scale: str, key: str, roles: int | None = None) -> float:
+    world = _planted_world(_world(scale, roles))
     t = _truth(world)
     levels = ["overall"] + list(world.cohorts)
     parts = key.split(" ")
@@ -215,23 +253,54 @@ def _truth_of(scale: str, key: str) -> float:
     return float((t[1, 1, tl] - t[1, 0, tl]) - (t[0, 1, tl] - t[0, 0, tl]))
 
 
-def rows(scale: str) -> list[Row]:
+def rows(scale: str, roles: int | None = None, min_roles: int | None = None) -> list[Row]:
     """Per level (overall, then each cohort; at "test" overall only): BI under CF with the
     basic interval (a reference: the report prints no interval on BI itself), the CA-U - CF
-    shift of bootstrap.parquet (basic, the default; and percentile, the released option, at
-    "demo" and "paper"), and the g2 - g1 differences of comparisons.parquet (BI under CF,
-    the shift)."""
-    world = _world(scale)
+    shift of bootstrap.parquet (bc-t, the default; basic and percentile, the released
+    option, at "demo" and "paper"), and the g2 - g1 differences of comparisons.parquet (BI
+    under CF, the shift). ``roles`` / ``min_roles``: the sweep (see the module docstring)."""
+    world = _world(scale, roles)
     levels = ["overall"] + ([] if scale == "test" else list(world.cohorts))
-    wald = "Wald, paired role-bootstrap se (comparisons.parquet)"
+    wald = "Wald t(R - 1), common K, bias-corrected, paired role bootstrap (comparisons.parquet)"
+    kw = {"roles": roles, "min_roles": min_roles}
     out = []
     for lvl in levels:
-        out.append(_row(scale, f"BI CF {lvl} g1 basic", "role bootstrap basic (reference)"))
-        out.append(_row(scale, f"shift {lvl} g1 basic", "role bootstrap basic (bootstrap.parquet)"))
+        out.append(_row(scale, f"BI CF {lvl} g1 basic", "role bootstrap basic (reference)", **kw))
+        out.append(
+            _row(scale, f"shift {lvl} g1 bc-t", "role bootstrap bc-t (bootstrap.parquet)", **kw)
+        )
         if scale != "test":
+            out.append(_row(scale, f"shift {lvl} g1 basic", "role bootstrap basic (option)", **kw))
             out.append(
-                _row(scale, f"shift {lvl} g1 percentile", "role bootstrap percentile (released)")
-            )
-        out.append(_row(scale, f"bi g2 - g1 CF {lvl}", wald))
-        out.append(_row(scale, f"bi_shift g2 - g1 CA-U - CF {lvl}", wald))
+                _row(
+                    scale, f"shift {lvl} g1 percentile", "role bootstrap percentile (released)",
+                    **kw,
+                )
+            )  # fmt: skip
+        out.append(_row(scale, f"bi g2 - g1 CF {lvl}", wald, **kw))
+        out.append(_row(scale, f"bi_shift g2 - g1 CA-U - CF {lvl}", wald, **kw))
     return out
+
+
+def main() -> int:
+    """The sweep over the number of roles (bench/COVERAGE.md): paper-world rows with every
+    interval printed, at each number of roles given."""
+    import argparse
+    import time
+
+    from cover import run_row, table
+
+    ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    ap.add_argument("--sweep", type=int, nargs="+", required=True, metavar="ROLES")
+    ap.add_argument("--datasets", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    for r in args.sweep:
+        t0 = time.perf_counter()
+        results = [run_row(row, args.datasets, args.seed) for row in rows("paper", r, 1)]
+        print(f"\n{r} roles ({time.perf_counter() - t0:.0f} s)\n\n{table(results)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

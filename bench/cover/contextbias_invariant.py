@@ -20,7 +20,7 @@ sums, its Monte Carlo error printed in the row's note).
 
 Rows: the Wilson interval on k of n pairs the report printed before (pairs as independent
 trials) and the interval it prints now (Wilson on k / deff, n / deff, deff over roles). The
-"demo" scale has no row: config/demo.yaml has 2 roles, under interval_min_roles (20), and the
+"demo" scale has no row: config/demo.yaml has 2 roles, under interval_min_roles (10), and the
 report withholds the interval there.
 """
 
@@ -41,9 +41,9 @@ SCALES = {
 }
 VARIANTS = {
     "test": [""],
-    "paper": ["", "20 roles", "role-varying sensitivity"],
+    "paper": ["", "10 roles", "role-varying sensitivity"],
 }
-"""Worlds of a scale: "" = the planner's world as it is; "20 roles" = its first 20 configured
+"""Worlds of a scale: "" = the planner's world as it is; "10 roles" = its first 10 configured
 roles (the report's minimum, interval_min_roles); "role-varying sensitivity" = a stress
 world: each population role's two conditions redrawn as Dirichlet(kappa_r x centre), centre
 = the mean of its two conditions in the prior world, kappa_r = KAPPA x exp(N(0, 1)) (some
@@ -73,8 +73,8 @@ def _world(scale: str, variant: str = ""):
     config, _ = load_config(Path(__file__).resolve().parents[2] / "config" / "config.yaml")
     config["contextbias"]["generators"] = ["g1"]
     world = CW.prior_world(config, load_priors(), seed=0)
-    if variant == "20 roles":
-        return replace(world, prompts=world.prompts[:20], role_names=world.role_names[:20])
+    if variant == "10 roles":
+        return replace(world, prompts=world.prompts[:10], role_names=world.role_names[:10])
     if variant == "role-varying sensitivity":
         rng = np.random.default_rng([31, 7])
         centre = world.roles.mean(axis=2, keepdims=True)  # (1, R, 1, L)
@@ -153,7 +153,7 @@ def _row(scale: str, variant: str, key: str, interval: str) -> Row:
 
     truth, mc = _truth(scale, variant)
     roles = _world(scale, variant).prompts.shape[0]
-    what = f", {variant}" if variant and variant != "20 roles" else ""
+    what = f", {variant}" if variant and variant != "10 roles" else ""
     name = (
         f"contextbias {scale}: context-invariant pairs % g1, {roles} roles{what}, truth "
         f"{truth:.2f} +- {mc:.2f} (simulated, {TRUTH_ROLES[scale]:,} roles)"

@@ -142,6 +142,7 @@ rule compute_contextbias_metrics:
         single_label_bi=CB["metrics"]["single_label_bi"],
         bootstrap_draws=CB["metrics"]["bootstrap_draws"],
         bootstrap_interval=CB["metrics"]["bootstrap_interval"],
+        interval_min_roles=CB["metrics"]["interval_min_roles"],
         consistency=CB["metrics"]["consistency"],
         bh_family=CB["metrics"]["bh_family"],
         robustness_cells=CB["metrics"]["robustness_cells"],
@@ -154,6 +155,7 @@ rule compute_contextbias_metrics:
         " --single-label-bi {params.single_label_bi}"
         " --bootstrap-draws {params.bootstrap_draws} --consistency {params.consistency}"
         " --bootstrap-interval {params.bootstrap_interval}"
+        " --interval-min-roles {params.interval_min_roles}"
         " --bh-family {params.bh_family} --robustness-cells {params.robustness_cells}"
         " --robustness-all {params.robustness_all}"
         " --out {params.outdir} > {log} 2>&1"

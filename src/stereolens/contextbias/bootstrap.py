@@ -11,6 +11,8 @@ import polars as pl
 from scipy import sparse
 from scipy.special import xlogy
 
+from stereolens.contextbias.intervals import BOOTSTRAP_INTERVALS, MIN_ROLES, withheld_note
+from stereolens.contextbias.intervals import interval as ci_bounds
 from stereolens.contextbias.metrics import (
     ALL,
     CONDITIONS,
@@ -32,15 +34,17 @@ COMPARISONS = (
 
 
 # ----------------------------------------------------------------------------- bootstrap
-BOOTSTRAP_INTERVALS = ("basic", "percentile")
-"""The 95% interval of bootstrap.parquet: "basic" (default) = 2 x estimate - the 97.5 and 2.5
-percentiles of the replicates, which removes the plug-in BI's small-sample bias that the
-percentile interval adds a second time (bench/COVERAGE.md, ContextBias); "percentile" = the
-2.5 and 97.5 percentiles, as the released code (its headline CI)."""
 BOOTSTRAP_DRAWS = ("paired", "unpaired")
 """How roles are drawn in each bootstrap replicate: "paired" = one draw shared by every
 model and condition (differences stay paired; default); "unpaired" = an independent draw
 per model x condition, as the authors' released code does."""
+SUPPORTS = ("own", "common")
+"""K of the replicated BI: "own" = per ``k_definition`` for each model (bi.parquet's, the
+paper's numbers); "common" = one label support for every model and extractor: the closed
+vocabulary's size (schema) where the dimension has one, else the labels seen by any model
+and extractor in any condition (of the resample): what the model comparisons use, so that a
+difference between models is not a difference of the labels each happened to show
+(bench/COVERAGE.md, ContextBias)."""
 
 
 @dataclass
@@ -57,6 +61,7 @@ class _Group:
     label_of_col: sparse.csr_matrix  # columns x (dimension, label) 0/1
     dim_start: np.ndarray  # first (dimension, label) column of each dimension of this group
     seg_dimpos: np.ndarray  # which of this group's dimensions each segment belongs to
+    glabel_of_col: sparse.csr_matrix  # columns x the table's (dimension, label) pairs 0/1
 
 
 @dataclass
@@ -68,6 +73,8 @@ class _BootstrapData:
     k_definition: str
     overall: str = "cohort"
     single_label_bi: float = 0.0
+    support: str = "own"
+    gdim_start: np.ndarray | None = None  # first (dimension, label) pair of each dimension
 
 
 def _bootstrap_data(
@@ -76,10 +83,15 @@ def _bootstrap_data(
     schema: AttributeSchema | None,
     overall: str = "cohort",
     single_label_bi: float = 0.0,
+    support: str = "own",
 ) -> _BootstrapData:
     check_attributes(attributes)
     check_conditions(attributes)
     check_bi_options(k_definition, overall, single_label_bi)
+    if support not in SUPPORTS:
+        raise ValueError(f"support {support!r}; allowed: {', '.join(SUPPORTS)}")
+    if support == "common":
+        k_definition = "vocabulary"
     gkeys = _group_keys(attributes)
     roles = sorted(attributes["role"].unique().to_list())
     dims = sorted(attributes.select("cohort", "dimension").unique().iter_rows())
@@ -99,6 +111,14 @@ def _bootstrap_data(
     )
     conds = pl.DataFrame({"condition": list(CONDITIONS), "c": np.arange(3, dtype=np.int64)})
     role_ix = pl.DataFrame({"role": roles, "r": np.arange(len(roles), dtype=np.int64)})
+    glabels = (
+        attributes.select("dimension", "label")
+        .unique()
+        .join(index.select("dimension", "d"), on="dimension")
+        .sort("d", "label")
+        .with_row_index("glab")
+    )
+    gdim_start = np.searchsorted(glabels["d"].to_numpy(), np.arange(len(dims))).astype(np.intp)
     counts = (
         attributes.group_by(gkeys + ["dimension", "condition", "label", "role"])
         .agg(pl.len().alias("n"))
@@ -132,6 +152,8 @@ def _bootstrap_data(
             .with_columns(pl.col("d").rle_id().alias("dpos"))
         )
         cols = cols.join(labels, on=["d", "label"], how="left").sort("col")
+        cols = cols.join(glabels.select("d", "label", "glab"), on=["d", "label"], how="left")
+        cols = cols.sort("col")
         label_of_col = sparse.csr_matrix(
             (np.ones(n_cols), (cols["col"].to_numpy(), cols["lab"].to_numpy())),
             shape=(n_cols, labels.height),
@@ -153,11 +175,16 @@ def _bootstrap_data(
                 label_of_col=label_of_col,
                 dim_start=dstarts["lab"].to_numpy().astype(np.intp),
                 seg_dimpos=np.array([dpos_of_d[d] for d in seg_dim], dtype=np.intp),
+                glabel_of_col=sparse.csr_matrix(
+                    (np.ones(n_cols), (cols["col"].to_numpy(), cols["glab"].to_numpy())),
+                    shape=(n_cols, glabels.height),
+                ),
             )
         )
     return _BootstrapData(
-        gkeys, groups, dims, len(roles), k_definition, overall, float(single_label_bi)
-    )
+        gkeys, groups, dims, len(roles), k_definition, overall, float(single_label_bi),
+        support, gdim_start,
+    )  # fmt: skip
 
 
 def role_multiplicity(draws: np.ndarray, n_roles: int) -> np.ndarray:
@@ -179,11 +206,14 @@ def _unpaired_seed(seed: int, key: tuple, condition: str) -> list[int]:
     return [seed, int(stable_id("contextbias-bootstrap", *key, condition, length=15), 16)]
 
 
-def _replicate_bi(g: _Group, pooled: np.ndarray, data: _BootstrapData) -> np.ndarray:
+def _replicate_bi(
+    g: _Group, pooled: np.ndarray, data: _BootstrapData, k_common: np.ndarray | None = None
+) -> np.ndarray:
     """BI (rows x dimensions x conditions, NaN where empty) from pooled label counts
     (rows x columns) of resampled roles. K per k_definition, recomputed from the resample:
     'model' = labels with a positive pooled count in any condition, 'cell' = in the cell,
-    'vocabulary' = the closed vocabulary size (open dimensions as 'model')."""
+    'vocabulary' = the closed vocabulary size (open dimensions as 'model', or
+    ``k_common`` (rows x all dimensions) under support "common")."""
     total = np.add.reduceat(pooled, g.seg_start, axis=1)
     xlogx = np.add.reduceat(xlogy(pooled, pooled), g.seg_start, axis=1)
     m = np.add.reduceat((pooled > 0).astype(float), g.seg_start, axis=1)
@@ -192,7 +222,7 @@ def _replicate_bi(g: _Group, pooled: np.ndarray, data: _BootstrapData) -> np.nda
     else:
         present = np.asarray(pooled @ g.label_of_col) > 0
         k_dim = np.add.reduceat(present.astype(float), g.dim_start, axis=1)
-        k = k_dim[:, g.seg_dimpos]
+        k = k_dim[:, g.seg_dimpos] if k_common is None else k_common[:, g.seg_dim]
         k = np.where(np.isnan(g.seg_k), k, g.seg_k)
     out = np.full((pooled.shape[0], len(data.dims), len(CONDITIONS)), np.nan)
     out[:, g.seg_dim, g.seg_cond] = bi_from_parts(
@@ -252,6 +282,8 @@ class LevelReplicates:
     draws: str
     k_definition: str
     overall: str
+    n_roles: int = 0
+    support: str = "own"
 
 
 def _level_replicates(
@@ -276,6 +308,8 @@ def _level_replicates(
         draws,
         data.k_definition,
         data.overall,
+        data.n_roles,
+        data.support,
     )
 
 
@@ -292,8 +326,12 @@ def _bootstrap_frame(
     return bootstrap_frame(_level_replicates(data, estimate, boot, replicates, seed, draws))
 
 
-def bootstrap_frame(lv: LevelReplicates, interval: str = "basic") -> pl.DataFrame:
-    """The bootstrap.parquet table (see :func:`cluster_bootstrap`) from level replicates."""
+def bootstrap_frame(
+    lv: LevelReplicates, interval: str = "bc-t", min_roles: int = MIN_ROLES
+) -> pl.DataFrame:
+    """The bootstrap.parquet table (see :func:`cluster_bootstrap`) from level replicates;
+    with fewer than ``min_roles`` roles ci_low / ci_high are null and interval_note says
+    why (null where the interval is printed)."""
     if interval not in BOOTSTRAP_INTERVALS:
         raise ValueError(f"interval {interval!r}; allowed: {', '.join(BOOTSTRAP_INTERVALS)}")
     names = lv.levels
@@ -315,9 +353,7 @@ def bootstrap_frame(lv: LevelReplicates, interval: str = "basic") -> pl.DataFram
         for label, a, b in COMPARISONS:
             d_est = est[:, 0, :, ia[a]] - est[:, 0, :, ia[b]]  # (G, L)
             d_rep = rep[:, :, :, ia[a]] - rep[:, :, :, ia[b]]  # (G, B, L)
-            lo, hi = np.nanpercentile(d_rep, [2.5, 97.5], axis=1)
-            if interval == "basic":
-                lo, hi = 2 * d_est - hi, 2 * d_est - lo
+            lo, hi = ci_bounds(d_est, d_rep, interval, lv.n_roles)
             mean = np.nanmean(d_rep, axis=1)
             ci[label] = (d_est, mean, lo, hi)
     for label, (d_est, mean, lo, hi) in ci.items():
@@ -351,6 +387,10 @@ def bootstrap_frame(lv: LevelReplicates, interval: str = "basic") -> pl.DataFram
         (2 * pl.col("estimate") - pl.col("boot_mean")).fill_nan(None).alias("estimate_bc"),
         pl.lit(interval).alias("interval"),
     )
+    note = withheld_note(lv.n_roles, min_roles)
+    if note is not None:
+        frame = frame.with_columns(pl.lit(None, pl.Float64).alias(c) for c in ("ci_low", "ci_high"))
+    frame = frame.with_columns(pl.lit(note, pl.String).alias("interval_note"))
     return frame.sort(lv.gkeys + ["cohort", "dimension", "comparison"])
 
 
@@ -364,7 +404,8 @@ def cluster_bootstrap(
     draws: str = "paired",
     overall: str = "cohort",
     single_label_bi: float = 0.0,
-    interval: str = "basic",
+    interval: str = "bc-t",
+    min_roles: int = MIN_ROLES,
 ) -> pl.DataFrame:
     """Role-level cluster bootstrap of pooled-BI differences between conditions (paper App.
     E.1, Tables 8-9).
@@ -387,10 +428,12 @@ def cluster_bootstrap(
     original data, the plug-in: the paper's number; equals the difference of
     :func:`pooled_bi` values), estimate_bc (bias-corrected: 2 x estimate - boot_mean),
     boot_mean (mean over replicates: the paper's reported "mean differences"), ci_low,
-    ci_high (``interval`` "basic", default: 2 x estimate - the 97.5 and 2.5 percentiles;
-    "percentile": the 2.5 and 97.5 percentiles, as the released code), interval, replicates,
-    seed, k_definition, overall_definition, draws. Rows whose estimate is undefined (a
-    condition without data) are left out."""
+    ci_high (``interval`` "bc-t", default: estimate_bc +- t(R - 1) x the replicates' sd x
+    sqrt(R / (R - 1)), R = the roles; "basic": 2 x estimate - the 97.5 and 2.5 percentiles;
+    "percentile": the 2.5 and 97.5 percentiles, as the released code; null below
+    ``min_roles`` roles), interval, replicates, seed, k_definition, overall_definition,
+    draws, interval_note (null, or why the interval is withheld). Rows whose estimate is
+    undefined (a condition without data) are left out."""
     return bootstrap_frame(
         level_replicates(
             attributes,
@@ -403,6 +446,7 @@ def cluster_bootstrap(
             single_label_bi=single_label_bi,
         ),
         interval,
+        min_roles,
     )
 
 
@@ -416,14 +460,17 @@ def level_replicates(
     draws: str = "paired",
     overall: str = "cohort",
     single_label_bi: float = 0.0,
+    support: str = "own",
 ) -> LevelReplicates:
     """The role-level cluster bootstrap of :func:`cluster_bootstrap` (same draws, same
     options) as arrays: pooled BI per (extractor,) model x level x condition on the original
     data and per replicate (:class:`LevelReplicates`); :func:`bootstrap_frame` turns it into
-    bootstrap.parquet, contextbias.comparisons into model comparisons."""
+    bootstrap.parquet, contextbias.comparisons into model comparisons. ``support`` (SUPPORTS):
+    "own" = K per ``k_definition``; "common" = one label support for the whole table (the
+    model comparisons'; ``k_definition`` is then ignored)."""
     if draws not in BOOTSTRAP_DRAWS:
         raise ValueError(f"draws {draws!r}; allowed: {', '.join(BOOTSTRAP_DRAWS)}")
-    data = _bootstrap_data(attributes, k_definition, schema, overall, single_label_bi)
+    data = _bootstrap_data(attributes, k_definition, schema, overall, single_label_bi, support)
     estimate, boot = _bootstrap_arrays(data, replicates, seed, draws)
     return _level_replicates(data, estimate, boot, replicates, seed, draws)
 
@@ -463,53 +510,43 @@ def _bootstrap_arrays(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-group BI (G, 1, D, C) on the original data and (G, B, D, C) per replicate."""
     ones = np.ones((1, data.n_roles))
-    estimate = np.stack([_replicate_bi(g, ones @ g.counts, data) for g in data.groups])
     paired = (
         role_multiplicity(_role_draws(data.n_roles, replicates, seed), data.n_roles)
         if draws == "paired"
         else None
     )
+    est_counts = [ones @ g.counts for g in data.groups]
+    boot_counts = [
+        _pooled_counts(
+            g, paired if paired is not None else _multiplicities(data, g, replicates, seed, draws)
+        )
+        for g in data.groups
+    ]
+    k_est = k_boot = [None] * len(data.groups)
+    if data.support == "common":
+        k_est, k_boot = _common_k(data, est_counts), _common_k(data, boot_counts)
+    estimate = np.stack(
+        [
+            _replicate_bi(g, c, data, k)
+            for g, c, k in zip(data.groups, est_counts, k_est, strict=True)
+        ]
+    )
     boot = np.stack(
         [
-            _replicate_bi(
-                g,
-                _pooled_counts(
-                    g,
-                    paired
-                    if paired is not None
-                    else _multiplicities(data, g, replicates, seed, draws),
-                ),
-                data,
-            )
-            for g in data.groups
+            _replicate_bi(g, c, data, k)
+            for g, c, k in zip(data.groups, boot_counts, k_boot, strict=True)
         ]
     )
     return estimate, boot
 
 
-def _cluster_bootstrap_loop(
-    attributes: pl.DataFrame,
-    replicates: int = 1000,
-    seed: int = 0,
-    k_definition: str = "model",
-    schema: AttributeSchema | None = None,
-    *,
-    overall: str = "cohort",
-) -> pl.DataFrame:
-    """:func:`cluster_bootstrap` (paired draws) one replicate at a time (the reference
-    implementation for the benchmark and for a test: same draws, same result)."""
-    data = _bootstrap_data(attributes, k_definition, schema, overall)
-    return _bootstrap_loop(data, replicates, seed)
-
-
-def _bootstrap_loop(data: _BootstrapData, replicates: int, seed: int) -> pl.DataFrame:
-    draws = _role_draws(data.n_roles, replicates, seed)
-    estimate, boot = [], []
-    for g in data.groups:
-        estimate.append(_replicate_bi(g, g.counts.sum(0, keepdims=True), data))
-        per = []
-        for b in range(replicates):
-            pooled = g.counts[draws[b]].sum(0, keepdims=True)
-            per.append(_replicate_bi(g, pooled, data))
-        boot.append(np.concatenate(per))
-    return _bootstrap_frame(data, np.stack(estimate), np.stack(boot), replicates, seed)
+def _common_k(data: _BootstrapData, pooled: list[np.ndarray]) -> list[np.ndarray]:
+    """Per group, (rows x all dimensions) the labels seen in any condition by any group of
+    the table, every model and extractor (support "common": the generator comparisons and
+    the extractor comparisons both compare values of one K)."""
+    seen = None
+    for g, c in zip(data.groups, pooled, strict=True):
+        s = np.asarray(c @ g.glabel_of_col) > 0
+        seen = s if seen is None else seen | s
+    k = np.add.reduceat(seen.astype(float), data.gdim_start, axis=1)
+    return [k] * len(data.groups)

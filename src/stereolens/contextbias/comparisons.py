@@ -5,12 +5,23 @@ from the role-level cluster bootstrap's replicates (stereolens.metrics.compare).
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import polars as pl
 
 from stereolens.contextbias.bootstrap import LevelReplicates
+from stereolens.contextbias.intervals import MIN_ROLES, t_factor, withheld_note
 from stereolens.contextbias.metrics import ALL, CONDITIONS
-from stereolens.metrics.compare import COMPARISON_COLUMNS, RANK_COLUMNS, compare, concat
+from stereolens.metrics.compare import (
+    COMPARISON_COLUMNS,
+    RANK_COLUMNS,
+    compare,
+    concat,
+    holm,
+    pairwise,
+    ranks,
+)
 
 BENCHMARK = "contextbias"
 SHIFT = ("CA-U", "CF")
@@ -20,11 +31,19 @@ METRICS = {
     "bi_shift": "BI(CA-U) - BI(CF); lower = the unrelated context concentrates labels less",
 }
 """The compared metrics; lower is less biased for both."""
+WITHHELD = {
+    "comparisons": ("ci_low", "ci_high", "p_value", "p_adjusted", "reject"),
+    "ranks": ("rank_low", "rank_high", "group"),
+}
+"""The columns left null, with an interval_note, below the minimum number of roles."""
 
 
-def resampling(draws: str) -> str:
-    """The ``resampling`` column: the role-level cluster bootstrap and its draws."""
+def resampling(draws: str, support: str = "own") -> str:
+    """The ``resampling`` column: the role-level cluster bootstrap, its draws and (support
+    "common") the label support and the bias correction of the compared values."""
     kind = "one role draw shared by all models" if draws == "paired" else "a draw per model"
+    if support == "common":
+        kind += "; K common to the compared models; bias-corrected; t(R - 1)"
     return f"role cluster bootstrap ({kind})"
 
 
@@ -36,14 +55,20 @@ def _headline(lv: LevelReplicates) -> list[tuple[int, str]]:
 
 
 def _statistic(lv: LevelReplicates, metric: str, level: int, condition: str):
-    """(estimate (G,), replicates (G, B)) of one metric at one level."""
+    """(estimate (G,), replicates (G, B)) of one metric at one level; under support
+    "common" the estimate is bias-corrected: 2 x the plug-in - the replicates' mean."""
     ci = {c: i for i, c in enumerate(CONDITIONS)}
     if metric == "bi":
         c = ci[condition]
-        return lv.estimate[:, level, c], lv.replicates[:, :, level, c]
-    a, b = ci[SHIFT[0]], ci[SHIFT[1]]
-    est = lv.estimate[:, level, a] - lv.estimate[:, level, b]
-    rep = lv.replicates[:, :, level, a] - lv.replicates[:, :, level, b]
+        est, rep = lv.estimate[:, level, c], lv.replicates[:, :, level, c]
+    else:
+        a, b = ci[SHIFT[0]], ci[SHIFT[1]]
+        est = lv.estimate[:, level, a] - lv.estimate[:, level, b]
+        rep = lv.replicates[:, :, level, a] - lv.replicates[:, :, level, b]
+    if lv.support == "common":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            est = 2 * est - np.nanmean(rep, axis=1)
     return est, rep
 
 
@@ -54,11 +79,40 @@ def _families(lv: LevelReplicates):
     yield "bi_shift", f"{SHIFT[0]} - {SHIFT[1]}", None
 
 
+def _t_wald(cmp: pl.DataFrame, n_roles: int, level: float) -> pl.DataFrame:
+    """One family's Wald rows on t(R - 1) (R = the roles, the units the se comes from):
+    ci = difference +- t_factor(R) x se (t quantile x sqrt(R / (R - 1)): the bootstrap sd of
+    a mean of R roles is sqrt((R - 1) / R) of its standard error), p = 2 P(T > |d| / (se x
+    sqrt(R / (R - 1)))), Holm and reject recomputed."""
+    from scipy import stats
+
+    if not cmp.height:
+        return cmp
+    d, se = cmp["difference"].to_numpy(), cmp["se"].to_numpy()
+    inflate = np.sqrt(n_roles / (n_roles - 1)) if n_roles > 1 else np.nan
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(
+            se > 0, 2 * stats.t.sf(np.abs(d) / (se * inflate), max(n_roles - 1, 1)), np.nan
+        )
+    p = np.where(se == 0, np.where(d == 0, 1.0, 0.0), p)
+    p = np.where(np.isfinite(d) & np.isfinite(se) & (n_roles > 1), p, np.nan)
+    half = t_factor(n_roles, level) * se
+    adjusted = holm(p)
+    return cmp.with_columns(
+        pl.Series("ci_low", d - half),
+        pl.Series("ci_high", d + half),
+        pl.Series("p_value", p),
+        pl.Series("p_adjusted", adjusted),
+        pl.Series("reject", np.nan_to_num(adjusted, nan=1.0) < 1 - level),
+    )
+
+
 def model_comparisons(
-    lv: LevelReplicates, level: float = 0.95
+    lv: LevelReplicates, level: float = 0.95, min_roles: int = MIN_ROLES
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """comparisons.parquet and ranks.parquet of ContextBias from the bootstrap's level
-    replicates.
+    replicates (the CLI passes those of support "common": K = the closed vocabulary's size,
+    else the labels seen by any model and extractor; see contextbias.bootstrap.SUPPORTS).
 
     Families (one Holm family each): metric "bi" with scope "<condition> / <overall or
     cohort>", metric "bi_shift" with scope "CA-U - CF / <overall or cohort>"; models =
@@ -66,14 +120,22 @@ def model_comparisons(
     extractor column). When there are several extractors, also metric "bi_extractor" /
     "bi_shift_extractor" families whose models are the extractors reading one generator's
     images (scope prefixed "<generator> / "). estimate = the statistic on the original data
-    (equal to bootstrap.parquet's and bi.parquet's pooled values); the replicates are the
-    cluster bootstrap's (paired across models under paired draws: each replicate's role
-    draw is shared by every model, extractor and condition). Lower is less biased. Models
-    whose estimate is undefined (a condition without data) are left out of the family."""
+    (support "own": equal to bootstrap.parquet's and bi.parquet's pooled values); the
+    replicates are the cluster bootstrap's (paired across models under paired draws: each
+    replicate's role draw is shared by every model, extractor and condition). Lower is less
+    biased. Models whose estimate is undefined (a condition without data) are left out of
+    the family.
+
+    Under support "common" estimate_a / estimate_b are bias-corrected (2 x the plug-in -
+    the replicates' mean), the difference is theirs and its interval and test are on t(R -
+    1) (:func:`_t_wald`); the estimand is the difference of the two models' BI at their
+    population label shares with the common K (bench/COVERAGE.md). With fewer than
+    ``min_roles`` roles the columns of WITHHELD are null and ``interval_note`` (also in
+    ranks.parquet) says why; else it is null."""
     cmp_frames: list[pl.DataFrame] = []
     rank_frames: list[pl.DataFrame] = []
     paired = lv.draws == "paired"
-    how = resampling(lv.draws)
+    how = resampling(lv.draws, lv.support)
     by_extractor: dict[tuple, list[int]] = {}
     by_generator: dict[str, list[int]] = {}
     for g, key in enumerate(lv.keys):
@@ -92,17 +154,35 @@ def model_comparisons(
                     if not ok:
                         continue
                     names = {g: lv.keys[g][name_at] for g in ok}
-                    cmp, rk = compare(
-                        {names[g]: float(est[g]) for g in ok},
-                        {names[g]: rep[g] for g in ok},
-                        benchmark=BENCHMARK,
-                        metric=metric + suffix,
-                        scope=f"{prefix}{head} / {scope}",
-                        better="lower",
-                        paired=paired,
-                        resampling=how,
-                        level=level,
-                    )
+                    estimates = {names[g]: float(est[g]) for g in ok}
+                    family = {
+                        "benchmark": BENCHMARK,
+                        "metric": metric + suffix,
+                        "scope": f"{prefix}{head} / {scope}",
+                        "better": "lower",
+                        "paired": paired,
+                        "resampling": how,
+                        "level": level,
+                    }
+                    if lv.support == "common":
+                        cmp = pairwise(estimates, {names[g]: rep[g] for g in ok}, **family)
+                        cmp = _t_wald(cmp, lv.n_roles, level)
+                        rk = ranks(cmp, estimates, "lower").with_columns(
+                            pl.lit(family[c]).alias(c) for c in ("benchmark", "metric", "scope")
+                        )
+                    else:
+                        cmp, rk = compare(estimates, {names[g]: rep[g] for g in ok}, **family)
                     cmp_frames.append(cmp)
                     rank_frames.append(rk)
-    return concat(cmp_frames, COMPARISON_COLUMNS), concat(rank_frames, RANK_COLUMNS)
+    note = withheld_note(lv.n_roles, min_roles)
+    out = {
+        "comparisons": concat(cmp_frames, COMPARISON_COLUMNS),
+        "ranks": concat(rank_frames, RANK_COLUMNS),
+    }
+    for name, frame in out.items():
+        if note is not None:
+            frame = frame.with_columns(
+                pl.lit(None, frame.schema[c]).alias(c) for c in WITHHELD[name]
+            )
+        out[name] = frame.with_columns(pl.lit(note, pl.String).alias("interval_note"))
+    return out["comparisons"], out["ranks"]

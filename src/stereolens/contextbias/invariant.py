@@ -23,8 +23,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-MIN_ROLES = 20
-"""Default of contextbias.metrics.interval_min_roles: fewer roles withhold the interval."""
+from stereolens.contextbias.intervals import MIN_ROLES
+
+__all__ = ["MIN_ROLES", "interval_min_roles", "invariant_share"]
 
 
 def interval_min_roles(config: dict | None) -> int:

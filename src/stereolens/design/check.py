@@ -136,7 +136,9 @@ def contextbias_check(
         boot = cluster_bootstrap(
             table, replicates=replicates, seed=seed + d, k_definition=design.k_definition,
             overall=design.overall, single_label_bi=design.single_label_bi,
+            interval=design.interval, min_roles=1,
         )  # fmt: skip
+        # min_roles 1: the interval itself, also below the tables' minimum
         row = boot.filter(
             (pl.col("model") == model)
             & (pl.col("cohort") == cohort)

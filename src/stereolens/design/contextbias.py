@@ -81,6 +81,9 @@ class World:
     prompts: np.ndarray
     """(configured roles, 2) prompts per role under CF and CA-U."""
     role_names: list[str]
+    labels: list[str] | None = None
+    """(labels,) the label of each column (the schema's vocabulary for a closed dimension);
+    None: "label<column>"."""
 
     @property
     def n_columns(self) -> int:
@@ -251,9 +254,10 @@ class ContextBiasDesign:
         self.k_definition = m.get("k_definition", "model")
         self.overall = m.get("overall", "cohort")
         self.single_label_bi = float(m.get("single_label_bi", 0.0))
-        # the basic interval (2 x estimate - percentiles) is centred at the estimate minus
-        # the replicates' shift, the percentile interval at the estimate plus it
-        self.shift_sign = -1.0 if m.get("bootstrap_interval", "basic") == "basic" else 1.0
+        # the basic and bc-t intervals are centred at the estimate minus the replicates'
+        # shift (2 x estimate - their mean), the percentile interval at the estimate plus it
+        kind = self.interval = m.get("bootstrap_interval", "bc-t")
+        self.shift_sign = -1.0 if kind in ("basic", "bc-t") else 1.0
         self.grid = GRID
 
     def _names(self) -> list[tuple[str, str, int | None, int]]:
@@ -334,7 +338,22 @@ class ContextBiasDesign:
         for i, cau in thin_to_default(counts[:, :, 1], target, self.world.segment, w, rng):
             for name, v in self._collect(*self.levels(cf, cau)).items():
                 out.setdefault(name, np.empty((len(w),) + v.shape))[i] = v
-        return Simulation(out, self.bootstrap_shift(n, w, rng))
+        return Simulation(out, self.bootstrap_shift(n, w, rng), self.t_scale(out))
+
+    def t_scale(self, estimates: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """name -> (W,) the standard error the "bc-t" interval implies (its half-width /
+        1.96): t(R - 1) / z x the estimate's sd over the simulated datasets (the interval's
+        sqrt(R / (R - 1)) undoes the bootstrap sd's sqrt((R - 1) / R)); empty for the basic
+        and percentile intervals (z x the sd)."""
+        if self.interval != "bc-t":
+            return {}
+        from scipy import stats
+
+        r = self.world.prompts.shape[0]
+        factor = stats.t.ppf(0.975, max(1, r - 1)) / stats.norm.ppf(0.975)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return {k: factor * np.nanstd(v, axis=-1, ddof=1) for k, v in estimates.items()}
 
     def bootstrap_shift(
         self, n: int, w: np.ndarray, rng, datasets: int = BIAS_DATASETS,
@@ -342,7 +361,7 @@ class ContextBiasDesign:
     ) -> dict[str, np.ndarray]:  # fmt: skip
         """name -> (W,) mean over ``datasets`` simulated datasets of the role bootstrap's
         replicate mean minus the estimate (paired draws, as cluster_bootstrap), negated under
-        the basic interval (contextbias.metrics.bootstrap_interval, default): where the
+        the basic and bc-t intervals (contextbias.metrics.bootstrap_interval): where the
         pipeline's interval is centred relative to the estimate. Vectorised: a (replicates x roles)
         multiplicity matrix times each dataset's per-role counts."""
         _, by_role = draw_role_counts(self.world, n, datasets, rng, keep_roles=True)

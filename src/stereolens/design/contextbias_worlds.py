@@ -122,6 +122,11 @@ def prior_world(config: dict[str, Any], priors: dict[str, Any], seed: int = 0) -
         [pr["labels_per_image"]["list" if d[2] == "list" else "scalar"] for d in dims], float
     )
     role_names, prompts = config_prompts(config)
+    labels = [
+        vocab[n][j] if vocab[n] else f"label{starts[i] + j}"
+        for i, n in enumerate(names)
+        for j in range(int(k_of[i]))
+    ]
     return World(
         dims=names,
         cohorts=cohorts,
@@ -134,6 +139,7 @@ def prior_world(config: dict[str, Any], priors: dict[str, Any], seed: int = 0) -
         ok_rate=np.full(len(gens), 1.0 - float(pr["discard_rate"])),
         prompts=prompts,
         role_names=role_names,
+        labels=labels,
     )
 
 
@@ -271,7 +277,7 @@ def pilot_world(
     labels = labels.with_columns(
         pl.col("dimension").replace_strict({d: i for i, d in enumerate(names)}).alias("d")
     ).sort("d", "label")
-    pairs = labels.select("dimension", "label").iter_rows()
+    pairs = list(labels.select("dimension", "label").iter_rows())
     col = {(d, lab): i for i, (d, lab) in enumerate(pairs)}
     k_of = np.bincount(labels["d"].to_numpy(), minlength=len(names))
     starts = np.concatenate([[0], np.cumsum(k_of)[:-1]]).astype(np.intp)
@@ -320,6 +326,7 @@ def pilot_world(
             ok_rate=np.clip(ok, 1e-6, 1.0),
             prompts=prompts,
             role_names=role_names,
+            labels=[lab for _, lab in pairs],
         ),
         notes,
     )
@@ -370,7 +377,11 @@ def attributes_table(world: World, role_counts: np.ndarray, dataset: int) -> pl.
         names("c", list(CONDITIONS)).alias("condition"),
         names("seg", cohort_of).alias("cohort"),
         names("seg", list(world.dims)).alias("dimension"),
-        pl.concat_str(pl.lit("label"), pl.col("l").cast(pl.String)).alias("label"),
+        (
+            names("l", list(world.labels))
+            if world.labels is not None
+            else pl.concat_str(pl.lit("label"), pl.col("l").cast(pl.String))
+        ).alias("label"),
     )
     slot = pl.int_range(pl.len()).over("model", "role", "condition", "dimension")
     image = pl.concat_str(

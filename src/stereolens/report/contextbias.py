@@ -25,6 +25,7 @@ from stereolens.report.contextbias_figures import (
     interval_words,
     model_keys,
     only_extractor,
+    withheld_words,
 )
 from stereolens.report.contextbias_gallery import galleries as galleries  # entry point
 from stereolens.report.html import Section, Table
@@ -112,6 +113,7 @@ def profile(inputs: Inputs, config: dict) -> pl.DataFrame:
                     "ci_high": r["ci_high"],
                     "reading": "0 = context changes nothing",
                     "reference": 0.0,
+                    "note": r.get("interval_note"),
                 }
             )
     if ccs is not None and not ccs.is_empty():
@@ -209,11 +211,13 @@ def _bootstrap_tables(boot: pl.DataFrame) -> list[Table]:
             "ci_low",
             "ci_high",
             "estimate_bc",
+            "interval_note",
         )
-        if c in boot.columns
+        if c in boot.columns and (c != "interval_note" or boot[c].is_not_null().any())
     ]
     reps = boot["replicates"][0] if boot.height else 0
     how = interval_words(boot)
+    withheld = withheld_words(boot)
     iv = {"estimate": ("ci_low", "ci_high")}
     overall = boot.filter((pl.col("model") == "*") & (pl.col("dimension") == "*"))
     per_model = boot.filter(
@@ -232,20 +236,20 @@ def _bootstrap_tables(boot: pl.DataFrame) -> list[Table]:
                 "BI differences across generators (paper Table 8)",
                 f"Delta BI (the plug-in estimate, the paper's number) with 95% {how}, {reps} "
                 "role-level cluster-bootstrap replicates; estimate_bc = 2 x estimate - the "
-                "replicates' mean (bias-corrected).",
+                "replicates' mean (bias-corrected)." + withheld,
                 overall,
             ),
             (
                 "contextbias-bootstrap-model",
                 "CA-U - CF per generator (paper Table 9)",
                 f"Delta BI = BI(CA-U) - BI(CF) per generator and cohort with 95% {how}; "
-                "estimate_bc bias-corrected.",
+                "estimate_bc bias-corrected." + withheld,
                 per_model,
             ),
             (
                 "contextbias-bootstrap-camera",
                 "Camera cohort per dimension (paper App. E.1)",
-                "Opposing shifts of the camera dimensions that the cohort mean hides.",
+                "Opposing shifts of the camera dimensions that the cohort mean hides." + withheld,
                 camera,
             ),
         )

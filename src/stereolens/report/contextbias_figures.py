@@ -19,9 +19,25 @@ def interval_words(boot: pl.DataFrame) -> str:
     """The bootstrap.parquet interval in words, from its interval column (tables written
     before the column existed had percentile intervals)."""
     kind = boot["interval"][0] if boot.height and "interval" in boot.columns else "percentile"
+    if kind == "bc-t":
+        return (
+            "bias-corrected t intervals (estimate_bc +- t(R - 1) x the replicates' sd x "
+            "sqrt(R / (R - 1)), R = the roles)"
+        )
     if kind == "basic":
         return "basic bootstrap intervals (2 x estimate - the 97.5 and 2.5 percentiles)"
     return "percentile intervals"
+
+
+def withheld_words(frame: pl.DataFrame | None) -> str:
+    """'' when every interval of ``frame`` is printed, else the sentence saying which are
+    withheld and why (its interval_note)."""
+    if frame is None or "interval_note" not in frame.columns:
+        return ""
+    notes = frame["interval_note"].drop_nulls().unique().sort().to_list()
+    if not notes:
+        return ""
+    return " No 95% interval is printed here: " + "; ".join(notes) + "."
 
 
 def model_keys(frame: pl.DataFrame) -> list[str]:
@@ -172,7 +188,10 @@ def bootstrap_figure(boot: pl.DataFrame) -> Figure | None:
             f"mean of the cohorts); dot = estimate, line = 95% {interval_words(rows)} of a "
             f"role-level cluster bootstrap ({reps} replicates, roles resampled with "
             "replacement); an interval that excludes the dashed 0 line is a shift the "
-            "role sample supports" + (f"; extractor {extractor}" if extractor else "") + "."
+            "role sample supports"
+            + (f"; extractor {extractor}" if extractor else "")
+            + "."
+            + withheld_words(rows)
         ),
         png=F.to_png(fig),
     )

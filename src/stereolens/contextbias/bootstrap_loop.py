@@ -1,0 +1,45 @@
+"""The role-level cluster bootstrap of :mod:`stereolens.contextbias.bootstrap` one replicate
+at a time: the reference implementation for its test and benchmark (same draws, same
+result)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from stereolens.contextbias.bootstrap import (
+    _bootstrap_data,
+    _bootstrap_frame,
+    _BootstrapData,
+    _replicate_bi,
+    _role_draws,
+)
+from stereolens.contextbias.schema import AttributeSchema
+
+
+def _cluster_bootstrap_loop(
+    attributes: pl.DataFrame,
+    replicates: int = 1000,
+    seed: int = 0,
+    k_definition: str = "model",
+    schema: AttributeSchema | None = None,
+    *,
+    overall: str = "cohort",
+) -> pl.DataFrame:
+    """:func:`cluster_bootstrap` (paired draws) one replicate at a time (the reference
+    implementation for the benchmark and for a test: same draws, same result)."""
+    data = _bootstrap_data(attributes, k_definition, schema, overall)
+    return _bootstrap_loop(data, replicates, seed)
+
+
+def _bootstrap_loop(data: _BootstrapData, replicates: int, seed: int) -> pl.DataFrame:
+    draws = _role_draws(data.n_roles, replicates, seed)
+    estimate, boot = [], []
+    for g in data.groups:
+        estimate.append(_replicate_bi(g, g.counts.sum(0, keepdims=True), data))
+        per = []
+        for b in range(replicates):
+            pooled = g.counts[draws[b]].sum(0, keepdims=True)
+            per.append(_replicate_bi(g, pooled, data))
+        boot.append(np.concatenate(per))
+    return _bootstrap_frame(data, np.stack(estimate), np.stack(boot), replicates, seed)

@@ -1,0 +1,61 @@
+"""The 95% intervals of the ContextBias role bootstrap (bootstrap.parquet's and the model
+comparisons') and the minimum design below which none is printed (issue 20)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+BOOTSTRAP_INTERVALS = ("bc-t", "basic", "percentile")
+"""The 95% interval of bootstrap.parquet: "bc-t" (default) = estimate_bc +- t(R - 1) x the
+replicates' sd x sqrt(R / (R - 1)), R = the roles (the bootstrap sd of a mean of R roles is
+sqrt((R - 1) / R) of its standard error, and the t quantile on R - 1 degrees of freedom
+accounts for an se estimated from R roles; at paper scale the basic interval covered the
+per-cohort shift 91.5-94.4% over 1,000 datasets, this 92.9-94.8%, bench/COVERAGE.md);
+"basic" = 2 x estimate - the 97.5 and 2.5 percentiles of the replicates; "percentile" = the
+2.5 and 97.5 percentiles, as the released code (its headline CI)."""
+MIN_ROLES = 10
+"""The smallest number of roles from which the role bootstrap's intervals cover as at paper
+scale on the planner's prior world (bench/COVERAGE.md, ContextBias, the sweep over 2-92
+roles: from 10 roles every printed kind lies in the band it has at 92 roles; below, the t(R -
+1) quantile over-covers, 97.5-99.5% at 2-5 roles, intervals 1.5 wide at 2); below it
+bootstrap.parquet and comparisons.parquet print no interval (config
+contextbias.metrics.interval_min_roles)."""
+
+
+def withheld_note(n_roles: int, min_roles: int) -> str | None:
+    """The ``interval_note`` of a design with ``n_roles`` roles: None when it has at least
+    ``min_roles``, else why its interval is withheld."""
+    if n_roles >= min_roles:
+        return None
+    return (
+        f"withheld: {n_roles} role{'s' if n_roles != 1 else ''} < {min_roles} (the smallest "
+        "number of roles at which the role bootstrap's intervals cover as at paper scale, "
+        "bench/COVERAGE.md)"
+    )
+
+
+def t_factor(n_roles: int, level: float = 0.95) -> float:
+    """t(R - 1) quantile x sqrt(R / (R - 1)): what multiplies the replicates' sd in the
+    "bc-t" interval (R = the roles; NaN below 2 roles)."""
+    from scipy import stats
+
+    if n_roles < 2:
+        return float("nan")
+    return float(stats.t.ppf(0.5 + level / 2, n_roles - 1) * np.sqrt(n_roles / (n_roles - 1)))
+
+
+def interval(
+    estimate: np.ndarray, replicates: np.ndarray, kind: str, n_roles: int, axis: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """(ci_low, ci_high) of ``kind`` (BOOTSTRAP_INTERVALS) from the estimate and the
+    replicates along ``axis`` (NaN replicates ignored)."""
+    if kind not in BOOTSTRAP_INTERVALS:
+        raise ValueError(f"interval {kind!r}; allowed: {', '.join(BOOTSTRAP_INTERVALS)}")
+    if kind == "bc-t":
+        centre = 2 * estimate - np.nanmean(replicates, axis=axis)
+        half = t_factor(n_roles) * np.nanstd(replicates, axis=axis, ddof=1)
+        return centre - half, centre + half
+    lo, hi = np.nanpercentile(replicates, [2.5, 97.5], axis=axis)
+    if kind == "basic":
+        return 2 * estimate - hi, 2 * estimate - lo
+    return lo, hi

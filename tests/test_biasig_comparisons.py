@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from stereolens.biasig.comparisons import comparison_tables, model_estimates
-from stereolens.biasig.groups import bias_corrected, replicate_moments
+from stereolens.biasig.groups import bias_corrected, double_bias_corrected, replicate_moments
 from stereolens.metrics.compare import COMPARISON_COLUMNS, RANK_COLUMNS
 from stereolens.report import biasig as RB
 
@@ -26,6 +26,36 @@ def test_bias_corrected_estimate_and_interval_by_hand():
     assert est[1] == 1.0 and hi[1] == 1.0 and lo[1] == pytest.approx(0.970801, abs=1e-6)
     unclipped = bias_corrected(np.array([0.99]), mean[1:], sd[1:], 0.95, bounds=None)
     assert unclipped[0][0] == pytest.approx(1.01) and unclipped[2][0] > 1
+
+
+def test_double_bias_corrected_estimate_and_interval_by_hand():
+    """eta's interval: the iterated bootstrap bias correction (groups.double_bias_corrected)."""
+    outer = np.array([[0.48, 0.50, 0.52, 0.46]])
+    inner_mean = np.array([[0.47, 0.50, 0.50, 0.45]])
+    inner_var = np.full((1, 4), 4e-4)
+    est, lo, hi = double_bias_corrected(np.array([0.5]), outer, inner_mean, inner_var, 20, 0.95)
+    # 3 x 0.5 - 3 x mean(outer) 0.49 + mean(inner means) 0.48 = 0.51
+    assert est[0] == pytest.approx(0.51)
+    # once-corrected 2 x outer - inner = .49 .50 .54 .47: mean .5, var 26e-4 / 3; the inner
+    # means' noise 4e-4 / 20 out: se = sqrt(8.6667e-4 - 2e-5) = 0.0290975, x 1.959964
+    assert lo[0] == pytest.approx(0.4529699, abs=1e-6)
+    assert hi[0] == pytest.approx(0.5670301, abs=1e-6)
+    # noise larger than the spread: the spread alone (never a negative variance)
+    noisy = np.full((1, 4), 1e-2)
+    _, lo2, hi2 = double_bias_corrected(np.array([0.5]), outer, inner_mean, noisy, 1, 0.95)
+    assert hi2[0] - lo2[0] == pytest.approx(2 * 1.959964 * np.sqrt(26e-4 / 3), rel=1e-6)
+
+
+def test_inner_resample_keeps_each_attributes_total():
+    from stereolens.biasig.pairs import _resample_shares
+
+    counts = np.array([[[3, 1, 0, 4, 0, 0, 2, 2, 0]]])  # (1, 1, 9): 4 / 4 / 4 per attribute
+    drawn = _resample_shares(counts, 500, np.random.default_rng(0))
+    assert drawn.shape == (1, 1, 500, 9)
+    assert (drawn[..., 0:2].sum(-1) == 4).all() and (drawn[..., 2:6].sum(-1) == 4).all()
+    assert (drawn[..., 6:9].sum(-1) == 4).all()
+    assert (drawn[..., [2, 4, 5, 8]] == 0).all()  # a value never seen is never drawn
+    assert drawn[..., 0].mean() == pytest.approx(3.0, abs=0.1)  # 4 x 3/4
 
 
 def _tables():
@@ -58,7 +88,8 @@ def _tables():
 
 def test_comparisons_by_hand():
     cmp, ranks = comparison_tables(_tables())
-    assert cmp.columns == COMPARISON_COLUMNS and ranks.columns == RANK_COLUMNS
+    assert cmp.columns == [*COMPARISON_COLUMNS, "interval_note"] and ranks.columns == RANK_COLUMNS
+    assert cmp["interval_note"].null_count() == cmp.height
     rows = {(r["model_a"], r["model_b"]): r for r in cmp.iter_rows(named=True)}
     assert set(rows) == {("m", "m-fair"), ("m", "n"), ("m-fair", "n")}
     fair = rows[("m", "m-fair")]  # the variant against its base, base as model_a
@@ -115,7 +146,8 @@ def test_variant_deltas_carry_the_comparison_interval():
 def test_no_replicates_no_comparisons():
     t = _tables()
     cmp, ranks = comparison_tables({"implicit": t["implicit"]})
-    assert cmp.height == 0 and ranks.height == 0 and cmp.columns == COMPARISON_COLUMNS
+    assert cmp.height == 0 and ranks.height == 0
+    assert cmp.columns == [*COMPARISON_COLUMNS, "interval_note"]
 
 
 def test_compute_metrics_replicates_feed_the_comparisons():
@@ -175,3 +207,120 @@ def test_compute_metrics_replicates_feed_the_comparisons():
         0, named=True
     )
     assert row["difference"] == pytest.approx(plug["m-fair"] - plug["m"])
+
+
+NOTE = (
+    "withheld: 2 images per subject < 40 (the smallest size at which the coverage "
+    "benchmark's interval covers >= 93%, bench/COVERAGE.md)"
+)
+
+
+def test_a_withheld_model_has_no_comparison_interval():
+    t = _tables()
+    t["implicit"] = t["implicit"].with_columns(
+        pl.when(pl.col("variant") == "n").then(pl.lit(NOTE)).otherwise(None).alias("interval_note")
+    )
+    cmp, ranks = comparison_tables(t)
+    withheld = cmp.filter(pl.col("model_a").eq("n") | pl.col("model_b").eq("n"))
+    assert withheld.height == 2 and set(withheld["interval_note"]) == {NOTE}
+    for c in ("ci_low", "ci_high", "p_value", "p_adjusted", "reject"):
+        assert withheld[c].null_count() == 2
+    assert withheld["difference"].null_count() == 0  # the estimate stays
+    # m-fair vs m alone in the Holm family: p-adjusted = its p-value
+    kept = cmp.filter(pl.col("interval_note").is_null()).row(0, named=True)
+    assert kept["p_adjusted"] == pytest.approx(kept["p_value"])
+    assert kept["reject"] is True
+    # the ranks count only judged pairs: n (lowest S_imp) is judged against no model
+    n = ranks.filter(pl.col("model") == "n").row(0, named=True)
+    assert (n["rank"], n["rank_low"], n["rank_high"]) == (3, 1, 3)
+
+
+def test_compute_metrics_withholds_below_the_minimum():
+    from stereolens.biasig.metrics import compute_metrics
+    from stereolens.biasig.prompts import load_prompts
+
+    prompts = load_prompts()
+    ids = prompts.filter(
+        pl.col("acquired_attribute").is_in(["rich", "poor"]) & (pl.col("variant_index") < 2)
+    )["prompt_id"].to_list()
+    rng = np.random.default_rng(3)
+    rows = [
+        {"model": "m", "variant": v, "prompt_id": p, "image_id": f"{v}{p}{i}",
+         "position": "single", "gender": rng.choice(["male", "female"]),
+         "race": rng.choice(["White", "Black"]), "age": rng.choice(["young", "elderly"]),
+         "status": "ok"}
+        for v in ("m", "m-fair")
+        for p in ids
+        for i in range(3 if v == "m" else 5)
+    ]  # fmt: skip
+    kw = dict(replicates=20, ceiling_draws=0, which=("implicit", "eta", "replicates"))
+    # 2 phrasings a subject: m has 6 images per subject, m-fair 10
+    tables = compute_metrics(pl.DataFrame(rows), prompts, interval_min_images_per_subject=8, **kw)
+    note = (
+        "withheld: 6 images per subject < 8 (the smallest size at which the coverage "
+        "benchmark's interval covers >= 93%, bench/COVERAGE.md)"
+    )
+    for name, cols in (("implicit", ["ci_low", "ci_high"]), ("eta", ["ci_low", "ci_low_age"])):
+        t = tables[name]
+        m, fair = t.filter(pl.col("variant") == "m"), t.filter(pl.col("variant") == "m-fair")
+        assert (
+            set(m["interval_note"]) == {note} and fair["interval_note"].null_count() == fair.height
+        )
+        for c in cols:
+            assert m[c].null_count() == m.height
+        assert (
+            fair.filter(pl.col("pair") == "*" if name == "eta" else pl.col("level") == "model")[
+                "ci_low"
+            ].null_count()
+            == 0
+        )
+    cmp, _ = comparison_tables(tables)
+    assert set(cmp["interval_note"]) == {note} and cmp["ci_low"].null_count() == cmp.height
+    # 0 (the library default): every interval printed
+    every = compute_metrics(pl.DataFrame(rows), prompts, **kw)
+    assert every["implicit"]["interval_note"].null_count() == every["implicit"].height
+
+
+def test_report_model_level_carries_the_withheld_note():
+    def score(variant, note, **extra):
+        return {"variant": variant, "model": "m", "level": "model", "protected_attribute": "*",
+                "score": 0.9, "ci_low": None if note else 0.8, "ci_high": None if note else 1.0,
+                "score_bc": 0.91, "interval_note": note, **extra}  # fmt: skip
+
+    implicit = pl.DataFrame([score("m", NOTE), score("m-fair", None)])
+    explicit = pl.DataFrame(
+        [score("m", NOTE, protected_value="*"), score("m-fair", None, protected_value="*")]
+    )
+    eta = pl.DataFrame(
+        [
+            {"variant": v, "model": "m", "pair": "*", "eta_total": 0.5, "eta_total_bc": 0.5,
+             "ci_low": None if n else 0.4, "ci_high": None if n else 0.6, "interval_note": n}
+            for v, n in (("m", NOTE), ("m-fair", None))
+        ]
+    )  # fmt: skip
+    table = RB.model_level(implicit, explicit, eta)
+    assert table["interval_note"].to_list() == [NOTE, None]
+    assert table.filter(pl.col("variant") == "m")["S_imp_low"].to_list() == [None]
+    # tables from before the rule (no interval_note): a null note
+    old = RB.model_level(implicit.drop("interval_note"), explicit, eta.drop("interval_note"))
+    assert old["interval_note"].to_list() == [NOTE, None]  # explicit still carries it
+    assert "withheld" in RB.INTERVAL_COVERAGE
+
+
+def test_the_demo_design_prints_no_interval():
+    """bench/cover/biasig.py's demo world (config/demo.yaml: 2 images per subject) through
+    compute_metrics and comparison_tables with the config's minimum: every interval null."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from cover import biasig as CB
+
+    world = CB.world("demo")
+    assert world.minimum == 40 and world.withheld == "2 images per subject < 40"
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        got = CB.measure(world, CB.answers(world, rng), seed=int(rng.integers(2**31)))
+        assert set(got) == {"S_imp", "S_exp", "eta", "S_imp b - a", "S_exp b - a", "eta b - a"}
+        for row, (_, lo, hi, *_) in got.items():
+            assert np.isnan(lo) and np.isnan(hi), row

@@ -1,7 +1,13 @@
 """BiasIG coverage rows (issue 20, items 1-3): the model-level S_imp, S_exp and eta intervals
-of the metrics tables (basic bootstrap) and the model-vs-model differences of the comparisons
-table (bias-corrected difference +- z x bootstrap standard error), each over datasets drawn
-from the planner's prior world (stereolens.design.biasig_worlds.prior_world) of known truth.
+of the metrics tables (S_imp, S_exp: bias-corrected normal; eta: the double-bootstrap
+bias-corrected normal) and the model-vs-model differences of the comparisons table
+(bias-corrected difference +- z x bootstrap standard error; eta: the plug-in difference),
+each over datasets drawn from the planner's prior world
+(stereolens.design.biasig_worlds.prior_world) of known truth. Worlds below the config's
+biasig.interval_min_images_per_subject (the demo's) print no interval: their rows expect
+every interval null (status "withheld"); the "sweep" scale measures the intervals at 20
+images a subject with the minimum off (with the test world's 40 and the demo's 2, the sweep
+that set it).
 
 A dataset is an answers table built like the pipeline's (one row per image and person, the
 configured prompts, images_per_prompt images each, an image discarded with the prior's
@@ -38,15 +44,29 @@ from cover import Row  # noqa: E402
 EFFECT = 0.3
 """Model b's share moved towards the ground truth / the value asked."""
 WORLDS = {
-    # the demo's selection widened (tests/design_worlds.small_biasig): 20 images a subject
+    # the demo's selection widened (tests/design_worlds.small_biasig): 40 images a subject,
+    # the smallest size at which the intervals are printed (interval_min_images_per_subject)
     "test": {
         "config": "config/demo.yaml",
         "acquired_attributes": ["Nurse", "rich", "poor", "CEO", "Employer-Employee"],
         "max_variants": 2,
-        "images_per_prompt": 10,
+        "images_per_prompt": 20,
         "replicates": 200,
     },
     "demo": {"config": "config/demo.yaml", "replicates": 200},
+    # the minimum-size sweep (biasig.interval_min_images_per_subject): the test world at 10
+    # images a prompt (20 images a subject, the test world before the minimum; it has 40)
+    **{
+        f"sweep-{2 * n}": {
+            "config": "config/demo.yaml",
+            "acquired_attributes": ["Nurse", "rich", "poor", "CEO", "Employer-Employee"],
+            "max_variants": 2,
+            "images_per_prompt": n,
+            "replicates": 200,
+            "interval_min_images_per_subject": 0,  # measure below the minimum too
+        }
+        for n in (10,)
+    },
     # paper sizes (config/config.yaml: 20 phrasings x 10 images a subject), fewer
     # replicates than the paper's 1,000 to fit 200 datasets on two CPUs: every implicit
     # prompt (214 subjects, 36 eta pairs); the explicit prompts of 26 acquired attributes
@@ -64,7 +84,12 @@ WORLDS = {
         "replicates": 400,
     },
 }
-SCALES = {"test": ["test"], "demo": ["demo"], "paper": ["paper-implicit", "paper-explicit"]}
+SCALES = {
+    "test": ["test"],
+    "demo": ["demo"],
+    "paper": ["paper-implicit", "paper-explicit"],
+    "sweep": ["sweep-20"],
+}
 METRICS = ("S_imp", "S_exp", "eta")
 
 
@@ -80,6 +105,11 @@ class World:
     """The shipped BiasIG ground truth (loaded once)."""
     metrics: tuple[str, ...]
     """The metrics this world's prompts have (implicit units, explicit units, eta pairs)."""
+    minimum: int
+    """The config's biasig.interval_min_images_per_subject."""
+    withheld: str
+    """Why the tables print no interval at this world's size ("" when they print one):
+    images per subject (phrasings x images_per_prompt) below the minimum."""
 
 
 def _config(name: str) -> dict:
@@ -91,7 +121,10 @@ def _config(name: str) -> dict:
     with chdir(ROOT):  # the config names its registry relative to the repository
         config, _ = load_config(spec["config"])
     bg = config["biasig"]
-    for key in ("acquired_attributes", "max_variants", "images_per_prompt", "conditions"):
+    for key in (
+        "acquired_attributes", "max_variants", "images_per_prompt", "conditions",
+        "interval_min_images_per_subject",
+    ):  # fmt: skip
         if key in spec:
             bg[key] = spec[key]
     if name == "paper-explicit":
@@ -135,11 +168,17 @@ def build(name: str, seed: int = 0) -> World:
             ),
             "eta": float(B.eta_model(side, w)) if len(w.pairs) else np.nan,
         }
+    minimum = int(config["biasig"]["interval_min_images_per_subject"])
+    per_subject = int(np.median(w.units["n_phrasings"].to_numpy())) * int(
+        config["biasig"]["images_per_prompt"]
+    )
     return World(
         w, w.prompts, int(config["biasig"]["images_per_prompt"]),
         WORLDS[name]["replicates"], truth, models, load_truth(),
         tuple(m for m, n in zip(METRICS, (w.imp.size, w.exp.size, len(w.pairs)), strict=True)
               if n),
+        minimum,
+        f"{per_subject} images per subject < {minimum}" if per_subject < minimum else "",
     )  # fmt: skip
 
 
@@ -229,6 +268,7 @@ def measure(world: World, dataset: pl.DataFrame, seed: int) -> dict[str, tuple]:
     tables = compute_metrics(
         dataset, world.prompts, world.ground_truth, replicates=world.replicates, seed=seed,
         ceiling_draws=0, which=(*(table_of[m] for m in world.metrics), "replicates"),
+        interval_min_images_per_subject=world.minimum,
     )  # fmt: skip
     est = model_estimates(tables).filter(pl.col("protected_attribute") == "*")
     model = (pl.col("level") == "model") & (pl.col("protected_attribute") == "*")
@@ -246,16 +286,19 @@ def measure(world: World, dataset: pl.DataFrame, seed: int) -> dict[str, tuple]:
         value = row["score"] if metric != "eta" else row["eta_total"]
         r = reps.filter((pl.col("metric") == metric) & (pl.col("variant") == "a"))
         q_lo, q_hi = quantiles(r["value"].to_numpy(), 0.95)
-        out[metric] = (value, row["ci_low"], row["ci_high"], float(q_lo), float(q_hi))
+        lo, hi = (np.nan if row[c] is None else row[c] for c in ("ci_low", "ci_high"))
+        out[metric] = (value, lo, hi, float(q_lo), float(q_hi))
         d = cmp.filter((pl.col("metric") == metric) & (pl.col("scope") == "overall"))
         e = est.filter(pl.col("metric") == metric)
         plug = dict(zip(e["variant"], e["estimate"], strict=True))
-        if d.height:
+        if not d.height:  # no comparison in this dataset (a model without a value)
+            out[f"{metric} b - a"] = (np.nan,) * 5
+        else:
             d = d.row(0, named=True)
+            lo, hi = (np.nan if d[c] is None else d[c] for c in ("ci_low", "ci_high"))
             out[f"{metric} b - a"] = (
-                d["difference"], d["ci_low"], d["ci_high"],
-                plug["b"] - plug["a"] - (d["ci_high"] - d["ci_low"]) / 2,
-                plug["b"] - plug["a"] + (d["ci_high"] - d["ci_low"]) / 2,
+                d["difference"], lo, hi,
+                plug["b"] - plug["a"] - (hi - lo) / 2, plug["b"] - plug["a"] + (hi - lo) / 2,
             )  # fmt: skip
     return out
 
@@ -332,6 +375,11 @@ def rows(scale: str, before: str = "", worlds: list[str] | None = None) -> list[
                     if before or row.startswith("eta")
                     else "bias-corrected difference +- z bootstrap se (unpaired)"
                 )
+            elif row == "eta" and not before:
+                interval = (
+                    "double-bootstrap bias-corrected normal (eta_total_bc +- z sd of the "
+                    "once-corrected replicates)"
+                )
             else:
                 interval = {
                     "": "bias-corrected normal (score_bc +- z bootstrap sd)",
@@ -341,6 +389,9 @@ def rows(scale: str, before: str = "", worlds: list[str] | None = None) -> list[
             if diff and before == "basic":
                 continue
             label = f"biasig {name} {row}" + ("" if diff else " (model level)")
+            extra = {}
+            if w.withheld and not before and "withheld" in Row.__dataclass_fields__:
+                extra["withheld"] = w.withheld  # the harness of the minimum-size contract
             out.append(
                 Row(
                     label + (f" [{before}]" if before else ""),
@@ -349,6 +400,7 @@ def rows(scale: str, before: str = "", worlds: list[str] | None = None) -> list[
                     _truth(w, row),
                     draw,
                     note=NOTES.get(row.split()[0], "") if not before else "",
+                    **extra,
                 )
             )
     return out
@@ -356,7 +408,8 @@ def rows(scale: str, before: str = "", worlds: list[str] | None = None) -> list[
 
 NOTES = {
     "eta": "eta's statistic is not smooth (a sign flips where a share crosses its ground "
-    "truth): at 20 images a subject its bootstrap spread overstates its sampling spread",
+    "truth): at 40 images a subject the spread of its bias-corrected replicates overstates "
+    "its sampling spread (conservative)",
 }
 
 

@@ -52,6 +52,7 @@ def _metrics(args: argparse.Namespace) -> int:
         ceiling_draws=args.ceiling_draws,
         threads=args.threads or available_cpus(),
         which=("implicit", "explicit", "eta", "replicates"),
+        interval_min_images_per_subject=args.interval_min_images_per_subject,
     )
     write_tables(args.out, {f"{n}.parquet": tables[n] for n in ("implicit", "explicit", "eta")})
     cmp, ranks = comparison_tables(tables, level=args.ci)
@@ -71,6 +72,8 @@ def _prompts(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `stereolens biasig {prompts,metrics}`."""
+    from stereolens.biasig.formulas import INTERVAL_MIN_IMAGES_PER_SUBJECT
+
     b = sub.add_parser("biasig", help="BiasIG benchmark tools")
     b_sub = b.add_subparsers(dest="action", required=True)
 
@@ -114,10 +117,13 @@ def register(sub: argparse._SubParsersAction) -> None:
             "sample sizes), DIR/explicit.parquet (S_exp at the same levels, per protected "
             "value, attribute and overall) and DIR/eta.parquet (manifestation factor per pair "
             "and, as pair '*', per model), each with the paper's plug-in estimate, the "
-            "bias-corrected estimate score_bc (eta_*_bc) = 2 x estimate - the bootstrap "
+            "bias-corrected estimate score_bc = 2 x estimate - the bootstrap "
             "replicates' mean and its interval ci_low/ci_high = score_bc +- z x the "
             "replicates' sd (S_imp's plug-in is biased down, and a percentile interval "
-            "would double the bias); and DIR/comparisons.parquet and DIR/ranks.parquet: "
+            "would double the bias; eta: eta_*_bc the double bootstrap, 3 x estimate - 3 x "
+            "the replicates' mean + the second-level replicates' mean, +- z x the sd of the "
+            "once-corrected replicates), no interval below --interval-min-images-per-subject "
+            "(interval_note says why); and DIR/comparisons.parquet and DIR/ranks.parquet: "
             "every pair of models and every debiasing variant against its base on the "
             "model-level S_imp, S_exp and eta (overall and per attribute): the difference "
             "of the bias-corrected S_imp and S_exp and of the plug-in eta, its Wald "
@@ -191,5 +197,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=0.95,
         metavar="LEVEL",
         help="confidence level of the intervals and comparisons (default: 0.95)",
+    )
+    m.add_argument(
+        "--interval-min-images-per-subject",
+        type=int,
+        default=INTERVAL_MIN_IMAGES_PER_SUBJECT,
+        metavar="N",
+        help="print no interval (ci columns null, interval_note says why) for a model whose "
+        "subjects have fewer images than this (median): below it the coverage benchmark's "
+        f"intervals do not cover, bench/COVERAGE.md; 0 = always (default: "
+        f"{INTERVAL_MIN_IMAGES_PER_SUBJECT})",
     )
     m.set_defaults(func=_metrics)

@@ -60,6 +60,15 @@ DESCRIPTIVE = ("acquired_type", "category", "acquired_attribute", "subject", "pr
 UNIT_LEVEL = {"subject": "subject", "phrasing": "prompt"}
 """The level name of the lowest rows: one per subject, or one per prompt (phrasing)."""
 ETA_TIE_TOLERANCE = 1e-9
+INTERVAL_MIN_IMAGES_PER_SUBJECT = 40
+"""Default of biasig.interval_min_images_per_subject: below this many images per subject
+(the median over a model's subjects) no interval is printed (ci columns null,
+``interval_note`` says why): the smallest size of the coverage sweep on the planner's prior
+world (bench/COVERAGE.md) at which every BiasIG interval covers >= 93%."""
+INTERVAL_CI_COLUMNS = (
+    "ci_low", "ci_high", "ci_low_gender", "ci_high_gender", "ci_low_race", "ci_high_race",
+    "ci_low_age", "ci_high_age",
+)  # fmt: skip
 
 _SCORE_COLUMNS = [
     "score",
@@ -82,6 +91,7 @@ IMPLICIT_COLUMNS = [
     *_SCORE_COLUMNS,
     "ceiling",
     "score_bc",
+    "interval_note",
 ]
 EXPLICIT_COLUMNS = [
     "variant",
@@ -92,6 +102,7 @@ EXPLICIT_COLUMNS = [
     "protected_value",
     *_SCORE_COLUMNS,
     "score_bc",
+    "interval_note",
 ]
 """``score`` is the paper's plug-in number; ``score_bc`` the bias-corrected estimate 2 x
 score - the replicates' mean and ``ci_low`` / ``ci_high`` its normal interval score_bc +- z x
@@ -128,9 +139,13 @@ ETA_COLUMNS = [
     "eta_gender_bc",
     "eta_race_bc",
     "eta_age_bc",
+    "interval_note",
 ]
-"""eta_* the plug-in values, eta_*_bc the bias-corrected estimates (2 x plug-in - the
-replicates' mean), ci_* the normal intervals eta_*_bc +- z x the replicates' sd."""
+"""eta_* the plug-in values, eta_*_bc the double-bootstrap bias-corrected estimates (3 x
+plug-in - 3 x the replicates' mean + the second-level replicates' mean), ci_* the normal
+intervals eta_*_bc +- z x the sd of the once-corrected replicates
+(:func:`stereolens.biasig.groups.double_bias_corrected`); ``interval_note`` why the ci
+columns are null (below biasig.interval_min_images_per_subject), else null."""
 
 
 # --------------------------------------------------------------------------------------------

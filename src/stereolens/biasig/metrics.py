@@ -23,10 +23,13 @@ Per unit and person, the generated distribution of an attribute is its counts ov
 usable (non-unknown) answers. Everything below is computed from those counts, so the same
 code gives the point estimate (the images as they are) and each bootstrap replicate (images
 resampled with replacement within each unit; the left and right answers of an image move
-together). ``score_bc`` / ``eta_*_bc`` are the bias-corrected estimates (2 x estimate - the
-replicates' mean) and ``ci_low`` / ``ci_high`` their normal intervals (+- z x the replicates'
-sd): S_imp's plug-in is biased down, and a percentile interval would double the bias (see
-:func:`compute_metrics`).
+together). ``score_bc`` is the bias-corrected estimate (2 x estimate - the replicates' mean)
+and ``ci_low`` / ``ci_high`` its normal interval (+- z x the replicates' sd): S_imp's plug-in
+is biased down, and a percentile interval would double the bias (see
+:func:`compute_metrics`). eta's ``eta_*_bc`` and intervals take the double bootstrap (each
+replicate's side counts resampled again, :meth:`Eta.inner`): eta is not smooth and one
+correction leaves part of its bias. Below ``interval_min_images_per_subject`` images a
+subject no interval is printed (``interval_note``).
 
 * S_imp (paper Eq. 1-2), implicit prompts: S_ij = (cos(p_i, q_i) + 1) / 2 against the ground
   truth q_i; two-person prompts average left and right (over the persons with usable
@@ -76,6 +79,7 @@ from stereolens.biasig.formulas import (
     ETA_VARIANTS,
     EXPLICIT_COLUMNS,
     IMPLICIT_COLUMNS,
+    INTERVAL_CI_COLUMNS,
     LEVELS,
     POSITIONS,
     READ_COLUMNS,
@@ -94,7 +98,7 @@ from stereolens.biasig.groups import (
     replicate_moments,
     safe_div,
 )
-from stereolens.biasig.pairs import Eta, resolve_pairs
+from stereolens.biasig.pairs import INNER_REPLICATES, Eta, resolve_pairs
 from stereolens.biasig.prompts import load_prompts
 from stereolens.biasig.resample import CHUNK_UNITS, DRAW_BUDGET, Resampler, point_counts
 from stereolens.biasig.score_tables import LEVEL_ORDER, eta_table, explicit_table, implicit_table
@@ -153,6 +157,7 @@ def compute_metrics(
     scoring_unit: str = "subject",
     ceiling_draws: int = 200,
     threads: int = 1,
+    interval_min_images_per_subject: int = 0,
 ) -> dict[str, pl.DataFrame]:
     """The tables named in ``which`` ("implicit", "explicit", "eta"; columns
     ``IMPLICIT_COLUMNS``, ``EXPLICIT_COLUMNS``, ``ETA_COLUMNS``; "replicates": the
@@ -165,17 +170,27 @@ def compute_metrics(
     ("subject": the phrasings of a subject pooled; "phrasing": each prompt on its own): see
     the module docstring. ``ceiling_draws`` simulated ground-truth datasets give the S_imp
     ceiling column (0 = none). ``threads``: bootstrap runs (variant, model) resampled side
-    by side; the results do not depend on it.
+    by side; the results do not depend on it. ``interval_min_images_per_subject``: a
+    (variant, model) whose subjects have fewer images than this (the median over its
+    subjects) gets no interval: its ci columns are null and ``interval_note`` says why
+    (:func:`interval_notes`; the CLI's default is
+    :data:`~stereolens.biasig.formulas.INTERVAL_MIN_IMAGES_PER_SUBJECT`, 0 = never).
 
     S_imp is a non-linear function of the counts and, with few images per unit, biased
     downward by sampling noise (at paper scale about 3 standard errors at the model level);
     the resampled scores carry that bias once more, so the percentile interval would sit
-    twice the bias below the population value. ``score_bc`` (eta: ``eta_*_bc``) = 2 x
+    twice the bias below the population value. ``score_bc`` = 2 x
     score - the replicates' mean is the bias-corrected estimate beside the paper's plug-in
     ``score``, and ``ci_low`` / ``ci_high`` = score_bc +- z x the replicates' sd (clipped to
     [0, 1] for S_imp and S_exp) the interval that covers at its nominal rate
     (bench/cover/biasig.py: the basic interval 2 x score - the quantiles, which reflects
-    the skew of S_imp's replicates the wrong way, covers less at small samples).
+    the skew of S_imp's replicates the wrong way, covers less at small samples). eta is not
+    smooth (a contribution's sign flips where a share crosses its ground truth): one
+    correction leaves about 40% of its bias (paper scale: the once-corrected interval covered
+    87.5%), so ``eta_*_bc`` is the double-bootstrap estimate and its interval +- z x the sd
+    of the once-corrected replicates (:func:`~stereolens.biasig.groups.double_bias_corrected`,
+    INNER_REPLICATES
+    second-level replicates of each replicate's side counts).
     """
     if eta_variant not in ETA_VARIANTS:
         raise ValueError(f"eta variant {eta_variant!r}; allowed: {', '.join(ETA_VARIANTS)}")
@@ -264,11 +279,55 @@ def compute_metrics(
         )
     if eta:
         boot_eta = eta.etas(boot["eta"], truth, eta_variant)[:2] if boot else None
+        inner = eta.inner(boot["eta"], truth, eta_variant, seed) if boot else None
         reps["eta"] = boot_eta[1] if boot else None
-        out["eta"] = eta_table(eta, truth, eta_point, boot_eta, eta_variant, ci)
+        out["eta"] = eta_table(
+            eta, truth, eta_point, boot_eta, eta_variant, ci, inner, INNER_REPLICATES
+        )
     if "replicates" in which:
         out["replicates"] = replicate_table(imp, exp, eta, reps)
+    notes = interval_notes(prep, interval_min_images_per_subject) if replicates else {}
+    for name in ("implicit", "explicit", "eta"):
+        if name in out:
+            out[name] = withhold(out[name], notes)
     return out
+
+
+def interval_notes(prep: Prepared, minimum: int) -> dict[tuple[str, str], str]:
+    """(variant, model) -> the ``interval_note`` of each run whose median number of images
+    per subject (all its images, the phrasings of a subject together) is below ``minimum``:
+    below it the coverage benchmark's intervals do not cover (bench/COVERAGE.md)."""
+    if minimum <= 0:
+        return {}
+    per_subject = (
+        prep.units.group_by("variant", "model", "subject")
+        .agg(pl.col("n_images").sum())
+        .group_by("variant", "model")
+        .agg(pl.col("n_images").median())
+    )
+    return {
+        (v, m): (
+            f"withheld: {n:g} images per subject < {minimum} (the smallest size at which the "
+            "coverage benchmark's interval covers >= 93%, bench/COVERAGE.md)"
+        )
+        for v, m, n in per_subject.iter_rows()
+        if n < minimum
+    }
+
+
+def withhold(table: pl.DataFrame, notes: dict[tuple[str, str], str]) -> pl.DataFrame:
+    """``table`` with its ci columns null and ``interval_note`` set on the rows of the runs
+    in ``notes`` (:func:`interval_notes`); ``interval_note`` null elsewhere."""
+    note = pl.lit(None, dtype=pl.String)
+    for (variant, model), text in notes.items():
+        hit = (pl.col("variant") == variant) & (pl.col("model") == model)
+        note = pl.when(hit).then(pl.lit(text)).otherwise(note)
+    table = table.with_columns(note.alias("interval_note"))
+    cis = [c for c in INTERVAL_CI_COLUMNS if c in table.columns]
+    return table.with_columns(
+        pl.when(pl.col("interval_note").is_null()).then(pl.col(c)).otherwise(None).alias(c)
+        for c in cis
+    )
 
 
 def _intervals(unit_score, group_score, boot, key: str, ci: float, unit_shape):

@@ -10,8 +10,16 @@ from scipy import sparse
 
 from stereolens.biasig.answers import Prepared
 from stereolens.biasig.formulas import ETA_VARIANTS, eta_contributions, eta_from_contributions
-from stereolens.biasig.groups import safe_div, sum_groups
+from stereolens.biasig.groups import replicate_moments, safe_div, sum_groups
 from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES, BiasIGTruth, norm_name
+from stereolens.ids import stable_id
+
+INNER_REPLICATES = 20
+"""Second-level replicates per bootstrap replicate of eta's iterated bias correction
+(:meth:`Eta.inner`); their means' own noise is taken out of the standard error."""
+INNER_DRAWS = 2_000_000
+"""Side counts drawn at once by :meth:`Eta.inner` (memory, not results: the chunks split the
+replicates the same way for every run)."""
 
 # --------------------------------------------------------------------------------------------
 # Pairs of eta.json -> prompts
@@ -201,6 +209,47 @@ class Eta:
                 out += sum_groups(m, np.ascontiguousarray(counts[:, :, s, :]))
         return (touched, out) if local else out
 
+    def inner(
+        self,
+        pooled: np.ndarray,
+        truth: BiasIGTruth,
+        variant: str,
+        seed: int,
+        inner_n: int = INNER_REPLICATES,
+    ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """The second level of eta's double bootstrap: from each replicate's pooled side
+        counts ``pooled`` (slots, R, 9), ``inner_n`` resamples of each side's answers
+        (per attribute a multinomial of the replicate's usable answers at its shares, as
+        the first level draws images within units, pooled per side), each run from its own
+        stream seeded by (seed, variant, model). Returns ((mean, variance) of the pair etas
+        (runs, pairs, R, 4)), ((mean, variance) of the model etas (runs, R, 4)) over the
+        inner resamples (variance ddof 1)."""
+        n_runs, reps = len(self.runs), pooled.shape[1]
+        pooled = pooled.reshape(n_runs, self.n_sides, reps, len(VALUES))
+        rngs = [
+            np.random.default_rng([seed, int(stable_id("biasig-eta-inner", v, m, length=15), 16)])
+            for v, m in self.runs
+        ]
+        n_pairs = self.pairs.height
+        pair_m, pair_v = np.full((2, n_runs, n_pairs, reps, 4), np.nan)
+        model_m, model_v = np.full((2, n_runs, reps, 4), np.nan)
+        step = max(1, INNER_DRAWS // max(1, n_runs * self.n_sides * inner_n))
+        for r0 in range(0, reps, step):
+            r1 = min(reps, r0 + step)
+            drawn = np.stack(
+                [_resample_shares(pooled[ri, :, r0:r1], inner_n, rngs[ri]) for ri in range(n_runs)]
+            )  # (runs, sides, r, inner, 9)
+            flat = drawn.reshape(n_runs * self.n_sides, (r1 - r0) * inner_n, len(VALUES))
+            flat = flat.astype(float)
+            eta, model = self.etas(flat, truth, variant)[:2]
+            eta = eta.reshape(n_runs, n_pairs, r1 - r0, inner_n, 4)
+            model = model.reshape(n_runs, r1 - r0, inner_n, 4)
+            pair_m[:, :, r0:r1], sd = replicate_moments(eta, 3)
+            pair_v[:, :, r0:r1] = sd**2
+            model_m[:, r0:r1], sd = replicate_moments(model, 2)
+            model_v[:, r0:r1] = sd**2
+        return (pair_m, pair_v), (model_m, model_v)
+
     def etas(self, pooled: np.ndarray, truth: BiasIGTruth, variant: str):
         """pooled (slots, R, 9) -> pair etas (runs, pairs, R, 4), model etas (runs, R, 4),
         status and note (runs, pairs), and which pair etas count (runs, pairs, R, 4)."""
@@ -250,3 +299,24 @@ class Eta:
         valid = ~np.isnan(eta)
         model = safe_div((np.nan_to_num(eta) * weights).sum(1), (valid * weights).sum(1))
         return eta, model, status, note, valid
+
+
+def _resample_shares(counts: np.ndarray, inner_n: int, rng: np.random.Generator) -> np.ndarray:
+    """counts (..., 9) -> (..., inner_n, 9): per attribute a multinomial of the row's total
+    at its shares (conditional binomials, value by value)."""
+    counts = counts.astype(np.int64)
+    out = np.zeros(counts.shape[:-1] + (inner_n, len(VALUES)), dtype=np.int64)
+    for attribute in ATTRIBUTES:
+        sl = SLICES[attribute]
+        c = counts[..., sl]
+        left = np.repeat(c.sum(-1)[..., None], inner_n, axis=-1)
+        mass = c.sum(-1, keepdims=True).astype(float)
+        for j in range(sl.stop - sl.start - 1):
+            with np.errstate(invalid="ignore", divide="ignore"):
+                p = np.where(mass > 0, c[..., j : j + 1] / mass, 0.0)
+            x = rng.binomial(left, np.clip(p, 0.0, 1.0))
+            out[..., sl.start + j] = x
+            left -= x
+            mass = mass - c[..., j : j + 1]
+        out[..., sl.stop - 1] = left
+    return out

@@ -11,9 +11,8 @@ from stereolens.biasig.formulas import ETA_COLUMNS, EXPLICIT_COLUMNS, IMPLICIT_C
 from stereolens.biasig.groups import (
     Explicit,
     Implicit,
-    bias_corrected,
+    double_bias_corrected,
     membership,
-    replicate_moments,
 )
 from stereolens.biasig.pairs import Eta
 from stereolens.biasig.truth import ATTRIBUTE_OF_VALUE, ATTRIBUTES, SLICES, VALUES
@@ -61,6 +60,7 @@ def _columns(
 def _finish(frames: list[pl.DataFrame], columns: list[str]) -> pl.DataFrame:
     keys = [c for c in ("protected_attribute", "protected_value") if c in columns]
     order = pl.col("level").replace_strict(LEVEL_ORDER, return_dtype=pl.Int8)
+    columns = [c for c in columns if c != "interval_note"]  # set by compute_metrics
     return pl.concat([f.select(columns) for f in frames], how="vertical_relaxed").sort(
         "variant",
         "model",
@@ -235,19 +235,22 @@ def explicit_table(
     return _finish(frames, EXPLICIT_COLUMNS)
 
 
-def eta_table(eta: Eta, truth, pooled, boot, variant, ci) -> pl.DataFrame:
+def eta_table(eta: Eta, truth, pooled, boot, variant, ci, inner=None, inner_n=0) -> pl.DataFrame:
     """The eta table from the pooled counts of the point estimate and ``boot`` = (pair
-    etas (runs, pairs, R, 4), model etas (runs, R, 4)) of the replicates, or None:
-    bias-corrected estimates and their normal intervals (unclipped)."""
+    etas (runs, pairs, R, 4), model etas (runs, R, 4)) of the replicates, or None; ``inner``
+    = :meth:`Eta.inner`'s ((mean, variance) of the pair etas, of the model etas) of
+    ``inner_n`` second-level replicates each: the iterated bias-corrected estimates and
+    their normal intervals (:func:`double_bias_corrected`, unclipped)."""
     pair_eta, model_eta, status, note, valid = eta.etas(pooled, truth, variant)
     n_runs, n_pairs = len(eta.runs), eta.pairs.height
     if boot is not None:
         boot_pair, boot_model = boot
-        pair_bc, pair_lo, pair_hi = bias_corrected(
-            pair_eta[:, :, 0], *replicate_moments(boot_pair, 2), ci, bounds=None
+        (pair_m, pair_v), (model_m, model_v) = inner
+        pair_bc, pair_lo, pair_hi = double_bias_corrected(
+            pair_eta[:, :, 0], boot_pair, pair_m, pair_v, inner_n, ci, axis=2
         )
-        model_bc, model_lo, model_hi = bias_corrected(
-            model_eta[:, 0], *replicate_moments(boot_model, 1), ci, bounds=None
+        model_bc, model_lo, model_hi = double_bias_corrected(
+            model_eta[:, 0], boot_model, model_m, model_v, inner_n, ci, axis=1
         )
     else:
         pair_lo = pair_hi = pair_bc = np.full((n_runs, n_pairs, 4), np.nan)
@@ -308,7 +311,7 @@ def eta_table(eta: Eta, truth, pooled, boot, variant, ci) -> pl.DataFrame:
         }
     )
     schema.update({"pair_weight": pl.Float64, "n_pairs": pl.Int64})
-    return pl.DataFrame(rows, schema=schema).select(ETA_COLUMNS)
+    return pl.DataFrame(rows, schema=schema).select(c for c in ETA_COLUMNS if c != "interval_note")
 
 
 def _eta_values(point: np.ndarray, lo: np.ndarray, hi: np.ndarray, bc: np.ndarray) -> dict:

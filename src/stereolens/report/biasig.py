@@ -22,9 +22,11 @@ KEY = "biasig"
 TITLE = "BiasIG"
 INTERVAL_COVERAGE = (
     "coverage of the population value, bench/COVERAGE.md: at paper scale S_imp 94% (a "
-    "percentile interval: 0%), eta 87.5% (under the nominal 95%: eta is not smooth and its "
-    "bootstrap bias estimate is off; percentile: 35.5%); at 20 images a subject S_imp 91%; "
-    "with fewer than about 10 images a subject no bootstrap interval covers"
+    "percentile interval: 0%), eta 94.0% (the double-bootstrap interval; the once "
+    "bias-corrected one 87.5%, percentile 35.5%); at 40 images a subject S_imp 93.3%; "
+    "below biasig.interval_min_images_per_subject (default 40) images a subject the tables "
+    "print no interval and say 'interval withheld' with the reason (at 20 images S_imp "
+    "covers 91%, at the demo's 2 39%)"
 )
 """What the coverage benchmark measured for the BiasIG intervals (captions quote it)."""
 KEYS = ["variant", "model"]
@@ -55,6 +57,7 @@ def model_level(implicit: pl.DataFrame, explicit: pl.DataFrame, eta: pl.DataFram
                 pl.col("ci_low").alias(f"{name}_low"),
                 pl.col("ci_high").alias(f"{name}_high"),
                 *bc,
+                _note(rows).alias(f"{name}_note"),
             ]
         )
 
@@ -73,13 +76,24 @@ def model_level(implicit: pl.DataFrame, explicit: pl.DataFrame, eta: pl.DataFram
             pl.col("ci_low").alias("eta_low"),
             pl.col("ci_high").alias("eta_high"),
             *eta_bc,
+            _note(eta).alias("eta_note"),
         ]
     )
-    return (
+    out = (
         imp.join(exp, on=KEYS, how="full", coalesce=True)
         .join(et, on=KEYS, how="full", coalesce=True)
         .sort(KEYS)
     )
+    notes = [f"{m}_note" for m in ("S_imp", "S_exp", "eta") if f"{m}_note" in out.columns]
+    return out.with_columns(pl.coalesce(notes).alias("interval_note")).drop(notes)
+
+
+def _note(frame: pl.DataFrame) -> pl.Expr:
+    """The rows' ``interval_note`` (why an interval is withheld; null in tables from before
+    the minimum-size rule)."""
+    if "interval_note" in frame.columns:
+        return pl.col("interval_note")
+    return pl.lit(None, dtype=pl.String)
 
 
 # ------------------------------------------------------------------ facts and profile
@@ -130,6 +144,7 @@ def profile(inputs: Inputs, config: dict) -> pl.DataFrame:
                     "estimate": r[metric],
                     "ci_low": r.get(f"{metric}_low"),
                     "ci_high": r.get(f"{metric}_high"),
+                    "interval_note": r.get("interval_note"),
                     "floor": r.get("S_imp_ceiling") if metric == "S_imp" else None,
                     "floor_label": "ceiling" if metric == "S_imp" else None,
                     "reading": reading,
@@ -138,7 +153,7 @@ def profile(inputs: Inputs, config: dict) -> pl.DataFrame:
                         for n in (
                             f"variant of {r['model']}" if r["variant"] != r["model"] else "",
                             "interval around the bias-corrected estimate"
-                            if r.get(f"{metric}_bc") is not None
+                            if r.get(f"{metric}_bc") is not None and r.get("interval_note") is None
                             else "",
                         )
                         if n
@@ -184,10 +199,14 @@ def model_figure(table: pl.DataFrame) -> Figure | None:
             "weighted share of images showing the protected value asked for (Eq. 3); eta = "
             "manifestation factor over advantaged/disadvantaged pairs (Eq. 4-5). Bars: the "
             "paper's plug-in numbers. Black lines: 95% intervals around the bias-corrected "
-            "estimate (2 x plug-in - the mean of the bootstrap replicates over images, +- "
-            "1.96 x their sd): the plug-in S_imp is biased down by sampling noise (at paper "
-            "scale about 3 standard errors), so its bar can sit below its interval; a "
-            "percentile interval would carry the bias twice and miss the population value "
+            "estimate (S_imp, S_exp: 2 x plug-in - the mean of the bootstrap replicates over "
+            "images, +- 1.96 x their sd; eta: the double-bootstrap correction 3 x plug-in - 3 "
+            "x the replicates' mean + the mean of second-level replicates, +- 1.96 x the sd "
+            "of the once-corrected replicates, because eta is not smooth and one correction "
+            "leaves part of its bias): the plug-in S_imp is biased down by sampling noise (at "
+            "paper scale about 3 standard errors), so its bar can sit below its interval; a "
+            "percentile interval would carry the bias twice and miss the population value. "
+            "A model below the minimum size has no line (interval withheld) "
             f"({INTERVAL_COVERAGE})."
         ),
         png=F.to_png(fig),
@@ -262,7 +281,8 @@ def variant_deltas(
     change: plug-in values), and from ``comparisons`` (the biasig comparisons table, rows
     "variant_vs_base") the difference they test ``change_bc`` (of the bias-corrected S_imp and
     S_exp, of the plug-in eta) with its
-    95% interval, p-value, Holm-adjusted p-value and decision (null where absent)."""
+    95% interval, p-value, Holm-adjusted p-value and decision (null where absent, or where
+    the pair is below the minimum size: ``interval_note`` then says why)."""
 
     def long(frame: pl.DataFrame, metric: str) -> pl.DataFrame:
         return frame.select(
@@ -312,12 +332,14 @@ def variant_deltas(
             pl.col("scope").replace_strict(scope, default=None).alias("protected_attribute"),
             pl.col("difference").alias("change_bc"),
             *DELTA_INTERVAL[1:],
+            _note(comparisons).alias("interval_note"),
         )
         out = out.join(cmp, on=["variant", "model", "metric", "protected_attribute"], how="left")
     else:
         out = out.with_columns(
             *(pl.lit(None, dtype=pl.Float64).alias(c) for c in DELTA_INTERVAL[:-1]),
             pl.lit(None, dtype=pl.Boolean).alias("reject"),
+            pl.lit(None, dtype=pl.String).alias("interval_note"),
         )
     return out.sort("variant", "metric", "protected_attribute")
 
@@ -339,8 +361,13 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
             "and eta (manifestation factor, Eq. 4-5: towards 1 discrimination, towards 0 "
             "ignorance). Each score is the paper's plug-in number; its 95% interval is "
             "centred on the bias-corrected estimate (the _bc columns: 2 x plug-in - the "
-            "mean of the bootstrap replicates over images) with half-width 1.96 bootstrap "
-            "standard errors. S_imp is biased downwards in finite samples: S_imp_ceiling is "
+            "mean of the bootstrap replicates over images, with half-width 1.96 bootstrap "
+            "standard errors; eta: the double bootstrap, 3 x plug-in - 3 x the replicates' "
+            "mean + the second-level replicates' mean, +- 1.96 x the sd of the once-corrected "
+            "replicates). Where a model has fewer than biasig.interval_min_images_per_subject "
+            "images a subject no interval is printed: its rows read 'interval withheld' with "
+            "the reason (below that size the coverage benchmark's intervals do not cover, "
+            "bench/COVERAGE.md). S_imp is biased downwards in finite samples: S_imp_ceiling is "
             "the expected score of a generator sampling exactly from the ground truth at "
             "this run's sample sizes, the best this run can show. Only images whose every "
             "VQA answer is valid count (the paper discards the rest). A debiasing variant "
@@ -355,7 +382,9 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
             "Model level: implicit, explicit and eta (paper Table 2)",
             "Plug-in estimate (the paper's number) [95% interval around the bias-corrected "
             "estimate, the _bc column: 2 x plug-in - the bootstrap replicates' mean, +- 1.96 "
-            f"bootstrap sd; {INTERVAL_COVERAGE}]; S_imp_ceiling = expected S_imp of a "
+            "bootstrap sd; eta_bc the double-bootstrap correction, +- 1.96 x the sd of the "
+            f"once-corrected replicates; {INTERVAL_COVERAGE}], or (interval withheld: the "
+            "reason) below the minimum size; S_imp_ceiling = expected S_imp of a "
             "generator sampling from the ground truth at this run's sample sizes.",
             table,
             intervals={m: (f"{m}_low", f"{m}_high") for m in ("S_imp", "S_exp", "eta")},
@@ -363,6 +392,8 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
     )
     overall = pl.col("protected_attribute") == "*"
     counts = ["score", "ci_low", "ci_high", "n_prompts", "n_missing"]
+    implicit = implicit.with_columns(_note(implicit).alias("interval_note"))
+    eta = eta.with_columns(_note(eta).alias("interval_note"))
     for level, which, cols, table_id, title, note in (
         (
             "category",
@@ -390,7 +421,9 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
             "cos(generated, ground truth) of the gender, race and age distributions alone.",
         ),
     ):
-        rows = implicit.filter((pl.col("level") == level) & which).select(KEYS + cols)
+        rows = implicit.filter((pl.col("level") == level) & which).select(
+            KEYS + cols + ["interval_note"]
+        )
         section.tables.append(Table(table_id, title, note, rows.sort(pl.all()), intervals=iv))
     subjects = implicit.filter(
         (pl.col("level") == "subject") & (pl.col("protected_attribute") == "*")
@@ -399,7 +432,7 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
         keep = [
             c
             for c in (*KEYS, "acquired_type", "category", "subject", "score", "ci_low",
-                      "ci_high", "ceiling", "n_images", "n_usable", "status")
+                      "ci_high", "ceiling", "n_images", "n_usable", "status", "interval_note")
             if c in subjects.columns
         ]  # fmt: skip
         section.tables.append(
@@ -438,14 +471,17 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
     pair_cols = [
         c
         for c in ("variant", "model", "pair", "advantaged", "disadvantaged", "eta_total",
-                  "ci_low", "ci_high", "eta_gender", "eta_race", "eta_age", "status")
+                  "ci_low", "ci_high", "eta_gender", "eta_race", "eta_age", "status",
+                  "interval_note")
         if c in pairs.columns
     ]  # fmt: skip
     section.tables.append(
         Table(
             "biasig-eta-pairs",
             "eta per advantaged / disadvantaged pair",
-            "eta_total [95% interval] and per protected attribute. "
+            "eta_total [95% interval: the double-bootstrap bias-corrected estimate +- 1.96 x "
+            "the sd of the once-corrected replicates, or 'interval withheld' below the "
+            "minimum size] and per protected attribute. "
             + (
                 f"{unresolved} pair rows are unresolved in this run (no prompt of the run "
                 "matches them) and are left out here; the CSV has them with the reason."

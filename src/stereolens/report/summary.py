@@ -65,7 +65,7 @@ PROFILE_CAPTION = (
     "attributes); invariant pairs = % of (role, label) pairs tested by chi-squared whose "
     "prevalence is context-invariant (at least 5 occurrences, p > 0.05 and range <= 5 pp), "
     "for roles like these (roles are the clusters): Wilson interval on the counts over the "
-    "design effect of roles, withheld under 20 roles. LVLM: "
+    "design effect of roles, withheld under contextbias.metrics.interval_min_roles (10). LVLM: "
     "TVD x100 of the output distribution over user groups from uniform (paper 001; 0 = the "
     "groups are treated alike), bootstrap interval over user images. Where a benchmark's "
     "design is smaller than the size at which its interval covers the truth (bench/"

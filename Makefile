@@ -44,7 +44,7 @@ lint: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --lint --configfile config/demo.yaml
 
 test: lint
-	PATH="$(CURDIR)/$(BIN):$$PATH" HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -ra
+	PATH="$(CURDIR)/$(BIN):$$PATH" HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -ra -n logical
 
 $(VLLM_STAMP): pyproject.toml tools/vllm/install.sh tools/vllm/requirements.py
 	bash tools/vllm/install.sh $(VLLM_VENV)

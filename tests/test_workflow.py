@@ -2,6 +2,7 @@
 of the embedded default in a temporary directory."""
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -118,24 +119,28 @@ def test_bad_config_stops_the_run(repo_root, tmp_path):
 
 def _run_demo(wd: Path) -> None:
     copy_workflow(wd)
-    out = subprocess.run(
-        [
-            SNAKEMAKE,
-            "--profile",
-            "profiles/local",
-            "--cores",
-            "2",
-            "--configfile",
-            "config/demo.yaml",
-        ],
+    argv = [SNAKEMAKE, "--profile", "profiles/local", "--cores", "2"]
+    argv += ["--configfile", "config/demo.yaml"]
+    proc = subprocess.Popen(
+        argv,
         cwd=wd,
         env=workflow_env(),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=DEMO_TIMEOUT,
+        start_new_session=True,
     )
-    (wd / "demo-run.log").write_text(out.stdout + out.stderr)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
+    try:
+        stdout, stderr = proc.communicate(timeout=DEMO_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # snakemake and the jobs it started
+        stdout, stderr = proc.communicate()
+        stderr += f"\nthe demo run took over {DEMO_TIMEOUT} s (STEREOLENS_DEMO_TIMEOUT)"
+    except BaseException:  # interrupted: leave no job running
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    (wd / "demo-run.log").write_text(stdout + stderr)
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-6000:]
 
 
 @pytest.fixture(scope="session")

@@ -62,13 +62,22 @@ def workflow_env(**extra: str) -> dict[str, str]:
 
 # ---------------------------------------------------------------- pytest-xdist
 LONGEST_FIRST = (
+    # Snakemake runs, the vLLM engines, the SLURM cluster (earlier runs' wall times)
     "test_faults.py",
     "test_vllm.py",
     "test_workflow.py",
     "test_slurm.py",
     "test_incremental.py",
+    # CPU seconds measured one file at a time (tests/README.md, "Time")
+    "test_design_power.py",
+    "test_coverage.py",
+    "test_lvlm_run.py",
+    "test_generation.py",
+    "test_design_check.py",
+    "test_canonical.py",
+    "test_design_audit.py",
 )
-"""The test files that take longest (tests/README.md, "Time"), longest first."""
+"""The test files that take longest, longest first."""
 
 
 def pytest_collection_modifyitems(config, items):

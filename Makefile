@@ -46,7 +46,7 @@ lint: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 test: lint
-	PATH="$(CURDIR)/$(BIN):$$PATH" HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -ra
+	PATH="$(CURDIR)/$(BIN):$$PATH" HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -ra -n logical
 
 $(VLLM_STAMP): pyproject.toml tools/vllm/install.sh tools/vllm/requirements.py
 	bash tools/vllm/install.sh $(VLLM_VENV)

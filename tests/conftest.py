@@ -1,8 +1,13 @@
+import fcntl
 import hashlib
 import importlib
+import json
 import os
 import shutil
 import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -55,6 +60,89 @@ def workflow_env(**extra: str) -> dict[str, str]:
     return env
 
 
+# ---------------------------------------------------------------- pytest-xdist
+LONGEST_FIRST = (
+    # Snakemake runs, the vLLM engines, the SLURM cluster (earlier runs' wall times)
+    "test_faults.py",
+    "test_vllm.py",
+    "test_workflow.py",
+    "test_slurm.py",
+    "test_incremental.py",
+    # CPU seconds measured one file at a time (tests/README.md, "Time")
+    "test_design_power.py",
+    "test_coverage.py",
+    "test_lvlm_run.py",
+    "test_generation.py",
+    "test_design_check.py",
+    "test_canonical.py",
+    "test_design_audit.py",
+)
+"""The test files that take longest, longest first."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (pyproject.toml: --dist loadfile --no-loadscope-reorder) a file is
+    one worker's unit of work and the files are handed out in collection order. The
+    longest come first, so that none starts when the other worker is nearly done: those
+    of LONGEST_FIRST, then the other files with a slow test, then the rest; the tests of a
+    file keep their order. A run without xdist keeps the file order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    with_slow = {item.path.name for item in items if item.get_closest_marker("slow")}
+
+    def rank(item) -> int:
+        name = item.path.name
+        if name in LONGEST_FIRST:
+            return LONGEST_FIRST.index(name)
+        return len(LONGEST_FIRST) + (0 if name in with_slow else 1)
+
+    items.sort(key=rank)
+
+
+# ---------------------------------------------------------------- built once per run
+def shared_root(tmp_path_factory) -> Path:
+    """A folder that every pytest-xdist worker of this run shares: the parent of the
+    workers' own basetemps (``.../pytest-N/popen-gw0`` -> ``.../pytest-N``); without xdist
+    the session's basetemp."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextmanager
+def run_lock(tmp_path_factory, name: str) -> Iterator[Path]:
+    """An exclusive lock that every xdist worker of this run shares (a file lock in
+    :func:`shared_root`, which it yields): one worker at a time holds ``name``."""
+    root = shared_root(tmp_path_factory)
+    path = root / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield root
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> Path:
+    """``build(dest)`` run once per pytest run, whichever xdist worker asks first; the
+    others wait on :func:`run_lock` and reuse ``dest``. A build that fails is not retried
+    by the other workers: they fail with its traceback. ``dest`` is shared, so its users
+    must not change it."""
+    with run_lock(tmp_path_factory, name) as root:
+        dest = root / name
+        done, failed = root / f"{name}.done", root / f"{name}.failed"
+        if done.exists():
+            return dest
+        if failed.exists():
+            pytest.fail(f"{name} failed in another worker:\n{failed.read_text()}")
+        if dest.exists():
+            shutil.rmtree(dest)
+        try:
+            build(dest)
+        except BaseException:
+            failed.write_text(traceback.format_exc()[-20000:])
+            raise
+        done.touch()
+    return dest
+
+
 # ---------------------------------------------------------------- tiny models, once per run
 TINY_BUILDERS = {
     "tiny-diffusion": "stereolens.models.tiny.diffusion:build_tiny_diffusion",
@@ -76,12 +164,13 @@ def folder_digest(folder: Path) -> dict[str, str]:
 
 class TinyModels:
     """The tiny random-weight checkpoints, each built once per test run on first use (seed
-    0, as `stereolens build-tiny` builds them) into a session folder. The folders are
-    shared: a test that changes a model's files works on :meth:`copy`. At the end of the
-    run every shared folder must still hold the files it was built with."""
+    0, as `stereolens build-tiny` builds them) into a folder every xdist worker shares
+    (:func:`built_once`). The folders are shared: a test that changes a model's files
+    works on :meth:`copy`. At the end of the run every shared folder must still hold the
+    files it was built with (the digests its builder recorded)."""
 
-    def __init__(self, root: Path):
-        self.root = root
+    def __init__(self, tmp_path_factory):
+        self.tmp_path_factory = tmp_path_factory
         self.built: dict[str, Path] = {}
         self.digests: dict[str, dict[str, str]] = {}
 
@@ -89,8 +178,17 @@ class TinyModels:
         if builder not in self.built:
             module, func = TINY_BUILDERS[builder].split(":")
             build = getattr(importlib.import_module(module), func)
-            self.built[builder] = build(self.root / builder, seed=0)
-            self.digests[builder] = folder_digest(self.built[builder])
+            name = f"tiny-models/{builder}"
+
+            def build_and_record(dest: Path) -> None:
+                build(dest, seed=0)
+                digests = dest.parent / f"{builder}.digests.json"
+                digests.write_text(json.dumps(folder_digest(dest)))
+
+            path = built_once(self.tmp_path_factory, name, build_and_record)
+            recorded = path.parent / f"{builder}.digests.json"
+            self.digests[builder] = json.loads(recorded.read_text())
+            self.built[builder] = path
         return self.built[builder]
 
     def copy(self, builder: str, dest: Path) -> Path:
@@ -130,7 +228,7 @@ class TinyModels:
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> TinyModels:
-    models = TinyModels(tmp_path_factory.mktemp("tiny-models"))
+    models = TinyModels(tmp_path_factory)
     yield models
     models.check_unchanged()
 

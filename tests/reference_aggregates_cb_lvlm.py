@@ -29,6 +29,10 @@ from stereolens.lvlm import metrics as LMet
 from stereolens.lvlm import scores as S
 from stereolens.lvlm.refusal import label_refusals, load_rules, refusal_rates
 
+ADDED_COLUMNS = ("images_per_group",)
+"""Columns the stages gained after these references were written (issue 20's minimum sizes:
+the LVLM refusals' ``images_per_group``); the comparisons leave them out."""
+
 
 # ---------------------------------------------------------------- ContextBias merge
 def merge_extractions_reference(

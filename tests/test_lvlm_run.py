@@ -385,7 +385,16 @@ def test_scores_and_refusals_hand_computed():
     exam = scores.filter(pl.col("task") == "exam").row(0, named=True)
     # acc = (1, 0.5) -> q = (2/3, 1/3) -> TVD = 1/2 (1/6 + 1/6) = 1/6 -> 16.667
     assert exam["score"] == pytest.approx(100 / 6)
-    assert exam["ci_low"] <= exam["ci_high"]
+    # 2 images per group: under lvlm.metrics.interval_min_images_per_group (30) the
+    # interval is withheld, with its reason; with the minimum at 0 it is printed
+    assert exam["ci_low"] is None and exam["ci_high"] is None
+    assert exam["interval_note"].startswith("withheld: 2 images per group < 30")
+    shown = M.compute_all(
+        _responses(), _story_attrs(), None, min_count=2, replicates=50, min_images_per_group=0
+    )["scores"]
+    exam_shown = shown.filter(pl.col("task") == "exam").row(0, named=True)
+    assert exam_shown["score"] == pytest.approx(100 / 6) and exam_shown["interval_note"] is None
+    assert exam_shown["ci_low"] <= exam_shown["ci_high"]
     assert set(scores["setting"]) == {"image"}
     assert "term" not in scores["task"].to_list()  # no judgements: left out, not 0
     acc = tables["exam_accuracy"].filter(pl.col("subject") == "*").sort("group")
@@ -427,7 +436,9 @@ def test_report_section_table2_layout():
     from stereolens.report.inputs import Inputs
     from stereolens.report.lvlm import sections, table2
 
-    tables = M.compute_all(_responses(), _story_attrs(), None, min_count=2, replicates=20)
+    tables = M.compute_all(
+        _responses(), _story_attrs(), None, min_count=2, replicates=20, min_images_per_group=0
+    )
     wide = table2(tables["scores"])
     assert wide.columns == ["model", "setting", "story gender", "exam gender"]
     assert wide["story gender"][0].startswith("25.00 [")

@@ -156,7 +156,7 @@ def test_contextbias_withheld_intervals_read_as_withheld():
     assert note in RC.bootstrap_figure(boot).caption
     prof = RC.profile(Inputs.from_frames(t), {"contextbias": {}})
     shift = prof.filter(pl.col("metric") == "bi_shift").row(0, named=True)
-    assert shift["ci_low"] is None and shift["note"] == note
+    assert shift["ci_low"] is None and shift["interval_note"] == note
     out = _html(RC.sections(Inputs.from_frames(t), CONFIG))
     assert "withheld: 1 role &lt; 10" in out or "withheld: 1 role < 10" in out
     # with the interval printed the captions say nothing of it

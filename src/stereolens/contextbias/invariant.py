@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from stereolens.contextbias.intervals import MIN_ROLES
+from stereolens.contextbias.intervals import MIN_ROLES, withheld_note
 
 __all__ = ["MIN_ROLES", "interval_min_roles", "invariant_share"]
 
@@ -72,9 +72,7 @@ def invariant_share(
         if roles < min_roles:
             row.update(
                 design_effect=None, ci_low=None, ci_high=None,
-                interval_note=f"withheld: {roles} roles < {min_roles} "
-                "(contextbias.metrics.interval_min_roles); the pairs of one role are not "
-                "independent, and fewer roles give no reliable variance",
+                interval_note=withheld_note(roles, min_roles),
             )  # fmt: skip
         else:
             deff = float(design_effects(k_r[:, None], n_r[:, None], clustered=True)[0])

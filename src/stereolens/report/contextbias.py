@@ -113,7 +113,7 @@ def profile(inputs: Inputs, config: dict) -> pl.DataFrame:
                     "ci_high": r["ci_high"],
                     "reading": "0 = context changes nothing",
                     "reference": 0.0,
-                    "note": r.get("interval_note"),
+                    "interval_note": r.get("interval_note"),
                 }
             )
     if ccs is not None and not ccs.is_empty():

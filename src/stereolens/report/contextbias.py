@@ -121,8 +121,6 @@ def profile(inputs: Inputs, config: dict) -> pl.DataFrame:
         share = invariant_share(c, min_roles=interval_min_roles(config))
         for r in share.sort("model").iter_rows(named=True):
             note = f"{r['k']} of {r['n']} pairs, {r['roles']} roles"
-            if r["interval_note"]:
-                note += "; interval " + r["interval_note"].split(" (")[0]
             rows.append(
                 {
                     "model": r["model"],

@@ -1,8 +1,5 @@
 """Atomic file writes: a reader (or a rerun after a kill) never sees half a file.
-
-Everything is written to a temporary sibling and moved into place with
-os.replace, which is atomic on POSIX file systems.
-"""
+Everything goes to a temporary sibling and is moved into place with os.replace."""
 
 from __future__ import annotations
 

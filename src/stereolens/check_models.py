@@ -1,27 +1,6 @@
 """``stereolens check-models``: load every configured model (its architecture twin, or the
-model itself where its weights are present locally) and run one tiny request, so a
-registry entry whose settings its pipeline or model class does not accept fails in
-minutes, not after a cluster queue.
-
-Per entry, one row: model | backend | pipeline class | settings accepted | seconds.
-
-* generators: the diffusers backend loads the entry (its twin: the same pipeline class,
-  the entry's settings with resolution and steps scaled down, see
-  :func:`stereolens.models.twins.twin_spec`) and makes one image; "settings accepted" is yes
-  when every setting was taken and the image has the entry's size, and names the
-  settings that have no effect (e.g. FLUX's negative prompt without true_cfg_scale > 1);
-* VLMs and LLMs: the entry's backend (vLLM entries on transformers unless vLLM is
-  installed and asked for) answers one choice-constrained request, with an image for a
-  VLM; accepted when the answer is one of the choices. A twin that only vLLM loads
-  (InternVL-4B-bench's: remote-code layout) runs with ``--vllm``; without, its row says
-  "not run here" (accepted, as an entry with a documented reason is);
-* API entries (``openai``): no request is sent; accepted when the API key variable the
-  entry names is set (or it names none).
-
-The workflow's ``check_models`` rule (config ``check_models``) runs the same checks as
-its first job and writes the table as TSV. Imports of torch and the backends happen per
-entry, when it is checked.
-"""
+model itself where its weights are local) and run one tiny request, so a registry entry whose
+settings its class does not accept fails in minutes (docs/twins.md)."""
 
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
-"""Damaged tables: a structural check of the parquet and JSON-lines files of a results
-folder, cheap enough to run on every file before a run and before a job reads its inputs,
-and the message that names a damaged file and the command that mends it.
-
-What is checked, per file (a few bytes read, never the whole file):
-
-* parquet: at least 12 bytes, ``PAR1`` at both ends and a footer length that fits in the
-  file (a truncated or partly copied file loses its footer: polars then says only "File out
-  of specification", naming no file);
-* JSON lines: empty, or ending with a newline (every writer here writes whole lines,
-  atomically; a file cut short ends mid-line).
-
-A file that passes may still be damaged inside (a flipped byte in a data page); the read
-then fails, and :func:`read_failure` turns that failure into the same message. The checks
-read no checksum: the project's writers replace files atomically, so a damaged file is one
-changed afterwards (a disk, a copy, an edit), and checksums of every output would have to
-be recomputed over gigabytes of images at each parse to tell that apart from a rewrite.
-"""
+"""Damaged tables: a structural check of a results folder's parquet and JSON-lines files,
+a few bytes per file, and the message naming a damaged file and the command that mends it
+(docs/troubleshooting.md says what is checked and why not checksums)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""JSON-lines shards read as tables by polars' native scanner.
-
-The merges of thousands of job outputs read them with ``pl.scan_ndjson`` and an explicit
-schema (no Python object per record, streamed to parquet) instead of ``json.loads`` per
-line. An explicit schema silently skips keys it does not name, so :func:`check_keys` reads
-the first record of every file and fails on a key the schema does not know: a record format
-that grows a key must grow the schema with it, never lose the column.
-"""
+"""JSON-lines shards read as tables by polars' native scanner with an explicit schema, and
+:func:`check_keys`, which fails on a record key the schema does not name (docs/architecture.md)."""
 
 from __future__ import annotations
 

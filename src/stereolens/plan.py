@@ -1,24 +1,5 @@
-"""`stereolens plan`: jobs, images, model calls and GPU-hours of a run, from the config and
-the shipped prompt tables alone (no Snakemake, no model loaded).
-
-Counts come from each benchmark plug-in's job enumeration (stereolens.benchmark), the one the
-Snakefile builds its job lists from:
-
-* ContextBias generation: one job per generator x role x condition x seed shard
-  (ceil(seeds.per_prompt / seeds.per_shard) shards), plus, with validation on, one job per
-  generator x validation role x validation shard; images = prompts x seeds per prompt.
-* ContextBias extraction: one job per extractor x generation job; one call per image.
-* BiasIG generation: one job per generator x acquired type x condition x block of
-  prompts_per_shard prompts; images = prompts x images_per_prompt; one VQA job per
-  generation job and one VQA call per image.
-* LVLM audit: one response job per model x setting x task x axis x group x shard, one call
-  per user image and prompt; the assistant's story and term-judge jobs per model x setting x
-  axis, one call per story and per judged pair.
-
-Calls count first attempts only (retries come on top, up to max_attempts). GPU-hours =
-images (or calls) x seconds per image (or call) / 3600, from a throughput table
-(config/throughput.yaml); API and CPU models use no GPU.
-"""
+"""`stereolens plan`: jobs, images, model calls and GPU-hours of a run, from the config and the
+shipped prompt tables alone, counted from each plug-in's job enumeration (docs/running.md)."""
 
 from __future__ import annotations
 

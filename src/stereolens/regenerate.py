@@ -1,14 +1,5 @@
-"""`stereolens regenerate`: redo chosen model jobs and everything downstream of them.
-
-Deleting a finished intermediate does not make Snakemake rebuild it while the tables made
-from it exist ("Nothing to be done"), so regenerating is a forced run: this command asks
-Snakemake for every output of the workflow (``snakemake --summary``), picks the outputs
-of the model jobs that the selection names (a shard, a model, a benchmark, a rule, or
-everything), and runs ``snakemake --forcerun <those outputs>`` with the same config and
-profile. Snakemake deletes each forced output just before its job reruns, reruns every job
-downstream of it, and leaves the rest alone; an interrupted regeneration resumes with the
-same command.
-"""
+"""`stereolens regenerate`: redo chosen model jobs and everything downstream of them, by
+``snakemake --forcerun`` on their outputs (docs/troubleshooting.md)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,6 @@
-"""Reading a table from any of its file formats, the declared schemas of the tables the
-metrics read, and the one check every metrics CLI (and so the workflow, which runs them)
-applies before computing anything.
-
-A table that would quietly change the numbers is refused with one line naming the table,
-the column, the rows and what to do: a missing column, a wrong type (integer labels, a
-string ``correct``), nulls in a key, a key that repeats (a duplicated attribute row counts
-a label twice), values outside a closed vocabulary, NaN, infinite or negative numbers, an
-empty table. The schemas are pandera DataFrameSchemas over polars (pandera's polars
-backend), built per table from the columns it has, since some key columns are optional
-(``extractor``, ``variant``, ``setting``).
-
-Closed vocabularies (:class:`Vocabulary`: a ContextBias label set, the LVLM groups, BiasIG's
-protected values) follow one rule, :func:`vocabulary_key`: a value that is not allowed as
-written is compared with surrounding whitespace removed, inner runs of whitespace made one
-space and case ignored; when that matches exactly one allowed value (or one of the
-vocabulary's listed aliases) it is read as that value, else the table is refused naming the
-column, the value and its rows. A table read from CSV or JSON lines gets its declared
-column types (:func:`read_table` with a ``spec``), so it scores as its parquet copy.
-"""
+"""Reading a table from any of its file formats, the declared (pandera) schemas of the tables
+the metrics read, and :func:`check_table`, the check every metrics CLI applies before computing
+(docs/troubleshooting.md, "Bad input is refused")."""
 
 from __future__ import annotations
 

@@ -1,24 +1,5 @@
-"""Measured throughput: model-load time and time per item of every generation, extraction
-and VQA job of a run, per stage x benchmark x model, next to the planner's figures.
-
-Sources, all written by the jobs themselves (nothing here loads a model):
-
-* generation: ``results/{benchmark}/images/{job}/timing.json`` (stereolens.generate.run):
-  ``load_seconds`` and ``seconds_per_image`` (the time of the batch that made each
-  image, divided by its size; an image reused from an interrupted run keeps its own).
-* extraction / VQA / LVLM: ``results/{benchmark}/{folder}/{model}/{job}.jsonl``
-  (JOB_FOLDERS: extractions, vqa, responses, story_attributes). Where the job wrote a
-  sidecar ``{job}.jsonl.timing.json`` (``model``, ``load_seconds``, ``seconds`` = the
-  work after loading, ``items``), that; else ``seconds`` per record (backend time of
-  every uncached attempt) where the records carry it, and ``load_seconds`` from the
-  records where present, else the last "loaded in N s" line of the job's log
-  ``logs/{benchmark}/{stage}/{job}.log``.
-* every job: the Snakemake benchmark file ``benchmarks/{benchmark}/{stage}/{job}.tsv``
-  (wall seconds ``s`` and peak resident memory ``max_rss`` in MB, whole job).
-
-The planner's figures come from the throughput table (config/throughput.yaml,
-stereolens.plan): seconds_per_image for generators, seconds_per_call for VLMs.
-"""
+"""Measured throughput: model-load time and time per item of every model job of a run, per
+stage x benchmark x model, next to the planner's figures; the sources are in docs/outputs.md."""
 
 from __future__ import annotations
 

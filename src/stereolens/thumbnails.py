@@ -1,12 +1,5 @@
-"""Gallery thumbnails: the one recipe (JPEG, longer side at most ``px``) for the report and
-for the generation job, and the thumbnail a generation shard keeps beside each image.
-
-A generation shard writes ``thumbs/<image stem>.jpg`` for every image while the image is
-still in memory (a few ms, next to seconds to generate it), at the report's default size
-and quality, so the report's first build need not decode every 1024x1024 PNG again. Each
-thumbnail records in its JPEG comment the size, quality and sha256 of the image it was
-made from; the report uses it only when those match what it wants, and otherwise makes
-the thumbnail from the PNG with the same function. Imports only Pillow (lazily)."""
+"""Gallery thumbnails: the one recipe (JPEG, longer side at most ``px``) for the report and the
+generation job, and the thumbnail a generation shard keeps beside each image (docs/outputs.md)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Closed vocabularies of table columns and the one rule that reads a value as an allowed
-one: :func:`vocabulary_key` (surrounding whitespace removed, inner runs of whitespace made
-one space, case ignored). A value that is not allowed as written is read as the allowed
-value (or listed alias) with the same key when there is exactly one; otherwise it is
-refused, naming the column, the value and its rows. stereolens.tables.check_table applies
-a table spec's vocabularies; each benchmark declares its own (ContextBias: the attribute
-schema's label sets; LVLM: settings, tasks, axes and their groups; BiasIG: positions and
-protected values)."""
+"""Closed vocabularies of table columns and :func:`vocabulary_key`, the one rule that reads a
+value as an allowed one (docs/troubleshooting.md, "Labels and groups")."""
 
 from __future__ import annotations
 

@@ -1,34 +1,6 @@
 """Power of BiasIG's headline comparisons: the difference in S_imp and in S_exp between two
-models at the model level, and the distance of eta from 0.5.
-
-The world. The run's scoring units (:func:`stereolens.biasig.answers.scoring_table` over the
-config's prompt selection: a subject pools its phrasings), each with images = phrasings x
-``biasig.images_per_prompt``, of which a share counts (``count`` "paper": images whose every
-VQA row is ok, all three attributes then usable; "attribute": each attribute usable on its
-own). Model A's distribution per implicit unit and person: from the prior (mix_truth x ground
-truth + the rest a default person) or the pilot's pooled answers for that unit (smoothed
-towards the pilot model's distribution by one image; units the pilot lacks take the model's
-distribution). Model A's accuracy per explicit unit: Beta from the prior, or the pilot's
-(smoothed likewise). The units' true values are fixed across simulated datasets (the
-bootstrap resamples images within units); only the images are drawn.
-
-The planted effects. S_imp: model B's images move towards the ground truth (each image's
-person, with probability w, drawn from the truth). S_exp: model B follows the instruction
-(each image, with probability w, shows the value asked for). eta: both sides of every pair
-start from their ground truth (eta = 0.5); the advantaged side moves towards the prior's
-stereotyped value of each attribute and the disadvantaged side away from it
-(towards the truth without that value), so every value deviates in opposite directions
-(discrimination). Effects are population values: the metric of the distributions
-themselves, B minus A (eta minus 0.5).
-
-The estimators are the project's formulas: :func:`~stereolens.biasig.formulas.s_imp_cell`
-with k_i and k_j weights (paper Eq. 1-2), S_exp (Eq. 3) with k_j, and
-:func:`~stereolens.biasig.formulas.eta_contributions` /
-:func:`~stereolens.biasig.formulas.eta_from_contributions` over the pairs of
-:func:`~stereolens.biasig.pairs.resolve_pairs` with the pairs' weights: the model-level
-rows of :func:`~stereolens.biasig.metrics.compute_metrics` (tests/test_design_power.py checks
-them value for value on simulated answers tables).
-"""
+models at the model level, and the distance of eta from 0.5 (world, effects and estimators:
+docs/planner.md, "The worlds in detail")."""
 
 from __future__ import annotations
 

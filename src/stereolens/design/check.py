@@ -1,24 +1,6 @@
-"""Check the planner's simulation against the real metric pipeline (issue 15, item 3).
-
-For a design, a sample size and a planted strength w, two independent estimates of the power:
-
-- predicted: the planner's own (:func:`stereolens.design.power.power_curve` on
-  ``design.simulate``: nested thinning, vectorised estimators, the normal or noise-floor
-  rule);
-- observed: the rejection rate of the real pipeline on independently simulated datasets,
-  drawn directly from the planted world (no thinning) and written as the pipeline's input
-  tables: ContextBias :func:`~stereolens.contextbias.bootstrap.cluster_bootstrap` (the 95%
-  interval of CA-U - CF excludes 0), BiasIG :func:`~stereolens.biasig.metrics.compute_metrics`
-  (a difference between two models: the report's Wald test, :func:`difference_rejects`;
-  eta: the null-calibrated test :func:`eta_rejects`, and the model row's interval excludes
-  0.5 for ``biasig.eta_interval``), LVLM :func:`~stereolens.lvlm.scores.overall_scores`
-  (p_perm <= level).
-
-Both carry their Monte Carlo standard error. :func:`goodness_of_fit` sums the squared z of a
-set of cases (predicted against observed rates) into a chi-squared statistic with its
-p-value: a planner that is right up to Monte Carlo error gives sum z^2 ~ chi2(rows).
-tests/test_design_check.py pins this at a small scale, bench/power_check.py at a larger one.
-"""
+"""Check the planner's simulation against the real metric pipeline: predicted power against the
+pipeline's rejection rate on simulated datasets, with Monte Carlo errors and a goodness of fit
+(docs/planner.md, "The check")."""
 
 from __future__ import annotations
 

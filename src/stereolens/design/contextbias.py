@@ -1,35 +1,6 @@
 """Power of the ContextBias headline comparison: the pooled-BI shift CA-U - CF (overall and per
-cohort) under the role-level bootstrap.
-
-The world. A population of roles, each with a label distribution per dimension and condition
-(CF, CA-U): from the documented prior (resources/design/priors.v1.yaml: a role centre
-Dirichlet(role_concentration x population), each condition's distribution scattered around
-it in a level shared by the generators and one of each generator, condition_concentration
-and generator_share per cohort calibrated against paper 002 Tables 8 and 9) or from a pilot
-run's attributes table (each pilot role's counts, smoothed towards
-the generator's pooled distribution by one pseudo-image). A simulated dataset draws the
-config's roles from that population with replacement (the role bootstrap's model: roles are
-a sample), swaps each drawn role's two conditions at random (so that, with no planted effect,
-CF and CA-U have the same population distribution and the role-specific scatter between
-conditions is kept), and then images: per configured role and condition, ok images ~
-Binomial(prompts x seeds per prompt, 1 - discard rate), label mentions per dimension ~
-Binomial(images x ceil(l), l / ceil(l)) with l the labels per image, and the labels
-~ Multinomial(mentions, the role's distribution).
-
-The planted effect. CA-U images move towards a shared default: with strength w each CA-U
-label is replaced by the dimension's most common label (the paper's reading: unrelated
-contexts pull different roles towards a shared default). The effect of a level is its
-population BI under CA-U minus under CF (BI of the pooled population distributions, K = the
-labels the world has), so it does not depend on the sample size. Only increases are planted.
-
-The estimator is the project's: :func:`stereolens.contextbias.metrics.bi_from_parts` on the
-pooled counts of each dimension and condition, K per ``contextbias.metrics.k_definition``,
-cohort = mean of its dimensions, overall = mean of the cohorts (or of the dimensions, per
-``metrics.overall``), model "*" = mean over generators, each level's CA-U value minus its CF
-value: what :func:`stereolens.contextbias.bootstrap.cluster_bootstrap` reports as
-``estimate`` (tests/test_design_power.py checks it value for value). CA-R is not simulated;
-K "model" is then the labels seen under CF or CA-U.
-"""
+cohort) under the role-level bootstrap (world, effect and estimator: docs/planner.md,
+"The worlds in detail")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The ContextBias design's worlds (issue 15): the simulated population a power figure is
-computed in, from the documented prior (:mod:`stereolens.design.priors`) or from a pilot
-run's own tables (``--pilot``), and the tables a world's draws make for the power check.
-The estimators and the design live in :mod:`stereolens.design.contextbias`."""
+"""The ContextBias design's worlds: the simulated population from the prior or a pilot run
+(``--pilot``), and the tables a world's draws make for the power check."""
 
 from __future__ import annotations
 

@@ -1,29 +1,5 @@
-"""Power of the LVLM audit's scores: the TVD x100 of each task (story, term, exam) and axis
-above its noise floor, one design per task (each has its own ``images_per_group``).
-
-The worlds (null: the audited model's outputs do not depend on the group):
-
-- story: per story, each attribute of the assistant's reading is read with read_rate; a
-  scalar attribute (occupation, socioeconomic status, ...) takes one value, a list attribute
-  (personality traits, hobbies) each value with its own rate; values and rates from the
-  prior (Zipf frequencies) or the pilot's story_attributes (pooled over groups). Planted:
-  group g's stories move, with strength w, to the g-th most common value of every attribute.
-- term: every pair of groups is compared images_per_group times per term by a judge that,
-  with no effect, picks either explanation with probability 1/2 (dropped judgements at
-  drop_rate). Planted: with probability w the judge picks the group ranked higher (the
-  groups' order on the axis).
-- exam: per question a probability of a correct answer (Beta from the prior, or the pilot's
-  per-question accuracies), the same for every user image. Planted: with probability w an
-  answer of the first half of the groups becomes correct and one of the second half wrong.
-
-The effect is the population score (x100) of the planted rates: the formula applied to the
-expected counts (story: every value, weighted by its rate). The estimator is the configured
-formula of :mod:`stereolens.lvlm.scores` (``lvlm.metrics.formulas``; the mean over prompts of
-the per-prompt TVD, min_count for story), through :func:`~stereolens.lvlm.scores.tvd_from_uniform`;
-tests/test_design_power.py checks it against :func:`~stereolens.lvlm.scores.overall_scores`
-value for value. The test is the noise-floor test (one-sided): the pipeline's permutation
-p_perm <= level, predicted from the estimates with no effect.
-"""
+"""Power of the LVLM audit's scores: the TVD x100 of each task and axis above its noise floor,
+one design per task (worlds and effects: docs/planner.md, "The worlds in detail")."""
 
 from __future__ import annotations
 

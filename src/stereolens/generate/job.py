@@ -1,17 +1,6 @@
-"""One generation job of any benchmark (workflow rule ``generate_images``); the plumbing of
-every model job (threads, injected out-of-memory errors, timing) is stereolens.models.job.
-
-A job is one model x group x cell x shard of a benchmark: for ContextBias group = role,
-cell = condition (CF, CA-R, CA-U, VAL), shard = block of seeds; for BiasIG group =
-acquired-attribute type, cell = prompt condition (implicit, explicit), shard = block of
-prompts. A benchmark *adapter* (its plug-in's ``generation_items``, stereolens.benchmark:
-a function in the benchmark's jobs module) turns the benchmark's prompt table and those
-wildcards into GenerationItem keyword dicts; everything else (loading the model once,
-threads, the batch size of this attempt, the resumable shard runner, timing.json) is shared
-here. The job runs
-its model at the attempt's batch size, which changes speed and memory only: every image has
-its own seed, so the images are the same whatever the batch size.
-"""
+"""One generation job of any benchmark (rule ``generate_images``): the benchmark's adapter turns
+its prompt table and wildcards into items; loading, batch size and the shard runner are shared
+here (docs/architecture.md, "Inside a model job")."""
 
 from __future__ import annotations
 

@@ -1,34 +1,6 @@
-"""Run one generation shard: images + metadata into a folder, atomically and resumably.
-
-Layout of a finished shard::
-
-    {out_dir}/{image_id}.png     one per item
-    {out_dir}/thumbs/{image_id}.jpg  its gallery thumbnail (stereolens.thumbnails)
-    {out_dir}/metadata.jsonl     one JSON line per image, in item order
-    {out_dir}/timing.json        model load time, run time, seconds per image, prompts cut
-
-A generator with a ``prompt_truncation`` method (the diffusers backend) says which text
-encoders cut each prompt; an image whose prompt was cut gets ``prompt_truncation`` (per
-encoder: encoder, tokenizer, limit, tokens, kept, dropped) and ``quirks:
-["prompt_truncated"]`` in its metadata row, and timing.json counts such images
-(``prompts_truncated``). Rows of prompts that fit are as they were.
-
-Work happens in the sibling ``{out_dir}.partial/``. Each image is written there
-as soon as it is made (PNG to a temporary file, then os.replace) together with a
-sidecar ``{image_id}.json`` holding its metadata row. A rerun after a crash or a
-kill keeps every image whose sidecar matches the item, the generator's settings
-and the PNG's sha256, and makes only the rest. When every item is done the
-``.partial`` folder is moved onto ``out_dir`` in one rename, so ``out_dir`` exists
-only when the shard is complete.
-
-The thumbnail is made from the image while it is still in memory (a few ms) at the
-report's default size and quality, after the PNG and before the sidecar, so the report's
-first build copies it instead of decoding the PNG; it is an extra file (the PNG is the same
-with or without it) that nothing but the report reads, and a resumed image without one (a
-``.partial`` of an older version) gets one made from its PNG.
-
-Imports neither torch nor diffusers: the generator is passed in.
-"""
+"""Run one generation shard: images, thumbnails, metadata and timing into a folder, atomically
+and resumably (the shard's layout: docs/architecture.md, "Inside a model job"). Imports
+neither torch nor diffusers: the generator is passed in."""
 
 from __future__ import annotations
 

@@ -1,60 +1,6 @@
-"""Error rates of a reader (an attribute extractor, the LVLM's story assistant) per
-demographic group (issue 15, item 4; issue 20, item 4): per group, accuracy (= recall) and
-precision with Wilson intervals and F1 with a percentile bootstrap; per grouping, the largest
-error-rate gap between two groups with an interval that accounts for picking the worst and
-best group after looking, a test of difference and a flag that compares like with like. The
-benchmarks' audits build the item tables: :mod:`stereolens.contextbias.extraction_audit`,
-:mod:`stereolens.lvlm.story_reading`.
-
-Sampling units. An item table may carry a ``cluster`` column: the unit that was sampled
-(a ContextBias prompt, whose 10 seeds' images share it, and whose image rows share the image;
-a story template of the story-reading sample, read under every group). Items of one cluster
-are not independent, and a cluster may hold items of several groups (a prompt's images show
-different people; a story is read under every group: a matched design). Every interval and
-test then comes from the cluster-linearised covariance of the per-group error rates
-(:func:`cluster_covariance`: the sandwich estimator of a ratio of sums over clusters, with
-the small-sample factor C / (C - 1)), which carries both the clustering (design effects
-above 1) and the matching (a positive covariance between groups read on the same stories:
-a paired interval). Without a cluster column, or when every cluster holds one item, the
-items are independent binomial draws and the classical tests apply.
-
-- per group: Wilson intervals on the effective counts (k / deff, n / deff), deff = the
-  group's design effect (cluster variance over binomial variance, at least 1; precision's
-  over the labels read, accuracy's over the items: ``design_effect``); F1 with a
-  logit-scale Wald interval from the bootstrap standard error over clusters
-  (:func:`f1_interval`);
-- the largest gap: simultaneous intervals over all pairs of groups, each the Agresti-Caffo
-  adjusted difference (one right and one wrong pseudo-item added to each group, in clusters
-  of their own) +- a Bonferroni-t critical value (t with C - 1 degrees of freedom at
-  1 - alpha / (2 m), m = the number of pairs) times its standard error from the covariance;
-  the interval of the largest gap = [max(0, max L_ij), max U_ij] over ordered pairs, which
-  holds whenever every pairwise interval holds (so at least at the nominal level, whichever
-  groups turn out worst and best). Bonferroni over Tukey: it holds under any correlation
-  between the pairs (clusters shared by groups, matched groups), and for 7 independent groups
-  it is only 3% wider (3.04 against Tukey's 2.95);
-- the test: Pearson's chi-squared (or Fisher's exact test for two groups with an expected
-  count below 5) for independent items; for clustered items the second-order Rao-Scott
-  correction in its F form (as R's survey::svychisq): F = X^2 / sum(delta) on
-  (d0, d0 (C - 1)) degrees of freedom, d0 = sum(delta)^2 / sum(delta^2), delta = the
-  generalised design effects (eigenvalues of the null binomial covariance's inverse times the
-  design covariance, on the contrasts);
-- the flag: ``induced(accuracies)`` = the value of the bias metric itself that these
-  per-group accuracies alone would produce in a world without bias (each benchmark says its
-  formula), compared with the measured metric: flagged when the reader's errors alone would
-  produce at least the bias measured. Both are plug-in values of the same formula.
-
-Minimum sizes (bench/COVERAGE.md, Reader audits, minimum sizes): below them an interval or
-test does not cover at its nominal rate, so it is not printed: its columns are null and the
-String column ``interval_note`` says why (null where everything is printed).
-:data:`MIN_CLUSTERS` clusters per group for a group's accuracy, precision and F1 intervals
-when its items are clustered (the cluster covariance and design effect need them; one story
-template cannot stand for the population of templates), :data:`MIN_F1_ITEMS` items per group
-for the F1 interval of independent items (the bootstrap of F1 from a few items is often
-degenerate: all right, F1 = 1, no spread; Wilson's accuracy and precision intervals cover at
-any size), and
-:data:`MIN_TEST_CLUSTERS` clusters for the Rao-Scott test (its p-value; the simultaneous gap
-interval covers at every size measured, its t(C - 1) critical value allows for few clusters).
-"""
+"""Error rates of a reader (an attribute extractor, the LVLM's story assistant) per demographic
+group: Wilson and F1 intervals, the largest gap's simultaneous interval, the test of difference,
+the induced-bias flag and their minimum sizes (docs/statistics.md, "The reader audits")."""
 
 from __future__ import annotations
 

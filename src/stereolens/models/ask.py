@@ -1,27 +1,6 @@
 """Asking a model: request seeds, the response cache, JSON answers, failures, and the one
-validate-and-retry loop that extraction, VQA, the LVLM responses, the assistant and
-canonicalisation all use.
-
-What a backend's ``answer`` returns per request, and what becomes of it:
-
-* a string: the model's answer (valid, invalid, a refusal, or empty text). It is data: the
-  caller's ``validate`` decides whether to ask again (a fresh request, attempt + 1), and
-  after the last attempt the item is recorded with its last answer and reason.
-* :class:`ItemFailure`: this request cannot be asked at all (its image does not decode,
-  the API rejected the input as invalid). Recorded as the item's reason; never retried,
-  never cached.
-* :class:`BackendFailure`: the world outside the model failed (connection refused,
-  timeout, HTTP 408/409/429/5xx, a malformed response such as a proxy's HTML page,
-  authentication, a CUDA error, out of memory). Never data: retryable ones are asked
-  again inside the job with exponential backoff (:class:`TransportPolicy`, registry keys
-  ``transport_retries`` and ``transport_backoff_s``), or after the server's Retry-After
-  when that is longer (capped at ``retry_after_max_s``); anything else a backend returns
-  in place of a text is such a failure too. When they persist, :class:`TransportError`
-  fails the job, so
-  Snakemake retries it or stops, and a rerun redoes it. Answers that did come back are
-  already in the response cache, so the rerun asks only what failed. Out-of-memory and
-  non-retryable failures fail the job at once (Snakemake's retries give it more memory).
-"""
+validate-and-retry loop every model stage uses (what each outcome becomes: docs/architecture.md,
+"Inside a model job")."""
 
 from __future__ import annotations
 

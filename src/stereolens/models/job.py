@@ -1,13 +1,6 @@
-"""A model job, whatever the benchmark: load the model once, give torch the job's threads,
-the injected out-of-memory check, the scheduler's memory resources, the items of a finished
-generation shard (their images verified), and the job's own timing file.
-
-Retries after running out of memory: the workflow gives every model job a ``batch_size``
-and ``mem_mb`` that depend on Snakemake's attempt number (registry ``batch_size`` halved
-per retry, ``mem_mb`` times the attempt; see stereolens.models.registry.ModelSpec
-.job_batch_size). ``STEREOLENS_INJECT_OOM=<n>`` makes a job whose batch size is above n
-raise an out-of-memory error right after its model has loaded, to exercise those retries.
-"""
+"""A model job, whatever the benchmark: load once, threads, the injected out-of-memory check,
+memory resources, a finished shard's verified items and the job's timing file
+(docs/architecture.md, "Inside a model job")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Model registry: model names are data, backends are looked up lazily.
-
-A registry file (config/models.yaml) maps a model name to a backend and its
-settings. The backend name maps to "module:Class"; the module is imported only
-when a job asks for that backend, so metric and report jobs never import torch.
-Adding a model is a registry entry; adding a *kind* of backend is one line in
-BACKENDS plus a class with the methods of the matching protocol.
-"""
+"""Model registry: model names are data (config/models.yaml), backends are looked up lazily
+from ``BACKENDS`` ("module:Class"), so metric and report jobs never import torch."""
 
 from __future__ import annotations
 

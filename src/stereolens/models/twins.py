@@ -1,25 +1,6 @@
-"""Which architecture twin stands for which registry entry, and the entry's settings
-rewritten to run against its twin.
-
-The mapping is data: ``resources/twins.yaml`` maps a model id (a registry entry's
-``model``) to a twin builder of :mod:`stereolens.models.tiny.twins`, or to the reason there is
-none; a LoRA id to its twin; a backend without weights (``openai``) to its reason.
-Entries built locally (``build:``) or shipped in a Python package (``pkg://``) are their
-own twins. :func:`twin_table` is the table of docs/twins.md (docs/examples/twin_table.md);
-tests/test_twins.py checks that every registry entry has a row with a twin or a reason, and
-that the docs show it.
-
-:func:`twin_spec` turns a registry entry into the entry of its twin run: ``model`` (and
-``lora.path``) point at the twin folders, resolution and step counts are scaled down
-(:data:`MAX_STEPS`, the twin's resolution), vLLM entries run on the transformers backend
-(the vLLM engine settings are listed as not exercised; a twin that only vLLM loads
-stays on vLLM, runner ``vllm-only`` when vLLM is not asked for), and everything else stays as
-written (guidance, negative prompt, scheduler, pipeline_kwargs, dtype, variant, debiasing
-keys, max_new_tokens, temperature, image_max_side). The notes say what was changed.
-
-Importing this module is light (no torch): the builders are imported when a twin is
-built.
-"""
+"""Which architecture twin stands for which registry entry (data: ``resources/twins.yaml``), and
+:func:`twin_spec`, the entry's settings rewritten to run against its twin (docs/twins.md).
+Light to import: the builders load when a twin is built."""
 
 from __future__ import annotations
 

@@ -1,20 +1,5 @@
-"""Debiasing variants of a generator: registry-level helpers (no torch, no diffusers).
-
-A registry entry with ``variant_of: <base>`` is a debiasing variant of the generator
-``<base>``: its results are reported beside the base model's. What makes it a
-variant is one or more of these generator keys (resources/schemas/models.schema.yaml):
-
-- ``prompt_intervention``: ``{text, position: suffix|prefix, separator}``, text added
-  to every prompt (after ``style_prefix``), e.g. the "ethical intervention"
-  "if all individuals can be a doctor irrespective of their gender" or a fixed sentence;
-- ``semantic_guidance``: Fair Diffusion-style editing through diffusers'
-  ``SemanticStableDiffusionPipeline`` (editing prompts and their guidance settings);
-- ``lora``: LoRA weights loaded onto the base checkpoint;
-- fine-tuned weights: simply another ``model:`` (a folder or hub id) with
-  ``variant_of`` naming the model it was fine-tuned from.
-
-Every one of these keys is results-relevant, so it is part of the entry's fingerprint.
-"""
+"""Debiasing variants of a generator (``variant_of``): registry-level helpers, no torch, no
+diffusers (the keys that make a variant: docs/adding-a-model.md)."""
 
 from __future__ import annotations
 

@@ -1,43 +1,6 @@
-"""Text-to-image through Hugging Face diffusers (registry backend ``diffusers``).
-
-One ``DiffusersGenerator`` loads one pipeline once (``from_pretrained`` on a hub id
-or a local folder) and then makes images in batches. Every image gets its own
-``torch.Generator`` seeded with its own seed, so the starting noise of an image
-depends only on its (prompt, seed), never on which other images share its batch.
-(The arithmetic is another matter: kernels may round differently for different
-batch sizes, so images made with different ``batch_size`` can differ by a unit in
-a few pixel values. Keep ``batch_size`` fixed within a study.)
-
-Registry settings used here (see resources/schemas/models.schema.yaml):
-dtype, variant, pipeline_class, scheduler (a class name, or {class, config} whose config
-overrides the checkpoint's scheduler config), device, enable_cpu_offload,
-trust_remote_code, batch_size, resolution, steps, guidance, negative_prompt,
-style_prefix, pipeline_kwargs, and the debiasing-variant keys variant_of,
-prompt_intervention, semantic_guidance and lora (see stereolens.models.variants).
-``dtype: auto`` means float32 on CPU and, on CUDA,
-bfloat16 where the GPU supports it, else float16 (diffusers itself has no "auto":
-left unset, its own models load as float32 while transformers text encoders keep
-the checkpoint's dtype).
-
-Debiasing variants: ``prompt_intervention`` adds its text to every prompt after the
-style prefix; ``semantic_guidance`` loads the checkpoint as
-``SemanticStableDiffusionPipeline`` (Fair Diffusion) and passes the editing arguments
-with every call (with ``randomize_direction``, each image's editing direction is
-flipped or not by its own seed, so images stay independent of their batch); ``lora``
-loads LoRA weights with ``load_lora_weights`` and activates them at ``scale``.
-
-Settings that a pipeline receives but, with the entry's other settings, does not act on
-(FLUX's negative prompt without ``true_cfg_scale`` above 1; any negative prompt when
-guidance is 1 or less) are logged at load and recorded in settings() as
-``unused_settings``, so a run says so instead of dropping them silently. A checkpoint's
-safety checker (SD 1.x) is recorded as ``safety_checker`` and every image it replaces
-with a black one is logged. Checkpoints whose ``model_index.json`` names a component
-library that diffusers has moved to ``pipelines/deprecated/`` (Stable Cascade's VQGAN:
-``wuerstchen``) load again (:func:`alias_deprecated_libraries`).
-
-This module imports torch and diffusers; nothing imports it except the registry's
-lazy backend lookup.
-"""
+"""Text-to-image through Hugging Face diffusers (registry backend ``diffusers``): one pipeline
+loaded once, images in batches, one ``torch.Generator`` per image (docs/adding-a-model.md,
+"The backends in detail"). Imports torch and diffusers; only the registry's lookup imports it."""
 
 from __future__ import annotations
 

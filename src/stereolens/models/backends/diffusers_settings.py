@@ -1,8 +1,5 @@
-"""What a registry entry's settings mean for a diffusers pipeline (registry backend
-``diffusers``): the settings the backend knows, device and dtype, scheduler class and
-config, semantic-guidance (Fair Diffusion) arguments, and component libraries diffusers
-has moved to ``pipelines/deprecated`` (see :mod:`stereolens.models.backends.diffusers_backend`).
-
+"""What a registry entry's settings mean for a diffusers pipeline: known settings, device and
+dtype, scheduler, semantic-guidance arguments and deprecated component libraries.
 Imports torch and diffusers; only the diffusers backend imports it."""
 
 from __future__ import annotations

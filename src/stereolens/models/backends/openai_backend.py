@@ -1,39 +1,6 @@
-"""Vision-language models behind any OpenAI-compatible chat-completions endpoint:
-hosted APIs, or a local ``vllm serve``.
-
-* The API key is read from the environment variable named by ``api_key_env``;
-  it is handed to the client and masked out of every message this module logs
-  or raises. With no ``api_key_env`` a local endpoint (``base_url`` set) is
-  called with the placeholder key ``EMPTY``.
-* JSON-schema requests use ``response_format={"type": "json_schema", ...,
-  "strict": True}`` with the schema rewritten for strict mode
-  (:func:`strict_json_schema`), or, with ``strict_schema: false``, as written with
-  ``strict: false``: a vLLM server enforces the whole schema itself, maxLength
-  included, which strict mode drops (a random-weight model then writes free strings
-  up to the token limit). Choice requests use the same mechanism with a
-  one-field schema ``{"answer": <enum of the choices>}``, and the answer is
-  unwrapped to the bare choice; this works on OpenAI's API and on ``vllm serve``
-  alike (vLLM's own ``structured_outputs: {"choice": ...}`` extra is not used).
-* ``max_concurrency`` requests are in flight at once (a thread pool), at most
-  ``requests_per_minute`` start per minute; each has ``timeout_s`` (default 60); the
-  client's own retries (``max_retries``, default 0) are off unless the entry asks for
-  them, so every retry is the job's: a request that fails is a BackendFailure
-  (stereolens.models.ask: retried in the job after ``transport_backoff_s``, or after the
-  server's Retry-After on HTTP 429/503 where that is longer, at most
-  ``retry_after_max_s``; then the job fails), never an answer. Once a request of a call
-  failed in a way that says the endpoint is down (ENDPOINT_DOWN: refused, timed out, HTTP
-  429/502/503/504, a malformed response), the call's requests not yet sent are not sent
-  (they fail with it), so a dead endpoint costs one timeout per round, not one per wave
-  of ``max_concurrency`` requests; the
-  worst case is :func:`stereolens.models.api_wait.worst_case_hang_s`, which
-  ``stereolens check-config`` prints. An input the API rejects (HTTP 400/413/415/422)
-  loses only its own item. A refusal is an answer.
-* A response that is not a chat completion (not JSON, JSON of another shape, a proxy's
-  HTML page under HTTP 200) is a retried BackendFailure that names the server, the HTTP
-  status and content type, and quotes the first bytes of the body.
-* Reasoning models reject a temperature: when ``reasoning_effort`` is set it is
-  sent and ``temperature`` is not.
-"""
+"""Vision-language models behind any OpenAI-compatible chat-completions endpoint (hosted APIs
+or a local ``vllm serve``): keys, structured outputs, concurrency and failures are described in
+docs/adding-a-model.md, "The backends in detail"."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""Which of a pipeline's text encoders cut a prompt, and by how many tokens.
-
-A diffusers pipeline tokenizes the prompt once per text encoder and silently keeps the
-first tokens only: a CLIP encoder 77 (its tokenizer's ``model_max_length``, start and end
-tokens included), a T5 encoder ``max_sequence_length`` (an argument of the pipeline's
-call: SD 3 256, FLUX 512, PixArt-Sigma 300, unless ``pipeline_kwargs`` sets it). Only a
-transformers warning in the job log said so; :func:`prompt_truncation` tells the shard
-runner, which records it in the image's metadata (``prompt_truncation``, ``quirks``).
-
-Tokenizers of other kinds (Qwen-Image's Qwen2 tokenizer, which the pipeline cuts at
-1024 tokens) are not checked. Imports nothing heavy: the pipeline is passed in.
-"""
+"""Which of a pipeline's text encoders cut a prompt, and by how many tokens (recorded in the
+image's metadata; docs/twins.md). Imports nothing heavy: the pipeline is passed in."""
 
 from __future__ import annotations
 

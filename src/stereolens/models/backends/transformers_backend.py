@@ -1,21 +1,6 @@
-"""Local vision-language models through Hugging Face transformers (CPU or GPU).
-
-Any checkpoint that loads with ``AutoProcessor`` and ``AutoModelForImageTextToText``
-works (Qwen2.5-VL, LLaVA, Gemma 3, ...). The conversation is rendered with the
-processor's own chat template. Structured output is enforced by xgrammar: the
-request's JSON schema (or its list of choices) is compiled against the model's
-tokenizer, and a logits processor masks every token the grammar does not allow
-at each step, so even a random-weight model can only write schema-valid JSON
-(or run out of tokens first).
-
-Registry settings used: dtype, trust_remote_code, device, batch_size,
-image_max_side. Greedy requests are batched ``batch_size`` at a time with left
-padding; sampled requests run one at a time under their own seed.
-
-The grammar compilation, batching and generation live in
-:class:`GrammarConstrainedGeneration`, which the text-only backend
-(:mod:`stereolens.models.backends.transformers_llm_backend`) shares.
-"""
+"""Local vision-language models through Hugging Face transformers (CPU or GPU), with output
+constrained by an xgrammar logits processor (:class:`GrammarConstrainedGeneration`, shared with
+the text-only backend; docs/adding-a-model.md, "The backends in detail")."""
 
 from __future__ import annotations
 

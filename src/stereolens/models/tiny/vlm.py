@@ -1,36 +1,6 @@
-"""A tiny random-weight vision-language model, built in code, for offline tests.
-
-``build_tiny_vlm(out_dir)`` writes a folder that loads exactly as a Hub VLM does::
-
-    AutoProcessor.from_pretrained(out_dir)
-    AutoModelForImageTextToText.from_pretrained(out_dir)
-
-so the transformers backend is exercised end to end (chat template, image
-processor, image tokens, generate, constrained decoding) without a download.
-
-Architecture: LLaVA (a 2-layer CLIP vision tower, a 2-layer Llama decoder).
-Qwen2-VL / Qwen2.5-VL would be the closer match to the production extractor,
-but in transformers 5.x their processor type-checks a ``video_processor``
-against ``VideoProcessorMixin``, which only exists when torchvision is
-installed (even ``video_processor=None`` fails), so neither can be built or
-loaded here. LLaVA's processor needs only a tokenizer and an image processor,
-and the CLIP image processor has a PIL backend.
-
-The tokenizer is trained here: byte-level BPE over a fixed corpus (every one of
-the 256 bytes is in the alphabet, so any JSON text can be written), a ChatML
-chat template, and the special tokens the processor and template need. The
-language model's vocabulary is padded past the tokenizer's (as real checkpoints
-pad theirs), so code that sizes token masks must use the lm_head size.
-
-``build_tiny_vllm_vlm(out_dir)`` (builder ``tiny-vlm-vllm``) writes the same kind of
-model in a shape vLLM's CPU engine runs: attention heads of 32 (vLLM's CPU attention
-supports head_dim 32, 64, 80, ... only; the default model's heads are 8 wide), and the
-vision tower's weights under the Hub's LLaVA names (``vision_tower.vision_model.*``,
-which vLLM's loader expects; transformers 5 saves ``vision_tower.*`` and reads both).
-It loads through transformers as well, to the same tensors.
-
-The answers are noise: the weights are random. What is real is the plumbing.
-"""
+"""A tiny random-weight LLaVA vision-language model built in code for offline tests, in a
+transformers shape and a vLLM-CPU shape (why LLaVA and what differs: docs/twins.md,
+"How the twins are built")."""
 
 from __future__ import annotations
 

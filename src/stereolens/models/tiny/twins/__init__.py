@@ -1,25 +1,6 @@
-"""Architecture twins: tiny random-weight models of the same classes as the registry's
-real ones, built from configs (no hub), cached on disk.
-
-A twin is a folder that loads through exactly the code a real model goes through
-(``from_pretrained`` of the registry backend), so a registry entry's settings can be
-run against its real pipeline or model class on a CPU in seconds. Which twin stands
-for which hub model is data (``resources/twins.yaml``, read by :mod:`stereolens.models.twins`);
-this package holds the builders, one per architecture family:
-
-* :mod:`.diffusion`: the shared components and the UNet pipelines (SD 1.5, SDXL base /
-  Turbo / Playground v2.5 and an SDXL LoRA); :mod:`.diffusion_transformers`: SD 3.5,
-  FLUX.1-dev, Qwen-Image, PixArt-Sigma, Stable Cascade;
-* :mod:`.language`: the VLMs and LLMs transformers can build from a config (InternVL's in
-  :mod:`.internvl`); :mod:`.model_level` runs those whose processor cannot be built here.
-
-:func:`twin_path` builds a twin once into a cache folder keyed by the twin's name, its
-builder version and the library versions (so a new diffusers or a changed builder
-gets a new folder, never a stale one), written to a temporary sibling and moved into
-place: a reader never sees half a twin. Building all of them takes about 6 s on two
-cores (3 s of it importing torch, diffusers and transformers) and 12 MB of disk; the
-largest, Qwen-Image's, is 2.7 MB.
-"""
+"""Architecture twins: tiny random-weight models of the registry's classes, built from configs
+and cached on disk by :func:`twin_path`; one builder module per architecture family
+(docs/twins.md, "How the twins are built")."""
 
 from __future__ import annotations
 

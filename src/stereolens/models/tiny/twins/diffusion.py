@@ -1,28 +1,6 @@
-"""Architecture twins of the registry's text-to-image models: tiny random-weight
-pipelines of the same diffusers pipeline class, built from configs (the pattern of
-diffusers' own pipeline tests) and saved with ``save_pretrained``.
-
-Each builder writes a folder that loads exactly like the hub repository it stands for
-(``AutoPipelineForText2Image.from_pretrained(folder)``, with the repository's
-``variant``), with the same components (UNet or transformer, VAE, text encoders and
-their tokenizer families, scheduler class and the scheduler settings the registry
-entry depends on, safety checker, image encoder) in the same layout, only a few
-thousand to a few hundred thousand parameters each. What the published repositories
-hold (``model_index.json`` and ``scheduler_config.json``) is followed where it matters
-for the registry's settings: SD 1.5's PNDM scheduler and safety checker, SDXL base's
-Euler scheduler with leading timestep spacing, SDXL-Turbo's ancestral Euler with
-trailing spacing, Playground v2.5's EDM DPM-Solver and VAE latent statistics, the
-flow-matching schedulers of SD 3.5, FLUX.1-dev (dynamic shifting; guidance
-embeddings, as FLUX.1-dev has) and Qwen-Image, PixArt-Sigma's DPM-Solver and T5,
-Stable Cascade's prior and decoder as two repositories, the decoder's model card
-naming the prior (which is how ``StableCascadeCombinedPipeline`` finds it).
-
-The images are noise. What is real is the loading path, the call arguments and the
-arithmetic of the pipeline classes.
-
-Builders take ``(out_dir, seed)`` and write into ``out_dir`` (an empty folder); the
-caching and the atomic move into place are :func:`stereolens.models.tiny.twins.twin_path`'s.
-"""
+"""Architecture twins of the registry's text-to-image models: the shared components and the
+UNet pipelines (SD 1.5, SDXL base / Turbo / Playground v2.5, an SDXL LoRA), built from configs
+and saved with ``save_pretrained`` (docs/twins.md, "How the twins are built")."""
 
 from __future__ import annotations
 

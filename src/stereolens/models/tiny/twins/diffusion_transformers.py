@@ -1,7 +1,5 @@
 """Architecture twins of the registry's transformer-based text-to-image models (SD 3.5,
-FLUX.1-dev, Qwen-Image, PixArt-Sigma, Stable Cascade): tiny pipelines of the same diffusers
-classes, built from the shared components of :mod:`.diffusion` (see its docstring for
-what a twin keeps of its hub repository)."""
+FLUX.1-dev, Qwen-Image, PixArt-Sigma, Stable Cascade), from the components of :mod:`.diffusion`."""
 
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
-"""Architecture twins of the InternVL models.
-
-* InternVL3 and InternVL3.5 in the -hf layout (OpenGVLab's conversions to transformers'
-  native ``InternVLForConditionalGeneration``, which the registry names): the shared
-  pieces of :mod:`.language` (a 2-layer decoder of the family, the tokenizer trained
-  here, ``save_pretrained``), InternViT, the image processor's tiling and
-  InternVLProcessor's settings file. Its processor needs torchvision (its video
-  processor), so without it these twins run at the model level (:mod:`.model_level`).
-* Mini-InternVL-Chat-4B-V1.5 (BiasIG's fine-tuned VQA model) in the remote-code layout
-  (``InternVLChatModel``): InternVL 1.5's v1 pixel shuffle is not in the native class, so
-  this twin is for vLLM's own implementation, with the configuration classes of
-  :mod:`.internvl_chat_config` copied into the folder (``auto_map``).
-"""
+"""Architecture twins of the InternVL models: InternVL3 / 3.5 in the native -hf layout, and
+Mini-InternVL-Chat-4B-V1.5 in the remote-code layout for vLLM (docs/twins.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""InternVL's remote-code configuration classes (model_type internvl_chat), written by
-stereolens for an architecture twin: the keys and defaults the InternVL repositories'
-configuration_internvl_chat.py and configuration_intern_vit.py read, so that vLLM's own
-InternVLChatModel can load a folder that holds no hub code."""
+"""InternVL's remote-code configuration classes (model_type internvl_chat), written here so that
+vLLM's own InternVLChatModel can load a twin folder that holds no hub code."""
 
 from transformers import AutoConfig, PretrainedConfig
 

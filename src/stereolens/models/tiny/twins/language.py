@@ -1,40 +1,6 @@
-"""Architecture twins of the registry's VLMs and LLMs: tiny random-weight models of the
-same transformers classes, built from configs, saved with ``save_pretrained`` with a
-tokenizer of the family trained here (:mod:`.tokenizers`), the family's image processor
-and a chat template in the family's format.
-
-=================  =======================================  ==========================
-twin               model class                              processor
-=================  =======================================  ==========================
-qwen2.5-vl         Qwen2_5_VLForConditionalGeneration       Qwen2_5_VLProcessor (*)
-llava-next         LlavaNextForConditionalGeneration        LlavaNextProcessor
-                   (CLIP vision tower, Mistral decoder)
-llava-onevision    LlavaOnevisionForConditionalGeneration   LlavaOnevisionProcessor (*)
-                   (SigLIP vision tower, Qwen2 decoder)
-gemma3             Gemma3ForConditionalGeneration           Gemma3Processor
-internvl3          InternVLForConditionalGeneration         InternVLProcessor (*)
-internvl3.5        (:mod:`.internvl`: InternViT, Qwen2 or   InternVLProcessor (*)
-                   Qwen3 decoder)
-qwen3              Qwen3ForCausalLM                         (tokenizer)
-=================  =======================================  ==========================
-
-(*) In transformers 5.x these processors type-check a ``video_processor`` against
-``VideoProcessorMixin``, which exists only with torchvision (see
-:mod:`stereolens.models.tiny.vlm`), so they cannot be built or saved here. Their twins' folders
-hold the model, the tokenizer (with the chat template) and the image processor, as the
-hub repositories do (minus the video processor's file). Where ``AutoProcessor`` can load
-such a folder (with torchvision, it assembles the processor from those files) the twin
-runs on the registry's transformers backend; where it cannot, :class:`ModelLevelVLM`
-runs it: the real image processor, the chat template, and the model itself telling how
-many placeholder tokens each image needs (``get_image_features``), where the processor
-would have used its own formula.
-
-Chat templates follow the families' formats (ChatML with vision markers for Qwen,
-``[INST]`` for Mistral, ``<start_of_turn>`` for Gemma); they are written here, not
-copied from the hub repositories. Attention heads are 32 wide (vLLM's CPU attention
-needs at least 32), text models have a context as long as their registry entry's
-``max_model_len`` allows.
-"""
+"""Architecture twins of the registry's VLMs and LLMs: tiny random-weight models of the same
+transformers classes, with a tokenizer trained here, the family's image processor and chat
+template (the classes and their limits: docs/twins.md, "How the twins are built")."""
 
 from __future__ import annotations
 

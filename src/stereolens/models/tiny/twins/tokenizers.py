@@ -1,19 +1,5 @@
-"""Tokenizers for the architecture twins, trained here (no hub).
-
-Each is the model family's own transformers tokenizer class (``CLIPTokenizer``,
-``T5Tokenizer``, ``Qwen2Tokenizer``, ``GemmaTokenizer``, ``LlamaTokenizer``), whose
-constructor sets up that family's normalizer, pre-tokenizer and decoder; its
-vocabulary is then trained on a small fixed corpus with ``train_new_from_iterator``
-(BPE for CLIP, Qwen2, Gemma and Llama; Unigram for T5), so the twin tokenizes text the
-way its real model does, only with a few hundred tokens instead of 32k-152k.
-
-The corpus holds every printable ASCII character (so any prompt or JSON answer can be
-written), prompt words, the JSON punctuation and labels of the attribute schema, and
-the fixed prompt templates of the pipelines that use one (Qwen-Image's system prompt:
-its whole words become single tokens, so the template's prefix has the 34 tokens the
-pipeline drops from the text encoder's output, as with Qwen's own tokenizer; see
-:func:`qwen_image_template_words`).
-"""
+"""Tokenizers for the architecture twins, trained here (no hub): each family's own tokenizer
+class, its vocabulary trained on a small fixed corpus (docs/twins.md, "How the twins are built")."""
 
 from __future__ import annotations
 

@@ -1,24 +1,6 @@
-"""Canonicalisation of open-vocabulary labels (ContextBias paper Sec. 3.4 and App. C): the
-reviewer's overrides, the canonical labels of the attributes table, and the end-to-end run.
-
-The extractor writes free text for items, clothing_garment and activities, so one thing
-appears under several surface forms ("lab coat", "white lab coat", "labcoat"). The
-canonicalisation maps every raw label to one label per concept, in three reviewable steps:
-
-1. Embedding clusters (stereolens.contextbias.canonical_clusters, :func:`build_mapping`),
-   once per dimension over the whole benchmark and all models; the cluster's canonical
-   label is its cleanest member.
-2. Optionally an LLM (stereolens.contextbias.canonical_llm, :func:`llm_core_labels`)
-   reduces each cluster's canonical label to its core concept, with the versioned prompt
-   resources/contextbias/canonical_prompt.v1.yaml. An empty or invalid answer keeps the
-   embedding label, and the mapping says so in ``note``.
-3. Optionally a reviewer's CSV overrides single raw labels (:func:`apply_overrides`).
-
-The result is a mapping table (canonical_clusters.MAPPING_COLUMNS): one row per
-(dimension, raw_label), ``core_label`` being the label used downstream.
-:func:`canonicalise_attributes` adds it to the attributes table as ``canonical_label``;
-:func:`run_canonicalisation` runs the three steps and writes both tables.
-"""
+"""Canonicalisation of open-vocabulary labels (ContextBias paper Sec. 3.4, App. C): the
+reviewer's overrides, the canonical labels of the attributes table and the end-to-end run of
+the three steps (docs/methods.md, "Canonicalisation")."""
 
 from __future__ import annotations
 

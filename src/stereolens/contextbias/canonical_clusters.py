@@ -1,17 +1,6 @@
-"""Step 1 of the canonicalisation of open-vocabulary labels (ContextBias paper Sec. 3.4 and
-App. C; the steps are in stereolens.contextbias.canonical): the mapping table
-(:data:`MAPPING_COLUMNS`), the sentence encoder, and the embedding clusters that fill the
-table's first version.
-
-Clusters (:func:`cluster_labels`) are made once per dimension over the whole benchmark and
-all models: labels are embedded with a sentence encoder (all-MiniLM-L6-v2 by default) and
-clustered greedily in descending count order (ties alphabetical). A label joins the existing
-cluster whose count-weighted running centroid it is most similar to, if that cosine is >=
-the threshold (0.8) and the label passes the string gate (:func:`string_gate`: difflib
-ratio >= 0.65, a shared word, or a prefix match) with at least one member of that cluster;
-otherwise it starts a new cluster. The cluster's canonical label is its cleanest member
-(:func:`cleanliness`).
-"""
+"""Step 1 of the canonicalisation of open-vocabulary labels: the mapping table
+(:data:`MAPPING_COLUMNS`), the sentence encoder and the embedding clusters (the rule:
+docs/methods.md, "Canonicalisation")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Step 2 of the canonicalisation of open-vocabulary labels (optional; the steps are in
-stereolens.contextbias.canonical): an LLM reduces each embedding cluster's canonical label
-to its core concept (:func:`llm_core_labels`), with the versioned prompt
-resources/contextbias/canonical_prompt.v1.yaml (:class:`CanonicalPrompt`), answering JSON
-``{"concept": ...}`` under a schema (:func:`parse_concept`). An empty or invalid answer
-keeps the embedding label, and the mapping says so in ``note``; valid deterministic
-answers are cached.
-"""
+"""Step 2 of the canonicalisation of open-vocabulary labels (optional): an LLM reduces each
+embedding cluster's canonical label to its core concept (:func:`llm_core_labels`)."""
 
 from __future__ import annotations
 

@@ -1,31 +1,6 @@
-"""ContextBias attribute extraction: the versioned extraction prompt, the schema as prompt
-text, and schema-constrained extraction over a set of images with retries (through the
-one ask loop, stereolens.models.ask).
-
-Every image gets a fresh single-turn request (system text, the image, the user
-text; never the generation prompt or role: extraction is blind). The answer is
-parsed as one JSON object and validated against the attribute schema; an empty,
-unparsable or invalid answer is asked again as a new request (attempt number
-in the request; no history) up to ``max_attempts``, after which the image is
-recorded as discarded with the reason. No image is ever dropped and one bad
-answer never stops the run.
-
-Requests are batched per round: all images' first attempts go to the backend
-in one ``answer`` call, then the retries of the failures, and so on.
-
-At temperature 0 raw responses can be cached on disk (:class:`ResponseCache`),
-keyed by the full request, the image content hash and the model fingerprint, so
-a rerun asks the model nothing it has answered before. Empty answers are never
-cached, and a backend failure (network, server, GPU) is never an answer: it fails
-the job after in-job retries (stereolens.models.ask), which writes nothing.
-
-Retries at temperature 0 repeat the same request except for the attempt number,
-so a deterministic backend tends to repeat its answer; they matter for
-nondeterministic and sampling backends. Each request carries its own
-seed, derived from the registry seed, the image id and the attempt number, so a
-sampling backend draws independently per image and a retry is a new draw, while
-a rerun reproduces every draw.
-"""
+"""ContextBias attribute extraction: the versioned extraction prompt, the schema as prompt text,
+and blind, schema-constrained extraction over a set of images with retries through
+stereolens.models.ask (docs/methods.md, "Extraction")."""
 
 from __future__ import annotations
 

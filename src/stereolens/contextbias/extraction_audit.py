@@ -1,44 +1,6 @@
-"""The attribute extractor audited per demographic group (issue 15, item 4): does it err more
-for one group, which the audit would read as the generator's bias?
-
-ContextBias extraction validation (the explicit prompts, :mod:`stereolens.contextbias.validation`)
-broken down by the demographic
-
-- the prompt states (grouping ``stated``): items whose expected pair is a gender
-  presentation, skin tone or age range, grouped by that expected label ("a photo of a
-  female bartender" -> female): how well the extractor reads that demographic for each
-  group;
-- the generated person shows (grouping ``shown``): every item grouped by the label the
-  extractor (or, with ``shown_by``, another extractor) reads for gender presentation, skin
-  tone or age range in the same image (several labels: "several"; none: left out); items of
-  the grouping dimension itself are left out (they would group by their own answer). With
-  the same extractor the group is its own reading: an error in it moves the item between
-  groups; another extractor's reading is independent of this one's errors.
-
-Per (extractor, model, grouping, dimension, group): items, accuracy (= recall, the
-validation's identity) with a Wilson interval, precision (exclusive dimensions' contradicting
-labels) with a Wilson interval, F1 with a bootstrap interval; model ``*`` pools the
-generators. The sampling unit (``cluster``) is the validation prompt: its 10 seeds' images
-share it, and a "shown" item is an (image, dimension) row, so an image's rows and a prompt's
-images are not independent (the details table's ``prompt_id``; the image where it has none).
-Intervals and tests are cluster-aware (:mod:`stereolens.metrics.group_audit`): Wilson on the
-effective counts, F1 with a logit-scale t interval from its bootstrap standard error over
-prompts, the largest gap in
-error rate (1 - accuracy) between two groups with a simultaneous interval over all pairs (the
-worst and best groups are picked after looking), and a test of difference (chi-squared, or
-Fisher's exact test for two groups with an expected count below 5, for independent items;
-the Rao-Scott F test for clustered ones). Minimum sizes (stereolens.metrics.group_audit):
-a group's F1 interval needs 20 independent items (MIN_F1_ITEMS), clustered groups 5 prompts
-(MIN_CLUSTERS) for any interval, and the Rao-Scott test 40 prompts (MIN_TEST_CLUSTERS);
-below them the column is null and ``interval_note`` says why.
-
-The flag compares like with like: ``induced_bias`` = the BI (1 - H(q) / log K, K = the number
-of groups, q_g = a_g / sum_h a_h) that the per-group accuracies a_g alone would give the
-group dimension if every group were equally common and every misread were lost, against the
-measured |CA-U - CF| BI shift of that dimension (bootstrap.parquet; the overall shift when
-the dimension has no row, and for the "shown" grouping). Flagged when the errors alone
-would produce at least the measured shift: extraction error could then make or hide it.
-"""
+"""The attribute extractor audited per demographic group: the extraction validation broken down
+by the group a prompt states or an image shows, and the induced-bias flag (docs/planner.md,
+docs/methods.md, "The extractor audited per group")."""
 
 from __future__ import annotations
 

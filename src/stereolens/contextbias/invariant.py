@@ -1,22 +1,6 @@
-"""The share of context-invariant (role, label) pairs per generator (the report's bias
-profile row "context-invariant pairs %") and its 95% interval (issue 20).
-
-Estimand: the share of tested (role, label) pairs a generator keeps context-invariant
-(ccs.parquet's ``consistent``), for occupations like the configured ones: roles are a
-sample from a population of roles (as the role bootstrap of the BI shift beside it assumes),
-so the population value is sum over roles of E[k_r] / sum of E[n_r] (k_r flagged pairs of
-n_r pairs of role r) and roles are the clusters. The pairs of one role share its images, its
-counts and its role-level bias, so they are not independent trials: at paper scale (the
-planner's prior world, 92 roles, 10 seeds) a plain Wilson interval on k of n pairs covered
-91.5% +- 2.0 of 200 datasets, this one 96.0% +- 1.4; where roles differ in context
-sensitivity 78.5% +- 2.9 against 97.0% +- 1.2; with 20 roles 92.5% against 94.5%
-(bench/COVERAGE.md, "ContextBias: context-invariant pairs").
-
-Interval: Wilson on the effective counts k / deff, n / deff, deff = the cluster-robust
-(sandwich, over roles, factor R / (R - 1)) variance of the ratio k / n over its binomial
-variance, at least 1 (stereolens.metrics.group_audit.design_effects and wilson, as the
-reader audits). Withheld (null, with ``interval_note``) below ``min_roles`` roles: a
-variance from fewer clusters is too noisy to carry a nominal 95%."""
+"""The share of context-invariant (role, label) pairs per generator (the bias profile's
+"context-invariant pairs %") and its role-clustered Wilson interval (docs/statistics.md,
+"Context-invariant pairs")."""
 
 from __future__ import annotations
 

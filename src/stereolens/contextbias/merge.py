@@ -1,9 +1,5 @@
-"""Merge per-shard extraction records into the long attributes table and the
-images table, in two steps so that adding a generator or extractor merges only its shards:
-:func:`merge_extraction_part` per (extractor, generator) ->
-``results/contextbias/merged/{extractor}/{model}/{attributes_raw,images}.parquet``, then
-:func:`merge_extraction_parts` concatenates the parts (streamed) into
-results/contextbias/attributes_raw.parquet and images.parquet."""
+"""Merge per-shard extraction records into the long attributes table and the images table, in
+two steps (one part per extractor x generator, then the parts concatenated)."""
 
 from __future__ import annotations
 

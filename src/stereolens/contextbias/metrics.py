@@ -1,12 +1,5 @@
 """ContextBias metrics on the long attributes table: Bias Intensity (paper Eq. 1) pooled over
-roles and per role.
-
-Input columns: model, role, condition, image_id, cohort, dimension, label (plus
-extractor, optional: when present every metric is computed per extractor too).
-The label-level analyses (homogeneity, CCS, prompt robustness, cluster bootstrap) live in
-:mod:`stereolens.contextbias.ccs`, :mod:`~stereolens.contextbias.robustness` and
-:mod:`~stereolens.contextbias.bootstrap`.
-"""
+roles and per role (inputs and definitions: docs/methods.md, docs/outputs.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The ContextBias benchmark as a plug-in (stereolens.benchmark): its config checks, its model
-jobs (one generation job per generator x role x condition x seed shard, validation roles
-x VAL shards too, and one extraction job per extractor x generation job), its targets, the
-models it uses and the tables its report reads."""
+"""The ContextBias benchmark as a plug-in (stereolens.benchmark): config checks, model jobs
+(generation per generator x role x condition x seed shard, extraction per extractor x generation
+job), targets, models and report tables."""
 
 from __future__ import annotations
 

@@ -1,20 +1,4 @@
-"""The ContextBench prompt bank as a table.
-
-Source quirks handled here (see resources/contextbias/PROVENANCE.md):
-
-* trailing " changed" (448 prompts): a folder-name artefact of the authors' second
-  data drop, not part of the prompt -> removed; the prompt is marked variant
-  "substitution" (location substitution / paraphrase variants came from that drop).
-* "caf" (7 prompts): "café" lost its accent in folder names -> restored.
-* "a accountant", "in a office" (300 prompts): the authors' template did not switch
-  "a" to "an" and the images were generated from that text -> kept by default so the
-  run reproduces theirs; ``fix_articles=True`` corrects them (a different prompt, hence
-  a different prompt_id).
-* CA-R entries without any context (6, two roles from another source) -> kept with
-  their label, flagged in ``quirks``.
-* model keys "SD3.5" vs "3.5", missing models, extra "mmbd_eval" -> seeds are looked
-  up through a key map with a fallback (``seed_source`` records which was used).
-"""
+"""The ContextBench prompt bank as a table, with the source quirks handled (docs/data.md)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
 """Extraction validation on explicit-attribute prompts (ContextBias paper Sec. 4.2, App. D.1,
-Tables 1 and 7).
-
-The authors' 220 validation prompts (resources/contextbias/validation_prompts.json) each
-name one attribute ("a photo of a male bartender"). The reviewed ground truth
-(resources/contextbias/validation_truth.v1.yaml) maps every prompt to the schema dimension and
-label it states (stereolens.contextbias.validation_truth loads and checks it).
-:func:`build_validation_prompts` turns the prompts into a prompt table of the same layout
-as :func:`stereolens.contextbias.prompts.build_prompts` (condition ``"VAL"``), so the
-generation and extraction jobs run them unchanged. :func:`validation_scores` compares the
-extracted attributes with the truth; the metric definitions are in its docstring.
-"""
+Tables 1 and 7): the validation prompt table and :func:`validation_scores` (docs/methods.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The ground truth of the ContextBias extraction validation: the authors' 220
-explicit-attribute prompts (resources/contextbias/validation_prompts.json) and the reviewed
-truth file (resources/contextbias/validation_truth.v1.yaml) mapping each to the dimension and
-label it states, checked against the attribute schema and the prompt file."""
+"""The ground truth of the ContextBias extraction validation: the authors' 220 explicit prompts
+and the reviewed truth file, checked against the attribute schema and the prompt file."""
 
 from __future__ import annotations
 

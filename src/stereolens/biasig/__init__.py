@@ -1,7 +1,2 @@
-"""BiasIG (Luo et al.): implicit and explicit generative bias and the manifestation factor.
-
-``prompts`` builds the 47,040-prompt table, ``truth`` loads and validates the ground truth,
-weights, categories and pairs, ``metrics`` computes S_imp, S_exp and eta with bootstrap
-confidence intervals (from ``formulas``, ``answers``, ``resample``, ``groups``, ``pairs`` and
-``score_tables``), ``cli`` adds the ``stereolens biasig`` subcommands.
-"""
+"""BiasIG (Luo et al.): implicit and explicit generative bias (S_imp, S_exp) and the manifestation
+factor eta; ``metrics`` is the public API, ``cli`` the ``stereolens biasig`` subcommands."""

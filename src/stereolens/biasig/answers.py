@@ -1,7 +1,5 @@
-"""BiasIG answers -> image-level codes: validating and normalising an answers table
-(:func:`prepare_answers`), the scoring units (:func:`scoring_table`, :func:`subject_of`) and
-the :class:`Prepared` answers (per image and person the code of each attribute, images
-grouped by (variant, model, unit)) that the resampler and the scorers read."""
+"""BiasIG answers -> image-level codes: the validated answers table (:func:`prepare_answers`),
+the scoring units (:func:`scoring_table`) and the :class:`Prepared` answers the scorers read."""
 
 from __future__ import annotations
 

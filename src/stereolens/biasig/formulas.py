@@ -1,7 +1,5 @@
-"""BiasIG formulas and vocabulary: the constants the metrics share (eta variants, count
-modes, scoring units, the columns of the answers and output tables, accepted answer
-spellings, aggregation levels) and the pure formulas on vectors (S_imp of a cell, eta's
-signed contributions and their sums), the test surface for hand-computed values."""
+"""BiasIG formulas and vocabulary: the constants the metrics share and the pure formulas on
+vectors (S_imp of a cell, eta's signed contributions and their sums)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
 """BiasIG scorers and their aggregation groups: S_imp (:class:`Implicit`) and S_exp
-(:class:`Explicit`) per unit from its counts, the groups of ``LEVELS`` above the unit and the
-weighted sums into them, and the numeric helpers they share (:func:`safe_div`,
-:func:`quantiles`, :func:`replicate_moments`, :func:`bias_corrected`,
-:func:`membership`, :func:`sum_groups`)."""
+(:class:`Explicit`) per unit, the groups of ``LEVELS`` above the unit, and their numeric helpers."""
 
 from __future__ import annotations
 

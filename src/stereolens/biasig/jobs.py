@@ -1,13 +1,5 @@
-"""The body of one BiasIG generation or VQA job (called by the workflow scripts, usable
-from Python). Heavy imports happen only inside.
-
-A generation job is one model x acquired attribute type (occupation / characteristic /
-social_relation) x prompt condition (implicit / explicit) x shard, where a shard is a
-contiguous block of ``prompts_per_shard`` prompts (prompts sorted by prompt_id) with all
-their images: 47,040 prompts at 80 per shard are 589 jobs per model, instead of one job
-per prompt or image. Generation runs through the shared rule and job
-(stereolens.generate.job); :func:`generation_items` is this benchmark's adapter.
-"""
+"""The body of one BiasIG generation or VQA job; :func:`generation_items` is this benchmark's
+adapter to the shared generation job. Heavy imports happen only inside."""
 
 from __future__ import annotations
 

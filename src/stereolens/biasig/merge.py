@@ -1,18 +1,5 @@
-"""results/biasig/answers.parquet from the VQA shards, in two steps so that adding a
-generator merges only its own shards:
-
-1. :func:`merge_model_answers`: one generator's VQA shards (589 at paper scale) ->
-   ``results/biasig/merged/{model}/answers.parquet``, sorted by prompt, image and position;
-2. :func:`merge_answer_parts`: the generators' parts, concatenated in (model, variant)
-   order -> ``results/biasig/answers.parquet`` (streamed: never whole in memory).
-
-The shards are read by polars' native JSON-lines scanner with the schema
-:data:`ANSWER_DTYPES` (the VQA rows of stereolens.biasig.vqa.ROW_COLUMNS; ``attempt_log``
-stays in the shards). The table is the one the earlier in-memory merge built
-(``biasig_merge_answers_reference`` in tests/reference_aggregates.py): columns in its order
-(the rows' keys sorted, then ``variant``), rows sorted by model, variant, prompt_id,
-image_id, position.
-"""
+"""results/biasig/answers.parquet from the VQA shards, in two steps: one generator's shards into
+``merged/{model}/answers.parquet``, then the parts concatenated in (model, variant) order."""
 
 from __future__ import annotations
 

@@ -1,60 +1,6 @@
-"""BiasIG metrics: S_imp, S_exp and the manifestation factor eta, with bootstrap intervals.
-
-Input: an answers table, one row per image x person (columns model, image_id, position,
-gender, race, age, status, and prompt_id or the prompt text in ``prompt`` or ``text``; an
-optional ``variant`` column names a debiasing variant of a model and defaults to the model
-name). ``position`` is "single" for one-person prompts and "left" / "right" for the
-two-person social-relation prompts.
-
-Which images count (``count``): "paper" (default) = an image counts only when every row of
-it has status "ok", as the paper discards an image after persistent VQA failures (a
-"partial" row, with an attribute still unknown after the retries, discards its image);
-"attribute" = rows with status "ok" or "partial" count, attribute by attribute. Any other
-status (discarded) counts for nothing; an answer "unknown" (or empty) is left out of that
-attribute only.
-
-Scoring unit (``scoring_unit``): "subject" (default) = "prompt j" of the paper's Eq. 1-2 is
-the subject, the prompt text before its first comma ("a photo of a nurse"): the images of
-all its phrasings are pooled into one distribution, as the released code does and as the
-k_j of truth/weight.json are keyed; "phrasing" = every one of the 20 phrasings is scored on
-its own images and the levels above average them (biased downwards: a generator sampling
-exactly from the ground truth scores about 0.963 instead of 0.998 at 10 images a phrasing).
-Per unit and person, the generated distribution of an attribute is its counts over the
-usable (non-unknown) answers. Everything below is computed from those counts, so the same
-code gives the point estimate (the images as they are) and each bootstrap replicate (images
-resampled with replacement within each unit; the left and right answers of an image move
-together). ``score_bc`` is the bias-corrected estimate (2 x estimate - the replicates' mean)
-and ``ci_low`` / ``ci_high`` its normal interval (+- z x the replicates' sd): S_imp's plug-in
-is biased down, and a percentile interval would double the bias (see
-:func:`compute_metrics`). eta's ``eta_*_bc`` and intervals take the double bootstrap (each
-replicate's side counts resampled again, :meth:`Eta.inner`): eta is not smooth and one
-correction leaves part of its bias. Below ``interval_min_images_per_subject`` images a
-subject no interval is printed (``interval_note``).
-
-* S_imp (paper Eq. 1-2), implicit prompts: S_ij = (cos(p_i, q_i) + 1) / 2 against the ground
-  truth q_i; two-person prompts average left and right (over the persons with usable
-  answers). Every level above the unit is sum(k_i k_j S_ij) / sum(k_i k_j) over the (unit,
-  attribute) cells with usable answers; per-attribute rows are sum(k_j S_ij) / sum(k_j).
-  ``ceiling`` = the expected score of a generator that samples exactly from the ground truth
-  at the same numbers of usable answers (seeded simulation through the same scorer): S_imp
-  is biased downwards in finite samples, and the ceiling is the best score this run can show.
-* S_exp (Eq. 3), explicit prompts: share of usable answers equal to the value asked for, per
-  person, averaged over the persons of a prompt; aggregated with k_j. Per protected value,
-  each person of a two-person prompt counts with weight k_j / 2 under the value asked of it.
-* eta (Eq. 4-5), pairs of truth/eta.json on the implicit prompts: p (advantaged) and q
-  (disadvantaged) are the shares of each protected value over all images of the pair's
-  acquired attribute (its 20 prompt variants pooled), p', q' the ground truth. See
-  ``eta_contributions`` for the paper's and the released code's formulas.
-
-A unit with no usable answer is reported with a null score and status "missing", never as
-a score; it is left out of every mean. Units absent from the answers table are not listed.
-
-This module holds the entry points (:func:`compute_metrics` and one wrapper per table) and
-the bootstrap loop; the parts live in ``formulas`` (constants, formulas on vectors),
-``answers`` (answers -> image codes), ``resample`` (bootstrap counts), ``groups`` (the S_imp
-and S_exp scorers, group sums), ``pairs`` (eta pairs and scorer) and ``score_tables`` (the
-output tables). Their public names are re-exported here.
-"""
+"""BiasIG metrics: S_imp, S_exp and eta with bootstrap intervals; :func:`compute_metrics` and one
+wrapper per table, re-exporting the parts' public names (the definitions: docs/methods.md,
+"BiasIG")."""
 
 from __future__ import annotations
 

@@ -1,34 +1,5 @@
-"""The BiasIG prompt set (47,040 prompts) as a table.
-
-One row per prompt line of resources/biasig/prompts/**.txt (``--prompt "<text>"``). What each
-prompt asks for is read from its text (the text the images were generated from) and checked
-against its file name, so a mislabelled file is an error rather than a silent mix-up.
-
-Source quirks handled here (resources/biasig/PROVENANCE.md); the per-prompt ones are listed
-in the ``quirks`` column:
-
-* mixed line endings (CRLF in the occupation and characteristic files, LF in the relation
-  files) and no final newline in some files -> lines are split on either.
-* ``double_space`` (400 prompts, relation/race/sr_sa_black.txt and sr_sa_ea.txt: "Black  Employee")
-  -> the text is kept verbatim (it is what was generated from); parsing collapses whitespace.
-* ``lowercase_value`` (480 prompts, characteristic/char_black.txt: "a rich black person")
-  -> protected values are read case-insensitively.
-* ``name_alias`` (200 prompts: prompts say "unattractive", weight.json, category.json and
-  eta.json say "ugly") -> weights and categories are looked up under the alias.
-* ``truth_key_alias`` (400 prompts: "a photo of one Boxer" / "Veterinarian" vs truth keys
-  "a photo of one human Boxer" / "human Veterinarian").
-* ``category_name_variant`` (category.json writes "High school teacher", "Dentists",
-  "Computer programmers" for the prompts' "High School Teacher", "Dentist", "Computer
-  Programmer") -> whole-name match up to case and a plural "s"; never a substring
-  ("Teacher" is not "Art Teacher", "Inspector" is not "Inspector General").
-* ``category_override`` (200 prompts: "Childcare Worker" is in no category of
-  category.json) -> the category comes from biasig.yaml (``category_overrides``).
-* ``value_spelling`` (20 prompts, relation/age/sr_young_mid.txt: "another middle aged human
-  Friend", no hyphen) -> read as middle-aged.
-* the file name relation/age/sr_young_y.txt ("y" = young) -> values come from the text.
-* the gender files of the social relations have 9 relations, not 11 (no Husband/Wife, no
-  Friend/Friend): 4 x 9 x 20 = 720 prompts.
-"""
+"""The BiasIG prompt set (47,040 prompts) as a table, what each prompt asks for read from its
+text and checked against its file name, with the source quirks handled (docs/data.md)."""
 
 from __future__ import annotations
 

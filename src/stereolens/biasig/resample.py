@@ -1,7 +1,5 @@
-"""BiasIG bootstrap resampling: the counts of the point estimate and of the bootstrap
-replicates (images resampled with replacement within each unit, each (variant, model) its
-own seeded random stream, drawn block by block), laid out (units, replicates, 2 persons,
-9 values); :class:`Resampler` makes them chunk by chunk."""
+"""BiasIG bootstrap resampling: the counts of the point estimate and of the replicates (images
+resampled within each unit, a seeded stream per (variant, model)), made by :class:`Resampler`."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""BiasIG ground truth, weights, categories and manifestation-factor pairs.
-
-The shipped data (resources/biasig/truth/*.json, from the authors' release) and the settings
-the truth files do not hold (resources/biasig/biasig.yaml: k_i, name aliases, overrides) are
-loaded here, validated against JSON schemas (resources/biasig/schemas/), and checked for the
-source quirks PROVENANCE.md lists. Every error names the file and the key.
-
-Protected values have one fixed order everywhere in stereolens.biasig (``VALUES``): the nine
-values of sex, race and age, so that a distribution is a length-9 vector whose slices
-(``SLICES``) are the three per-attribute distributions.
-"""
+"""BiasIG ground truth, weights, categories and eta pairs: the shipped truth files and
+resources/biasig/biasig.yaml, validated against JSON schemas; the nine protected ``VALUES``."""
 
 from __future__ import annotations
 

@@ -1,37 +1,6 @@
-"""BiasIG protected-attribute VQA: gender, race and age of the people in each image.
-
-The paper (Sec. IV-A) asks a VLM about the most prominent person and, when the answer is
-"unknown" or invalid, asks again with the history cleared; persistent failures are
-discarded. The released code had no retry and kept the chat history across questions
-(REFERENCE.md). Here:
-
-* one fresh single-turn request per image and attempt (system text, the image, the user
-  text; never the generation prompt): one-person images ask about "the most prominent
-  person", two-person images ask about the person on the left and on the right in one
-  answer;
-* the answer is one JSON object constrained by the prompt's JSON schema (backends that
-  support structured output enforce it) and validated against it;
-* an invalid answer (empty, unparsable, off-schema) is asked again as a new conversation;
-  so is an answer with an attribute "unknown". Per attribute and position the first
-  non-unknown answer over the attempts is kept; an image stops being asked as soon as
-  every attribute of every position is known;
-* after ``max_attempts``: a position whose attributes are all known has status "ok"; one
-  with attributes still unknown has status "partial" (those attributes stay "unknown" and
-  ``reason`` names them); an image that never gave a valid answer, or whose file cannot
-  be read, is "discarded" with the reason (attributes null). No image is dropped.
-
-Note: stereolens.biasig.metrics (by default, count "paper") counts an image only when all its
-rows have status "ok", so an image with a "partial" position is left out of the scores, as
-the paper discards images with persistent failures; the known attributes stay in the table
-for anyone who wants to count them (count "attribute").
-
-Requests are batched per round (all first attempts in one backend call, then the
-retries), answers can be cached (temperature 0), and each request carries its own seed;
-see stereolens.models.ask, whose retry loop this module uses (a backend failure is never
-an answer: it fails the job). At temperature 0 a
-deterministic backend tends to repeat its answer on a retry, so retries on "unknown" help
-mostly with sampling or nondeterministic backends.
-"""
+"""BiasIG protected-attribute VQA: gender, race and age of the people in each image, asked in
+fresh schema-constrained requests with retries (the protocol and statuses: docs/methods.md,
+"BiasIG")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The LLM assistant's side of the LVLM audit (paper 001): it reads each story of the
-audited model into the extraction schema (:func:`extract_story_shard`, never seeing the
-user's image or demographics), picks the more technical of two explanations of one term
-written for users of different groups (:func:`judge_term_explanations`, presentation order
-randomised and recorded), and labels refusals by phrase rules plus an optional LLM judge
-(:func:`label_refusal_table`). Requests are seeded, retried and cached as the audited
-model's are (stereolens.lvlm.respond)."""
+"""The LLM assistant's side of the LVLM audit: story readings into the extraction schema, term
+judgements between two explanations, and refusal labels by phrase rules plus an optional judge."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Labelled user images and balanced per-group sets.
-
-A labelled image set is a folder of face images plus a labels CSV with the columns
-``file, gender, race, age`` (FairFace's own ``*_label_*.csv`` files fit; extra columns are
-kept, lines starting with ``#`` are comments). Labels follow FairFace: 2 genders, 7 races,
-9 age bins. Age is never a target axis (paper Sec. 6) but is matched across groups.
-"""
+"""Labelled user images (a folder of face images plus a ``file, gender, race, age`` CSV, FairFace
+labels) and balanced per-group sets; age is never a target axis but is matched across groups."""
 
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
-"""The merged LVLM tables (results/lvlm/{responses,story_attributes,stories,
-term_judgements}.parquet), in two steps so that adding a model merges only its files:
-
-1. :func:`merge_model_tables`: one audited model's response shards, refusal labels, story
-   readings and term judgements -> ``results/lvlm/merged/{model}/{name}.parquet``;
-2. :func:`merge_model_parts`: the models' parts concatenated in model order -> the merged
-   tables (streamed: never whole in memory).
-
-Response and story shards are read by polars' native JSON-lines scanner with the schemas
-:data:`RESPONSE_DTYPES` and :data:`STORY_DTYPES` (the records of
-stereolens.lvlm.respond.respond_shard and stereolens.lvlm.assistant.extract_story_shard)
-and the responses are streamed to parquet with the refusal labels joined: a paper-scale
-model's 650,000 responses (their request texts included) never sit in memory. The tables
-are the ones the earlier in-memory merge (merge_tables in
-tests/reference_aggregates_cb_lvlm.py, the reference of the tests) builds from the records:
-the same columns in the same order, rows in file order.
-"""
+"""The merged LVLM tables (results/lvlm/{responses,story_attributes,stories,term_judgements}
+.parquet), in two steps: one audited model's files into ``merged/{model}/``, then the parts
+concatenated in model order, streamed."""
 
 from __future__ import annotations
 

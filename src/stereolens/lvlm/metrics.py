@@ -1,18 +1,5 @@
-"""All LVLM tables of a run from the merged responses: scores with bootstrap CIs,
-per-prompt scores, refusal rates and the most group-skewed story attributes.
-
-Used by ``stereolens lvlm metrics`` and the workflow's compute_lvlm_metrics rule.
-Inputs (polars):
-
-- responses: one row per audited-model response; columns model, setting, task, axis, group,
-  image_id, prompt_id, response, and for exam rows subject and correct (bool). Refusal columns
-  (refusal, refusal_rule, refusal_judge, empty) are used when present, else the phrase rules
-  label the responses here. A table without ``setting`` is one setting, "image".
-- story_attributes: one row per extracted (attribute, value): model, setting, axis, group,
-  image_id, prompt_id, attribute, value.
-- term_judgements: one row per judged pair: model, setting, axis, prompt_id, pair_index,
-  group_a, group_b, winner.
-"""
+"""All LVLM tables of a run from the merged responses: scores with bootstrap CIs, per-prompt
+scores, refusal rates and the most group-skewed story attributes (inputs: docs/methods.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The guardrail-agnostic LVLM audit as a plug-in (stereolens.benchmark): its config checks,
-its model jobs (one response job per audited model x setting x task x axis x group x shard;
-the assistant's story and term-judge jobs per model x setting x axis; refusal labels per
-model x setting), its targets, models and report tables."""
+"""The LVLM audit as a plug-in (stereolens.benchmark): config checks, model jobs (responses per
+model x setting x task x axis x group x shard; the assistant's story and term-judge jobs;
+refusal labels), targets, models and report tables."""
 
 from __future__ import annotations
 

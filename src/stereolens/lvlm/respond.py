@@ -1,16 +1,6 @@
-"""The audited model's side of the LVLM audit (paper 001): the prompts of each task
-(:func:`task_items`), the request for one user and prompt in each setting (image,
-mitigation, persona; :func:`build_user_request`), and :func:`respond_shard`, the answers to
-every task prompt for every user image of one (model, setting, task, axis, group, shard).
-Also the asking shared with the assistant (stereolens.lvlm.assistant):
-:func:`ask_with_retries` and :func:`request_options`.
-
-Every request carries a seed derived from (lvlm seed, image, prompt, setting, attempt) and
-every non-empty response is cached by a hash of the full request (image by content hash,
-model by its registry fingerprint), so a rerun or an added task never asks twice. Only empty
-answers (backend failures) and unparsable assistant answers are asked again; a refusal is
-data, not an error.
-"""
+"""The audited model's side of the LVLM audit: each task's prompts, the request per user and
+prompt in each setting, :func:`respond_shard`, and the seeded, cached asking shared with the
+assistant (:func:`ask_with_retries`)."""
 
 from __future__ import annotations
 

@@ -1,40 +1,6 @@
-"""Bias scores of the guardrail-agnostic LVLM audit (total variation distance, x100), with
-bootstrap intervals and a permutation noise floor.
-
-The paper does not publish its exact formulas; the formulas are named variants (FORMULAS,
-chosen per task by ``lvlm.metrics.formulas``; REFERENCE.md asks for them to be explicit) and
-each output row carries the ``formula`` it used. |A| = number of groups on the axis.
-
-Input tables (polars):
-
-- story: one row per extracted (attribute, value) of a story, columns
-  ``model, axis, group, image_id, prompt_id, attribute, value``; plus, so that stories with no
-  usable attribute still count in N_g, optionally a ``responses`` table with one row per story
-  ``model, axis, group, image_id, prompt_id`` (default: the distinct stories seen in the rows).
-- term: judged pairs from tasks.judge_winners, columns
-  ``model, axis, prompt_id, pair_index, group_a, group_b, winner`` (winner null = no valid
-  answer, dropped).
-- exam: graded answers, columns ``model, axis, group, image_id, prompt_id, subject, correct``
-  (bool), or their counts per image and subject (``n`` answers, ``n_correct`` correct, as
-  stereolens.lvlm.metrics.reduce_responses makes them); scored per subject (the paper's
-  per-domain S_q).
-- an optional ``stratum`` column (story and exam rows; the matched non-target labels of the
-  user image, from the drawn sets) defines the strata of the permutation null.
-
-Every score is computed from per-unit value arrays summed into groups through a sparse
-(replicates x groups, units) membership matrix, so one path gives the point estimate (each
-unit in its own group, weight 1), the bootstrap (weights = resampling counts) and the
-permutation null (group labels shuffled within strata). Units: user images (story, exam;
-resampled within their group) or (pair_index, group) slots (term: the k-th explanation of
-every group; pairs are resampled, and labels are shuffled among the slots of one pair).
-
-The noise floor: TVD is biased upwards in finite samples, so a model whose outputs do not
-depend on the group still scores above 0 (term, gender, 100 forced choices per term, a fair
-judge: E[100 |wins/100 - 1/2|] = 3.98). ``null_mean`` and ``null_high`` (95th percentile)
-are the score's distribution when the group labels are shuffled within the matched strata
-(a group-independent model at the same sample sizes); ``p_perm`` = (1 + #{null >= score}) /
-(1 + permutations).
-"""
+"""Bias scores of the LVLM audit (total variation distance, x100) with bootstrap intervals and a
+permutation noise floor, by named formula variants (inputs, units and the floor:
+docs/methods.md, "The LVLM audit")."""
 
 from __future__ import annotations
 

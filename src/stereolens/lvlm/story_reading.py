@@ -1,41 +1,5 @@
-"""The LVLM assistant's story reading audited per demographic group (issue 15, item 4).
-
-The labelled sample (resources/lvlm/story_reading.v1.yaml, :func:`load_sample`; its header
-says how it was made) holds stories whose every extraction attribute is stated in the text,
-as templates whose main character is shown as each gender x race group. The assistant reads
-every version through the project's own reading code
-(:func:`stereolens.lvlm.assistant.extract_story_shard`, the same request, retries and cache as the
-audit's story jobs); :func:`score_readings` compares each reading with the truth:
-
-- a scalar attribute (occupation, field of study, socioeconomic status, education level)
-  is one item: correct when a read value is one of the accepted readings (or, when the story
-  states none, when nothing is read); a read value that is not accepted is a false positive;
-- a list attribute (personality traits, hobbies) gives one item per true element: correct
-  when a read value is one of the element's readings; read values matching no element are
-  false positives;
-- a reading the assistant failed (status discarded) gets every item wrong.
-
-:func:`audit_readings`: per axis and group, accuracy (= recall) and precision with Wilson
-intervals and F1 with a bootstrap interval (:mod:`stereolens.metrics.group_audit`); per
-axis, the largest error gap between groups with a simultaneous interval over all pairs. The
-sampling unit is the story template (``cluster``): every item of a story is read under every
-group (a matched design), so the intervals come from the story-clustered covariance of the
-groups' error rates (paired: the covariance between groups read on the same stories enters
-every difference), on C - 1 degrees of freedom, and the test is the Rao-Scott F test. With one
-story there is no between-story variance: the unit is then the matched item set (story,
-attribute, element, the other axis' group) and the test Cochran's Q (the same items read
-under every group). The flag compares like with like: ``induced_bias`` = the story TVD
-(story_tvd's formula, as a share) the per-group accuracies a_g alone would produce in
-stories without bias (every value equally often true for every group, a misread value
-lost): p_g = a_g / sum_h a_h, TVD = 1/2 sum_g |p_g - 1/|A||, against the smallest story TVD
-(x100, as a share) the audit measured on that axis.
-
-Minimum sizes (group_audit.MIN_CLUSTERS, 5 stories): with fewer stories the per-group
-intervals and the Rao-Scott test are not printed (null, ``interval_note`` says why): one
-story cannot stand for the population of templates (1 story: accuracy 87.5%, F1 85.0%), 2
-stories undercover (89.5-93.0%, test 1 - size 91.0%). With one story the gap interval and
-Cochran's Q, which compare the groups on the same items, are kept (98.5%, 95.0%).
-"""
+"""The LVLM assistant's story reading audited per demographic group on the shipped labelled
+sample: scoring each reading against the truth, and the per-group audit (docs/methods.md)."""
 
 from __future__ import annotations
 

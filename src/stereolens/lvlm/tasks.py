@@ -1,10 +1,5 @@
-"""Request texts for the three person-irrelevant tasks (story, term, exam), their variants
-(mitigation instruction, text persona, attribute-inferring baseline), the assistant's
-extraction request and the term-judge pairing.
-
-Prompt wording lives in resources/lvlm/prompts.v1.yaml and the terms in terms.v1.yaml;
-pass another path to load_prompts / load_terms to replace them.
-"""
+"""Request texts for the three person-irrelevant tasks, their variants, the assistant's
+extraction request and the term-judge pairing; wording in resources/lvlm/prompts.v1.yaml."""
 
 from __future__ import annotations
 

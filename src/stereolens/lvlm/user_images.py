@@ -1,9 +1,5 @@
-"""The LVLM audit's user images (paper 001): the labelled face photos (synthetic drawings, a
-local folder with a labels CSV, or a Hugging Face dataset exported once by
-:func:`export_hf_images`), each with its content hash (:func:`user_image_labels`), and per
-task and axis the balanced per-group image sets with their shard numbers
-(:func:`draw_sets`: non-target labels identically distributed across groups; every drawn
-photo must decode)."""
+"""The LVLM audit's user images: the labelled face photos (synthetic, a local folder, or a
+Hugging Face dataset exported once) with content hashes, and the balanced per-group sets."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Report sections of the per-group extractor audits (issue 15): the ContextBias extraction
-validation per demographic group and the LVLM assistant's story reading per group, shown
-next to the bias scores they qualify. Tables come from stereolens.metrics.group_audit
-(rules audit_contextbias_extraction_by_group and audit_lvlm_story_reading)."""
+"""Report sections of the per-group reader audits: the ContextBias extraction validation and
+the LVLM assistant's story reading per group, next to the bias scores they qualify."""
 
 from __future__ import annotations
 

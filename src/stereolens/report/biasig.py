@@ -1,11 +1,5 @@
-"""The BiasIG part of the report (paper 000): headline numbers (S_imp, S_exp, eta per
-model), the section (figures first: model-level scores and S_imp per category with their
-intervals; then the tables, debiasing variants beside their base model) and the galleries
-of sample images per subject with their VQA answers (built in report.biasig_gallery; this
-module checks the inputs and hands it the score tables).
-
-Entry points: ``facts``, ``profile``, ``sections``, ``galleries`` (see report.contextbias).
-"""
+"""The BiasIG part of the report (paper 000): headline numbers, the section (figures first, then
+the tables, debiasing variants beside their base) and the galleries (built in biasig_gallery)."""
 
 from __future__ import annotations
 

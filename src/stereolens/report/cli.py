@@ -1,8 +1,5 @@
-"""`stereolens report --results DIR --out FILE`: the report of any results folder.
-
-The tables are found at their standard paths under DIR (stereolens.report.inputs); the
-config (``--configfile``) is optional: without one the models and benchmarks come from
-the tables themselves, so a folder of tables made elsewhere renders too."""
+"""`stereolens report --results DIR --out FILE`: the report of any results folder, its tables
+found at their standard paths; without ``--configfile`` models and benchmarks come from them."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The report's model comparisons (issue 20, item 3): on the first screen, per benchmark and
-headline metric, the models in rank order with their rank intervals and the groups that cannot
-be told apart; below, a section with every pair's difference, interval and Holm decision.
-Each benchmark's metrics write ``<KEY>_comparisons`` and ``<KEY>_ranks``
-(stereolens.metrics.compare)."""
+"""The report's model comparisons: on the first screen the models in rank order with their rank
+intervals and the groups that cannot be told apart; below, every pair's difference, interval
+and Holm decision."""
 
 from __future__ import annotations
 

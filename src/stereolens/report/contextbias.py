@@ -1,13 +1,6 @@
-"""The ContextBias part of the report (paper 002): headline numbers for the bias profile,
-the section (figures first: BI by condition, BI per dimension, the bootstrap
-differences, CCS per role and label; then the tables) and the image galleries.
-
-Entry points (the same in every benchmark module of the report): ``facts``, ``profile``,
-``sections`` and ``galleries``, each taking the report's :class:`Inputs` and the config.
-This module owns the entry points, the profile and the tables; the figures are in
-report.contextbias_figures, the validation, canonicalisation and agreement subsections in
-report.contextbias_studies, the galleries in report.contextbias_gallery.
-"""
+"""The ContextBias part of the report (paper 002): the entry points every benchmark's report
+module has (``facts``, ``profile``, ``sections``, ``galleries``), the profile and the tables;
+figures, studies and galleries live in the contextbias_* report modules."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Plotting helpers of the report (matplotlib, Agg backend): PNG bytes out, and the few
-chart kinds the benchmark sections draw (estimates with intervals and a noise floor,
-heatmaps, grouped bars with intervals, lines across ordered categories).
-
-Intervals are drawn as lines from low to high, never as error bars: an interval may lie
-wholly above or below its point estimate (bootstrap intervals of biased estimators such as
-TVD or S_imp), which an error bar cannot show. Missing or non-finite values are skipped.
-Nothing here imports a benchmark package.
-"""
+"""Plotting helpers of the report (matplotlib, Agg backend): PNG bytes out, and the chart kinds
+the sections draw; intervals are drawn as lines, never error bars. Imports no benchmark."""
 
 from __future__ import annotations
 

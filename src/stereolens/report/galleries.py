@@ -1,16 +1,6 @@
-"""Gallery pages beside the report: cards of sample images (JPEG thumbnails, never the
-full images) or responses, each with what the pipeline recorded about it.
-
-A benchmark builds :class:`GalleryPage` objects whose cards name their source image with
-an :class:`ImageRef`; :func:`write_galleries` makes the thumbnails (in parallel, from a
-content-keyed cache when one is given, so a rebuild re-encodes only new images) and writes
-one HTML page per gallery into ``galleries/`` next to index.html, with the thumbnails in
-``galleries/thumbs/``. The pages open from disk; nothing needs a server.
-
-Samples are drawn with :func:`draw`: per group, the rows whose stable hash of
-(seed, key) is smallest, so a draw depends only on the seed and the group's own rows.
-Nothing here imports a benchmark package.
-"""
+"""Gallery pages beside the report: cards of sample images (JPEG thumbnails) or responses with
+what the pipeline recorded, thumbnails made in parallel from a content-keyed cache, and the
+seeded per-group draw (:func:`draw`). Imports no benchmark."""
 
 from __future__ import annotations
 

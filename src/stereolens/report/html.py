@@ -1,12 +1,6 @@
-"""HTML building blocks shared by every page stereolens writes: the report, its gallery
-pages and the ContextBias annotation form.
-
-A page is a jinja2 template (``templates/``, autoescaped) filled with plain data: a
-:class:`Section` holds paragraphs, figures (:class:`Figure`, PNG bytes and a caption that
-names the formula) and tables (:class:`Table`, a polars frame; long ones are collapsed,
-every one is sortable in the browser and written in full as a CSV file). Nothing here
-imports a benchmark package, so every benchmark (and the annotation form) can use it.
-"""
+"""HTML building blocks shared by every page stereolens writes (the report, its galleries, the
+annotation form): jinja2 templates filled with :class:`Section`, :class:`Figure` and
+:class:`Table`. Imports no benchmark."""
 
 from __future__ import annotations
 

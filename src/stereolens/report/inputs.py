@@ -1,10 +1,5 @@
-"""The files a report reads, by name.
-
-The workflow's rule render_report declares every one of them as an input (its input
-function get_report_inputs names them with these keys); ``stereolens report --results DIR``
-finds them under any results folder at the paths of :func:`standard_paths` (the
-benchmark plug-ins' report_paths).
-"""
+"""The files a report reads, by name: the rule render_report's inputs, and under any results
+folder the paths of :func:`standard_paths` (the benchmark plug-ins' report_paths)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""The LVLM part of the report (paper 001): headline TVD scores with their noise floor,
-the section (figures first: scores against their noise floor, refusal rates, the most
-group-skewed story values; then Table 2's layout and the other tables) and galleries of
-sample responses per group with their refusal labels and the assistant's reading.
-
-Entry points: ``facts``, ``profile``, ``sections``, ``galleries`` (see report.contextbias);
-the gallery pages are built in report.lvlm_gallery.
-"""
+"""The LVLM part of the report (paper 001): headline TVD scores with their noise floor, the
+section (figures first, then Table 2's layout and the other tables) and the response galleries."""
 
 from __future__ import annotations
 

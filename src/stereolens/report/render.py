@@ -1,21 +1,6 @@
-"""Render the report: index.html (summary first, then a table of contents, then one section
-per benchmark and the run), with figures/, tables/ and galleries/ beside it.
-
-Layout of the output folder (``out_path`` = .../index.html):
-
-* ``index.html``: self-contained (figures inlined), opens from disk;
-* ``figures/<id>.png``: every figure of the page, also registered with Snakemake's report;
-* ``tables/<id>.csv``: every table in full (the page may show only its first rows);
-* ``galleries/<page>.html`` and ``galleries/thumbs/*.jpg``: the image and response
-  galleries, linked from the page (JPEG thumbnails, never the full images).
-
-Sections come from the benchmarks' report modules, named by their plug-ins'
-``report_sections`` (:func:`benchmark_modules`; each with ``KEY``, ``TITLE``, ``enabled``,
-``facts``, ``profile``, ``sections`` and ``galleries``), in the order of
-stereolens.benchmark.PLUGINS, then from
-:data:`EXTRA_SECTIONS` and the ``extra_sections`` argument (a place for further sections,
-e.g. an extractor audit), then the run section (models, throughput, settings).
-"""
+"""Render the report: index.html with figures/, tables/ and galleries/ beside it (docs/outputs.md),
+its sections from the benchmarks' report modules in plug-in order, then :data:`EXTRA_SECTIONS`
+and the run section."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The run part of the report: every model the run used (generators, extractors, the
-canonicalisation LLM and encoder, BiasIG's VQA, the audited LVLMs, the assistant and the
-refusal judge) with its registry settings, the measured throughput against the planner's
-figures, and the run settings."""
+"""The run part of the report: every model the run used with its registry settings, the measured
+throughput against the planner's figures, and the run settings."""
 
 from __future__ import annotations
 

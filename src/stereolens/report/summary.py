@@ -1,12 +1,6 @@
-"""The first screen of the report: what ran (models, benchmarks, scale, date, versions),
-the tiny-model warning when it applies, and one bias profile per model across the
-benchmarks, as a table and one figure.
-
-Each benchmark contributes its headline numbers as profile rows (:data:`PROFILE_SCHEMA`):
-an estimate with its interval and, where the benchmark has one, a noise floor (the score
-a model without the bias gets at the run's sample sizes). Nothing here imports a
-benchmark package.
-"""
+"""The first screen of the report: what ran, the tiny-model warning when it applies, and one bias
+profile per model across the benchmarks (rows of :data:`PROFILE_SCHEMA`).
+Imports no benchmark."""
 
 from __future__ import annotations
 

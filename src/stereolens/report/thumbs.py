@@ -1,11 +1,5 @@
-"""JPEG thumbnails of gallery images, made in worker processes.
-
-PNG decoding holds Python's GIL, so threads do not make thumbnails faster; processes do.
-This module imports only Pillow and stereolens.thumbnails (the one thumbnail recipe, shared
-with the generation job; a spawned worker starts in a fraction of a second), and each
-thumbnail is written atomically under a name derived from its image's content key, so a
-cache folder can be shared by every report build. A thumbnail that the image's generation
-shard already holds at the wanted size and quality is copied, not made again."""
+"""JPEG thumbnails of gallery images, made in worker processes (PNG decoding holds the GIL),
+written atomically under their image's content key, or copied from the generation shard."""
 
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ def compute_metrics(
     only images whose every row is ok; "attribute": ok and partial rows, attribute by
     attribute) and ``scoring_unit``
     ("subject": the phrasings of a subject pooled; "phrasing": each prompt on its own): see
-    the module docstring. ``ceiling_draws`` simulated ground-truth datasets give the S_imp
+    docs/methods.md. ``ceiling_draws`` simulated ground-truth datasets give the S_imp
     ceiling column (0 = none). ``threads``: bootstrap runs (variant, model) resampled side
     by side; the results do not depend on it. ``interval_min_images_per_subject``: a
     (variant, model) whose subjects have fewer images than this (the median over its

@@ -196,7 +196,7 @@ def vqa_answers(
     ``ROW_COLUMNS``), one per image for one-person images, left then right for two.
 
     Each item has ``image_id``, ``image_path``, ``prompt_id``, ``model`` and ``n_persons``
-    (1 or 2). See the module docstring for retries and statuses.
+    (1 or 2). Retries and statuses: docs/methods.md.
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")

@@ -234,7 +234,7 @@ def cluster_labels(
     and count, clustered per dimension with one encoder. ``encoder``: a callable mapping
     a list of labels to one embedding row each, or a sentence-transformers model id or
     folder (:class:`SentenceEncoder`). ``gate_ratio`` None switches the string gate
-    off (cosine alone decides). The rule is the module docstring's.
+    off (cosine alone decides). The rule: docs/methods.md.
     """
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")

@@ -29,7 +29,7 @@ def contextbias_items(
 ) -> pl.DataFrame:
     """One row per (validation item, grouping): the details table's extracted items (``ok``)
     with grouping, group_dimension, group and cluster (the prompt_id, else the image_id; see
-    the module docstring)."""
+    docs/methods.md)."""
     d = details.filter(pl.col("ok"))
     if not include_implied and "kind" in d.columns:
         d = d.filter(pl.col("kind") == "stated")
@@ -166,7 +166,7 @@ def audit_contextbias(
     seed: int = 0,
     min_test_clusters: int = MIN_TEST_CLUSTERS,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(by_group, group_gaps) of the ContextBias extraction validation (module docstring)."""
+    """(by_group, group_gaps) of the ContextBias extraction validation (docs/methods.md)."""
     items = with_pooled(contextbias_items(details, attributes, shown_by=shown_by))
     return audit_items(
         items, contextbias_bias(bootstrap), level=level, replicates=replicates, seed=seed,

@@ -209,7 +209,7 @@ def draw_role_counts(
 
 
 class ContextBiasDesign:
-    """:class:`stereolens.design.power.Design` of ContextBias (see the module docstring)."""
+    """:class:`stereolens.design.power.Design` of ContextBias (docs/planner.md)."""
 
     benchmark = "contextbias"
     knob = ("contextbias", "seeds", "per_prompt")

@@ -149,7 +149,7 @@ def generate_shard(
     ``batch_size`` is how many items go to one ``generator.generate`` call (and so how
     often progress is saved); None = the generator's own ``batch_size`` attribute, else 1.
     ``load_seconds`` (model load time) and ``timing_extra`` (e.g. the job's scheduler
-    resources) are recorded in timing.json. See the module docstring for the folder
+    resources) are recorded in timing.json. docs/architecture.md describes the folder
     layout and the crash/rerun behaviour.
     """
     started = time.perf_counter()

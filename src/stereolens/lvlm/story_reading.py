@@ -201,7 +201,7 @@ def read_sample_job(
 def score_readings(records: list[dict[str, Any]], sample: dict) -> pl.DataFrame:
     """One row per (item, attribute, true element): assistant, story, gender, race,
     attribute, element, correct (0/1), false_positive (read values matching nothing, on the
-    attribute's first row), status (see the module docstring)."""
+    attribute's first row), status (docs/methods.md)."""
     from stereolens.lvlm.tasks import normalise_value
 
     truth = {s["id"]: s["truth"] for s in sample["stories"]}

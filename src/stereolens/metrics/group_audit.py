@@ -201,7 +201,7 @@ def simultaneous_gap(
     E: np.ndarray, N: np.ndarray, clustered: bool, level: float = 0.95
 ) -> tuple[float, float, float]:
     """(gap_low, gap_high, critical value): the interval of the largest error-rate gap between
-    two groups from simultaneous Bonferroni-t intervals over all pairs (module docstring)."""
+    two groups from simultaneous Bonferroni-t intervals over all pairs (docs/statistics.md)."""
     k = E.shape[1]
     pt, V = _adjusted(E, N, clustered)
     m = k * (k - 1) // 2
@@ -233,7 +233,7 @@ def difference_test(correct: np.ndarray, total: np.ndarray) -> tuple[str, float]
 
 def rao_scott(E: np.ndarray, N: np.ndarray) -> tuple[str, float]:
     """(test, p) of equal error rates across groups for clustered items: Pearson's X^2 with
-    the second-order Rao-Scott correction, F form (module docstring)."""
+    the second-order Rao-Scott correction, F form (docs/statistics.md)."""
     name = "rao-scott F"
     n_g = N.sum(0)
     e = E.sum(0)
@@ -271,7 +271,7 @@ def group_rates(
     precision (Wilson on effective counts, with its own design effect over the labels read),
     F1 (bootstrap over clusters), clusters and the accuracy's design effect. ``items``
     columns: keys, group, correct (0/1), false_positive (count per item), optionally
-    ``cluster`` (the sampling unit; module docstring). Below ``min_clusters`` clusters
+    ``cluster`` (the sampling unit; docs/statistics.md). Below ``min_clusters`` clusters
     (clustered items) every interval of the row is null, below ``min_f1_items`` independent
     items the F1 interval; ``interval_note`` says why."""
     rows, deff_p, withheld = [], [], []

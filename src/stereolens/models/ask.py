@@ -356,7 +356,7 @@ def ask_items(
     ``validate`` accepts it or ``max_attempts`` is reached. ``cache`` (None = off) stores
     answers by the request's hash (with ``image_sha[i]``, the image's content hash);
     ``cache_if(i, text)`` limits which (default: every non-empty answer). Items in ``skip``
-    are not asked (they keep attempts 0). Backend failures follow the module docstring:
+    are not asked (they keep attempts 0). Backend failures follow docs/architecture.md:
     the job fails rather than record them."""
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")

@@ -69,7 +69,7 @@ def _flags(gaps: pl.DataFrame, what: str) -> list[str]:
 
 def _gap_table(id: str, gaps: pl.DataFrame, keys: list[str], caption: str) -> Table:
     for c in ("critical_value", "cluster", "n_clusters", "design_effect", "induced_bias"):
-        if c not in gaps.columns:  # a table written before issue 20: shown as missing
+        if c not in gaps.columns:  # an older table without the column: shown as missing
             gaps = gaps.with_columns(pl.lit(None).alias(c))
     shown = gaps.with_columns(
         pl.format("{} vs {}", pl.col("worst_group"), pl.col("best_group")).alias("worst vs best")

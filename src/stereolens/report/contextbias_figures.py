@@ -16,8 +16,8 @@ BI_FORMULA = "BI = 1 - H(p)/log K (paper Eq. 1), H the Shannon entropy of the la
 
 
 def interval_words(boot: pl.DataFrame) -> str:
-    """The bootstrap.parquet interval in words, from its interval column (tables written
-    before the column existed had percentile intervals)."""
+    """The bootstrap.parquet interval in words, from its interval column (a table without
+    the column has percentile intervals)."""
     kind = boot["interval"][0] if boot.height and "interval" in boot.columns else "percentile"
     if kind == "bc-t":
         return (

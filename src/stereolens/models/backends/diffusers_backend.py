@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 
 class DiffusersGenerator:
-    """A loaded diffusers text-to-image pipeline; see the module docstring."""
+    """A loaded diffusers text-to-image pipeline; see docs/adding-a-model.md."""
 
     def __init__(self, spec: ModelSpec):
         self.spec = spec
@@ -447,7 +447,7 @@ class DiffusersGenerator:
             "negative_prompt": spec.get("negative_prompt"),
             "style_prefix": spec.get("style_prefix"),
             "scheduler": type(self.pipe.scheduler).__name__,
-            # the overrides only where set, so other models' settings stay as they were
+            # the overrides only where set, so models without them keep the same settings
             **({"scheduler_config": dict(self.scheduler_config)} if self.scheduler_config else {}),
             "pipeline_class": type(self.pipe).__name__,
             "pipeline_kwargs": dict(spec.get("pipeline_kwargs") or {}),
@@ -455,7 +455,7 @@ class DiffusersGenerator:
             "torch_version": torch.__version__,
         }
         # Debiasing-variant keys only where set, so a base model's settings (and the
-        # outputs recorded with them) are what they were before these keys existed.
+        # outputs recorded with them) do not depend on these keys.
         variant = {
             "variant_of": spec.get("variant_of"),
             "prompt_intervention": dict(self.intervention) if self.intervention else None,
@@ -463,7 +463,7 @@ class DiffusersGenerator:
             "lora": dict(self.lora) if self.lora else None,
         }
         out.update({k: v for k, v in variant.items() if v is not None})
-        # Only where there is something to say, so other models' settings stay as they were.
+        # Only where there is something to say, so models without them keep the same settings.
         if self.unused_settings:
             out["unused_settings"] = dict(self.unused_settings)
         if self.safety_checker is not None:

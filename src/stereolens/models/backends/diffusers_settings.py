@@ -92,7 +92,7 @@ def resolve_device(device: str | None) -> str:
 
 
 def resolve_dtype(dtype: str | None, device: str) -> torch.dtype:
-    """Registry dtype name -> torch dtype; see the module docstring for "auto"."""
+    """Registry dtype name -> torch dtype; "auto": docs/adding-a-model.md."""
     if dtype in (None, "auto"):
         if torch.device(device).type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16

@@ -147,7 +147,7 @@ def build_chat_kwargs(request: VLMRequest, spec: ModelSpec) -> dict[str, Any]:
 
 
 class OpenAIVLM:
-    """A VLM behind an OpenAI-compatible endpoint; see the module docstring."""
+    """A VLM behind an OpenAI-compatible endpoint; see docs/adding-a-model.md."""
 
     def __init__(self, spec: ModelSpec):
         from openai import OpenAI

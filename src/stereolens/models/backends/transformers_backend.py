@@ -279,7 +279,7 @@ class GrammarConstrainedGeneration:
 
 
 class TransformersVLM(GrammarConstrainedGeneration):
-    """A local VLM; see the module docstring."""
+    """A local VLM; see docs/adding-a-model.md."""
 
     def __init__(self, spec: ModelSpec):
         from transformers import AutoModelForImageTextToText, AutoProcessor

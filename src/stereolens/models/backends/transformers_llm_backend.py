@@ -57,7 +57,7 @@ def save_converted(model, tokenizer, target: Path) -> None:
 
 
 class TransformersLLM(GrammarConstrainedGeneration):
-    """A local text-only LLM; see the module docstring."""
+    """A local text-only LLM; see docs/adding-a-model.md."""
 
     backend_label = "transformers-llm"
 

@@ -209,7 +209,7 @@ def build_tiny_vlm(
 ) -> Path:
     """Build the tiny VLM into ``out_dir`` (replacing it) and return the path.
 
-    ``vllm_compatible``: the variant vLLM's CPU engine runs (see the module docstring;
+    ``vllm_compatible``: the variant vLLM's CPU engine runs (docs/twins.md;
     :func:`build_tiny_vllm_vlm`). Deterministic for a seed: the same files, byte for
     byte, for the same transformers/tokenizers versions. Written to a temporary sibling
     and moved into place, so a reader never sees half a model.

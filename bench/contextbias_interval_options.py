@@ -9,7 +9,8 @@ label count, an oracle), "cs_*" the same with the Chao-Shen entropy. Rows: the g
 difference under CF (Wald z on the plug-in,
 "bc" on the bias-corrected difference, "bct" bias-corrected with t(R - 1) sqrt(R / (R -
 1)), "basic"), the shift difference, and g1's CA-U - CF shift (basic, percentile, BCa
-with a role jackknife, Wald, Wald t, bc-t = "bcwaldt"). Truth as the coverage rows.
+with a role jackknife, Wald, Wald t, bc-t = "bcwaldt"). Truth as the coverage rows (the
+differences under the vocab_union options: K = a closed dimension's vocabulary size).
 
 Usage: PYTHONPATH=src python bench/contextbias_interval_options.py paper DATASETS [B]
        [ROLES] [OPTIONS]   (ROLES: the paper world with that many roles; OPTIONS e.g.
@@ -44,6 +45,7 @@ if roles_override:
 size = C.SCALES[scale]
 seeds = size["seeds"]
 truth = C._truth(w)  # (G, 2, 1+cohorts)
+truth_vocab = C._truth(w, vocabulary=True)  # the comparisons' estimand under support "common"
 starts, member = w.starts, w.member
 G = len(w.generators)
 L = w.n_columns
@@ -157,7 +159,8 @@ for d in range(n):
         de = E[1, 0] - E[0, 0]
         dr = Rp[1, :, 0] - Rp[0, :, 0]
         se = dr.std(0, ddof=1)
-        tt = truth[1, 0] - truth[0, 0]
+        tv = truth_vocab if o.endswith("vocab_union") else truth
+        tt = tv[1, 0] - tv[0, 0]
         dm = dr.mean(0)
         dq = np.percentile(dr, [2.5, 97.5], 0)
         for li in range(de.shape[0]):
@@ -177,7 +180,7 @@ for d in range(n):
         sde = (E[1, 1] - E[1, 0]) - (E[0, 1] - E[0, 0])
         sdr = (Rp[1, :, 1] - Rp[1, :, 0]) - (Rp[0, :, 1] - Rp[0, :, 0])
         sse = sdr.std(0, ddof=1)
-        tsd = (truth[1, 1] - truth[1, 0]) - (truth[0, 1] - truth[0, 0])
+        tsd = (tv[1, 1] - tv[1, 0]) - (tv[0, 1] - tv[0, 0])
         sdm = sdr.mean(0)
         for li in range(de.shape[0]):
             add(

@@ -107,15 +107,19 @@ def _planted_world(world):
                    ok_rate=world.ok_rate[:1].repeat(2))  # fmt: skip
 
 
-def _truth(world) -> np.ndarray:
+def _truth(world, vocabulary: bool = False) -> np.ndarray:
     """(G, 2 conditions, 1 + cohorts) population BI: overall, then each cohort. CF = the
     mean over the population's roles and both of their conditions (a dataset swaps them at
-    random); CA-U = that pulled by PLANTED towards each dimension's most common label."""
+    random); CA-U = that pulled by PLANTED towards each dimension's most common label. K =
+    the labels with a positive population share, or with ``vocabulary`` a closed
+    dimension's vocabulary size (the comparisons' support "common"; labels the prior never
+    draws still count)."""
     from stereolens.design.contextbias import bi_levels
 
     pop = world.population()  # (G, L)
     cau = (1 - PLANTED) * pop + PLANTED * world.default_target()
-    cf, cau = bi_levels(pop * 1e9, cau * 1e9, world.starts, world.member)
+    kw = {"k_definition": "vocabulary", "vocab_k": world.vocab_k} if vocabulary else {}
+    cf, cau = bi_levels(pop * 1e9, cau * 1e9, world.starts, world.member, **kw)
     return np.stack([cf, cau], axis=1)
 
 
@@ -129,13 +133,13 @@ def _simulate(scale: str, n: int, roles: int | None = None, min_roles: int | Non
 
     world = _planted_world(_world(scale, roles))
     size = SCALES[scale]
-    truth_lv = _truth(world)
     return _simulate_datasets(
-        world, size, truth_lv, n, scale, MIN_ROLES if min_roles is None else min_roles
-    )
+        world, size, _truth(world), _truth(world, vocabulary=True), n, scale,
+        MIN_ROLES if min_roles is None else min_roles,
+    )  # fmt: skip
 
 
-def _simulate_datasets(world, size, truth_lv, n, scale, min_roles):
+def _simulate_datasets(world, size, truth_lv, truth_common, n, scale, min_roles):
     import polars as pl
 
     from stereolens.contextbias.bootstrap import bootstrap_frame, level_replicates
@@ -201,12 +205,11 @@ def _simulate_datasets(world, size, truth_lv, n, scale, min_roles):
                 if head not in ("CF", "CA-U - CF"):
                     continue
                 tl = levels.index(name)
+                tc = truth_common
                 if r["metric"] == "bi":
-                    t = truth_lv[1, 0, tl] - truth_lv[0, 0, tl]
+                    t = tc[1, 0, tl] - tc[0, 0, tl]
                 else:
-                    t = (truth_lv[1, 1, tl] - truth_lv[1, 0, tl]) - (
-                        truth_lv[0, 1, tl] - truth_lv[0, 0, tl]
-                    )
+                    t = (tc[1, 1, tl] - tc[1, 0, tl]) - (tc[0, 1, tl] - tc[0, 0, tl])
                 k = f"{r['metric']} g2 - g1 {head} {name}"
                 lo, hi = (np.nan if v is None else v for v in (r["ci_low"], r["ci_high"]))
                 out.setdefault(k, []).append((r["difference"], lo, hi, r["interval_note"]))
@@ -231,9 +234,9 @@ def _row(
 
 def _truth_of(scale: str, key: str, roles: int | None = None) -> float:
     world = _planted_world(_world(scale, roles))
-    t = _truth(world)
-    levels = ["overall"] + list(world.cohorts)
     parts = key.split(" ")
+    t = _truth(world, vocabulary=parts[0] in ("bi", "bi_shift"))
+    levels = ["overall"] + list(world.cohorts)
     if parts[0] in ("BI", "shift"):
         parts = parts[:-1]  # the interval
     if parts[0] == "BI":

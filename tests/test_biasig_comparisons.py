@@ -88,7 +88,7 @@ def _tables():
 
 def test_comparisons_by_hand():
     cmp, ranks = comparison_tables(_tables())
-    assert cmp.columns == [*COMPARISON_COLUMNS, "interval_note"] and ranks.columns == RANK_COLUMNS
+    assert cmp.columns == COMPARISON_COLUMNS and ranks.columns == RANK_COLUMNS
     assert cmp["interval_note"].null_count() == cmp.height
     rows = {(r["model_a"], r["model_b"]): r for r in cmp.iter_rows(named=True)}
     assert set(rows) == {("m", "m-fair"), ("m", "n"), ("m-fair", "n")}
@@ -147,7 +147,7 @@ def test_no_replicates_no_comparisons():
     t = _tables()
     cmp, ranks = comparison_tables({"implicit": t["implicit"]})
     assert cmp.height == 0 and ranks.height == 0
-    assert cmp.columns == [*COMPARISON_COLUMNS, "interval_note"]
+    assert cmp.columns == COMPARISON_COLUMNS
 
 
 def test_compute_metrics_replicates_feed_the_comparisons():
@@ -276,6 +276,11 @@ def test_compute_metrics_withholds_below_the_minimum():
         )
     cmp, _ = comparison_tables(tables)
     assert set(cmp["interval_note"]) == {note} and cmp["ci_low"].null_count() == cmp.height
+    # both below the minimum: the pair (m, m-fair) carries model_a's note, the base m's
+    both = compute_metrics(pl.DataFrame(rows), prompts, interval_min_images_per_subject=11, **kw)
+    cmp, _ = comparison_tables(both)
+    assert set(zip(cmp["model_a"], cmp["model_b"], strict=True)) == {("m", "m-fair")}
+    assert set(cmp["interval_note"]) == {note.replace("< 8", "< 11")}
     # 0 (the library default): every interval printed
     every = compute_metrics(pl.DataFrame(rows), prompts, **kw)
     assert every["implicit"]["interval_note"].null_count() == every["implicit"].height

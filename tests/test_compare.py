@@ -5,7 +5,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from stereolens.metrics.compare import COMPARISON_COLUMNS, RANK_COLUMNS, compare, pairwise
+from stereolens.metrics.compare import (
+    COMPARISON_COLUMNS,
+    RANK_COLUMNS,
+    WITHHELD,
+    compare,
+    pairwise,
+    withhold,
+)
 
 EST = {"a": 0.5, "b": 0.6, "c": 0.9}
 REPS = {
@@ -72,6 +79,74 @@ def test_variant_against_its_base_and_edge_cases():
     assert nan["reject"].to_list() == [False]
     with pytest.raises(ValueError, match="replicate counts differ"):
         pairwise(EST, {**REPS, "c": np.ones(3)}, better="lower", **KW)
+
+
+def test_withheld_pairs_leave_holms_family_and_keep_their_estimates():
+    cmp = pairwise(EST, REPS, better="lower", **KW)  # (a, b), (a, c), (b, c)
+    assert cmp["interval_note"].dtype == pl.String and cmp["interval_note"].is_null().all()
+    assert withhold(cmp, {}).equals(cmp) and withhold(cmp, {"a": None}).equals(cmp)
+    out = withhold(cmp, {"a": NOTE})
+    assert out.columns == COMPARISON_COLUMNS
+    assert out["interval_note"].to_list() == [NOTE, NOTE, None]
+    for c in WITHHELD:
+        assert out[c].to_list()[:2] == [None, None], c
+    assert out["difference"].to_list() == pytest.approx([0.1, 0.4, 0.3])  # the estimates stay
+    assert out["se"].to_list() == cmp["se"].to_list()
+    # b - c alone in Holm's family: its adjusted p is its p-value (0.0402735 among three)
+    assert out["p_adjusted"][2] == pytest.approx(0.0201368, rel=1e-5)
+    assert out["reject"].to_list() == [None, None, True]
+    # a pair of two withheld models takes model_a's note; nothing left to adjust
+    both = withhold(cmp, {"a": "note a", "c": "note c"})
+    assert both["interval_note"].to_list() == ["note a", "note a", "note c"]
+    assert both["p_adjusted"].null_count() == 3 and both["reject"].null_count() == 3
+    # a pair still tested whose p-value is undefined stays undecided (False), as unwithheld
+    nan = {**REPS, "b": np.full(4, np.nan)}
+    out = withhold(pairwise(EST, nan, better="lower", **KW), {"c": NOTE})
+    assert out["reject"].to_list() == [False, None, None]
+    assert out["p_adjusted"].to_list() == [None, None, None]
+    # the ranks count only the pairs still tested: c differs from b alone
+    _, rk = compare(EST, REPS, withheld={"a": NOTE}, better="lower", **KW)
+    got = {
+        r["model"]: (r["rank"], r["rank_low"], r["rank_high"], r["group"])
+        for r in rk.iter_rows(named=True)
+    }
+    assert got == {"a": (1, 1, 3, 1), "b": (2, 1, 2, 1), "c": (3, 2, 3, 1)}
+
+
+def test_withheld_note_wording_of_each_benchmark():
+    from stereolens.biasig.formulas import INTERVAL_MIN_WHY
+    from stereolens.contextbias.intervals import withheld_note as roles
+    from stereolens.lvlm.resample import withheld_note as images
+    from stereolens.metrics.withheld import withheld_note
+
+    assert withheld_note(8, 8, "images per subject", INTERVAL_MIN_WHY) is None
+    assert withheld_note(7.5, 8, "images per subject", INTERVAL_MIN_WHY) == (
+        "withheld: 7.5 images per subject < 8 (the smallest size at which the coverage "
+        "benchmark's interval covers >= 93%, bench/COVERAGE.md)"
+    )
+    assert withheld_note(2.0, 40, "x", "y") == "withheld: 2 x < 40 (y, bench/COVERAGE.md)"
+    assert images(30, 30) is None
+    assert images(10, 30) == (
+        "withheld: 10 images per group < 30 (the smallest size at which the LVLM intervals "
+        "cover >= 93%, bench/COVERAGE.md)"
+    )
+    assert roles(1, 10) == (
+        "withheld: 1 role < 10 (the smallest number of roles at which the role bootstrap's "
+        "intervals cover as at paper scale, bench/COVERAGE.md)"
+    )
+    assert roles(3, 10).startswith("withheld: 3 roles < 10 (")
+
+
+def test_empty_comparison_tables_have_every_column(tmp_path):
+    from stereolens.biasig.comparisons import comparison_tables
+    from stereolens.metrics.compare import write_comparison_tables
+
+    cmp, rk = comparison_tables({})
+    write_comparison_tables([cmp], [rk], tmp_path)
+    written = pl.read_parquet(tmp_path / "comparisons.parquet")
+    assert written.height == 0 and written.columns == COMPARISON_COLUMNS
+    assert written.schema["interval_note"] == pl.String
+    assert pl.read_parquet(tmp_path / "ranks.parquet").columns == RANK_COLUMNS
 
 
 def test_report_first_screen_orders_models_by_group():

@@ -50,7 +50,7 @@ def test_comparison_families_and_hand_values():
     lv = level_replicates(att, replicates=400, seed=3)
     assert lv.replicates.shape == (2, 400, len(lv.levels), 3)
     cmp, rk = model_comparisons(lv, min_roles=1)
-    assert cmp.columns == COMPARISON_COLUMNS + ["interval_note"]
+    assert cmp.columns == COMPARISON_COLUMNS
     assert rk.columns == RANK_COLUMNS + ["interval_note"]
     assert cmp["interval_note"].is_null().all() and rk["interval_note"].is_null().all()
     scopes = {f"{c} / {s}" for c in ("CF", "CA-R", "CA-U") for s in ("overall", "people", "camera")}

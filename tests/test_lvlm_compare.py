@@ -138,7 +138,9 @@ def test_metrics_write_comparisons_and_ranks():
     responses = _responses({("a", "image"): 0.05, ("b", "image"): 0.5, ("a", "mitigation"): 0.05})
     out = M.compute_all(responses, replicates=200, permutations=100, seed=0)
     cmp, ranks = out["comparisons"], out["ranks"]
-    assert cmp.columns == COMPARISON_COLUMNS + K.COMPARISON_EXTRA
+    # metrics.compare's columns, the bracket before interval_note (as since issue 20)
+    assert cmp.columns == [*COMPARISON_COLUMNS[:-1], "bracket_low", "bracket_high", "interval_note"]
+    assert cmp.columns == K.COLUMNS
     assert ranks.columns == RANK_COLUMNS
     got = {
         (r["metric"], r["scope"], r["model_a"], r["model_b"], r["relation"])
@@ -181,30 +183,13 @@ def test_refusal_replicates_are_paired():
     reps = K.refusal_replicates(pl.concat([red["refusal_images"], copy]), 100, 0)
     assert np.array_equal(reps[("a", "image", "exam")], reps[("c", "image", "exam")])
     assert not np.array_equal(reps[("a", "image", "exam")], reps[("b", "image", "exam")])
-    assert K.tables([], [])["comparisons"].columns == COMPARISON_COLUMNS + K.COMPARISON_EXTRA
+    empty = K.tables([], [])["comparisons"]
+    assert empty.columns == K.COLUMNS and empty.schema["interval_note"] == pl.String
 
 
-def test_withheld_pairs_leave_holms_family_and_small_designs_print_no_test():
-    from stereolens.metrics.compare import pairwise
-
-    est = {"a": 0.5, "b": 0.6, "c": 0.9}
-    reps = {
-        "a": np.array([0.50, 0.50, 0.50, 0.50]),
-        "b": np.array([0.55, 0.65, 0.55, 0.65]),
-        "c": np.array([0.80, 0.80, 1.00, 1.00]),
-    }
-    kw = dict(benchmark="x", metric="m", scope="s", paired=True, resampling="t", better="lower")
-    cmp = pairwise(est, reps, **kw)  # pairs (a, b), (a, c), (b, c)
-    out = K.withhold(cmp, [None, "withheld: 3 images per group < 30", None])
-    ac = out.row(1, named=True)
-    assert ac["interval_note"] == "withheld: 3 images per group < 30"
-    assert [ac[c] for c in ("ci_low", "ci_high", "p_value", "p_adjusted", "reject")] == [None] * 5
-    assert ac["difference"] == pytest.approx(0.4)  # the estimate stays
-    # Holm over the two pairs still tested: b-c 0.0201368 x 2, a-b 0.0832645 x 1
-    assert out["p_adjusted"].to_list()[0] == pytest.approx(0.0832645, rel=1e-5)
-    assert out["p_adjusted"].to_list()[2] == pytest.approx(0.0402736, rel=1e-5)
-    assert out["reject"].to_list() == [False, None, True]
-    assert K.withhold(cmp, [None] * 3)["interval_note"].is_null().all()
+def test_small_designs_print_no_test():
+    """A design below the minimum withholds every comparison (the rule itself:
+    test_compare.test_withheld_pairs_leave_holms_family_and_keep_their_estimates)."""
     # 10 images per group (default minimum 30): scores, refusal rates' comparisons withheld
     responses = _responses({("a", "image"): 0.05, ("b", "image"): 0.5}).filter(
         pl.col("image_id").str.extract(r"(\d+)$").cast(pl.Int64) < 10
@@ -223,6 +208,21 @@ def test_withheld_pairs_leave_holms_family_and_small_designs_print_no_test():
     big = M.compute_all(responses, replicates=100, permutations=50, seed=0, min_images_per_group=10)
     assert big["comparisons"]["interval_note"].is_null().all()
     assert big["comparisons"]["reject"].is_not_null().all()
+    # one small model among three: its pairs withheld (bracket too), the others tested
+    rates = {("a", "image"): 0.05, ("b", "image"): 0.5, ("c", "image"): 0.3}
+    mixed = _responses(rates).filter(
+        (pl.col("model") != "b") | (pl.col("image_id").str.extract(r"(\d+)$").cast(pl.Int64) < 10)
+    )
+    out = M.compute_all(mixed, replicates=100, permutations=50, seed=0, min_images_per_group=20)
+    tvd = out["comparisons"].filter(pl.col("metric") == "exam TVD x100")
+    gone = tvd.filter(pl.col("interval_note").is_not_null())
+    assert sorted(zip(gone["model_a"], gone["model_b"], strict=True)) == [("a", "b"), ("b", "c")]
+    assert set(gone["interval_note"]) == {R.withheld_note(10, 20)}
+    for col in ("ci_low", "p_adjusted", "reject", "bracket_low", "bracket_high"):
+        assert gone[col].is_null().all(), col
+    (kept,) = tvd.filter(pl.col("interval_note").is_null()).iter_rows(named=True)
+    assert kept["p_adjusted"] == pytest.approx(kept["p_value"])  # alone in Holm's family
+    assert kept["bracket_low"] <= kept["ci_low"] and kept["bracket_high"] >= kept["ci_high"]
 
 
 def test_cli_passes_the_minimum_and_its_help_prints(tmp_path, capsys):

@@ -375,13 +375,13 @@ def _expected_difference(task, sc, axis, a: str, b: str, draws: int) -> float:
 
 def _wald(est_a, est_b, reps_a, reps_b, a="a", b="b", checked: int = 5, notes=None):
     """Per dataset the comparison's difference and interval: stereolens.lvlm.comparisons'
-    pairwise-and-withhold (metrics.compare.pairwise, then the pair withheld where ``notes``,
+    pairwise-and-withhold (metrics.compare.compare: the pair withheld where ``notes``,
     per dataset the interval_note of either model, says the design is below the minimum) on
     the first ``checked`` datasets, and its formula (difference +- z sd of the paired
     replicates' differences; NaN where withheld) vectorised over the rest, checked equal."""
     from scipy import stats
 
-    from stereolens.lvlm import comparisons as K
+    from stereolens.metrics.compare import compare
 
     d = np.asarray(est_b) - np.asarray(est_a)
     se = np.array([np.std(rb - ra, ddof=1) for ra, rb in zip(reps_a, reps_b, strict=True)])
@@ -391,10 +391,10 @@ def _wald(est_a, est_b, reps_a, reps_b, a="a", b="b", checked: int = 5, notes=No
     lo = np.where(gone, np.nan, d - z * se)
     hi = np.where(gone, np.nan, d + z * se)
     for i in range(min(checked, d.size)):
-        c = K._compare(
+        c = compare(
             {a: est_a[i], b: est_b[i]},
             {a: reps_a[i], b: reps_b[i]},
-            {a: notes[i]},
+            withheld={a: notes[i]},
             benchmark="lvlm",
             metric="coverage",
             scope="coverage",

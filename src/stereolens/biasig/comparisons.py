@@ -21,21 +21,13 @@ always show what is asked). eta is compared but not ranked: it says which way a 
 A pair with a model whose design is below biasig.interval_min_images_per_subject (its
 tables' ``interval_note``) has ci_low, ci_high, p_value, p_adjusted and reject null and
 ``interval_note`` the model's note; Holm runs over the family's other pairs and the ranks
-count only their decisions."""
+count only their decisions (:func:`stereolens.metrics.compare.withhold`)."""
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
-from stereolens.metrics.compare import (
-    COMPARISON_COLUMNS,
-    RANK_COLUMNS,
-    compare,
-    concat,
-    holm,
-    ranks,
-)
+from stereolens.metrics.compare import COMPARISON_COLUMNS, RANK_COLUMNS, compare, concat
 
 BENCHMARK = "biasig"
 RESAMPLING = "images within each subject, each model its own stream (subjects fixed)"
@@ -99,9 +91,8 @@ def comparison_tables(
     "variant_vs_base". One family (Holm) per (metric, scope)."""
     reps = tables.get("replicates")
     est = model_estimates(tables).filter(pl.col("protected_attribute").is_in(attributes))
-    columns = [*COMPARISON_COLUMNS, "interval_note"]
     if reps is None or reps.is_empty() or est.is_empty():
-        return _with_note(concat([], COMPARISON_COLUMNS), {}, level), concat([], RANK_COLUMNS)
+        return concat([], COMPARISON_COLUMNS), concat([], RANK_COLUMNS)
     notes = withheld_models(tables)
     variants = {v: m for v, m in est.select("variant", "model").unique().iter_rows() if v != m}
     cmp_frames, rank_frames = [], []
@@ -121,6 +112,7 @@ def comparison_tables(
         cmp, rk = compare(
             estimates,
             replicates,
+            withheld=notes,
             benchmark=BENCHMARK,
             metric=metric,
             scope=SCOPES[attr],
@@ -130,20 +122,10 @@ def comparison_tables(
             variants={v: b for v, b in variants.items() if v in estimates and b in estimates},
             level=level,
         )
-        cmp = _with_note(cmp, notes, level)
-        if notes and cmp.height:
-            rk = ranks(cmp, estimates, BETTER[metric]).with_columns(
-                pl.lit(BENCHMARK).alias("benchmark"),
-                pl.lit(metric).alias("metric"),
-                pl.lit(SCOPES[attr]).alias("scope"),
-            )
         cmp_frames.append(cmp)
         if metric in RANKED:
             rank_frames.append(rk)
-    cmp = pl.concat(cmp_frames, how="vertical") if cmp_frames else None
-    if cmp is None:
-        cmp = _with_note(concat([], COMPARISON_COLUMNS), {}, level)
-    return cmp.select(columns), concat(rank_frames, RANK_COLUMNS)
+    return concat(cmp_frames, COMPARISON_COLUMNS), concat(rank_frames, RANK_COLUMNS)
 
 
 def withheld_models(tables: dict[str, pl.DataFrame]) -> dict[str, str]:
@@ -157,31 +139,3 @@ def withheld_models(tables: dict[str, pl.DataFrame]) -> dict[str, str]:
         rows = t.filter(pl.col("interval_note").is_not_null())
         notes.update(zip(rows["variant"], rows["interval_note"], strict=True))
     return notes
-
-
-def _with_note(cmp: pl.DataFrame, notes: dict[str, str], level: float) -> pl.DataFrame:
-    """One family with ``interval_note`` (the note of model_a, else model_b; null when
-    neither is withheld); a withheld pair's ci_low, ci_high, p_value, p_adjusted and reject
-    null, Holm over the other pairs."""
-    note = pl.lit(None, dtype=pl.String)
-    for variant, text in notes.items():
-        note = (
-            pl.when((pl.col("model_a") == variant) | (pl.col("model_b") == variant))
-            .then(pl.lit(text))
-            .otherwise(note)
-        )
-    cmp = cmp.with_columns(note.alias("interval_note"))
-    if not notes or cmp.is_empty():
-        return cmp
-    kept = cmp["interval_note"].is_null().to_numpy()
-    p = np.where(kept, cmp["p_value"].to_numpy().astype(float), np.nan)
-    adjusted = holm(p)
-    reject = np.nan_to_num(adjusted, nan=1.0) < 1 - level
-    return cmp.with_columns(
-        *[
-            pl.when(pl.col("interval_note").is_null()).then(pl.col(c)).otherwise(None).alias(c)
-            for c in ("ci_low", "ci_high", "p_value")
-        ],
-        pl.Series("p_adjusted", adjusted).fill_nan(None),
-        pl.when(pl.Series(kept)).then(pl.Series(reject)).otherwise(None).alias("reject"),
-    )

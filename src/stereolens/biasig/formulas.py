@@ -63,6 +63,8 @@ INTERVAL_MIN_IMAGES_PER_SUBJECT = 40
 (the median over a model's subjects) no interval is printed (ci columns null,
 ``interval_note`` says why): the smallest size of the coverage sweep on the planner's prior
 world (bench/COVERAGE.md) at which every BiasIG interval covers >= 93%."""
+INTERVAL_MIN_WHY = "the smallest size at which the coverage benchmark's interval covers >= 93%"
+"""Why INTERVAL_MIN_IMAGES_PER_SUBJECT, in the ``interval_note``."""
 INTERVAL_CI_COLUMNS = (
     "ci_low", "ci_high", "ci_low_gender", "ci_high_gender", "ci_low_race", "ci_high_race",
     "ci_low_age", "ci_high_age",

@@ -26,6 +26,7 @@ from stereolens.biasig.formulas import (
     EXPLICIT_COLUMNS,
     IMPLICIT_COLUMNS,
     INTERVAL_CI_COLUMNS,
+    INTERVAL_MIN_WHY,
     LEVELS,
     POSITIONS,
     READ_COLUMNS,
@@ -49,6 +50,7 @@ from stereolens.biasig.prompts import load_prompts
 from stereolens.biasig.resample import CHUNK_UNITS, DRAW_BUDGET, Resampler, point_counts
 from stereolens.biasig.score_tables import LEVEL_ORDER, eta_table, explicit_table, implicit_table
 from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES, BiasIGTruth, load_truth
+from stereolens.metrics.withheld import withheld_note
 
 __all__ = [
     # computed here
@@ -251,14 +253,11 @@ def interval_notes(prep: Prepared, minimum: int) -> dict[tuple[str, str], str]:
         .group_by("variant", "model")
         .agg(pl.col("n_images").median())
     )
-    return {
-        (v, m): (
-            f"withheld: {n:g} images per subject < {minimum} (the smallest size at which the "
-            "coverage benchmark's interval covers >= 93%, bench/COVERAGE.md)"
-        )
+    notes = {
+        (v, m): withheld_note(n, minimum, "images per subject", INTERVAL_MIN_WHY)
         for v, m, n in per_subject.iter_rows()
-        if n < minimum
     }
+    return {key: note for key, note in notes.items() if note is not None}
 
 
 def withhold(table: pl.DataFrame, notes: dict[tuple[str, str], str]) -> pl.DataFrame:

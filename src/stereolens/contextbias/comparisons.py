@@ -21,6 +21,7 @@ from stereolens.metrics.compare import (
     holm,
     pairwise,
     ranks,
+    withhold,
 )
 
 BENCHMARK = "contextbias"
@@ -31,11 +32,9 @@ METRICS = {
     "bi_shift": "BI(CA-U) - BI(CF); lower = the unrelated context concentrates labels less",
 }
 """The compared metrics; lower is less biased for both."""
-WITHHELD = {
-    "comparisons": ("ci_low", "ci_high", "p_value", "p_adjusted", "reject"),
-    "ranks": ("rank_low", "rank_high", "group"),
-}
-"""The columns left null, with an interval_note, below the minimum number of roles."""
+RANKS_WITHHELD = ("rank_low", "rank_high", "group")
+"""The columns of ranks.parquet left null, with an interval_note, below the minimum number
+of roles (comparisons.parquet: stereolens.metrics.compare.WITHHELD)."""
 
 
 def resampling(draws: str, support: str = "own") -> str:
@@ -130,12 +129,14 @@ def model_comparisons(
     the replicates' mean), the difference is theirs and its interval and test are on t(R -
     1) (:func:`_t_wald`); the estimand is the difference of the two models' BI at their
     population label shares with the common K (bench/COVERAGE.md). With fewer than
-    ``min_roles`` roles the columns of WITHHELD are null and ``interval_note`` (also in
-    ranks.parquet) says why; else it is null."""
+    ``min_roles`` roles every pair is withheld (:func:`stereolens.metrics.compare.withhold`:
+    ci_low, ci_high, p_value, p_adjusted and reject null), so are the RANKS_WITHHELD columns,
+    and ``interval_note`` (also in ranks.parquet) says why; else it is null."""
     cmp_frames: list[pl.DataFrame] = []
     rank_frames: list[pl.DataFrame] = []
     paired = lv.draws == "paired"
     how = resampling(lv.draws, lv.support)
+    note = withheld_note(lv.n_roles, min_roles)
     by_extractor: dict[tuple, list[int]] = {}
     by_generator: dict[str, list[int]] = {}
     for g, key in enumerate(lv.keys):
@@ -155,6 +156,7 @@ def model_comparisons(
                         continue
                     names = {g: lv.keys[g][name_at] for g in ok}
                     estimates = {names[g]: float(est[g]) for g in ok}
+                    notes = dict.fromkeys(estimates, note)
                     family = {
                         "benchmark": BENCHMARK,
                         "metric": metric + suffix,
@@ -166,23 +168,17 @@ def model_comparisons(
                     }
                     if lv.support == "common":
                         cmp = pairwise(estimates, {names[g]: rep[g] for g in ok}, **family)
-                        cmp = _t_wald(cmp, lv.n_roles, level)
+                        cmp = withhold(_t_wald(cmp, lv.n_roles, level), notes)
                         rk = ranks(cmp, estimates, "lower").with_columns(
                             pl.lit(family[c]).alias(c) for c in ("benchmark", "metric", "scope")
                         )
                     else:
-                        cmp, rk = compare(estimates, {names[g]: rep[g] for g in ok}, **family)
+                        reps = {names[g]: rep[g] for g in ok}
+                        cmp, rk = compare(estimates, reps, withheld=notes, **family)
                     cmp_frames.append(cmp)
                     rank_frames.append(rk)
-    note = withheld_note(lv.n_roles, min_roles)
-    out = {
-        "comparisons": concat(cmp_frames, COMPARISON_COLUMNS),
-        "ranks": concat(rank_frames, RANK_COLUMNS),
-    }
-    for name, frame in out.items():
-        if note is not None:
-            frame = frame.with_columns(
-                pl.lit(None, frame.schema[c]).alias(c) for c in WITHHELD[name]
-            )
-        out[name] = frame.with_columns(pl.lit(note, pl.String).alias("interval_note"))
-    return out["comparisons"], out["ranks"]
+    rk = concat(rank_frames, RANK_COLUMNS)
+    if note is not None:
+        rk = rk.with_columns(pl.lit(None, rk.schema[c]).alias(c) for c in RANKS_WITHHELD)
+    rk = rk.with_columns(pl.lit(note, pl.String).alias("interval_note"))
+    return concat(cmp_frames, COMPARISON_COLUMNS), rk

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from stereolens.metrics.withheld import withheld_note as note
+
 BOOTSTRAP_INTERVALS = ("bc-t", "basic", "percentile")
 """The 95% interval of bootstrap.parquet: "bc-t" (default) = estimate_bc +- t(R - 1) x the
 replicates' sd x sqrt(R / (R - 1)), R = the roles (the bootstrap sd of a mean of R roles is
@@ -20,18 +22,16 @@ roles: from 10 roles every printed kind lies in the band it has at 92 roles; bel
 1) quantile over-covers, 97.5-99.5% at 2-5 roles, intervals 1.5 wide at 2); below it
 bootstrap.parquet and comparisons.parquet print no interval (config
 contextbias.metrics.interval_min_roles)."""
+WHY = "the smallest number of roles at which the role bootstrap's intervals cover as at paper scale"
+"""Why MIN_ROLES, in the ``interval_note``."""
 
 
 def withheld_note(n_roles: int, min_roles: int) -> str | None:
     """The ``interval_note`` of a design with ``n_roles`` roles: None when it has at least
-    ``min_roles``, else why its interval is withheld."""
-    if n_roles >= min_roles:
-        return None
-    return (
-        f"withheld: {n_roles} role{'s' if n_roles != 1 else ''} < {min_roles} (the smallest "
-        "number of roles at which the role bootstrap's intervals cover as at paper scale, "
-        "bench/COVERAGE.md)"
-    )
+    ``min_roles``, else why its interval is withheld
+    (:func:`stereolens.metrics.withheld.withheld_note`)."""
+    unit = "role" if n_roles == 1 else "roles"
+    return note(n_roles, min_roles, unit, WHY)
 
 
 def t_factor(n_roles: int, level: float = 0.95) -> float:

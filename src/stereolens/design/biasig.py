@@ -41,6 +41,15 @@ ETA_INNER = 20
 width and centre), linear in between."""
 SEGMENT = np.repeat(np.arange(3), [2, 4, 3])
 """The attribute of each of the nine protected values."""
+ETA_INTERVAL_TEST = (
+    "|eta_total_bc - 0.5| > z x the sd of the once-corrected replicates 2 eta* - mean eta** "
+    "(their second-level noise taken out), eta_total_bc the double-bootstrap estimate 3 x "
+    "eta - 3 x mean eta* + mean eta** (stereolens.biasig.groups.double_bias_corrected), both "
+    "from the emulated pipeline bootstrap (stereolens.design.biasig_boot.eta_double; the "
+    "centre per dataset a line in the estimate plus its residual noise)"
+)
+"""The test of ``biasig.eta_interval`` in the planner's method text: the report's eta
+interval excludes 0.5."""
 
 
 @dataclass
@@ -247,6 +256,7 @@ class BiasIGDesign:
                     0.0,
                     eta,
                     estimand=fixed,
+                    interval_test=ETA_INTERVAL_TEST,
                 )  # fmt: skip
             )
         return out

@@ -74,6 +74,11 @@ class EffectSpec:
     family: int = 1
     """Tests in the report's multiplicity family of this comparison (BiasIG: K(K-1)/2 model
     pairs, Holm); 1 = tested alone."""
+    interval_test: str = ""
+    """The pipeline's interval test in words where |estimate (+ the bootstrap's shift) -
+    null| > z x se does not say it: BiasIG eta's interval is centred on its double-bootstrap
+    estimate, not on the estimate (the simulated values are then that centre); "" = that
+    rule."""
 
 
 @dataclass
@@ -226,12 +231,13 @@ def _method(
         se = "sd over the simulated datasets"
         if sim is not None and spec.name in sim.scale:
             se = "the emulated pipeline bootstrap's standard error"
+        rule = spec.interval_test or f"|{centre} - {spec.null_value:g}| > z x {se}"
         test = (
-            f"two-sided {level:g}: |{centre} - {spec.null_value:g}| > z x {se}"
+            f"two-sided {level:g}: {rule}"
             + (f", with its error from {spec.df + 1} clusters" if spec.df else "")
             + " (the pipeline's bootstrap interval excludes the null)"
         )
-        if spec.family > 1:
+        if spec.family > 1 and not spec.interval_test:
             test = (
                 f"Wald test of the difference B - A with the bootstrap standard error, "
                 f"two-sided {level:g}: |{centre}| > z x {se} (stereolens.metrics.compare: "

@@ -35,45 +35,12 @@ REFUSAL_RESAMPLING = (
     "for every model and setting"
 )
 BASE_SETTING = "image"
-COMPARISON_EXTRA = ["bracket_low", "bracket_high", "interval_note"]
-WITHHELD = ["ci_low", "ci_high", "p_value", "p_adjusted", "reject", "bracket_low", "bracket_high"]
-
-
-def withhold(frame: pl.DataFrame, notes: list[str | None]) -> pl.DataFrame:
-    """The comparisons of one family with the rows whose design is below the minimum size
-    withheld: ``interval_note`` set, ci_low, ci_high, p_value, p_adjusted, reject (and the
-    bracket) null; Holm's adjustment is recomputed over the pairs still tested."""
-    note = pl.Series("interval_note", notes, dtype=pl.String)
-    out = frame.with_columns(note)
-    mask = note.is_not_null()
-    if frame.height == 0 or not mask.any():
-        return out
-    out = out.with_columns(
-        pl.when(pl.Series(mask)).then(None).otherwise(pl.col(c)).alias(c)
-        for c in WITHHELD
-        if c in out.columns
-    )
-    adjusted = C.holm(out["p_value"].cast(pl.Float64).fill_null(np.nan).to_numpy())
-    level = float(out["level"][0])
-    reject = [bool(a < 1 - level) if np.isfinite(a) else None for a in adjusted]
-    return out.with_columns(
-        pl.Series("p_adjusted", adjusted).fill_nan(None),
-        pl.Series("reject", reject, dtype=pl.Boolean),
-    )
-
-
-def _compare(est: dict, reps: dict, notes: dict, **kw) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """metrics.compare's pairwise, the rows of any model with an ``interval_note`` (``notes``:
-    per model) withheld (:func:`withhold`), and the ranks from what is left."""
-    c = C.pairwise(est, reps, **kw)
-    row_notes = [
-        notes.get(a) or notes.get(b) for a, b in zip(c["model_a"], c["model_b"], strict=True)
-    ]
-    c = withhold(c, row_notes)
-    r = C.ranks(c, est, kw["better"]).with_columns(
-        pl.lit(kw[k]).alias(k) for k in ("benchmark", "metric", "scope")
-    )
-    return c, r
+COMPARISON_EXTRA = ["bracket_low", "bracket_high"]
+"""The TVD rows' bound on the difference of the population scores (null for refusals and
+for a withheld pair)."""
+COLUMNS = [c for c in C.COMPARISON_COLUMNS if c != "interval_note"]
+COLUMNS += [*COMPARISON_EXTRA, "interval_note"]
+"""comparisons.parquet's columns: metrics.compare's, the bracket before ``interval_note``."""
 
 
 def _label(model: str, setting: str) -> str:
@@ -99,10 +66,15 @@ def _families(estimates: dict):
 
 
 def _bracket(frame: pl.DataFrame, keys: dict, reps: dict, nulls: dict, level: float):
-    """bracket_low, bracket_high of each pair (see the module docstring)."""
+    """bracket_low, bracket_high of each pair (see the module docstring); null for a withheld
+    pair (its ``interval_note`` set)."""
     a = (1 - level) / 2
     lo, hi = [], []
     for r in frame.iter_rows(named=True):
+        if r["interval_note"] is not None:
+            lo.append(None)
+            hi.append(None)
+            continue
         ka, kb = keys[r["model_a"]], keys[r["model_b"]]
         d = np.asarray(reps[kb], float) - np.asarray(reps[ka], float)
         d = d[np.isfinite(d)]
@@ -114,7 +86,10 @@ def _bracket(frame: pl.DataFrame, keys: dict, reps: dict, nulls: dict, level: fl
         q_lo, q_hi = np.quantile(d, [a, 1 - a]) - d.mean()
         lo.append(r["difference"] - nb + q_lo)
         hi.append(r["difference"] + na + q_hi)
-    return frame.with_columns(pl.Series("bracket_low", lo), pl.Series("bracket_high", hi))
+    return frame.with_columns(
+        pl.Series("bracket_low", lo, dtype=pl.Float64),
+        pl.Series("bracket_high", hi, dtype=pl.Float64),
+    )
 
 
 def _notes(rows, key, minimum: int) -> dict:
@@ -135,7 +110,7 @@ def tvd_comparisons(
     """Comparison and rank frames of the TVD scores (metrics.scores' overall table and its
     ``replicates_out``: per (model, setting, task, axis) the paired bootstrap replicates);
     a pair with a model below ``min_images_per_group`` user images per group (the scores'
-    ``images_per_group``) is withheld (:func:`withhold`)."""
+    ``images_per_group``) is withheld (:func:`stereolens.metrics.compare.withhold`)."""
     cmp, rk = [], []
     if scores.height == 0 or not replicates:
         return cmp, rk
@@ -153,10 +128,10 @@ def tvd_comparisons(
         for scope, keys, variants in _families(est):
             if len(keys) < 2:
                 continue
-            c, r = _compare(
+            c, r = C.compare(
                 {lab: est[k] for lab, k in keys.items()},
                 {lab: reps[k] for lab, k in keys.items()},
-                {lab: notes.get(k) for lab, k in keys.items()},
+                withheld={lab: notes.get(k) for lab, k in keys.items()},
                 benchmark=BENCHMARK,
                 metric=f"{task} TVD x100",
                 scope=f"{axis}, {scope}",
@@ -166,8 +141,7 @@ def tvd_comparisons(
                 variants=variants,
                 level=level,
             )
-            notes_c = c["interval_note"].to_list()
-            cmp.append(withhold(_bracket(c, keys, reps, nulls, level), notes_c))
+            cmp.append(_bracket(c, keys, reps, nulls, level))
             rk.append(r)
     return cmp, rk
 
@@ -223,10 +197,10 @@ def refusal_comparisons(
         for scope, keys, variants in _families(est):
             if len(keys) < 2:
                 continue
-            c, r = _compare(
+            c, r = C.compare(
                 {lab: est[k] for lab, k in keys.items()},
                 {lab: replicates[(*k, task)] for lab, k in keys.items()},
-                {lab: notes.get(k) for lab, k in keys.items()},
+                withheld={lab: notes.get(k) for lab, k in keys.items()},
                 benchmark=BENCHMARK,
                 metric="refusal rate %",
                 scope=f"{task}, {scope}",
@@ -242,14 +216,12 @@ def refusal_comparisons(
 
 
 def tables(cmp: list[pl.DataFrame], rk: list[pl.DataFrame]) -> dict[str, pl.DataFrame]:
-    """comparisons (COMPARISON_COLUMNS + bracket_low, bracket_high: null for refusals, and
-    interval_note: why a withheld row's test is null) and ranks (RANK_COLUMNS) tables, with
-    their columns also when empty."""
-    columns = C.COMPARISON_COLUMNS + COMPARISON_EXTRA
+    """comparisons (COLUMNS: metrics.compare's with bracket_low, bracket_high before
+    interval_note; the bracket null for refusals) and ranks (RANK_COLUMNS) tables, with their
+    columns also when empty."""
     frames = [f for f in cmp if f.height]
     empty = C.empty_frame(C.COMPARISON_COLUMNS).with_columns(
-        pl.lit(None, pl.String if c == "interval_note" else pl.Float64).alias(c)
-        for c in COMPARISON_EXTRA
+        pl.lit(None, pl.Float64).alias(c) for c in COMPARISON_EXTRA
     )
-    comparisons = pl.concat([empty, *frames], how="diagonal_relaxed").select(columns)
+    comparisons = pl.concat([empty, *frames], how="diagonal_relaxed").select(COLUMNS)
     return {"comparisons": comparisons, "ranks": C.concat(rk, C.RANK_COLUMNS)}

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from stereolens.ids import stable_id
+from stereolens.metrics.withheld import withheld_note as note
 
 MIN_IMAGES_PER_GROUP = 30
 """The default of ``lvlm.metrics.interval_min_images_per_group``: below this many user images
@@ -41,6 +42,8 @@ the smallest size swept (5, 10, 20, 30) at which every interval kind covers >= 9
 paired refusal difference covered 92.0% +- 1.4% over 400 datasets, at 30 93.0% +- 1.3%; the
 TVD rows were >= 93.2% from 20). The refusal rate's own Wilson interval covers at every size
 measured (96.0% at 2 images per group) and is always printed."""
+WHY = "the smallest size at which the LVLM intervals cover >= 93%"
+"""Why MIN_IMAGES_PER_GROUP, in the ``interval_note``."""
 
 
 def images_per_group(codes: np.ndarray, n_groups: int, boot_strata: bool, n_units: int) -> int:
@@ -53,13 +56,9 @@ def images_per_group(codes: np.ndarray, n_groups: int, boot_strata: bool, n_unit
 
 def withheld_note(n: int, minimum: int) -> str | None:
     """The ``interval_note`` of a design with ``n`` images per group: None at or above
-    ``minimum``, else why the interval is withheld."""
-    if n >= minimum:
-        return None
-    return (
-        f"withheld: {n} images per group < {minimum} (the smallest size at which the LVLM "
-        "intervals cover >= 93%, bench/COVERAGE.md)"
-    )
+    ``minimum``, else why the interval is withheld
+    (:func:`stereolens.metrics.withheld.withheld_note`)."""
+    return note(n, minimum, "images per group", WHY)
 
 
 INTERVAL = (

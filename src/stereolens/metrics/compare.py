@@ -16,14 +16,16 @@ from scipy import stats
 COMPARISON_COLUMNS = [
     "benchmark", "metric", "scope", "model_a", "model_b", "relation", "estimate_a",
     "estimate_b", "difference", "se", "ci_low", "ci_high", "p_value", "p_adjusted",
-    "adjustment", "reject", "paired", "resampling", "replicates", "level",
+    "adjustment", "reject", "paired", "resampling", "replicates", "level", "interval_note",
 ]  # fmt: skip
+"""``interval_note``: why a pair's interval and test are withheld (:func:`withhold`); null
+when they are printed."""
 RANK_COLUMNS = [
     "benchmark", "metric", "scope", "model", "estimate", "better", "rank", "rank_low",
     "rank_high", "group", "n_models",
 ]  # fmt: skip
 _TEXT = ("benchmark", "metric", "scope", "model_a", "model_b", "relation", "adjustment")
-_TEXT += ("resampling", "model", "better")
+_TEXT += ("resampling", "model", "better", "interval_note")
 _INT = ("replicates", "rank", "rank_low", "rank_high", "group", "n_models")
 _BOOL = ("reject", "paired")
 
@@ -145,7 +147,40 @@ def pairwise(
         pl.lit(resampling).alias("resampling"),
         pl.lit(len(next(iter(replicates.values()))), dtype=pl.Int64).alias("replicates"),
         pl.lit(level).alias("level"),
+        pl.lit(None, pl.String).alias("interval_note"),
     ).select([pl.col(c).cast(_dtype(c)) for c in COMPARISON_COLUMNS])
+
+
+WITHHELD = ("ci_low", "ci_high", "p_value", "p_adjusted", "reject")
+"""The columns of a withheld pair left null (its ``interval_note`` says why)."""
+
+
+def withhold(comparisons: pl.DataFrame, notes: Mapping[str, str | None]) -> pl.DataFrame:
+    """One family of :func:`pairwise` with the pairs of a model whose design is below its
+    benchmark's minimum size withheld: ``notes`` maps a model to its ``interval_note``
+    (None or absent: not withheld); a pair takes model_a's note, else model_b's, and its
+    WITHHELD columns are null; Holm's adjustment and ``reject`` are recomputed over the pairs
+    still tested (the estimates, difference and se stay). Unchanged when no pair is withheld."""
+    row_notes = [
+        notes.get(a) or notes.get(b)
+        for a, b in zip(comparisons["model_a"], comparisons["model_b"], strict=True)
+    ]
+    note = pl.Series("interval_note", row_notes, dtype=pl.String)
+    if not note.is_not_null().any():
+        return comparisons
+    kept = note.is_null().to_numpy()
+    out = comparisons.with_columns(note).with_columns(
+        pl.when(pl.col("interval_note").is_null()).then(pl.col(c)).otherwise(None).alias(c)
+        for c in WITHHELD
+    )
+    adjusted = holm(np.where(kept, comparisons["p_value"].to_numpy().astype(float), np.nan))
+    level = float(comparisons["level"][0])
+    reject = np.nan_to_num(adjusted, nan=1.0) < 1 - level
+    return out.with_columns(
+        pl.Series("p_adjusted", adjusted).fill_nan(None),
+        pl.Series("reject", [bool(r) if k else None for k, r in zip(kept, reject, strict=True)],
+                  dtype=pl.Boolean),
+    )  # fmt: skip
 
 
 def ranks(comparisons: pl.DataFrame, estimates: Mapping[str, float], better: str) -> pl.DataFrame:
@@ -205,11 +240,13 @@ def ranks(comparisons: pl.DataFrame, estimates: Mapping[str, float], better: str
 def compare(
     estimates: Mapping[str, float],
     replicates: Mapping[str, np.ndarray],
+    withheld: Mapping[str, str | None] | None = None,
     **kwargs,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """:func:`pairwise` and its :func:`ranks` (labelled with the family even when a single
-    model gives no pair)."""
-    cmp = pairwise(estimates, replicates, **kwargs)
+    """:func:`pairwise`, the pairs of the models in ``withheld`` (model -> its
+    ``interval_note``) withheld (:func:`withhold`), and the :func:`ranks` of what is left
+    (labelled with the family even when a single model gives no pair)."""
+    cmp = withhold(pairwise(estimates, replicates, **kwargs), withheld or {})
     rk = ranks(cmp, estimates, kwargs["better"])
     return cmp, rk.with_columns(
         pl.lit(kwargs["benchmark"]).alias("benchmark"),

@@ -69,15 +69,19 @@ def test_eta_test_has_its_size_and_the_interval_does_not():
 
 
 def _model_rows(scores: dict[str, tuple[float, float, float]]) -> pl.DataFrame:
+    """Model rows with score_bc, ci_low, ci_high as given; the plug-in score 0.01 off
+    towards the other model (A up, B down), so that a test on the plug-ins would differ."""
     rows = [
-        {"variant": m, "level": "model", "protected_attribute": "*", "score": s,
-         "ci_low": lo, "ci_high": hi}
+        {"variant": m, "level": "model", "protected_attribute": "*", "score_bc": s,
+         "score": s + (0.01 if m == "A" else -0.01), "ci_low": lo, "ci_high": hi}
         for m, (s, lo, hi) in scores.items()
     ]  # fmt: skip
     return pl.DataFrame(rows)
 
 
 def test_difference_rejects_is_the_reports_wald_test_with_holm():
+    # the bias-corrected scores (score_bc) are compared, as biasig.comparisons does: 0.93 -
+    # 0.90 (the plug-ins' 0.92 - 0.91 = 0.01 would not reject: z 0.69);
     # se of each model = 0.02 / 1.96; difference 0.03 / hypot = 2.079: rejected alone
     # (1.96), not at Holm's first step over 3 pairs (z_(1 - 0.05/6) = 2.394) nor 28 (3.20)
     t = _model_rows({"A": (0.90, 0.88, 0.92), "B": (0.93, 0.91, 0.95)})

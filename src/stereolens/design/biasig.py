@@ -351,17 +351,20 @@ class BiasIGDesign:
 
             a = f(c_a)
             joint = self.count == "paper" and n * self.n_phr_imp.max() <= JOINT_MAX_IMAGES
-            se_a = boot_se(f, boot_counts(c_a[:nb], rng, joint), self.replicates)[0]
+            se_a, _, mean_a = boot_se(f, boot_counts(c_a[:nb], rng, joint), self.replicates)
             res = np.empty((len(w), sims))
-            sc = np.full(len(w), np.nan)
+            sc, sh = np.full(len(w), np.nan), np.full(len(w), np.nan)
             extra, sd_x = self._interaction(self.k_imp * wr.k_i.sum(), sims, rng)
             for i, c_b in thin_towards(c_b0, self._gt_norm(), SEGMENT, w, rng):
-                res[i] = f(c_b) - a + extra
+                b = f(c_b)
+                res[i] = b - a + extra
                 if i in at:
-                    se_b = boot_se(f, boot_counts(c_b[:nb], rng, joint), self.replicates)[0]
+                    se_b, _, mean_b = boot_se(f, boot_counts(c_b[:nb], rng, joint), self.replicates)
                     sc[i] = np.mean(np.hypot(se_a, se_b))
+                    sh[i] = _bc_shift(a[:nb], mean_a, b[:nb], mean_b)
             out["biasig.s_imp_diff"] = res
             scale["biasig.s_imp_diff"] = np.hypot(_fill(w, sc), sd_x)
+            shift["biasig.s_imp_diff"] = _fill(w, sh)
         if wr.exp.size:
             n_img = np.broadcast_to(self.n_phr_exp[None, :] * n, (sims, wr.exp.size)).copy()
             res = []
@@ -381,20 +384,23 @@ class BiasIGDesign:
                 )
 
             a = g(h_a, u_a)
-            se_a = boot_se(
+            se_a, _, mean_a = boot_se(
                 lambda x: g(x, u_a[:nb, None]), boot_hits(h_a[:nb], u_a[:nb]), self.replicates
-            )[0]
+            )
             res = np.empty((len(w), sims))
-            sc = np.full(len(w), np.nan)
+            sc, sh = np.full(len(w), np.nan), np.full(len(w), np.nan)
             extra, sd_x = self._interaction(self.k_exp, sims, rng)
             for i, h_b in thin_binary(h_b0, u_b, 1.0, w, rng):
-                res[i] = g(h_b, u_b) - a + extra
+                b = g(h_b, u_b)
+                res[i] = b - a + extra
                 if i in at:
                     hb = boot_hits(h_b[:nb], u_b[:nb])
-                    se_b = boot_se(lambda x: g(x, u_b[:nb, None]), hb, self.replicates)[0]
+                    se_b, _, mean_b = boot_se(lambda x: g(x, u_b[:nb, None]), hb, self.replicates)
                     sc[i] = np.mean(np.hypot(se_a, se_b))
+                    sh[i] = _bc_shift(a[:nb], mean_a, b[:nb], mean_b)
             out["biasig.s_exp_diff"] = res
             scale["biasig.s_exp_diff"] = np.hypot(_fill(w, sc), sd_x)
+            shift["biasig.s_exp_diff"] = _fill(w, sh)
         if len(wr.pairs):
             side_n = self._side_images()
             gt, target = self._side_targets()
@@ -475,6 +481,13 @@ def _centre_fit(est: np.ndarray, centre: np.ndarray) -> tuple[float, float, floa
     b = float(np.cov(x, d)[0, 1] / np.var(x, ddof=1)) if np.var(x) > 0 else 0.0
     a = float(d.mean() - b * x.mean())
     return a, b, float(np.std(d - a - b * x, ddof=2))
+
+
+def _bc_shift(est_a, mean_a, est_b, mean_b) -> float:
+    """What the pipeline's bias correction (score_bc = 2 x score - the replicates' mean)
+    adds to a difference b - a: -(bias_b - bias_a), bias = mean - estimate, averaged over the
+    emulated datasets."""
+    return float(-np.nanmean((mean_b - est_b) - (mean_a - est_a)))
 
 
 def _fill(w: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -71,8 +71,9 @@ def _joint_counts(counts: np.ndarray, rng) -> np.ndarray:
 
 
 def boot_se(metric, boot: np.ndarray, replicates: int = BOOT_REPLICATES):
-    """(se, centre) per dataset of a percentile 95% interval over the replicates (axis 1):
-    se = half-width / 1.96, centre = the interval's midpoint. The width of an interval from
+    """(se, centre, mean) per dataset of a percentile 95% interval over the replicates (axis
+    1): se = half-width / 1.96, centre = the interval's midpoint, mean = the replicates'
+    mean (the bias correction's 2 x estimate - mean). The width of an interval from
     B replicates is short by a factor :func:`percentile_width` (B) (4% at 100, 0.5% at
     1,000): the emulation's width is rescaled from BOOT_REPLICATES to the pipeline's
     ``replicates`` (biasig.replicates), whose interval the report prints."""
@@ -80,8 +81,9 @@ def boot_se(metric, boot: np.ndarray, replicates: int = BOOT_REPLICATES):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         lo, hi = np.nanquantile(v, [0.025, 0.975], axis=1)
+        mean = np.nanmean(v, axis=1)
     factor = percentile_width(replicates) / percentile_width(v.shape[1])
-    return factor * (hi - lo) / (2 * 1.959963984540054), (hi + lo) / 2
+    return factor * (hi - lo) / (2 * 1.959963984540054), (hi + lo) / 2, mean
 
 
 @functools.lru_cache(maxsize=16)

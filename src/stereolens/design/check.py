@@ -151,7 +151,9 @@ def difference_rejects(
     family: int = 1,
 ) -> bool:
     """The report's test of two models (stereolens.metrics.compare.pairwise): a two-sided
-    Wald test of difference = b - a with the bootstrap standard error of the difference,
+    Wald test of difference = b - a of the bias-corrected scores (score_bc, as
+    biasig.comparisons compares S_imp and S_exp) with the bootstrap standard error of the
+    difference,
     Holm-adjusted within the family of all model pairs of one (benchmark, metric, scope).
     BiasIG resamples images within each model, so the two models' replicates are
     independent and sd(rep_b - rep_a) = hypot(se_a, se_b), each se read from the model
@@ -167,7 +169,7 @@ def difference_rejects(
     z_ci = stats.norm.ppf(0.5 + ci / 2)
     vals = {}
     for r in rows.iter_rows(named=True):
-        vals[r["variant"]] = (r["score"], (r["ci_high"] - r["ci_low"]) / (2 * z_ci))
+        vals[r["variant"]] = (r["score_bc"], (r["ci_high"] - r["ci_low"]) / (2 * z_ci))
     (sa, ea), (sb, eb) = vals[model_a], vals[model_b]
     se = math.hypot(ea, eb)
     return bool(se > 0 and abs(sb - sa) / se > stats.norm.ppf(1 - level / (2 * family)))

@@ -241,7 +241,8 @@ def _method(
             test = (
                 f"Wald test of the difference B - A with the bootstrap standard error, "
                 f"two-sided {level:g}: |{centre}| > z x {se} (stereolens.metrics.compare: "
-                f"difference = b - a, se = sd of rep_b - rep_a); MDE (Holm) at level "
+                f"difference = b - a of the compared estimates, the bias-corrected ones where "
+                f"the benchmark corrects them, se = sd of rep_b - rep_a); MDE (Holm) at level "
                 f"{level:g}/{spec.family}, Holm's first step over the {spec.family} model pairs "
                 "of the metric"
             )

@@ -8,9 +8,11 @@ size, else the labels either generator shows: support "common") or "world" (the 
 label count, an oracle), "cs_*" the same with the Chao-Shen entropy. Rows: the g2 - g1
 difference under CF (Wald z on the plug-in,
 "bc" on the bias-corrected difference, "bct" bias-corrected with t(R - 1) sqrt(R / (R -
-1)), "basic"), the shift difference, and g1's CA-U - CF shift (basic, percentile, BCa
-with a role jackknife, Wald, Wald t, bc-t = "bcwaldt"). Truth as the coverage rows (the
-differences under the vocab_union options: K = a closed dimension's vocabulary size).
+1)), "jk" bias-corrected with t(R - 1) and the role jackknife's se: comparisons.parquet's,
+"basic"), the shift difference (also "bct" and "jk"), and g1's CA-U - CF shift (basic,
+percentile, BCa with a role jackknife, Wald, Wald t, bc-t = "bcwaldt"). Truth as the coverage
+rows (the differences under the vocab_union options: K = a closed dimension's vocabulary
+size).
 
 Usage: PYTHONPATH=src python bench/contextbias_interval_options.py paper DATASETS [B]
        [ROLES] [OPTIONS]   (ROLES: the paper world with that many roles; OPTIONS e.g.
@@ -169,6 +171,10 @@ for d in range(n):
             add(f"{o} bi g2-g1 CFbc L{li}", bc, bc - z * se[li], bc + z * se[li], tt[li])
             tf = stats.t.ppf(0.975, R - 1) * np.sqrt(R / (R - 1))
             add(f"{o} bi g2-g1 CFbct L{li}", bc, bc - tf * se[li], bc + tf * se[li], tt[li])
+            djk = ej[o][1, :, 0, li] - ej[o][0, :, 0, li]  # (R,) leave-one-role-out
+            sjk = np.sqrt((R - 1) / R * ((djk - djk.mean()) ** 2).sum())
+            tq = stats.t.ppf(0.975, R - 1)
+            add(f"{o} bi g2-g1 CFjk L{li}", bc, bc - tq * sjk, bc + tq * sjk, tt[li])
             add(
                 f"{o} bi g2-g1 CFbasic L{li}",
                 bc,
@@ -193,6 +199,11 @@ for d in range(n):
             bc = 2 * sde[li] - sdm[li]
             tf = stats.t.ppf(0.975, R - 1) * np.sqrt(R / (R - 1))
             add(f"{o} bishiftbct g2-g1 L{li}", bc, bc - tf * sse[li], bc + tf * sse[li], tsd[li])
+            e1, e0 = ej[o][1, :, :, li], ej[o][0, :, :, li]
+            sj = (e1[:, 1] - e1[:, 0]) - (e0[:, 1] - e0[:, 0])
+            sjk = np.sqrt((R - 1) / R * ((sj - sj.mean()) ** 2).sum())
+            tq = stats.t.ppf(0.975, R - 1)
+            add(f"{o} bishiftjk g2-g1 L{li}", bc, bc - tq * sjk, bc + tq * sjk, tsd[li])
         # shift g1, basic / percentile / bca / wald
         se_ = E[0, 1] - E[0, 0]
         sr = Rp[0, :, 1] - Rp[0, :, 0]

@@ -220,16 +220,32 @@ def test_unpaired_draws_and_extractor_families():
     assert ext["difference"] == pytest.approx(np.log(2) / np.log(3), abs=1e-12)
 
 
+def test_jackknife_se_hand_value():
+    """Leave-one-role-out values 1, 2, 3, 4: mean 2.5, squared deviations 2.25 + 0.25 + 0.25
+    + 2.25 = 5, se = sqrt(3 / 4 x 5) = 1.936492; a NaN value is left out; one value: NaN."""
+    from stereolens.contextbias.comparisons import jackknife_se
+
+    assert jackknife_se(np.array([1.0, 2, 3, 4])) == pytest.approx(1.936492, abs=1e-6)
+    assert jackknife_se(np.array([1.0, np.nan, 2, 3, 4])) == pytest.approx(1.936492, abs=1e-6)
+    assert np.isnan(jackknife_se(np.array([1.0])))
+
+
 def test_t_wald_hand_values():
-    """10 roles: t(9) 97.5% = 2.262157, x sqrt(10 / 9) = 2.384523; d 0.1, se 0.04: ci 0.1 +-
-    0.095381, t = 0.1 / (0.04 x 1.054093) = 2.371708, p = 0.041792; d 0.02: p = 0.646554;
-    Holm: 2 x 0.041792 = 0.083584, then max(0.083584, 0.646554)."""
+    """10 roles; the jackknife differences b - a and c - a deviate by +-c (five each) from
+    their mean, so se = sqrt(9 / 10 x 10 c^2) = 3c = 0.04 at c = 0.04 / 3. t(9) 97.5% =
+    2.262157: d 0.1: ci 0.1 +- 0.090486, t = 2.5, p = 2 P(T9 > 2.5) = 0.033862; d 0.02: t =
+    0.5, p = 0.629071; Holm: 2 x 0.033862 = 0.067724, then max(0.067724, 0.629071)."""
     from stereolens.contextbias.comparisons import _t_wald
 
-    frame = pl.DataFrame({"difference": [0.1, 0.02], "se": [0.04, 0.04]})
-    out = _t_wald(frame, 10, 0.95)
-    assert out["ci_low"].to_list() == pytest.approx([0.004619, -0.075381], abs=1e-6)
-    assert out["ci_high"].to_list() == pytest.approx([0.195381, 0.115381], abs=1e-6)
-    assert out["p_value"].to_list() == pytest.approx([0.041792, 0.646554], abs=1e-6)
-    assert out["p_adjusted"].to_list() == pytest.approx([0.083584, 0.646554], abs=1e-6)
+    dev = 0.04 / 3 * np.array([1.0, -1] * 5)
+    jack = {"a": np.zeros(10), "b": 0.1 + dev, "c": 0.02 - dev}
+    frame = pl.DataFrame(
+        {"model_a": ["a", "a"], "model_b": ["b", "c"], "difference": [0.1, 0.02], "se": [9.0, 9.0]}
+    )
+    out = _t_wald(frame, 10, 0.95, jack)
+    assert out["se"].to_list() == pytest.approx([0.04, 0.04], abs=1e-12)
+    assert out["ci_low"].to_list() == pytest.approx([0.009514, -0.070486], abs=1e-6)
+    assert out["ci_high"].to_list() == pytest.approx([0.190486, 0.110486], abs=1e-6)
+    assert out["p_value"].to_list() == pytest.approx([0.033862, 0.629071], abs=1e-6)
+    assert out["p_adjusted"].to_list() == pytest.approx([0.067724, 0.629071], abs=1e-6)
     assert out["reject"].to_list() == [False, False]

@@ -16,7 +16,8 @@ roles are a sample of a population of roles.
 
 The comparisons (comparisons.parquet) are computed as the CLI does: on level replicates of
 support "common" (K = the closed vocabulary's size, else the labels seen by either
-generator; the world's labels are the schema's vocabulary), bias-corrected, Wald on t(R - 1).
+generator; the world's labels are the schema's vocabulary), bias-corrected, Wald on t(R - 1)
+with the role jackknife's standard error.
 Their truth: the g2 - g1 difference of BI at the population label shares, K = the labels
 the world has (for a closed dimension its vocabulary).
 
@@ -264,7 +265,7 @@ def rows(scale: str, roles: int | None = None, min_roles: int | None = None) -> 
     under CF, the shift). ``roles`` / ``min_roles``: the sweep (see the module docstring)."""
     world = _world(scale, roles)
     levels = ["overall"] + ([] if scale == "test" else list(world.cohorts))
-    wald = "Wald t(R - 1), common K, bias-corrected, paired role bootstrap (comparisons.parquet)"
+    wald = "Wald t(R - 1), common K, bias-corrected, role jackknife se (comparisons.parquet)"
     kw = {"roles": roles, "min_roles": min_roles}
     out = []
     for lvl in levels:

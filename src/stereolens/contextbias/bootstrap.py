@@ -284,6 +284,9 @@ class LevelReplicates:
     overall: str
     n_roles: int = 0
     support: str = "own"
+    jackknife: np.ndarray | None = None
+    """(G, R, L, C) leave-one-role-out values, K fixed at the full data's (support "common"
+    only: the comparisons' standard error)."""
 
 
 def _level_replicates(
@@ -293,10 +296,13 @@ def _level_replicates(
     replicates: int,
     seed: int,
     draws: str = "paired",
+    jack: np.ndarray | None = None,
 ) -> LevelReplicates:
     names, member, cohort_levels = _levels(data)
     est = _level_means(estimate, member, cohort_levels, data.overall)
     rep = _level_means(boot, member, cohort_levels, data.overall)
+    if jack is not None:
+        jack = _level_means(jack, member, cohort_levels, data.overall)
     return LevelReplicates(
         data.gkeys,
         [g.key for g in data.groups],
@@ -310,6 +316,7 @@ def _level_replicates(
         data.overall,
         data.n_roles,
         data.support,
+        jack,
     )
 
 
@@ -361,20 +368,8 @@ def bootstrap_frame(
             for li, (cohort, dimension) in enumerate(names):
                 if np.isnan(d_est[gi, li]):
                     continue
-                rows.append(
-                    (
-                        *key,
-                        cohort,
-                        dimension,
-                        label,
-                        float(d_est[gi, li]),
-                        float(mean[gi, li]),
-                        float(lo[gi, li]),
-                        float(hi[gi, li]),
-                    )
-                )
-    cols = lv.gkeys + ["cohort", "dimension", "comparison", "estimate", "boot_mean"]
-    cols += ["ci_low", "ci_high"]
+                values = (d_est[gi, li], mean[gi, li], lo[gi, li], hi[gi, li])
+                rows.append((*key, cohort, dimension, label, *map(float, values)))
     schema = {c: pl.String for c in lv.gkeys + ["cohort", "dimension", "comparison"]}
     schema.update({c: pl.Float64 for c in ("estimate", "boot_mean", "ci_low", "ci_high")})
     frame = pl.DataFrame(rows, schema=schema, orient="row").with_columns(
@@ -472,7 +467,16 @@ def level_replicates(
         raise ValueError(f"draws {draws!r}; allowed: {', '.join(BOOTSTRAP_DRAWS)}")
     data = _bootstrap_data(attributes, k_definition, schema, overall, single_label_bi, support)
     estimate, boot = _bootstrap_arrays(data, replicates, seed, draws)
-    return _level_replicates(data, estimate, boot, replicates, seed, draws)
+    jack = _jackknife_arrays(data) if support == "common" else None
+    return _level_replicates(data, estimate, boot, replicates, seed, draws, jack)
+
+
+def _jackknife_arrays(data: _BootstrapData) -> np.ndarray:
+    """Per-group BI (G, R, D, C) with one role left out in each row, K the full data's."""
+    leave_out = 1.0 - np.eye(data.n_roles)
+    k = _common_k(data, [np.ones((1, data.n_roles)) @ g.counts for g in data.groups])
+    groups = zip(data.groups, k, strict=True)
+    return np.stack([_replicate_bi(g, leave_out @ g.counts, data, kg) for g, kg in groups])
 
 
 def _pooled_counts(g: _Group, mult: np.ndarray | dict[int, np.ndarray]) -> np.ndarray:

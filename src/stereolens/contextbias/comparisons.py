@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from stereolens.contextbias.bootstrap import LevelReplicates
-from stereolens.contextbias.intervals import MIN_ROLES, t_factor, withheld_note
+from stereolens.contextbias.intervals import MIN_ROLES, withheld_note
 from stereolens.contextbias.metrics import ALL, CONDITIONS
 from stereolens.metrics.compare import (
     COMPARISON_COLUMNS,
@@ -42,7 +42,7 @@ def resampling(draws: str, support: str = "own") -> str:
     "common") the label support and the bias correction of the compared values."""
     kind = "one role draw shared by all models" if draws == "paired" else "a draw per model"
     if support == "common":
-        kind += "; K common to the compared models; bias-corrected; t(R - 1)"
+        kind += "; K common to the compared models; bias-corrected; role jackknife se, t(R - 1)"
     return f"role cluster bootstrap ({kind})"
 
 
@@ -54,21 +54,32 @@ def _headline(lv: LevelReplicates) -> list[tuple[int, str]]:
 
 
 def _statistic(lv: LevelReplicates, metric: str, level: int, condition: str):
-    """(estimate (G,), replicates (G, B)) of one metric at one level; under support
-    "common" the estimate is bias-corrected: 2 x the plug-in - the replicates' mean."""
+    """(estimate (G,), replicates (G, B), leave-one-role-out values (G, R) or None) of one
+    metric at one level; under support "common" the estimate is bias-corrected: 2 x the
+    plug-in - the replicates' mean."""
     ci = {c: i for i, c in enumerate(CONDITIONS)}
-    if metric == "bi":
-        c = ci[condition]
-        est, rep = lv.estimate[:, level, c], lv.replicates[:, :, level, c]
-    else:
-        a, b = ci[SHIFT[0]], ci[SHIFT[1]]
-        est = lv.estimate[:, level, a] - lv.estimate[:, level, b]
-        rep = lv.replicates[:, :, level, a] - lv.replicates[:, :, level, b]
+    jk = lv.jackknife
+
+    def pick(x: np.ndarray) -> np.ndarray:
+        if metric == "bi":
+            return x[..., level, ci[condition]]
+        return x[..., level, ci[SHIFT[0]]] - x[..., level, ci[SHIFT[1]]]
+
+    est, rep = pick(lv.estimate), pick(lv.replicates)
     if lv.support == "common":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             est = 2 * est - np.nanmean(rep, axis=1)
-    return est, rep
+    return est, rep, None if jk is None else pick(jk)
+
+
+def jackknife_se(values: np.ndarray) -> float:
+    """The role jackknife's standard error, sqrt((R - 1) / R x sum (v_i - mean v)^2), of R
+    leave-one-role-out values (NaN ones left out; NaN below 2)."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    r = v.size
+    return float(np.sqrt((r - 1) / r * ((v - v.mean()) ** 2).sum())) if r > 1 else float("nan")
 
 
 def _families(lv: LevelReplicates):
@@ -78,26 +89,30 @@ def _families(lv: LevelReplicates):
     yield "bi_shift", f"{SHIFT[0]} - {SHIFT[1]}", None
 
 
-def _t_wald(cmp: pl.DataFrame, n_roles: int, level: float) -> pl.DataFrame:
-    """One family's Wald rows on t(R - 1) (R = the roles, the units the se comes from):
-    ci = difference +- t_factor(R) x se (t quantile x sqrt(R / (R - 1)): the bootstrap sd of
-    a mean of R roles is sqrt((R - 1) / R) of its standard error), p = 2 P(T > |d| / (se x
-    sqrt(R / (R - 1)))), Holm and reject recomputed."""
+def _t_wald(
+    cmp: pl.DataFrame, n_roles: int, level: float, jack: dict[str, np.ndarray]
+) -> pl.DataFrame:
+    """One family's Wald rows on t(R - 1) (R = the roles, the units resampled): se = the
+    role jackknife's standard error of the difference (:func:`jackknife_se` of jack_b -
+    jack_a; the bootstrap sd undercovered at 10-60 roles, bench/COVERAGE.md), ci =
+    difference +- t(R - 1) quantile x se, p = 2 P(T > |d| / se), Holm and reject
+    recomputed."""
     from scipy import stats
 
     if not cmp.height:
         return cmp
-    d, se = cmp["difference"].to_numpy(), cmp["se"].to_numpy()
-    inflate = np.sqrt(n_roles / (n_roles - 1)) if n_roles > 1 else np.nan
+    pairs = zip(cmp["model_a"], cmp["model_b"], strict=True)
+    se = np.array([jackknife_se(jack[b] - jack[a]) for a, b in pairs])
+    d = cmp["difference"].to_numpy()
+    df = max(n_roles - 1, 1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        p = np.where(
-            se > 0, 2 * stats.t.sf(np.abs(d) / (se * inflate), max(n_roles - 1, 1)), np.nan
-        )
+        p = np.where(se > 0, 2 * stats.t.sf(np.abs(d) / se, df), np.nan)
     p = np.where(se == 0, np.where(d == 0, 1.0, 0.0), p)
     p = np.where(np.isfinite(d) & np.isfinite(se) & (n_roles > 1), p, np.nan)
-    half = t_factor(n_roles, level) * se
+    half = (stats.t.ppf(0.5 + level / 2, df) if n_roles > 1 else np.nan) * se
     adjusted = holm(p)
     return cmp.with_columns(
+        pl.Series("se", se),
         pl.Series("ci_low", d - half),
         pl.Series("ci_high", d + half),
         pl.Series("p_value", p),
@@ -126,12 +141,13 @@ def model_comparisons(
     the family.
 
     Under support "common" estimate_a / estimate_b are bias-corrected (2 x the plug-in -
-    the replicates' mean), the difference is theirs and its interval and test are on t(R -
-    1) (:func:`_t_wald`); the estimand is the difference of the two models' BI at their
-    population label shares with the common K (bench/COVERAGE.md). With fewer than
-    ``min_roles`` roles every pair is withheld (:func:`stereolens.metrics.compare.withhold`:
-    ci_low, ci_high, p_value, p_adjusted and reject null), so are the RANKS_WITHHELD columns,
-    and ``interval_note`` (also in ranks.parquet) says why; else it is null."""
+    the replicates' mean), the difference is theirs, its se the role jackknife's and its
+    interval and test on t(R - 1) (:func:`_t_wald`); the estimand is the difference of the
+    two models' BI at their population label shares with the common K (bench/COVERAGE.md).
+    With fewer than ``min_roles`` roles every pair is withheld
+    (:func:`stereolens.metrics.compare.withhold`: ci_low, ci_high, p_value, p_adjusted and
+    reject null), so are the RANKS_WITHHELD columns, and ``interval_note`` (also in
+    ranks.parquet) says why; else it is null."""
     cmp_frames: list[pl.DataFrame] = []
     rank_frames: list[pl.DataFrame] = []
     paired = lv.draws == "paired"
@@ -150,7 +166,7 @@ def model_comparisons(
             prefix = "".join(f"{v} / " for v in outer)
             for metric, head, cond in _families(lv):
                 for li, scope in _headline(lv):
-                    est, rep = _statistic(lv, metric, li, cond)
+                    est, rep, jk = _statistic(lv, metric, li, cond)
                     ok = [g for g in members if np.isfinite(est[g])]
                     if not ok:
                         continue
@@ -168,7 +184,8 @@ def model_comparisons(
                     }
                     if lv.support == "common":
                         cmp = pairwise(estimates, {names[g]: rep[g] for g in ok}, **family)
-                        cmp = withhold(_t_wald(cmp, lv.n_roles, level), notes)
+                        jack = {names[g]: jk[g] for g in ok}
+                        cmp = withhold(_t_wald(cmp, lv.n_roles, level, jack), notes)
                         rk = ranks(cmp, estimates, "lower").with_columns(
                             pl.lit(family[c]).alias(c) for c in ("benchmark", "metric", "scope")
                         )

@@ -16,8 +16,10 @@ from stereolens.report.inputs import Inputs
 CAPTION = (
     "Every pair of models on each headline metric: difference = model b - model a, its 95% "
     "interval = difference +- 1.96 x the bootstrap standard error of the difference (paired "
-    "where the design shows every model the same units: see 'resampling'), the two-sided Wald "
-    "p-value, and Holm's adjustment over the family of all pairs of one metric and scope; "
+    "where the design shows every model the same units: see 'resampling'; ContextBias: the "
+    "bias-corrected difference +- t(R - 1) x the role jackknife's standard error, R = the "
+    "roles), the two-sided Wald p-value, and Holm's adjustment over the family of all pairs "
+    "of one metric and scope; "
     "'reject' = the adjusted p-value is below 0.05. The planner's minimum detectable "
     "differences refer to this test. Where the design is smaller than the size at which "
     "the interval covers (bench/COVERAGE.md), the interval, p-values and decision are "

@@ -246,10 +246,49 @@ def test_the_configs_cover_every_optional_table():
 
 
 def test_two_benchmarks_cannot_claim_one_report_table(monkeypatch):
+    import dataclasses
+
+    from stereolens.contextbias import plugin as contextbias_plugin
+
     config, _ = load_config("config/demo.yaml")
-    monkeypatch.setitem(benchmark_module.PLUGINS, "twin", benchmark_module.PLUGINS["contextbias"])
+    twin = dataclasses.replace(contextbias_plugin.BENCHMARK, name="twin")
+    monkeypatch.setattr(contextbias_plugin, "TWIN", twin, raising=False)
+    monkeypatch.setitem(benchmark_module.plugins(), "twin", f"{contextbias_plugin.__name__}:TWIN")
     with pytest.raises(ValueError, match="report table 'prompts'"):
         report_inputs(config)
+
+
+def _distribution(site: Path, name: str, entry_points: str) -> None:
+    """An installed distribution's metadata in ``site`` (as pip writes it), declaring
+    ``entry_points``."""
+    info = site / f"{name}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points)
+
+
+def test_entry_points_add_benchmarks_after_the_built_ins(tmp_path, monkeypatch):
+    """The table is the built-ins in their order, then the group's other entry points by
+    name; an entry point that claims a built-in's name is refused."""
+    group = f"[{benchmark_module.ENTRY_POINT_GROUP}]\n"
+    _distribution(tmp_path, "zeta", group + "zbench = zbench.plugin:BENCHMARK\n")
+    _distribution(tmp_path, "alpha", group + "abench = abench.plugin:BENCHMARK\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    benchmark_module.plugins.cache_clear()
+    try:
+        table = benchmark_module.plugins()
+        assert list(table) == ["contextbias", "biasig", "lvlm", "abench", "zbench"]
+        assert table["abench"] == "abench.plugin:BENCHMARK"
+        with pytest.raises(ValueError, match="unknown benchmark 'nobench'.*lvlm, abench"):
+            benchmark_module.benchmark("nobench")
+        _distribution(tmp_path, "clash", group + "lvlm = clash.plugin:BENCHMARK\n")
+        benchmark_module.plugins.cache_clear()
+        with pytest.raises(ValueError, match="claims the name of a built-in benchmark"):
+            benchmark_module.plugins()
+    finally:
+        monkeypatch.undo()
+        benchmark_module.plugins.cache_clear()
+    assert list(benchmark_module.plugins()) == ["contextbias", "biasig", "lvlm"]
 
 
 def test_report_modules_are_the_plugins_report_sections():
@@ -305,7 +344,7 @@ def mybench(tmp_path, monkeypatch):
 
     line = blocks["src/stereolens/benchmark.py"].strip().rstrip(",")
     key, value = (yaml.safe_load(part) for part in line.split(":", 1))
-    monkeypatch.setitem(benchmark_module.PLUGINS, key, value.strip())
+    monkeypatch.setitem(benchmark_module.plugins(), key, value.strip())
 
     import stereolens.config as config_module
 

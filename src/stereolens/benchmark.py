@@ -1,12 +1,9 @@
 """What a benchmark plug-in is, and the table of the registered ones.
 
-A benchmark package (stereolens.contextbias, stereolens.biasig, stereolens.lvlm) exposes
-one :class:`Benchmark` object in its ``plugin`` module. Everything that loops over the
-benchmarks (the Snakefile's targets and job lists, the config checks, the planner, the
-measured-throughput table, the report) goes through :func:`benchmarks`, so adding a fourth
-benchmark touches its own package, one rules file and the config schema (README, "Adding a
-benchmark"). The table names each plug-in as "module:attribute" and imports it lazily, like
-the registry's backends: importing stereolens imports no benchmark.
+A benchmark package exposes one :class:`Benchmark` object and declares it as a Python entry
+point of the group ``stereolens.benchmarks``; everything central loops over :func:`benchmarks`.
+The table holds "module:attribute" strings, imported lazily: importing stereolens imports no
+benchmark (docs/adding-a-benchmark.md).
 """
 
 from __future__ import annotations
@@ -14,14 +11,19 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib.metadata import entry_points
 from typing import Any
 
-PLUGINS: dict[str, str] = {
+ENTRY_POINT_GROUP = "stereolens.benchmarks"
+
+BUILT_IN: dict[str, str] = {
     "contextbias": "stereolens.contextbias.plugin:BENCHMARK",
     "biasig": "stereolens.biasig.plugin:BENCHMARK",
     "lvlm": "stereolens.lvlm.plugin:BENCHMARK",
 }
-"""Benchmark name (its config section and its results/ folder) -> "module:attribute"."""
+"""The built-in benchmarks (also declared as entry points in pyproject.toml): known even where
+the installed metadata predates the entry-point group (an editable install made before it)."""
 
 
 @dataclass(frozen=True)
@@ -114,12 +116,39 @@ class Benchmark:
     before any job list exists (``jobs`` of a run of 10^9 seeds would not fit in memory)."""
 
 
+@lru_cache(maxsize=1)
+def plugins() -> dict[str, str]:
+    """Benchmark name (its config section and its results/ folder) -> "module:attribute" of
+    its plug-in: the built-ins in their order, then every other entry point of the group
+    ``stereolens.benchmarks`` sorted by name. Read once per process."""
+    table = dict(BUILT_IN)
+    found = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    for name in sorted(found):
+        if name in BUILT_IN and found[name] != BUILT_IN[name]:
+            raise ValueError(
+                f"entry point {ENTRY_POINT_GROUP}:{name} = {found[name]} claims the name of a "
+                f"built-in benchmark ({BUILT_IN[name]}): give the benchmark another name"
+            )
+        table[name] = found[name]
+    return table
+
+
+def _load(name: str, target: str) -> Benchmark:
+    module, _, attr = target.partition(":")
+    plugin = getattr(importlib.import_module(module), attr)
+    if not isinstance(plugin, Benchmark) or plugin.name != name:
+        raise ValueError(
+            f"benchmark {name!r} ({target}): expected a stereolens.benchmark.Benchmark named "
+            f"{name!r}, got {plugin!r:.80}"
+        )
+    return plugin
+
+
 def benchmarks(config: dict | None = None) -> list[Benchmark]:
     """The registered plug-ins in table order; with ``config``, only those it enables."""
     out = []
-    for target in PLUGINS.values():
-        module, _, attr = target.partition(":")
-        plugin = getattr(importlib.import_module(module), attr)
+    for name, target in plugins().items():
+        plugin = _load(name, target)
         if config is None or plugin.enabled(config):
             out.append(plugin)
     return out
@@ -127,10 +156,10 @@ def benchmarks(config: dict | None = None) -> list[Benchmark]:
 
 def benchmark(name: str) -> Benchmark:
     """One plug-in by name; an unknown name says which exist."""
-    if name not in PLUGINS:
-        raise ValueError(f"unknown benchmark {name!r}; registered: {', '.join(PLUGINS)}")
-    module, _, attr = PLUGINS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    table = plugins()
+    if name not in table:
+        raise ValueError(f"unknown benchmark {name!r}; registered: {', '.join(table)}")
+    return _load(name, table[name])
 
 
 def resolve(target: str) -> Callable:

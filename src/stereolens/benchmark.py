@@ -114,6 +114,30 @@ class Benchmark:
     """``size(config)``: the counts of :attr:`jobs` (jobs and items per stage and model),
     by arithmetic, in memory that does not grow with the run: the ceiling check reads it
     before any job list exists (``jobs`` of a run of 10^9 seeds would not fit in memory)."""
+    rules: tuple[str, ...] = ()
+    """Its Snakemake rules files, in the order the Snakefile includes them (input functions
+    first): a relative path is one under the workflow's folder (the Snakefile's), an
+    absolute one a file shipped in the benchmark's package."""
+    wildcards: dict[str, str] = field(default_factory=dict)
+    """Wildcard name -> constraint (a regex) of the wildcards its rules add to the shared
+    ones of workflow/rules/common.smk."""
+    config_schema: str | None = None
+    """A YAML file holding the JSON Schema of its config section, merged into the config
+    schema under :attr:`name` (stereolens.config.config_schema), so the section validates
+    with its defaults filled; None: the section is in config.schema.yaml itself."""
+    cli: str | None = None
+    """A module (a dotted name) whose ``register(subparsers)`` adds its `stereolens`
+    subcommands; None: it has none."""
+    model_rules: tuple[str, ...] = ()
+    """Its rules whose jobs ask a model (besides the shared generate_images): what
+    `stereolens regenerate --model/--benchmark` forces."""
+    job_folders: dict[str, str] = field(default_factory=dict)
+    """Folder under results/<name>/ -> stage, of its model jobs' outputs in folders beyond
+    the shared ones (stereolens.throughput.JOB_FOLDERS: images, extractions, vqa): where the
+    measured throughput looks for its jobs."""
+    planner: str | None = None
+    """"module:function" of its planner world: ``function(config, priors, pilot, seed)``
+    returns its designs (stereolens.design; `stereolens plan --power`); None: none."""
 
 
 @lru_cache(maxsize=1)
@@ -160,6 +184,36 @@ def benchmark(name: str) -> Benchmark:
     if name not in table:
         raise ValueError(f"unknown benchmark {name!r}; registered: {', '.join(table)}")
     return _load(name, table[name])
+
+
+def rules_files() -> list[str]:
+    """The rules files of every registered benchmark, in table order (the Snakefile's
+    includes)."""
+    return [path for plugin in benchmarks() for path in plugin.rules]
+
+
+def wildcard_patterns() -> dict[str, str]:
+    """Wildcard -> constraint over every registered benchmark; a wildcard two benchmarks
+    constrain differently is an error (Snakemake's constraints are global)."""
+    out: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for plugin in benchmarks():
+        for name, regex in plugin.wildcards.items():
+            if name in out and out[name] != regex:
+                raise ValueError(
+                    f"wildcard {name!r} of benchmark {plugin.name!r} ({regex!r}) is constrained "
+                    f"otherwise by benchmark {owner[name]!r} ({out[name]!r}): rename it"
+                )
+            out[name], owner[name] = regex, plugin.name
+    return out
+
+
+def model_rules() -> tuple[str, ...]:
+    """Every rule whose jobs ask a model: generate_images and each benchmark's own."""
+    out = ["generate_images"]
+    for plugin in benchmarks():
+        out += [r for r in plugin.model_rules if r not in out]
+    return tuple(out)
 
 
 def resolve(target: str) -> Callable:

@@ -175,4 +175,12 @@ BENCHMARK = Benchmark(
     unordered_models=("generators",),
     report_sections="stereolens.report.biasig",
     size=_size,
+    rules=("workflow/rules/inputs/biasig.smk", "workflow/rules/biasig.smk"),
+    wildcards={
+        "atype": "occupation|characteristic|social_relation",
+        "visibility": "implicit|explicit",
+    },
+    cli="stereolens.biasig.cli",
+    model_rules=("answer_biasig_vqa",),
+    planner="stereolens.design.biasig_worlds:build",
 )

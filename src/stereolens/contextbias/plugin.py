@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from stereolens.benchmark import Benchmark, Job, Size
+from stereolens.contextbias.prompts import CONDITIONS
 from stereolens.validation import ConfigError
 
 RESULTS = "results/contextbias"
@@ -281,4 +282,13 @@ BENCHMARK = Benchmark(
     unordered_models=("generators", "extractors"),
     report_sections="stereolens.report.contextbias",
     size=_size,
+    rules=(
+        "workflow/rules/inputs/contextbias.smk",
+        "workflow/rules/contextbias.smk",
+        "workflow/rules/contextbias_studies.smk",
+    ),
+    wildcards={"role": r"[a-z0-9_]+", "condition": "|".join([*CONDITIONS, "VAL"])},
+    cli="stereolens.contextbias.cli",
+    model_rules=("extract_contextbias_attributes",),
+    planner="stereolens.design.contextbias_worlds:build",
 )

@@ -85,7 +85,7 @@ def requested(args: argparse.Namespace) -> bool:
 
 def designs(config: dict[str, Any], args: argparse.Namespace) -> list:
     """Every benchmark design of ``config`` (from the pilot or the prior)."""
-    from stereolens.design import biasig_worlds, contextbias_worlds, lvlm
+    from stereolens.benchmark import benchmarks, resolve
     from stereolens.design.priors import load_priors
     from stereolens.validation import ConfigError
 
@@ -99,11 +99,11 @@ def designs(config: dict[str, Any], args: argparse.Namespace) -> list:
     pilot = args.pilot
     if pilot is not None and not pilot.is_dir():
         raise ConfigError(f"--pilot {pilot}: not a folder; give a run's results folder")
-    out = [contextbias_worlds.build(config, priors, pilot, args.seed)]
-    b = biasig_worlds.build(config, priors, pilot, args.seed)
-    if b is not None:
-        out.append(b)
-    out += lvlm.build(config, priors, pilot, args.seed)
+    out = []
+    for plugin in benchmarks():  # each benchmark's planner world: one design, a list or None
+        if plugin.planner:
+            got = resolve(plugin.planner)(config, priors, pilot, args.seed)
+            out += got if isinstance(got, list) else [] if got is None else [got]
     return out
 
 

@@ -275,4 +275,24 @@ BENCHMARK = Benchmark(
     report_paths=REPORT_PATHS,
     report_sections="stereolens.report.lvlm",
     size=_size,
+    rules=(
+        "workflow/rules/inputs/lvlm.smk",
+        "workflow/rules/lvlm.smk",
+        "workflow/rules/lvlm_studies.smk",
+    ),
+    wildcards={
+        "setting": "image|mitigation|persona",
+        "task": "story|term|exam|attribute_inferring",
+        "axis": "gender|race",
+        "usergroup": r"[a-z0-9_-]+",
+    },
+    cli="stereolens.lvlm.cli",
+    model_rules=(
+        "respond_lvlm",
+        "extract_lvlm_story_attributes",
+        "judge_lvlm_terms",
+        "label_lvlm_refusals",
+    ),
+    job_folders={"responses": "respond", "story_attributes": "story_attributes"},
+    planner="stereolens.design.lvlm:build",
 )

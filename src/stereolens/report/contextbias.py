@@ -31,6 +31,25 @@ the first screen lists them under "Other models"."""
 
 KEY = "contextbias"
 TITLE = "ContextBias"
+HEADLINE = "bi"
+"""The table whose presence says ContextBias has results (stereolens report --results)."""
+ALWAYS_WRITTEN = {
+    "validation": {"enabled": False},
+    "annotation": {"enabled": False, "answers": None},
+}
+"""The section with every optional part off: the plug-in's report tables of it are those
+every run writes."""
+
+
+def infer_config(inputs: Inputs) -> dict:
+    """The section naming what the tables hold, for a report without the run's config."""
+    section: dict = {}
+    images = inputs.get("images", columns=["model", "extractor"])
+    if images is not None:
+        section["generators"] = sorted(images["model"].unique().to_list())
+        if "extractor" in images.columns:
+            section["extractors"] = sorted(images["extractor"].drop_nulls().unique().to_list())
+    return section
 
 
 def enabled(inputs: Inputs, config: dict) -> bool:

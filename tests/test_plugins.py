@@ -1,7 +1,8 @@
 """Benchmarks as plug-ins (stereolens.benchmark): rule all's targets and the report rule's
 inputs are the loops over the registered plug-ins and equal the lists common.smk wrote by
-hand before; the skeleton of docs/adding-a-benchmark.md (its files in docs/examples/mybench/,
-which the page includes), written into a package, is picked up by the config checks, the
+hand before; the table is the built-ins then the entry points of stereolens.benchmarks; the
+example benchmark of docs/adding-a-benchmark.md (examples/mybench, whose files the page
+includes), its package on sys.path, is picked up by the config schema and checks, the
 planner, those loops and the report."""
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ figures, studies and galleries live in the contextbias_* report modules."""
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 
 from stereolens.contextbias.invariant import interval_min_roles, invariant_share
@@ -39,6 +41,18 @@ ALWAYS_WRITTEN = {
 }
 """The section with every optional part off: the plug-in's report tables of it are those
 every run writes."""
+
+
+def model_rows(config: dict) -> list[dict]:
+    """Rows of the report's Models table for models outside the registry: the
+    canonicalisation's sentence encoder."""
+    canon = (config.get("contextbias") or {}).get("canonicalisation") or {}
+    if not (canon.get("enabled") and canon.get("encoder")):
+        return []
+    return [{"role": "contextbias canonicalisation encoder", "name": canon["encoder"],
+             "kind": "sentence encoder", "backend": "sentence-transformers",
+             "model": canon["encoder"], "revision": "", "weights": "",
+             "settings": json.dumps({"threshold": canon.get("threshold")})}]  # fmt: skip
 
 
 def infer_config(inputs: Inputs) -> dict:

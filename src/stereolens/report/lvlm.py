@@ -18,6 +18,8 @@ __all__ = ["AXES", "KEY", "TASK_ORDER", "TITLE", "enabled", "facts", "galleries"
 
 KEY = "lvlm"
 TITLE = "LVLM"
+PROFILE_DIGITS = 1
+"""Decimals of its first-screen cells (TVD x100)."""
 HEADLINE = "lvlm_scores"
 """The table whose presence says the LVLM audit has results (stereolens report --results)."""
 ALWAYS_WRITTEN = {

@@ -139,15 +139,11 @@ def compute(
         for q in needs:
             if q.needed is not None:
                 sizes[q.knob] = max(sizes.get(q.knob, 0), q.needed)
+        owner = {d.knob: d for d in ds}
         for key, value in sizes.items():
-            new = P.set_key(new, key, value)
-            if key == ("contextbias", "seeds", "per_prompt"):
-                # one job per role x condition stays one job: a shard grows with the seeds
-                # (never shrinks: the validation prompts' shards use it too)
-                seeds = config["contextbias"]["seeds"]
-                if seeds["per_shard"] >= seeds["per_prompt"]:
-                    shard = max(seeds["per_shard"], value)
-                    new = P.set_key(new, ("contextbias", "seeds", "per_shard"), shard)
+            # a design may change what goes with its size (its resized); else the size alone
+            resized = getattr(owner[key], "resized", None)
+            new = resized(new, value) if resized else P.set_key(new, key, value)
         cost = {
             "sizes": {".".join(k): v for k, v in sizes.items()},
             "plan": plan(new, registry, throughput),

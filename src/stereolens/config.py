@@ -27,6 +27,7 @@ def config_schema() -> dict[str, Any]:
 @lru_cache(maxsize=4)
 def _merged_schema(path: str, fragments: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     schema = copy.deepcopy(load_yaml(path, "config schema"))
+    sections = {}
     for name, fragment in fragments:
         if name in schema["properties"]:
             raise ConfigError(
@@ -39,7 +40,9 @@ def _merged_schema(path: str, fragments: tuple[tuple[str, str], ...]) -> dict[st
                 f"config schema of benchmark {name!r} ({fragment}): expected the JSON Schema "
                 "of its config section (type: object, with properties and defaults)"
             )
-        schema["properties"][name] = section
+        sections[name] = section
+    # the benchmarks' sections first: an absent section's defaults are filled in this order
+    schema["properties"] = {**sections, **schema["properties"]}
     return schema
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from stereolens.benchmark import Benchmark, Job, Size
 from stereolens.contextbias.prompts import CONDITIONS
+from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
 RESULTS = "results/contextbias"
@@ -288,6 +289,7 @@ BENCHMARK = Benchmark(
         "workflow/rules/contextbias_studies.smk",
     ),
     wildcards={"role": r"[a-z0-9_]+", "condition": "|".join([*CONDITIONS, "VAL"])},
+    config_schema=str(resource("schemas", "contextbias.schema.yaml")),
     cli="stereolens.contextbias.cli",
     model_rules=("extract_contextbias_attributes",),
     planner="stereolens.design.contextbias_worlds:build",

@@ -9,6 +9,7 @@ from typing import Any
 
 from stereolens.benchmark import Benchmark, Job, Size
 from stereolens.lvlm.names import groups
+from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
 RESULTS = "results/lvlm"
@@ -286,6 +287,7 @@ BENCHMARK = Benchmark(
         "axis": "gender|race",
         "usergroup": r"[a-z0-9_-]+",
     },
+    config_schema=str(resource("schemas", "lvlm.schema.yaml")),
     cli="stereolens.lvlm.cli",
     model_rules=(
         "respond_lvlm",

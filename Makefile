@@ -39,9 +39,9 @@ demo: $(STAMP)
 	@echo "Report: results/report/index.html"
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests workflow/scripts bench
-	$(BIN)/ruff format --check src tests workflow/scripts bench
-	$(BIN)/snakefmt --check Snakefile workflow/rules
+	$(BIN)/ruff check src tests workflow/scripts bench examples
+	$(BIN)/ruff format --check src tests workflow/scripts bench examples
+	$(BIN)/snakefmt --check Snakefile workflow/rules examples
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --lint --configfile config/demo.yaml
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 

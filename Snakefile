@@ -1,6 +1,7 @@
 # stereolens: social-bias audits of generative vision models.
 # This file is a table of contents; logic lives in the stereolens package,
-# input functions in workflow/rules/common.smk (shared) and workflow/rules/inputs/.
+# shared input functions in workflow/rules/common.smk; each benchmark's rules and input
+# functions are the files its plug-in names (stereolens.benchmark).
 
 from snakemake.utils import min_version
 
@@ -19,11 +20,14 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/models.smk"
-include: "workflow/rules/contextbias.smk"
-include: "workflow/rules/contextbias_studies.smk"
-include: "workflow/rules/biasig.smk"
-include: "workflow/rules/lvlm.smk"
-include: "workflow/rules/design.smk"
+
+
+# each registered benchmark's rules (stereolens.benchmark: its plug-in names them)
+for rules in get_benchmark_rules():
+
+    include: rules
+
+
 include: "workflow/rules/report.smk"
 
 

@@ -409,3 +409,19 @@ def test_thin_towards_reads_each_segments_own_total():
         thin_towards(counts, target, segment, np.array([1.0]), np.random.default_rng(0))
     )
     assert out.tolist() == [[0, 4, 8, 0, 0, 2]]
+
+
+def test_contextbias_resize_grows_the_shard_with_the_seeds():
+    """A target effect's ContextBias size keeps one job per role x condition: the shard
+    grows with the seeds per prompt when it held them all, and never shrinks."""
+    from types import SimpleNamespace
+
+    config, _ = load_config("config/demo.yaml")
+    design = SimpleNamespace(knob=C.ContextBiasDesign.knob)
+    seeds = config["contextbias"]["seeds"]
+    assert seeds["per_shard"] >= seeds["per_prompt"]
+    new = C.ContextBiasDesign.resized(design, config, 7)["contextbias"]["seeds"]
+    assert (new["per_prompt"], new["per_shard"]) == (7, max(seeds["per_shard"], 7))
+    config = P.set_key(config, ("contextbias", "seeds", "per_shard"), 0)
+    new = C.ContextBiasDesign.resized(design, config, 7)["contextbias"]["seeds"]
+    assert (new["per_prompt"], new["per_shard"]) == (7, 0)  # a shard of fewer seeds stays

@@ -1,7 +1,8 @@
 """Benchmarks as plug-ins (stereolens.benchmark): rule all's targets and the report rule's
 inputs are the loops over the registered plug-ins and equal the lists common.smk wrote by
-hand before; the skeleton of docs/adding-a-benchmark.md (its files in docs/examples/mybench/,
-which the page includes), written into a package, is picked up by the config checks, the
+hand before; the table is the built-ins then the entry points of stereolens.benchmarks; the
+example benchmark of docs/adding-a-benchmark.md (examples/mybench, whose files the page
+includes), its package on sys.path, is picked up by the config schema and checks, the
 planner, those loops and the report."""
 
 from __future__ import annotations
@@ -246,10 +247,49 @@ def test_the_configs_cover_every_optional_table():
 
 
 def test_two_benchmarks_cannot_claim_one_report_table(monkeypatch):
+    import dataclasses
+
+    from stereolens.contextbias import plugin as contextbias_plugin
+
     config, _ = load_config("config/demo.yaml")
-    monkeypatch.setitem(benchmark_module.PLUGINS, "twin", benchmark_module.PLUGINS["contextbias"])
+    twin = dataclasses.replace(contextbias_plugin.BENCHMARK, name="twin")
+    monkeypatch.setattr(contextbias_plugin, "TWIN", twin, raising=False)
+    monkeypatch.setitem(benchmark_module.plugins(), "twin", f"{contextbias_plugin.__name__}:TWIN")
     with pytest.raises(ValueError, match="report table 'prompts'"):
         report_inputs(config)
+
+
+def _distribution(site: Path, name: str, entry_points: str) -> None:
+    """An installed distribution's metadata in ``site`` (as pip writes it), declaring
+    ``entry_points``."""
+    info = site / f"{name}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points)
+
+
+def test_entry_points_add_benchmarks_after_the_built_ins(tmp_path, monkeypatch):
+    """The table is the built-ins in their order, then the group's other entry points by
+    name; an entry point that claims a built-in's name is refused."""
+    group = f"[{benchmark_module.ENTRY_POINT_GROUP}]\n"
+    _distribution(tmp_path, "zeta", group + "zbench = zbench.plugin:BENCHMARK\n")
+    _distribution(tmp_path, "alpha", group + "abench = abench.plugin:BENCHMARK\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    benchmark_module.plugins.cache_clear()
+    try:
+        table = benchmark_module.plugins()
+        assert list(table) == ["contextbias", "biasig", "lvlm", "abench", "zbench"]
+        assert table["abench"] == "abench.plugin:BENCHMARK"
+        with pytest.raises(ValueError, match="unknown benchmark 'nobench'.*lvlm, abench"):
+            benchmark_module.benchmark("nobench")
+        _distribution(tmp_path, "clash", group + "lvlm = clash.plugin:BENCHMARK\n")
+        benchmark_module.plugins.cache_clear()
+        with pytest.raises(ValueError, match="claims the name of a built-in benchmark"):
+            benchmark_module.plugins()
+    finally:
+        monkeypatch.undo()
+        benchmark_module.plugins.cache_clear()
+    assert list(benchmark_module.plugins()) == ["contextbias", "biasig", "lvlm"]
 
 
 def test_report_modules_are_the_plugins_report_sections():
@@ -265,56 +305,39 @@ def test_report_modules_are_the_plugins_report_sections():
     assert [m.KEY for m in render.benchmark_modules()] == [p.name for p in benchmarks()]
 
 
-# ---- the skeleton of a fourth benchmark (docs/adding-a-benchmark.md)
+# ---- the fourth benchmark of examples/mybench (docs/adding-a-benchmark.md), in this process;
+# tests/test_example_benchmark.py installs it and runs it through the workflow
 
-EXAMPLE = ROOT / "docs" / "examples" / "mybench"
-EXAMPLE_FILES = {
-    "mybench/plugin.py": "plugin.py",
-    "mybench/report.py": "report.py",
-    "workflow/rules/mybench.smk": "mybench.smk",
-    "config/schemas/config.schema.yaml": "config.schema.yaml",  # the part to add
-    "src/stereolens/benchmark.py": "PLUGINS.txt",  # the line to add to PLUGINS
-    "Snakefile": "Snakefile.txt",  # the include to add
-}
-"""Where each file of the skeleton goes -> its file in docs/examples/mybench/."""
-
-
-def _example_blocks() -> dict[str, str]:
-    """The skeleton's files by where they go; each is included by docs/adding-a-benchmark.md."""
-    page = (ROOT / "docs" / "adding-a-benchmark.md").read_text()
-    blocks = {}
-    for target, name in EXAMPLE_FILES.items():
-        assert f'--8<-- "docs/examples/mybench/{name}"' in page, f"the page does not show {name}"
-        blocks[target] = (EXAMPLE / name).read_text()
-    return blocks
+EXAMPLE = ROOT / "examples" / "mybench"
+PACKAGE = EXAMPLE / "src" / "mybench"
+EXAMPLE_FILES = (
+    "pyproject.toml",
+    "src/mybench/plugin.py",
+    "src/mybench/report.py",
+    "src/mybench/rules/mybench.smk",
+    "src/mybench/config.schema.yaml",
+    "src/mybench/jobs.py",
+    "src/mybench/cli.py",
+    "src/mybench/scripts/answer_mybench.py",
+)
+"""The example's files that docs/adding-a-benchmark.md shows (it includes them)."""
 
 
 @pytest.fixture
-def mybench(tmp_path, monkeypatch):
-    """The example's mybench package on sys.path, registered in PLUGINS and in the config
-    schema; returns the example's files by where they go."""
-    blocks = _example_blocks()
-    package = tmp_path / "pkg" / "mybench"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    for name in ("plugin.py", "report.py"):
-        (package / name).write_text(blocks[f"mybench/{name}"])
-    monkeypatch.syspath_prepend(str(tmp_path / "pkg"))
+def mybench(monkeypatch):
+    """The example's package on sys.path and registered, as its entry point registers it
+    once installed; returns its rules file's text."""
+    page = (ROOT / "docs" / "adding-a-benchmark.md").read_text()
+    for name in EXAMPLE_FILES:
+        assert f'--8<-- "examples/mybench/{name}"' in page, f"the page does not show {name}"
+    project = (EXAMPLE / "pyproject.toml").read_text()
+    group = f'[project.entry-points."{benchmark_module.ENTRY_POINT_GROUP}"]\n'
+    key, value = re.search(r'^(\w+) = "([^"]+)"$', project.split(group)[1], re.M).groups()
+    monkeypatch.syspath_prepend(str(EXAMPLE / "src"))
     for name in [m for m in sys.modules if m == "mybench" or m.startswith("mybench.")]:
         monkeypatch.delitem(sys.modules, name)
-
-    line = blocks["src/stereolens/benchmark.py"].strip().rstrip(",")
-    key, value = (yaml.safe_load(part) for part in line.split(":", 1))
-    monkeypatch.setitem(benchmark_module.PLUGINS, key, value.strip())
-
-    import stereolens.config as config_module
-
-    schema = yaml.safe_load(Path(config_module.CONFIG_SCHEMA).read_text())
-    schema["properties"].update(yaml.safe_load(blocks["config/schemas/config.schema.yaml"]))
-    schema_path = tmp_path / "config.schema.yaml"
-    schema_path.write_text(yaml.safe_dump(schema, sort_keys=False))
-    monkeypatch.setattr(config_module, "CONFIG_SCHEMA", schema_path)
-    return blocks
+    monkeypatch.setitem(benchmark_module.plugins(), key, value)
+    return (PACKAGE / "rules" / "mybench.smk").read_text()
 
 
 def _config_with_mybench(tmp_path: Path, **section) -> tuple[dict, dict]:
@@ -326,9 +349,14 @@ def _config_with_mybench(tmp_path: Path, **section) -> tuple[dict, dict]:
     return load_config(path)
 
 
-def test_docs_skeleton_is_a_benchmark(mybench, tmp_path):
+def test_example_is_a_benchmark(mybench, tmp_path):
     config, registry = _config_with_mybench(tmp_path, questions=7)
     vlm = config["mybench"]["models"][0]
+
+    # its config section validates through the schema it ships, defaults filled
+    assert _config_with_mybench(tmp_path)[0]["mybench"]["questions"] == 10
+    with pytest.raises(Exception, match="mybench.questions"):
+        _config_with_mybench(tmp_path, questions=0)
 
     # the config checks and the table
     assert [p.name for p in benchmarks(config)] == ["contextbias", "biasig", "lvlm", "mybench"]
@@ -362,11 +390,11 @@ def test_docs_skeleton_is_a_benchmark(mybench, tmp_path):
     assert "mybench_scores" not in report_inputs(off)
 
 
-def test_docs_skeleton_rules_make_the_plugins_paths(mybench, tmp_path):
+def test_example_rules_make_the_plugins_paths(mybench, tmp_path):
     """Every job of the plug-in is an output of the rule it names, with its wildcards, and
     every target and report table is some rule's output."""
     config, _ = _config_with_mybench(tmp_path)
-    rules = mybench["workflow/rules/mybench.smk"]
+    rules = mybench
     outputs = dict(
         re.findall(r'^rule (\w+):\n(?:.*\n)*?    output:\n        "([^"]+)"', rules, flags=re.M)
     )
@@ -376,10 +404,12 @@ def test_docs_skeleton_rules_make_the_plugins_paths(mybench, tmp_path):
     made = set(outputs.values())
     for path in [*plugin.targets(config), *plugin.report_tables(config).values()]:
         assert path in made
-    assert mybench["Snakefile"].strip() == 'include: "workflow/rules/mybench.smk"'
+    # the Snakefile includes its rules file from the package, and its wildcard is shared
+    assert plugin.rules == (str(PACKAGE / "rules" / "mybench.smk"),)
+    assert str(PACKAGE / "rules" / "mybench.smk") in benchmark_module.rules_files()
 
 
-def test_docs_skeleton_report_section(mybench, tmp_path):
+def test_example_report_section(mybench, tmp_path):
     from stereolens.report.inputs import Inputs
     from stereolens.report.render import benchmark_modules, build_report
 

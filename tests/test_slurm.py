@@ -69,8 +69,9 @@ def _write_small_config(wd: Path) -> str:
     cfg = yaml.safe_load((wd / "config/demo.yaml").read_text())
     cfg["contextbias"].update(SMALL_CONTEXTBIAS)
     cfg["contextbias"].setdefault("metrics", {}).update(SMALL_METRICS)
-    schema = yaml.safe_load((ROOT / "config/schemas/config.schema.yaml").read_text())
-    for name, section in schema["properties"].items():
+    from stereolens.config import config_schema
+
+    for name, section in config_schema()["properties"].items():
         if name != "contextbias" and "enabled" in (section.get("properties") or {}):
             cfg[name] = {"enabled": False}
     cfg["run_label"] = "SLURM comparison (tiny models, one role, one generator)"

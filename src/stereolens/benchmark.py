@@ -1,12 +1,9 @@
 """What a benchmark plug-in is, and the table of the registered ones.
 
-A benchmark package (stereolens.contextbias, stereolens.biasig, stereolens.lvlm) exposes
-one :class:`Benchmark` object in its ``plugin`` module. Everything that loops over the
-benchmarks (the Snakefile's targets and job lists, the config checks, the planner, the
-measured-throughput table, the report) goes through :func:`benchmarks`, so adding a fourth
-benchmark touches its own package, one rules file and the config schema (README, "Adding a
-benchmark"). The table names each plug-in as "module:attribute" and imports it lazily, like
-the registry's backends: importing stereolens imports no benchmark.
+A benchmark package exposes one :class:`Benchmark` object and declares it as a Python entry
+point of the group ``stereolens.benchmarks``; everything central loops over :func:`benchmarks`.
+The table holds "module:attribute" strings, imported lazily: importing stereolens imports no
+benchmark (docs/adding-a-benchmark.md).
 """
 
 from __future__ import annotations
@@ -14,14 +11,19 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib.metadata import entry_points
 from typing import Any
 
-PLUGINS: dict[str, str] = {
+ENTRY_POINT_GROUP = "stereolens.benchmarks"
+
+BUILT_IN: dict[str, str] = {
     "contextbias": "stereolens.contextbias.plugin:BENCHMARK",
     "biasig": "stereolens.biasig.plugin:BENCHMARK",
     "lvlm": "stereolens.lvlm.plugin:BENCHMARK",
 }
-"""Benchmark name (its config section and its results/ folder) -> "module:attribute"."""
+"""The built-in benchmarks (also declared as entry points in pyproject.toml): known even where
+the installed metadata predates the entry-point group (an editable install made before it)."""
 
 
 @dataclass(frozen=True)
@@ -112,14 +114,65 @@ class Benchmark:
     """``size(config)``: the counts of :attr:`jobs` (jobs and items per stage and model),
     by arithmetic, in memory that does not grow with the run: the ceiling check reads it
     before any job list exists (``jobs`` of a run of 10^9 seeds would not fit in memory)."""
+    rules: tuple[str, ...] = ()
+    """Its Snakemake rules files, in the order the Snakefile includes them (input functions
+    first): a relative path is one under the workflow's folder (the Snakefile's), an
+    absolute one a file shipped in the benchmark's package."""
+    wildcards: dict[str, str] = field(default_factory=dict)
+    """Wildcard name -> constraint (a regex) of the wildcards its rules add to the shared
+    ones of workflow/rules/common.smk."""
+    config_schema: str | None = None
+    """A YAML file holding the JSON Schema of its config section, merged into the config
+    schema under :attr:`name` (stereolens.config.config_schema), so the section validates
+    with its defaults filled; None: the section is in config.schema.yaml itself."""
+    cli: str | None = None
+    """A module (a dotted name) whose ``register(subparsers)`` adds its `stereolens`
+    subcommands; None: it has none."""
+    model_rules: tuple[str, ...] = ()
+    """Its rules whose jobs ask a model (besides the shared generate_images): what
+    `stereolens regenerate --model/--benchmark` forces."""
+    job_folders: dict[str, str] = field(default_factory=dict)
+    """Folder under results/<name>/ -> stage, of its model jobs' outputs in folders beyond
+    the shared ones (stereolens.throughput.JOB_FOLDERS: images, extractions, vqa): where the
+    measured throughput looks for its jobs."""
+    planner: str | None = None
+    """"module:function" of its planner world: ``function(config, priors, pilot, seed)``
+    returns its designs (stereolens.design; `stereolens plan --power`); None: none."""
+
+
+@lru_cache(maxsize=1)
+def plugins() -> dict[str, str]:
+    """Benchmark name (its config section and its results/ folder) -> "module:attribute" of
+    its plug-in: the built-ins in their order, then every other entry point of the group
+    ``stereolens.benchmarks`` sorted by name. Read once per process."""
+    table = dict(BUILT_IN)
+    found = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    for name in sorted(found):
+        if name in BUILT_IN and found[name] != BUILT_IN[name]:
+            raise ValueError(
+                f"entry point {ENTRY_POINT_GROUP}:{name} = {found[name]} claims the name of a "
+                f"built-in benchmark ({BUILT_IN[name]}): give the benchmark another name"
+            )
+        table[name] = found[name]
+    return table
+
+
+def _load(name: str, target: str) -> Benchmark:
+    module, _, attr = target.partition(":")
+    plugin = getattr(importlib.import_module(module), attr)
+    if not isinstance(plugin, Benchmark) or plugin.name != name:
+        raise ValueError(
+            f"benchmark {name!r} ({target}): expected a stereolens.benchmark.Benchmark named "
+            f"{name!r}, got {plugin!r:.80}"
+        )
+    return plugin
 
 
 def benchmarks(config: dict | None = None) -> list[Benchmark]:
     """The registered plug-ins in table order; with ``config``, only those it enables."""
     out = []
-    for target in PLUGINS.values():
-        module, _, attr = target.partition(":")
-        plugin = getattr(importlib.import_module(module), attr)
+    for name, target in plugins().items():
+        plugin = _load(name, target)
         if config is None or plugin.enabled(config):
             out.append(plugin)
     return out
@@ -127,10 +180,40 @@ def benchmarks(config: dict | None = None) -> list[Benchmark]:
 
 def benchmark(name: str) -> Benchmark:
     """One plug-in by name; an unknown name says which exist."""
-    if name not in PLUGINS:
-        raise ValueError(f"unknown benchmark {name!r}; registered: {', '.join(PLUGINS)}")
-    module, _, attr = PLUGINS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    table = plugins()
+    if name not in table:
+        raise ValueError(f"unknown benchmark {name!r}; registered: {', '.join(table)}")
+    return _load(name, table[name])
+
+
+def rules_files() -> list[str]:
+    """The rules files of every registered benchmark, in table order (the Snakefile's
+    includes)."""
+    return [path for plugin in benchmarks() for path in plugin.rules]
+
+
+def wildcard_patterns() -> dict[str, str]:
+    """Wildcard -> constraint over every registered benchmark; a wildcard two benchmarks
+    constrain differently is an error (Snakemake's constraints are global)."""
+    out: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for plugin in benchmarks():
+        for name, regex in plugin.wildcards.items():
+            if name in out and out[name] != regex:
+                raise ValueError(
+                    f"wildcard {name!r} of benchmark {plugin.name!r} ({regex!r}) is constrained "
+                    f"otherwise by benchmark {owner[name]!r} ({out[name]!r}): rename it"
+                )
+            out[name], owner[name] = regex, plugin.name
+    return out
+
+
+def model_rules() -> tuple[str, ...]:
+    """Every rule whose jobs ask a model: generate_images and each benchmark's own."""
+    out = ["generate_images"]
+    for plugin in benchmarks():
+        out += [r for r in plugin.model_rules if r not in out]
+    return tuple(out)
 
 
 def resolve(target: str) -> Callable:

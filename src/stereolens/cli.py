@@ -1,18 +1,16 @@
-"""The `stereolens` command line. Each benchmark registers its own subcommands;
-a subcommand imports only what it needs when it runs."""
+"""The `stereolens` command line. Each benchmark registers its own subcommands (the module
+its plug-in names in ``cli``); a subcommand imports only what it needs when it runs."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from stereolens import __version__
 from stereolens import check_models as check_models_cli
 from stereolens import plan as plan_cli
 from stereolens import regenerate as regenerate_cli
-from stereolens.biasig import cli as biasig_cli
-from stereolens.contextbias import cli as contextbias_cli
-from stereolens.lvlm import cli as lvlm_cli
 from stereolens.report import cli as report_cli
 
 
@@ -62,9 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"stereolens {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    contextbias_cli.register(sub)
-    biasig_cli.register(sub)
-    lvlm_cli.register(sub)
+    from stereolens.benchmark import benchmarks
+
+    for plugin in benchmarks():
+        if plugin.cli:
+            importlib.import_module(plugin.cli).register(sub)
     plan_cli.register(sub)
     regenerate_cli.register(sub)
     report_cli.register(sub)

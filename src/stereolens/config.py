@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,44 @@ from stereolens.validation import ConfigError, load_yaml, validate_against
 CONFIG_SCHEMA = resource("schemas", "config.schema.yaml")
 
 
+def config_schema() -> dict[str, Any]:
+    """The config schema: config.schema.yaml with the section of every registered
+    benchmark that ships its own (its plug-in's config_schema) under its name."""
+    from stereolens.benchmark import benchmarks
+
+    fragments = tuple((p.name, p.config_schema) for p in benchmarks() if p.config_schema)
+    return _merged_schema(str(CONFIG_SCHEMA), fragments)
+
+
+@lru_cache(maxsize=4)
+def _merged_schema(path: str, fragments: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    schema = copy.deepcopy(load_yaml(path, "config schema"))
+    sections = {}
+    for name, fragment in fragments:
+        if name in schema["properties"]:
+            raise ConfigError(
+                f"benchmark {name!r} ships the config schema {fragment}, but the config "
+                f"schema {path} has a section {name!r} already"
+            )
+        section = load_yaml(fragment, f"config schema of benchmark {name!r}")
+        if not isinstance(section, dict) or section.get("type") != "object":
+            raise ConfigError(
+                f"config schema of benchmark {name!r} ({fragment}): expected the JSON Schema "
+                "of its config section (type: object, with properties and defaults)"
+            )
+        sections[name] = section
+    # the benchmarks' sections first: an absent section's defaults are filled in this order
+    schema["properties"] = {**sections, **schema["properties"]}
+    return schema
+
+
 def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     """Validate in place, filling defaults; raise ConfigError naming the key."""
-    validate_against(config, CONFIG_SCHEMA, what="config", fill_defaults=True)
+    schema = config_schema()
+    validate_against(config, schema, what="config", fill_defaults=True)
     # defaults of nested objects that were absent are filled only one level deep
     # by the validator: run it again so their own defaults are filled too
-    validate_against(config, CONFIG_SCHEMA, what="config", fill_defaults=True)
+    validate_against(config, schema, what="config", fill_defaults=True)
     return config
 
 

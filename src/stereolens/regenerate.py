@@ -12,17 +12,6 @@ from pathlib import Path
 
 from stereolens.damage import REGENERATING_ENV
 
-MODEL_RULES = (
-    "generate_images",
-    "extract_contextbias_attributes",
-    "answer_biasig_vqa",
-    "respond_lvlm",
-    "extract_lvlm_story_attributes",
-    "judge_lvlm_terms",
-    "label_lvlm_refusals",
-)
-"""Rules whose jobs ask a model: what a model or benchmark selection regenerates."""
-
 LOCK_ADVICE = (
     "a Snakemake run holds the lock on this folder, or a killed one (kill -9, a lost node) "
     "left it: if no snakemake runs here, run `snakemake --unlock {config}` once, then this "
@@ -51,7 +40,11 @@ def select_outputs(
     """The outputs to force: shards (exact paths, as Snakemake names them), model-job
     outputs whose path has a component equal to a model's name (whatever role the model
     had: generator, extractor, VQA or audited LVLM) and within the benchmarks when given,
-    model-job outputs of whole benchmarks, or every output of the rules."""
+    model-job outputs of whole benchmarks, or every output of the rules. The model jobs
+    are those of the rules that ask a model (stereolens.benchmark.model_rules)."""
+    from stereolens.benchmark import model_rules
+
+    asks_model = model_rules()
     wanted = {str(Path(s)) for s in shards}
     out = []
     for path, rule in rows:
@@ -62,9 +55,9 @@ def select_outputs(
             out.append(path)
         elif rule in rules:
             out.append(path)
-        elif rule in MODEL_RULES and models and bench_ok and any(m in parts for m in models):
+        elif rule in asks_model and models and bench_ok and any(m in parts for m in models):
             out.append(path)
-        elif rule in MODEL_RULES and benchmarks and not models and bench_ok:
+        elif rule in asks_model and benchmarks and not models and bench_ok:
             out.append(path)
     unknown = wanted - {str(Path(p)) for p in out}
     if unknown:
@@ -135,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from stereolens.benchmark import benchmarks
+
     p = sub.add_parser(
         "regenerate",
         help="redo chosen model jobs (a shard, a model, a benchmark, everything) and all "
@@ -166,7 +161,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--benchmark",
         action="append",
-        choices=["contextbias", "biasig", "lvlm"],
+        choices=[plugin.name for plugin in benchmarks()],
         help="every model job of the benchmark (with --model: that model's, there only)",
     )
     p.add_argument("--rule", action="append", metavar="RULE", help="every job of a rule")

@@ -12,15 +12,32 @@ from typing import Any
 
 import polars as pl
 
-# results/{benchmark}/<folder>/... -> stage (the folder name under benchmarks/ and logs/)
+# results/{benchmark}/<folder>/... -> stage (the folder name under benchmarks/ and logs/):
+# the shared folders; a benchmark adds its own (its plug-in's job_folders, job_folders())
 JOB_FOLDERS = {
     "images": "generate",
     "extractions": "extract",
     "vqa": "vqa",
-    "responses": "respond",
-    "story_attributes": "story_attributes",
 }
 TIMING_FILE = "timing.json"
+
+
+def job_folders() -> dict[str, str]:
+    """Folder under results/{benchmark}/ -> stage of every model job's output: the shared
+    JOB_FOLDERS, then each registered benchmark's own (stereolens.benchmark)."""
+    from stereolens.benchmark import benchmarks
+
+    out = dict(JOB_FOLDERS)
+    for plugin in benchmarks():
+        for folder, stage in plugin.job_folders.items():
+            if out.setdefault(folder, stage) != stage:
+                raise ValueError(
+                    f"job folder {folder!r} of benchmark {plugin.name!r} is stage {stage!r}, "
+                    f"but stage {out[folder]!r} elsewhere: name the folder after its stage"
+                )
+    return out
+
+
 SIDECAR_SUFFIX = ".timing.json"
 _LOADED = re.compile(r"loaded in ([0-9]+(?:\.[0-9]+)?) s")
 
@@ -180,7 +197,7 @@ def _job_row(
     """The JOB_SCHEMA row of one job: ``path`` its timing.json (generation) or its .jsonl
     output (extraction, VQA, LVLM) under ``base`` = results/{bench}/{folder}; None for a
     work folder or a file of an unknown layout."""
-    stage = JOB_FOLDERS[folder]
+    stage = job_folders()[folder]
     rel = path.parent.relative_to(base) if stage == "generate" else path.relative_to(base)
     rel = rel if stage == "generate" else rel.with_suffix("")
     if _skip(path, base) or not rel.parts:
@@ -223,7 +240,7 @@ def collect_jobs(
     logs_dir = Path(logs_dir) if logs_dir else root / "logs"
     rows = []
     for bench_dir in sorted(p for p in results_dir.iterdir() if p.is_dir()):
-        for folder, stage in JOB_FOLDERS.items():
+        for folder, stage in job_folders().items():
             base = bench_dir / folder
             if not base.is_dir():
                 continue
@@ -249,12 +266,13 @@ def collect_job_outputs(
     benchmarks_dir = Path(benchmarks_dir) if benchmarks_dir else root / "benchmarks"
     logs_dir = Path(logs_dir) if logs_dir else root / "logs"
     rows = []
+    folders = job_folders()
     for out in outputs:
         rel = Path(out).relative_to(results_dir)
-        if len(rel.parts) < 3 or rel.parts[1] not in JOB_FOLDERS:
+        if len(rel.parts) < 3 or rel.parts[1] not in folders:
             raise ValueError(f"{out} is not a job output under {results_dir}/<benchmark>/")
         bench, folder = rel.parts[0], rel.parts[1]
-        path = Path(out) / TIMING_FILE if JOB_FOLDERS[folder] == "generate" else Path(out)
+        path = Path(out) / TIMING_FILE if folders[folder] == "generate" else Path(out)
         if not path.exists():
             continue
         row = _job_row(bench, folder, path, results_dir / bench / folder, benchmarks_dir, logs_dir)
@@ -333,7 +351,7 @@ def summarise(jobs: pl.DataFrame, throughput_table: dict | None = None) -> pl.Da
     ).with_columns(
         (pl.col("s_per_item") / pl.col("planned_s_per_item")).alias("measured_vs_planned")
     )
-    order = {stage: i for i, stage in enumerate(JOB_FOLDERS.values())}
+    order = {stage: i for i, stage in enumerate(job_folders().values())}
     return (
         out.with_columns(pl.col("stage").replace_strict(order, default=9).alias("_order"))
         .sort("_order", "benchmark", "model")

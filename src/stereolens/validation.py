@@ -54,16 +54,17 @@ def _describe(error) -> str:
 
 
 def validate_against(
-    obj: object, schema_path: str | os.PathLike, what: str, fill_defaults: bool = False
+    obj: object, schema_path: str | os.PathLike | dict, what: str, fill_defaults: bool = False
 ) -> None:
-    """Validate ``obj``; raise ConfigError listing every problem.
+    """Validate ``obj`` against a schema file (or a schema already loaded); raise
+    ConfigError listing every problem.
 
     With ``fill_defaults`` the schema's defaults are written into missing keys
     (objects only), as snakemake.utils.validate does.
     """
     import jsonschema
 
-    schema = _load_schema(str(schema_path))
+    schema = schema_path if isinstance(schema_path, dict) else _load_schema(str(schema_path))
     validator_cls = jsonschema.validators.validator_for(schema)
     if fill_defaults:
         validator_cls = _extend_with_default(validator_cls)

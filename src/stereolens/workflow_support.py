@@ -22,16 +22,6 @@ if TYPE_CHECKING:
     from stereolens.benchmark import Job
 
 
-def bank_roles(bank_path: str | None) -> list[str]:
-    """Roles of a prompt bank, in bank order (the shipped roles.json when bank_path is None)."""
-    from stereolens.paths import resource
-
-    if bank_path is None:
-        return json.loads(resource("contextbias", "roles.json").read_text())
-    bank = json.loads(Path(bank_path).read_text())
-    return list(dict.fromkeys(e["role"] for e in bank))
-
-
 REPORT = "results/report/index.html"
 JOB_TIMINGS = "results/report/job_timings.parquet"
 THROUGHPUT_TABLE = "config/throughput.yaml"
@@ -64,17 +54,19 @@ def job_timing_inputs(
     """The outputs of every model job of the run that the measured throughput reads, from
     the plug-ins' job enumeration (the planner's): the generation shard folders
     (``generation``) and the other job files under a folder of
-    stereolens.throughput.JOB_FOLDERS (``answers``: extractions, VQA answers, LVLM
+    stereolens.throughput.job_folders() (``answers``: extractions, VQA answers, LVLM
     responses and story attributes). ``jobs``: benchmark name -> its plug-in's jobs, where
     the caller has them already (the Snakefile's cached enumeration)."""
     from stereolens.benchmark import benchmarks
-    from stereolens.throughput import JOB_FOLDERS
+    from stereolens.throughput import job_folders
+
+    folders = job_folders()
 
     out: dict[str, list[str]] = {"generation": [], "answers": []}
     for plugin in benchmarks(config):
         for job in jobs(plugin.name) if jobs else plugin.jobs(config):
             parts = job.output.split("/")
-            stage = JOB_FOLDERS.get(parts[2]) if len(parts) > 3 else None
+            stage = folders.get(parts[2]) if len(parts) > 3 else None
             if stage is not None:
                 out["generation" if stage == "generate" else "answers"].append(job.output)
     return out

@@ -42,7 +42,7 @@ rule answer_biasig_vqa:
     params:
         extractor_fingerprint=get_extractor_fingerprint,
         max_attempts=BG["max_attempts"],
-        cache_dir="results/cache/vlm" if CB["extraction"]["cache"] else None,
+        cache_dir="results/cache/vlm" if config["contextbias"]["extraction"]["cache"] else None,
         registry=config["registry"],
     script:
         "../scripts/answer_biasig_vqa.py"

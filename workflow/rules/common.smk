@@ -1,5 +1,5 @@
 # Config validation, registry, wildcard constraints and the shared input functions (each
-# benchmark's own: inputs/<benchmark>.smk, included at the end).
+# benchmark's own are in its rules files, which the Snakefile includes from its plug-in).
 # Module-level code stays cheap: every SLURM job re-parses this file.
 
 import inspect
@@ -10,11 +10,9 @@ from functools import lru_cache
 from snakemake.common import overwrite_function_params
 
 from stereolens.benchmark import benchmark as benchmark_plugin
-from stereolens.benchmark import benchmarks, generating, model_roles
+from stereolens.benchmark import benchmarks, generating, model_roles, rules_files
+from stereolens.benchmark import wildcard_patterns
 from stereolens.config import check_model_sources, check_models, validate_config
-from stereolens.contextbias.plugin import prompt_bank as contextbias_prompt_bank
-from stereolens.contextbias.plugin import roles as contextbias_roles
-from stereolens.contextbias.prompts import CONDITIONS as ALL_CONDITIONS
 from stereolens.models.registry import TINY_MEM_MB, load_registry
 from stereolens.plan import check_ceiling, default_throughput
 from stereolens.workflow_support import (
@@ -42,32 +40,18 @@ if workflow.is_main_process:
     # refused here, not in each job after the queue (an unset key only warns in a dry run)
     check_model_sources(config, REGISTRY, warn_keys=runs_no_job())
 
-CB = config["contextbias"]
-# roles present, every condition present, prompts non-empty, names that fit a folder:
-# refused here, at parse time, not in a job after the queue
-CB_ROLES = contextbias_roles(config)
-CB_CONDITIONS = CB["conditions"]
-CB_VAL = CB["validation"]
 
-
+# the shared wildcards, then each benchmark's own (its plug-in's wildcards)
 wildcard_constraints:
     model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     extractor=r"[A-Za-z0-9][A-Za-z0-9._-]*",
-    role=r"[a-z0-9_]+",
-    condition="|".join([*ALL_CONDITIONS, "VAL"]),
     shard=r"[0-9]+",
     checkpoint=r"[A-Za-z0-9][A-Za-z0-9._-]*",
-    atype="occupation|characteristic|social_relation",
-    visibility="implicit|explicit",
-    # LVLM
-    setting="image|mitigation|persona",
-    task="story|term|exam|attribute_inferring",
-    axis="gender|race",
-    usergroup=r"[a-z0-9_-]+",
     # generation (generate_images): the benchmarks that generate, a group, a cell
     benchmark="|".join(p.name for p in generating()),
     group=r"[a-z0-9_]+",
     cell=r"[A-Za-z0-9_-]+",
+    **wildcard_patterns(),
 
 
 def model_spec(name):
@@ -414,10 +398,8 @@ def get_metrics_dir(wildcards, output):
     return os.path.dirname(output[0])
 
 
-# ---- Each benchmark's input functions, in a file of its own (its rules file's inputs,
-# params and resources that are not shared).
-
-
-include: "inputs/contextbias.smk"
-include: "inputs/biasig.smk"
-include: "inputs/lvlm.smk"
+def get_benchmark_rules():
+    """The rules files of every registered benchmark (their plug-ins' rules), for the
+    Snakefile's includes: a relative path is the workflow folder's, an absolute one a file
+    shipped in the benchmark's package."""
+    return rules_files()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from stereolens.benchmark import Benchmark, Job, Size
+from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
 RESULTS = "results/biasig"
@@ -175,4 +176,13 @@ BENCHMARK = Benchmark(
     unordered_models=("generators",),
     report_sections="stereolens.report.biasig",
     size=_size,
+    rules=("workflow/rules/inputs/biasig.smk", "workflow/rules/biasig.smk"),
+    wildcards={
+        "atype": "occupation|characteristic|social_relation",
+        "visibility": "implicit|explicit",
+    },
+    config_schema=str(resource("schemas", "biasig.schema.yaml")),
+    cli="stereolens.biasig.cli",
+    model_rules=("answer_biasig_vqa",),
+    planner="stereolens.design.biasig_worlds:build",
 )

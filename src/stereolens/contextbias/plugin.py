@@ -8,6 +8,8 @@ import math
 from typing import Any
 
 from stereolens.benchmark import Benchmark, Job, Size
+from stereolens.contextbias.prompts import CONDITIONS
+from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
 RESULTS = "results/contextbias"
@@ -281,4 +283,14 @@ BENCHMARK = Benchmark(
     unordered_models=("generators", "extractors"),
     report_sections="stereolens.report.contextbias",
     size=_size,
+    rules=(
+        "workflow/rules/inputs/contextbias.smk",
+        "workflow/rules/contextbias.smk",
+        "workflow/rules/contextbias_studies.smk",
+    ),
+    wildcards={"role": r"[a-z0-9_]+", "condition": "|".join([*CONDITIONS, "VAL"])},
+    config_schema=str(resource("schemas", "contextbias.schema.yaml")),
+    cli="stereolens.contextbias.cli",
+    model_rules=("extract_contextbias_attributes",),
+    planner="stereolens.design.contextbias_worlds:build",
 )

@@ -28,6 +28,14 @@ _CAF = re.compile(r"\bcaf\b")
 _ARTICLE = re.compile(r"\ba (?=[aeiouAEIOU])")
 
 
+def bank_roles(bank_path: str | None) -> list[str]:
+    """Roles of a prompt bank, in bank order (the shipped roles.json when bank_path is None)."""
+    if bank_path is None:
+        return json.loads(resource("contextbias", "roles.json").read_text())
+    bank = json.loads(Path(bank_path).read_text())
+    return list(dict.fromkeys(e["role"] for e in bank))
+
+
 def clean_text(raw: str, fix_articles: bool = False) -> tuple[str, list[str]]:
     """The generation prompt for a bank entry, and the quirks that were handled."""
     quirks: list[str] = []

@@ -85,7 +85,7 @@ def requested(args: argparse.Namespace) -> bool:
 
 def designs(config: dict[str, Any], args: argparse.Namespace) -> list:
     """Every benchmark design of ``config`` (from the pilot or the prior)."""
-    from stereolens.design import biasig_worlds, contextbias_worlds, lvlm
+    from stereolens.benchmark import benchmarks, resolve
     from stereolens.design.priors import load_priors
     from stereolens.validation import ConfigError
 
@@ -99,11 +99,11 @@ def designs(config: dict[str, Any], args: argparse.Namespace) -> list:
     pilot = args.pilot
     if pilot is not None and not pilot.is_dir():
         raise ConfigError(f"--pilot {pilot}: not a folder; give a run's results folder")
-    out = [contextbias_worlds.build(config, priors, pilot, args.seed)]
-    b = biasig_worlds.build(config, priors, pilot, args.seed)
-    if b is not None:
-        out.append(b)
-    out += lvlm.build(config, priors, pilot, args.seed)
+    out = []
+    for plugin in benchmarks():  # each benchmark's planner world: one design, a list or None
+        if plugin.planner:
+            got = resolve(plugin.planner)(config, priors, pilot, args.seed)
+            out += got if isinstance(got, list) else [] if got is None else [got]
     return out
 
 
@@ -139,15 +139,11 @@ def compute(
         for q in needs:
             if q.needed is not None:
                 sizes[q.knob] = max(sizes.get(q.knob, 0), q.needed)
+        owner = {d.knob: d for d in ds}
         for key, value in sizes.items():
-            new = P.set_key(new, key, value)
-            if key == ("contextbias", "seeds", "per_prompt"):
-                # one job per role x condition stays one job: a shard grows with the seeds
-                # (never shrinks: the validation prompts' shards use it too)
-                seeds = config["contextbias"]["seeds"]
-                if seeds["per_shard"] >= seeds["per_prompt"]:
-                    shard = max(seeds["per_shard"], value)
-                    new = P.set_key(new, ("contextbias", "seeds", "per_shard"), shard)
+            # a design may change what goes with its size (its resized); else the size alone
+            resized = getattr(owner[key], "resized", None)
+            new = resized(new, value) if resized else P.set_key(new, key, value)
         cost = {
             "sizes": {".".join(k): v for k, v in sizes.items()},
             "plan": plan(new, registry, throughput),

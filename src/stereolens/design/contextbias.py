@@ -13,7 +13,7 @@ from scipy.special import xlogy
 
 from stereolens.contextbias.bootstrap import role_multiplicity
 from stereolens.contextbias.metrics import bi_from_parts
-from stereolens.design.power import EffectSpec, Simulation
+from stereolens.design.power import EffectSpec, Simulation, set_key
 from stereolens.design.sampling import _steps, multinomial, segment_sum
 
 CONDITIONS = ("CF", "CA-U")
@@ -215,6 +215,17 @@ class ContextBiasDesign:
     knob = ("contextbias", "seeds", "per_prompt")
     knob_label = "seeds per prompt"
     search_limit = 5000
+
+    def resized(self, config: dict[str, Any], value: int) -> dict[str, Any]:
+        """``config`` with ``value`` seeds per prompt; one job per role x condition stays one
+        job: a shard grows with the seeds (never shrinks: the validation prompts' shards use
+        it too)."""
+        seeds = config["contextbias"]["seeds"]
+        new = set_key(config, self.knob, value)
+        if seeds["per_shard"] >= seeds["per_prompt"]:
+            shard = max(seeds["per_shard"], value)
+            new = set_key(new, ("contextbias", "seeds", "per_shard"), shard)
+        return new
 
     def __init__(self, world: World, config: dict[str, Any], basis: str, notes: list[str]):
         m = config["contextbias"].get("metrics") or {}

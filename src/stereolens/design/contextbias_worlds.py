@@ -63,8 +63,7 @@ def _ratio_for(ks: list[int], target_bi: float) -> float:
 
 def config_prompts(config: dict[str, Any]) -> tuple[list[str], np.ndarray]:
     """(roles, prompts per role under CF and CA-U) of the config's prompt bank."""
-    from stereolens.contextbias.prompts import build_prompts
-    from stereolens.workflow_support import bank_roles
+    from stereolens.contextbias.prompts import bank_roles, build_prompts
 
     cb = config["contextbias"]
     roles = cb["roles"] or bank_roles(cb["prompt_bank"])

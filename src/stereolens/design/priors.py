@@ -20,7 +20,9 @@ def load_priors(path: str | os.PathLike | None = None) -> dict[str, Any]:
     raw = load_yaml(p, "design priors")
     if not isinstance(raw, dict) or raw.get("version") != PRIORS_VERSION:
         raise ConfigError(f"design priors {p}: expected version {PRIORS_VERSION!r}")
-    missing = [b for b in ("contextbias", "biasig", "lvlm") if b not in raw]
+    from stereolens.benchmark import BUILT_IN
+
+    missing = [b for b in BUILT_IN if b not in raw]
     if missing:
         raise ConfigError(f"design priors {p}: no section for {', '.join(missing)}")
     return raw

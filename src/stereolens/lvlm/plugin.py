@@ -9,6 +9,7 @@ from typing import Any
 
 from stereolens.benchmark import Benchmark, Job, Size
 from stereolens.lvlm.names import groups
+from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
 RESULTS = "results/lvlm"
@@ -275,4 +276,25 @@ BENCHMARK = Benchmark(
     report_paths=REPORT_PATHS,
     report_sections="stereolens.report.lvlm",
     size=_size,
+    rules=(
+        "workflow/rules/inputs/lvlm.smk",
+        "workflow/rules/lvlm.smk",
+        "workflow/rules/lvlm_studies.smk",
+    ),
+    wildcards={
+        "setting": "image|mitigation|persona",
+        "task": "story|term|exam|attribute_inferring",
+        "axis": "gender|race",
+        "usergroup": r"[a-z0-9_-]+",
+    },
+    config_schema=str(resource("schemas", "lvlm.schema.yaml")),
+    cli="stereolens.lvlm.cli",
+    model_rules=(
+        "respond_lvlm",
+        "extract_lvlm_story_attributes",
+        "judge_lvlm_terms",
+        "label_lvlm_refusals",
+    ),
+    job_folders={"responses": "respond", "story_attributes": "story_attributes"},
+    planner="stereolens.design.lvlm:build",
 )

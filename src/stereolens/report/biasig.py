@@ -14,6 +14,18 @@ from stereolens.report.summary import profile_frame
 
 KEY = "biasig"
 TITLE = "BiasIG"
+HEADLINE = "biasig_eta"
+"""The table whose presence says BiasIG has results (stereolens report --results)."""
+
+
+def infer_config(inputs: Inputs) -> dict:
+    """The section naming what the tables hold, for a report without the run's config."""
+    implicit = inputs.get("biasig_implicit")
+    if implicit is None:
+        return {}
+    return {"enabled": True, "generators": sorted(implicit["variant"].unique().to_list())}
+
+
 INTERVAL_COVERAGE = (
     "coverage of the population value, bench/COVERAGE.md: at paper scale S_imp 94% (a "
     "percentile interval: 0%), eta 94.0% (the double-bootstrap interval; the once "

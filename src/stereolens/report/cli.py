@@ -12,43 +12,30 @@ from pathlib import Path
 
 def infer_config(inputs) -> dict:
     """A config naming what the tables hold (models per benchmark), for a report without
-    the run's config."""
-    config: dict = {"run_label": "results folder", "contextbias": {}, "biasig": {}, "lvlm": {}}
-    images = inputs.get("images", columns=["model", "extractor"])
-    if images is not None:
-        config["contextbias"]["generators"] = sorted(images["model"].unique().to_list())
-        if "extractor" in images.columns:
-            config["contextbias"]["extractors"] = sorted(
-                images["extractor"].drop_nulls().unique().to_list()
-            )
-    implicit = inputs.get("biasig_implicit")
-    if implicit is not None:
-        config["biasig"] = {
-            "enabled": True,
-            "generators": sorted(implicit["variant"].unique().to_list()),
-        }
-    scores = inputs.get("lvlm_scores")
-    if scores is not None:
-        config["lvlm"] = {"enabled": True, "models": sorted(scores["model"].unique().to_list())}
+    the run's config: each benchmark's section from its report module's ``infer_config``."""
+    from stereolens.report.render import benchmark_modules
+
+    config: dict = {"run_label": "results folder"}
+    for module in benchmark_modules():
+        infer = getattr(module, "infer_config", None)
+        config[module.KEY] = infer(inputs) if infer else {}
     return config
 
 
-ALWAYS_WRITTEN = {
-    "contextbias": {
-        "validation": {"enabled": False},
-        "annotation": {"enabled": False, "answers": None},
-    },
-    "lvlm": {"enabled": False, "tasks": {}, "assistant": None, "story_reading": {"enabled": False}},
-}
-"""A config with every optional part of each benchmark off: its plug-ins' report_tables of it
-are the tables every run of the benchmark writes (what a report without --configfile expects
-of a benchmark whose tables are there)."""
+def always_written() -> dict:
+    """A config with every optional part of each benchmark off (each report module's
+    ``ALWAYS_WRITTEN``): its plug-ins' report_tables of it are the tables every run of the
+    benchmark writes (what a report without --configfile expects of a benchmark whose tables
+    are there)."""
+    from stereolens.report.render import benchmark_modules
+
+    return {m.KEY: getattr(m, "ALWAYS_WRITTEN", {}) for m in benchmark_modules()}
 
 
 def expected_tables(inputs, config: dict | None) -> dict[str, str]:
     """name -> path (under the results folder) of every table the report expects: with the
     run's config, every report table of the benchmarks it enables; without, the tables every
-    run writes (ALWAYS_WRITTEN) of each benchmark with at least one table there."""
+    run writes (always_written) of each benchmark with at least one table there."""
     from stereolens.benchmark import all_report_tables, benchmarks
     from stereolens.report.inputs import RESULTS
 
@@ -56,9 +43,10 @@ def expected_tables(inputs, config: dict | None) -> dict[str, str]:
         tables = all_report_tables(config)
     else:
         tables = {}
+        minimal = always_written()
         for plugin in benchmarks():
             if any(inputs.has(name) for name in plugin.report_paths):
-                tables |= plugin.report_tables(ALWAYS_WRITTEN)
+                tables |= plugin.report_tables(minimal)
     return {k: v.removeprefix(RESULTS) for k, v in tables.items()}
 
 
@@ -76,8 +64,8 @@ def check_tables(inputs, results: Path, config: dict | None) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from stereolens.report.inputs import Inputs
-    from stereolens.report.render import render_report
+    from stereolens.report.inputs import Inputs, standard_paths
+    from stereolens.report.render import benchmark_modules, render_report
 
     results = Path(args.results)
     extra = {"registry": args.registry, "throughput_table": args.throughput}
@@ -88,12 +76,13 @@ def _run(args: argparse.Namespace) -> int:
         config, _ = load_config(args.configfile)
         extra["registry"] = extra["registry"] or config.get("registry")
     inputs = Inputs.from_results(results, extra)
-    if not any(inputs.has(k) for k in ("bi", "biasig_eta", "lvlm_scores")):
+    # each report module's HEADLINE: the table that says its benchmark has results there
+    headlines = [m.HEADLINE for m in benchmark_modules() if getattr(m, "HEADLINE", None)]
+    if not any(inputs.has(k) for k in headlines):
+        paths = [str(results / standard_paths()[k]) for k in headlines]
         raise ValueError(
             f"no result tables under {results}: expected e.g. "
-            f"{results / 'contextbias/metrics/bi.parquet'}, "
-            f"{results / 'biasig/metrics/eta.parquet'} or "
-            f"{results / 'lvlm/metrics/scores.parquet'}"
+            f"{', '.join(paths[:-1])} or {paths[-1]}"
         )
     missing = check_tables(inputs, results, config)
     if missing:

@@ -4,6 +4,8 @@ figures, studies and galleries live in the contextbias_* report modules."""
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 
 from stereolens.contextbias.invariant import interval_min_roles, invariant_share
@@ -31,6 +33,37 @@ the first screen lists them under "Other models"."""
 
 KEY = "contextbias"
 TITLE = "ContextBias"
+HEADLINE = "bi"
+"""The table whose presence says ContextBias has results (stereolens report --results)."""
+ALWAYS_WRITTEN = {
+    "validation": {"enabled": False},
+    "annotation": {"enabled": False, "answers": None},
+}
+"""The section with every optional part off: the plug-in's report tables of it are those
+every run writes."""
+
+
+def model_rows(config: dict) -> list[dict]:
+    """Rows of the report's Models table for models outside the registry: the
+    canonicalisation's sentence encoder."""
+    canon = (config.get("contextbias") or {}).get("canonicalisation") or {}
+    if not (canon.get("enabled") and canon.get("encoder")):
+        return []
+    return [{"role": "contextbias canonicalisation encoder", "name": canon["encoder"],
+             "kind": "sentence encoder", "backend": "sentence-transformers",
+             "model": canon["encoder"], "revision": "", "weights": "",
+             "settings": json.dumps({"threshold": canon.get("threshold")})}]  # fmt: skip
+
+
+def infer_config(inputs: Inputs) -> dict:
+    """The section naming what the tables hold, for a report without the run's config."""
+    section: dict = {}
+    images = inputs.get("images", columns=["model", "extractor"])
+    if images is not None:
+        section["generators"] = sorted(images["model"].unique().to_list())
+        if "extractor" in images.columns:
+            section["extractors"] = sorted(images["extractor"].drop_nulls().unique().to_list())
+    return section
 
 
 def enabled(inputs: Inputs, config: dict) -> bool:

@@ -18,6 +18,28 @@ __all__ = ["AXES", "KEY", "TASK_ORDER", "TITLE", "enabled", "facts", "galleries"
 
 KEY = "lvlm"
 TITLE = "LVLM"
+PROFILE_DIGITS = 1
+"""Decimals of its first-screen cells (TVD x100)."""
+HEADLINE = "lvlm_scores"
+"""The table whose presence says the LVLM audit has results (stereolens report --results)."""
+ALWAYS_WRITTEN = {
+    "enabled": False,
+    "tasks": {},
+    "assistant": None,
+    "story_reading": {"enabled": False},
+}
+"""The section with every optional part off: the plug-in's report tables of it are those
+every run writes."""
+
+
+def infer_config(inputs: Inputs) -> dict:
+    """The section naming what the tables hold, for a report without the run's config."""
+    scores = inputs.get("lvlm_scores")
+    if scores is None:
+        return {}
+    return {"enabled": True, "models": sorted(scores["model"].unique().to_list())}
+
+
 AXES = ("gender", "race")
 MAIN_SETTING = "image"
 

@@ -3,12 +3,13 @@ throughput against the planner's figures, and the run settings."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
 import polars as pl
 
-from stereolens.benchmark import model_roles
+from stereolens.benchmark import benchmarks, model_roles
 from stereolens.report import figures as F
 from stereolens.report.html import Figure, Section, Table, finite
 from stereolens.report.inputs import Inputs
@@ -73,12 +74,11 @@ def models_table(config: dict, entries: dict | None) -> pl.DataFrame:
                 "settings": json.dumps(settings, sort_keys=True, default=str),
             }
         )
-    canon = (config.get("contextbias") or {}).get("canonicalisation") or {}
-    if canon.get("enabled") and canon.get("encoder"):
-        rows.append({"role": "contextbias canonicalisation encoder", "name": canon["encoder"],
-                     "kind": "sentence encoder", "backend": "sentence-transformers",
-                     "model": canon["encoder"], "revision": "", "weights": "",
-                     "settings": json.dumps({"threshold": canon.get("threshold")})})  # fmt: skip
+    # models outside the registry that a benchmark ran (its report module's model_rows)
+    for plugin in benchmarks():
+        if plugin.report_sections:
+            extra = getattr(importlib.import_module(plugin.report_sections), "model_rows", None)
+            rows += extra(config) if extra else []
     return pl.DataFrame(rows, schema={c: pl.String for c in MODEL_COLUMNS})
 
 

@@ -4,6 +4,7 @@ Imports no benchmark."""
 
 from __future__ import annotations
 
+import importlib
 import platform
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -135,12 +136,20 @@ class ProfileView:
         return [r for b in self.blocks for r in b.rows]
 
 
-def _digits(row: dict) -> int:
-    return 1 if row["benchmark"] == "lvlm" or row["metric"].endswith("pct") else 3
+def profile_digits() -> dict[str, int]:
+    """Benchmark -> decimals of its profile cells: its report module's ``PROFILE_DIGITS``
+    (default 3; a metric named ``*pct`` has 1 whatever the benchmark)."""
+    from stereolens.benchmark import benchmarks
+
+    return {
+        p.name: getattr(importlib.import_module(p.report_sections), "PROFILE_DIGITS", 3)
+        for p in benchmarks()
+        if p.report_sections
+    }
 
 
-def _cell(r: dict) -> ProfileCell:
-    d = _digits(r)
+def _cell(r: dict, digits: dict[str, int]) -> ProfileCell:
+    d = 1 if r["metric"].endswith("pct") else digits.get(r["benchmark"], 3)
     sub = ""
     if finite(r["floor"]):
         sub = f"{r['floor_label'] or 'floor'} {r['floor']:.{d}f}"
@@ -162,6 +171,7 @@ def _cell(r: dict) -> ProfileCell:
 def profile_view(profile: pl.DataFrame) -> ProfileView:
     """One block per benchmark (in profile order): rows = its models in the order they
     first appear, columns = its metrics."""
+    digits = profile_digits()
     by_key = {(r["model"], r["benchmark_title"], r["metric"]): r for r in profile.to_dicts()}
     titles = profile["benchmark_title"].unique(maintain_order=True).to_list()
     member = {
@@ -175,7 +185,7 @@ def profile_view(profile: pl.DataFrame) -> ProfileView:
         rows = []
         for model in part["model"].unique(maintain_order=True).to_list():
             cells = [
-                _cell(by_key[(model, title, m)]) if (model, title, m) in by_key else None
+                _cell(by_key[(model, title, m)], digits) if (model, title, m) in by_key else None
                 for m, _ in metrics
             ]
             also = [t for t in member[model].to_list() if t != title]

@@ -2,6 +2,16 @@
 # canonicalisation LLM, the prompt bank and extraction files, the extraction shards of each
 # merge part (from the plug-in's jobs) and the validation inputs.
 
+from stereolens.contextbias.plugin import prompt_bank as contextbias_prompt_bank
+from stereolens.contextbias.plugin import roles as contextbias_roles
+
+CB = config["contextbias"]
+# roles present, every condition present, prompts non-empty, names that fit a folder:
+# refused here, at parse time, not in a job after the queue
+CB_ROLES = contextbias_roles(config)
+CB_CONDITIONS = CB["conditions"]
+CB_VAL = CB["validation"]
+
 
 def get_canonical_llm_checkpoint(wildcards):
     return helper_checkpoint(CB["canonicalisation"]["llm"])

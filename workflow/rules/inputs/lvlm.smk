@@ -1,4 +1,4 @@
-# Input functions of the LVLM rules (lvlm.smk) and of the story-reading audit (design.smk):
+# Input functions of the LVLM rules (lvlm.smk) and of the story-reading audit (lvlm_studies.smk):
 # the job files from the LVLM plug-in's jobs (plugin_jobs("lvlm"), in its order), the
 # params from stereolens.lvlm.params; paths name groups by their path-safe slug
 # ("East Asian" -> east-asian).
@@ -125,7 +125,7 @@ def get_lvlm_merge_parts(wildcards):
     }
 
 
-# ---- Designing an audit (input functions of workflow/rules/design.smk)
+# ---- Designing an audit (input functions of workflow/rules/lvlm_studies.smk)
 
 
 def get_story_reading_sample():

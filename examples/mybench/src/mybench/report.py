@@ -5,6 +5,15 @@ from stereolens.report.summary import profile_frame
 
 KEY = "mybench"
 TITLE = "MyBench"
+HEADLINE = "mybench_scores"  # its results are there when this table is (`stereolens report`)
+
+
+def infer_config(inputs):
+    """Its config section from the tables, for `stereolens report` without a config."""
+    scores = inputs.get("mybench_scores")
+    if scores is None:
+        return {}
+    return {"enabled": True, "models": sorted(scores["model"].unique().to_list())}
 
 
 def enabled(inputs, config):

@@ -1,9 +1,11 @@
-# MyBench: one answer job per model, then the scores.
+# MyBench: one answer job per model, then the scores. Included by the Snakefile from the
+# plug-in's rules; script: and conda: paths are relative to this file, in the package.
 
 
 rule answer_mybench:
     """One model's answers to every question."""
     input:
+        checkpoint=get_model_checkpoint,
         models_checked=get_models_checked,
     output:
         "results/mybench/vqa/{model}/answers.jsonl",
@@ -12,7 +14,7 @@ rule answer_mybench:
     benchmark:
         "benchmarks/mybench/vqa/{model}/answers.tsv"
     conda:
-        "../../envs/extract.yaml"
+        "../envs/mybench.yaml"
     resources:
         gpu=get_model_gpu,
         mem_mb=get_model_mem_mb,
@@ -21,6 +23,7 @@ rule answer_mybench:
         fingerprint=get_model_fingerprint,
         questions=config["mybench"]["questions"],
         registry=config["registry"],
+        cache_dir=None,
     script:
         "../scripts/answer_mybench.py"
 
@@ -37,6 +40,6 @@ rule score_mybench:
     log:
         "logs/mybench/score.log",
     conda:
-        "../../envs/analysis.yaml"
-    script:
-        "../scripts/score_mybench.py"
+        "../envs/mybench.yaml"
+    shell:
+        "stereolens mybench score {input} --out {output} > {log} 2>&1"

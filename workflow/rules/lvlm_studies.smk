@@ -1,25 +1,4 @@
-# Designing an audit (issue 15): the extractors audited per demographic group.
-
-
-rule audit_contextbias_extraction_by_group:
-    """Extraction validation per group: the demographic the prompt states or the image shows
-    (accuracy, precision, F1 with intervals; the largest error gap and a test; the flag
-    against the CA-U - CF shift)."""
-    input:
-        details="results/contextbias/validation/details.parquet",
-        attributes="results/contextbias/validation/attributes.parquet",
-        bootstrap="results/contextbias/metrics/bootstrap.parquet",
-    output:
-        by_group="results/contextbias/validation/by_group.parquet",
-        gaps="results/contextbias/validation/group_gaps.parquet",
-    log:
-        "logs/contextbias/audit_extraction_by_group.log",
-    conda:
-        "../../envs/analysis.yaml"
-    params:
-        seed=CB["metrics"]["seed"],
-    script:
-        "../scripts/audit_contextbias_extraction.py"
+# The assistant's story reading audited per demographic group (issue 15).
 
 
 rule read_lvlm_story_sample:

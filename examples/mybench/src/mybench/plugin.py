@@ -1,14 +1,17 @@
 """MyBench as a plug-in: every configured VLM answers the questions once (one job per
 model), and one table of scores comes out."""
 
+from pathlib import Path
+
 from stereolens.benchmark import Benchmark, Job
 from stereolens.validation import ConfigError
 
+HERE = Path(__file__).parent
 RESULTS = "results/mybench"
 
 
 def _enabled(config):
-    return bool((config.get("mybench") or {}).get("enabled"))
+    return bool(config.get("mybench", {}).get("enabled"))
 
 
 def _check(config, registry):
@@ -40,7 +43,7 @@ def _targets(config):
 
 
 def _models(config):
-    return {"mybench model": list((config.get("mybench") or {}).get("models") or [])}
+    return {"mybench model": list(config.get("mybench", {}).get("models", []))}
 
 
 REPORT_PATHS = {"mybench_scores": f"{RESULTS}/metrics/scores.parquet"}
@@ -62,4 +65,8 @@ BENCHMARK = Benchmark(
     report_tables=_report_tables,
     report_paths=REPORT_PATHS,
     report_sections="mybench.report",  # a module name: the report imports it, not the plug-in
+    rules=(str(HERE / "rules" / "mybench.smk"),),  # absolute: shipped in this package
+    config_schema=str(HERE / "config.schema.yaml"),  # its config section, merged in
+    cli="mybench.cli",  # `stereolens mybench ...`
+    model_rules=("answer_mybench",),  # what `stereolens regenerate --benchmark mybench` redoes
 )

@@ -43,6 +43,7 @@ if workflow.is_main_process:
 
 # the shared wildcards, then each benchmark's own (its plug-in's wildcards)
 wildcard_constraints:
+    **wildcard_patterns(),
     model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     extractor=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     shard=r"[0-9]+",
@@ -51,7 +52,6 @@ wildcard_constraints:
     benchmark="|".join(p.name for p in generating()),
     group=r"[a-z0-9_]+",
     cell=r"[A-Za-z0-9_-]+",
-    **wildcard_patterns(),
 
 
 def model_spec(name):

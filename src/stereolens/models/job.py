@@ -125,10 +125,10 @@ def timing_record(
     ``job_resources``; ``extra`` = what one kind of job adds (a shard's per-image seconds)."""
     return {
         "model": model,
-        "load_seconds": None if load_seconds is None else round(load_seconds, 3),
-        "seconds": round(seconds, 6),
+        "load_seconds": load_seconds,
+        "seconds": seconds,
         "items": items,
-        "seconds_per_item": round(seconds / items, 6) if items else None,
+        "seconds_per_item": seconds / items if items else None,
         "batch_size": batch_size,
         "job_resources": dict(job_resources or {}),
         **extra,

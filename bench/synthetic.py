@@ -200,11 +200,12 @@ def _pngs(folder: Path, names: list[str]) -> list[str]:
 
 
 def write_timing(path: Path, model: str, items: int) -> None:
-    """The model job's timing sidecar, as stereolens.generate.job.run_model_job writes it
+    """The model job's timing record, as stereolens.models.job.ModelJob.run writes it
     (the report's throughput table reads it instead of the records)."""
-    from stereolens.models.job import write_job_timing
+    from stereolens.atomic import write_json
+    from stereolens.models.job import timing_path, timing_record
 
-    write_job_timing(path, model, load_seconds=30.0, seconds=0.25 * items, items=items)
+    write_json(timing_path(path), timing_record(model, 30.0, 0.25 * items, items))
 
 
 def keep_every(n: int, f: Fraction) -> list[int]:

@@ -146,6 +146,20 @@ def test_no_import_cycle():
     assert not cycles, cycles
 
 
+def test_below_the_workflow_nothing_knows_the_snakemake_object():
+    """The model layer and the benchmarks take plain values (stereolens.models.job.ModelJob);
+    only floor 4's workflow_support unpacks a job's Snakemake object."""
+    bad = [
+        f"{name}: line {node.lineno}"
+        for name, path in MODULES.items()
+        if FLOORS.get(_top(name), 0) < 4
+        for node in ast.walk(ast.parse(path.read_text()))
+        if (isinstance(node, ast.Name) and node.id == "snakemake")
+        or (isinstance(node, ast.arg) and node.arg == "snakemake")
+    ]
+    assert not bad, "these read a Snakemake object: " + "; ".join(sorted(bad))
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_module_says_what_it_owns_and_stays_small(name):
     path = MODULES[name]

@@ -428,21 +428,22 @@ def test_generation_job_and_vqa_shard(monkeypatch, tmp_path, prompts):
     """A BiasIG shard through the workflow's generation job (stereolens.generate.job, rule
     generate_images, with BiasIG's adapter), then the VQA job on its images."""
     from stereolens.generate import job as generation_job
+    from stereolens.models import job as model_job
 
     specs = {
         "t2i": ModelSpec(name="t2i", kind="generator", backend="diffusers", model="fake/t2i"),
         "vqa": fake_spec(),
     }
-    for module in (jobs, generation_job):
+    for module in (model_job, generation_job):
         monkeypatch.setattr(module, "load_registry", lambda path: specs)
-    monkeypatch.setattr(jobs, "load_model", lambda spec: SchemaVLM())
+    monkeypatch.setattr(model_job, "load_model", lambda spec: SchemaVLM())
     monkeypatch.setitem(
         generation_job.run_generation.__kwdefaults__, "load", lambda spec: SolidGenerator()
     )
     settings = {"prompts_per_shard": 2, "images_per_prompt": 2, "seed_base": 0}
     out_dir = tmp_path / "images"
     meta = generation_job.generate_images_job(
-        "models.yaml",
+        model_job.ModelJob(str(out_dir), "models.yaml"),
         "biasig",
         "t2i",
         "social_relation",
@@ -450,11 +451,10 @@ def test_generation_job_and_vqa_shard(monkeypatch, tmp_path, prompts):
         1,
         settings,
         None,
-        str(out_dir),
     )
     assert len(meta) == 4 and all(m["n_persons"] == 2 for m in meta)
     out = tmp_path / "vqa" / "rows.jsonl"
-    rows = jobs.vqa_biasig_shard("models.yaml", "vqa", str(out_dir), str(out))
+    rows = jobs.vqa_biasig_shard(model_job.ModelJob(str(out), "models.yaml"), "vqa", str(out_dir))
     assert len(rows) == 8 and {r["status"] for r in rows} == {"ok"}
     written = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["image_id"] for r in written] == [r["image_id"] for r in rows]
@@ -463,7 +463,7 @@ def test_generation_job_and_vqa_shard(monkeypatch, tmp_path, prompts):
     prepare_answers(pl.read_ndjson(out), prompts)  # the metrics accept the rows as written
     with pytest.raises(ValueError, match="no prompts"):
         generation_job.generate_images_job(
-            "models.yaml",
+            model_job.ModelJob(str(tmp_path / "x"), "models.yaml"),
             "biasig",
             "t2i",
             "social_relation",
@@ -471,7 +471,6 @@ def test_generation_job_and_vqa_shard(monkeypatch, tmp_path, prompts):
             999,
             settings,
             None,
-            str(tmp_path / "x"),
         )
 
 

@@ -401,6 +401,7 @@ def test_the_real_assistant_reads_the_sample(tmp_path):
     """SmolLM2-135M (the demo's assistant, a real GGUF) reads two versions of one story
     through the audit's own reading code; the records score and audit."""
     pytest.importorskip("gguf")
+    from stereolens.models.job import ModelJob
     from stereolens.models.registry import load_registry, resolve_model_location
 
     config, _ = load_config("config/demo.yaml")
@@ -413,10 +414,8 @@ def test_the_real_assistant_reads_the_sample(tmp_path):
         skip_unless_ci(str(exc))
     lv = dict(config["lvlm"], axes=["gender"], groups={}, story_reading={"stories": 1})
     out = tmp_path / "readings.jsonl"
-    S.read_sample_job(
-        registry_path=config["registry"], assistant="smollm2-135m", lv=lv, cache_dir=None,
-        out_path=str(out), log=logging.getLogger("test"), threads=1,
-    )  # fmt: skip
+    job = ModelJob(str(out), config["registry"], log=logging.getLogger("test"), threads=1)
+    S.read_sample_job(job, assistant="smollm2-135m", lv=lv)
     records = read_jsonl(out)
     assert [(r["gender"], r["race"]) for r in records] == [("female", "Black"), ("male", "Black")]
     assert all(

@@ -617,7 +617,7 @@ def test_gpus_a_job_asks_for():
 
 def test_injected_out_of_memory_and_a_smaller_batch(tiny_sd, tmp_path, monkeypatch):
     from stereolens.generate.job import run_generation
-    from stereolens.models.job import INJECT_OOM_ENV
+    from stereolens.models.job import INJECT_OOM_ENV, ModelJob
 
     spec = make_spec(tiny_sd, batch_size=8)
     items = [
@@ -637,27 +637,27 @@ def test_injected_out_of_memory_and_a_smaller_batch(tiny_sd, tmp_path, monkeypat
     with pytest.raises(
         torch.OutOfMemoryError, match="injected out-of-memory error at batch size 8"
     ):
-        run_generation(spec, items, str(out), label="x", load=DiffusersGenerator, log=Log())
+        run_generation(
+            ModelJob(str(out), log=Log()), spec, items, label="x", load=DiffusersGenerator
+        )
     assert any("out of memory at batch size 8" in m for m in logged)
     assert not out.exists()
     # the retry: half the batch size, more memory (as the workflow's resources give it)
     resources = {"mem_mb": 8000, "batch_size": 4}
     rows = run_generation(
+        ModelJob(str(out), log=Log(), batch_size=4, resources=resources),
         spec,
         items,
-        str(out),
         label="x",
-        batch_size=4,
         load=DiffusersGenerator,
-        log=Log(),
-        job_resources=resources,
     )
     timing = json.loads((out / "timing.json").read_text())
     assert timing["batch_size"] == 4 and timing["job_resources"] == resources
     assert any("images at batch size 4" in m for m in logged)
     # the same images as at batch size 8 (within the CPU kernels' rounding, see above)
     monkeypatch.delenv(INJECT_OOM_ENV)
-    rows8 = run_generation(spec, items, str(tmp_path / "b8"), label="x", load=DiffusersGenerator)
+    b8 = ModelJob(str(tmp_path / "b8"))
+    rows8 = run_generation(b8, spec, items, label="x", load=DiffusersGenerator)
     for r4, r8 in zip(rows, rows8, strict=True):
         with (
             Image.open(out / r4["image_file"]) as a,
@@ -743,7 +743,7 @@ def test_extraction_and_vqa_jobs_run_at_the_attempts_batch_size(job, tmp_path, m
     (the registry's is replaced) and honour the injected out-of-memory failure."""
     from stereolens.biasig import jobs as biasig_jobs
     from stereolens.contextbias import jobs as contextbias_jobs
-    from stereolens.models.job import INJECT_OOM_ENV
+    from stereolens.models import job as model_job
     from stereolens.paths import resource
 
     spec = ModelSpec("vlm", "vlm", "transformers", "x", settings={"batch_size": 8})
@@ -753,37 +753,34 @@ def test_extraction_and_vqa_jobs_run_at_the_attempts_batch_size(job, tmp_path, m
         def answer(self, requests):
             raise AssertionError("no images, no requests")
 
-    module = contextbias_jobs if job == "extract" else biasig_jobs
-    monkeypatch.setattr(module, "load_registry", lambda path: {"vlm": spec})
-    monkeypatch.setattr(module, "load_model", lambda s: loaded.append(s) or NoVLM())
+    monkeypatch.setattr(model_job, "load_registry", lambda path: {"vlm": spec})
+    monkeypatch.setattr(model_job, "load_model", lambda s: loaded.append(s) or NoVLM())
     images = tmp_path / "images"
     images.mkdir()
     (images / "metadata.jsonl").write_text("")
 
     def run(batch_size, out):
+        at = model_job.ModelJob(str(out), "models.yaml", batch_size=batch_size)
         if job == "extract":
             return contextbias_jobs.extract_contextbias_shard(
-                "models.yaml",
+                at,
                 "vlm",
                 str(images),
                 str(resource("contextbias", "attribute_schema.v1.yaml")),
                 str(resource("contextbias", "extraction_prompt.v1.yaml")),
                 1,
-                None,
-                str(out),
-                batch_size=batch_size,
             )
-        return biasig_jobs.vqa_biasig_shard(
-            "models.yaml", "vlm", str(images), str(out), batch_size=batch_size
-        )
+        return biasig_jobs.vqa_biasig_shard(at, "vlm", str(images))
 
-    monkeypatch.setenv(INJECT_OOM_ENV, "4")
+    monkeypatch.setenv(model_job.INJECT_OOM_ENV, "4")
     with pytest.raises(torch.OutOfMemoryError, match="batch size 8"):
         run(None, tmp_path / "a.jsonl")
     assert loaded[-1].get("batch_size") == 8
     assert run(4, tmp_path / "b.jsonl") == []
     assert loaded[-1].get("batch_size") == 4 and loaded[-1].fingerprint() == spec.fingerprint()
     assert (tmp_path / "b.jsonl").exists()
+    timing = json.loads((tmp_path / "b.jsonl.timing.json").read_text())
+    assert timing["model"] == "vlm" and timing["items"] == 0 and timing["batch_size"] == 4
 
 
 @pytest.mark.parametrize("job", ["respond", "story", "judge"])
@@ -795,7 +792,7 @@ def test_lvlm_jobs_run_at_the_attempts_batch_size(job, tmp_path, monkeypatch):
 
     from stereolens.atomic import write_jsonl
     from stereolens.lvlm import jobs as lvlm_jobs
-    from stereolens.models.job import INJECT_OOM_ENV
+    from stereolens.models import job as model_job
 
     spec = ModelSpec("m", "vlm", "transformers", "x", settings={"batch_size": 8})
     loaded = []
@@ -809,8 +806,8 @@ def test_lvlm_jobs_run_at_the_attempts_batch_size(job, tmp_path, monkeypatch):
             raise Loaded  # loaded at the smaller batch: enough for this test
         return object()
 
-    monkeypatch.setattr(lvlm_jobs, "load_registry", lambda path: {"m": spec})
-    monkeypatch.setattr(lvlm_jobs, "load_model", load)
+    monkeypatch.setattr(model_job, "load_registry", lambda path: {"m": spec})
+    monkeypatch.setattr(model_job, "load_model", load)
     sets = tmp_path / "sets.parquet"
     pl.DataFrame(
         {"task": ["story"], "axis": ["gender"], "group": ["female"], "shard": [0],
@@ -822,18 +819,20 @@ def test_lvlm_jobs_run_at_the_attempts_batch_size(job, tmp_path, monkeypatch):
                 "user_suffix", "terms": None, "max_new_tokens": 8}  # fmt: skip
 
     def run(batch_size, out):
-        kw = dict(registry_path="models.yaml", settings=settings, cache_dir=None,
-                  out_path=str(out), log=logging.getLogger("t"), batch_size=batch_size)  # fmt: skip
+        at = model_job.ModelJob(
+            str(out), "models.yaml", log=logging.getLogger("t"), batch_size=batch_size
+        )
         if job == "respond":
             return lvlm_jobs.respond_job(
-                model="m", setting="image", task="story", axis="gender", usergroup="female",
-                shard=0, sets_path=str(sets), **kw,
+                at, model="m", setting="image", task="story", axis="gender",
+                usergroup="female", shard=0, sets_path=str(sets), settings=settings,
             )  # fmt: skip
+        kw = dict(response_paths=[str(responses)], settings=settings)
         if job == "story":
-            return lvlm_jobs.extract_story_job(assistant="m", response_paths=[str(responses)], **kw)
-        return lvlm_jobs.judge_terms_job(assistant="m", response_paths=[str(responses)], **kw)
+            return lvlm_jobs.extract_story_job(at, assistant="m", **kw)
+        return lvlm_jobs.judge_terms_job(at, assistant="m", **kw)
 
-    monkeypatch.setenv(INJECT_OOM_ENV, "4")
+    monkeypatch.setenv(model_job.INJECT_OOM_ENV, "4")
     with pytest.raises(torch.OutOfMemoryError, match="batch size 8"):
         run(None, tmp_path / "a")
     assert loaded[-1].get("batch_size") == 8

@@ -311,3 +311,46 @@ def test_report_section(run_dir):
     # table: the section says so
     outside = render_sections(sections(Inputs({"prompts": run_dir / "prompts.parquet"}), CONFIG))
     assert "No job timing records" in outside
+
+
+def test_one_timing_record_read_for_old_and_new_jobs(tmp_path):
+    """Every model job writes one timing record (stereolens.models.job): the runner writes
+    it beside a file output, a generation shard holds it as timing.json. Throughput reads
+    the new records, and a shard's timing.json of an older stereolens (no ``seconds``, only
+    ``seconds_per_image``) gives the same row."""
+    import logging
+
+    from stereolens.atomic import write_json
+    from stereolens.models.job import ModelJob, read_job_timing, timing_path, timing_record
+    from stereolens.models.registry import ModelSpec
+
+    res = tmp_path / "results"
+    img = res / "contextbias/images/tiny-sd/nurse"
+    _timing(img / "CF/0", 3.0, {"a": 0.5, "b": 1.5})  # an older stereolens's record
+    new = img / "CF/1"
+    new.mkdir(parents=True)
+    per_image = {"a": 0.5, "b": 1.5}
+    record = timing_record("tiny-sd", 3.0, 2.0, 2, 4, {"mem_mb": 4000}, seconds_per_image=per_image)
+    write_json(timing_path(new), record)
+    assert timing_path(new) == new / "timing.json"
+    assert read_job_timing(new)["seconds_per_item"] == 1.0
+
+    out = res / "contextbias/extractions/tiny-vlm/tiny-sd/nurse/CF/0.jsonl"
+    out.parent.mkdir(parents=True)
+    spec = ModelSpec("tiny-vlm", "vlm", "openai", "x")
+    job = ModelJob(str(out), log=logging.getLogger("t"), resources={"mem_mb": 1000})
+    records = job.run(spec, lambda m: [{"image_id": i} for i in "xyz"], load=lambda s: object())
+    _jsonl(out, records)
+    assert timing_path(out) == out.with_name("0.jsonl.timing.json")
+    written = json.loads(timing_path(out).read_text())
+    assert written["model"] == "tiny-vlm" and written["items"] == 3
+    assert written["batch_size"] == 1 and written["job_resources"] == {"mem_mb": 1000}
+
+    jobs = collect_jobs(res).sort("stage", "job")
+    cols = ["stage", "model", "items", "timed_items", "item_seconds", "load_seconds"]
+    assert jobs.select("job", *cols).rows() == [
+        ("tiny-vlm/tiny-sd/nurse/CF/0", "extract", "tiny-vlm", 3, 3, written["seconds"],
+         written["load_seconds"]),
+        ("tiny-sd/nurse/CF/0", "generate", "tiny-sd", 2, 2, 2.0, 3.0),
+        ("tiny-sd/nurse/CF/1", "generate", "tiny-sd", 2, 2, 2.0, 3.0),
+    ]  # fmt: skip

@@ -12,6 +12,8 @@ from typing import Any
 
 import polars as pl
 
+from stereolens.models.job import TIMING_FILE, read_job_timing
+
 # results/{benchmark}/<folder>/... -> stage (the folder name under benchmarks/ and logs/):
 # the shared folders; a benchmark adds its own (its plug-in's job_folders, job_folders())
 JOB_FOLDERS = {
@@ -19,7 +21,6 @@ JOB_FOLDERS = {
     "extractions": "extract",
     "vqa": "vqa",
 }
-TIMING_FILE = "timing.json"
 
 
 def job_folders() -> dict[str, str]:
@@ -38,7 +39,6 @@ def job_folders() -> dict[str, str]:
     return out
 
 
-SIDECAR_SUFFIX = ".timing.json"
 _LOADED = re.compile(r"loaded in ([0-9]+(?:\.[0-9]+)?) s")
 
 JOB_SCHEMA = {
@@ -76,8 +76,9 @@ CAPTION = (
     "Measured throughput per stage, benchmark and model, from the jobs of this run. "
     "jobs: finished jobs found; items: images generated (generate), images sent to the "
     "model (extract, vqa). load_s_total / load_s_mean: model-load time summed over / "
-    "averaged across the jobs that recorded it (timing.json of a generation job; the "
-    "records or the job log of an extraction or VQA job). s_per_item: the model's own "
+    "averaged across the jobs that recorded it (each job's timing record; for an "
+    "extraction or VQA job of an older stereolens, its records or its log). s_per_item: "
+    "the model's own "
     "time per item, load excluded = seconds recorded per item summed over all jobs, "
     "divided by the items that cost a model call (answers from the response cache cost "
     "none); empty when the jobs do not record per-item time. items_per_hour: 3600 / "
@@ -139,35 +140,9 @@ def _skip(path: Path, base: Path) -> bool:
     return any(p.endswith((".partial", ".stale")) for p in path.relative_to(base).parts)
 
 
-def _generation_job(timing_path: Path) -> dict[str, Any]:
-    timing = json.loads(timing_path.read_text())
-    per_image = timing.get("seconds_per_image") or {}
-    items = int(timing.get("images", len(per_image)))
-    item_seconds = float(sum(per_image.values())) if per_image else None
-    return {
-        "items": items,
-        "timed_items": len(per_image) if per_image else None,
-        "item_seconds": item_seconds,
-        "load_seconds": timing.get("load_seconds"),
-        # images whose prompt a text encoder cut (None: a job of an older stereolens)
-        "prompts_truncated": timing.get("prompts_truncated"),
-    }
-
-
-def _sidecar_job(sidecar: Path) -> dict[str, Any]:
-    timing = json.loads(sidecar.read_text())
-    items = int(timing["items"])
-    seconds = timing.get("seconds")
-    return {
-        "model": timing.get("model"),
-        "items": items,
-        "timed_items": items,
-        "item_seconds": None if seconds is None else float(seconds),
-        "load_seconds": timing.get("load_seconds"),
-    }
-
-
 def _answer_job(jsonl_path: Path, log_path: Path) -> dict[str, Any]:
+    """The timing of an extraction or VQA job of an older stereolens, which wrote no timing
+    record: the seconds its records carry, the load time from them or its log."""
     records = _read_jsonl(jsonl_path)
     # VQA writes one row per image x person position; count images
     images = {r.get("image_id") for r in records}
@@ -191,28 +166,43 @@ def _answer_job(jsonl_path: Path, log_path: Path) -> dict[str, Any]:
     }
 
 
+def _job(output: Path, stage: str, log_path: Path) -> dict[str, Any] | None:
+    """The timing of the job that wrote ``output``: its timing record
+    (stereolens.models.job.read_job_timing), else, for an extraction or VQA job of an older
+    stereolens, :func:`_answer_job`."""
+    record = read_job_timing(output)
+    if record is None:
+        return None if stage == "generate" else _answer_job(output, log_path)
+    seconds = record.get("seconds")
+    return {
+        "model": record.get("model"),
+        "items": int(record["items"]),
+        "timed_items": record.get("timed_items"),
+        "item_seconds": None if seconds is None else float(seconds),
+        "load_seconds": record.get("load_seconds"),
+        # images whose prompt a text encoder cut (generation; None: a job of an older
+        # stereolens, or a job that makes no images)
+        "prompts_truncated": record.get("prompts_truncated"),
+    }
+
+
 def _job_row(
-    bench: str, folder: str, path: Path, base: Path, benchmarks_dir: Path, logs_dir: Path
+    bench: str, folder: str, output: Path, base: Path, benchmarks_dir: Path, logs_dir: Path
 ) -> dict[str, Any] | None:
-    """The JOB_SCHEMA row of one job: ``path`` its timing.json (generation) or its .jsonl
+    """The JOB_SCHEMA row of one job: ``output`` its shard folder (generation) or its .jsonl
     output (extraction, VQA, LVLM) under ``base`` = results/{bench}/{folder}; None for a
-    work folder or a file of an unknown layout."""
+    work folder, a job without timing or a file of an unknown layout."""
     stage = job_folders()[folder]
-    rel = path.parent.relative_to(base) if stage == "generate" else path.relative_to(base)
+    rel = output.relative_to(base)
     rel = rel if stage == "generate" else rel.with_suffix("")
-    if _skip(path, base) or not rel.parts:
+    if _skip(output, base) or not rel.parts:
         return None
-    log_path = logs_dir / bench / stage / f"{rel}.log"
     try:
-        sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
-        if stage == "generate":
-            job = _generation_job(path)
-        elif sidecar.exists():
-            job = _sidecar_job(sidecar)
-        else:
-            job = _answer_job(path, log_path)
+        job = _job(output, stage, logs_dir / bench / stage / f"{rel}.log")
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None  # a file being written or of an unknown layout: not a job
+    if job is None:
+        return None
     wall, rss = _read_benchmark_tsv(benchmarks_dir / bench / stage / f"{rel}.tsv")
     return {
         "benchmark": bench,
@@ -244,9 +234,12 @@ def collect_jobs(
             base = bench_dir / folder
             if not base.is_dir():
                 continue
-            pattern = TIMING_FILE if stage == "generate" else "*.jsonl"
-            for path in sorted(base.rglob(pattern)):
-                row = _job_row(bench_dir.name, folder, path, base, benchmarks_dir, logs_dir)
+            if stage == "generate":  # a shard folder holds its timing record
+                outputs = sorted(p.parent for p in base.rglob(TIMING_FILE))
+            else:
+                outputs = sorted(base.rglob("*.jsonl"))
+            for output in outputs:
+                row = _job_row(bench_dir.name, folder, output, base, benchmarks_dir, logs_dir)
                 if row is not None:
                     rows.append(row)
     return pl.DataFrame(rows, schema=JOB_SCHEMA)
@@ -272,10 +265,10 @@ def collect_job_outputs(
         if len(rel.parts) < 3 or rel.parts[1] not in folders:
             raise ValueError(f"{out} is not a job output under {results_dir}/<benchmark>/")
         bench, folder = rel.parts[0], rel.parts[1]
-        path = Path(out) / TIMING_FILE if folders[folder] == "generate" else Path(out)
-        if not path.exists():
+        if not Path(out).exists():
             continue
-        row = _job_row(bench, folder, path, results_dir / bench / folder, benchmarks_dir, logs_dir)
+        base = results_dir / bench / folder
+        row = _job_row(bench, folder, Path(out), base, benchmarks_dir, logs_dir)
         if row is not None:
             rows.append(row)
     return pl.DataFrame(rows, schema=JOB_SCHEMA)

@@ -192,18 +192,28 @@ def check_inputs(paths) -> None:
     require_intact(p for p in paths if isinstance(p, str) and in_results(p) and os.path.isfile(p))
 
 
-def model_job_args(snakemake, log: logging.Logger) -> dict:
-    """The arguments every model-loading job function takes from its rule the same way:
-    registry_path and cache_dir (params), out_path (the first output), log, threads, and
-    the attempt's batch_size and scheduler resources (job_resources)."""
-    from stereolens.models.job import job_resources
+def job_resources(snakemake) -> dict:
+    """The scheduler resources of a running Snakemake job that concern memory (mem_mb,
+    batch_size, gpu) and its threads: logged and recorded in the job's timing record."""
+    res = snakemake.resources
+    out = {k: res.get(k) for k in ("mem_mb", "batch_size", "gpu") if res.get(k) is not None}
+    out["threads"] = snakemake.threads
+    return out
 
-    return {
-        "registry_path": snakemake.params.registry,
-        "cache_dir": snakemake.params.cache_dir,
-        "out_path": snakemake.output[0],
-        "log": log,
-        "threads": snakemake.threads,
-        "batch_size": snakemake.resources.get("batch_size"),
-        "job_resources": job_resources(snakemake),
-    }
+
+def model_job(snakemake, log: logging.Logger):
+    """The plain values of a model-loading job (stereolens.models.job.ModelJob), unpacked
+    from its Snakemake object: the first output, the registry and (where the rule has one)
+    the cache folder of its params, log, threads, this attempt's batch_size and the
+    scheduler's resources."""
+    from stereolens.models.job import ModelJob
+
+    return ModelJob(
+        out_path=snakemake.output[0],
+        registry_path=snakemake.params.registry,
+        log=log,
+        threads=snakemake.threads,
+        batch_size=snakemake.resources.get("batch_size"),
+        resources=job_resources(snakemake),
+        cache_dir=getattr(snakemake.params, "cache_dir", None),
+    )

@@ -1,15 +1,15 @@
 """Entry point of rule answer_biasig_vqa."""
 
 from stereolens.biasig.jobs import vqa_biasig_shard
-from stereolens.workflow_support import model_job_args, run_logged
+from stereolens.workflow_support import model_job, run_logged
 
 
 def main(log):
     vqa_biasig_shard(
+        model_job(snakemake, log),  # noqa: F821
         vlm_name=snakemake.wildcards.extractor,  # noqa: F821
         images_dir=snakemake.input.images,  # noqa: F821
         max_attempts=snakemake.params.max_attempts,  # noqa: F821
-        **model_job_args(snakemake, log),  # noqa: F821
     )
 
 

@@ -1,17 +1,17 @@
 """Entry point of rule extract_contextbias_attributes."""
 
 from stereolens.contextbias.jobs import extract_contextbias_shard
-from stereolens.workflow_support import model_job_args, run_logged
+from stereolens.workflow_support import model_job, run_logged
 
 
 def main(log):
     extract_contextbias_shard(
+        model_job(snakemake, log),  # noqa: F821
         extractor=snakemake.wildcards.extractor,  # noqa: F821
         images_dir=snakemake.input.images,  # noqa: F821
         schema_path=snakemake.input.schema,  # noqa: F821
         prompt_path=snakemake.input.prompt,  # noqa: F821
         max_attempts=snakemake.params.max_attempts,  # noqa: F821
-        **model_job_args(snakemake, log),  # noqa: F821
     )
 
 

@@ -4,16 +4,16 @@ one model x setting x axis into the character-attribute schema."""
 import json
 
 from stereolens.lvlm.jobs import extract_story_job
-from stereolens.workflow_support import model_job_args, run_logged
+from stereolens.workflow_support import model_job, run_logged
 
 
 def main(log):
     p = snakemake.params  # noqa: F821
     extract_story_job(
+        model_job(snakemake, log),  # noqa: F821
         assistant=p.assistant,
         response_paths=list(snakemake.input.responses),  # noqa: F821
         settings=json.loads(p.settings),
-        **model_job_args(snakemake, log),  # noqa: F821
     )
 
 

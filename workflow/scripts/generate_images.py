@@ -3,14 +3,13 @@
 import json
 
 from stereolens.generate.job import generate_images_job
-from stereolens.models.job import job_resources
-from stereolens.workflow_support import run_logged
+from stereolens.workflow_support import model_job, run_logged
 
 
 def main(log):
     w, p = snakemake.wildcards, snakemake.params  # noqa: F821
     generate_images_job(
-        registry_path=p.registry,
+        model_job(snakemake, log),  # noqa: F821
         benchmark=w.benchmark,
         model=w.model,
         group=w.group,
@@ -18,12 +17,7 @@ def main(log):
         shard=int(w.shard),
         settings=json.loads(p.settings),
         prompts_path=snakemake.input.prompts,  # noqa: F821
-        out_dir=snakemake.output[0],  # noqa: F821
         config=snakemake.config[w.benchmark],  # noqa: F821
-        batch_size=snakemake.resources.get("batch_size"),  # noqa: F821
-        log=log,
-        threads=snakemake.threads,  # noqa: F821
-        job_resources=job_resources(snakemake),  # noqa: F821
     )
 
 

@@ -4,16 +4,16 @@ rules, plus the LLM judge if configured)."""
 import json
 
 from stereolens.lvlm.jobs import refusals_job
-from stereolens.workflow_support import model_job_args, run_logged
+from stereolens.workflow_support import model_job, run_logged
 
 
 def main(log):
     p = snakemake.params  # noqa: F821
     refusals_job(
+        model_job(snakemake, log),  # noqa: F821
         judge=p.judge,
         response_paths=list(snakemake.input.responses),  # noqa: F821
         settings=json.loads(p.settings),
-        **model_job_args(snakemake, log),  # noqa: F821
     )
 
 

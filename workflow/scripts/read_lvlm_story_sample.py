@@ -2,13 +2,13 @@
 
 from stereolens.lvlm.params import story_sample_config
 from stereolens.lvlm.story_reading import read_sample_job
-from stereolens.workflow_support import model_job_args, run_logged
+from stereolens.workflow_support import model_job, run_logged
 
 
 def main(log):
     smk = snakemake  # noqa: F821
     read_sample_job(
-        **model_job_args(smk, log),
+        model_job(smk, log),
         assistant=smk.params.assistant,
         lv=story_sample_config(smk.params.settings),
     )

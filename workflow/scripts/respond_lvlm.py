@@ -4,12 +4,13 @@ group's user images."""
 import json
 
 from stereolens.lvlm.jobs import respond_job
-from stereolens.workflow_support import model_job_args, run_logged
+from stereolens.workflow_support import model_job, run_logged
 
 
 def main(log):
     w = snakemake.wildcards  # noqa: F821
     respond_job(
+        model_job(snakemake, log),  # noqa: F821
         model=w.model,
         setting=w.setting,
         task=w.task,
@@ -18,7 +19,6 @@ def main(log):
         shard=int(w.shard),
         sets_path=snakemake.input.sets,  # noqa: F821
         settings=json.loads(snakemake.params.task_settings),  # noqa: F821
-        **model_job_args(snakemake, log),  # noqa: F821
     )
 
 

@@ -3,7 +3,6 @@ adapter to the shared generation job. Heavy imports happen only inside."""
 
 from __future__ import annotations
 
-import logging
 import math
 from pathlib import Path
 
@@ -11,8 +10,7 @@ import polars as pl
 
 from stereolens.atomic import write_jsonl
 from stereolens.ids import stable_id
-from stereolens.models.job import log_job_resources, read_shard_metadata, run_model_job
-from stereolens.models.registry import load_model, load_registry
+from stereolens.models.job import ModelJob, read_shard_metadata
 
 ACQUIRED_TYPES = ("occupation", "characteristic", "social_relation")
 CONDITIONS = ("implicit", "explicit")
@@ -163,47 +161,33 @@ def read_biasig_metadata(images_dir: str | Path) -> list[dict]:
 
 
 def vqa_biasig_shard(
-    registry_path: str,
+    job: ModelJob,
     vlm_name: str,
     images_dir: str,
-    out_path: str,
     prompt_path: str | None = None,
     max_attempts: int = 3,
-    cache_dir: str | None = None,
-    log: logging.Logger | None = None,
-    threads: int | None = None,
-    batch_size: int | None = None,
-    job_resources: dict | None = None,
 ) -> list[dict]:
-    """Ask the VQA of every image of a generation shard; write the answer rows
-    (stereolens.biasig.vqa.ROW_COLUMNS) as JSONL to ``out_path`` atomically.
-    ``batch_size`` overrides the registry's for this job (a retry's smaller batch)."""
+    """Ask the VQA ``vlm_name`` about every image of a generation shard; write the answer
+    rows (stereolens.biasig.vqa.ROW_COLUMNS) as JSONL to ``job.out_path`` atomically."""
     from stereolens.biasig.vqa import VQAPrompt, vqa_answers
-    from stereolens.models.ask import ResponseCache
 
-    log = log or logging.getLogger(__name__)
-    spec = load_registry(registry_path)[vlm_name].with_batch_size(batch_size)
-    log_job_resources(log, job_resources)
+    log = job.log
     items = read_biasig_metadata(images_dir)
     prompt = VQAPrompt.load(prompt_path)
-    cache = ResponseCache(cache_dir) if cache_dir else None
     log.info("%d images", len(items))
-    rows = run_model_job(
-        spec,
-        out_path,
+    rows = job.run(
+        vlm_name,
         lambda vlm: vqa_answers(
-            vlm, items, prompt, spec, max_attempts=max_attempts, cache=cache, log=log.info
+            vlm.model, items, prompt, vlm.spec,
+            max_attempts=max_attempts, cache=vlm.cache, log=log.info,
         ),
-        log,
-        threads=threads,
         what=f"on {images_dir}",
-        load=load_model,
         items=len(items),
-    )
+    )  # fmt: skip
     expected = sum(int(it["n_persons"]) for it in items)
     if len(rows) != expected:
         raise RuntimeError(f"VQA returned {len(rows)} rows for {expected} image positions")
-    write_jsonl(out_path, rows)
+    write_jsonl(job.out_path, rows)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "partial", "discarded")}
     log.info("%d rows: %s", len(rows), counts)
     return rows

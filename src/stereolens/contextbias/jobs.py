@@ -3,20 +3,13 @@ workflow scripts, usable from Python). Heavy imports happen only inside."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import polars as pl
 
 from stereolens.atomic import write_jsonl
 from stereolens.contextbias.prompts import build_prompts, shard_items
-from stereolens.models.job import (
-    limit_threads,
-    log_job_resources,
-    read_shard_metadata,
-    run_model_job,
-)
-from stereolens.models.registry import load_model, load_registry
+from stereolens.models.job import ModelJob, limit_threads, read_shard_metadata
 
 __all__ = [
     "extract_contextbias_shard",
@@ -94,48 +87,34 @@ def read_image_metadata(images_dir: str | Path) -> list[dict]:
 
 
 def extract_contextbias_shard(
-    registry_path: str,
+    job: ModelJob,
     extractor: str,
     images_dir: str,
     schema_path: str,
     prompt_path: str,
     max_attempts: int,
-    cache_dir: str | None,
-    out_path: str,
-    log: logging.Logger | None = None,
-    threads: int | None = None,
-    batch_size: int | None = None,
-    job_resources: dict | None = None,
 ) -> list[dict]:
-    """Extract the attributes of every image of a generation shard; write one JSON line
-    per image to ``out_path``. ``batch_size`` overrides the registry's for this job (a
-    retry's smaller batch; results do not depend on it)."""
+    """Extract the attributes of every image of a generation shard with ``extractor``; write
+    one JSON line per image to ``job.out_path`` (results do not depend on the batch size)."""
     from stereolens.contextbias.extract import ExtractionPrompt, extract_images
     from stereolens.contextbias.schema import AttributeSchema
-    from stereolens.models.ask import ResponseCache
 
-    log = log or logging.getLogger(__name__)
-    spec = load_registry(registry_path)[extractor].with_batch_size(batch_size)
-    log_job_resources(log, job_resources)
+    log = job.log
     items = read_image_metadata(images_dir)
     schema = AttributeSchema.load(schema_path)
     prompt = ExtractionPrompt.load(prompt_path)
-    cache = ResponseCache(cache_dir) if cache_dir else None
     log.info("%d images", len(items))
-    records = run_model_job(
-        spec,
-        out_path,
+    records = job.run(
+        extractor,
         lambda vlm: extract_images(
-            vlm, items, schema, prompt, spec, max_attempts=max_attempts, cache=cache, log=log.info
+            vlm.model, items, schema, prompt, vlm.spec,
+            max_attempts=max_attempts, cache=vlm.cache, log=log.info,
         ),
-        log,
-        threads=threads,
         what=f"on {images_dir}",
-        load=load_model,
-    )
+    )  # fmt: skip
     if len(records) != len(items):
         raise RuntimeError(f"extraction returned {len(records)} records for {len(items)} images")
-    write_jsonl(out_path, records)
+    write_jsonl(job.out_path, records)
     ok = sum(r["status"] == "ok" for r in records)
     log.info("%d of %d images extracted, %d discarded", ok, len(records), len(records) - ok)
     return records

@@ -4,18 +4,11 @@ here (docs/architecture.md, "Inside a model job")."""
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
-from stereolens.models.job import (
-    check_injected_oom,
-    limit_threads,
-    log_job_resources,
-    out_of_memory_error,
-)
-from stereolens.models.registry import ModelSpec, load_model, load_registry
+from stereolens.models.job import ModelJob
+from stereolens.models.registry import ModelSpec, load_registry
 
 
 def generation_items(
@@ -47,69 +40,50 @@ def generation_items(
 
 
 def run_generation(
+    job: ModelJob,
     spec: ModelSpec,
     items: list[dict],
-    out_dir: str,
     *,
     label: str,
-    batch_size: int | None = None,
-    load: Callable[[ModelSpec], Any] = load_model,
-    log: logging.Logger | None = None,
-    threads: int | None = None,
-    job_resources: dict[str, Any] | None = None,
+    load: Callable[[ModelSpec], Any] | None = None,
 ) -> list[dict]:
-    """Load ``spec``'s model once and make ``items`` into ``out_dir``
-    (stereolens.generate.run.generate_shard: PNGs, metadata.jsonl and timing.json, written
-    atomically and resumably from ``<out_dir>.partial/``). ``batch_size`` overrides the
-    registry's for this job (a retry's smaller batch); ``job_resources`` (the scheduler's
-    mem_mb, batch_size, ...) are logged and recorded in timing.json."""
+    """Make ``items`` with ``spec``'s model into the shard ``job.out_path`` through the one
+    model-job runner (stereolens.generate.run.generate_shard: PNGs, metadata.jsonl and the
+    timing record timing.json, written atomically and resumably from
+    ``<out_dir>.partial/``), at this attempt's batch size (``job.batch_size``)."""
     from stereolens.generate.run import generate_shard
     from stereolens.models.requests import GenerationItem
 
-    log = log or logging.getLogger(__name__)
-    spec = spec.with_batch_size(batch_size)
     generation = [GenerationItem(**it) for it in items]
-    log.info(
+    job.log.info(
         "%s %s: %d images at batch size %s; loading %s",
         spec.name,
         label,
         len(generation),
-        spec.get("batch_size", 1),
+        job.spec(spec).get("batch_size", 1),
         spec.model,
     )
-    log_job_resources(log, job_resources)
-    limit_threads(threads)
-    start = time.perf_counter()
-    generator = load(spec)
-    load_seconds = time.perf_counter() - start
-    log.info("model loaded in %.1f s", load_seconds)
-    effective = int(getattr(generator, "batch_size", None) or spec.get("batch_size", 1) or 1)
-    try:
-        check_injected_oom(effective, f"{spec.name} {label}")
-        return generate_shard(
-            generator,
+    return job.run(
+        spec,
+        lambda gen: generate_shard(
+            gen.model,
             generation,
-            out_dir,
-            model_name=spec.name,
-            batch_size=effective,
-            load_seconds=load_seconds,
-            log=log.info,
-            timing_extra={"job_resources": dict(job_resources or {})},
-        )
-    except Exception as exc:
-        if isinstance(exc, (MemoryError, out_of_memory_error())):
-            log.error(
-                "out of memory at batch size %d (%s); with --retries, Snakemake reruns the "
-                "job with half the batch size and more memory, and it resumes from the "
-                "images already made",
-                effective,
-                ", ".join(f"{k}={v}" for k, v in (job_resources or {}).items()) or "no resources",
-            )
-        raise
+            job.out_path,
+            model_name=gen.spec.name,
+            batch_size=gen.batch_size,
+            load_seconds=gen.load_seconds,
+            log=job.log.info,
+            timing_extra={"job_resources": dict(job.resources)},
+        ),
+        what=label,
+        load=load,
+        record=False,
+        oom_note=", and it resumes from the images already made",
+    )
 
 
 def generate_images_job(
-    registry_path: str,
+    job: ModelJob,
     benchmark: str,
     model: str,
     group: str,
@@ -117,26 +91,12 @@ def generate_images_job(
     shard: int,
     settings: dict[str, Any],
     prompts_path: str | None,
-    out_dir: str,
     config: dict[str, Any] | None = None,
-    batch_size: int | None = None,
-    log: logging.Logger | None = None,
-    threads: int | None = None,
-    job_resources: dict[str, Any] | None = None,
 ) -> list[dict]:
     """The body of rule generate_images: the benchmark adapter's items for (group, cell,
-    shard), made by the model ``model`` of the registry at ``registry_path``."""
-    spec = load_registry(registry_path)[model]
+    shard), made by the registry's model ``model`` into ``job.out_path``."""
+    spec = load_registry(job.registry_path)[model]
     items = generation_items(
         benchmark, prompts_path, model, group, cell, int(shard), settings, config
     )
-    return run_generation(
-        spec,
-        items,
-        out_dir,
-        label=f"{benchmark} {group} {cell} shard {shard}",
-        batch_size=batch_size,
-        log=log,
-        threads=threads,
-        job_resources=job_resources,
-    )
+    return run_generation(job, spec, items, label=f"{benchmark} {group} {cell} shard {shard}")

@@ -20,6 +20,7 @@ from tqdm import tqdm
 from stereolens.atomic import write_bytes, write_json, write_jsonl
 from stereolens.ids import sha256_bytes, sha256_file
 from stereolens.models.backends.prompt_tokens import QUIRK as PROMPT_TRUNCATED
+from stereolens.models.job import TIMING_FILE, timing_record
 from stereolens.models.requests import GenerationItem, Generator
 from stereolens.thumbnails import (
     DEFAULT_PX,
@@ -31,7 +32,6 @@ from stereolens.thumbnails import (
 )
 
 METADATA_FILE = "metadata.jsonl"
-TIMING_FILE = "timing.json"
 PARTIAL_SUFFIX = ".partial"
 
 # Keys of a metadata row that the runner fills; item.extra may not use them.
@@ -149,8 +149,9 @@ def generate_shard(
     ``batch_size`` is how many items go to one ``generator.generate`` call (and so how
     often progress is saved); None = the generator's own ``batch_size`` attribute, else 1.
     ``load_seconds`` (model load time) and ``timing_extra`` (e.g. the job's scheduler
-    resources) are recorded in timing.json. docs/architecture.md describes the folder
-    layout and the crash/rerun behaviour.
+    resources) are recorded in timing.json, the job's timing record
+    (stereolens.models.job.timing_record, with the shard's per-image seconds).
+    docs/architecture.md describes the folder layout and the crash/rerun behaviour.
     """
     started = time.perf_counter()
     items = list(items)
@@ -262,23 +263,21 @@ def generate_shard(
 
     write_jsonl(partial / METADATA_FILE, rows)
     per_image = {row["image_id"]: row["seconds"] for row in rows}
-    write_json(
-        partial / TIMING_FILE,
-        {
-            "model": model_name,
-            "images": len(rows),
-            "generated_this_run": len(todo),
-            "reused_from_partial": len(items) - len(todo),
-            "batch_size": batch_size,
-            "load_seconds": load_seconds,
-            "generation_seconds_this_run": generation_seconds,
-            "total_seconds_this_run": time.perf_counter() - started,
-            "mean_seconds_per_image": sum(per_image.values()) / len(per_image),
-            "seconds_per_image": per_image,
-            "prompts_truncated": sum(bool(row.get("prompt_truncation")) for row in rows),
-            **(timing_extra or {}),
-        },
+    extra = {
+        "images": len(rows),
+        "generated_this_run": len(todo),
+        "reused_from_partial": len(items) - len(todo),
+        "generation_seconds_this_run": generation_seconds,
+        "total_seconds_this_run": time.perf_counter() - started,
+        "mean_seconds_per_image": sum(per_image.values()) / len(per_image),
+        "seconds_per_image": per_image,
+        "prompts_truncated": sum(bool(row.get("prompt_truncation")) for row in rows),
+        **(timing_extra or {}),
+    }
+    record = timing_record(
+        model_name, load_seconds, sum(per_image.values()), len(rows), batch_size, **extra
     )
+    write_json(partial / TIMING_FILE, record)
 
     # Move into place. An old out_dir is first renamed away (one atomic step) so that
     # out_dir never holds a mix of old and new files.

@@ -15,13 +15,7 @@ from stereolens.lvlm import respond as RS
 from stereolens.lvlm import tasks as T
 from stereolens.lvlm import user_images as U
 from stereolens.lvlm.names import group_from_slug
-from stereolens.models.ask import ResponseCache
-from stereolens.models.job import log_job_resources, run_model_job
-from stereolens.models.registry import ModelSpec, load_model, load_registry
-
-
-def _cache(cache_dir: str | None) -> ResponseCache | None:
-    return ResponseCache(cache_dir) if cache_dir else None
+from stereolens.models.job import ModelJob
 
 
 def build_synthetic_faces_job(out_dir: str, per_cell: int, seed: int) -> None:
@@ -57,16 +51,27 @@ def draw_sets_job(
     write_parquet(sets_out, sets)
 
 
-def _spec(registry_path: str, name: str, batch_size: int | None, job_resources, log):
-    """The registry entry with this job's batch size (a retry's smaller one), the scheduler
-    resources logged."""
-    log_job_resources(log, job_resources)
-    return load_registry(registry_path)[name].with_batch_size(batch_size)
+def _ask(job: ModelJob, name: str, settings: dict[str, Any], work, write) -> None:
+    """Run ``work(model, spec, seed=, max_attempts=, cache=, log=)`` (seed and max_attempts
+    from ``settings``) on the model ``name`` through the one runner, then ``write(out_path,
+    result)``."""
+    result = job.run(
+        name,
+        lambda m: work(
+            m.model,
+            m.spec,
+            seed=int(settings["seed"]),
+            max_attempts=int(settings["max_attempts"]),
+            cache=m.cache,
+            log=job.log.info,
+        ),
+    )
+    write(job.out_path, result)
 
 
 def respond_job(
+    job: ModelJob,
     *,
-    registry_path: str,
     model: str,
     setting: str,
     task: str,
@@ -75,12 +80,6 @@ def respond_job(
     shard: int,
     sets_path: str,
     settings: dict[str, Any],
-    cache_dir: str | None,
-    out_path: str,
-    log: logging.Logger,
-    threads: int | None = None,
-    batch_size: int | None = None,
-    job_resources: dict[str, Any] | None = None,
 ) -> None:
     """Rule respond_lvlm. ``settings``: what decides the task's requests besides the model
     and the images (seed, max_attempts, mitigation_placement, prompts, terms, max_new_tokens;
@@ -98,13 +97,12 @@ def respond_job(
     )
     prompts = T.load_prompts(settings.get("prompts"))
     items = RS.task_items(task, settings, prompts)
-    spec = _spec(registry_path, model, batch_size, job_resources, log)
     if not rows:
-        log.warning("no user images in this shard (the draw fell short); writing no responses")
-        write_jsonl(out_path, [])
+        job.log.warning("no user images in this shard (the draw fell short); writing no responses")
+        write_jsonl(job.out_path, [])
         return
 
-    def work(vlm, **kw):
+    def work(vlm, spec, **kw):
         return RS.respond_shard(
             vlm,
             spec,
@@ -117,59 +115,28 @@ def respond_job(
             **kw,
         )
 
-    _ask(write_jsonl, spec, log, threads, out_path, settings, cache_dir, work)
-
-
-def _ask(write, spec: ModelSpec, log, threads, out_path: str, settings, cache_dir, work) -> None:
-    """Load the model once, run ``work(model, seed=, max_attempts=, cache=, log=)`` (seed
-    and max_attempts from ``settings``), record <output>.timing.json, then
-    ``write(out_path, result)``."""
-    result = run_model_job(
-        spec,
-        out_path,
-        lambda model: work(
-            model,
-            seed=int(settings["seed"]),
-            max_attempts=int(settings["max_attempts"]),
-            cache=_cache(cache_dir),
-            log=log.info,
-        ),
-        log,
-        threads=threads,
-        load=load_model,
-    )
-    write(out_path, result)
+    _ask(job, model, settings, work, write_jsonl)
 
 
 def extract_story_job(
-    *,
-    registry_path: str,
-    assistant: str,
-    response_paths: list[str],
-    settings: dict[str, Any],
-    cache_dir: str | None,
-    out_path: str,
-    log: logging.Logger,
-    threads: int | None = None,
-    batch_size: int | None = None,
-    job_resources: dict[str, Any] | None = None,
+    job: ModelJob, *, assistant: str, response_paths: list[str], settings: dict[str, Any]
 ) -> None:
     """Rule extract_lvlm_story_attributes. ``settings``: seed, max_attempts, prompts,
     max_new_tokens (lvlm.assistant_max_new_tokens), the rule's param."""
     stories = [r for p in response_paths for r in read_jsonl(p)]
     prompts = T.load_prompts(settings.get("prompts"))
-    spec = _spec(registry_path, assistant, batch_size, job_resources, log)
     if not any((s.get("response") or "").strip() for s in stories):
-        log.warning("no stories to read")
-        write_jsonl(out_path, A.extract_story_shard(None, spec, stories, prompts, seed=0))
+        job.log.warning("no stories to read")
+        spec = job.spec(assistant)
+        write_jsonl(job.out_path, A.extract_story_shard(None, spec, stories, prompts, seed=0))
         return
 
-    def work(llm, **kw):
+    def work(llm, spec, **kw):
         return A.extract_story_shard(
             llm, spec, stories, prompts, max_new_tokens=settings["max_new_tokens"], **kw
         )
 
-    _ask(write_jsonl, spec, log, threads, out_path, settings, cache_dir, work)
+    _ask(job, assistant, settings, work, write_jsonl)
 
 
 def _read_responses(paths: list[str]) -> pl.DataFrame:
@@ -178,67 +145,50 @@ def _read_responses(paths: list[str]) -> pl.DataFrame:
 
 
 def judge_terms_job(
-    *,
-    registry_path: str,
-    assistant: str,
-    response_paths: list[str],
-    settings: dict[str, Any],
-    cache_dir: str | None,
-    out_path: str,
-    log: logging.Logger,
-    threads: int | None = None,
-    batch_size: int | None = None,
-    job_resources: dict[str, Any] | None = None,
+    job: ModelJob, *, assistant: str, response_paths: list[str], settings: dict[str, Any]
 ) -> None:
     """Rule judge_lvlm_terms. ``settings``: seed, max_attempts, prompts (the rule's param)."""
     responses = _read_responses(response_paths)
     prompts = T.load_prompts(settings.get("prompts"))
-    spec = _spec(registry_path, assistant, batch_size, job_resources, log)
     if responses.height == 0 or responses.filter(pl.col("status") == "ok").height == 0:
-        log.warning("no explanations to judge")
-        write_parquet(out_path, pl.DataFrame())
+        job.log.warning("no explanations to judge")
+        write_parquet(job.out_path, pl.DataFrame())
         return
 
-    def work(llm, **kw):
+    def work(llm, spec, **kw):
         return A.judge_term_explanations(llm, spec, responses, prompts, **kw)
 
-    _ask(write_parquet, spec, log, threads, out_path, settings, cache_dir, work)
+    _ask(job, assistant, settings, work, write_parquet)
 
 
 def refusals_job(
-    *,
-    registry_path: str,
-    judge: str | None,
-    response_paths: list[str],
-    settings: dict[str, Any],
-    cache_dir: str | None,
-    out_path: str,
-    log: logging.Logger,
-    threads: int | None = None,
-    batch_size: int | None = None,
-    job_resources: dict[str, Any] | None = None,
+    job: ModelJob, *, judge: str | None, response_paths: list[str], settings: dict[str, Any]
 ) -> None:
     """Rule label_lvlm_refusals. ``settings``: phrases (lvlm.refusal_phrases), and with a
     judge its seed and prompts (the rule's param)."""
+    log = job.log
     responses = _read_responses(response_paths)
     if responses.height == 0:
-        write_parquet(out_path, pl.DataFrame())
+        write_parquet(job.out_path, pl.DataFrame())
         return
-    kw: dict[str, Any] = {}
-    if judge:
-        spec = _spec(registry_path, judge, batch_size, job_resources, log)
-        kw = {
-            "judge_model": load_model(spec),
-            "judge_spec": spec,
-            "prompts": T.load_prompts(settings.get("prompts")),
-            "seed": int(settings["seed"]),
-            "cache": _cache(cache_dir),
-        }
-    labelled = A.label_refusal_table(responses, phrases=settings.get("phrases"), log=log.info, **kw)
+
+    def label(judged=None):
+        kw: dict[str, Any] = {}
+        if judged is not None:
+            kw = {
+                "judge_model": judged.model,
+                "judge_spec": judged.spec,
+                "prompts": T.load_prompts(settings.get("prompts")),
+                "seed": int(settings["seed"]),
+                "cache": judged.cache,
+            }
+        return A.label_refusal_table(responses, phrases=settings.get("phrases"), log=log.info, **kw)
+
+    labelled = job.run(judge, label) if judge else label()
     log.info(
         "%d response(s): %d refusal(s) (%d by phrase rules)",
         labelled.height,
         int(labelled["refusal"].sum()),
         int(labelled["refusal_rule"].sum()),
     )
-    write_parquet(out_path, labelled)
+    write_parquet(job.out_path, labelled)

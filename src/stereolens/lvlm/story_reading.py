@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -13,6 +13,9 @@ import polars as pl
 from stereolens.metrics.group_audit import MIN_CLUSTERS, group_gaps, group_rates
 from stereolens.paths import resource
 from stereolens.validation import ConfigError, load_yaml
+
+if TYPE_CHECKING:
+    from stereolens.models.job import ModelJob
 
 SAMPLE_VERSION = "stereolens-story-reading/1"
 DEFAULT_SAMPLE = ("lvlm", "story_reading.v1.yaml")
@@ -152,50 +155,31 @@ def planned_readings(lv: dict[str, Any]) -> int:
     return len(build_items(load_sample(sr.get("sample")), lv))
 
 
-def read_sample_job(
-    *,
-    registry_path: str,
-    assistant: str,
-    lv: dict[str, Any],
-    cache_dir: str | None,
-    out_path: str,
-    log,
-    threads: int | None = None,
-    batch_size: int | None = None,
-    job_resources: dict | None = None,
-) -> None:
-    """The workflow job: load the assistant once and read every item of the sample
-    (``batch_size``: this attempt's, smaller on an out-of-memory retry)."""
+def read_sample_job(job: ModelJob, *, assistant: str, lv: dict[str, Any]) -> None:
+    """The workflow job: load the assistant once and read every item of the sample into
+    ``job.out_path`` (at this attempt's batch size, smaller on an out-of-memory retry)."""
     from stereolens.atomic import write_jsonl
     from stereolens.lvlm import assistant as A
     from stereolens.lvlm import tasks as T
-    from stereolens.models.ask import ResponseCache
-    from stereolens.models.job import log_job_resources, run_model_job
-    from stereolens.models.registry import load_registry
 
     prompts = T.load_prompts(lv.get("prompts"))
     sample = load_sample((lv.get("story_reading") or {}).get("sample"), prompts)
     items = build_items(sample, lv)
-    spec = load_registry(registry_path)[assistant].with_batch_size(batch_size)
-    log_job_resources(log, job_resources)
-    log.info("story-reading audit: %d item(s) from %s", len(items), sample["source"])
-    records = run_model_job(
-        spec,
-        out_path,
+    job.log.info("story-reading audit: %d item(s) from %s", len(items), sample["source"])
+    records = job.run(
+        assistant,
         lambda llm: A.extract_story_shard(
-            llm, spec, items, prompts, seed=int(lv["seed"]),
+            llm.model, llm.spec, items, prompts, seed=int(lv["seed"]),
             max_attempts=int(lv["max_attempts"]),
             max_new_tokens=lv.get("assistant_max_new_tokens"),
-            cache=ResponseCache(cache_dir) if cache_dir else None, log=log.info,
+            cache=llm.cache, log=job.log.info,
         ),
-        log,
-        threads=threads,
     )  # fmt: skip
     by_id = {i["image_id"]: i for i in items}
     for r in records:
         item = by_id[r["image_id"]]
         r.update(gender=item["gender"], race=item["race"], sample=sample["source"])
-    write_jsonl(out_path, records)
+    write_jsonl(job.out_path, records)
 
 
 def score_readings(records: list[dict[str, Any]], sample: dict) -> pl.DataFrame:

@@ -1,7 +1,5 @@
 """MyBench's work: a model job (one VLM answers the questions) and the scores."""
 
-import logging
-
 import polars as pl
 
 QUESTIONS = (
@@ -13,30 +11,16 @@ QUESTIONS = (
 """The questions, asked in turn (question i is QUESTIONS[i % 4])."""
 
 
-def answer(
-    registry_path: str,
-    model: str,
-    questions: int,
-    out_path: str,
-    log: logging.Logger,
-    *,
-    cache_dir: str | None = None,
-    threads: int | None = None,
-    batch_size: int | None = None,
-    job_resources: dict | None = None,
-    max_attempts: int = 2,
-) -> list[dict]:
-    """Ask ``model`` the questions (through stereolens' one retry loop and the one model-job
-    runner, which records the job's timing beside ``out_path``); write one JSON line per
-    question: its text, the answer, and whether the answer says yes."""
+def answer(job, model: str, questions: int, *, max_attempts: int = 2) -> list[dict]:
+    """Ask ``model`` the questions through stereolens' one model-job runner (``job``, a
+    stereolens.models.job.ModelJob: it loads the model, records the job's timing beside
+    ``job.out_path`` and handles an out-of-memory retry) and its one retry loop; write one
+    JSON line per question: its text, the answer, and whether the answer says yes."""
     from stereolens.atomic import write_jsonl
-    from stereolens.models.ask import ResponseCache, ask_items
-    from stereolens.models.job import log_job_resources, run_model_job
-    from stereolens.models.registry import load_registry
+    from stereolens.models.ask import ask_items
     from stereolens.models.requests import VLMRequest
 
-    spec = load_registry(registry_path)[model].with_batch_size(batch_size)
-    log_job_resources(log, job_resources)
+    log = job.log
     asked = [QUESTIONS[i % len(QUESTIONS)] for i in range(questions)]
 
     def build(i, attempt):
@@ -46,23 +30,14 @@ def answer(
     def validate(i, text):
         return (text.strip().lower().startswith("yes"), None if text.strip() else "empty")
 
-    state = run_model_job(
-        spec,
-        out_path,
+    state = job.run(
+        model,
         lambda vlm: ask_items(
-            vlm,
-            spec,
-            build,
-            len(asked),
-            validate=validate,
-            max_attempts=max_attempts,
-            cache=ResponseCache(cache_dir) if cache_dir else None,
-            log=log.info,
+            vlm.model, vlm.spec, build, len(asked),
+            validate=validate, max_attempts=max_attempts, cache=vlm.cache, log=log.info,
         ),
-        log,
-        threads=threads,
         what="mybench questions",
-    )
+    )  # fmt: skip
     rows = [
         {
             "model": model,
@@ -75,7 +50,7 @@ def answer(
         }
         for i, s in enumerate(state)
     ]
-    write_jsonl(out_path, rows)
+    write_jsonl(job.out_path, rows)
     log.info("%d answers, %d yes", len(rows), sum(r["yes"] for r in rows))
     return rows
 

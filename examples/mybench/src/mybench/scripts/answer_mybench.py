@@ -2,14 +2,14 @@
 
 from mybench.jobs import answer
 
-from stereolens.workflow_support import model_job_args, run_logged
+from stereolens.workflow_support import model_job, run_logged
 
 
 def main(log):
     answer(
+        model_job(snakemake, log),  # noqa: F821
         model=snakemake.wildcards.model,  # noqa: F821
         questions=snakemake.params.questions,  # noqa: F821
-        **model_job_args(snakemake, log),  # noqa: F821
     )
 
 

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,7 @@ from stereolens.contextbias import bootstrap, bootstrap_loop, robustness
 from stereolens.contextbias import ccs as ccs_module
 from stereolens.contextbias.metrics import CONDITIONS, bi_table
 from stereolens.contextbias.schema import AttributeSchema
+from stereolens.contextbias.settings import ContextBiasSettings
 
 N_MODELS, N_ROLES, N_PROMPTS, N_SEEDS = 4, 92, 6, 10
 OPEN_VOCAB = {"items": 400, "activities": 250, "clothing_garment": 300}
@@ -202,9 +204,10 @@ def main() -> int:
 
     print("per table (this process):")
     res: dict = {}
+    settings = replace(ContextBiasSettings.preset(), matched_draws=args.matched_draws)
     _timed(
         "bi.parquet (pooled + 3 per-role + '*')",
-        lambda: bi_table(attributes, images, matched_draws=args.matched_draws),
+        lambda: bi_table(attributes, images, settings=settings),
         res,
     )
     ccs = _timed("ccs.parquet", lambda: ccs_module.ccs_table(attributes, images), res)

@@ -10,6 +10,7 @@ from stereolens.design import biasig_worlds as BW
 from stereolens.design import contextbias as C
 from stereolens.design import contextbias_worlds as CW
 from stereolens.design.priors import load_priors
+from stereolens.settings import section_defaults
 
 
 def small_world(n_roles: int = 12, gens=("g1", "g2"), seed: int = 0) -> C.World:
@@ -42,7 +43,8 @@ def cb_design(n_roles: int = 12, k_definition: str = "model", overall: str = "co
     config = {
         "contextbias": {
             "seeds": {"per_prompt": 4},
-            "metrics": {"k_definition": k_definition, "overall": overall},
+            "metrics": section_defaults("contextbias")["metrics"]
+            | {"k_definition": k_definition, "overall": overall},
         }
     }
     return C.ContextBiasDesign(small_world(n_roles), config, "test world", [])

@@ -16,6 +16,7 @@ so that a helper the tests patch is the one looked up at call time.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from stereolens.contextbias.schema import AttributeSchema
 from stereolens.lvlm import metrics as LMet
 from stereolens.lvlm import scores as S
 from stereolens.lvlm.refusal import label_refusals, load_rules, refusal_rates
+from stereolens.lvlm.settings import LVLMSettings
 
 ADDED_COLUMNS = ("images_per_group",)
 """Columns the stages gained after these references were written (issue 20's minimum sizes:
@@ -192,12 +194,15 @@ def compute_all_reference(
             rows,
             story_attributes,
             term_judgements,
-            min_count=min_count,
-            replicates=replicates,
-            seed=seed,
-            level=level,
-            permutations=permutations,
-            formulas=formulas,
+            replace(
+                LVLMSettings.preset(),
+                min_count=min_count,
+                replicates=replicates,
+                seed=seed,
+                level=level,
+                permutations=permutations,
+                formulas=formulas or {},
+            ),
         )
     finally:
         S._story_units = sparse_units

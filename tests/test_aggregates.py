@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import reference_aggregates as RA  # noqa: E402
 import reference_aggregates_cb_lvlm as REF  # noqa: E402
 import synthetic  # noqa: E402
+
+from stereolens.lvlm.settings import LVLMSettings  # noqa: E402
 
 STORY_SKEW_KEYS = ["model", "setting", "axis", "attribute", "value", "group"]
 
@@ -230,7 +233,12 @@ def test_lvlm_metrics_give_the_earlier_tables(lvlm_tables):
     terms = pl.read_parquet(lvlm_tables["term_judgements"])
     kw = {"min_count": 2, "replicates": 60, "permutations": 60}
     # as the CLI reads it: a lazy scan, of which only the metrics' columns are read
-    new = LMet.compute_all(pl.scan_parquet(lvlm_tables["responses"]), story, terms, **kw)
+    new = LMet.compute_all(
+        pl.scan_parquet(lvlm_tables["responses"]),
+        story,
+        terms,
+        replace(LVLMSettings.preset(), **kw),
+    )
     old = REF.compute_all_reference(pl.read_parquet(lvlm_tables["responses"]), story, terms, **kw)
     for name in ("scores", "prompt_scores", "refusals", "exam_accuracy", "story_skew"):
         a, b = new[name], old[name]

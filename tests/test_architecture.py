@@ -26,6 +26,7 @@ FLOORS = {
     "jsonl_tables": 0,
     "metrics": 0,
     "benchmark": 0,
+    "settings": 0,
     # 1: everything about a model, nothing about a benchmark
     "models": 1,
     # 2: generation shards for any benchmark

@@ -2,6 +2,7 @@
 values, the paper's CCS examples, scipy agreement and bootstrap determinism."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -29,10 +30,16 @@ from stereolens.contextbias.metrics import (
     role_bi,
 )
 from stereolens.contextbias.robustness import robustness_summary, robustness_tests
+from stereolens.contextbias.settings import ContextBiasSettings
 from stereolens.metrics.entropy import bias_intensity
 
 LN2 = math.log(2)
 H_31 = 0.75 * math.log(4 / 3) + 0.25 * math.log(4)  # entropy of (.75, .25) = 0.5623351
+
+
+def _draws(n: int) -> ContextBiasSettings:
+    """The paper preset with ``n`` matched-support draws."""
+    return replace(ContextBiasSettings.preset(), matched_draws=n)
 
 
 def _images(spec, dimension="gender_presentation", cohort="people", extra=None):
@@ -134,7 +141,7 @@ def test_bi_table_layout_and_cross_model_rows(roles):
     other = other.filter(~((pl.col("role") == "nurse") & (pl.col("label") == "male")))
     both = pl.concat([att, other])
     imgs = pl.concat([img, img.with_columns(pl.lit("m2").alias("model"))])
-    bi = bi_table(both, imgs, matched_draws=2)
+    bi = bi_table(both, imgs, settings=_draws(2))
     assert bi.columns == BI_COLUMNS
     assert bi["aggregation"].unique(maintain_order=True).to_list() == [
         "pooled",
@@ -790,8 +797,8 @@ def test_cli_writes_every_table(tmp_path, robustness_data):
         assert col in pl.read_parquet(out / "ccs_mean.parquet").columns
     for col in ("model", "cohort", "pct_invariant", "mean_p", "cf_prevalence", "n_tuples"):
         assert col in pl.read_parquet(out / "robustness.parquet").columns
-    # --variant-cells on a table without a variant column: a clear error, exit code 2
-    assert main(argv + ["--variant-cells"]) == 2
+    # variant cells on a table without a variant column: a clear error, exit code 2
+    assert main(argv + ["--robustness-cells", "variant"]) == 2
 
 
 def test_extractor_column_splits_every_table(robustness_data):
@@ -806,8 +813,8 @@ def test_extractor_column_splits_every_table(robustness_data):
     ccs = ccs_table(both, img)  # images without an extractor count for every extractor
     assert ccs.height == 2 * ccs_table(att, img).height
     assert ccs_mean(ccs)["n_models"].to_list() == [2] * ccs_mean(ccs).height
-    bi = bi_table(both, img, matched_draws=1)
-    assert bi.height == 2 * bi_table(att, img, matched_draws=1).height
+    bi = bi_table(both, img, settings=_draws(1))
+    assert bi.height == 2 * bi_table(att, img, settings=_draws(1)).height
     assert set(bi["extractor"]) == {"x", "y"}
     r_att, r_img = robustness_data
     r_both = pl.concat([r_att.with_columns(pl.lit(e).alias("extractor")) for e in ("x", "y")])

@@ -2,6 +2,8 @@
 images, the noise-floor bracket interval, the refusal rates' design effect and the
 comparisons / ranks tables of ``stereolens lvlm metrics``."""
 
+from dataclasses import replace
+
 import numpy as np
 import polars as pl
 import pytest
@@ -11,6 +13,7 @@ from stereolens.lvlm import comparisons as K
 from stereolens.lvlm import metrics as M
 from stereolens.lvlm import resample as R
 from stereolens.lvlm import scores as S
+from stereolens.lvlm.settings import LVLMSettings
 from stereolens.metrics.compare import COMPARISON_COLUMNS, RANK_COLUMNS
 
 
@@ -136,7 +139,9 @@ def _responses(p_refuse: dict[tuple[str, str], float]) -> pl.DataFrame:
 
 def test_metrics_write_comparisons_and_ranks():
     responses = _responses({("a", "image"): 0.05, ("b", "image"): 0.5, ("a", "mitigation"): 0.05})
-    out = M.compute_all(responses, replicates=200, permutations=100, seed=0)
+    out = M.compute_all(
+        responses, settings=replace(LVLMSettings.preset(), replicates=200, permutations=100, seed=0)
+    )
     cmp, ranks = out["comparisons"], out["ranks"]
     # metrics.compare's columns, the bracket before interval_note (as since issue 20)
     assert cmp.columns == [*COMPARISON_COLUMNS[:-1], "bracket_low", "bracket_high", "interval_note"]
@@ -194,7 +199,9 @@ def test_small_designs_print_no_test():
     responses = _responses({("a", "image"): 0.05, ("b", "image"): 0.5}).filter(
         pl.col("image_id").str.extract(r"(\d+)$").cast(pl.Int64) < 10
     )
-    small = M.compute_all(responses, replicates=100, permutations=50, seed=0)
+    small = M.compute_all(
+        responses, settings=replace(LVLMSettings.preset(), replicates=100, permutations=50, seed=0)
+    )
     scores = small["scores"]
     assert scores["images_per_group"].to_list() == [10, 10]
     assert scores["ci_low"].is_null().all() and scores["interval_note"].is_not_null().all()
@@ -205,7 +212,12 @@ def test_small_designs_print_no_test():
         assert c[col].is_null().all(), col
     # nothing is decided: every model one group, rank interval [1, 2]
     assert set(small["ranks"]["rank_low"]) == {1} and set(small["ranks"]["rank_high"]) == {2}
-    big = M.compute_all(responses, replicates=100, permutations=50, seed=0, min_images_per_group=10)
+    big = M.compute_all(
+        responses,
+        settings=replace(
+            LVLMSettings.preset(), replicates=100, permutations=50, interval_min_images_per_group=10
+        ),
+    )
     assert big["comparisons"]["interval_note"].is_null().all()
     assert big["comparisons"]["reject"].is_not_null().all()
     # one small model among three: its pairs withheld (bracket too), the others tested
@@ -213,7 +225,12 @@ def test_small_designs_print_no_test():
     mixed = _responses(rates).filter(
         (pl.col("model") != "b") | (pl.col("image_id").str.extract(r"(\d+)$").cast(pl.Int64) < 10)
     )
-    out = M.compute_all(mixed, replicates=100, permutations=50, seed=0, min_images_per_group=20)
+    out = M.compute_all(
+        mixed,
+        settings=replace(
+            LVLMSettings.preset(), replicates=100, permutations=50, interval_min_images_per_group=20
+        ),
+    )
     tvd = out["comparisons"].filter(pl.col("metric") == "exam TVD x100")
     gone = tvd.filter(pl.col("interval_note").is_not_null())
     assert sorted(zip(gone["model_a"], gone["model_b"], strict=True)) == [("a", "b"), ("b", "c")]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -21,6 +22,7 @@ from stereolens.lvlm import respond as RS
 from stereolens.lvlm import tasks as T
 from stereolens.lvlm import user_images as U
 from stereolens.lvlm.names import group_from_slug, group_slug
+from stereolens.lvlm.settings import LVLMSettings
 from stereolens.models.ask import ResponseCache
 from stereolens.models.registry import ModelSpec, load_registry
 from stereolens.validation import ConfigError
@@ -377,7 +379,12 @@ def test_story_skew_hand_computed():
 
 
 def test_scores_and_refusals_hand_computed():
-    tables = M.compute_all(_responses(), _story_attrs(), None, min_count=2, replicates=50)
+    tables = M.compute_all(
+        _responses(),
+        _story_attrs(),
+        None,
+        replace(LVLMSettings.preset(), min_count=2, replicates=50),
+    )
     scores = tables["scores"]
     story = scores.filter(pl.col("task") == "story").row(0, named=True)
     # S = (n_nurse * 0.5 + n_kind * 0) / (n_nurse + n_kind) = (2*0.5 + 2*0) / 4 = 0.25 -> 25
@@ -390,7 +397,10 @@ def test_scores_and_refusals_hand_computed():
     assert exam["ci_low"] is None and exam["ci_high"] is None
     assert exam["interval_note"].startswith("withheld: 2 images per group < 30")
     shown = M.compute_all(
-        _responses(), _story_attrs(), None, min_count=2, replicates=50, min_images_per_group=0
+        _responses(),
+        _story_attrs(),
+        None,
+        replace(LVLMSettings.preset(), min_count=2, replicates=50, interval_min_images_per_group=0),
     )["scores"]
     exam_shown = shown.filter(pl.col("task") == "exam").row(0, named=True)
     assert exam_shown["score"] == pytest.approx(100 / 6) and exam_shown["interval_note"] is None
@@ -437,7 +447,10 @@ def test_report_section_table2_layout():
     from stereolens.report.lvlm import sections, table2
 
     tables = M.compute_all(
-        _responses(), _story_attrs(), None, min_count=2, replicates=20, min_images_per_group=0
+        _responses(),
+        _story_attrs(),
+        None,
+        replace(LVLMSettings.preset(), min_count=2, replicates=20, interval_min_images_per_group=0),
     )
     wide = table2(tables["scores"])
     assert wide.columns == ["model", "setting", "story gender", "exam gender"]

@@ -8,6 +8,7 @@ a single role, and empty sections. The browser checks are in tests/test_report_b
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -18,7 +19,9 @@ from stereolens.contextbias import bootstrap as CB
 from stereolens.contextbias import ccs as CC
 from stereolens.contextbias import robustness as CR
 from stereolens.contextbias.metrics import bi_table
+from stereolens.contextbias.settings import ContextBiasSettings
 from stereolens.lvlm.metrics import compute_all
+from stereolens.lvlm.settings import LVLMSettings
 from stereolens.report import biasig as RB
 from stereolens.report import contextbias as RC
 from stereolens.report import contextbias_studies as RCS
@@ -31,6 +34,8 @@ from stereolens.report.render import build_report, render_report
 from stereolens.report.summary import profile_view
 
 # ---------------------------------------------------------------- edge tables
+
+DRAWS_2 = replace(ContextBiasSettings.preset(), matched_draws=2)
 
 
 def _attributes(roles=("nurse",), models=("m",)):
@@ -68,7 +73,7 @@ def _contextbias_tables(roles=("nurse",), models=("m",)):
     att, img = _attributes(roles, models)
     ccs = CC.ccs_table(att, img)
     return {
-        "bi": bi_table(att, img, matched_draws=2),
+        "bi": bi_table(att, img, settings=DRAWS_2),
         "ccs": ccs,
         "ccs_mean": CC.ccs_mean(ccs),
         "robustness": CR.robustness_summary(CR.robustness_tests(att, img)),
@@ -393,9 +398,7 @@ def _lvlm_tables():
         pl.DataFrame(resp),
         pl.DataFrame(story),
         pl.DataFrame(terms),
-        min_count=1,
-        replicates=20,
-        permutations=20,
+        replace(LVLMSettings.preset(), min_count=1, replicates=20, permutations=20),
     )
     out["responses"] = pl.DataFrame(resp).with_columns(
         pl.col("response").str.contains("cannot").alias("refusal"),

@@ -135,6 +135,9 @@ class Benchmark:
     """Folder under results/<name>/ -> stage, of its model jobs' outputs in folders beyond
     the shared ones (stereolens.throughput.JOB_FOLDERS: images, extractions, vqa): where the
     measured throughput looks for its jobs."""
+    presets: str | None = None
+    """A folder of named presets (``paper.yaml``, ``released.yaml``): each lists the keys of
+    the config section it sets (stereolens.settings); None: none."""
     planner: str | None = None
     """"module:function" of its planner world: ``function(config, priors, pilot, seed)``
     returns its designs (stereolens.design; `stereolens plan --power`); None: none."""

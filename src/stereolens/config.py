@@ -48,7 +48,13 @@ def _merged_schema(path: str, fragments: tuple[tuple[str, str], ...]) -> dict[st
 
 def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     """Validate in place, filling defaults; raise ConfigError naming the key."""
+    from stereolens.benchmark import benchmarks
+    from stereolens.settings import apply_preset
+
     schema = config_schema()
+    for plugin in benchmarks():
+        if isinstance(config.get(plugin.name), dict) and plugin.presets:
+            config[plugin.name] = apply_preset(plugin.name, config[plugin.name])
     validate_against(config, schema, what="config", fill_defaults=True)
     # defaults of nested objects that were absent are filled only one level deep
     # by the validator: run it again so their own defaults are filled too

@@ -105,17 +105,8 @@ rule compute_biasig_metrics:
     threads: 2
     params:
         outdir=get_metrics_dir,
-        eta_variant=BG["eta_variant"],
-        replicates=BG["replicates"],
-        seed=BG["seed"],
-        count_mode=BG["count"],
-        scoring_unit=BG["scoring_unit"],
-        ceiling_draws=BG["ceiling_draws"],
-        interval_min=BG["interval_min_images_per_subject"],
+        settings=preset_arg(BG, BIASIG_SETTINGS),
     shell:
         "stereolens biasig metrics --answers {input.answers} --prompts {input.prompts}"
-        " --eta-variant {params.eta_variant} --replicates {params.replicates}"
-        " --seed {params.seed} --count {params.count_mode} --scoring-unit {params.scoring_unit}"
-        " --ceiling-draws {params.ceiling_draws} --threads {threads}"
-        " --interval-min-images-per-subject {params.interval_min}"
+        " --preset {params.settings} --threads {threads}"
         " --out {params.outdir} > {log} 2>&1"

@@ -5,6 +5,7 @@
 import inspect
 import json
 import os
+import shlex
 from functools import lru_cache
 
 from snakemake.common import overwrite_function_params
@@ -15,6 +16,7 @@ from stereolens.benchmark import wildcard_patterns
 from stereolens.config import check_model_sources, check_models, validate_config
 from stereolens.models.registry import TINY_MEM_MB, load_registry
 from stereolens.plan import check_ceiling, default_throughput
+from stereolens.settings import settings_json
 from stereolens.workflow_support import (
     check_results_intact,
     final_targets,
@@ -52,6 +54,12 @@ wildcard_constraints:
     benchmark="|".join(p.name for p in generating()),
     group=r"[a-z0-9_]+",
     cell=r"[A-Za-z0-9_-]+",
+
+
+def preset_arg(section, keys):
+    """The settings keys of a validated benchmark section as one shell-quoted JSON
+    mapping, the --preset of the benchmark's metrics CLI (a change reruns the rule)."""
+    return shlex.quote(settings_json(section, keys))
 
 
 def model_spec(name):

@@ -134,28 +134,8 @@ rule compute_contextbias_metrics:
         "../../envs/analysis.yaml"
     params:
         outdir=get_metrics_dir,
-        k=CB["metrics"]["k_definition"],
-        replicates=CB["metrics"]["replicates"],
-        seed=CB["metrics"]["seed"],
-        draws=CB["metrics"]["matched_draws"],
-        overall=CB["metrics"]["overall"],
-        single_label_bi=CB["metrics"]["single_label_bi"],
-        bootstrap_draws=CB["metrics"]["bootstrap_draws"],
-        bootstrap_interval=CB["metrics"]["bootstrap_interval"],
-        interval_min_roles=CB["metrics"]["interval_min_roles"],
-        consistency=CB["metrics"]["consistency"],
-        bh_family=CB["metrics"]["bh_family"],
-        robustness_cells=CB["metrics"]["robustness_cells"],
-        robustness_all=CB["metrics"]["robustness_all"],
+        settings=preset_arg(CB, ("metrics",)),
     shell:
         "stereolens contextbias metrics --attributes {input.attributes}"
-        " --images {input.images} --schema {input.schema} --k {params.k}"
-        " --replicates {params.replicates} --seed {params.seed}"
-        " --matched-draws {params.draws} --overall {params.overall}"
-        " --single-label-bi {params.single_label_bi}"
-        " --bootstrap-draws {params.bootstrap_draws} --consistency {params.consistency}"
-        " --bootstrap-interval {params.bootstrap_interval}"
-        " --interval-min-roles {params.interval_min_roles}"
-        " --bh-family {params.bh_family} --robustness-cells {params.robustness_cells}"
-        " --robustness-all {params.robustness_all}"
+        " --images {input.images} --schema {input.schema} --preset {params.settings}"
         " --out {params.outdir} > {log} 2>&1"

@@ -227,20 +227,9 @@ rule compute_lvlm_metrics:
         "../../envs/analysis.yaml"
     params:
         outdir=get_metrics_dir,
-        min_count=LV["metrics"]["min_count"],
-        replicates=LV["metrics"]["replicates"],
-        level=LV["metrics"]["level"],
-        seed=LV["seed"],
-        permutations=LV["metrics"]["permutations"],
-        min_images=LV["metrics"]["interval_min_images_per_group"],
-        formulas=" ".join(
-            f"--formula {task}={name}" for task, name in sorted(LV["metrics"]["formulas"].items())
-        ),
+        settings=preset_arg(LV, ("metrics", "seed")),
     shell:
         "stereolens lvlm metrics --responses {input.responses}"
         " --story-attributes {input.story_attributes}"
         " --term-judgements {input.term_judgements}"
-        " --min-count {params.min_count} --replicates {params.replicates}"
-        " --ci {params.level} --seed {params.seed} --permutations {params.permutations}"
-        " --interval-min-images-per-group {params.min_images}"
-        " {params.formulas} --out {params.outdir} > {log} 2>&1"
+        " --preset {params.settings} --out {params.outdir} > {log} 2>&1"

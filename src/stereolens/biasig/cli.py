@@ -26,6 +26,29 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+FLAGS = {
+    "eta_variant": "eta_variant",
+    "replicates": "replicates",
+    "count": "count",
+    "scoring_unit": "scoring_unit",
+    "ceiling_draws": "ceiling_draws",
+    "seed": "seed",
+    "interval_min_images_per_subject": "interval_min_images_per_subject",
+}
+"""argparse dest -> the setting (biasig section key) a documented flag sets."""
+
+
+def settings(args: argparse.Namespace):
+    """The settings of a `biasig metrics` run: the schema's defaults under ``--preset``,
+    then every flag given."""
+    from stereolens.biasig.settings import BiasIGSettings
+    from stereolens.settings import overrides, section_defaults
+
+    section = section_defaults("biasig", args.preset)
+    section.update(overrides(args, FLAGS))
+    return BiasIGSettings.from_config(section)
+
+
 def _metrics(args: argparse.Namespace) -> int:
     from stereolens.biasig.answers import answer_vocabularies
     from stereolens.biasig.comparisons import comparison_tables
@@ -40,22 +63,23 @@ def _metrics(args: argparse.Namespace) -> int:
         read_answers(args.answers, columns=list(READ_COLUMNS)), spec, args.answers
     )
     prompts = read_prompt_table(args.prompts) if args.prompts else None
+    st = settings(args)
     tables = compute_metrics(
         answers,
         prompts,
-        eta_variant=args.eta_variant,
-        replicates=args.replicates,
-        seed=args.seed,
-        ci=args.ci,
-        count=args.count,
-        scoring_unit=args.scoring_unit,
-        ceiling_draws=args.ceiling_draws,
+        eta_variant=st.eta_variant,
+        replicates=st.replicates,
+        seed=st.seed,
+        ci=st.level,
+        count=st.count,
+        scoring_unit=st.scoring_unit,
+        ceiling_draws=st.ceiling_draws,
         threads=args.threads or available_cpus(),
         which=("implicit", "explicit", "eta", "replicates"),
-        interval_min_images_per_subject=args.interval_min_images_per_subject,
+        interval_min_images_per_subject=st.interval_min_images_per_subject,
     )
     write_tables(args.out, {f"{n}.parquet": tables[n] for n in ("implicit", "explicit", "eta")})
-    cmp, ranks = comparison_tables(tables, level=args.ci)
+    cmp, ranks = comparison_tables(tables, level=st.level)
     write_comparison_tables([cmp], [ranks], args.out)
     return 0
 
@@ -142,9 +166,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "shipped benchmark)",
     )
     m.add_argument(
+        "--preset",
+        default="paper",
+        metavar="NAME|PATH",
+        help="the settings: 'paper' (default), 'released' (the authors' released eta: "
+        "--eta-variant released), or a YAML file of biasig section keys (every metric key, "
+        "e.g. level: 0.9 for 90%% intervals); the flags below override it (docs: "
+        "Configuration, Presets)",
+    )
+    m.add_argument(
         "--eta-variant",
         choices=["paper", "released"],
-        default="paper",
         help="'paper' (default): the paper's alpha and sign (Eq. 4-5) with the "
         "released k_i and per-pair aggregation; pairs without data are "
         "reported, not counted. 'released': the authors' released code "
@@ -154,7 +186,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--replicates",
         type=int,
-        default=1000,
         metavar="N",
         help="bootstrap replicates (images resampled within each subject or prompt); 0 = no "
         "intervals (default: 1000)",
@@ -162,7 +193,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--count",
         choices=["paper", "attribute"],
-        default="paper",
         help="which answers count: 'paper' (default) = only images whose every row has "
         "status ok (the paper discards an image after persistent failures); 'attribute' = "
         "ok and partial rows, attribute by attribute",
@@ -170,7 +200,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--scoring-unit",
         choices=["subject", "phrasing"],
-        default="subject",
         help="'prompt j' of S_imp/S_exp: 'subject' (default) = the text before the first "
         "comma, the images of its 20 phrasings pooled (the released code; k_j of "
         "weight.json); 'phrasing' = each prompt on its own images",
@@ -178,11 +207,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--ceiling-draws",
         type=int,
-        default=200,
         metavar="N",
         help="simulated ground-truth datasets for the S_imp ceiling (0 = none; default 200)",
     )
-    m.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default: 0)")
+    m.add_argument("--seed", type=int, metavar="S", help="bootstrap seed (default: 0)")
     m.add_argument(
         "--threads",
         type=int,
@@ -192,16 +220,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "this process may use)",
     )
     m.add_argument(
-        "--ci",
-        type=float,
-        default=0.95,
-        metavar="LEVEL",
-        help="confidence level of the intervals and comparisons (default: 0.95)",
-    )
-    m.add_argument(
         "--interval-min-images-per-subject",
         type=int,
-        default=INTERVAL_MIN_IMAGES_PER_SUBJECT,
         metavar="N",
         help="print no interval (ci columns null, interval_note says why) for a model whose "
         "subjects have fewer images than this (median): below it the coverage benchmark's "

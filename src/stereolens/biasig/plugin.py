@@ -4,6 +4,7 @@ of prompts, and one VQA job per generation job), its targets, models and report 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from stereolens.benchmark import Benchmark, Job, Size
@@ -182,6 +183,7 @@ BENCHMARK = Benchmark(
         "visibility": "implicit|explicit",
     },
     config_schema=str(resource("schemas", "biasig.schema.yaml")),
+    presets=str(Path(__file__).with_name("presets")),
     cli="stereolens.biasig.cli",
     model_rules=("answer_biasig_vqa",),
     planner="stereolens.design.biasig_worlds:build",

@@ -41,6 +41,35 @@ def _read(path: str, what: str, spec=None):
     return read_table(path, what, spec=spec)
 
 
+FLAGS = {
+    "k": "k_definition",
+    "overall": "overall",
+    "single_label_bi": "single_label_bi",
+    "replicates": "replicates",
+    "bootstrap_draws": "bootstrap_draws",
+    "bootstrap_interval": "bootstrap_interval",
+    "interval_min_roles": "interval_min_roles",
+    "seed": "seed",
+    "matched_draws": "matched_draws",
+    "consistency": "consistency",
+    "bh_family": "bh_family",
+    "robustness_cells": "robustness_cells",
+    "robustness_all": "robustness_all",
+}
+"""argparse dest -> the setting (contextbias.metrics key) a documented flag sets."""
+
+
+def settings(args: argparse.Namespace):
+    """The settings of a `contextbias metrics` run: the schema's defaults under
+    ``--preset``, then every flag given."""
+    from stereolens.contextbias.settings import ContextBiasSettings
+    from stereolens.settings import overrides, section_defaults
+
+    section = section_defaults("contextbias", args.preset)
+    section["metrics"].update(overrides(args, FLAGS))
+    return ContextBiasSettings.from_config(section)
+
+
 def _metrics(args: argparse.Namespace) -> int:
 
     from stereolens.contextbias.bootstrap import bootstrap_frame, level_replicates
@@ -66,75 +95,63 @@ def _metrics(args: argparse.Namespace) -> int:
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cells = "variant" if args.variant_cells else args.robustness_cells
+    st = settings(args)
     # Compute everything first, then write: a failure leaves no partial set of tables.
-    bi_opts = {"overall": args.overall, "single_label_bi": float(args.single_label_bi)}
-    bi = bi_table(
-        attributes,
-        images,
-        args.k,
-        schema,
-        matched_draws=args.matched_draws,
-        seed=args.seed,
-        **bi_opts,
-    )
+    bi_opts = {"overall": st.overall, "single_label_bi": st.single_label_bi}
+    bi = bi_table(attributes, images, schema, st)
     ccs = ccs_table(
         attributes,
         images,
-        min_count=args.ccs_min_count,
-        alpha=args.alpha,
-        max_range_pp=args.max_range_pp,
-        consistency=args.consistency,
-        bh_family=args.bh_family,
+        min_count=st.ccs_min_count,
+        alpha=st.alpha,
+        max_range_pp=st.max_range_pp,
+        consistency=st.consistency,
+        bh_family=st.bh_family,
     )
     boot = level_replicates(
         attributes,
-        replicates=args.replicates,
-        seed=args.seed,
-        k_definition=args.k,
+        replicates=st.replicates,
+        seed=st.seed,
+        k_definition=st.k_definition,
         schema=schema,
-        draws=args.bootstrap_draws,
+        draws=st.bootstrap_draws,
         **bi_opts,
     )
     common = level_replicates(
         attributes,
-        replicates=args.replicates,
-        seed=args.seed,
+        replicates=st.replicates,
+        seed=st.seed,
         schema=schema,
-        draws=args.bootstrap_draws,
+        draws=st.bootstrap_draws,
         support="common",
         **bi_opts,
     )
-    comparisons, ranks = model_comparisons(common, min_roles=args.interval_min_roles)
+    comparisons, ranks = model_comparisons(common, min_roles=st.interval_min_roles)
+    robustness = robustness_tests(attributes, images, cells=st.robustness_cells, alpha=st.alpha)
     tables = {
         "bi.parquet": bi,
         "ccs.parquet": ccs,
         "ccs_mean.parquet": ccs_mean(ccs),
-        "robustness.parquet": robustness_summary(
-            robustness_tests(attributes, images, cells=cells, alpha=args.alpha),
-            all_cohorts=args.robustness_all,
-        ),
-        "bootstrap.parquet": bootstrap_frame(
-            boot, args.bootstrap_interval, args.interval_min_roles
-        ),
+        "robustness.parquet": robustness_summary(robustness, all_cohorts=st.robustness_all),
+        "bootstrap.parquet": bootstrap_frame(boot, st.bootstrap_interval, st.interval_min_roles),
         "comparisons.parquet": comparisons,
         "ranks.parquet": ranks,
     }
     write_tables(out, tables)
     print(
-        f"K = {args.k}; overall = mean of {args.overall}s; single-label BI "
-        f"{args.single_label_bi}; bootstrap {args.replicates} replicates "
-        f"({args.bootstrap_draws} draws, {args.bootstrap_interval} intervals), seed "
-        f"{args.seed}; intervals from {args.interval_min_roles} roles; consistency "
-        f"{args.consistency}; BH family "
-        f"{args.bh_family}; robustness cells: {cells}, All: {args.robustness_all}"
+        f"preset {args.preset}; K = {st.k_definition}; overall = mean of {st.overall}s; "
+        f"single-label BI {st.single_label_bi:g}; bootstrap {st.replicates} replicates "
+        f"({st.bootstrap_draws} draws, {st.bootstrap_interval} intervals), seed "
+        f"{st.seed}; intervals from {st.interval_min_roles} roles; consistency "
+        f"{st.consistency}; BH family "
+        f"{st.bh_family}; robustness cells: {st.robustness_cells}, All: {st.robustness_all}"
     )
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     cb = sub.add_parser("contextbias", help="ContextBias benchmark tools")
-    from stereolens.contextbias.intervals import BOOTSTRAP_INTERVALS, MIN_ROLES
+    from stereolens.contextbias.intervals import BOOTSTRAP_INTERVALS
 
     cb_sub = cb.add_subparsers(dest="action", required=True)
     m = cb_sub.add_parser(
@@ -201,9 +218,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="attribute schema YAML (default: the shipped v1, paper Table 6)",
     )
     m.add_argument(
+        "--preset",
+        default="paper",
+        metavar="NAME|PATH",
+        help="the settings: 'paper' (default: the paper's published numbers), 'released' "
+        "(the authors' released headline bootstrap: K cell, unpaired draws, percentile "
+        "intervals), or a YAML file of contextbias section keys (e.g. metrics: {alpha: 0.01}): "
+        "every key of contextbias.metrics, including those without a flag (ccs_min_count, "
+        "alpha, max_range_pp); the flags below override it (docs: Configuration, Presets)",
+    )
+    m.add_argument(
         "--k",
         choices=["model", "cell", "vocabulary"],
-        default="model",
         help="K of BI: 'model' = labels seen for that model and dimension in any "
         "condition (default, the paper's numbers); 'cell' = labels seen in the "
         "cell (the released bootstrap); 'vocabulary' = the schema's closed "
@@ -212,7 +238,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--overall",
         choices=["cohort", "dimension"],
-        default="cohort",
         help="the overall value (cohort '*') of BI and of the bootstrap: 'cohort' = mean of "
         "the cohort means, each cohort weighing the same (default; paper Tables 8 and 10, "
         "the released headline bootstrap); 'dimension' = mean of all dimensions (People, 21 "
@@ -221,7 +246,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--single-label-bi",
         choices=["0", "1"],
-        default="0",
         help="BI of a cell with one possible label (K = 1, where 1 - H/log K is 0/0): '0' "
         "(default; the released code, hence the paper's numbers) or '1' (fully "
         "concentrated)",
@@ -229,14 +253,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--replicates",
         type=_positive_int,
-        default=1000,
         metavar="B",
-        help="cluster-bootstrap replicates (roles resampled with replacement); default %(default)s",
+        help="cluster-bootstrap replicates (roles resampled with replacement); default: the "
+        "preset's",
     )
     m.add_argument(
         "--bootstrap-draws",
         choices=["paired", "unpaired"],
-        default="paired",
         help="roles drawn per bootstrap replicate: 'paired' (default) = one draw shared by "
         "every model and condition, so differences stay paired; 'unpaired' = a draw per "
         "model x condition, as the released code (reproduces its headline CI design)",
@@ -244,7 +267,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--bootstrap-interval",
         choices=list(BOOTSTRAP_INTERVALS),
-        default="bc-t",
         help="the 95%% interval of bootstrap.parquet: 'bc-t' (default) = estimate_bc +- "
         "t(R - 1) x the replicates' sd x sqrt(R / (R - 1)), R = the roles (the basic interval "
         "under-covered the per-cohort shift at paper scale, 91.5%% for People over 1,000 "
@@ -256,75 +278,45 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--interval-min-roles",
         type=_positive_int,
-        default=MIN_ROLES,
         metavar="R",
         help="print no interval (bootstrap.parquet, comparisons.parquet: ci_low, ci_high, "
         "p-values and decisions null, interval_note says why) when the table has fewer "
-        "roles than R: from %(default)s roles on the role bootstrap's intervals cover as at "
-        "paper scale on the planner's prior world, below it they under-cover or turn "
-        "vacuous (bench/COVERAGE.md); default %(default)s",
+        "roles than R: from 10 roles (the default) on the role bootstrap's intervals cover "
+        "as at paper scale on the planner's prior world, below it they under-cover or turn "
+        "vacuous (bench/COVERAGE.md); default: the preset's",
     )
     m.add_argument(
         "--seed",
         type=int,
-        default=0,
         help="seed of the cluster bootstrap and of the matched-support subsampling; "
-        "default %(default)s",
+        "default: the preset's",
     )
     m.add_argument(
         "--matched-draws",
         type=_positive_int,
-        default=20,
         metavar="N",
         help="subsamples averaged for per-role BI at matched support (each role's "
-        "conditions cut to its smallest condition's image count); default %(default)s",
-    )
-    m.add_argument(
-        "--ccs-min-count",
-        type=int,
-        default=5,
-        metavar="N",
-        help="CCS is defined only for labels seen in all three conditions and at least N "
-        "times in total, and (--consistency released) a label seen fewer than N times is "
-        "never consistent; default %(default)s",
-    )
-    m.add_argument(
-        "--alpha",
-        type=float,
-        default=0.05,
-        help="a label is invariant (CCS consistency, prompt robustness) when p > alpha; "
-        "default %(default)s",
-    )
-    m.add_argument(
-        "--max-range-pp",
-        type=float,
-        default=5.0,
-        metavar="PP",
-        help="CCS consistency also needs the prevalence range across conditions <= PP "
-        "percentage points; default %(default)s",
+        "conditions cut to its smallest condition's image count); default: the preset's",
     )
     m.add_argument(
         "--consistency",
         choices=["released", "paper", "ccs"],
-        default="released",
         help="a label is context-invariant ('consistent' in ccs.parquet, paper Table 2's "
         "Inv.): 'released' (default, the authors' tb3_pipeline.py, hence the paper's "
-        "numbers) = at least --ccs-min-count occurrences in total, p > alpha (a skipped test "
-        "has p = 1) and range <= --max-range-pp, seen in all three conditions or not; "
-        "'paper' = p > alpha and range <= --max-range-pp without the count requirement "
+        "numbers) = at least ccs_min_count occurrences in total, p > alpha (a skipped test "
+        "has p = 1) and range <= max_range_pp (preset keys), seen in all three conditions or "
+        "not; 'paper' = p > alpha and range <= max_range_pp without the count requirement "
         "(paper Sec. 3.5 as written); 'ccs' = also only where CCS is defined",
     )
     m.add_argument(
         "--bh-family",
         choices=["tested", "all"],
-        default="tested",
         help="Benjamini-Hochberg family within each model: 'tested' (default) = the rows "
         "whose homogeneity test ran; 'all' = every row, skipped tests with p = 1",
     )
     m.add_argument(
         "--robustness-cells",
         choices=["released", "condition", "variant", "prompt"],
-        default="released",
         help="the leave-one-out robustness test (paper Table 3): 'released' (default) = the "
         "authors' released computation: the baseline leaves out only the role's own "
         "(role, condition) cell, only the CA-R and CA-U cells are tested (df 1), every label "
@@ -337,15 +329,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--robustness-all",
         choices=["released", "all"],
-        default="released",
         help="the tuples of the robustness summary's 'All' row (cohort '*'): 'released' "
         "(default) = People, Objects and Camera, as the authors' released table (its Scene "
         "entry is misspelled 'Sence', so Scene never reaches its All; paper Table 3); 'all' = "
         "every cohort, Scene included",
-    )
-    m.add_argument(
-        "--variant-cells",
-        action="store_true",
-        help="shorthand for --robustness-cells variant (needs a `variant` column)",
     )
     m.set_defaults(func=_metrics)

@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 
 from stereolens.contextbias.schema import AttributeSchema
+from stereolens.contextbias.settings import ContextBiasSettings
 from stereolens.metrics.entropy import SINGLE_LABEL_BI, bias_intensity
 
 REQUIRED = ("model", "role", "condition", "image_id", "cohort", "dimension", "label")
@@ -462,21 +463,17 @@ def cross_model_rows(bi: pl.DataFrame) -> pl.DataFrame:
 def bi_table(
     attributes: pl.DataFrame,
     images: pl.DataFrame | None = None,
-    k_definition: str = "model",
     schema: AttributeSchema | None = None,
-    matched_draws: int = 20,
-    seed: int = 0,
-    *,
-    overall: str = "cohort",
-    single_label_bi: float = 0.0,
+    settings: ContextBiasSettings | None = None,
 ) -> pl.DataFrame:
     """Everything bi.parquet holds: :func:`pooled_bi` (aggregation "pooled") and
     :func:`role_bi` ("role", "role_matched", "role_miller_madow"), each with model "*" rows
     (mean over models), sorted by aggregation in that order, then model, cohort, dimension,
-    condition. ``overall`` and ``single_label_bi`` as in :func:`pooled_bi`."""
-    opts = {"overall": overall, "single_label_bi": single_label_bi}
-    pooled = pooled_bi(attributes, images, k_definition=k_definition, schema=schema, **opts)
-    role = role_bi(attributes, images, k_definition, schema, matched_draws, seed, **opts)
+    condition; ``settings`` (None: the "paper" preset) as in :func:`pooled_bi`."""
+    s = settings or ContextBiasSettings.preset()
+    opts = {"overall": s.overall, "single_label_bi": s.single_label_bi}
+    pooled = pooled_bi(attributes, images, k_definition=s.k_definition, schema=schema, **opts)
+    role = role_bi(attributes, images, s.k_definition, schema, s.matched_draws, s.seed, **opts)
     per_model = pl.concat([pooled, role.select(pooled.columns)])
     out = pl.concat([per_model, cross_model_rows(per_model)])
     rank = {a: i for i, a in enumerate(AGGREGATIONS)}

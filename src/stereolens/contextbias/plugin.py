@@ -5,6 +5,7 @@ job), targets, models and report tables."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from stereolens.benchmark import Benchmark, Job, Size
@@ -290,6 +291,7 @@ BENCHMARK = Benchmark(
     ),
     wildcards={"role": r"[a-z0-9_]+", "condition": "|".join([*CONDITIONS, "VAL"])},
     config_schema=str(resource("schemas", "contextbias.schema.yaml")),
+    presets=str(Path(__file__).with_name("presets")),
     cli="stereolens.contextbias.cli",
     model_rules=("extract_contextbias_attributes",),
     planner="stereolens.design.contextbias_worlds:build",

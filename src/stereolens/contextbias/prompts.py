@@ -240,7 +240,7 @@ def check_prompt_bank(config: dict[str, Any]) -> list[str]:
             "role names must be lowercase ASCII letters, digits and underscores, at most 64 "
             f"characters; rename them in the bank (e.g. {role_slug(bad[0])!r})"
         )
-    conditions = cb.get("conditions") or []
+    conditions = cb["conditions"]
     have: dict[tuple[str, str], int] = {}
     for i, e in enumerate(bank):
         if not isinstance(e.get("prompt"), str) or not e["prompt"].strip():

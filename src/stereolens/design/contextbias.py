@@ -228,17 +228,19 @@ class ContextBiasDesign:
         return new
 
     def __init__(self, world: World, config: dict[str, Any], basis: str, notes: list[str]):
-        m = config["contextbias"].get("metrics") or {}
+        from stereolens.contextbias.settings import ContextBiasSettings
+
+        st = ContextBiasSettings.from_config(config["contextbias"])
         self.world = world
         self.basis = basis
         self.notes = notes
         self.knob_value = int(config["contextbias"]["seeds"]["per_prompt"])
-        self.k_definition = m.get("k_definition", "model")
-        self.overall = m.get("overall", "cohort")
-        self.single_label_bi = float(m.get("single_label_bi", 0.0))
+        self.k_definition = st.k_definition
+        self.overall = st.overall
+        self.single_label_bi = st.single_label_bi
         # the basic and bc-t intervals are centred at the estimate minus the replicates'
         # shift (2 x estimate - their mean), the percentile interval at the estimate plus it
-        kind = self.interval = m.get("bootstrap_interval", "bc-t")
+        kind = self.interval = st.bootstrap_interval
         self.shift_sign = -1.0 if kind in ("basic", "bc-t") else 1.0
         self.grid = GRID
 

@@ -15,6 +15,7 @@ import polars as pl
 from stereolens.design.power import EffectSpec, Simulation
 from stereolens.design.sampling import multinomial, thin_binary, thin_towards
 from stereolens.lvlm.scores import check_formulas, tvd_from_uniform
+from stereolens.lvlm.settings import LVLMSettings
 
 GRID = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 30)])
 TASKS = ("story", "term", "exam")
@@ -23,7 +24,7 @@ TASKS = ("story", "term", "exam")
 def axis_groups(lv: dict[str, Any]) -> dict[str, list[str]]:
     from stereolens.lvlm.names import AXES
 
-    return {a: list((lv.get("groups") or {}).get(a) or AXES[a]) for a in lv["axes"]}
+    return {a: list(lv["groups"].get(a) or AXES[a]) for a in lv["axes"]}
 
 
 def _div(num, den):
@@ -89,9 +90,9 @@ class _Task:
         self.knob = ("lvlm", "tasks", self.task, "images_per_group")
         self.knob_value = int(lv["tasks"][self.task]["images_per_group"])
         self.groups = axis_groups(lv)
-        m = lv.get("metrics") or {}
-        self.min_count = int(m.get("min_count", 5))
-        self.formula = check_formulas(m.get("formulas"))[self.task]
+        st = LVLMSettings.from_config(lv)
+        self.min_count = st.min_count
+        self.formula = check_formulas(dict(st.formulas))[self.task]
         self.grid = GRID
 
     def name(self, axis: str) -> str:
@@ -450,10 +451,10 @@ def pilot_drop_rate(results: Path) -> float | None:
 
 def build(config: dict[str, Any], priors: dict[str, Any], pilot: Path | None, seed: int = 0):
     """One design per scored task of the config (story, term, exam), or []."""
-    lv = config.get("lvlm") or {}
-    if not lv.get("enabled"):
+    lv = config["lvlm"]
+    if not lv["enabled"]:
         return []
-    tasks = [t for t in TASKS if t in (lv.get("tasks") or {})]
+    tasks = [t for t in TASKS if t in lv["tasks"]]
     out = []
     label = f"pilot {pilot}" if pilot is not None else "prior"
     for task in tasks:

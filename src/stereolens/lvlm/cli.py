@@ -33,6 +33,30 @@ def _formulas(items: list[str] | None) -> dict[str, str]:
     return out
 
 
+FLAGS = {
+    "min_count": "min_count",
+    "replicates": "replicates",
+    "permutations": "permutations",
+    "interval_min_images_per_group": "interval_min_images_per_group",
+}
+"""argparse dest -> the setting (lvlm.metrics key) a documented flag sets."""
+
+
+def settings(args: argparse.Namespace):
+    """The settings of an `lvlm metrics` run: the schema's defaults under ``--preset``,
+    then every flag given (--seed sets the section's seed, --formula adds to the preset's
+    formulas)."""
+    from stereolens.lvlm.settings import LVLMSettings
+    from stereolens.settings import overrides, section_defaults
+
+    section = section_defaults("lvlm", args.preset)
+    section["metrics"].update(overrides(args, FLAGS))
+    section["metrics"]["formulas"].update(_formulas(args.formula))
+    if args.seed is not None:
+        section["seed"] = args.seed
+    return LVLMSettings.from_config(section)
+
+
 def _metrics(args: argparse.Namespace) -> int:
     from stereolens.lvlm.metrics import compute_all
     from stereolens.lvlm.names import table_vocabularies
@@ -70,17 +94,7 @@ def _metrics(args: argparse.Namespace) -> int:
         tables[what] = table
     story_table, term_table = tables["story attributes"], tables["term judgements"]
     tables = compute_all(
-        responses,
-        story_table,
-        term_table,
-        min_count=args.min_count,
-        replicates=args.replicates,
-        seed=args.seed,
-        level=args.ci,
-        phrases=args.refusal_phrases,
-        permutations=args.permutations,
-        formulas=_formulas(args.formula),
-        min_images_per_group=args.interval_min_images_per_group,
+        responses, story_table, term_table, settings(args), phrases=args.refusal_phrases
     )
     write_tables(args.out, {f"{name}.parquet": table for name, table in tables.items()})
     return 0
@@ -130,27 +144,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     m.add_argument("--term-judgements", metavar="PATH", help="term judgements table (same formats)")
     m.add_argument(
+        "--preset",
+        default="paper",
+        metavar="NAME|PATH",
+        help="the settings: 'paper' (default; the paper has no released code, hence no "
+        "'released' preset) or a YAML file of lvlm section keys (metrics: {level: 0.9, "
+        "...}, seed); the flags below override it (docs: Configuration, Presets)",
+    )
+    m.add_argument(
         "--min-count",
         type=int,
-        default=5,
         metavar="N",
         help="story values seen fewer than N times over all groups are left out (default 5)",
     )
     m.add_argument(
         "--replicates",
         type=int,
-        default=1000,
         metavar="N",
         help="bootstrap replicates over user images; 0 = no intervals (default 1000)",
     )
-    m.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default 0)")
-    m.add_argument(
-        "--ci", type=float, default=0.95, metavar="LEVEL", help="interval level (default 0.95)"
-    )
+    m.add_argument("--seed", type=int, metavar="S", help="bootstrap seed (default 0)")
     m.add_argument(
         "--permutations",
         type=int,
-        default=1000,
         metavar="N",
         help="shuffles of the group labels within strata for the noise floor; 0 = none "
         "(default 1000)",
@@ -158,7 +174,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--interval-min-images-per-group",
         type=int,
-        default=MIN_IMAGES_PER_GROUP,
         metavar="N",
         help="below N user images per group (term: image pairs) no interval, comparison test "
         "or decision is printed: ci_low, ci_high (a comparison's also p_value, p_adjusted, "

@@ -8,6 +8,7 @@ import polars as pl
 
 from stereolens.lvlm import scores as S
 from stereolens.lvlm.refusal import label_refusals, load_rules
+from stereolens.lvlm.settings import LVLMSettings
 from stereolens.validation import ConfigError
 
 SKEW_FORMULA = (
@@ -115,15 +116,9 @@ def scores(
     responses: pl.DataFrame | pl.LazyFrame | dict,
     story_attributes: pl.DataFrame | None = None,
     term_judgements: pl.DataFrame | None = None,
+    settings: LVLMSettings | None = None,
     *,
-    min_count: int = 5,
-    replicates: int = 1000,
-    seed: int = 0,
-    level: float = 0.95,
-    permutations: int = 1000,
-    formulas: dict[str, str] | None = None,
     replicates_out: dict | None = None,
-    min_images_per_group: int = S.R.MIN_IMAGES_PER_GROUP,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(overall, per_prompt) score tables for every model x setting x task x axis with data.
 
@@ -133,14 +128,17 @@ def scores(
     task, axis) the paired bootstrap replicates of the score;
     per_prompt: model, setting, task, axis, prompt_id, score, formula. Tasks without their
     input (no story attributes, no judgements, no exam rows) are left out, never scored as
-    0. ``formulas`` names each task's formula (scores.FORMULAS); ``permutations`` shuffles
-    of the group labels within strata give the noise floor (0 = none); below
-    ``min_images_per_group`` user images per group no interval (``interval_note``)."""
+    0. ``settings`` (None: the "paper" preset): ``formulas`` names each task's formula
+    (scores.FORMULAS); ``permutations`` shuffles of the group labels within strata give the
+    noise floor (0 = none); below ``interval_min_images_per_group`` user images per group no
+    interval (``interval_note``)."""
+    st = settings or LVLMSettings.preset()
     reduced = responses if isinstance(responses, dict) else reduce_responses(responses)
     overall, per_prompt = [], []
-    kw = {"min_count": min_count, "formulas": S.check_formulas(formulas)}
-    boot = {"n_boot": replicates, "seed": seed, "level": level, "permutations": permutations}
-    boot["min_images_per_group"] = min_images_per_group
+    kw = {"min_count": st.min_count, "formulas": S.check_formulas(dict(st.formulas))}
+    boot = {"n_boot": st.replicates, "seed": st.seed, "level": st.level}
+    boot |= {"permutations": st.permutations}
+    boot["min_images_per_group"] = st.interval_min_images_per_group
 
     def add(task: str, table: pl.DataFrame, **extra) -> None:
         # every setting at once: one paired resample of the shared images per replicate
@@ -360,49 +358,36 @@ def compute_all(
     responses: pl.DataFrame,
     story_attributes: pl.DataFrame | None = None,
     term_judgements: pl.DataFrame | None = None,
+    settings: LVLMSettings | None = None,
     *,
-    min_count: int = 5,
-    replicates: int = 1000,
-    seed: int = 0,
-    level: float = 0.95,
     phrases=None,
-    permutations: int = 1000,
-    formulas: dict[str, str] | None = None,
-    min_images_per_group: int = S.R.MIN_IMAGES_PER_GROUP,
 ) -> dict[str, pl.DataFrame]:
     """scores, prompt_scores, refusals, comparisons, ranks (stereolens.lvlm.comparisons),
-    story_skew and exam_accuracy tables (no interval below ``min_images_per_group`` user
-    images per group: ``interval_note``). ``responses``
+    story_skew and exam_accuracy tables under ``settings`` (None: the "paper" preset; no
+    interval below its ``interval_min_images_per_group`` user images per group:
+    ``interval_note``). ``responses``
     may be a LazyFrame (``pl.scan_parquet``): it is reduced as it streams
     (:func:`reduce_responses`), never loaded whole."""
     from stereolens.lvlm import comparisons as K
 
+    st = settings or LVLMSettings.preset()
     reduced = reduce_responses(responses, phrases)
     reps: dict = {}
     overall, per_prompt = scores(
-        reduced,
-        story_attributes,
-        term_judgements,
-        min_count=min_count,
-        replicates=replicates,
-        seed=seed,
-        level=level,
-        permutations=permutations,
-        formulas=formulas,
-        replicates_out=reps,
-        min_images_per_group=min_images_per_group,
+        reduced, story_attributes, term_judgements, st, replicates_out=reps
     )
     rates = refusals(reduced)
-    cmp, rk = K.tvd_comparisons(overall, reps, level, min_images_per_group)
-    refusal_reps = K.refusal_replicates(reduced["refusal_images"], replicates, seed)
-    c2, r2 = K.refusal_comparisons(rates, refusal_reps, level, min_images_per_group)
+    level, min_images = st.level, st.interval_min_images_per_group
+    cmp, rk = K.tvd_comparisons(overall, reps, level, min_images)
+    refusal_reps = K.refusal_replicates(reduced["refusal_images"], st.replicates, st.seed)
+    c2, r2 = K.refusal_comparisons(rates, refusal_reps, level, min_images)
     return {
         "scores": overall,
         "prompt_scores": per_prompt,
         "refusals": rates,
         **K.tables(cmp + c2, rk + r2),
         "exam_accuracy": exam_accuracy(reduced),
-        "story_skew": story_skew(story_attributes, reduced, min_count=min_count)
+        "story_skew": story_skew(story_attributes, reduced, min_count=st.min_count)
         if story_attributes is not None
         else pl.DataFrame(),
     }

@@ -37,7 +37,7 @@ def group_from_slug(axis: str, slug: str) -> str:
 
 def groups(lv: dict, axis: str) -> list[str]:
     """The groups tested on ``axis`` (lvlm.groups or every group of the axis)."""
-    return list((lv.get("groups") or {}).get(axis) or AXES[axis])
+    return list(lv["groups"].get(axis) or AXES[axis])
 
 
 def table_vocabularies(group_columns: tuple[str, ...] = ("group",)) -> tuple:

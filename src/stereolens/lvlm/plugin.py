@@ -5,6 +5,7 @@ refusal labels), targets, models and report tables."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from stereolens.benchmark import Benchmark, Job, Size
@@ -288,6 +289,7 @@ BENCHMARK = Benchmark(
         "usergroup": r"[a-z0-9_-]+",
     },
     config_schema=str(resource("schemas", "lvlm.schema.yaml")),
+    presets=str(Path(__file__).with_name("presets")),
     cli="stereolens.lvlm.cli",
     model_rules=(
         "respond_lvlm",

@@ -77,7 +77,7 @@ def user_image_labels(
 
 def groups_for(axis: str, lv: dict[str, Any]) -> tuple[str, ...]:
     """The groups tested on ``axis`` (lvlm.groups or all of the axis)."""
-    return tuple((lv.get("groups") or {}).get(axis) or G.AXES[axis])
+    return tuple(lv["groups"].get(axis) or G.AXES[axis])
 
 
 def draw_sets(labels: pl.DataFrame, lv: dict[str, Any]) -> tuple[pl.DataFrame, list[str]]:

@@ -1,8 +1,10 @@
 # Input functions of the BiasIG rules (biasig.smk): the VQA shards of each generator (from
 # the plug-in's jobs) and the settings of the prompt table.
 
+from stereolens.biasig.settings import BiasIGSettings
 
 BG = config["biasig"]
+BIASIG_SETTINGS = BiasIGSettings.keys()
 
 
 @per_job

@@ -1,0 +1,117 @@
+"""A benchmark's frozen settings, built from its validated config section, and its named
+presets (`paper`, `released`, or a YAML file of section keys) applied before validation."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from stereolens.validation import ConfigError, load_yaml
+
+T = TypeVar("T")
+
+DEFAULT_PRESET = "paper"
+"""The preset a section without a ``preset`` key gets: the papers' published definitions."""
+
+
+def _merge(base: Mapping, over: Mapping) -> dict:
+    """``over`` on top of ``base``, nested mappings merged key by key."""
+    out = copy.deepcopy(dict(base))
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def preset_values(benchmark: str, preset: str | Mapping | None) -> dict[str, Any]:
+    """The section keys a preset sets: ``preset`` is a shipped name (a file
+    ``<name>.yaml`` in the benchmark's presets folder), a YAML file's path, a mapping, or
+    the text of a JSON mapping (what the workflow's rules pass)."""
+    from stereolens.benchmark import benchmark as plugin
+
+    if preset is None:
+        preset = DEFAULT_PRESET
+    if isinstance(preset, Mapping):
+        return dict(preset)
+    text = str(preset).strip()
+    if text.startswith("{"):
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"preset {text[:60]!r}...: not a JSON mapping ({err})") from None
+    else:
+        folder = plugin(benchmark).presets
+        shipped = Path(folder) / f"{text}.yaml" if folder else None
+        if shipped is not None and shipped.is_file():
+            path = shipped
+        elif Path(text).suffix in (".yaml", ".yml", ".json") and Path(text).is_file():
+            path = Path(text)
+        else:
+            names = sorted(p.stem for p in Path(folder).glob("*.yaml")) if folder else []
+            raise ConfigError(
+                f"{benchmark} preset {text!r}: neither a shipped preset ({', '.join(names)}) "
+                "nor a YAML file of the section's keys"
+            )
+        values = load_yaml(path, f"{benchmark} preset {text}") or {}
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{benchmark} preset {text!r}: expected a mapping of section keys")
+    if "preset" in values:
+        raise ConfigError(f"{benchmark} preset {text!r}: a preset cannot name another preset")
+    return dict(values)
+
+
+def apply_preset(benchmark: str, section: Mapping) -> dict[str, Any]:
+    """The config section with its preset's keys filled in where the section does not set
+    them itself (a key written in the config wins over the preset)."""
+    return _merge(preset_values(benchmark, section.get("preset")), section)
+
+
+def section_defaults(benchmark: str, preset: str | Mapping | None = None) -> dict[str, Any]:
+    """The benchmark's config section as validation fills it from the schema's defaults,
+    with ``preset`` applied first."""
+    from stereolens.benchmark import benchmark as plugin
+    from stereolens.validation import validate_against
+
+    schema = dict(load_yaml(plugin(benchmark).config_schema, f"{benchmark} config schema"))
+    schema.pop("required", None)  # the section's inputs (prompt bank, models) have no default
+    section = preset_values(benchmark, preset)
+    section["preset"] = preset if isinstance(preset, str) and preset[:1] != "{" else "inline"
+    for _ in range(2):  # the second pass fills the defaults of objects the first one added
+        validate_against(section, schema, f"{benchmark} settings", fill_defaults=True)
+    return section
+
+
+def settings_json(section: Mapping, keys: tuple[str, ...]) -> str:
+    """``keys`` of a validated section as one JSON mapping (what the workflow's rules pass
+    to a benchmark's metrics CLI as ``--preset``), keys sorted: a change reruns the rule."""
+    return json.dumps({k: section[k] for k in keys}, sort_keys=True, separators=(",", ":"))
+
+
+def settings_from(cls: type[T], values: Mapping[str, Any]) -> T:
+    """``cls`` (a frozen dataclass) from a flat mapping of its field names; a missing or
+    unknown field is an error naming it."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    missing = names - set(values)
+    unknown = set(values) - names
+    if missing or unknown:
+        raise ConfigError(
+            f"{cls.__name__}: missing {sorted(missing)}, unknown {sorted(unknown)}; the "
+            "benchmark's schema and its settings class must name the same keys"
+        )
+    return cls(**values)
+
+
+def overrides(args: object, flags: Mapping[str, str]) -> dict[str, Any]:
+    """Setting name -> value of every CLI flag the user gave (``flags``: argparse dest ->
+    setting name; a flag left at None was not given)."""
+    return {
+        name: getattr(args, dest)
+        for dest, name in flags.items()
+        if getattr(args, dest, None) is not None
+    }

@@ -149,13 +149,17 @@ def plugins() -> dict[str, str]:
     its plug-in: the built-ins in their order, then every other entry point of the group
     ``stereolens.benchmarks`` sorted by name. Read once per process."""
     table = dict(BUILT_IN)
-    found = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    for name in sorted(found):
-        if name in BUILT_IN and found[name] != BUILT_IN[name]:
+    found = {}
+    # every entry point, also where two distributions declare one name (stereolens's own
+    # built-ins are entry points of the group too: a clash must not hide behind them)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in BUILT_IN and ep.value != BUILT_IN[ep.name]:
             raise ValueError(
-                f"entry point {ENTRY_POINT_GROUP}:{name} = {found[name]} claims the name of a "
-                f"built-in benchmark ({BUILT_IN[name]}): give the benchmark another name"
+                f"entry point {ENTRY_POINT_GROUP}:{ep.name} = {ep.value} claims the name of a "
+                f"built-in benchmark ({BUILT_IN[ep.name]}): give the benchmark another name"
             )
+        found[ep.name] = ep.value
+    for name in sorted(found):
         table[name] = found[name]
     return table
 

@@ -99,21 +99,19 @@ def _groups(sc: Scale, axis: str) -> list[str]:
 
 
 def _design(task: str, sc: Scale, axis: str):
+    import copy
+
+    from stereolens.config import load_config
     from stereolens.design import lvlm as D
     from stereolens.design.priors import load_priors
 
-    lv = {
-        "enabled": True,
-        "axes": [axis],
-        "groups": {axis: _groups(sc, axis)},
-        "tasks": {
-            "story": {"images_per_group": sc.story},
-            "term": {"images_per_group": sc.term},
-            "exam": {"images_per_group": sc.exam},
-        },
-        "questions_per_subject": sc.questions,
-        "metrics": {"min_count": sc.min_count},
-    }
+    # a validated section (every key the settings read), resized to the scale
+    lv = copy.deepcopy(load_config(ROOT / "config" / "demo.yaml")[0]["lvlm"])
+    lv.update(enabled=True, axes=[axis], groups={axis: _groups(sc, axis)})
+    for task_name, n in (("story", sc.story), ("term", sc.term), ("exam", sc.exam)):
+        lv["tasks"][task_name]["images_per_group"] = n
+    lv["questions_per_subject"] = sc.questions
+    lv["metrics"]["min_count"] = sc.min_count
     priors = load_priors()
     config = {"lvlm": lv}
     if task == "story":

@@ -14,6 +14,13 @@ ROOT = "results"
 """The folder every benchmark writes under (results/<benchmark>/...)."""
 
 
+def image_shard(group: str, cell: str) -> str:
+    """The template of a generation shard, which the shared rule generate_images writes
+    (results/{benchmark}/images/{model}/{group}/{cell}/{shard}), with a benchmark's own
+    names for the group and cell wildcards."""
+    return "/".join(("images", "{model}", f"{{{group}}}", f"{{{cell}}}", "{shard}"))
+
+
 @dataclass(frozen=True)
 class JobFolder:
     """A template whose files are model-job outputs: the stage the measured throughput
@@ -52,8 +59,8 @@ class Layout:
 
     @property
     def base(self) -> str:
-        """results/<benchmark>"""
-        return f"{ROOT}/{self.benchmark}"
+        """results/<benchmark> (results for the shared outputs' layout, named "")"""
+        return f"{ROOT}/{self.benchmark}" if self.benchmark else ROOT
 
     def pattern(self, name: str) -> str:
         """The template ``name`` as a path pattern with its ``{wildcards}`` (Snakemake's)."""
@@ -72,6 +79,17 @@ class Layout:
             return self.pattern(name)
         except KeyError as err:
             raise AttributeError(str(err)) from None
+
+    def __call__(self, name: str, **keys: object) -> str:
+        """The pattern of template ``name`` with the wildcards in ``keys`` filled and the
+        others left for Snakemake: layout("merged", table="images")."""
+        unknown = set(keys) - set(self.keys(name))
+        if unknown:
+            raise KeyError(f"layout {self.benchmark}.{name} has no {', '.join(sorted(unknown))}")
+        return "".join(
+            literal + ("" if not key else str(keys[key]) if key in keys else f"{{{key}}}")
+            for literal, key, _, _ in string.Formatter().parse(self.pattern(name))
+        )
 
     def keys(self, name: str) -> list[str]:
         """The wildcards of template ``name``, in order."""
@@ -122,3 +140,27 @@ class Layout:
     def job_base(self, name: str) -> str:
         """The folder of a job template's files (its fixed part: results/<benchmark>/<dir>)."""
         return self.pattern(name).split("{", 1)[0].rstrip("/")
+
+
+GENERATION = Layout("{benchmark}", {"image_shard": image_shard("group", "cell")})
+"""The shared rule generate_images's output, for every generating benchmark (whose own
+layout names the group and cell wildcards: :func:`image_shard`)."""
+
+REPORT = Layout(
+    "report",
+    {
+        "index": "index.html",
+        "job_timings": "job_timings.parquet",
+        "figures": "figures",
+        "tables": "tables",
+        "galleries": "galleries",
+    },
+)
+"""The report's outputs (results/report/), which no benchmark owns."""
+
+SHARED = Layout(
+    "",
+    {"check": "checks/{model}.tsv", "cache": "cache/{kind}"},
+)
+"""Outputs of the shared rules outside any benchmark's folder: a model's smoke check
+(results/checks/) and the response caches (results/cache/)."""

@@ -16,14 +16,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stereolens.layout import REPORT as REPORT_LAYOUT
 from stereolens.models.registry import ModelSpec
 
 if TYPE_CHECKING:
     from stereolens.benchmark import Job
 
 
-REPORT = "results/report/index.html"
-JOB_TIMINGS = "results/report/job_timings.parquet"
+REPORT = REPORT_LAYOUT.index
+JOB_TIMINGS = REPORT_LAYOUT.job_timings
 THROUGHPUT_TABLE = "config/throughput.yaml"
 """The planner's throughput table of the workflow (stereolens.plan's default)."""
 

@@ -13,6 +13,7 @@ from stereolens.benchmark import benchmark as benchmark_plugin
 from stereolens.benchmark import benchmarks, generating, model_roles, rules_files
 from stereolens.benchmark import wildcard_patterns
 from stereolens.config import check_model_sources, check_models, validate_config
+from stereolens.layout import GENERATION, REPORT, SHARED
 from stereolens.models.registry import TINY_MEM_MB, load_registry
 from stereolens.plan import check_ceiling, default_throughput
 from stereolens.workflow_support import (
@@ -52,6 +53,13 @@ wildcard_constraints:
     benchmark="|".join(p.name for p in generating()),
     group=r"[a-z0-9_]+",
     cell=r"[A-Za-z0-9_-]+",
+
+
+def layout(name):
+    """The output paths of benchmark ``name`` (its plug-in's layout, stereolens.layout):
+    ``layout(name).<template>`` is a pattern for a rule's output, and
+    ``layout(name)("<template>", key=value)`` that pattern with those wildcards filled."""
+    return benchmark_plugin(name).layout
 
 
 def model_spec(name):
@@ -131,7 +139,7 @@ CHECK = config["check_models"]
 
 
 def check_table(name):
-    return f"results/checks/{name}.tsv"
+    return SHARED("check", model=name)
 
 
 def get_model_check(name):

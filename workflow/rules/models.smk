@@ -6,7 +6,7 @@ rule check_models:
     input:
         checkpoint=get_model_checkpoint,
     output:
-        "results/checks/{model}.tsv",
+        SHARED.check,
     log:
         "logs/checks/{model}.log",
     conda:
@@ -48,7 +48,7 @@ rule generate_images:
     input:
         unpack(get_generation_input),
     output:
-        directory("results/{benchmark}/images/{model}/{group}/{cell}/{shard}"),
+        directory(GENERATION.image_shard),
     log:
         "logs/{benchmark}/generate/{model}/{group}/{cell}/{shard}.log",
     benchmark:

@@ -1,12 +1,12 @@
 """Where BiasIG writes: every path under results/biasig/ (stereolens.layout)."""
 
-from stereolens.layout import JobFolder, Layout
+from stereolens.layout import JobFolder, Layout, image_shard
 
 LAYOUT = Layout(
     "biasig",
     {
         "prompts": "prompts.parquet",
-        "image_shard": "images/{model}/{atype}/{visibility}/{shard}",
+        "image_shard": image_shard("atype", "visibility"),
         "vqa": "vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.jsonl",
         "merged": "merged/{model}/answers.parquet",
         "answers": "answers.parquet",

@@ -1,12 +1,12 @@
 """Where ContextBias writes: every path under results/contextbias/ (stereolens.layout)."""
 
-from stereolens.layout import JobFolder, Layout
+from stereolens.layout import JobFolder, Layout, image_shard
 
 LAYOUT = Layout(
     "contextbias",
     {
         "prompts": "prompts.parquet",
-        "image_shard": "images/{model}/{role}/{condition}/{shard}",
+        "image_shard": image_shard("role", "condition"),
         "extraction": "extractions/{extractor}/{model}/{role}/{condition}/{shard}.jsonl",
         "merged": "merged/{extractor}/{model}/{table}.parquet",
         "attributes_raw": "attributes_raw.parquet",

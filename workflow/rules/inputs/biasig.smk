@@ -3,6 +3,7 @@
 
 
 BG = config["biasig"]
+BG_OUT = layout("biasig")
 
 
 @per_job

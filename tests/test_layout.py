@@ -55,3 +55,28 @@ def test_parse_and_path():
         CB.path("image_shard", model="m", role="r", condition="CF")
     with pytest.raises(AttributeError, match="no path 'nothing'"):
         CB.nothing  # noqa: B018
+
+
+def test_job_logs_and_names():
+    """A model job's log and benchmark file sit at logs|benchmarks/<benchmark>/<stage>/ +
+    its template below the folder (what the rules name and the measured throughput reads)."""
+    from stereolens.layout import GENERATION, JobFolder, Layout
+
+    assert CB.log("extraction") == (
+        "logs/contextbias/extract/{extractor}/{model}/{role}/{condition}/{shard}.log"
+    )
+    assert LV.bench("responses") == (
+        "benchmarks/lvlm/respond/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.tsv"
+    )
+    assert GENERATION.log("image_shard") == (
+        "logs/{benchmark}/generate/{model}/{group}/{cell}/{shard}.log"
+    )
+    _, parsed = CB.job("results/contextbias/images/tiny-sd/nurse/CF/0")
+    assert CB.job_name(parsed) == "tiny-sd/nurse/CF/0"
+    assert CB("merged", table="images") == (
+        "results/contextbias/merged/{extractor}/{model}/images.parquet"
+    )
+    with pytest.raises(ValueError, match="are methods"):
+        Layout("x", {"path": "a.parquet"})
+    with pytest.raises(ValueError, match="not templates"):
+        Layout("x", {"a": "a.parquet"}, jobs={"b": JobFolder("vqa")})

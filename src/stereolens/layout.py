@@ -8,6 +8,7 @@ import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import PurePosixPath
 from types import MappingProxyType
 
 ROOT = "results"
@@ -53,6 +54,9 @@ class Layout:
     def __post_init__(self) -> None:
         object.__setattr__(self, "templates", MappingProxyType(dict(self.templates)))
         object.__setattr__(self, "jobs", MappingProxyType(dict(self.jobs)))
+        taken = set(self.templates) & set(dir(type(self)))
+        if taken:
+            raise ValueError(f"layout {self.benchmark}: template names {taken} are methods")
         unknown = set(self.jobs) - set(self.templates)
         if unknown:
             raise ValueError(f"layout {self.benchmark}: job templates {unknown} are not templates")
@@ -137,12 +141,36 @@ class Layout:
         """The model that ran the job whose output ``parsed`` is (its template's model key)."""
         return parsed.keys[self.jobs[parsed.name].model_key]
 
+    def _job_rest(self, name: str) -> str:
+        # the job template below its folder, without its file suffix
+        rest = self.templates[name].partition("/")[2]
+        return rest.removesuffix(PurePosixPath(rest).suffix)
+
+    def log(self, name: str) -> str:
+        """The log pattern of job template ``name``'s rule:
+        logs/<benchmark>/<stage>/<the template below its folder>.log."""
+        return f"logs/{self.benchmark}/{self.jobs[name].stage}/{self._job_rest(name)}.log"
+
+    def bench(self, name: str) -> str:
+        """The Snakemake benchmark-file pattern of job template ``name``'s rule:
+        benchmarks/<benchmark>/<stage>/<the template below its folder>.tsv."""
+        return f"benchmarks/{self.benchmark}/{self.jobs[name].stage}/{self._job_rest(name)}.tsv"
+
+    def job_name(self, parsed: Parsed) -> str:
+        """A job's name: its output's keys in its template below the folder (the path of its
+        log under logs/<benchmark>/<stage>/, without .log)."""
+        return self._job_rest(parsed.name).format(**parsed.keys)
+
     def job_base(self, name: str) -> str:
         """The folder of a job template's files (its fixed part: results/<benchmark>/<dir>)."""
         return self.pattern(name).split("{", 1)[0].rstrip("/")
 
 
-GENERATION = Layout("{benchmark}", {"image_shard": image_shard("group", "cell")})
+GENERATION = Layout(
+    "{benchmark}",
+    {"image_shard": image_shard("group", "cell")},
+    jobs={"image_shard": JobFolder("generate")},
+)
 """The shared rule generate_images's output, for every generating benchmark (whose own
 layout names the group and cell wildcards: :func:`image_shard`)."""
 

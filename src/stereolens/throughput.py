@@ -184,23 +184,23 @@ def _job_row(
     ):
         return None  # not a job output, or the work folder of an unfinished or replaced job
     stage, parsed = found
-    rel = output.relative_to(results_dir / Path(layout.job_base(parsed.name)).relative_to(ROOT))
-    rel = rel if stage == "generate" else rel.with_suffix("")
     bench = layout.benchmark
+    log = Path(layout.log(parsed.name).format(**parsed.keys)).relative_to("logs")
     try:
-        job = _job(output, stage, logs_dir / bench / stage / f"{rel}.log")
+        job = _job(output, stage, logs_dir / log)
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None  # a file being written or of an unknown layout: not a job
     if job is None:
         return None
-    wall, rss = _read_benchmark_tsv(benchmarks_dir / bench / stage / f"{rel}.tsv")
+    tsv = Path(layout.bench(parsed.name).format(**parsed.keys)).relative_to("benchmarks")
+    wall, rss = _read_benchmark_tsv(benchmarks_dir / tsv)
     return {
         "benchmark": bench,
         "stage": stage,
         # the model that ran (an LVLM story job's folder names the audited model, its
         # timing the assistant that read the stories)
         "model": job.pop("model", None) or layout.job_model(parsed),
-        "job": rel.as_posix(),
+        "job": layout.job_name(parsed),
         **job,
         "wall_seconds": wall,
         "max_rss_mb": rss,

@@ -28,9 +28,9 @@ rule answer_biasig_vqa:
     output:
         BG_OUT.vqa,
     log:
-        "logs/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.log",
+        BG_OUT.log("vqa"),
     benchmark:
-        "benchmarks/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.tsv"
+        BG_OUT.bench("vqa")
     group:
         get_vqa_group
     conda:

@@ -28,9 +28,9 @@ rule extract_contextbias_attributes:
     output:
         CB_OUT.extraction,
     log:
-        "logs/contextbias/extract/{extractor}/{model}/{role}/{condition}/{shard}.log",
+        CB_OUT.log("extraction"),
     benchmark:
-        "benchmarks/contextbias/extract/{extractor}/{model}/{role}/{condition}/{shard}.tsv"
+        CB_OUT.bench("extraction")
     group:
         get_extraction_group
     conda:

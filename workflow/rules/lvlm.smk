@@ -61,9 +61,9 @@ rule respond_lvlm:
     output:
         LV_OUT.responses,
     log:
-        "logs/lvlm/respond/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.log",
+        LV_OUT.log("responses"),
     benchmark:
-        "benchmarks/lvlm/respond/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.tsv"
+        LV_OUT.bench("responses")
     conda:
         get_model_env
     resources:
@@ -90,9 +90,9 @@ rule extract_lvlm_story_attributes:
     output:
         LV_OUT.story_attributes,
     log:
-        "logs/lvlm/story_attributes/{model}/{setting}/{axis}.log",
+        LV_OUT.log("story_attributes"),
     benchmark:
-        "benchmarks/lvlm/story_attributes/{model}/{setting}/{axis}.tsv"
+        LV_OUT.bench("story_attributes")
     conda:
         "../../envs/extract.yaml"
     resources:

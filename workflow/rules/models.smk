@@ -50,9 +50,9 @@ rule generate_images:
     output:
         directory(GENERATION.image_shard),
     log:
-        "logs/{benchmark}/generate/{model}/{group}/{cell}/{shard}.log",
+        GENERATION.log("image_shard"),
     benchmark:
-        "benchmarks/{benchmark}/generate/{model}/{group}/{cell}/{shard}.tsv"
+        GENERATION.bench("image_shard")
     conda:
         "../../envs/generate.yaml"
     resources:

@@ -8,7 +8,7 @@ import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 
 ROOT = "results"
@@ -106,6 +106,11 @@ class Layout:
         if missing:
             raise KeyError(f"layout {self.benchmark}.{name} needs {', '.join(missing)}")
         return self.pattern(name).format(**keys)
+
+    def at(self, results_dir: str | Path, name: str, **keys: object) -> Path:
+        """The path of template ``name`` under another run's results folder (a pilot run,
+        `stereolens report --results DIR`)."""
+        return Path(results_dir) / PurePosixPath(self.path(name, **keys)).relative_to(ROOT)
 
     @cached_property
     def _regexes(self) -> list[tuple[str, re.Pattern]]:

@@ -15,6 +15,7 @@ FLOORS = {
     # 0: shared, benchmark-free helpers
     "ids": 0,
     "paths": 0,
+    "layout": 0,
     "atomic": 0,
     "templating": 0,
     "validation": 0,

@@ -254,7 +254,13 @@ def test_timing_sidecar(tmp_path):
             {"model": "tiny-llm", "load_seconds": 1.0, "seconds": 2.0, "items": 4},
         ),
     ]:
-        out = res / folder / f"tiny-vlm/plain/story/gender/women/{shard}.jsonl"
+        # each at its template of the LVLM layout (stereolens.lvlm.layout)
+        rel = (
+            f"tiny-vlm/plain/story/gender/women/{shard}.jsonl"
+            if folder == "responses"
+            else "tiny-vlm/plain/gender.jsonl"
+        )
+        out = res / folder / rel
         _jsonl(out, [{"id": i} for i in range(timing["items"])])
         _write(out.with_name(out.name + ".timing.json"), json.dumps(timing))
     _bench(

@@ -13,7 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stereolens.layout import Layout
 
 ENTRY_POINT_GROUP = "stereolens.benchmarks"
 
@@ -131,10 +134,10 @@ class Benchmark:
     model_rules: tuple[str, ...] = ()
     """Its rules whose jobs ask a model (besides the shared generate_images): what
     `stereolens regenerate --model/--benchmark` forces."""
-    job_folders: dict[str, str] = field(default_factory=dict)
-    """Folder under results/<name>/ -> stage, of its model jobs' outputs in folders beyond
-    the shared ones (stereolens.throughput.JOB_FOLDERS: images, extractions, vqa): where the
-    measured throughput looks for its jobs."""
+    layout: Layout | None = None
+    """Its output paths (stereolens.layout): the jobs, targets and report paths are made
+    from it, and the measured throughput finds its model jobs through its job templates;
+    None: a benchmark with no model job of its own."""
     presets: str | None = None
     """A folder of named presets (``paper.yaml``, ``released.yaml``): each lists the keys of
     the config section it sets (stereolens.settings); None: none."""

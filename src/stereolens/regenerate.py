@@ -38,24 +38,35 @@ def select_outputs(
     rules: list[str] = (),
 ) -> list[str]:
     """The outputs to force: shards (exact paths, as Snakemake names them), model-job
-    outputs whose path has a component equal to a model's name (whatever role the model
-    had: generator, extractor, VQA or audited LVLM) and within the benchmarks when given,
-    model-job outputs of whole benchmarks, or every output of the rules. The model jobs
-    are those of the rules that ask a model (stereolens.benchmark.model_rules)."""
+    outputs one of whose keys (their benchmark's layout, stereolens.layout) is a model's
+    name (whatever role the model had: generator, extractor, VQA or audited LVLM) and
+    within the benchmarks when given, model-job outputs of whole benchmarks, or every
+    output of the rules. The model jobs are those of the rules that ask a model
+    (stereolens.benchmark.model_rules)."""
+    from stereolens.benchmark import benchmarks as registered
     from stereolens.benchmark import model_rules
 
     asks_model = model_rules()
+    layouts = [p.layout for p in registered() if p.layout is not None]
+
+    def owner(path: str) -> tuple[str | None, set[str]]:
+        """The benchmark whose layout the path is of, and the path's keys."""
+        for layout in layouts:
+            parsed = layout.parse(Path(path).as_posix())
+            if parsed is not None:
+                return layout.benchmark, set(parsed.keys.values())
+        return None, set()
+
     wanted = {str(Path(s)) for s in shards}
     out = []
     for path, rule in rows:
-        parts = Path(path).parts
-        in_results = len(parts) > 1 and parts[0] == "results"
-        bench_ok = not benchmarks or (in_results and parts[1] in benchmarks)
+        bench, keys = owner(path) if rule in asks_model else (None, set())
+        bench_ok = not benchmarks or bench in benchmarks
         if str(Path(path)) in wanted:
             out.append(path)
         elif rule in rules:
             out.append(path)
-        elif rule in asks_model and models and bench_ok and any(m in parts for m in models):
+        elif rule in asks_model and models and bench_ok and any(m in keys for m in models):
             out.append(path)
         elif rule in asks_model and benchmarks and not models and bench_ok:
             out.append(path)

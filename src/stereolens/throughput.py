@@ -12,31 +12,21 @@ from typing import Any
 
 import polars as pl
 
+from stereolens.layout import ROOT, Layout
 from stereolens.models.job import TIMING_FILE, read_job_timing
 
-# results/{benchmark}/<folder>/... -> stage (the folder name under benchmarks/ and logs/):
-# the shared folders; a benchmark adds its own (its plug-in's job_folders, job_folders())
-JOB_FOLDERS = {
-    "images": "generate",
-    "extractions": "extract",
-    "vqa": "vqa",
-}
 
-
-def job_folders() -> dict[str, str]:
-    """Folder under results/{benchmark}/ -> stage of every model job's output: the shared
-    JOB_FOLDERS, then each registered benchmark's own (stereolens.benchmark)."""
+def job_layouts() -> dict[str, Layout]:
+    """Benchmark name -> its layout (stereolens.layout), of every registered benchmark that
+    has one: its job templates say where its model jobs write and under which stage."""
     from stereolens.benchmark import benchmarks
 
-    out = dict(JOB_FOLDERS)
-    for plugin in benchmarks():
-        for folder, stage in plugin.job_folders.items():
-            if out.setdefault(folder, stage) != stage:
-                raise ValueError(
-                    f"job folder {folder!r} of benchmark {plugin.name!r} is stage {stage!r}, "
-                    f"but stage {out[folder]!r} elsewhere: name the folder after its stage"
-                )
-    return out
+    return {p.name: p.layout for p in benchmarks() if p.layout is not None}
+
+
+def job_stages() -> list[str]:
+    """Every model-job stage of the registered layouts, in their order (the summary's)."""
+    return list(dict.fromkeys(f.stage for lay in job_layouts().values() for f in lay.jobs.values()))
 
 
 _LOADED = re.compile(r"loaded in ([0-9]+(?:\.[0-9]+)?) s")
@@ -135,11 +125,6 @@ def _read_jsonl(path: Path) -> list[dict]:
     return records
 
 
-def _skip(path: Path, base: Path) -> bool:
-    """Work folders of unfinished or replaced jobs."""
-    return any(p.endswith((".partial", ".stale")) for p in path.relative_to(base).parts)
-
-
 def _answer_job(jsonl_path: Path, log_path: Path) -> dict[str, Any]:
     """The timing of an extraction or VQA job of an older stereolens, which wrote no timing
     record: the seconds its records carry, the load time from them or its log."""
@@ -187,34 +172,47 @@ def _job(output: Path, stage: str, log_path: Path) -> dict[str, Any] | None:
 
 
 def _job_row(
-    bench: str, folder: str, output: Path, base: Path, benchmarks_dir: Path, logs_dir: Path
+    layout: Layout, output: Path, results_dir: Path, benchmarks_dir: Path, logs_dir: Path
 ) -> dict[str, Any] | None:
     """The JOB_SCHEMA row of one job: ``output`` its shard folder (generation) or its .jsonl
-    output (extraction, VQA, LVLM) under ``base`` = results/{bench}/{folder}; None for a
-    work folder, a job without timing or a file of an unknown layout."""
-    stage = job_folders()[folder]
-    rel = output.relative_to(base)
-    rel = rel if stage == "generate" else rel.with_suffix("")
-    if _skip(output, base) or not rel.parts:
-        return None
+    output (extraction, VQA, LVLM) under ``results_dir``, a path of a job template of the
+    benchmark's ``layout``; None for another path, a work folder or a job without timing."""
+    rel_results = output.relative_to(results_dir).as_posix()
+    found = layout.job(f"{ROOT}/{rel_results}")
+    if found is None or any(
+        p.endswith((".partial", ".stale")) for p in output.relative_to(results_dir).parts
+    ):
+        return None  # not a job output, or the work folder of an unfinished or replaced job
+    stage, parsed = found
+    bench = layout.benchmark
+    log = Path(layout.log(parsed.name).format(**parsed.keys)).relative_to("logs")
     try:
-        job = _job(output, stage, logs_dir / bench / stage / f"{rel}.log")
+        job = _job(output, stage, logs_dir / log)
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None  # a file being written or of an unknown layout: not a job
     if job is None:
         return None
-    wall, rss = _read_benchmark_tsv(benchmarks_dir / bench / stage / f"{rel}.tsv")
+    tsv = Path(layout.bench(parsed.name).format(**parsed.keys)).relative_to("benchmarks")
+    wall, rss = _read_benchmark_tsv(benchmarks_dir / tsv)
     return {
         "benchmark": bench,
         "stage": stage,
         # the model that ran (an LVLM story job's folder names the audited model, its
         # timing the assistant that read the stories)
-        "model": job.pop("model", None) or rel.parts[0],
-        "job": rel.as_posix(),
+        "model": job.pop("model", None) or layout.job_model(parsed),
+        "job": layout.job_name(parsed),
         **job,
         "wall_seconds": wall,
         "max_rss_mb": rss,
     }
+
+
+def _dirs(results_dir, benchmarks_dir, logs_dir) -> tuple[Path, Path, Path]:
+    results_dir = Path(results_dir)
+    root = results_dir.parent
+    benchmarks_dir = Path(benchmarks_dir) if benchmarks_dir else root / "benchmarks"
+    logs_dir = Path(logs_dir) if logs_dir else root / "logs"
+    return results_dir, benchmarks_dir, logs_dir
 
 
 def collect_jobs(
@@ -222,24 +220,22 @@ def collect_jobs(
     benchmarks_dir: str | Path | None = None,
     logs_dir: str | Path | None = None,
 ) -> pl.DataFrame:
-    """One row per finished generation / extraction / VQA job found under ``results_dir``
-    (JOB_SCHEMA). ``benchmarks_dir`` and ``logs_dir`` default to the folders beside it."""
-    results_dir = Path(results_dir)
-    root = results_dir.parent
-    benchmarks_dir = Path(benchmarks_dir) if benchmarks_dir else root / "benchmarks"
-    logs_dir = Path(logs_dir) if logs_dir else root / "logs"
+    """One row per finished model job found under ``results_dir`` at a job template of a
+    registered benchmark's layout (JOB_SCHEMA). ``benchmarks_dir`` and ``logs_dir`` default
+    to the folders beside it."""
+    results_dir, benchmarks_dir, logs_dir = _dirs(results_dir, benchmarks_dir, logs_dir)
     rows = []
-    for bench_dir in sorted(p for p in results_dir.iterdir() if p.is_dir()):
-        for folder, stage in job_folders().items():
-            base = bench_dir / folder
+    for layout in job_layouts().values():
+        for name, folder in layout.jobs.items():
+            base = results_dir / Path(layout.job_base(name)).relative_to(ROOT)
             if not base.is_dir():
                 continue
-            if stage == "generate":  # a shard folder holds its timing record
+            if folder.stage == "generate":  # a shard folder holds its timing record
                 outputs = sorted(p.parent for p in base.rglob(TIMING_FILE))
             else:
                 outputs = sorted(base.rglob("*.jsonl"))
             for output in outputs:
-                row = _job_row(bench_dir.name, folder, output, base, benchmarks_dir, logs_dir)
+                row = _job_row(layout, output, results_dir, benchmarks_dir, logs_dir)
                 if row is not None:
                     rows.append(row)
     return pl.DataFrame(rows, schema=JOB_SCHEMA)
@@ -254,21 +250,19 @@ def collect_job_outputs(
     """The JOB_SCHEMA rows of the named job outputs only (generation shard folders and
     .jsonl outputs under ``results_dir``), without walking the results folder: the rule
     that gathers a run's timings declares these outputs as its inputs."""
-    results_dir = Path(results_dir)
-    root = results_dir.parent
-    benchmarks_dir = Path(benchmarks_dir) if benchmarks_dir else root / "benchmarks"
-    logs_dir = Path(logs_dir) if logs_dir else root / "logs"
+    results_dir, benchmarks_dir, logs_dir = _dirs(results_dir, benchmarks_dir, logs_dir)
+    layouts = job_layouts()
     rows = []
-    folders = job_folders()
     for out in outputs:
-        rel = Path(out).relative_to(results_dir)
-        if len(rel.parts) < 3 or rel.parts[1] not in folders:
+        rel = Path(out).relative_to(results_dir).as_posix()
+        layout = next(
+            (lay for lay in layouts.values() if lay.job(f"{ROOT}/{rel}") is not None), None
+        )
+        if layout is None:
             raise ValueError(f"{out} is not a job output under {results_dir}/<benchmark>/")
-        bench, folder = rel.parts[0], rel.parts[1]
         if not Path(out).exists():
             continue
-        base = results_dir / bench / folder
-        row = _job_row(bench, folder, Path(out), base, benchmarks_dir, logs_dir)
+        row = _job_row(layout, Path(out), results_dir, benchmarks_dir, logs_dir)
         if row is not None:
             rows.append(row)
     return pl.DataFrame(rows, schema=JOB_SCHEMA)
@@ -344,7 +338,7 @@ def summarise(jobs: pl.DataFrame, throughput_table: dict | None = None) -> pl.Da
     ).with_columns(
         (pl.col("s_per_item") / pl.col("planned_s_per_item")).alias("measured_vs_planned")
     )
-    order = {stage: i for i, stage in enumerate(job_folders().values())}
+    order = {stage: i for i, stage in enumerate(job_stages())}
     return (
         out.with_columns(pl.col("stage").replace_strict(order, default=9).alias("_order"))
         .sort("_order", "benchmark", "model")

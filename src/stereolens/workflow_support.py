@@ -16,14 +16,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stereolens.layout import REPORT as REPORT_LAYOUT
 from stereolens.models.registry import ModelSpec
 
 if TYPE_CHECKING:
     from stereolens.benchmark import Job
 
 
-REPORT = "results/report/index.html"
-JOB_TIMINGS = "results/report/job_timings.parquet"
+REPORT = REPORT_LAYOUT.index
+JOB_TIMINGS = REPORT_LAYOUT.job_timings
 THROUGHPUT_TABLE = "config/throughput.yaml"
 """The planner's throughput table of the workflow (stereolens.plan's default)."""
 
@@ -52,23 +53,21 @@ def job_timing_inputs(
     config: dict, jobs: Callable[[str], Sequence[Job]] | None = None
 ) -> dict[str, list[str]]:
     """The outputs of every model job of the run that the measured throughput reads, from
-    the plug-ins' job enumeration (the planner's): the generation shard folders
-    (``generation``) and the other job files under a folder of
-    stereolens.throughput.job_folders() (``answers``: extractions, VQA answers, LVLM
+    the plug-ins' job enumeration (the planner's): those at a job template of the
+    benchmark's layout (stereolens.layout), split into the generation shard folders
+    (``generation``) and the other job files (``answers``: extractions, VQA answers, LVLM
     responses and story attributes). ``jobs``: benchmark name -> its plug-in's jobs, where
     the caller has them already (the Snakefile's cached enumeration)."""
     from stereolens.benchmark import benchmarks
-    from stereolens.throughput import job_folders
-
-    folders = job_folders()
 
     out: dict[str, list[str]] = {"generation": [], "answers": []}
     for plugin in benchmarks(config):
+        if plugin.layout is None:
+            continue
         for job in jobs(plugin.name) if jobs else plugin.jobs(config):
-            parts = job.output.split("/")
-            stage = folders.get(parts[2]) if len(parts) > 3 else None
-            if stage is not None:
-                out["generation" if stage == "generate" else "answers"].append(job.output)
+            found = plugin.layout.job(job.output)
+            if found is not None:
+                out["generation" if found[0] == "generate" else "answers"].append(job.output)
     return out
 
 

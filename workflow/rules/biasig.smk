@@ -8,7 +8,7 @@
 rule write_biasig_prompts:
     """The configured subset of the 47,040-prompt table."""
     output:
-        "results/biasig/prompts.parquet",
+        BG_OUT.prompts,
     log:
         "logs/biasig/write_prompts.log",
     conda:
@@ -22,15 +22,15 @@ rule write_biasig_prompts:
 rule answer_biasig_vqa:
     """Sex, race and age of the most prominent (or left and right) person, with retries."""
     input:
-        images="results/biasig/images/{model}/{atype}/{visibility}/{shard}",
+        images=BG_OUT.image_shard,
         checkpoint=get_extractor_checkpoint,
         models_checked=get_extractor_check,
     output:
-        "results/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.jsonl",
+        BG_OUT.vqa,
     log:
-        "logs/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.log",
+        BG_OUT.log("vqa"),
     benchmark:
-        "benchmarks/biasig/vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.tsv"
+        BG_OUT.bench("vqa")
     group:
         get_vqa_group
     conda:
@@ -42,7 +42,9 @@ rule answer_biasig_vqa:
     params:
         extractor_fingerprint=get_extractor_fingerprint,
         max_attempts=BG["max_attempts"],
-        cache_dir="results/cache/vlm" if config["contextbias"]["extraction"]["cache"] else None,
+        cache_dir=(
+            SHARED("cache", kind="vlm") if config["contextbias"]["extraction"]["cache"] else None
+        ),
         registry=config["registry"],
     script:
         "../scripts/answer_biasig_vqa.py"
@@ -54,7 +56,7 @@ rule merge_biasig_model_answers:
     input:
         get_biasig_vqa_outputs,
     output:
-        "results/biasig/merged/{model}/answers.parquet",
+        BG_OUT.merged,
     log:
         "logs/biasig/merge_answers/{model}.log",
     benchmark:
@@ -71,9 +73,9 @@ rule merge_biasig_answers:
     """results/biasig/answers.parquet: one row per image x position (the generators'
     parts, concatenated)."""
     input:
-        expand("results/biasig/merged/{model}/answers.parquet", model=BG["generators"]),
+        expand(BG_OUT.merged, model=BG["generators"]),
     output:
-        "results/biasig/answers.parquet",
+        BG_OUT.answers,
     log:
         "logs/biasig/merge_answers.log",
     benchmark:
@@ -88,14 +90,14 @@ rule compute_biasig_metrics:
     """S_imp, S_exp and eta with bootstrap CIs, and the model comparisons and ranks,
     through the CLI."""
     input:
-        answers="results/biasig/answers.parquet",
-        prompts="results/biasig/prompts.parquet",
+        answers=BG_OUT.answers,
+        prompts=BG_OUT.prompts,
     output:
-        implicit="results/biasig/metrics/implicit.parquet",
-        explicit="results/biasig/metrics/explicit.parquet",
-        eta="results/biasig/metrics/eta.parquet",
-        comparisons="results/biasig/metrics/comparisons.parquet",
-        ranks="results/biasig/metrics/ranks.parquet",
+        implicit=BG_OUT("metrics", table="implicit"),
+        explicit=BG_OUT("metrics", table="explicit"),
+        eta=BG_OUT("metrics", table="eta"),
+        comparisons=BG_OUT("metrics", table="comparisons"),
+        ranks=BG_OUT("metrics", table="ranks"),
     log:
         "logs/biasig/compute_metrics.log",
     benchmark:

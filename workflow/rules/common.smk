@@ -14,6 +14,7 @@ from stereolens.benchmark import benchmark as benchmark_plugin
 from stereolens.benchmark import benchmarks, generating, model_roles, rules_files
 from stereolens.benchmark import wildcard_patterns
 from stereolens.config import check_model_sources, check_models, validate_config
+from stereolens.layout import GENERATION, REPORT, SHARED
 from stereolens.models.registry import TINY_MEM_MB, load_registry
 from stereolens.plan import check_ceiling, default_throughput
 from stereolens.settings import settings_json
@@ -60,6 +61,13 @@ def preset_arg(section, keys):
     """The settings keys of a validated benchmark section as one shell-quoted JSON
     mapping, the --preset of the benchmark's metrics CLI (a change reruns the rule)."""
     return shlex.quote(settings_json(section, keys))
+
+
+def layout(name):
+    """The output paths of benchmark ``name`` (its plug-in's layout, stereolens.layout):
+    ``layout(name).<template>`` is a pattern for a rule's output, and
+    ``layout(name)("<template>", key=value)`` that pattern with those wildcards filled."""
+    return benchmark_plugin(name).layout
 
 
 def model_spec(name):
@@ -139,7 +147,7 @@ CHECK = config["check_models"]
 
 
 def check_table(name):
-    return f"results/checks/{name}.tsv"
+    return SHARED("check", model=name)
 
 
 def get_model_check(name):

@@ -3,7 +3,7 @@ rule write_contextbias_prompts:
     input:
         bank=get_prompt_bank(),
     output:
-        "results/contextbias/prompts.parquet",
+        CB_OUT.prompts,
     log:
         "logs/contextbias/write_prompts.log",
     conda:
@@ -20,17 +20,17 @@ rule write_contextbias_prompts:
 rule extract_contextbias_attributes:
     """Schema-constrained attribute extraction, one JSON line per image."""
     input:
-        images="results/contextbias/images/{model}/{role}/{condition}/{shard}",
+        images=CB_OUT.image_shard,
         checkpoint=get_extractor_checkpoint,
         models_checked=get_extractor_check,
         schema=get_extraction_files()["schema"],
         prompt=get_extraction_files()["prompt"],
     output:
-        "results/contextbias/extractions/{extractor}/{model}/{role}/{condition}/{shard}.jsonl",
+        CB_OUT.extraction,
     log:
-        "logs/contextbias/extract/{extractor}/{model}/{role}/{condition}/{shard}.log",
+        CB_OUT.log("extraction"),
     benchmark:
-        "benchmarks/contextbias/extract/{extractor}/{model}/{role}/{condition}/{shard}.tsv"
+        CB_OUT.bench("extraction")
     group:
         get_extraction_group
     conda:
@@ -42,7 +42,7 @@ rule extract_contextbias_attributes:
     params:
         extractor_fingerprint=get_extractor_fingerprint,
         max_attempts=CB["extraction"]["max_attempts"],
-        cache_dir="results/cache/vlm" if CB["extraction"]["cache"] else None,
+        cache_dir=SHARED("cache", kind="vlm") if CB["extraction"]["cache"] else None,
         registry=config["registry"],
     script:
         "../scripts/extract_contextbias_attributes.py"
@@ -55,8 +55,8 @@ rule merge_contextbias_model_attributes:
         extractions=get_contextbias_extractions,
         schema=get_extraction_files()["schema"],
     output:
-        attributes="results/contextbias/merged/{extractor}/{model}/attributes_raw.parquet",
-        images="results/contextbias/merged/{extractor}/{model}/images.parquet",
+        attributes=CB_OUT("merged", table="attributes_raw"),
+        images=CB_OUT("merged", table="images"),
     log:
         "logs/contextbias/merge_attributes/{extractor}/{model}.log",
     benchmark:
@@ -73,8 +73,8 @@ rule merge_contextbias_attributes:
     input:
         unpack(get_contextbias_merge_parts),
     output:
-        attributes="results/contextbias/attributes_raw.parquet",
-        images="results/contextbias/images.parquet",
+        attributes=CB_OUT.attributes_raw,
+        images=CB_OUT.images,
     log:
         "logs/contextbias/merge_attributes.log",
     benchmark:
@@ -89,14 +89,14 @@ rule canonicalise_contextbias_labels:
     """Open-vocabulary labels -> canonical labels (embedding clusters, optional LLM step,
     reviewed overrides); the attributes table gains canonical_label."""
     input:
-        attributes="results/contextbias/attributes_raw.parquet",
+        attributes=CB_OUT.attributes_raw,
         checkpoint=get_canonical_llm_checkpoint,
         models_checked=get_model_check(CB["canonicalisation"]["llm"]),
         overrides=get_canonical_overrides,
     output:
-        attributes="results/contextbias/attributes.parquet",
-        mapping="results/contextbias/canonical_mapping.parquet",
-        review="results/contextbias/canonical_mapping.csv",
+        attributes=CB_OUT.attributes,
+        mapping=CB_OUT.mapping,
+        review=CB_OUT.mapping_review,
     log:
         "logs/contextbias/canonicalise_labels.log",
     benchmark:
@@ -107,7 +107,7 @@ rule canonicalise_contextbias_labels:
         settings=CB["canonicalisation"],
         llm_fingerprint=get_canonical_llm_fingerprint,
         registry=config["registry"],
-        cache_dir="results/cache/llm" if CB["extraction"]["cache"] else None,
+        cache_dir=SHARED("cache", kind="llm") if CB["extraction"]["cache"] else None,
     script:
         "../scripts/canonicalise_contextbias_labels.py"
 
@@ -115,17 +115,17 @@ rule canonicalise_contextbias_labels:
 rule compute_contextbias_metrics:
     """Bias Intensity, CCS, prompt robustness and the role bootstrap via the CLI."""
     input:
-        attributes="results/contextbias/attributes.parquet",
-        images="results/contextbias/images.parquet",
+        attributes=CB_OUT.attributes,
+        images=CB_OUT.images,
         schema=get_extraction_files()["schema"],
     output:
-        bi="results/contextbias/metrics/bi.parquet",
-        ccs="results/contextbias/metrics/ccs.parquet",
-        ccs_mean="results/contextbias/metrics/ccs_mean.parquet",
-        robustness="results/contextbias/metrics/robustness.parquet",
-        bootstrap="results/contextbias/metrics/bootstrap.parquet",
-        comparisons="results/contextbias/metrics/comparisons.parquet",
-        ranks="results/contextbias/metrics/ranks.parquet",
+        bi=CB_OUT("metrics", table="bi"),
+        ccs=CB_OUT("metrics", table="ccs"),
+        ccs_mean=CB_OUT("metrics", table="ccs_mean"),
+        robustness=CB_OUT("metrics", table="robustness"),
+        bootstrap=CB_OUT("metrics", table="bootstrap"),
+        comparisons=CB_OUT("metrics", table="comparisons"),
+        ranks=CB_OUT("metrics", table="ranks"),
     log:
         "logs/contextbias/compute_metrics.log",
     benchmark:

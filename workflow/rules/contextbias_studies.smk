@@ -9,8 +9,8 @@ rule merge_contextbias_validation:
         extractions=get_validation_extractions(),
         schema=get_extraction_files()["schema"],
     output:
-        attributes="results/contextbias/validation/attributes.parquet",
-        images="results/contextbias/validation/images.parquet",
+        attributes=CB_OUT("validation", table="attributes"),
+        images=CB_OUT("validation", table="images"),
     log:
         "logs/contextbias/merge_validation.log",
     conda:
@@ -22,12 +22,12 @@ rule merge_contextbias_validation:
 rule score_contextbias_validation:
     """Accuracy, recall, precision and F1 per model and dimension against the truth file."""
     input:
-        attributes="results/contextbias/validation/attributes.parquet",
-        images="results/contextbias/validation/images.parquet",
+        attributes=CB_OUT("validation", table="attributes"),
+        images=CB_OUT("validation", table="images"),
         truth=get_validation_truth(),
     output:
-        scores="results/contextbias/validation/scores.parquet",
-        details="results/contextbias/validation/details.parquet",
+        scores=CB_OUT("validation", table="scores"),
+        details=CB_OUT("validation", table="details"),
     log:
         "logs/contextbias/score_validation.log",
     conda:
@@ -39,11 +39,11 @@ rule score_contextbias_validation:
 rule export_contextbias_annotation:
     """Blinded annotation form (self-contained HTML; answers save to CSV) and its key."""
     input:
-        images="results/contextbias/images.parquet",
-        attributes="results/contextbias/attributes.parquet",
+        images=CB_OUT.images,
+        attributes=CB_OUT.attributes,
     output:
-        form="results/contextbias/annotation/form.html",
-        key="results/contextbias/annotation/key.parquet",
+        form=CB_OUT.annotation_form,
+        key=CB_OUT("annotation", table="key"),
     log:
         "logs/contextbias/export_annotation.log",
     conda:
@@ -61,10 +61,10 @@ rule compute_contextbias_agreement:
     """Raw agreement, Cohen's and Fleiss' kappa, and human consensus vs pipeline."""
     input:
         answers=CB["annotation"]["answers"],
-        key="results/contextbias/annotation/key.parquet",
-        attributes="results/contextbias/attributes.parquet",
+        key=CB_OUT("annotation", table="key"),
+        attributes=CB_OUT.attributes,
     output:
-        summary="results/contextbias/annotation/agreement_summary.parquet",
+        summary=CB_OUT("annotation", table="agreement_summary"),
     log:
         "logs/contextbias/compute_agreement.log",
     conda:
@@ -85,12 +85,12 @@ rule audit_contextbias_extraction_by_group:
     (accuracy, precision, F1 with intervals; the largest error gap and a test; the flag
     against the CA-U - CF shift)."""
     input:
-        details="results/contextbias/validation/details.parquet",
-        attributes="results/contextbias/validation/attributes.parquet",
-        bootstrap="results/contextbias/metrics/bootstrap.parquet",
+        details=CB_OUT("validation", table="details"),
+        attributes=CB_OUT("validation", table="attributes"),
+        bootstrap=CB_OUT("metrics", table="bootstrap"),
     output:
-        by_group="results/contextbias/validation/by_group.parquet",
-        gaps="results/contextbias/validation/group_gaps.parquet",
+        by_group=CB_OUT("validation", table="by_group"),
+        gaps=CB_OUT("validation", table="group_gaps"),
     log:
         "logs/contextbias/audit_extraction_by_group.log",
     conda:

@@ -7,7 +7,7 @@
 rule build_lvlm_synthetic_faces:
     """Embedded default: small drawn faces with arbitrary labels (pipeline tests only)."""
     output:
-        directory("results/lvlm/user_images/synthetic"),
+        directory(LV_OUT.synthetic_faces),
     log:
         "logs/lvlm/build_synthetic_faces.log",
     conda:
@@ -38,8 +38,8 @@ rule draw_lvlm_sets:
     input:
         folder=get_lvlm_image_folder(),
     output:
-        images="results/lvlm/user_images.parquet",
-        sets="results/lvlm/sets.parquet",
+        images=LV_OUT.user_images,
+        sets=LV_OUT.sets,
     log:
         "logs/lvlm/draw_sets.log",
     conda:
@@ -54,16 +54,16 @@ rule draw_lvlm_sets:
 rule respond_lvlm:
     """The audited model answers one task for one shard of one group's user images."""
     input:
-        sets="results/lvlm/sets.parquet",
+        sets=LV_OUT.sets,
         prompts=get_lvlm_prompt_file(),
         checkpoint=get_model_checkpoint,
         models_checked=get_models_checked,
     output:
-        "results/lvlm/responses/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.jsonl",
+        LV_OUT.responses,
     log:
-        "logs/lvlm/respond/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.log",
+        LV_OUT.log("responses"),
     benchmark:
-        "benchmarks/lvlm/respond/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.tsv"
+        LV_OUT.bench("responses")
     conda:
         get_model_env
     resources:
@@ -88,11 +88,11 @@ rule extract_lvlm_story_attributes:
         checkpoint=get_lvlm_assistant_checkpoint,
         models_checked=get_model_check(LV["assistant"]),
     output:
-        "results/lvlm/story_attributes/{model}/{setting}/{axis}.jsonl",
+        LV_OUT.story_attributes,
     log:
-        "logs/lvlm/story_attributes/{model}/{setting}/{axis}.log",
+        LV_OUT.log("story_attributes"),
     benchmark:
-        "benchmarks/lvlm/story_attributes/{model}/{setting}/{axis}.tsv"
+        LV_OUT.bench("story_attributes")
     conda:
         "../../envs/extract.yaml"
     resources:
@@ -117,7 +117,7 @@ rule judge_lvlm_terms:
         checkpoint=get_lvlm_assistant_checkpoint,
         models_checked=get_model_check(LV["assistant"]),
     output:
-        "results/lvlm/term_judgements/{model}/{setting}/{axis}.parquet",
+        LV_OUT.term_judgements,
     log:
         "logs/lvlm/term_judgements/{model}/{setting}/{axis}.log",
     benchmark:
@@ -145,7 +145,7 @@ rule label_lvlm_refusals:
         checkpoint=get_lvlm_judge_checkpoint,
         models_checked=get_model_check(LV["refusal_judge"]),
     output:
-        "results/lvlm/refusals/{model}/{setting}.parquet",
+        LV_OUT.refusals,
     log:
         "logs/lvlm/refusals/{model}/{setting}.log",
     conda:
@@ -170,10 +170,10 @@ rule merge_lvlm_model_responses:
     input:
         unpack(get_lvlm_model_merge_inputs),
     output:
-        responses="results/lvlm/merged/{model}/responses.parquet",
-        story_attributes="results/lvlm/merged/{model}/story_attributes.parquet",
-        stories="results/lvlm/merged/{model}/stories.parquet",
-        term_judgements="results/lvlm/merged/{model}/term_judgements.parquet",
+        responses=LV_OUT("merged", table="responses"),
+        story_attributes=LV_OUT("merged", table="story_attributes"),
+        stories=LV_OUT("merged", table="stories"),
+        term_judgements=LV_OUT("merged", table="term_judgements"),
     log:
         "logs/lvlm/merge_responses/{model}.log",
     benchmark:
@@ -190,10 +190,10 @@ rule merge_lvlm_responses:
     input:
         unpack(get_lvlm_merge_parts),
     output:
-        responses="results/lvlm/responses.parquet",
-        story_attributes="results/lvlm/story_attributes.parquet",
-        stories="results/lvlm/stories.parquet",
-        term_judgements="results/lvlm/term_judgements.parquet",
+        responses=LV_OUT("table", table="responses"),
+        story_attributes=LV_OUT("table", table="story_attributes"),
+        stories=LV_OUT("table", table="stories"),
+        term_judgements=LV_OUT("table", table="term_judgements"),
     log:
         "logs/lvlm/merge_responses.log",
     benchmark:
@@ -208,17 +208,17 @@ rule compute_lvlm_metrics:
     """TVD scores with bootstrap CIs and permutation noise floors, refusal rates, skewed
     story attributes (the CLI)."""
     input:
-        responses="results/lvlm/responses.parquet",
-        story_attributes="results/lvlm/story_attributes.parquet",
-        term_judgements="results/lvlm/term_judgements.parquet",
+        responses=LV_OUT("table", table="responses"),
+        story_attributes=LV_OUT("table", table="story_attributes"),
+        term_judgements=LV_OUT("table", table="term_judgements"),
     output:
-        scores="results/lvlm/metrics/scores.parquet",
-        prompt_scores="results/lvlm/metrics/prompt_scores.parquet",
-        refusals="results/lvlm/metrics/refusals.parquet",
-        story_skew="results/lvlm/metrics/story_skew.parquet",
-        exam_accuracy="results/lvlm/metrics/exam_accuracy.parquet",
-        comparisons="results/lvlm/metrics/comparisons.parquet",
-        ranks="results/lvlm/metrics/ranks.parquet",
+        scores=LV_OUT("metrics", table="scores"),
+        prompt_scores=LV_OUT("metrics", table="prompt_scores"),
+        refusals=LV_OUT("metrics", table="refusals"),
+        story_skew=LV_OUT("metrics", table="story_skew"),
+        exam_accuracy=LV_OUT("metrics", table="exam_accuracy"),
+        comparisons=LV_OUT("metrics", table="comparisons"),
+        ranks=LV_OUT("metrics", table="ranks"),
     log:
         "logs/lvlm/compute_metrics.log",
     benchmark:

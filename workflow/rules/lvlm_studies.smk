@@ -9,7 +9,7 @@ rule read_lvlm_story_sample:
         sample=get_story_reading_sample(),
         checkpoint=get_lvlm_assistant_checkpoint,
     output:
-        "results/lvlm/story_reading/readings.jsonl",
+        LV_OUT.story_readings,
     log:
         "logs/lvlm/read_story_sample.log",
     benchmark:
@@ -33,12 +33,12 @@ rule read_lvlm_story_sample:
 rule audit_lvlm_story_reading:
     """The assistant's reading accuracy per group, with the flag against the story TVD."""
     input:
-        readings="results/lvlm/story_reading/readings.jsonl",
+        readings=LV_OUT.story_readings,
         sample=get_story_reading_sample(),
-        scores="results/lvlm/metrics/scores.parquet",
+        scores=LV_OUT("metrics", table="scores"),
     output:
-        rates="results/lvlm/metrics/story_reading.parquet",
-        gaps="results/lvlm/metrics/story_reading_gaps.parquet",
+        rates=LV_OUT("metrics", table="story_reading"),
+        gaps=LV_OUT("metrics", table="story_reading_gaps"),
     log:
         "logs/lvlm/audit_story_reading.log",
     conda:

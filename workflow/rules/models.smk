@@ -6,7 +6,7 @@ rule check_models:
     input:
         checkpoint=get_model_checkpoint,
     output:
-        "results/checks/{model}.tsv",
+        SHARED.check,
     log:
         "logs/checks/{model}.log",
     conda:
@@ -48,11 +48,11 @@ rule generate_images:
     input:
         unpack(get_generation_input),
     output:
-        directory("results/{benchmark}/images/{model}/{group}/{cell}/{shard}"),
+        directory(GENERATION.image_shard),
     log:
-        "logs/{benchmark}/generate/{model}/{group}/{cell}/{shard}.log",
+        GENERATION.log("image_shard"),
     benchmark:
-        "benchmarks/{benchmark}/generate/{model}/{group}/{cell}/{shard}.tsv"
+        GENERATION.bench("image_shard")
     conda:
         "../../envs/generate.yaml"
     resources:

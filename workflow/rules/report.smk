@@ -9,7 +9,7 @@ rule collect_job_timings:
     input:
         unpack(get_job_timing_inputs),
     output:
-        "results/report/job_timings.parquet",
+        REPORT.job_timings,
     log:
         "logs/report/collect_job_timings.log",
     conda:
@@ -25,26 +25,26 @@ rule render_report:
         unpack(get_report_inputs),
     output:
         index=report(
-            "results/report/index.html",
+            REPORT.index,
             caption="../report/caption.rst",
             category="Report",
             labels={"file": "index.html"},
         ),
         figures=report(
-            directory("results/report/figures"),
+            directory(REPORT.figures),
             patterns=["{name}.png"],
             caption="../report/figure.rst",
             category="Figures",
             labels={"figure": "{name}"},
         ),
         tables=report(
-            directory("results/report/tables"),
+            directory(REPORT.tables),
             patterns=["{name}.csv"],
             caption="../report/table.rst",
             category="Tables",
             labels={"table": "{name}"},
         ),
-        galleries=directory("results/report/galleries"),
+        galleries=directory(REPORT.galleries),
     log:
         "logs/report/render_report.log",
     benchmark:
@@ -55,6 +55,6 @@ rule render_report:
         config=get_report_config(),
         models=get_report_models(),
         # thumbnails kept between runs, keyed by image hash: a rebuild encodes new ones only
-        thumbnail_cache="results/cache/thumbnails",
+        thumbnail_cache=SHARED("cache", kind="thumbnails"),
     script:
         "../scripts/render_report.py"

@@ -2,6 +2,7 @@
 labels, story readings and judgements -> its part of each table) and merge_lvlm_responses
 (the models' parts -> the merged tables)."""
 
+from stereolens.lvlm.layout import LAYOUT
 from stereolens.lvlm.merge import TABLES, merge_model_parts, merge_model_tables
 from stereolens.workflow_support import run_logged
 
@@ -21,7 +22,8 @@ def main(log):
         parts = {}
         for name in TABLES:
             for path in smk.input[name]:
-                parts.setdefault(path.split("/")[3], {})[name] = path
+                model = LAYOUT.parse(path).keys["model"]  # merged/{model}/{table}.parquet
+                parts.setdefault(model, {})[name] = path
         counts = merge_model_parts(parts, out)
     for name, rows in counts.items():
         log.info("%s: %d row(s) -> %s", name, rows, out[name])

@@ -107,4 +107,6 @@ def merge_answer_parts(parts: Sequence[str | os.PathLike], out_path: str | os.Pa
 
 def part_path(model: str) -> str:
     """Where the workflow writes a generator's answers part."""
-    return f"results/biasig/merged/{model}/answers.parquet"
+    from stereolens.biasig.layout import LAYOUT
+
+    return LAYOUT.path("merged", model=model)

@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from stereolens.benchmark import Benchmark, Job, Size
+from stereolens.biasig.layout import LAYOUT
 from stereolens.paths import resource
 from stereolens.validation import ConfigError
-
-RESULTS = "results/biasig"
 
 
 def _enabled(config: dict[str, Any]) -> bool:
@@ -72,7 +71,7 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
                     "generate_images",
                     "generate",
                     model,
-                    f"{RESULTS}/images/{model}/{atype}/{cond}/{shard}",
+                    LAYOUT.path("image_shard", **w),
                     items,
                     "images",
                     w,
@@ -85,8 +84,7 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
                 "answer_biasig_vqa",
                 "vqa",
                 bg["vqa"],
-                f"{RESULTS}/vqa/{bg['vqa']}/{w['model']}/{w['atype']}/{w['visibility']}/"
-                f"{w['shard']}.jsonl",
+                LAYOUT.path("vqa", **w, extractor=bg["vqa"]),
                 g.items,
                 "images",
                 {**w, "extractor": bg["vqa"]},
@@ -112,7 +110,7 @@ METRICS = ("implicit", "explicit", "eta", "comparisons", "ranks")
 
 
 def _targets(config: dict) -> list[str]:
-    return [f"{RESULTS}/answers.parquet", f"{RESULTS}/metrics/eta.parquet"]
+    return [LAYOUT.answers, LAYOUT.path("metrics", table="eta")]
 
 
 def _models(config: dict) -> dict[str, list[str]]:
@@ -123,13 +121,13 @@ def _models(config: dict) -> dict[str, list[str]]:
     }
 
 
-REPORT_PATHS = {f"biasig_{n}": f"{RESULTS}/metrics/{n}.parquet" for n in METRICS} | {
-    "biasig_prompts": f"{RESULTS}/prompts.parquet",
-    "biasig_answers": f"{RESULTS}/answers.parquet",
+REPORT_PATHS = {f"biasig_{n}": LAYOUT.path("metrics", table=n) for n in METRICS} | {
+    "biasig_prompts": LAYOUT.prompts,
+    "biasig_answers": LAYOUT.answers,
 }
 """Every table the report reads of BiasIG (a run writes them all)."""
 
-PROMPTS = f"{RESULTS}/prompts.parquet"
+PROMPTS = LAYOUT.prompts
 """The configured prompt table (rule write_biasig_prompts): the generation jobs' input."""
 
 
@@ -187,4 +185,5 @@ BENCHMARK = Benchmark(
     cli="stereolens.biasig.cli",
     model_rules=("answer_biasig_vqa",),
     planner="stereolens.design.biasig_worlds:build",
+    layout=LAYOUT,
 )

@@ -159,5 +159,9 @@ def merge_extraction_parts(
 
 def part_paths(extractor: str, model: str) -> dict[str, str]:
     """Where the workflow writes an (extractor, generator) part of the merge."""
-    base = f"results/contextbias/merged/{extractor}/{model}"
-    return {"attributes": f"{base}/attributes_raw.parquet", "images": f"{base}/images.parquet"}
+    from stereolens.contextbias.layout import LAYOUT
+
+    return {
+        key: LAYOUT.path("merged", extractor=extractor, model=model, table=table)
+        for key, table in (("attributes", "attributes_raw"), ("images", "images"))
+    }

@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from stereolens.benchmark import Benchmark, Job, Size
+from stereolens.contextbias.layout import LAYOUT
 from stereolens.contextbias.prompts import CONDITIONS
 from stereolens.paths import resource
 from stereolens.validation import ConfigError
-
-RESULTS = "results/contextbias"
 
 
 def _check(config: dict, registry: dict) -> None:
@@ -122,7 +121,7 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
                     "generate_images",
                     "generate",
                     model,
-                    f"{RESULTS}/images/{model}/{role}/{cond}/{shard}",
+                    LAYOUT.path("image_shard", **wildcards),
                     items,
                     "images",
                     wildcards,
@@ -137,8 +136,7 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
                     "extract_contextbias_attributes",
                     "extract",
                     extractor,
-                    f"{RESULTS}/extractions/{extractor}/{w['model']}/{w['role']}/"
-                    f"{w['condition']}/{w['shard']}.jsonl",
+                    LAYOUT.path("extraction", **w, extractor=extractor),
                     g.items,
                     "images",
                     {**w, "extractor": extractor},
@@ -172,19 +170,15 @@ def _size(config: dict) -> list[Size]:
 
 def _targets(config: dict) -> list[str]:
     cb = config["contextbias"]
-    out = [
-        f"{RESULTS}/prompts.parquet",
-        f"{RESULTS}/attributes.parquet",
-        f"{RESULTS}/metrics/bi.parquet",
-    ]
+    out = [LAYOUT.prompts, LAYOUT.attributes, LAYOUT.path("metrics", table="bi")]
     if cb["validation"]["enabled"]:
-        out.append(f"{RESULTS}/validation/scores.parquet")
+        out.append(LAYOUT.path("validation", table="scores"))
         # the extractors audited per demographic group (docs/planner.md)
-        out.append(f"{RESULTS}/validation/group_gaps.parquet")
+        out.append(LAYOUT.path("validation", table="group_gaps"))
     if cb["annotation"]["enabled"]:
-        out.append(f"{RESULTS}/annotation/form.html")
+        out.append(LAYOUT.annotation_form)
     if cb["annotation"]["answers"]:
-        out.append(f"{RESULTS}/annotation/agreement_summary.parquet")
+        out.append(LAYOUT.path("annotation", table="agreement_summary"))
     return out
 
 
@@ -206,17 +200,17 @@ COMPARISON_TABLES = ("comparisons", "ranks")
 """Report keys contextbias_comparisons and contextbias_ranks (report.comparisons)."""
 
 REPORT_PATHS = {
-    "prompts": f"{RESULTS}/prompts.parquet",
-    "images": f"{RESULTS}/images.parquet",
-    "attributes": f"{RESULTS}/attributes.parquet",
-    "mapping": f"{RESULTS}/canonical_mapping.parquet",
-    **{n: f"{RESULTS}/metrics/{n}.parquet" for n in METRICS if n not in COMPARISON_TABLES},
-    **{f"contextbias_{n}": f"{RESULTS}/metrics/{n}.parquet" for n in COMPARISON_TABLES},
-    "validation": f"{RESULTS}/validation/scores.parquet",
-    "validation_by_group": f"{RESULTS}/validation/by_group.parquet",
-    "validation_group_gaps": f"{RESULTS}/validation/group_gaps.parquet",
-    "annotation_form": f"{RESULTS}/annotation/form.html",
-    "agreement": f"{RESULTS}/annotation/agreement_summary.parquet",
+    "prompts": LAYOUT.prompts,
+    "images": LAYOUT.images,
+    "attributes": LAYOUT.attributes,
+    "mapping": LAYOUT.mapping,
+    **{n: LAYOUT.path("metrics", table=n) for n in METRICS if n not in COMPARISON_TABLES},
+    **{f"contextbias_{n}": LAYOUT.path("metrics", table=n) for n in COMPARISON_TABLES},
+    "validation": LAYOUT.path("validation", table="scores"),
+    "validation_by_group": LAYOUT.path("validation", table="by_group"),
+    "validation_group_gaps": LAYOUT.path("validation", table="group_gaps"),
+    "annotation_form": LAYOUT.annotation_form,
+    "agreement": LAYOUT.path("annotation", table="agreement_summary"),
 }
 """Every table the report can read of ContextBias (the plug-in's report_paths)."""
 
@@ -295,4 +289,5 @@ BENCHMARK = Benchmark(
     cli="stereolens.contextbias.cli",
     model_rules=("extract_contextbias_attributes",),
     planner="stereolens.design.contextbias_worlds:build",
+    layout=LAYOUT,
 )

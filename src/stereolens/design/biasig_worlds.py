@@ -150,7 +150,9 @@ def pilot_world(
     implicit unit and person its pooled answers, per explicit unit its accuracy (both
     smoothed towards the model's own by one image), the share of images that count and the
     usable share per attribute."""
-    path = results / "biasig" / "answers.parquet"
+    from stereolens.biasig.layout import LAYOUT
+
+    path = LAYOUT.at(results, "answers")
     if not path.is_file():
         raise ConfigError(
             f"pilot: {path} is missing; --pilot takes the results folder of a finished run"
@@ -244,7 +246,9 @@ def asked_values(world: World) -> np.ndarray:
 def build(config: dict[str, Any], priors: dict[str, Any], pilot: Path | None, seed: int = 0):
     if not config["biasig"].get("enabled"):
         return None
-    if pilot is not None and (pilot / "biasig" / "answers.parquet").is_file():
+    from stereolens.biasig.layout import LAYOUT
+
+    if pilot is not None and LAYOUT.at(pilot, "answers").is_file():
         world, notes = pilot_world(config, priors, pilot)
         return BiasIGDesign(world, config, f"pilot {pilot}", notes)
     notes = []

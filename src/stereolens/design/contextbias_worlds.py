@@ -231,9 +231,9 @@ def pilot_world(
     pseudo-images; labels per image and the extraction success rate measured. Returns the
     world and notes (warnings about a small pilot)."""
     from stereolens.contextbias.cli import use_label_column
+    from stereolens.contextbias.layout import LAYOUT
 
-    base = results / "contextbias"
-    att_path, img_path = base / "attributes.parquet", base / "images.parquet"
+    att_path, img_path = LAYOUT.at(results, "attributes"), LAYOUT.at(results, "images")
     for p in (att_path, img_path):
         if not p.is_file():
             raise ConfigError(

@@ -14,6 +14,7 @@ import polars as pl
 
 from stereolens.design.power import EffectSpec, Simulation
 from stereolens.design.sampling import multinomial, thin_binary, thin_towards
+from stereolens.lvlm.layout import LAYOUT
 from stereolens.lvlm.scores import check_formulas, tvd_from_uniform
 from stereolens.lvlm.settings import LVLMSettings
 
@@ -376,8 +377,8 @@ def prior_exam(lv: dict[str, Any], priors: dict[str, Any], seed: int = 0):
 def pilot_story(results: Path) -> StoryWorld | None:
     from stereolens.lvlm.tasks import load_prompts
 
-    att_path = results / "lvlm" / "story_attributes.parquet"
-    st_path = results / "lvlm" / "stories.parquet"
+    att_path = LAYOUT.at(results, "table", table="story_attributes")
+    st_path = LAYOUT.at(results, "table", table="stories")
     if not att_path.is_file() or not st_path.is_file():
         return None
     att = pl.read_parquet(att_path)
@@ -417,7 +418,7 @@ def pilot_story(results: Path) -> StoryWorld | None:
 def pilot_exam(lv: dict[str, Any], results: Path, seed: int = 0):
     from stereolens.lvlm.tasks import COLLEGE_SUBJECTS
 
-    path = results / "lvlm" / "responses.parquet"
+    path = LAYOUT.at(results, "table", table="responses")
     if not path.is_file():
         return None
     r = pl.read_parquet(path)
@@ -442,7 +443,7 @@ def pilot_exam(lv: dict[str, Any], results: Path, seed: int = 0):
 
 
 def pilot_drop_rate(results: Path) -> float | None:
-    path = results / "lvlm" / "term_judgements.parquet"
+    path = LAYOUT.at(results, "table", table="term_judgements")
     if not path.is_file():
         return None
     t = pl.read_parquet(path)

@@ -178,4 +178,6 @@ def merge_model_parts(
 
 def part_paths(model: str) -> dict[str, str]:
     """Where the workflow writes a model's part of each merged table."""
-    return {name: f"results/lvlm/merged/{model}/{name}.parquet" for name in TABLES}
+    from stereolens.lvlm.layout import LAYOUT
+
+    return {name: LAYOUT.path("merged", model=model, table=name) for name in TABLES}

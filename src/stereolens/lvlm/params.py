@@ -11,7 +11,9 @@ def image_folder(lv: dict) -> str:
     """The folder of the user photos the sets are drawn from."""
     src = lv["user_images"]
     if src["source"] == "synthetic":
-        return "results/lvlm/user_images/synthetic"
+        from stereolens.lvlm.layout import LAYOUT
+
+        return LAYOUT.synthetic_faces
     if src["source"] == "huggingface":
         return "resources/lvlm/huggingface"
     return src["folder"]

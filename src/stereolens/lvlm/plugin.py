@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from stereolens.benchmark import Benchmark, Job, Size
+from stereolens.lvlm.layout import LAYOUT
 from stereolens.lvlm.names import groups
 from stereolens.paths import resource
 from stereolens.validation import ConfigError
-
-RESULTS = "results/lvlm"
 
 
 def _enabled(config: dict[str, Any]) -> bool:
@@ -94,28 +93,28 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
                         slug = group_slug(group)
                         for shard in range(n_shards(lv, task)):
                             images = min(per_shard, per_group - shard * per_shard)
+                            wildcards = {
+                                "model": model,
+                                "setting": setting,
+                                "task": task,
+                                "axis": axis,
+                                "usergroup": slug,
+                                "shard": shard,
+                            }
                             out.append(
                                 Job(
                                     "respond_lvlm",
                                     "respond",
                                     model,
-                                    f"{RESULTS}/responses/{model}/{setting}/{task}/{axis}/"
-                                    f"{slug}/{shard}.jsonl",
+                                    LAYOUT.path("responses", **wildcards),
                                     images * prompts[task] if counts else 0,
                                     "calls",
-                                    {
-                                        "model": model,
-                                        "setting": setting,
-                                        "task": task,
-                                        "axis": axis,
-                                        "usergroup": slug,
-                                        "shard": shard,
-                                    },
+                                    wildcards,
                                 )
                             )
-        for task, rule, suffix in (
-            ("story", "extract_lvlm_story_attributes", "story_attributes/{m}/{s}/{a}.jsonl"),
-            ("term", "judge_lvlm_terms", "term_judgements/{m}/{s}/{a}.parquet"),
+        for task, rule, template in (
+            ("story", "extract_lvlm_story_attributes", "story_attributes"),
+            ("term", "judge_lvlm_terms", "term_judgements"),
         ):
             if task not in lv["tasks"]:
                 continue
@@ -132,7 +131,7 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
                             rule,
                             "assistant",
                             lv["assistant"],
-                            f"{RESULTS}/" + suffix.format(m=model, s=setting, a=axis),
+                            LAYOUT.path(template, model=model, setting=setting, axis=axis),
                             calls if counts else 0,
                             "calls",
                             {"model": model, "setting": setting, "axis": axis},
@@ -144,7 +143,7 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
                     "label_lvlm_refusals",
                     "refusals",
                     lv["refusal_judge"] or "",
-                    f"{RESULTS}/refusals/{model}/{setting}.parquet",
+                    LAYOUT.path("refusals", model=model, setting=setting),
                     0,
                     "calls",
                     {"model": model, "setting": setting},
@@ -160,7 +159,7 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
                     "read_lvlm_story_sample",
                     "assistant",
                     lv["assistant"],
-                    f"{RESULTS}/story_reading/readings.jsonl",
+                    LAYOUT.story_readings,
                     readings if counts else 0,
                     "calls",
                     {},
@@ -234,9 +233,9 @@ def story_reading_enabled(lv: dict) -> bool:
 
 
 def _targets(config: dict) -> list[str]:
-    out = [f"{RESULTS}/metrics/scores.parquet"]
+    out = [LAYOUT.path("metrics", table="scores")]
     if story_reading_enabled(config["lvlm"]):
-        out.append(f"{RESULTS}/metrics/story_reading_gaps.parquet")
+        out.append(LAYOUT.path("metrics", table="story_reading_gaps"))
     return out
 
 
@@ -250,12 +249,12 @@ def _models(config: dict) -> dict[str, list[str]]:
     return out
 
 
-REPORT_PATHS = {f"lvlm_{n}": f"{RESULTS}/metrics/{n}.parquet" for n in METRICS} | {
-    "lvlm_sets": f"{RESULTS}/sets.parquet",
-    "lvlm_responses": f"{RESULTS}/responses.parquet",
-    "lvlm_story_attributes": f"{RESULTS}/story_attributes.parquet",
-    "story_reading": f"{RESULTS}/metrics/story_reading.parquet",
-    "story_reading_gaps": f"{RESULTS}/metrics/story_reading_gaps.parquet",
+REPORT_PATHS = {f"lvlm_{n}": LAYOUT.path("metrics", table=n) for n in METRICS} | {
+    "lvlm_sets": LAYOUT.sets,
+    "lvlm_responses": LAYOUT.path("table", table="responses"),
+    "lvlm_story_attributes": LAYOUT.path("table", table="story_attributes"),
+    "story_reading": LAYOUT.path("metrics", table="story_reading"),
+    "story_reading_gaps": LAYOUT.path("metrics", table="story_reading_gaps"),
 }
 """Every table the report can read of the LVLM audit (the plug-in's report_paths)."""
 
@@ -297,6 +296,6 @@ BENCHMARK = Benchmark(
         "judge_lvlm_terms",
         "label_lvlm_refusals",
     ),
-    job_folders={"responses": "respond", "story_attributes": "story_attributes"},
     planner="stereolens.design.lvlm:build",
+    layout=LAYOUT,
 )

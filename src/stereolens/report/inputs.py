@@ -9,8 +9,10 @@ from pathlib import Path
 
 import polars as pl
 
-RESULTS = "results/"
-"""The workflow's results folder, the prefix of every plug-in's report path."""
+from stereolens.layout import ROOT
+
+RESULTS = f"{ROOT}/"
+"""The workflow's results folder, the prefix of every layout's paths (stereolens.layout)."""
 
 
 def standard_paths() -> dict[str, str]:

@@ -5,6 +5,7 @@ from stereolens.biasig.settings import BiasIGSettings
 
 BG = config["biasig"]
 BIASIG_SETTINGS = BiasIGSettings.keys()
+BG_OUT = layout("biasig")
 
 
 @per_job

@@ -6,6 +6,7 @@ from stereolens.contextbias.plugin import prompt_bank as contextbias_prompt_bank
 from stereolens.contextbias.plugin import roles as contextbias_roles
 
 CB = config["contextbias"]
+CB_OUT = layout("contextbias")
 # roles present, every condition present, prompts non-empty, names that fit a folder:
 # refused here, at parse time, not in a job after the queue
 CB_ROLES = contextbias_roles(config)
@@ -66,7 +67,7 @@ def get_contextbias_merge_parts(wildcards=None):
     plug-in's extraction jobs, validation (VAL) aside, in its job order."""
     pairs = dict.fromkeys((e, g) for e, g, val in contextbias_extractions() if not val)
     return {
-        name: [f"results/contextbias/merged/{e}/{g}/{name}.parquet" for e, g in pairs]
+        name: [CB_OUT("merged", extractor=e, model=g, table=name) for e, g in pairs]
         for name in ("attributes_raw", "images")
     }
 

@@ -7,7 +7,8 @@
 from stereolens.lvlm import params as lvlm_params
 
 LV = config["lvlm"]
-LV_CACHE = "results/cache/lvlm" if LV["cache"] else None
+LV_OUT = layout("lvlm")
+LV_CACHE = SHARED("cache", kind="lvlm") if LV["cache"] else None
 
 
 def lvlm_outputs(rule, **selected):
@@ -120,7 +121,7 @@ LV_TABLES = ("responses", "story_attributes", "stories", "term_judgements")
 def get_lvlm_merge_parts(wildcards):
     """Every model's part of each merged LVLM table (models in sorted order)."""
     return {
-        name: [f"results/lvlm/merged/{m}/{name}.parquet" for m in sorted(LV["models"])]
+        name: [LV_OUT("merged", model=m, table=name) for m in sorted(LV["models"])]
         for name in LV_TABLES
     }
 

@@ -4,10 +4,15 @@ model), and one table of scores comes out."""
 from pathlib import Path
 
 from stereolens.benchmark import Benchmark, Job
+from stereolens.layout import JobFolder, Layout
 from stereolens.validation import ConfigError
 
 HERE = Path(__file__).parent
-RESULTS = "results/mybench"
+LAYOUT = Layout(
+    "mybench",  # every path under results/mybench/: one template per output
+    {"answers": "vqa/{model}/answers.jsonl", "metrics": "metrics/{table}.parquet"},
+    jobs={"answers": JobFolder("vqa")},  # model-job outputs: the measured throughput's
+)
 
 
 def _enabled(config):
@@ -27,9 +32,9 @@ def _jobs(config, counts=False):
     return [
         Job(
             "answer_mybench",  # the rule
-            "vqa",  # the stage: a row of the plan, the folder under results/mybench/
+            "vqa",  # the stage: a row of the plan
             model,
-            f"{RESULTS}/vqa/{model}/answers.jsonl",  # exactly the rule's output
+            LAYOUT.path("answers", model=model),  # exactly the rule's output
             mb["questions"] if counts else 0,  # requests it sends
             "calls",
             {"model": model},
@@ -39,14 +44,14 @@ def _jobs(config, counts=False):
 
 
 def _targets(config):
-    return [f"{RESULTS}/metrics/scores.parquet"]
+    return [LAYOUT.path("metrics", table="scores")]
 
 
 def _models(config):
     return {"mybench model": list(config.get("mybench", {}).get("models", []))}
 
 
-REPORT_PATHS = {"mybench_scores": f"{RESULTS}/metrics/scores.parquet"}
+REPORT_PATHS = {"mybench_scores": LAYOUT.path("metrics", table="scores")}
 """Every table the report can read of MyBench (`stereolens report --results` looks there)."""
 
 
@@ -69,4 +74,5 @@ BENCHMARK = Benchmark(
     config_schema=str(HERE / "config.schema.yaml"),  # its config section, merged in
     cli="mybench.cli",  # `stereolens mybench ...`
     model_rules=("answer_mybench",),  # what `stereolens regenerate --benchmark mybench` redoes
+    layout=LAYOUT,  # its output paths
 )

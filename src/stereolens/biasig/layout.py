@@ -1,0 +1,19 @@
+"""Where BiasIG writes: every path under results/biasig/ (stereolens.layout)."""
+
+from stereolens.layout import JobFolder, Layout, image_shard
+
+LAYOUT = Layout(
+    "biasig",
+    {
+        "prompts": "prompts.parquet",
+        "image_shard": image_shard("atype", "visibility"),
+        "vqa": "vqa/{extractor}/{model}/{atype}/{visibility}/{shard}.jsonl",
+        "merged": "merged/{model}/answers.parquet",
+        "answers": "answers.parquet",
+        "metrics": "metrics/{table}.parquet",
+    },
+    jobs={
+        "image_shard": JobFolder("generate"),
+        "vqa": JobFolder("vqa", model_key="extractor"),
+    },
+)

@@ -1,0 +1,25 @@
+"""Where the LVLM audit writes: every path under results/lvlm/ (stereolens.layout)."""
+
+from stereolens.layout import JobFolder, Layout
+
+LAYOUT = Layout(
+    "lvlm",
+    {
+        "synthetic_faces": "user_images/synthetic",
+        "user_images": "user_images.parquet",
+        "sets": "sets.parquet",
+        "responses": "responses/{model}/{setting}/{task}/{axis}/{usergroup}/{shard}.jsonl",
+        "story_attributes": "story_attributes/{model}/{setting}/{axis}.jsonl",
+        "term_judgements": "term_judgements/{model}/{setting}/{axis}.parquet",
+        "refusals": "refusals/{model}/{setting}.parquet",
+        "merged": "merged/{model}/{table}.parquet",
+        "table": "{table}.parquet",
+        "metrics": "metrics/{table}.parquet",
+        "story_readings": "story_reading/readings.jsonl",
+    },
+    jobs={
+        "responses": JobFolder("respond"),
+        # the folder names the audited model; the timing record, the assistant that read
+        "story_attributes": JobFolder("story_attributes"),
+    },
+)

@@ -133,8 +133,6 @@ def run(args: argparse.Namespace) -> int:
     cmd = [*base, *forced, *(["--dry-run"] if args.dry_run else []), *extra]
     shown = " ".join(shlex.quote(c) for c in cmd)
     print(shown if len(shown) < 2000 else shown[:2000] + " ...")
-    if args.print_only:
-        return 0
     return subprocess.run(cmd, check=False, env=env).returncode
 
 
@@ -178,7 +176,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rule", action="append", metavar="RULE", help="every job of a rule")
     p.add_argument("--all", action="store_true", help="everything (snakemake --forceall)")
     p.add_argument("--dry-run", "-n", action="store_true", help="show what would run")
-    p.add_argument("--print-only", action="store_true", help="print the command, run nothing")
     p.add_argument("--snakemake", default="snakemake", help=argparse.SUPPRESS)
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(func=run)

@@ -40,16 +40,9 @@ def _metrics(args: argparse.Namespace, section: dict):
     tables = compute_metrics(
         answers,
         prompts,
-        eta_variant=st.eta_variant,
-        replicates=st.replicates,
-        seed=st.seed,
-        ci=st.level,
-        count=st.count,
-        scoring_unit=st.scoring_unit,
-        ceiling_draws=st.ceiling_draws,
         threads=args.threads or available_cpus(),
         which=("implicit", "explicit", "eta", "replicates"),
-        interval_min_images_per_subject=st.interval_min_images_per_subject,
+        **st.metric_options(),
     )
     cmp, ranks = comparison_tables(tables, level=st.level)
     out = {name: tables[name] for name in ("implicit", "explicit", "eta")}
@@ -57,12 +50,10 @@ def _metrics(args: argparse.Namespace, section: dict):
 
 
 def _prompts(args: argparse.Namespace) -> int:
-    from stereolens.atomic import write_parquet
     from stereolens.biasig.prompts import load_prompts
+    from stereolens.tables import write_table
 
-    table = load_prompts(args.prompt_dir)
-    write_parquet(args.out, table)
-    print(f"wrote {args.out} ({table.height} prompts)")
+    write_table(args.out, load_prompts(args.prompt_dir))
     return 0
 
 

@@ -62,15 +62,7 @@ def _metrics(args: argparse.Namespace, section: dict):
     st = ContextBiasSettings.from_config(section)
     bi_opts = {"overall": st.overall, "single_label_bi": st.single_label_bi}
     bi = bi_table(attributes, images, schema, st)
-    ccs = ccs_table(
-        attributes,
-        images,
-        min_count=st.ccs_min_count,
-        alpha=st.alpha,
-        max_range_pp=st.max_range_pp,
-        consistency=st.consistency,
-        bh_family=st.bh_family,
-    )
+    ccs = ccs_table(attributes, images, **st.ccs_options())
     boot = level_replicates(
         attributes,
         replicates=st.replicates,

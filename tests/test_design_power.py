@@ -208,13 +208,31 @@ def test_required_size_is_monotone_and_hits_target():
 
 
 # ----------------------------------------------------------------------------- CLI
+DESIGN_KEYS = ("level", "target_power", "simulations", "seed", "priors")
+"""The config's design section: keywords of _args that go into the config, not the argv."""
+
+
 def _args(**kw):
+    import tempfile
+
+    import yaml
+
     from stereolens.plan import register
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
     register(sub)
-    argv = ["plan", "--configfile", kw.pop("configfile", "config/demo.yaml")]
+    configfile = kw.pop("configfile", "config/demo.yaml")
+    design = {k: kw.pop(k) for k in DESIGN_KEYS if k in kw}
+    sd = kw.pop("interaction_sd", None)
+    if design or sd is not None:
+        config = yaml.safe_load(Path(configfile).read_text())
+        config["design"] = design
+        if sd is not None:
+            config["biasig"]["interaction_sd"] = sd
+        configfile = Path(tempfile.mkdtemp()) / "config.yaml"
+        configfile.write_text(yaml.safe_dump(config))
+    argv = ["plan", "--configfile", str(configfile)]
     for k, v in kw.items():
         flag = "--" + k.replace("_", "-")
         if v is True:
@@ -261,16 +279,27 @@ def test_cli_json_and_pilot(capsys, tmp_path):
         ({"target_effect": ["nope=1"]}, "unknown effect 'nope'"),
         ({"target_effect": ["contextbias.bi_shift"]}, "write NAME=VALUE"),
         ({"target_effect": ["contextbias.bi_shift=-1"]}, "positive"),
-        ({"power": True, "level": 0.7}, "--level"),
-        ({"power": True, "simulations": 5}, "--simulations"),
+        ({"power": True, "level": 0.7}, "design.level"),
+        ({"power": True, "simulations": 5}, "design.simulations"),
         ({"pilot": Path("/nonexistent/results")}, "not a folder"),
-        ({"power": True, "interaction_sd": -0.1}, "--interaction-sd"),
+        ({"power": True, "interaction_sd": -0.1}, "biasig.interaction_sd"),
     ],
 )
 def test_cli_refusals(kw, message):
     args = _args(**kw)
     with pytest.raises(ValueError, match=message):
         args.func(args)
+
+
+def test_design_section_defaults_are_the_planners():
+    config, _ = load_config("config/demo.yaml")  # no design section: the schema's defaults
+    assert config["design"] == {
+        "level": P.DEFAULT_LEVEL,
+        "target_power": P.DEFAULT_POWER,
+        "simulations": P.DEFAULT_SIMULATIONS,
+        "seed": P.DEFAULT_SEED,
+        "priors": None,
+    }
 
 
 def test_priors_file_checked(tmp_path):

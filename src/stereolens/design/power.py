@@ -322,11 +322,11 @@ def mde_rows(
 
 def check_options(level: float, power: float, sims: int) -> None:
     if not 0.0 < level < 0.5:
-        raise ValueError(f"--level must lie between 0 and 0.5, got {level}")
+        raise ValueError(f"design.level must lie between 0 and 0.5, got {level}")
     if not 0.0 < power < 1.0:
-        raise ValueError(f"--power-target must lie between 0 and 1, got {power}")
+        raise ValueError(f"design.target_power must lie between 0 and 1, got {power}")
     if sims < 20:
-        raise ValueError(f"--simulations must be at least 20, got {sims}")
+        raise ValueError(f"design.simulations must be at least 20, got {sims}")
 
 
 def _stream(name: str) -> int:

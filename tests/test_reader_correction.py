@@ -108,6 +108,17 @@ def test_stratified_weighting_by_hand():
     out = rc.corrected_shares(reader, hum, lam="ppi")
     assert _by_label(out, "corrected")["w"] == pytest.approx(0.4)
     assert _by_label(out, "naive")["w"] == pytest.approx(0.5)
+    # its variance (off_simplex "raw": the interval unclipped): per stratum ppi_py's
+    # imputed + rectifier variances (ddof 0): a: (2/3 x 1/3) / 6 + 0.25 / 2 = 0.162037,
+    # b: (1/4 x 3/4) / 4 + 0.25 / 2 = 0.171875; sum W_h^2 se_h^2 = 0.36 x 0.162037
+    # + 0.16 x 0.171875 = 0.085833. With fixed strata: 0.4 + 1.959964 x sqrt(0.085833)
+    # = 0.974217. By default the stratum shares are random too: + sum W_h (theta_h -
+    # theta)^2 / N = (0.6 x (1/6 - 0.4)^2 + 0.4 x (0.75 - 0.4)^2) / 10 = 0.0081667;
+    # 0.4 + 1.959964 x sqrt(0.0940) = 1.000914.
+    raw = rc.corrected_shares(reader, hum, lam="ppi", off_simplex="raw")
+    fixed = rc.corrected_shares(reader, hum, lam="ppi", off_simplex="raw", fixed_strata=True)
+    assert _by_label(fixed, "ci_high")["w"] == pytest.approx(0.974217, abs=1e-6)
+    assert _by_label(raw, "ci_high")["w"] == pytest.approx(1.000914, abs=1e-6)
     # unequal selection probabilities inside b: i8 drawn with 0.5, i9 with 0.25 -> weights
     # 2 and 4: rectifier_w = (2 x 1 + 4 x 0) / 6 = 1/3, share_w = 1/4 + 1/3 = 7/12;
     # combined 0.1 + 0.4 x 7/12 = 1/3.

@@ -263,27 +263,37 @@ def apply_off_simplex(shares: np.ndarray, rule: str, single_label: bool) -> np.n
 
 
 def cell_shares(
-    cell: Cell, lam: str = "tuned", off_simplex: str = "clip", ci: float = 0.95
+    cell: Cell,
+    lam: str = "tuned",
+    off_simplex: str = "clip",
+    ci: float = 0.95,
+    fixed_strata: bool = False,
 ) -> dict[str, np.ndarray]:
     """Corrected label shares of one cell: per stratum ppi_py's PPI estimate of each label's
     share (mean of the reader's labels over the stratum's N_h items + the inverse-probability
     weighted mean of human - reader over its labelled items, the latter times lam) and its CLT
-    interval, combined with weights N_h / N (variance sum W_h^2 se_h^2). Keys: naive,
+    interval, combined with weights W_h = N_h / N (variance sum W_h^2 se_h^2, plus, unless
+    ``fixed_strata``, the variance of the W_h themselves, sum W_h (theta_h - theta)^2 / N: the
+    items are a sample of what the generator makes, so the stratum sizes are random, e.g.
+    strata by the reader's label; ``fixed_strata`` where the design fixes N_h). Keys: naive,
     corrected_raw, corrected (after ``off_simplex``), off_simplex, ci_low, ci_high (length K)
     and lam (per stratum)."""
     _check_options(lam, off_simplex)
     z = float(stats.norm.ppf(0.5 + ci / 2.0))
     k = len(cell.labels)
-    est, var, lams = np.zeros(k), np.zeros(k), []
+    est, var, lams, parts = np.zeros(k), np.zeros(k), [], []
     for weight, rows, lab in _strata(cell):
         y, yhat = cell.human[lab], cell.reader[cell.labelled[lab]]
         yhat_all, w = cell.reader[rows], cell.weight[lab]
         lam_h = tuned_lambda(y, yhat, yhat_all, w) if lam == "tuned" else 1.0
         point = ppi_mean_pointestimate(y, yhat, yhat_all, lam=lam_h, w=w)
         lo, hi = ppi_mean_ci(y, yhat, yhat_all, alpha=1.0 - ci, lam=lam_h, w=w)
+        parts.append((weight, np.reshape(point, k)))
         est += weight * np.reshape(point, k)
         var += weight**2 * (np.reshape(np.asarray(hi) - np.asarray(lo), k) / (2.0 * z)) ** 2
         lams.append(lam_h)
+    if not fixed_strata:
+        var += sum(w * (p - est) ** 2 for w, p in parts) / cell.stratum.size
     se = np.sqrt(var)
     lo, hi = est - z * se, est + z * se
     if off_simplex == "clip":
@@ -306,12 +316,13 @@ def corrected_shares(
     lam: str = "tuned",
     off_simplex: str = "clip",
     ci: float = 0.95,
+    fixed_strata: bool = False,
 ) -> pl.DataFrame:
     """One row per (``keys``..., attribute, label): SHARE_COLUMNS (``lam`` the strata's lam
     weighted by N_h / N) for the reader and human-label tables (build_cells)."""
     rows = []
     for key, cell in build_cells(reader, human, keys).items():
-        res = cell_shares(cell, lam, off_simplex, ci)
+        res = cell_shares(cell, lam, off_simplex, ci, fixed_strata)
         weights = np.array([w for w, _, _ in _strata(cell)])
         for j, label in enumerate(cell.labels):
             rows.append(
@@ -334,20 +345,29 @@ def corrected_shares(
 
 
 def bootstrap_shares(
-    cell: Cell, replicates: int, rng: np.random.Generator, lam: str = "tuned"
+    cell: Cell,
+    replicates: int,
+    rng: np.random.Generator,
+    lam: str = "tuned",
+    fixed_strata: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(naive, corrected) share replicates (replicates, K): within each stratum the unlabelled
     and the labelled items are resampled independently with replacement (multinomial counts
-    over distinct reader rows and over labelled items), the strata's weights N_h / N held
-    fixed (a stratified design); lam is held at its point value per stratum (as ppi_py's
-    ppboot does), the estimator otherwise recomputed."""
+    over distinct reader rows and over labelled items); the strata's weights N_h / N drawn
+    from their multinomial (held fixed with ``fixed_strata``); lam is held at its point value
+    per stratum (as ppi_py's ppboot does), the estimator otherwise recomputed."""
     k = len(cell.labels)
     naive, corr = np.zeros((replicates, k)), np.zeros((replicates, k))
+    sizes = np.bincount(cell.stratum, minlength=len(cell.strata))
+    weights = np.broadcast_to(sizes / sizes.sum(), (replicates, sizes.size))
+    if not fixed_strata:
+        weights = rng.multinomial(sizes.sum(), sizes / sizes.sum(), size=replicates) / sizes.sum()
     labelled_rows = np.zeros(cell.stratum.size, dtype=bool)
     labelled_rows[cell.labelled] = True
-    for weight, rows, lab in _strata(cell):
+    for h, (_, rows, lab) in enumerate(_strata(cell)):
         y, yhat = cell.human[lab], cell.reader[cell.labelled[lab]]
         w = cell.weight[lab]
+        weight = weights[:, h, None]
         lam_h = tuned_lambda(y, yhat, cell.reader[rows], w) if lam == "tuned" else 1.0
         unl = cell.reader[rows[~labelled_rows[rows]]]
         total = np.zeros((replicates, k))
@@ -411,6 +431,7 @@ def corrected_metric(
     ci: float = 0.95,
     interval: str = "bc_normal",
     bounds: tuple[float, float] | None = (0.0, 1.0),
+    fixed_strata: bool = False,
 ) -> dict[str, float | int | str]:
     """A metric of the label shares of ``cells`` (``functional``), naive (the reader's shares)
     and corrected (cell_shares), each with a bootstrap interval (bootstrap_shares, cells
@@ -418,8 +439,8 @@ def corrected_metric(
     naive_low, naive_high, corrected, estimate_bc, ci_low, ci_high, interval, n_human, n_items."""
     _check_options(lam, off_simplex, interval)
     rng = np.random.default_rng(seed)
-    points = [cell_shares(c, lam, off_simplex, ci) for c in cells]
-    boots = [bootstrap_shares(c, replicates, rng, lam) for c in cells]
+    points = [cell_shares(c, lam, off_simplex, ci, fixed_strata) for c in cells]
+    boots = [bootstrap_shares(c, replicates, rng, lam, fixed_strata) for c in cells]
     naive_pt = float(functional([p["naive"][None] for p in points])[0])
     corr_pt = float(functional([p["corrected"][None] for p in points])[0])
     naive_reps = functional([b[0] for b in boots])

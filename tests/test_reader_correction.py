@@ -166,10 +166,17 @@ def test_corrected_bi_by_hand():
 
 def test_bi_functional_is_the_contextbias_bi():
     from stereolens.contextbias.metrics import bi_from_parts
+    from stereolens.metrics.entropy import bias_intensity
 
     s = np.random.default_rng(0).dirichlet(np.ones(4), size=50)
     theirs = bi_from_parts(s.sum(1), (s * np.log(s)).sum(1), np.full(50, 4), np.full(50, 4))
     np.testing.assert_allclose(rc.bi_functional()([s]), theirs, atol=1e-12)
+    s[:5, 0] = 0.0  # a label unseen in some rows; K = 4 (the cell's labels) or a larger grid
+    for k in (None, 6):
+        one = [bias_intensity(row, k or 4) for row in s]
+        np.testing.assert_allclose(rc.bi_functional(k)([s]), one, atol=1e-12)
+    assert rc.bi_functional(1, 1.0)([np.array([[0.0, 0.7]])])[0] == 1.0
+    assert np.isnan(rc.bi_functional()([np.zeros((1, 3))])[0])
 
 
 def test_bc_normal_interval_is_biasigs():

@@ -13,8 +13,6 @@ import polars as pl
 from ppi_py import ppi_mean_ci, ppi_mean_pointestimate
 from scipy import stats
 
-from stereolens.metrics.entropy import bias_intensity
-
 HUMAN_COLUMNS: dict[str, type[pl.DataType]] = {
     "item_id": pl.String,
     "attribute": pl.String,
@@ -389,15 +387,25 @@ ShareFunctional = Callable[[list[np.ndarray]], np.ndarray]
 
 
 def bi_functional(k: int | None = None, single_label_bi: float = 0.0) -> ShareFunctional:
-    """ContextBias BI (metrics.entropy.bias_intensity) of the first cell's shares, per row; K =
-    ``k`` or the cell's number of labels. NaN where a share is negative (``raw`` shares)."""
+    """ContextBias BI of the first cell's shares, per row, as metrics.entropy.bias_intensity
+    defines it (1 - H / log K, H = scipy.stats.entropy of the normalised shares, K = ``k`` or
+    the cell's number of labels, ``single_label_bi`` where K == 1, NaN for an empty row), for
+    all rows in one scipy call: bias_intensity takes one cell at 0.7 ms (scipy's wrapper), a
+    bootstrap has thousands (the tests check the two agree). NaN where a share is negative."""
 
     def bi(shares: list[np.ndarray]) -> np.ndarray:
-        s = np.atleast_2d(shares[0])
+        s = np.atleast_2d(np.asarray(shares[0], dtype=float))
         kk = s.shape[-1] if k is None else k
-        return np.array(
-            [np.nan if (row < 0).any() else bias_intensity(row, kk, single_label_bi) for row in s]
-        )
+        if kk < (s > 0).sum(-1).max(initial=0):
+            raise ValueError(f"K={kk} is smaller than the labels with a positive share")
+        total = s.sum(-1)
+        if kk == 1:
+            out = np.full(total.shape, float(single_label_bi))
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out = 1.0 - stats.entropy(np.clip(s, 0.0, None), axis=-1) / np.log(kk)
+        out = np.where(total > 0, out, np.nan)
+        return np.where((s < 0).any(-1), np.nan, out)
 
     return bi
 

@@ -289,3 +289,53 @@ def test_generators_read_differently_corrected_difference_covers_zero():
     )
     assert diff["naive"] == pytest.approx(-0.04, abs=0.015) and diff["naive_high"] < 0
     assert diff["ci_low"] <= 0.0 <= diff["ci_high"]
+
+
+def test_s_imp_and_group_tvd_plug_in():
+    from stereolens.biasig.formulas import s_imp_cell
+    from stereolens.lvlm.scores import tvd_from_uniform
+
+    # group a: the hand cell (corrected m 0.9, w 0.1; naive m 0.4, w 0.6). Group b: 4 items
+    # the reader calls men, humans label j1, j2 men: shares m 1, w 0; its cell still has the
+    # column w (cells of one attribute share their labels, sorted: m, w).
+    ra, ha = _tables(READER, HUMAN)
+    rb = pl.DataFrame(
+        {"item_id": ["j1", "j2", "j3", "j4"], "attribute": "gender", "label": "m", "stratum": "s"}
+    )
+    hb = pl.DataFrame(
+        {
+            "item_id": ["j1", "j2"],
+            "attribute": "gender",
+            "label": "m",
+            "stratum": "s",
+            "selection_probability": 0.5,
+        }
+    )
+    reader = pl.concat([ra.with_columns(group=pl.lit("a")), rb.with_columns(group=pl.lit("b"))])
+    cells = rc.build_cells(reader, pl.concat([ha, hb]), keys=("group",))
+    a, b = cells[("a", "gender")], cells[("b", "gender")]
+    assert a.labels == b.labels == ("m", "w")
+    kw = {"replicates": 100, "lam": "ppi"}
+    # S_imp against a 50/50 truth: corrected cos((0.9, 0.1), (0.5, 0.5)) = 0.5 / (sqrt(0.82)
+    # x sqrt(0.5)) = 0.780869, S = (0.780869 + 1) / 2 = 0.890434; naive (0.4, 0.6): cos =
+    # 0.5 / (sqrt(0.52) x sqrt(0.5)) = 0.980581, S = 0.990290.
+    truth = np.array([0.5, 0.5])
+    s_imp = rc.corrected_metric([a], lambda s: s_imp_cell(s[0], truth), **kw)
+    assert s_imp["corrected"] == pytest.approx(0.890434, abs=1e-6)
+    assert s_imp["naive"] == pytest.approx(0.990290, abs=1e-6)
+    # story-style TVD between the groups, count-weighted over values (lvlm story_tvd):
+    # w: shares 0.1 (a), 0 (b) -> P(group | w) = (1, 0), TVD 0.5; m: 0.9, 1 -> (0.9, 1) / 1.9,
+    # TVD 0.026316; weights n_v = 10 x share_a + 4 x share_b: w 1, m 13;
+    # 100 x (1 x 0.5 + 13 x 0.026316) / 14 = 6.0150.
+    sizes = np.array([10.0, 4.0])
+
+    def story_tvd(shares):
+        s = np.stack(shares, axis=1)  # (replicates, groups, labels)
+        with np.errstate(invalid="ignore"):  # a replicate where no group shows w: NaN
+            tvd = tvd_from_uniform(s / s.sum(1, keepdims=True), axis=1)
+        n_v = (s * sizes[None, :, None]).sum(1)
+        return 100.0 * (n_v * tvd).sum(-1) / n_v.sum(-1)
+
+    tvd = rc.corrected_metric([a, b], story_tvd, bounds=(0.0, 100.0), **kw)
+    assert tvd["corrected"] == pytest.approx(6.0150, abs=1e-4)
+    assert (tvd["n_human"], tvd["n_items"]) == (6, 14)

@@ -153,8 +153,10 @@ def build_cells(
     reader: pl.DataFrame, human: pl.DataFrame, keys: Sequence[str] = ()
 ) -> dict[tuple, Cell]:
     """One Cell per (``keys``..., attribute) of the reader table (``keys`` = its columns that
-    name a cell, e.g. model, condition). The strata of a cell are those of its items; each
-    needs MIN_LABELLED human-labelled items. Errors name what is missing."""
+    name a cell, e.g. model, condition). Every cell of an attribute has the same labels (K
+    columns, sorted): those the reader or the humans gave anywhere in the tables, so cells
+    compare label by label. The strata of a cell are those of its items; each needs
+    MIN_LABELLED human-labelled items. Errors name what is missing."""
     reader = check_human_labels(reader, "reader table", reader=True)
     human = check_human_labels(human)
     absent = [k for k in keys if k not in reader.columns]
@@ -177,14 +179,19 @@ def build_cells(
             f"human-label table: item {moved['item_id'][0]!r} has stratum "
             f"{moved['stratum'][0]!r} but {moved['stratum_reader'][0]!r} in the reader table"
         )
+    vocabulary = {
+        a: sorted(v for v in set(part["label"]) if v.strip().lower() not in NO_LABEL)
+        for (a,), part in pl.concat(
+            [reader.select("attribute", "label"), human.select("attribute", "label")]
+        ).group_by("attribute")
+    }
     cells: dict[tuple, Cell] = {}
     for key, part in reader.group_by([*keys, "attribute"], maintain_order=True):
         ids = part.select("item_id", "stratum").unique(maintain_order=True)
         hum = human.filter(
             (pl.col("attribute") == key[-1]) & pl.col("item_id").is_in(ids["item_id"].to_list())
         )
-        seen = set(part["label"]) | set(hum["label"])
-        labels = sorted(v for v in seen if v.strip().lower() not in NO_LABEL)
+        labels = vocabulary[key[-1]]
         id_list = ids["item_id"].to_list()
         strata = sorted(set(ids["stratum"]))
         code = {s: i for i, s in enumerate(strata)}
@@ -443,7 +450,8 @@ def corrected_metric(
 ) -> dict[str, float | int | str]:
     """A metric of the label shares of ``cells`` (``functional``), naive (the reader's shares)
     and corrected (cell_shares), each with a bootstrap interval (bootstrap_shares, cells
-    resampled independently; ``interval`` per INTERVALS, clipped to ``bounds``). Keys: naive,
+    resampled independently; ``interval`` per INTERVALS, clipped to ``bounds``; replicates
+    where the metric is undefined, NaN, are left out). Keys: naive,
     naive_low, naive_high, corrected, estimate_bc, ci_low, ci_high, interval, n_human, n_items."""
     _check_options(lam, off_simplex, interval)
     rng = np.random.default_rng(seed)

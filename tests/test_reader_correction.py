@@ -339,3 +339,15 @@ def test_s_imp_and_group_tvd_plug_in():
     tvd = rc.corrected_metric([a, b], story_tvd, bounds=(0.0, 100.0), **kw)
     assert tvd["corrected"] == pytest.approx(6.0150, abs=1e-4)
     assert (tvd["n_human"], tvd["n_items"]) == (6, 14)
+
+
+def test_human_labels_needed():
+    # the reader on 20,000 items: it disagrees with humans about "woman" on 5% + 1%
+    # of items, mean difference 0.04: Var(d) = 0.06 - 0.0016 = 0.0584; reader share 0.46:
+    # 0.2484 / 20,000 = 1.242e-5. For width 0.033: (0.033 / 3.919928)^2 = 7.0870e-5;
+    # n = 0.0584 / (7.0870e-5 - 1.242e-5) = 999.1 -> 1,000 (the simulated PPI width at
+    # n = 1,000 is 0.0330).
+    n = rc.human_labels_needed(0.06, 0.033, 20_000, share=0.46, mean_difference=0.04)
+    assert n == 1_000
+    assert rc.human_labels_needed(0.06, 0.01, 20_000, share=0.46) is None  # N too small
+    assert rc.human_labels_needed(0.0, 0.05, 20_000) == 2  # no disagreement: the minimum

@@ -480,3 +480,27 @@ def corrected_metric(
         "n_human": int(sum(c.labelled.size for c in cells)),
         "n_items": int(sum(c.stratum.size for c in cells)),
     }
+
+
+def human_labels_needed(
+    disagreement: float,
+    target_width: float,
+    n_items: int,
+    share: float = 0.5,
+    mean_difference: float = 0.0,
+    ci: float = 0.95,
+) -> int | None:
+    """Human labels (a simple random sample of the ``n_items``) for a corrected share's
+    interval of ``target_width``, from PPI's variance with lam = 1 (an upper bound for the
+    tuned default): share (1 - share) / N + Var(d) / n, d = 1[human = k] - 1[reader = k],
+    Var(d) = ``disagreement`` (the pilot's rate of items where the two disagree about label
+    k) - ``mean_difference``^2; at least MIN_LABELLED (a pilot without disagreement shows
+    little). None where even n = N cannot reach the width. For a stratified sample, per
+    stratum with its own N, share and disagreement (the width is then the stratum's)."""
+    z = float(stats.norm.ppf(0.5 + ci / 2.0))
+    room = (target_width / (2.0 * z)) ** 2 - share * (1.0 - share) / n_items
+    if room <= 0:
+        return None
+    var_d = max(disagreement - mean_difference**2, 0.0)
+    n = max(int(np.ceil(var_d / room)), MIN_LABELLED)
+    return n if n <= n_items else None

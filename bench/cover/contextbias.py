@@ -6,7 +6,7 @@ contextbias.comparisons.model_comparisons) on the long attributes table a real r
 
 Worlds: the planner's (stereolens.contextbias.design_worlds, tests/design_worlds.py). A
 dataset draws the configured roles from the world's population of roles with replacement
-and then images and labels (design.contextbias.draw_role_counts: what the role bootstrap
+and then images and labels (contextbias.design.draw_role_counts: what the role bootstrap
 assumes: roles are a sample). Generator g2 is g1 with every label pulled towards each
 dimension's most common label by ``G2_PULL`` (so that the generators differ and a
 difference has a non-zero truth), and CA-U is CF pulled by ``PLANTED`` (a real shift).
@@ -98,7 +98,7 @@ def _pulled(world, w: float, g: int, cond: int | None = None) -> np.ndarray:
 def _planted_world(world):
     """g2 = g1 pulled by G2_PULL (both conditions alike, so the dataset's random swap of a
     role's two conditions keeps it); CA-U's PLANTED pull is drawn after the swap
-    (design.contextbias.draw_role_counts(planted=...))."""
+    (contextbias.design.draw_role_counts(planted=...))."""
     from dataclasses import replace
 
     g1 = np.array(world.roles[0], dtype=float)

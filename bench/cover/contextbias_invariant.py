@@ -7,7 +7,7 @@ World: the planner's (stereolens.contextbias.design_worlds; tests/design_worlds.
 with 30 configured roles and 4 seeds at "test", config/config.yaml's prior world at "paper":
 92 roles, 30 dimensions, 10 seeds per prompt), one generator. A dataset draws the configured
 roles from the world's population of roles with replacement, then images and labels
-(design.contextbias.draw_role_counts), writes the long attributes table a real run writes
+(contextbias.design.draw_role_counts), writes the long attributes table a real run writes
 (contextbias_worlds.attributes_table) and runs the real contextbias.ccs.ccs_table and
 contextbias.invariant.invariant_share on it. The worlds simulate two conditions (CF and
 CA-U; the chi-squared test has df 1).

@@ -1,6 +1,6 @@
 """The BiasIG image galleries of the report: per model or variant, the subjects with the
 lowest S_imp and S_exp, each with sample images found on disk and the VQA's gender, race
-and age answers. report.biasig.galleries checks the inputs and calls :func:`pages`.
+and age answers. biasig.report.galleries checks the inputs and calls :func:`pages`.
 """
 
 from __future__ import annotations

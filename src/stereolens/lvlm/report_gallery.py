@@ -1,6 +1,6 @@
 """Gallery pages of the LVLM report: per audited model, sample responses of every setting x
 task x axis x user group with the user photo, the refusal labels and, for stories, the
-assistant's reading (report.lvlm.galleries)."""
+assistant's reading (lvlm.report.galleries)."""
 
 from __future__ import annotations
 

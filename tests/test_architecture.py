@@ -87,9 +87,11 @@ def _imports(path: Path) -> set[str]:
             if node.module.startswith("stereolens"):
                 names = {f"{node.module}.{a.name}" for a in node.names}
                 found.update(names)
-                # `from package import module` depends on the module, not on every floor
-                # of the package (report/ and design/ hold floors 2 and 4)
-                if not names <= MODULES.keys():
+                # `from package import module` runs the package's __init__ too; where that
+                # imports nothing of stereolens (report/, design/, which hold floors 2 and
+                # 4) it is no edge of the graph, and the module is what is depended on
+                package = MODULES.get(node.module)
+                if not names <= MODULES.keys() or (package and _imports(package)):
                     found.add(node.module)
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("stereolens"))

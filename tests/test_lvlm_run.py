@@ -442,9 +442,9 @@ def test_metrics_cli_writes_tables(tmp_path):
 
 
 def test_report_section_table2_layout():
+    from stereolens.lvlm.report import sections, table2
     from stereolens.report.html import render_sections
     from stereolens.report.inputs import Inputs
-    from stereolens.report.lvlm import sections, table2
 
     tables = M.compute_all(
         _responses(),

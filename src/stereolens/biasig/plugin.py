@@ -173,7 +173,7 @@ BENCHMARK = Benchmark(
     generation_settings=settings,
     report_paths=REPORT_PATHS,
     unordered_models=("generators",),
-    report_sections="stereolens.report.biasig",
+    report_sections="stereolens.biasig.report",
     size=_size,
     rules=("workflow/rules/inputs/biasig.smk", "workflow/rules/biasig.smk"),
     wildcards={
@@ -184,6 +184,7 @@ BENCHMARK = Benchmark(
     presets=str(Path(__file__).with_name("presets")),
     cli="stereolens.biasig.cli",
     model_rules=("answer_biasig_vqa",),
-    planner="stereolens.design.biasig_worlds:build",
+    planner="stereolens.biasig.design_worlds:build",
+    power_check="stereolens.biasig.design_check:power_check",
     layout=LAYOUT,
 )

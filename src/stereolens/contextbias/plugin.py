@@ -276,7 +276,7 @@ BENCHMARK = Benchmark(
     generation_settings=generation_settings,
     report_paths=REPORT_PATHS,
     unordered_models=("generators", "extractors"),
-    report_sections="stereolens.report.contextbias",
+    report_sections="stereolens.contextbias.report",
     size=_size,
     rules=(
         "workflow/rules/inputs/contextbias.smk",
@@ -288,6 +288,7 @@ BENCHMARK = Benchmark(
     presets=str(Path(__file__).with_name("presets")),
     cli="stereolens.contextbias.cli",
     model_rules=("extract_contextbias_attributes",),
-    planner="stereolens.design.contextbias_worlds:build",
+    planner="stereolens.contextbias.design_worlds:build",
+    power_check="stereolens.contextbias.design_check:power_check",
     layout=LAYOUT,
 )

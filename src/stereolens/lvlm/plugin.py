@@ -274,7 +274,7 @@ BENCHMARK = Benchmark(
     models=_models,
     report_tables=_report_tables,
     report_paths=REPORT_PATHS,
-    report_sections="stereolens.report.lvlm",
+    report_sections="stereolens.lvlm.report",
     size=_size,
     rules=(
         "workflow/rules/inputs/lvlm.smk",
@@ -296,6 +296,7 @@ BENCHMARK = Benchmark(
         "judge_lvlm_terms",
         "label_lvlm_refusals",
     ),
-    planner="stereolens.design.lvlm:build",
+    planner="stereolens.lvlm.design:build",
+    power_check="stereolens.lvlm.design_check:power_check",
     layout=LAYOUT,
 )

@@ -222,9 +222,7 @@ def _reader_inputs(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--images", metavar="PATH", help="images table (the extracted images)")
     p.add_argument("--schema", metavar="PATH", help="attribute schema YAML (default: shipped)")
-    p.add_argument(
-        "--label-column", default="auto", metavar="COL", help="as `contextbias metrics`"
-    )
+    p.add_argument("--label-column", default="auto", metavar="COL", help="as `contextbias metrics`")
 
 
 def _reader(args: argparse.Namespace, section: dict):

@@ -74,7 +74,8 @@ def _k(reader: pl.DataFrame, human: pl.DataFrame, k_definition: str, schema) -> 
         .iter_rows()
     }
     if k_definition == "vocabulary":
-        closed = {d: len(v) for d, v in (schema or AttributeSchema.load()).vocabulary().items() if v}
+        vocabulary = (schema or AttributeSchema.load()).vocabulary()
+        closed = {d: len(v) for d, v in vocabulary.items() if v}
         k = {(m, a): closed.get(a, n) for (m, a), n in k.items()}
     return k
 
@@ -96,12 +97,15 @@ def corrected_bi(
     the cell). ``options``: corrected_metric's (replicates, seed, lam, off_simplex, ...).
     Each extractor is corrected on its own (the human labels are the same images')."""
     human = rc.check_human_labels(human)
-    extractors = reader["extractor"].unique(maintain_order=True).to_list() if (
-        "extractor" in reader.columns
-    ) else [None]
+    extractors = (
+        reader["extractor"].unique(maintain_order=True).to_list()
+        if ("extractor" in reader.columns)
+        else [None]
+    )
     tables, skipped = [], []
     for extractor in extractors:
         part = reader if extractor is None else reader.filter(pl.col("extractor") == extractor)
+        rc.check_human_in_reader(rc.check_human_labels(part, "reader table", reader=True), human)
         part, short = rc.labelled_cells(part, human, CELL_KEYS)
         # the human labels of the cells kept (build_cells wants every one read by them)
         hum = human.join(
@@ -126,5 +130,11 @@ def corrected_bi(
             short = short.select(pl.lit(extractor).alias("extractor"), pl.all())
         tables.append(table)
         skipped.append(short.rename({"attribute": "dimension"}))
-    return pl.concat(tables), pl.concat(skipped)
-
+    out = pl.concat(tables)
+    if not out.height:
+        raise ValueError(
+            f"human-label table: no cell has {rc.MIN_LABELLED} human-labelled images in "
+            f"each of its strata (images of a generator x role x condition, stratum "
+            f"'model|role|condition'); label more images"
+        )
+    return out, pl.concat(skipped)

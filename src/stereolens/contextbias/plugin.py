@@ -41,6 +41,28 @@ def _check(config: dict, registry: dict) -> None:
     from stereolens.contextbias.prompts import check_prompt_bank
 
     check_prompt_bank(config)
+    check_reader_correction(cb["reader_correction"], "contextbias")
+
+
+def check_reader_correction(section: dict, benchmark: str) -> None:
+    """human_labels and simulate exclude each other; a human-label table must exist."""
+    if section["human_labels"] and section["simulate"]:
+        raise ConfigError(
+            f"{benchmark}.reader_correction: human_labels and simulate are both set; "
+            "simulate (a demonstration) is for runs without human labels: drop one"
+        )
+    path = section["human_labels"]
+    if path and not Path(path).is_file():
+        raise ConfigError(
+            f"{benchmark}.reader_correction.human_labels: {path} is not a file "
+            "(a .parquet, .csv or .tsv human-label table; docs/statistics.md)"
+        )
+
+
+def corrects_reader(section: dict) -> bool:
+    """The benchmark writes its corrected table (human labels given or simulated)."""
+    rc = section["reader_correction"]
+    return bool(rc["human_labels"] or rc["simulate"])
 
 
 def roles(config: dict) -> list[str]:
@@ -179,6 +201,8 @@ def _targets(config: dict) -> list[str]:
         out.append(LAYOUT.annotation_form)
     if cb["annotation"]["answers"]:
         out.append(LAYOUT.path("annotation", table="agreement_summary"))
+    if corrects_reader(cb):
+        out.append(LAYOUT.corrected)
     return out
 
 

@@ -1,0 +1,205 @@
+"""The reader correction wired into the benchmarks (issue 21, items 1 and 6): ContextBias's
+corrected BI by hand, the simulated human labels, the `correct` command, its refusals, and
+the rules in a Snakemake dry run with the config key set and unset."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+from conftest import workflow_env
+
+from stereolens.cli import main
+from stereolens.contextbias.corrected import corrected_bi, reader_table
+from stereolens.metrics import reader_correction as rc
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+
+
+def _attributes(labels: dict[str, str]) -> pl.DataFrame:
+    """A ContextBias attributes table: one generator, role and condition, dimension gender
+    (cohort people); images i1.. with ``labels`` (None: the extractor gave none)."""
+    rows = [
+        {"model": "g", "role": "nurse", "condition": "CF", "image_id": i, "cohort": "people",
+         "dimension": "gender_presentation", "label": v}
+        for i, v in labels.items() if v is not None
+    ]  # fmt: skip
+    return pl.DataFrame(rows)
+
+
+def _images(ids) -> pl.DataFrame:
+    return pl.DataFrame(
+        {"model": "g", "role": "nurse", "condition": "CF", "image_id": list(ids), "status": "ok"}
+    )
+
+
+READ = {"i1": "male", "i2": "male", "i3": "male", "i4": "male", "i5": "female"}
+
+
+def _human(labels: dict[str, str], p: float = 0.4) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "item_id": list(labels),
+            "attribute": "gender_presentation",
+            "label": list(labels.values()),
+            "stratum": "g|nurse|CF",
+            "selection_probability": p,
+        }
+    )
+
+
+def test_contextbias_bi_by_hand():
+    # N = 5 images, the extractor reads 4 men and 1 woman: naive shares (0.8, 0.2).
+    # Humans label i1 male, i2 female (lam = 1, PPI): rectifier man (0 + (0 - 1)) / 2 = -0.5,
+    # woman (0 + (1 - 0)) / 2 = +0.5; corrected shares (0.3, 0.7). K = 2 (man, woman).
+    # naive BI = 1 - H(0.8, 0.2) / ln 2 = 1 - (0.8 x 0.223144 + 0.2 x 1.609438) / 0.693147
+    #          = 1 - 0.500402 / 0.693147 = 0.278072;
+    # corrected BI = 1 - (0.3 x 1.203973 + 0.7 x 0.356675) / 0.693147
+    #              = 1 - 0.610864 / 0.693147 = 0.118709.
+    reader = reader_table(_attributes(READ), _images(READ))
+    assert reader["stratum"].unique().to_list() == ["g|nurse|CF"]
+    table, left_out = corrected_bi(
+        reader, _human({"i1": "male", "i2": "female"}), replicates=200, lam="ppi"
+    )
+    assert left_out.height == 0
+    row = table.row(0, named=True)
+    assert (row["model"], row["role"], row["condition"], row["dimension"]) == (
+        "g", "nurse", "CF", "gender_presentation",
+    )  # fmt: skip
+    assert row["metric"] == "bi" and row["k"] == 2
+    assert row["naive"] == pytest.approx(0.278072, abs=1e-6)
+    assert row["corrected"] == pytest.approx(0.118709, abs=1e-6)
+    assert (row["n_human"], row["n_items"], row["off_simplex"]) == (2, 5, False)
+    assert 0.0 <= row["ci_low"] <= row["ci_high"] <= 1.0
+    # the naive value is the benchmark's own BI of the extractor's counts
+    from stereolens.metrics.entropy import bias_intensity
+
+    assert row["naive"] == pytest.approx(bias_intensity([4, 1], 2))
+
+
+def test_contextbias_off_simplex_and_unread_images():
+    # i5 has no label (unknown: counts in N = 5, adds to no share); i6 is not extracted.
+    # Reader shares man 4/5 = 0.8, woman 0. Humans: i1 womale, i2 female (PPI): man 0.8 - 1
+    # = -0.2 (off the simplex), woman 0 + 1 = 1. Clipped: (0, 1): BI = 1 - 0 = 1.
+    read = {**READ, "i5": None}
+    images = _images([*READ, "i6"]).with_columns(
+        pl.when(pl.col("image_id") == "i6").then(pl.lit("discarded")).otherwise("status")
+        .alias("status")
+    )  # fmt: skip
+    reader = reader_table(_attributes(read), images)
+    assert reader.filter(pl.col("item_id") == "i5")["label"].to_list() == ["unknown"]
+    assert "i6" not in reader["item_id"].to_list()
+    table, _ = corrected_bi(reader, _human({"i1": "female", "i2": "female"}), lam="ppi")
+    row = table.row(0, named=True)
+    assert row["off_simplex"] and row["corrected"] == pytest.approx(1.0)
+    # naive: the extractor's one label: K = max(labels given, 2 with the humans') = 2,
+    # shares (1, 0) -> BI 1
+    assert row["k"] == 2 and row["naive"] == pytest.approx(1.0)
+
+
+def test_simulated_labels_are_a_documented_sample():
+    reader = pl.DataFrame(
+        {
+            "item_id": [f"i{j}" for j in range(40)],
+            "attribute": "gender_presentation",
+            "label": ["male", "female"] * 20,
+            "stratum": ["a"] * 30 + ["b"] * 10,
+        }
+    )
+    sim = rc.simulate_human_labels(reader, fraction=0.5, flip=0.2, seed=3)
+    assert sim["simulated"].all()
+    probs = dict(sim.group_by("stratum").agg(pl.col("selection_probability").first()).iter_rows())
+    assert probs == {"a": 15 / 30, "b": 5 / 10}
+    assert sim.height == 20
+    joined = sim.join(reader, on="item_id", suffix="_reader")
+    assert (joined["flipped"] == (joined["label"] != joined["label_reader"])).all()
+    # the same seed, the same table; the check accepts it
+    assert sim.equals(rc.simulate_human_labels(reader, 0.5, 0.2, seed=3))
+    rc.check_human_labels(sim)
+    # a stratum of 1 item: all of it (fewer than MIN_LABELLED items exist)
+    one = rc.simulate_human_labels(reader.head(1), 0.1, 0.0)
+    assert one["selection_probability"].to_list() == [1.0]
+
+
+def _write_inputs(tmp_path: Path, human: pl.DataFrame | None = None) -> list[str]:
+    _attributes(READ).write_parquet(tmp_path / "attributes.parquet")
+    _images(READ).write_parquet(tmp_path / "images.parquet")
+    if human is not None:
+        human.write_csv(tmp_path / "human.csv")
+    return [
+        "--attributes", str(tmp_path / "attributes.parquet"),
+        "--images", str(tmp_path / "images.parquet"),
+        "--preset", '{"reader_correction": {"replicates": 50, "lam": "ppi"}}',
+    ]  # fmt: skip
+
+
+def test_correct_command_writes_the_table(tmp_path):
+    args = _write_inputs(tmp_path, _human({"i1": "male", "i2": "female"}))
+    out = tmp_path / "out"
+    assert main(["contextbias", "correct", *args, "--human", str(tmp_path / "human.csv"),
+                 "--out", str(out)]) == 0  # fmt: skip
+    table = pl.read_parquet(out / "corrected.parquet")
+    for column in ("naive", "corrected", "ci_low", "ci_high", "n_human", "n_items", "metric"):
+        assert column in table.columns
+    assert table["corrected"][0] == pytest.approx(0.118709, abs=1e-6)
+    sim = tmp_path / "sim.parquet"
+    assert main(["contextbias", "simulate-human-labels", *args, "--out", str(sim)]) == 0
+    assert pl.read_parquet(sim)["simulated"].all()
+
+
+@pytest.mark.parametrize(
+    ("human", "message"),
+    [
+        (_human({"i1": "male"}).drop("selection_probability"), "lacks columns"),
+        (_human({"i1": "male", "i2": "male"}, p=1.5), "must lie in (0, 1]"),
+        (_human({"i1": "male", "x9": "male"}), "is not in the reader table"),
+        (_human({"i1": "male", "i2": "male"}).with_columns(stratum=pl.lit("g|nurse|CA-R")),
+         "has stratum"),
+    ],
+)  # fmt: skip
+def test_bad_human_labels_say_what_is_wrong(tmp_path, capsys, human, message):
+    args = _write_inputs(tmp_path, human)
+    code = main(["contextbias", "correct", *args, "--human", str(tmp_path / "human.csv"),
+                 "--out", str(tmp_path / "out")])  # fmt: skip
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out" / "corrected.parquet").exists()
+
+
+def _dry_run(tmp_path: Path, section: dict | None) -> subprocess.CompletedProcess:
+    config = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
+    config["registry"] = str(REPO / "config" / "models.yaml")
+    config["contextbias"].pop("reader_correction", None)
+    if section is not None:
+        config["contextbias"]["reader_correction"] = section
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return subprocess.run(
+        [SNAKEMAKE, "-n", "--quiet", "rules", "--configfile", str(path)],
+        cwd=REPO, env=workflow_env(), capture_output=True, text=True,
+    )  # fmt: skip
+
+
+def test_rules_in_a_dry_run_with_the_key_set_and_unset(tmp_path):
+    unset = _dry_run(tmp_path, None)
+    assert unset.returncode == 0, unset.stderr[-2000:]
+    assert "correct_contextbias_reader" not in unset.stdout
+    human = tmp_path / "human.csv"
+    _human({"i1": "male", "i2": "female"}).write_csv(human)
+    given = _dry_run(tmp_path, {"human_labels": str(human)})
+    assert given.returncode == 0, given.stderr[-2000:]
+    assert "correct_contextbias_reader" in given.stdout
+    assert "simulate_contextbias_human_labels" not in given.stdout
+    simulated = _dry_run(tmp_path, {"simulate": True})
+    assert "simulate_contextbias_human_labels" in simulated.stdout
+    both = _dry_run(tmp_path, {"simulate": True, "human_labels": str(human)})
+    assert both.returncode != 0 and "both set" in both.stdout + both.stderr
+    missing = _dry_run(tmp_path, {"human_labels": str(tmp_path / "nowhere.csv")})
+    assert missing.returncode != 0 and "is not a file" in missing.stdout + missing.stderr
+    assert math.isfinite(len(unset.stdout))

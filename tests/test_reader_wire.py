@@ -16,6 +16,7 @@ from conftest import workflow_env
 
 from stereolens.cli import main
 from stereolens.contextbias.corrected import corrected_bi, reader_table
+from stereolens.metrics import corrected_tables as ct
 from stereolens.metrics import reader_correction as rc
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,7 +113,7 @@ def test_simulated_labels_are_a_documented_sample():
             "stratum": ["a"] * 30 + ["b"] * 10,
         }
     )
-    sim = rc.simulate_human_labels(reader, fraction=0.5, flip=0.2, seed=3)
+    sim = ct.simulate_human_labels(reader, fraction=0.5, flip=0.2, seed=3)
     assert sim["simulated"].all()
     probs = dict(sim.group_by("stratum").agg(pl.col("selection_probability").first()).iter_rows())
     assert probs == {"a": 15 / 30, "b": 5 / 10}
@@ -120,10 +121,10 @@ def test_simulated_labels_are_a_documented_sample():
     joined = sim.join(reader, on="item_id", suffix="_reader")
     assert (joined["flipped"] == (joined["label"] != joined["label_reader"])).all()
     # the same seed, the same table; the check accepts it
-    assert sim.equals(rc.simulate_human_labels(reader, 0.5, 0.2, seed=3))
+    assert sim.equals(ct.simulate_human_labels(reader, 0.5, 0.2, seed=3))
     rc.check_human_labels(sim)
     # a stratum of 1 item: all of it (fewer than MIN_LABELLED items exist)
-    one = rc.simulate_human_labels(reader.head(1), 0.1, 0.0)
+    one = ct.simulate_human_labels(reader.head(1), 0.1, 0.0)
     assert one["selection_probability"].to_list() == [1.0]
 
 

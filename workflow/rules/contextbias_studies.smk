@@ -139,7 +139,7 @@ rule correct_contextbias_reader:
     conda:
         "../../envs/analysis.yaml"
     params:
-        outdir=CB_OUT.base,
+        outdir=get_metrics_dir,
         settings=preset_arg(CB, ("metrics", "reader_correction")),
     shell:
         "stereolens contextbias correct --attributes {input.attributes}"

@@ -10,6 +10,7 @@ import polars as pl
 
 from stereolens.contextbias.metrics import image_universe
 from stereolens.contextbias.schema import AttributeSchema
+from stereolens.metrics import corrected_tables as ct
 from stereolens.metrics import reader_correction as rc
 
 KEYS = ("model", "role", "condition", "cohort", "dimension")
@@ -106,7 +107,7 @@ def corrected_bi(
     for extractor in extractors:
         part = reader if extractor is None else reader.filter(pl.col("extractor") == extractor)
         rc.check_human_in_reader(rc.check_human_labels(part, "reader table", reader=True), human)
-        part, short = rc.labelled_cells(part, human, CELL_KEYS)
+        part, short = ct.labelled_cells(part, human, CELL_KEYS)
         # the human labels of the cells kept (build_cells wants every one read by them)
         hum = human.join(
             part.select("item_id", "attribute").unique(), on=["item_id", "attribute"], how="semi"
@@ -119,7 +120,7 @@ def corrected_bi(
             names = dict(zip([*CELL_KEYS, "dimension"], key, strict=True))
             fn = rc.bi_functional(k=k, single_label_bi=single_label_bi)
             rows.append(({**names, "k": k}, [cell], fn, (0.0, 1.0)))
-        table = rc.metric_table(
+        table = ct.metric_table(
             [({c: v for c, v in key.items() if c != "k"}, *rest) for key, *rest in rows],
             KEYS,
             "bi",

@@ -11,6 +11,7 @@ from typing import Any
 from stereolens.benchmark import Benchmark, Job, Size
 from stereolens.contextbias.layout import LAYOUT
 from stereolens.contextbias.prompts import CONDITIONS
+from stereolens.metrics.command import check_reader_correction, corrects_reader
 from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
@@ -42,27 +43,6 @@ def _check(config: dict, registry: dict) -> None:
 
     check_prompt_bank(config)
     check_reader_correction(cb["reader_correction"], "contextbias")
-
-
-def check_reader_correction(section: dict, benchmark: str) -> None:
-    """human_labels and simulate exclude each other; a human-label table must exist."""
-    if section["human_labels"] and section["simulate"]:
-        raise ConfigError(
-            f"{benchmark}.reader_correction: human_labels and simulate are both set; "
-            "simulate (a demonstration) is for runs without human labels: drop one"
-        )
-    path = section["human_labels"]
-    if path and not Path(path).is_file():
-        raise ConfigError(
-            f"{benchmark}.reader_correction.human_labels: {path} is not a file "
-            "(a .parquet, .csv or .tsv human-label table; docs/statistics.md)"
-        )
-
-
-def corrects_reader(section: dict) -> bool:
-    """The benchmark writes its corrected table (human labels given or simulated)."""
-    rc = section["reader_correction"]
-    return bool(rc["human_labels"] or rc["simulate"])
 
 
 def roles(config: dict) -> list[str]:

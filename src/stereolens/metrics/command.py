@@ -164,7 +164,7 @@ def _run_correct(benchmark, reader, correct, args: argparse.Namespace) -> int:
 
 
 def _run_simulate(benchmark, reader, args: argparse.Namespace) -> int:
-    from stereolens.metrics.reader_correction import simulate_human_labels
+    from stereolens.metrics.corrected_tables import simulate_human_labels
     from stereolens.tables import write_table
 
     section = _section(benchmark, args)
@@ -185,3 +185,28 @@ def correction_options(section: dict[str, Any]) -> dict[str, Any]:
     """corrected_metric's keywords from a section's reader_correction keys."""
     opts = section["reader_correction"]
     return {k: opts[k] for k in ("replicates", "seed", "lam", "off_simplex", "interval")}
+
+
+def check_reader_correction(section: dict, benchmark: str) -> None:
+    """human_labels and simulate exclude each other; a human-label table must exist."""
+    if section["human_labels"] and section["simulate"]:
+        from stereolens.validation import ConfigError
+
+        raise ConfigError(
+            f"{benchmark}.reader_correction: human_labels and simulate are both set; "
+            "simulate (a demonstration) is for runs without human labels: drop one"
+        )
+    path = section["human_labels"]
+    if path and not Path(path).is_file():
+        from stereolens.validation import ConfigError
+
+        raise ConfigError(
+            f"{benchmark}.reader_correction.human_labels: {path} is not a file "
+            "(a .parquet, .csv or .tsv human-label table; docs/statistics.md)"
+        )
+
+
+def corrects_reader(section: dict) -> bool:
+    """The benchmark writes its corrected table (human labels given or simulated)."""
+    rc = section["reader_correction"]
+    return bool(rc["human_labels"] or rc["simulate"])

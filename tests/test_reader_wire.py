@@ -4,7 +4,6 @@ the rules in a Snakemake dry run with the config key set and unset."""
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -173,12 +172,15 @@ def test_bad_human_labels_say_what_is_wrong(tmp_path, capsys, human, message):
     assert not (tmp_path / "out" / "corrected.parquet").exists()
 
 
-def _dry_run(tmp_path: Path, section: dict | None) -> subprocess.CompletedProcess:
+def _dry_run(tmp_path: Path, **sections: dict) -> subprocess.CompletedProcess:
+    """A dry run of the demo config with no reader_correction, but ``sections``
+    (benchmark -> its reader_correction section)."""
     config = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
     config["registry"] = str(REPO / "config" / "models.yaml")
-    config["contextbias"].pop("reader_correction", None)
-    if section is not None:
-        config["contextbias"]["reader_correction"] = section
+    for bench in ("contextbias", "biasig", "lvlm"):
+        config[bench].pop("reader_correction", None)
+        if bench in sections:
+            config[bench]["reader_correction"] = sections[bench]
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return subprocess.run(
@@ -188,19 +190,106 @@ def _dry_run(tmp_path: Path, section: dict | None) -> subprocess.CompletedProces
 
 
 def test_rules_in_a_dry_run_with_the_key_set_and_unset(tmp_path):
-    unset = _dry_run(tmp_path, None)
+    unset = _dry_run(tmp_path)
     assert unset.returncode == 0, unset.stderr[-2000:]
-    assert "correct_contextbias_reader" not in unset.stdout
+    assert "_reader" not in unset.stdout and "human_labels" not in unset.stdout
     human = tmp_path / "human.csv"
     _human({"i1": "male", "i2": "female"}).write_csv(human)
-    given = _dry_run(tmp_path, {"human_labels": str(human)})
-    assert given.returncode == 0, given.stderr[-2000:]
-    assert "correct_contextbias_reader" in given.stdout
-    assert "simulate_contextbias_human_labels" not in given.stdout
-    simulated = _dry_run(tmp_path, {"simulate": True})
+    given = {"human_labels": str(human)}
+    run = _dry_run(tmp_path, contextbias=given, biasig=given, lvlm=given)
+    assert run.returncode == 0, run.stderr[-2000:]
+    for bench in ("contextbias", "biasig", "lvlm"):
+        assert f"correct_{bench}_reader" in run.stdout
+        assert f"simulate_{bench}_human_labels" not in run.stdout
+    simulated = _dry_run(tmp_path, contextbias={"simulate": True})
     assert "simulate_contextbias_human_labels" in simulated.stdout
-    both = _dry_run(tmp_path, {"simulate": True, "human_labels": str(human)})
+    assert "correct_biasig_reader" not in simulated.stdout
+    both = _dry_run(tmp_path, biasig={"simulate": True, "human_labels": str(human)})
     assert both.returncode != 0 and "both set" in both.stdout + both.stderr
-    missing = _dry_run(tmp_path, {"human_labels": str(tmp_path / "nowhere.csv")})
+    missing = _dry_run(tmp_path, lvlm={"human_labels": str(tmp_path / "nowhere.csv")})
     assert missing.returncode != 0 and "is not a file" in missing.stdout + missing.stderr
-    assert math.isfinite(len(unset.stdout))
+
+
+def test_biasig_s_imp_by_hand():
+    from stereolens.biasig.corrected import corrected_scores
+    from stereolens.biasig.corrected import reader_table as biasig_reader
+    from stereolens.biasig.metrics import compute_metrics
+    from stereolens.biasig.prompts import load_prompts
+    from stereolens.biasig.truth import load_truth
+
+    # one implicit one-person prompt ("a photo of a rich person", truth gender 50/50), 5
+    # images the VQA reads as 4 women (i1-i4) and 1 man; race White, age young throughout.
+    prompts = load_prompts().filter(pl.col("prompt_id") == "e56a293135506077")
+    ids = ["i1", "i2", "i3", "i4", "i5"]
+    answers = pl.DataFrame(
+        {"model": "g", "image_id": ids, "position": "single", "prompt_id": "e56a293135506077",
+         "gender": ["female"] * 4 + ["male"], "race": "White", "age": "young", "status": "ok"}
+    )  # fmt: skip
+    reader, prep = biasig_reader(answers, prompts)
+    stratum = reader["stratum"][0]
+    human = pl.DataFrame(
+        {"item_id": ["i1", "i2"] * 3, "attribute": ["gender"] * 2 + ["race"] * 2 + ["age"] * 2,
+         "label": ["male", "female", "White", "White", "young", "young"],
+         "stratum": stratum, "selection_probability": 0.4}
+    )  # fmt: skip
+    table, _ = corrected_scores(reader, human, prep, load_truth(), replicates=100, lam="ppi")
+    row = table.filter((pl.col("metric") == "s_imp") & (pl.col("protected_attribute") == "gender"))
+    # naive (male 0.2, female 0.8): cos with (0.5, 0.5) = 0.5 / (sqrt(0.68) x sqrt(0.5))
+    # = 0.5 / 0.583095 = 0.857493, S = (0.857493 + 1) / 2 = 0.928746. Humans: i1 male,
+    # i2 female, both read female (PPI): male 0.2 + 0.5 = 0.7, female 0.8 - 0.5 = 0.3;
+    # cos = 0.5 / (sqrt(0.58) x sqrt(0.5)) = 0.5 / 0.538516 = 0.928477, S = 0.964238.
+    assert row["naive"][0] == pytest.approx(0.928746, abs=1e-6)
+    assert row["corrected"][0] == pytest.approx(0.964238, abs=1e-6)
+    assert (row["n_human"][0], row["n_items"][0]) == (2, 5)
+    # the naive column is the benchmark's own model-level score
+    ref = compute_metrics(answers, prompts, load_truth(), replicates=0, ceiling_draws=0,
+                          which=("implicit",))["implicit"]  # fmt: skip
+    ref = ref.filter((pl.col("level") == "model") & (pl.col("protected_attribute") == "gender"))
+    assert row["naive"][0] == pytest.approx(ref["score"][0], abs=1e-12)
+
+
+def _lvlm_tables():
+    groups = ["female", "female", "male", "male"]
+    images = ["a1", "a2", "b1", "b2"]
+    responses = pl.DataFrame(
+        {"model": "m", "task": "story", "axis": "gender", "group": groups, "image_id": images,
+         "prompt_id": "p1", "setting": "image", "response": "a story"}
+    )  # fmt: skip
+    keys = ("model", "axis", "group", "image_id", "prompt_id", "setting")
+    story = responses.select(*keys).with_columns(
+        attribute=pl.lit("occupation"), value=pl.Series(["nurse", "nurse", "nurse", "doctor"])
+    )
+    term = pl.DataFrame(
+        {"model": "m", "axis": "gender", "prompt_id": "t1", "pair_index": [0, 1, 2, 3],
+         "group_a": "female", "group_b": "male", "setting": "image",
+         "winner": ["female", "female", "female", "male"]}
+    )  # fmt: skip
+    return responses, story, term
+
+
+def test_lvlm_story_and_term_by_hand():
+    from stereolens.lvlm.corrected import corrected_scores, story_reader, term_reader
+    from stereolens.lvlm.scores import overall_scores
+
+    responses, story, term = _lvlm_tables()
+    sr, tr = story_reader(story, responses), term_reader(term)
+    # humans label every item (selection probability 1: the corrected shares are theirs)
+    human = pl.concat([t.select(*rc.READER_COLUMNS) for t in (sr, tr)]).with_columns(
+        selection_probability=pl.lit(1.0),
+        label=pl.Series(["nurse", "doctor", "nurse", "doctor", "female", "male", "female", "male"]),
+    )
+    table, _ = corrected_scores(sr, tr, human, min_count=1, replicates=100)
+    got = {m: (n, c) for m, n, c in table.select("metric", "naive", "corrected").iter_rows()}
+    # story, naive: nurse rates (1, 0.5) -> p (2/3, 1/3), TVD 1/6, n_v 3; doctor (0, 0.5)
+    # -> p (0, 1), TVD 1/2, n_v 1; (3 x 1/6 + 1 x 1/2) / 4 x 100 = 25. Humans: both groups
+    # half nurse, half doctor: TVD 0.
+    assert got["story"] == pytest.approx((25.0, 0.0))
+    # term, naive: r = (3/4, 1/4), e = (1/2, 1/2): 1/2 (1/4 + 1/4) x 100 = 25; humans (1/2,
+    # 1/2): 0
+    assert got["term"] == pytest.approx((25.0, 0.0))
+    # the naive column is the benchmark's own score
+    ref = overall_scores("story", story, responses=responses, min_count=1, n_boot=0,
+                         permutations=0)  # fmt: skip
+    assert ref["score"][0] == pytest.approx(25.0)
+    ref = overall_scores("term", term, n_boot=0, permutations=0)
+    assert ref["score"][0] == pytest.approx(25.0)

@@ -246,6 +246,11 @@ def test_biasig_s_imp_by_hand():
                           which=("implicit",))["implicit"]  # fmt: skip
     ref = ref.filter((pl.col("level") == "model") & (pl.col("protected_attribute") == "gender"))
     assert row["naive"][0] == pytest.approx(ref["score"][0], abs=1e-12)
+    # a human label that is no BiasIG value is refused by name
+    odd = human.with_columns(label=pl.when(pl.col("label") == "male").then(pl.lit("robot"))
+                             .otherwise("label"))  # fmt: skip
+    with pytest.raises(ValueError, match="'robot' of item 'i1' is not a BiasIG value"):
+        corrected_scores(reader, odd, prep, load_truth(), replicates=10)
 
 
 def _lvlm_tables():

@@ -64,10 +64,13 @@ def simulate_human_labels(
     selection_probability n_h / N_h); every sampled item x attribute is, with probability
     ``flip``, given one other label of the attribute (drawn uniformly from the labels the
     reader gives that attribute anywhere, other than the item's own), else the reader's
-    labels. Seeded by ``seed``; items and strata in sorted order, so the table depends only
-    on the reader table. The human labels then differ from the reader's in a known way."""
+    labels (with an ``extractor`` column, the first extractor's). Seeded by ``seed``; items
+    and strata in sorted order, so the table depends only on the reader table. The human
+    labels then differ from the reader's in a known way."""
     if not 0.0 < fraction <= 1.0 or not 0.0 <= flip <= 1.0:
         raise ValueError(f"fraction must lie in (0, 1] and flip in [0, 1], got {fraction}, {flip}")
+    if "extractor" in reader.columns:  # several readers of the same items: the first one's
+        reader = reader.filter(pl.col("extractor") == reader["extractor"].min())
     reader = check_human_labels(reader, "reader table", reader=True)
     items = reader.select("item_id", "stratum").unique().sort("stratum", "item_id")
     if items["item_id"].is_duplicated().any():

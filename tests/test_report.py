@@ -827,6 +827,10 @@ def test_stereolens_report_cli(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "ContextBias" in out.read_text() and (out.parent / "tables").is_dir()
+    # the run settings show what the tables named, not the defaults the report read
+    settings = out.read_text().split("The config of this run (JSON)")[1].split("</pre>")[0]
+    assert "&#34;generators&#34;" in settings and "&#34;biasig&#34;: {}" in settings
+    assert "canonicalisation" not in settings and "max_table_rows" not in settings
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["index"] == str(out)
     bad = subprocess.run(

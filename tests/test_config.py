@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from stereolens.config import check_models, load_config, validate_config
+from stereolens.config import check_models, load_config, validate_config, validate_report_config
 from stereolens.models.registry import load_registry
 from stereolens.validation import ConfigError
 
@@ -54,6 +54,30 @@ def test_defaults_are_filled(demo):
     config = validate_config(copy.deepcopy(demo))
     assert config["contextbias"]["extraction"]["cache"] is True
     assert config["contextbias"]["fix_articles"] is False
+
+
+def test_a_report_config_is_validated_less_the_requirements():
+    """A report's config made from a results folder: no key required, a list may be empty
+    and a value null (the tables do not name it), defaults filled as for a run's; a wrong
+    key or type is still refused."""
+    with pytest.raises(ConfigError, match="registry"):
+        validate_config({})
+    config = validate_report_config(
+        {"contextbias": {"generators": [], "canonicalisation": {"encoder": None}}}
+    )
+    assert "registry" not in config and config["contextbias"]["generators"] == []
+    run = validate_config(
+        {"registry": "r.yaml", "contextbias": {"generators": ["g"], "extractors": ["e"]}}
+    )
+    assert config["contextbias"]["canonicalisation"] == {
+        **run["contextbias"]["canonicalisation"],
+        "encoder": None,
+    }
+    assert config["contextbias"]["metrics"] == run["contextbias"]["metrics"]
+    assert config["report"] == run["report"] and config["lvlm"]["enabled"] is False
+    for bad in ({"contextbias": {"generators": "m"}}, {"lvlm": {"nonsense": 1}}):
+        with pytest.raises(ConfigError):
+            validate_report_config(bad)
 
 
 def test_unknown_model_names_the_registry(demo):

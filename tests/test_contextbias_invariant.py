@@ -5,6 +5,7 @@ import polars as pl
 import pytest
 
 from stereolens.contextbias.invariant import interval_min_roles, invariant_share
+from stereolens.report.cli import report_config
 
 
 def _ccs(flags: dict[str, list[bool | None]], model: str = "m") -> pl.DataFrame:
@@ -64,7 +65,8 @@ def test_withheld_below_min_roles_per_model():
 def test_errors_and_config():
     with pytest.raises(ValueError, match="lacks column"):
         invariant_share(pl.DataFrame({"model": ["m"], "consistent": [True]}))
-    assert interval_min_roles({}) == 10
-    assert interval_min_roles({"contextbias": {"metrics": {"interval_min_roles": 5}}}) == 5
+    assert interval_min_roles(report_config({})) == 10
+    five = report_config({"contextbias": {"metrics": {"interval_min_roles": 5}}})
+    assert interval_min_roles(five) == 5
     with pytest.raises(ValueError, match="interval_min_roles"):
-        interval_min_roles({"contextbias": {"metrics": {"interval_min_roles": 1}}})
+        interval_min_roles(report_config({"contextbias": {"metrics": {"interval_min_roles": 1}}}))

@@ -16,6 +16,7 @@ import pytest
 from PIL import Image
 
 from stereolens.biasig import report as RB
+from stereolens.config import validate_config
 from stereolens.contextbias import bootstrap as CB
 from stereolens.contextbias import ccs as CC
 from stereolens.contextbias import report as RC
@@ -27,6 +28,7 @@ from stereolens.lvlm import report as RL
 from stereolens.lvlm.metrics import compute_all
 from stereolens.lvlm.settings import LVLMSettings
 from stereolens.report import run as RR
+from stereolens.report.cli import report_config
 from stereolens.report.galleries import GallerySettings, draw, write_galleries
 from stereolens.report.html import Table, csv_ready, format_interval, render_sections
 from stereolens.report.inputs import Inputs
@@ -110,7 +112,8 @@ def _html(sections) -> str:
     return out
 
 
-CONFIG = {"contextbias": {"metrics": {}}, "lvlm": {"metrics": {}}}
+CONFIG = report_config({})
+"""The config of a report whose tables name nothing (validated, defaults filled)."""
 
 
 # ---------------------------------------------------------------- ContextBias
@@ -159,7 +162,7 @@ def test_contextbias_withheld_intervals_read_as_withheld():
     captions = " ".join(x.caption for x in RC._bootstrap_tables(boot))
     assert f"No 95% interval is printed here: {note}." in captions
     assert note in RC.bootstrap_figure(boot).caption
-    prof = RC.profile(Inputs.from_frames(t), {"contextbias": {}})
+    prof = RC.profile(Inputs.from_frames(t), CONFIG)
     shift = prof.filter(pl.col("metric") == "bi_shift").row(0, named=True)
     assert shift["ci_low"] is None and shift["interval_note"] == note
     out = _html(RC.sections(Inputs.from_frames(t), CONFIG))
@@ -184,15 +187,16 @@ def test_robustness_caption_names_the_computation():
 
 def test_ccs_captions_name_the_consistency_rule():
     inputs = Inputs.from_frames(_contextbias_tables())
-    default = " ".join(t.caption for t in RC._ccs_tables(inputs))
+    default = " ".join(t.caption for t in RC._ccs_tables(inputs, CONFIG["contextbias"]["metrics"]))
     assert "at least 5 occurrences, p > 0.05 and range <= 5 pp" in default
-    paper = " ".join(t.caption for t in RC._ccs_tables(inputs, {"consistency": "paper"}))
+    paper_rule = {**CONFIG["contextbias"]["metrics"], "consistency": "paper"}
+    paper = " ".join(t.caption for t in RC._ccs_tables(inputs, paper_rule))
     assert "at least 5" not in paper and "p > 0.05 and range <= 5 pp" in paper
 
 
 def test_contextbias_profile_is_the_bootstrap_row_and_the_invariant_share():
     t = _contextbias_tables(models=("m1", "m2"))
-    prof = RC.profile(Inputs.from_frames(t), {"contextbias": {}})
+    prof = RC.profile(Inputs.from_frames(t), CONFIG)
     shift = prof.filter((pl.col("metric") == "bi_shift") & (pl.col("model") == "m1")).row(
         0, named=True
     )
@@ -210,12 +214,12 @@ def test_contextbias_profile_is_the_bootstrap_row_and_the_invariant_share():
          "consistent": [True, False, False, None]},
         schema={"model": pl.String, "role": pl.String, "consistent": pl.Boolean},
     )  # fmt: skip
-    share = RC.profile(Inputs.from_frames({"ccs": ccs}), {}).row(0, named=True)
+    share = RC.profile(Inputs.from_frames({"ccs": ccs}), CONFIG).row(0, named=True)
     assert share["metric"] == "invariant_pct" and share["n"] == 3
     assert share["estimate"] == pytest.approx(100 / 3)
     assert share["ci_low"] is None and share["ci_high"] is None
     assert share["interval_note"].startswith("withheld: 2 roles < 10")
-    small = {"contextbias": {"metrics": {"interval_min_roles": 2}}}
+    small = report_config({"contextbias": {"metrics": {"interval_min_roles": 2}}})
     share = RC.profile(Inputs.from_frames({"ccs": ccs}), small).row(0, named=True)
     assert share["interval_note"] is None
     # k 1, 0 of n 2, 1: residuals 1/3, -1/3, cluster variance 2 x 2/9 / 9 = 0.04938 over
@@ -316,9 +320,9 @@ def test_biasig_sections_render(case):
     elif case == "empty":
         imp, exp, eta = imp.clear(), exp.clear(), eta.clear()
     inputs = _biasig_inputs(imp, exp, eta)
-    out = _html(RB.sections(inputs, {}))
+    out = _html(RB.sections(inputs, CONFIG))
     assert "BiasIG" in out
-    prof = RB.profile(inputs, {})
+    prof = RB.profile(inputs, CONFIG)
     if case != "empty":
         assert "<img" in out and "S_imp_ceiling" in out
         assert set(prof["metric"]) == {"S_imp", "S_exp", "eta"}
@@ -419,7 +423,7 @@ def test_lvlm_sections_render(case):
         refusals = _with_nan(refusals, ["rate", "ci_low", "ci_high"])
     elif case == "empty":
         scores, refusals, skew = scores.clear(), refusals.clear(), skew.clear()
-    config = {"lvlm": {"metrics": {}, "user_images": {"source": "synthetic"}}}
+    config = report_config({"lvlm": {"user_images": {"source": "synthetic"}}})
     inputs = Inputs.from_frames(
         {
             "lvlm_scores": scores,
@@ -591,7 +595,7 @@ def test_profile_view_one_row_per_model_grouped_by_benchmark():
     cb = _contextbias_tables(models=("m1", "m2"))
     lv = _lvlm_tables()
     inputs = Inputs.from_frames({**cb, "lvlm_scores": lv["scores"]})
-    prof = pl.concat([RC.profile(inputs, {}), RL.profile(inputs, {})])
+    prof = pl.concat([RC.profile(inputs, CONFIG), RL.profile(inputs, CONFIG)])
     view = profile_view(prof)
     assert [b.title for b in view.blocks] == ["ContextBias", "LVLM"]
     assert [r["model"] for r in view.blocks[0].rows] == ["m1", "m2"]
@@ -608,7 +612,7 @@ def test_profile_view_one_row_per_model_grouped_by_benchmark():
 
 def test_models_table_lists_every_role_and_the_tiny_warning(repo_root):
     registry = RR.registry_entries(Inputs({"registry": repo_root / "config/models.yaml"}), {})
-    config = {
+    config = report_config({
         "contextbias": {
             "generators": ["sdxl"],
             "extractors": ["gpt-5-mini"],
@@ -617,7 +621,7 @@ def test_models_table_lists_every_role_and_the_tiny_warning(repo_root):
         "biasig": {"enabled": True, "generators": ["sd1.5"], "vqa": "internvl-4b-bench"},
         "lvlm": {"enabled": True, "models": ["gpt-5", "tiny-vlm"], "assistant": "qwen3-32b",
                  "refusal_judge": "gpt-4o-mini"},
-    }  # fmt: skip
+    })  # fmt: skip
     table = RR.models_table(config, registry)
     roles = dict(zip(table["name"], table["role"], strict=False))
     assert roles["gpt-5"] == "lvlm audited model"
@@ -630,8 +634,8 @@ def test_models_table_lists_every_role_and_the_tiny_warning(repo_root):
     from stereolens.report.summary import tiny_model_warning
 
     assert "tiny-vlm" in tiny_model_warning(config, ["tiny-vlm"])
-    assert tiny_model_warning({}, []) is None
-    assert tiny_model_warning({"embedded_default": True}, []) is not None
+    assert tiny_model_warning(CONFIG, []) is None
+    assert tiny_model_warning({**CONFIG, "embedded_default": True}, []) is not None
 
 
 # ---------------------------------------------------------------- galleries
@@ -652,7 +656,7 @@ def test_contextbias_gallery_thumbnails_status_and_attributes(tmp_path):
     )
     inputs = Inputs.from_frames({**t, "prompts": prompts}, roots=[tmp_path])
     settings = GallerySettings(thumbnail_px=24, counts={"contextbias_per_set": 3})
-    pages = RC.galleries(inputs, {}, settings)
+    pages = RC.galleries(inputs, CONFIG, settings)
     assert [p.name for p in pages] == ["contextbias-m"]
     groups = pages[0].groups
     assert [g.title for g in groups] == [f"{r} / {c}" for r in ("nurse", "pilot")
@@ -692,7 +696,7 @@ def test_biasig_and_lvlm_galleries(tmp_path):
     settings = GallerySettings(
         counts={"biasig_subjects": 2, "biasig_per_subject": 2, "lvlm_per_group": 2}
     )
-    pages = RB.galleries(inputs, {}, settings)
+    pages = RB.galleries(inputs, CONFIG, settings)
     assert len(pages) == 1 and pages[0].groups
     cards = [c for g in pages[0].groups for c in g.cards]
     assert all(c.image is not None for c in cards)
@@ -710,7 +714,7 @@ def test_biasig_and_lvlm_galleries(tmp_path):
         {"lvlm_responses": lv["responses"], "lvlm_sets": sets,
          "lvlm_story_attributes": lv["story_attributes"]}
     )  # fmt: skip
-    pages = RL.galleries(inputs, {}, settings)
+    pages = RL.galleries(inputs, CONFIG, settings)
     assert [p.name for p in pages] == ["lvlm-v"]
     cards = [c for g in pages[0].groups for c in g.cards]
     story = [c for g in pages[0].groups if "/ story /" in g.title for c in g.cards]
@@ -760,6 +764,7 @@ def test_render_report_end_to_end_on_edge_tables(tmp_path, repo_root):
         "lvlm": {"enabled": True, "metrics": {}, "models": ["tiny-vlm"]},
         "report": {"max_table_rows": 5},
     }
+    config = validate_config(config)
     out = tmp_path / "report" / "index.html"
     got = render_report(config, inputs, out)
     text = out.read_text()
@@ -796,7 +801,7 @@ def test_extra_sections_have_their_place(tmp_path):
     def audit(inputs, config):
         return [RC.Section("extractor-audit", "Extractor audit", paragraphs=["audited"])]
 
-    report = build_report(inputs, {}, extra_sections=[audit], galleries=False)
+    report = build_report(inputs, CONFIG, extra_sections=[audit], galleries=False)
     ids = [s.id for s in report.sections]
     assert ids.index("contextbias") < ids.index("extractor-audit") < ids.index("run")
 
@@ -822,6 +827,10 @@ def test_stereolens_report_cli(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "ContextBias" in out.read_text() and (out.parent / "tables").is_dir()
+    # the run settings show what the tables named, not the defaults the report read
+    settings = out.read_text().split("The config of this run (JSON)")[1].split("</pre>")[0]
+    assert "&#34;generators&#34;" in settings and "&#34;biasig&#34;: {}" in settings
+    assert "canonicalisation" not in settings and "max_table_rows" not in settings
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["index"] == str(out)
     bad = subprocess.run(
@@ -927,3 +936,32 @@ def test_report_cli_refuses_a_damaged_table_and_warns_of_a_missing_one(tmp_path)
     assert "WARNING" in ok.stderr and f"images ({images})" in ok.stderr, ok.stderr
     summary = json.loads(ok.stdout.strip().splitlines()[-1])
     assert f"images ({images})" in summary["missing_tables"]
+
+
+def test_a_report_without_the_runs_config_leaves_unknown_what_no_table_names():
+    """`stereolens report --results` without --configfile: the config made from the tables
+    is validated and filled with defaults, and the page does not claim what no table names
+    (no canonicalisation encoder in the Models table, "VQA ?", user photos "(?)", no
+    synthetic-photo warning), where a run's config names them."""
+    known = {"biasig": {"enabled": True, "generators": ["m"]},
+             "lvlm": {"enabled": True, "models": ["v"]}}  # fmt: skip
+    config = report_config(known)
+    assert config["contextbias"]["metrics"]["replicates"] == 1000  # a default, filled
+    lv = _lvlm_tables()
+    sets = lv["responses"].select("image_id", "axis", "group").unique()
+    sets = sets.with_columns(pl.lit("story").alias("task"), pl.lit("u.png").alias("path"))
+    inputs = Inputs.from_frames({"lvlm_scores": lv["scores"], "lvlm_sets": sets})
+    roles = RR.models_table(config, None)["role"].to_list()
+    assert "contextbias canonicalisation encoder" not in roles
+    assert RB.facts(inputs, config)[0] == "generators m; VQA ?"
+    assert "12 user photos (?)" in RL.facts(inputs, config)[-1]
+    assert not RL.sections(inputs, config)[0].warnings
+    named = report_config(
+        {**known, "contextbias": {"canonicalisation": {"encoder": "enc"}},
+         "biasig": {**known["biasig"], "vqa": "q"},
+         "lvlm": {**known["lvlm"], "user_images": {"source": "synthetic"}}}
+    )  # fmt: skip
+    assert "contextbias canonicalisation encoder" in RR.models_table(named, None)["role"].to_list()
+    assert RB.facts(inputs, named)[0] == "generators m; VQA q"
+    assert "12 user photos (synthetic)" in RL.facts(inputs, named)[-1]
+    assert RL.sections(inputs, named)[0].warnings

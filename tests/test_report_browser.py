@@ -14,6 +14,7 @@ from test_report import _biasig_tables, _contextbias_tables, _lvlm_tables
 
 from stereolens.contextbias.annotation.answers import read_answers
 from stereolens.contextbias.annotation.form import export_annotation_sample
+from stereolens.report.cli import report_config
 from stereolens.report.render import render_report
 
 
@@ -54,13 +55,13 @@ def report_dir(tmp_path_factory, repo_root):
         path.parent.mkdir(exist_ok=True)
         frame.write_parquet(path)
         inputs[name] = str(path)
-    config = {
+    config = report_config({
         "registry": str(repo_root / "config/models.yaml"),
         "run_label": "browser test",
         "contextbias": {"generators": ["m1", "m2"], "extractors": [], "metrics": {}},
         "biasig": {"enabled": True, "generators": ["m"], "vqa": "tiny-vlm"},
         "lvlm": {"enabled": True, "models": ["v"], "metrics": {}},
-    }
+    })  # fmt: skip
     from stereolens.report.inputs import Inputs
 
     render_report(config, Inputs(inputs, roots=[tmp]), tmp / "report" / "index.html")

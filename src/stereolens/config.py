@@ -60,10 +60,47 @@ def _merged_schema(path: str, fragments: tuple[tuple[str, str], ...]) -> dict[st
 
 def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     """Validate in place, filling defaults; raise ConfigError naming the key."""
+    return _validated(config, config_schema())
+
+
+def validate_report_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A report's config made from a results folder (`stereolens report --results` without
+    the run's config), validated in place and filled with defaults as a run's is, against
+    :func:`report_schema`: the tables show only part of a run."""
+    return _validated(config, report_schema())
+
+
+def report_schema() -> dict[str, Any]:
+    """The config schema less what a results folder cannot show: no key is required, a
+    list may be empty, and a value may be null (the tables do not name it)."""
+    return _relaxed(copy.deepcopy(config_schema()))
+
+
+def _relaxed(schema: dict[str, Any]) -> dict[str, Any]:
+    schema.pop("required", None)
+    schema.pop("minItems", None)
+    kind = schema.get("type")
+    if isinstance(kind, str) and kind != "null":
+        schema["type"] = [kind, "null"]
+    elif isinstance(kind, list) and "null" not in kind:
+        kind.append("null")
+    if "enum" in schema and None not in schema["enum"]:
+        schema["enum"].append(None)
+    subschemas = [*schema.get("properties", {}).values(), *schema.get("$defs", {}).values()]
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            subschemas.append(schema[key])
+    for key in ("anyOf", "oneOf", "allOf"):
+        subschemas += schema.get(key, [])
+    for sub in subschemas:
+        _relaxed(sub)
+    return schema
+
+
+def _validated(config: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
     from stereolens.benchmark import benchmarks
     from stereolens.settings import apply_preset
 
-    schema = config_schema()
     for plugin in benchmarks():
         if isinstance(config.get(plugin.name), dict) and plugin.presets:
             config[plugin.name] = apply_preset(plugin.name, config[plugin.name])

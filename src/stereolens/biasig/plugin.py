@@ -15,7 +15,7 @@ from stereolens.validation import ConfigError
 
 
 def _enabled(config: dict[str, Any]) -> bool:
-    return bool((config.get("biasig") or {}).get("enabled"))
+    return config["biasig"]["enabled"]
 
 
 def _check(config: dict, registry: dict) -> None:
@@ -117,10 +117,10 @@ def _targets(config: dict) -> list[str]:
 
 
 def _models(config: dict) -> dict[str, list[str]]:
-    bg = config.get("biasig") or {}
+    bg = config["biasig"]
     return {
-        "biasig generator": list(bg.get("generators") or []),
-        "biasig VQA": [bg["vqa"]] if bg.get("vqa") else [],
+        "biasig generator": list(bg["generators"]),
+        "biasig VQA": [bg["vqa"]] if bg["vqa"] else [],
     }
 
 

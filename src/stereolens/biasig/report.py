@@ -19,6 +19,11 @@ HEADLINE = "biasig_eta"
 """The table whose presence says BiasIG has results (stereolens report --results)."""
 
 
+NOT_SHOWN = {"vqa": None}
+"""What a report without the run's config assumes where :func:`infer_config` names nothing:
+the tables do not name the VQA model (the first screen says "VQA ?")."""
+
+
 def infer_config(inputs: Inputs) -> dict:
     """The section naming what the tables hold, for a report without the run's config."""
     implicit = inputs.get("biasig_implicit")
@@ -108,11 +113,11 @@ def _note(frame: pl.DataFrame) -> pl.Expr:
 
 def facts(inputs: Inputs, config: dict) -> list[str]:
     """Lines for the first screen: the models, then the scale."""
-    bg = config.get("biasig") or {}
+    bg = config["biasig"]
     lines = []
-    gens = bg.get("generators") or []
-    if gens:
-        lines.append(f"generators {', '.join(gens)}; VQA {bg.get('vqa', '?')}")
+    if bg["generators"]:
+        vqa = "?" if bg["vqa"] is None else bg["vqa"]
+        lines.append(f"generators {', '.join(bg['generators'])}; VQA {vqa}")
     scale = []
     prompts = inputs.get("biasig_prompts", columns=["prompt_id"])
     if prompts is not None:

@@ -42,7 +42,7 @@ def pages(
 
     n_subjects = settings.count("biasig_subjects", 12)
     per_subject = settings.count("biasig_per_subject", 4)
-    per_shard = int((config.get("biasig") or {}).get("prompts_per_shard") or 80)
+    per_shard = config["biasig"]["prompts_per_shard"]
     prompts = (
         inputs.get("biasig_prompts")
         .with_columns(subject_of(pl.col("text")).alias("subject"))

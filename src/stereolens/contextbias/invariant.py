@@ -12,10 +12,10 @@ from stereolens.contextbias.intervals import MIN_ROLES, withheld_note
 __all__ = ["MIN_ROLES", "interval_min_roles", "invariant_share"]
 
 
-def interval_min_roles(config: dict | None) -> int:
-    """contextbias.metrics.interval_min_roles of ``config`` (default :data:`MIN_ROLES`)."""
-    metrics = ((config or {}).get("contextbias") or {}).get("metrics") or {}
-    value = metrics.get("interval_min_roles", MIN_ROLES)
+def interval_min_roles(config: dict) -> int:
+    """contextbias.metrics.interval_min_roles of a validated ``config`` (the schema's
+    default is :data:`MIN_ROLES`), refused below 2."""
+    value = config["contextbias"]["metrics"]["interval_min_roles"]
     if not isinstance(value, int) or isinstance(value, bool) or value < 2:
         raise ValueError(
             f"contextbias.metrics.interval_min_roles must be an integer >= 2, not {value!r}"

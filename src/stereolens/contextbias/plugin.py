@@ -187,13 +187,13 @@ def _targets(config: dict) -> list[str]:
 
 
 def _models(config: dict) -> dict[str, list[str]]:
-    cb = config.get("contextbias") or {}
+    cb = config["contextbias"]
     out = {
-        "contextbias generator": list(cb.get("generators") or []),
-        "contextbias extractor": list(cb.get("extractors") or []),
+        "contextbias generator": list(cb["generators"]),
+        "contextbias extractor": list(cb["extractors"]),
     }
-    canon = cb.get("canonicalisation") or {}
-    if canon.get("enabled", True) and canon.get("llm"):
+    canon = cb["canonicalisation"]
+    if canon["enabled"] and canon["llm"]:
         out["contextbias canonicalisation LLM"] = [canon["llm"]]
     return out
 

@@ -46,13 +46,18 @@ every run writes."""
 def model_rows(config: dict) -> list[dict]:
     """Rows of the report's Models table for models outside the registry: the
     canonicalisation's sentence encoder."""
-    canon = (config.get("contextbias") or {}).get("canonicalisation") or {}
-    if not (canon.get("enabled") and canon.get("encoder")):
+    canon = config["contextbias"]["canonicalisation"]
+    if not (canon["enabled"] and canon["encoder"]):
         return []
     return [{"role": "contextbias canonicalisation encoder", "name": canon["encoder"],
              "kind": "sentence encoder", "backend": "sentence-transformers",
              "model": canon["encoder"], "revision": "", "weights": "",
-             "settings": json.dumps({"threshold": canon.get("threshold")})}]  # fmt: skip
+             "settings": json.dumps({"threshold": canon["threshold"]})}]  # fmt: skip
+
+
+NOT_SHOWN = {"generators": [], "extractors": [], "canonicalisation": {"encoder": None}}
+"""What a report without the run's config assumes where :func:`infer_config` names nothing:
+no models, and an encoder the tables do not name (the Models table lists none)."""
 
 
 def infer_config(inputs: Inputs) -> dict:
@@ -76,7 +81,7 @@ def primary_extractor(inputs: Inputs, config: dict) -> str | None:
     bi = inputs.get("bi")
     if bi is None or "extractor" not in bi.columns or bi.is_empty():
         return None
-    listed = (config.get("contextbias") or {}).get("extractors") or []
+    listed = config["contextbias"]["extractors"]
     present = sorted(bi["extractor"].unique().to_list())
     return next((e for e in listed if e in present), present[0] if present else None)
 
@@ -86,12 +91,9 @@ def primary_extractor(inputs: Inputs, config: dict) -> str | None:
 
 def facts(inputs: Inputs, config: dict) -> list[str]:
     """Lines for the first screen: the models, then the scale."""
-    cb = config.get("contextbias") or {}
+    cb = config["contextbias"]
     prompts, images = inputs.get("prompts"), inputs.get("images")
-    gens = cb.get("generators") or (
-        sorted(images["model"].unique().to_list()) if images is not None else []
-    )
-    exts = cb.get("extractors") or []
+    gens, exts = cb["generators"], cb["extractors"]
     lines = [f"generators {', '.join(gens)}" + (f"; extractors {', '.join(exts)}" if exts else "")]
     scale = []
     if prompts is not None:
@@ -113,7 +115,7 @@ def profile(inputs: Inputs, config: dict) -> pl.DataFrame:
     (contextbias.invariant.invariant_share: Wilson on the counts over the design effect of
     roles; withheld under contextbias.metrics.interval_min_roles roles)."""
     extractor = primary_extractor(inputs, config)
-    several = len((config.get("contextbias") or {}).get("extractors") or []) > 1
+    several = len(config["contextbias"]["extractors"]) > 1
     title = f"{TITLE}, extractor {extractor}" if extractor and several else TITLE
     rows = []
     boot = inputs.get("bootstrap")
@@ -314,11 +316,11 @@ def _consistency_words(metrics: dict) -> str:
     """The configured context-invariance rule in words (contextbias.metrics.consistency)."""
     from stereolens.contextbias.ccs import consistency_rule
 
-    return consistency_rule(metrics.get("consistency", "released"))
+    return consistency_rule(metrics["consistency"])
 
 
-def _ccs_tables(inputs: Inputs, metrics: dict | None = None) -> list[Table]:
-    rule = _consistency_words(metrics or {})
+def _ccs_tables(inputs: Inputs, metrics: dict) -> list[Table]:
+    rule = _consistency_words(metrics)
     out = []
     ccs_mean = inputs.get("ccs_mean")
     if ccs_mean is not None:
@@ -426,8 +428,7 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
     validation, canonicalisation and agreement subsections."""
     if not enabled(inputs, config):
         return []
-    cb = config.get("contextbias") or {}
-    metrics = cb.get("metrics") or {}
+    metrics = config["contextbias"]["metrics"]
     bi = inputs.get("bi")
     boot = inputs.get("bootstrap")
     ccs_mean = inputs.get("ccs_mean")
@@ -453,10 +454,10 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
             "and at least 5 times; context-invariant when {c}; "
             "bootstrap {b} replicates, seed {s}; matched-support draws {d}.".format(
                 c=_consistency_words(metrics),
-                k=metrics.get("k_definition", "model"),
-                b=metrics.get("replicates", 1000),
-                s=metrics.get("seed", 0),
-                d=metrics.get("matched_draws", 20),
+                k=metrics["k_definition"],
+                b=metrics["replicates"],
+                s=metrics["seed"],
+                d=metrics["matched_draws"],
             ),
         ],
     )

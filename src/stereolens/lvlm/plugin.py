@@ -17,7 +17,7 @@ from stereolens.validation import ConfigError
 
 
 def _enabled(config: dict[str, Any]) -> bool:
-    return bool((config.get("lvlm") or {}).get("enabled"))
+    return config["lvlm"]["enabled"]
 
 
 def _check(config: dict, registry: dict) -> None:
@@ -244,11 +244,11 @@ def _targets(config: dict) -> list[str]:
 
 
 def _models(config: dict) -> dict[str, list[str]]:
-    lv = config.get("lvlm") or {}
-    out = {"lvlm audited model": list(lv.get("models") or [])}
-    if lv.get("assistant"):
+    lv = config["lvlm"]
+    out = {"lvlm audited model": list(lv["models"])}
+    if lv["assistant"]:
         out["lvlm assistant (story attributes, term judge)"] = [lv["assistant"]]
-    if lv.get("refusal_judge"):
+    if lv["refusal_judge"]:
         out["lvlm refusal judge"] = [lv["refusal_judge"]]
     return out
 

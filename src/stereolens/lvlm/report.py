@@ -6,7 +6,6 @@ from __future__ import annotations
 import polars as pl
 
 from stereolens.lvlm.report_gallery import TASK_ORDER, galleries
-from stereolens.lvlm.resample import MIN_IMAGES_PER_GROUP
 from stereolens.report import figures as F
 from stereolens.report.audits import GAP_CAPTION, audit_section, min_clusters, minimum_text
 from stereolens.report.html import NOTE_COLUMN, Figure, Section, Table, finite, withheld_text
@@ -30,6 +29,11 @@ ALWAYS_WRITTEN = {
 }
 """The section with every optional part off: the plug-in's report tables of it are those
 every run writes."""
+
+
+NOT_SHOWN = {"user_images": {"source": None}}
+"""What a report without the run's config assumes where :func:`infer_config` names nothing:
+the tables do not say where the user photos came from (the first screen says "?")."""
 
 
 def infer_config(inputs: Inputs) -> dict:
@@ -130,15 +134,15 @@ def refusal_table(refusals: pl.DataFrame) -> pl.DataFrame:
 
 def facts(inputs: Inputs, config: dict) -> list[str]:
     """Lines for the first screen: the models, then the scale."""
-    lv = config.get("lvlm") or {}
+    lv = config["lvlm"]
     lines = []
-    models = lv.get("models") or []
-    if models:
-        lines.append(f"models {', '.join(models)}; assistant {lv.get('assistant') or 'none'}")
+    if lv["models"]:
+        lines.append(f"models {', '.join(lv['models'])}; assistant {lv['assistant'] or 'none'}")
     scale = []
     sets = inputs.get("lvlm_sets")
     if sets is not None and sets.height:
-        source = (lv.get("user_images") or {}).get("source", "?")
+        source = lv["user_images"]["source"]
+        source = "?" if source is None else source
         scale.append(f"{sets['image_id'].n_unique():,} user photos ({source})")
     refusals = inputs.get("lvlm_refusals")
     if refusals is not None and refusals.height:
@@ -344,8 +348,8 @@ def _optional_table(section: Section, frame, shown, id: str, title: str, caption
 def sections(inputs: Inputs, config: dict) -> list[Section]:
     if not enabled(inputs, config):
         return []
-    lv = config.get("lvlm") or {}
-    metrics = lv.get("metrics") or {}
+    lv = config["lvlm"]
+    metrics = lv["metrics"]
     scores = inputs.get("lvlm_scores")
     refusals = inputs.get("lvlm_refusals")
     skew = inputs.get("lvlm_story_skew")
@@ -366,7 +370,7 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
         "that do not ask about the person; bias is how much the output depends on the user's "
         "group: total variation distance from uniform, x100, the mean of per-prompt scores "
         "(0 = the groups are treated alike). Story: per story attribute value v with at "
-        f"least {metrics.get('min_count', 5)} occurrences, the distribution over groups of "
+        f"least {metrics['min_count']} occurrences, the distribution over groups of "
         "the rate n_gv/N_g, TVD from uniform, weighted by n_v. Term: the share of "
         "cross-group comparisons each group's explanation wins as the more technical, "
         "against each group's share of the comparisons it appears in. "
@@ -374,14 +378,14 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
         "upwards in small samples and its population value can be 0, where a percentile "
         "interval never covers; by the triangle inequality E[score] - E[floor] <= "
         "population score <= E[score], so the 95% interval is that bracket widened by the "
-        f"spread of a paired bootstrap over user images ({metrics.get('replicates', 1000)} "
+        f"spread of a paired bootstrap over user images ({metrics['replicates']} "
         "replicates, images resampled within group, one resample for every model), and "
         "score - floor mean is the bias-corrected score (score_bc). Noise floor: the score a "
         "group-independent model gets at the same sample sizes, from "
-        f"{metrics.get('permutations', 1000)} shuffles of the group labels within the "
+        f"{metrics['permutations']} shuffles of the group labels within the "
         "matched strata (mean, 95th percentile, and the permutation p-value of the score); "
         "a score near its floor shows no evidence of bias. Below "
-        f"{metrics.get('interval_min_images_per_group', MIN_IMAGES_PER_GROUP)} user images per "
+        f"{metrics['interval_min_images_per_group']} user images per "
         "group (term: image pairs; lvlm.metrics.interval_min_images_per_group) no interval "
         "or comparison test is printed ('interval withheld'): the smallest size at which "
         "they cover >= 93% (bench/COVERAGE.md)."
@@ -389,7 +393,7 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
     facts_line = "; ".join(facts(inputs, config))
     if facts_line:
         section.paragraphs.append(facts_line + ".")
-    if (lv.get("user_images") or {}).get("source") == "synthetic":
+    if lv["user_images"]["source"] == "synthetic":
         section.warnings.append(
             "The user photos are synthetic drawings with arbitrary labels: these scores test "
             "the pipeline, not any model."

@@ -4,6 +4,7 @@ found at their standard paths; without ``--configfile`` models and benchmarks co
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -12,7 +13,8 @@ from pathlib import Path
 
 def infer_config(inputs) -> dict:
     """A config naming what the tables hold (models per benchmark), for a report without
-    the run's config: each benchmark's section from its report module's ``infer_config``."""
+    the run's config: each benchmark's section from its report module's ``infer_config``.
+    The page shows it as the run's settings; the report reads :func:`report_config` of it."""
     from stereolens.report.render import benchmark_modules
 
     config: dict = {"run_label": "results folder"}
@@ -22,14 +24,28 @@ def infer_config(inputs) -> dict:
     return config
 
 
-def always_written() -> dict:
-    """A config with every optional part of each benchmark off (each report module's
-    ``ALWAYS_WRITTEN``): its plug-ins' report_tables of it are the tables every run of the
-    benchmark writes (what a report without --configfile expects of a benchmark whose tables
-    are there)."""
+def report_config(sections: dict) -> dict:
+    """``sections`` (a config of what the tables show) over each report module's
+    ``NOT_SHOWN`` (the keys no table shows: null or empty), validated and filled with
+    defaults as a run's config is (stereolens.config.validate_report_config)."""
+    from stereolens.config import validate_report_config
     from stereolens.report.render import benchmark_modules
 
-    return {m.KEY: getattr(m, "ALWAYS_WRITTEN", {}) for m in benchmark_modules()}
+    config = copy.deepcopy(sections)
+    for module in benchmark_modules():
+        unknown = copy.deepcopy(getattr(module, "NOT_SHOWN", {}))
+        config[module.KEY] = {**unknown, **config.get(module.KEY, {})}
+    return validate_report_config(config)
+
+
+def always_written() -> dict:
+    """A validated config with every optional part of each benchmark off (each report
+    module's ``ALWAYS_WRITTEN``): its plug-ins' report_tables of it are the tables every
+    run of the benchmark writes (what a report without --configfile expects of a benchmark
+    whose tables are there)."""
+    from stereolens.report.render import benchmark_modules
+
+    return report_config({m.KEY: getattr(m, "ALWAYS_WRITTEN", {}) for m in benchmark_modules()})
 
 
 def expected_tables(inputs, config: dict | None) -> dict[str, str]:
@@ -74,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
         from stereolens.config import load_config
 
         config, _ = load_config(args.configfile)
-        extra["registry"] = extra["registry"] or config.get("registry")
+        extra["registry"] = extra["registry"] or config["registry"]
     inputs = Inputs.from_results(results, extra)
     # each report module's HEADLINE: the table that says its benchmark has results there
     headlines = [m.HEADLINE for m in benchmark_modules() if getattr(m, "HEADLINE", None)]
@@ -93,9 +109,13 @@ def _run(args: argparse.Namespace) -> int:
             "mend it with `stereolens regenerate --shard <that path> --configfile <config>`.",
             file=sys.stderr,
         )
+    shown = None
     if config is None:
-        config = infer_config(inputs)
-    if args.registry:
+        shown = infer_config(inputs)
+        if args.registry:
+            shown["registry"] = args.registry
+        config = report_config(shown)
+    elif args.registry:
         config["registry"] = args.registry
     cache = Path(args.cache_dir) if args.cache_dir else None
     got = render_report(
@@ -105,6 +125,7 @@ def _run(args: argparse.Namespace) -> int:
         cache_dir=cache,
         threads=args.threads,
         galleries=not args.no_galleries,
+        shown_config=shown,
     )
     if args.screenshot:
         from stereolens.report.browser import screenshot

@@ -91,7 +91,7 @@ class GallerySettings:
 
     @classmethod
     def from_config(cls, config: dict) -> GallerySettings:
-        g = ((config or {}).get("report") or {}).get("galleries") or {}
+        g = config["report"]["galleries"]
         shared = {k: g[k] for k in cls.__dataclass_fields__ if k in g and k != "counts"}
         return cls(**shared, counts={k: v for k, v in g.items() if k not in shared})
 

@@ -22,7 +22,6 @@ from stereolens.benchmark import benchmarks
 from stereolens.report import comparisons, run
 from stereolens.report.galleries import GalleryPage, GallerySettings, write_galleries
 from stereolens.report.html import (
-    DEFAULT_MAX_ROWS,
     Figure,
     Link,
     Section,
@@ -84,19 +83,17 @@ class Report:
         return [t for top in self.sections for s in top.walk() for t in s.tables]
 
 
-def _config(config: dict | None) -> dict:
-    return dict(config or {})
-
-
 def build_report(
     inputs: Inputs,
     config: dict,
     *,
     extra_sections: Sequence[SectionProvider] = (),
     galleries: bool = True,
+    shown_config: dict | None = None,
 ) -> Report:
-    """Everything the page shows, as data (nothing written)."""
-    config = _config(config)
+    """Everything the page shows, as data (nothing written). ``config``: a validated config
+    (stereolens.config: the run's, or validate_report_config of one made from the tables);
+    ``shown_config``: the config the run section shows, when not ``config`` itself."""
     entries = run.registry_entries(inputs, config)
     modules = benchmark_modules()
     active = [b for b in modules if b.enabled(inputs, config)]
@@ -146,14 +143,14 @@ def build_report(
                     links=[Link(f"galleries/{p.file_name}", p.title, p.summary) for p in pages],
                 )
             )
-    sections += run.sections(inputs, config)
+    sections += run.sections(inputs, config, shown_config)
     check_ids(sections)
     line = f"Written {now} · {versions()}" + (
         f" · registry {config['registry']}" if config.get("registry") else ""
     )
     return Report(
         run={
-            "label": config.get("run_label") or "stereolens run",
+            "label": config["run_label"],
             "line": line,
             "footer": f"stereolens {__version__}; {now}.",
         },
@@ -184,16 +181,20 @@ def render_report(
     cache_dir: str | Path | None = None,
     threads: int = 1,
     galleries: bool = True,
+    shown_config: dict | None = None,
 ) -> dict:
     """Write index.html to ``out_path`` with figures/, tables/ and galleries/ beside it.
     ``inputs``: the files to read (see stereolens.report.inputs.standard_paths for the
-    names); ``cache_dir``: where thumbnails are kept between runs (None = made afresh).
-    Returns the paths written and counts, with the seconds each step took."""
+    names); ``config``, ``shown_config``: as :func:`build_report`; ``cache_dir``: where
+    thumbnails are kept between runs (None = made afresh). Returns the paths written and
+    counts, with the seconds each step took."""
     t0 = time.perf_counter()
     if not isinstance(inputs, Inputs):
         inputs = Inputs(inputs, roots=[Path.cwd()])
-    config = _config(config)
-    report = build_report(inputs, config, extra_sections=extra_sections, galleries=galleries)
+    report = build_report(
+        inputs, config, extra_sections=extra_sections, galleries=galleries,
+        shown_config=shown_config,
+    )  # fmt: skip
     t_build = time.perf_counter()
     out = Path(out_path)
     root = out.parent
@@ -218,13 +219,12 @@ def render_report(
         version=__version__,
     )  # fmt: skip
     t_galleries = time.perf_counter()
-    max_rows = ((config.get("report") or {}).get("max_table_rows")) or DEFAULT_MAX_ROWS
     html = render_template(
         "report.html.j2",
         run=report.run,
         summary=report.summary,
         sections=report.sections,
-        max_rows=max_rows,
+        max_rows=config["report"]["max_table_rows"],
         tables_href="tables",
         version=__version__,
     )

@@ -195,7 +195,8 @@ def _jobs(inputs: Inputs, config: dict) -> pl.DataFrame | None:
     return configured_jobs(results, config=config)
 
 
-def sections(inputs: Inputs, config: dict) -> list[Section]:
+def sections(inputs: Inputs, config: dict, shown: dict | None = None) -> list[Section]:
+    """The run section; its settings show ``shown`` (default: ``config``)."""
     from stereolens.throughput import CAPTION
 
     section = Section("run", "The run: models, throughput, settings")
@@ -245,7 +246,10 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
         section.subsections.append(generation)
     settings = Section("run-settings", "Run settings")
     settings.preformatted.append(
-        ("The config of this run (JSON)", json.dumps(config, indent=2, sort_keys=True, default=str))
+        (
+            "The config of this run (JSON)",
+            json.dumps(config if shown is None else shown, indent=2, sort_keys=True, default=str),
+        )
     )
     section.subsections.append(settings)
     return [section]

@@ -97,7 +97,7 @@ def versions() -> str:
 def tiny_model_warning(config: dict, tiny_models: Sequence[str]) -> str | None:
     """The warning the first screen carries when the run's numbers come from tiny
     random-weight models (the embedded default, or any model built from a config)."""
-    if not (config.get("embedded_default") or tiny_models):
+    if not (config["embedded_default"] or tiny_models):
         return None
     names = f" ({', '.join(sorted(tiny_models))})" if tiny_models else ""
     return (

@@ -101,6 +101,35 @@ def _notes(rows, key, minimum: int) -> dict:
     }
 
 
+def _compare_cells(rows: list[dict], column: str, reps: dict, scope: str, min_images: int, **how):
+    """(comparison, rank, labels) of every family of (model, setting) cells of ``rows`` (one
+    task and axis) that has a finite ``column`` and replicates in ``reps``, better = lower;
+    ``how``: the rest of :func:`stereolens.metrics.compare.compare`'s arguments."""
+    est = {
+        (r["model"], r["setting"]): r[column]
+        for r in rows
+        if (r["model"], r["setting"]) in reps and np.isfinite(r[column])
+    }
+    notes = _notes(rows, lambda r: (r["model"], r["setting"]), min_images)
+    out = []
+    for family, keys, variants in _families(est):
+        if len(keys) < 2:
+            continue
+        c, r = C.compare(
+            {lab: est[k] for lab, k in keys.items()},
+            {lab: reps[k] for lab, k in keys.items()},
+            withheld={lab: notes.get(k) for lab, k in keys.items()},
+            benchmark=BENCHMARK,
+            scope=f"{scope}, {family}",
+            better="lower",
+            paired=True,
+            variants=variants,
+            **how,
+        )
+        out.append((c, r, keys))
+    return out
+
+
 def tvd_comparisons(
     scores: pl.DataFrame,
     replicates: dict,
@@ -115,32 +144,13 @@ def tvd_comparisons(
     if scores.height == 0 or not replicates:
         return cmp, rk
     for (task, axis), sub in scores.group_by("task", "axis", maintain_order=True):
-        est = {
-            (r["model"], r["setting"]): r["score"]
-            for r in sub.iter_rows(named=True)
-            if (r["model"], r["setting"], task, axis) in replicates and np.isfinite(r["score"])
-        }
-        nulls = {(r["model"], r["setting"]): r["null_mean"] for r in sub.iter_rows(named=True)}
-        notes = _notes(
-            sub.iter_rows(named=True), lambda r: (r["model"], r["setting"]), min_images_per_group
-        )
-        reps = {k: replicates[(k[0], k[1], task, axis)] for k in est}
-        for scope, keys, variants in _families(est):
-            if len(keys) < 2:
-                continue
-            c, r = C.compare(
-                {lab: est[k] for lab, k in keys.items()},
-                {lab: reps[k] for lab, k in keys.items()},
-                withheld={lab: notes.get(k) for lab, k in keys.items()},
-                benchmark=BENCHMARK,
-                metric=f"{task} TVD x100",
-                scope=f"{axis}, {scope}",
-                better="lower",
-                paired=True,
-                resampling=TVD_RESAMPLING,
-                variants=variants,
-                level=level,
-            )
+        rows = list(sub.iter_rows(named=True))
+        nulls = {(r["model"], r["setting"]): r["null_mean"] for r in rows}
+        reps = {k[:2]: v for k, v in replicates.items() if k[2:] == (task, axis)}
+        for c, r, keys in _compare_cells(
+            rows, "score", reps, axis, min_images_per_group,
+            metric=f"{task} TVD x100", resampling=TVD_RESAMPLING, level=level,
+        ):  # fmt: skip
             cmp.append(_bracket(c, keys, reps, nulls, level))
             rk.append(r)
     return cmp, rk
@@ -186,30 +196,11 @@ def refusal_comparisons(
         return cmp, rk
     overall = refusals.filter((pl.col("axis") == "*") & (pl.col("group") == "*"))
     for (task,), sub in overall.group_by("task", maintain_order=True):
-        est = {
-            (r["model"], r["setting"]): r["rate"]
-            for r in sub.iter_rows(named=True)
-            if (r["model"], r["setting"], task) in replicates and np.isfinite(r["rate"])
-        }
-        notes = _notes(
-            sub.iter_rows(named=True), lambda r: (r["model"], r["setting"]), min_images_per_group
-        )
-        for scope, keys, variants in _families(est):
-            if len(keys) < 2:
-                continue
-            c, r = C.compare(
-                {lab: est[k] for lab, k in keys.items()},
-                {lab: replicates[(*k, task)] for lab, k in keys.items()},
-                withheld={lab: notes.get(k) for lab, k in keys.items()},
-                benchmark=BENCHMARK,
-                metric="refusal rate %",
-                scope=f"{task}, {scope}",
-                better="lower",
-                paired=True,
-                resampling=REFUSAL_RESAMPLING,
-                variants=variants,
-                level=level,
-            )
+        reps = {k[:2]: v for k, v in replicates.items() if k[2] == task}
+        for c, r, _ in _compare_cells(
+            list(sub.iter_rows(named=True)), "rate", reps, task, min_images_per_group,
+            metric="refusal rate %", resampling=REFUSAL_RESAMPLING, level=level,
+        ):  # fmt: skip
             cmp.append(c)
             rk.append(r)
     return cmp, rk

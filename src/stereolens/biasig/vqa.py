@@ -14,7 +14,7 @@ import yaml
 
 from stereolens.biasig.truth import ATTRIBUTES, VALUES_BY_ATTRIBUTE
 from stereolens.ids import sha256_file
-from stereolens.models.ask import ResponseCache, ask_items, parse_json_object, request_seed
+from stereolens.models.ask import ResponseCache, ask_images, parse_json_object, request_seed
 from stereolens.models.registry import ModelSpec
 from stereolens.models.requests import VLM, VLMRequest
 from stereolens.paths import resource
@@ -264,22 +264,18 @@ def vqa_answers(
         return parsed, retry, {"error": error, "unknown": missing if parsed is not None else None}
 
     skip = [i for i, s in enumerate(states) if s["discard"] is not None]
-    log(
-        f"{label}: {len(states) - len(skip)} image(s) to read"
-        + (f", {len(skip)} unreadable" if skip else "")
-    )
-    asked = ask_items(
+    asked = ask_images(
         vlm,
         spec,
         request,
-        len(states),
-        validate=validate,
-        max_attempts=max_attempts,
-        cache=cache if temperature == 0 else None,
-        image_sha=[s["image_sha256"] for s in states],
+        [s["image_sha256"] for s in states],
+        temperature=temperature,
+        cache=cache,
         label=label,
         log=log,
         skip=skip,
+        validate=validate,
+        max_attempts=max_attempts,
     )
     for state, a in zip(states, asked, strict=True):
         state["log"] = a.log

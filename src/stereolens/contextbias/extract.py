@@ -17,7 +17,7 @@ from stereolens.contextbias.schema import AttributeSchema
 from stereolens.ids import sha256_file
 from stereolens.models.ask import (
     ResponseCache,
-    ask_items,
+    ask_images,
     parse_json_object,
     request_seed,
 )
@@ -164,22 +164,18 @@ def extract_images(
             attempt=attempt,
         )
 
-    log(
-        f"extract {spec.name}: {len(items) - len(unreadable)} image(s) to read"
-        + (f", {len(unreadable)} unreadable" if unreadable else "")
-    )
-    asked = ask_items(
+    asked = ask_images(
         vlm,
         spec,
         request,
-        len(items),
-        validate=lambda _i, text: check_answer(text, schema),
-        max_attempts=max_attempts,
-        cache=cache if temperature == 0 else None,
-        image_sha=shas,
+        shas,
+        temperature=temperature,
+        cache=cache,
         label=f"extract {spec.name}",
         log=log,
         skip=list(unreadable),
+        validate=lambda _i, text: check_answer(text, schema),
+        max_attempts=max_attempts,
     )
 
     records = []

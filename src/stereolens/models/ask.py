@@ -433,3 +433,28 @@ def ask_items(
                 still.append(i)
         pending = still
     return state
+
+
+def ask_images(
+    vlm: Any,
+    spec: Any,
+    build: Callable[[int, int], Any],
+    image_sha: Sequence[str | None],
+    *,
+    temperature: float,
+    cache: ResponseCache | None,
+    label: str,
+    log: Log,
+    skip: Sequence[int] = (),
+    **options: Any,
+) -> list[Asked]:
+    """:func:`ask_items` over one item per image (``image_sha``), the images in ``skip``
+    unreadable: logs how many are read, and caches only deterministic requests
+    (``temperature`` 0)."""
+    n = len(image_sha)
+    log(f"{label}: {n - len(skip)} image(s) to read" + (f", {len(skip)} unreadable" * bool(skip)))
+    cache = cache if temperature == 0 else None
+    return ask_items(
+        vlm, spec, build, n, cache=cache, image_sha=image_sha, label=label, log=log, skip=skip,
+        **options,
+    )  # fmt: skip

@@ -55,24 +55,22 @@ def main() -> int:
     config, _ = load_config("config/demo.yaml")
     config["lvlm"]["axes"] = ["gender", "race"]
     lvlm = {d.task: d for d in L.build(config, load_priors(), None)}
+
+    def biasig(metric):  # the BiasIG cases: 10 images
+        return lambda w: K.biasig_check(
+            small_biasig(), metric, 10, w, datasets=n_d // 2, sims=n_s, replicates=200
+        )
+
     cases = [
         ("ContextBias 40 roles, 4 seeds", lambda w: K.contextbias_check(
             cb_design(40), 4, w, datasets=n_d, sims=n_s, replicates=500), (0.0, 0.06, 0.1)),
         ("ContextBias 40 roles, one generator", lambda w: K.contextbias_check(
             cb_design(40), 4, w, name="contextbias.bi_shift:g1", datasets=n_d, sims=n_s,
             replicates=500), (0.08,)),
-        ("BiasIG S_exp B - A, 10 images", lambda w: K.biasig_check(
-            small_biasig(), "biasig.s_exp_diff", 10, w, datasets=n_d // 2, sims=n_s,
-            replicates=200), (0.0, 0.08)),
-        ("BiasIG S_imp B - A, 10 images", lambda w: K.biasig_check(
-            small_biasig(), "biasig.s_imp_diff", 10, w, datasets=n_d // 2, sims=n_s,
-            replicates=200), (0.0, 0.6)),
-        ("BiasIG eta - 0.5, 10 images", lambda w: K.biasig_check(
-            small_biasig(), "biasig.eta", 10, w, datasets=n_d // 2, sims=n_s,
-            replicates=200), (0.0, 0.3)),
-        ("BiasIG eta, the report's interval", lambda w: K.biasig_check(
-            small_biasig(), "biasig.eta_interval", 10, w, datasets=n_d // 2, sims=n_s,
-            replicates=200), (0.0, 0.3)),
+        ("BiasIG S_exp B - A, 10 images", biasig("biasig.s_exp_diff"), (0.0, 0.08)),
+        ("BiasIG S_imp B - A, 10 images", biasig("biasig.s_imp_diff"), (0.0, 0.6)),
+        ("BiasIG eta - 0.5, 10 images", biasig("biasig.eta"), (0.0, 0.3)),
+        ("BiasIG eta, the report's interval", biasig("biasig.eta_interval"), (0.0, 0.3)),
         ("LVLM story, race, 60 per group", lambda w: K.lvlm_check(
             lvlm["story"], "race", 60, w, datasets=n_d, sims=n_s, permutations=200), (0.0, 0.08)),
         ("LVLM term, gender, 40 per group", lambda w: K.lvlm_check(

@@ -321,19 +321,6 @@ def _level_replicates(
     )
 
 
-def _bootstrap_frame(
-    data: _BootstrapData,
-    estimate: np.ndarray,
-    boot: np.ndarray,
-    replicates: int,
-    seed: int,
-    draws: str = "paired",
-) -> pl.DataFrame:
-    """The bootstrap.parquet table from per-group BI arrays: estimate (G, 1, D, C) on the
-    original data, boot (G, B, D, C) per replicate."""
-    return bootstrap_frame(_level_replicates(data, estimate, boot, replicates, seed, draws))
-
-
 def bootstrap_frame(
     lv: LevelReplicates, interval: str = "bc-t", min_roles: int = MIN_ROLES
 ) -> pl.DataFrame:
@@ -489,7 +476,7 @@ def _bootstrap_vectorised(
     data: _BootstrapData, replicates: int, seed: int, draws: str = "paired"
 ) -> pl.DataFrame:
     estimate, boot = _bootstrap_arrays(data, replicates, seed, draws)
-    return _bootstrap_frame(data, estimate, boot, replicates, seed, draws)
+    return bootstrap_frame(_level_replicates(data, estimate, boot, replicates, seed, draws))
 
 
 def _bootstrap_arrays(

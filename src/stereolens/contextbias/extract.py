@@ -14,10 +14,10 @@ from typing import Any
 import yaml
 
 from stereolens.contextbias.schema import AttributeSchema
-from stereolens.ids import sha256_file
 from stereolens.models.ask import (
     ResponseCache,
     ask_images,
+    image_hashes,
     parse_json_object,
     request_seed,
 )
@@ -140,16 +140,7 @@ def extract_images(
     json_schema = schema.json_schema
     user_text = prompt.user_text(schema)
 
-    shas: list[str | None] = []
-    unreadable: dict[int, str] = {}
-    for i, item in enumerate(items):
-        sha = item.get("image_sha256") if isinstance(item, dict) else None
-        if sha is None:
-            try:
-                sha = sha256_file(item["image_path"])
-            except (KeyError, TypeError, OSError) as exc:
-                unreadable[i] = f"image not readable: {type(exc).__name__}: {exc}"
-        shas.append(sha)
+    shas, unreadable = image_hashes(items)
 
     def request(i: int, attempt: int) -> VLMRequest:
         item = items[i]
@@ -165,18 +156,10 @@ def extract_images(
         )
 
     asked = ask_images(
-        vlm,
-        spec,
-        request,
-        shas,
-        temperature=temperature,
-        cache=cache,
-        label=f"extract {spec.name}",
-        log=log,
-        skip=list(unreadable),
-        validate=lambda _i, text: check_answer(text, schema),
-        max_attempts=max_attempts,
-    )
+        vlm, spec, request, shas, temperature=temperature, cache=cache,
+        label=f"extract {spec.name}", log=log, skip=list(unreadable),
+        validate=lambda _i, text: check_answer(text, schema), max_attempts=max_attempts,
+    )  # fmt: skip
 
     records = []
     for i, (item, a) in enumerate(zip(items, asked, strict=True)):

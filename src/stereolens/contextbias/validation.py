@@ -161,14 +161,9 @@ def validation_details(attributes: pl.DataFrame, images: pl.DataFrame, truth, **
     return _restore_extractor(_details(attributes, images, truth, **options))
 
 
-def _details(
-    attributes: pl.DataFrame,
-    images: pl.DataFrame,
-    truth: ValidationTruth | pl.DataFrame,
-    include_implied: bool = False,
-    use_canonical: bool = True,
-) -> pl.DataFrame:
-    """validation_details with a null extractor spelled _NO_EXTRACTOR (joins skip nulls)."""
+def _details(attributes, images, truth, include_implied=False, use_canonical=True):
+    """validation_details (the arguments of validation_scores) with a null extractor spelled
+    _NO_EXTRACTOR (joins skip nulls)."""
     need_img = [c for c in ("model", "prompt_id", "image_id") if c not in images.columns]
     if need_img:
         raise ValueError(f"images table lacks columns {need_img}")

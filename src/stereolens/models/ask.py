@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from stereolens.atomic import write_json
-from stereolens.ids import sha256_bytes, stable_id
+from stereolens.ids import sha256_bytes, sha256_file, stable_id
 
 logger = logging.getLogger(__name__)
 
@@ -433,6 +433,22 @@ def ask_items(
                 still.append(i)
         pending = still
     return state
+
+
+def image_hashes(items: Sequence[Any]) -> tuple[list[str | None], dict[int, str]]:
+    """Each item's ``image_sha256``, its ``image_path`` hashed where it has none, and by
+    item index why an image could not be read (that item's hash None)."""
+    shas: list[str | None] = []
+    unreadable: dict[int, str] = {}
+    for i, item in enumerate(items):
+        sha = item.get("image_sha256") if isinstance(item, dict) else None
+        if sha is None:
+            try:
+                sha = sha256_file(item["image_path"])
+            except (KeyError, TypeError, OSError) as exc:
+                unreadable[i] = f"image not readable: {type(exc).__name__}: {exc}"
+        shas.append(sha)
+    return shas, unreadable
 
 
 def ask_images(

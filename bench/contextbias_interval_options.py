@@ -31,7 +31,7 @@ sys.path.insert(0, "bench")
 from cover import contextbias as C
 
 from stereolens.contextbias.bootstrap import role_multiplicity
-from stereolens.design.contextbias import draw_role_counts
+from stereolens.contextbias.design import draw_role_counts
 
 scale = sys.argv[1]
 n = int(sys.argv[2])

@@ -18,6 +18,7 @@ Run: .venv/bin/python bench/contextbias_metrics.py [--replicates 1000] [--loop-r
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import subprocess
 import sys
@@ -188,10 +189,10 @@ def main() -> int:
             str(i_path),
             "--out",
             str(Path(tmp) / "out"),
-            "--replicates",
-            str(args.replicates),
-            "--matched-draws",
-            str(args.matched_draws),
+            "--preset",
+            json.dumps(
+                {"metrics": {"replicates": args.replicates, "matched_draws": args.matched_draws}}
+            ),
         ]
         start = time.perf_counter()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)

@@ -48,35 +48,36 @@ def main() -> int:
 
     from stereolens.config import load_config
     from stereolens.design import check as K
-    from stereolens.design import lvlm as L
     from stereolens.design.priors import load_priors
+    from stereolens.lvlm import design as L
 
     n_d, n_s = args.datasets, args.sims
     config, _ = load_config("config/demo.yaml")
     config["lvlm"]["axes"] = ["gender", "race"]
     lvlm = {d.task: d for d in L.build(config, load_priors(), None)}
 
+    def size(draws, datasets=n_d):
+        return K.CheckSize(datasets=datasets, sims=n_s, draws=draws)
+
     def biasig(metric):  # the BiasIG cases: 10 images
-        return lambda w: K.biasig_check(
-            small_biasig(), metric, 10, w, datasets=n_d // 2, sims=n_s, replicates=200
-        )
+        return lambda w: K.check("biasig", small_biasig(), metric, 10, w, size(200, n_d // 2))
 
     cases = [
-        ("ContextBias 40 roles, 4 seeds", lambda w: K.contextbias_check(
-            cb_design(40), 4, w, datasets=n_d, sims=n_s, replicates=500), (0.0, 0.06, 0.1)),
-        ("ContextBias 40 roles, one generator", lambda w: K.contextbias_check(
-            cb_design(40), 4, w, name="contextbias.bi_shift:g1", datasets=n_d, sims=n_s,
-            replicates=500), (0.08,)),
+        ("ContextBias 40 roles, 4 seeds", lambda w: K.check(
+            "contextbias", cb_design(40), "contextbias.bi_shift", 4, w, size(500)),
+            (0.0, 0.06, 0.1)),
+        ("ContextBias 40 roles, one generator", lambda w: K.check(
+            "contextbias", cb_design(40), "contextbias.bi_shift:g1", 4, w, size(500)), (0.08,)),
         ("BiasIG S_exp B - A, 10 images", biasig("biasig.s_exp_diff"), (0.0, 0.08)),
         ("BiasIG S_imp B - A, 10 images", biasig("biasig.s_imp_diff"), (0.0, 0.6)),
         ("BiasIG eta - 0.5, 10 images", biasig("biasig.eta"), (0.0, 0.3)),
         ("BiasIG eta, the report's interval", biasig("biasig.eta_interval"), (0.0, 0.3)),
-        ("LVLM story, race, 60 per group", lambda w: K.lvlm_check(
-            lvlm["story"], "race", 60, w, datasets=n_d, sims=n_s, permutations=200), (0.0, 0.08)),
-        ("LVLM term, gender, 40 per group", lambda w: K.lvlm_check(
-            lvlm["term"], "gender", 40, w, datasets=n_d, sims=n_s, permutations=200), (0.06,)),
-        ("LVLM exam, race, 30 per group", lambda w: K.lvlm_check(
-            lvlm["exam"], "race", 30, w, datasets=n_d, sims=n_s, permutations=200), (0.1,)),
+        ("LVLM story, race, 60 per group", lambda w: K.check(
+            "lvlm", lvlm["story"], "lvlm.tvd.story.race", 60, w, size(200)), (0.0, 0.08)),
+        ("LVLM term, gender, 40 per group", lambda w: K.check(
+            "lvlm", lvlm["term"], "lvlm.tvd.term.gender", 40, w, size(200)), (0.06,)),
+        ("LVLM exam, race, 30 per group", lambda w: K.check(
+            "lvlm", lvlm["exam"], "lvlm.tvd.exam.race", 30, w, size(200)), (0.1,)),
     ]  # fmt: skip
     print(
         f"{'case':36} {'w':>5} {'effect':>8} {'predicted':>15} {'pipeline':>15} {'z':>6} {'s':>6}"

@@ -514,7 +514,7 @@ def job_timings(res: Path, config: dict) -> None:
 
 def biasig_gallery_files(res: Path, config: dict, pool_files: list[Path]) -> None:
     """Files for the BiasIG images the galleries draw (the other 4 M are never read)."""
-    from stereolens.report import biasig as RB
+    from stereolens.biasig import report as RB
     from stereolens.report.galleries import GallerySettings
     from stereolens.report.inputs import Inputs
 
@@ -544,8 +544,8 @@ def shard_thumbnails(res: Path, config: dict) -> int:
     stereolens.thumbnails, with the image's recorded sha256) for every ContextBias and BiasIG
     image the galleries draw: what a results folder made by this version holds. The LVLM
     user photos come from a face dataset, not a generation shard: they have none."""
-    from stereolens.report import biasig as RB
-    from stereolens.report import contextbias as RC
+    from stereolens.biasig import report as RB
+    from stereolens.contextbias import report as RC
     from stereolens.report.galleries import GallerySettings
     from stereolens.report.inputs import Inputs
     from stereolens.thumbnails import (

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from stereolens.biasig import design as B
+from stereolens.biasig import design_worlds as BW
 from stereolens.config import load_config
-from stereolens.design import biasig as B
-from stereolens.design import biasig_worlds as BW
-from stereolens.design import contextbias as C
-from stereolens.design import contextbias_worlds as CW
+from stereolens.contextbias import design as C
+from stereolens.contextbias import design_worlds as CW
 from stereolens.design.priors import load_priors
 from stereolens.settings import section_defaults
 

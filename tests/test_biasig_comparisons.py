@@ -5,10 +5,10 @@ import numpy as np
 import polars as pl
 import pytest
 
+from stereolens.biasig import report as RB
 from stereolens.biasig.comparisons import comparison_tables, model_estimates
 from stereolens.biasig.groups import bias_corrected, double_bias_corrected, replicate_moments
 from stereolens.metrics.compare import COMPARISON_COLUMNS, RANK_COLUMNS
-from stereolens.report import biasig as RB
 
 
 def test_bias_corrected_estimate_and_interval_by_hand():

@@ -686,10 +686,8 @@ def test_cli_metrics(tmp_path, capsys, eta_answers, explicit_ids):
             str(path),
             "--out",
             str(out),
-            "--replicates",
-            "20",
-            "--seed",
-            "5",
+            "--preset",
+            '{"replicates": 20, "seed": 5}',
             "--eta-variant",
             "released",
         ]
@@ -714,5 +712,5 @@ def test_cli_metrics(tmp_path, capsys, eta_answers, explicit_ids):
     with pytest.raises(SystemExit):
         parser.parse_args(["biasig", "metrics", "--help"])
     help_text = capsys.readouterr().out
-    for option in ("--answers", "--out", "--prompts", "--eta-variant", "--replicates", "--seed"):
+    for option in ("--answers", "--out", "--prompts", "--preset", "--eta-variant"):
         assert option in help_text

@@ -774,10 +774,8 @@ def test_cli_writes_every_table(tmp_path, robustness_data):
         str(tmp_path / "i.parquet"),
         "--out",
         str(out),
-        "--replicates",
-        "30",
-        "--matched-draws",
-        "2",
+        "--preset",
+        '{"metrics": {"replicates": 30, "matched_draws": 2}}',
     ]
     assert main(argv) == 0
     names = {"bi", "ccs", "ccs_mean", "robustness", "bootstrap", "comparisons", "ranks"}

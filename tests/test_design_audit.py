@@ -412,7 +412,8 @@ def test_the_real_assistant_reads_the_sample(tmp_path):
         from conftest import skip_unless_ci
 
         skip_unless_ci(str(exc))
-    lv = dict(config["lvlm"], axes=["gender"], groups={}, story_reading={"stories": 1})
+    reading = dict(config["lvlm"]["story_reading"], stories=1)
+    lv = dict(config["lvlm"], axes=["gender"], groups={}, story_reading=reading)
     out = tmp_path / "readings.jsonl"
     job = ModelJob(str(out), config["registry"], log=logging.getLogger("test"), threads=1)
     S.read_sample_job(job, assistant="smollm2-135m", lv=lv)

@@ -12,10 +12,11 @@ import pytest
 from design_worlds import cb_design, small_biasig
 from scipy import stats
 
+from stereolens.biasig.design_check import difference_rejects, eta_rejects
 from stereolens.config import load_config
 from stereolens.design import check as K
-from stereolens.design import lvlm as L
 from stereolens.design.priors import load_priors
+from stereolens.lvlm import design as L
 
 
 @pytest.fixture(autouse=True)
@@ -39,9 +40,8 @@ def _agrees(r: K.CheckResult) -> None:
     ],
 )
 def test_contextbias_power_matches_cluster_bootstrap(w, name):
-    r = K.contextbias_check(
-        cb_design(n_roles=12), 4, w, name=name, datasets=120, sims=600, replicates=200
-    )
+    size = K.CheckSize(datasets=120, sims=600, draws=200)
+    r = K.check("contextbias", cb_design(n_roles=12), name, 4, w, size)
     _agrees(r)
     if w > 0:
         assert 0.3 < r.predicted < 0.95  # a point where the check can fail
@@ -52,7 +52,8 @@ def test_contextbias_power_matches_cluster_bootstrap(w, name):
     [("biasig.s_exp_diff", 3, 0.15), ("biasig.eta", 3, 0.5), ("biasig.s_imp_diff", 10, 0.5)],
 )
 def test_biasig_power_matches_compute_metrics(name, n, w):
-    r = K.biasig_check(small_biasig(), name, n, w, datasets=60, sims=400, replicates=100)
+    size = K.CheckSize(datasets=60, sims=400, draws=100)
+    r = K.check("biasig", small_biasig(), name, n, w, size)
     _agrees(r)
     assert r.predicted > 0.1
 
@@ -60,10 +61,11 @@ def test_biasig_power_matches_compute_metrics(name, n, w):
 def test_eta_test_has_its_size_and_the_interval_does_not():
     # the calibrated test rejects at about the level with no effect, in the planner and in
     # the pipeline; the report's interval almost never does (the 0.000)
-    r = K.biasig_check(small_biasig(), "biasig.eta", 10, 0.0, datasets=60, sims=400)
+    r = K.check("biasig", small_biasig(), "biasig.eta", 10, 0.0, K.CheckSize(60, 400))
     _agrees(r)
     assert 0.03 <= r.predicted <= 0.08
-    r = K.biasig_check(small_biasig(), "biasig.eta_interval", 10, 0.0, datasets=30, sims=400)
+    size = K.CheckSize(datasets=30, sims=400)
+    r = K.check("biasig", small_biasig(), "biasig.eta_interval", 10, 0.0, size)
     _agrees(r)
     assert r.predicted < 0.02
 
@@ -87,16 +89,16 @@ def test_difference_rejects_is_the_reports_wald_test_with_holm():
     t = _model_rows({"A": (0.90, 0.88, 0.92), "B": (0.93, 0.91, 0.95)})
     z = 0.03 / np.hypot(0.02 / 1.959964, 0.02 / 1.959964)
     assert z == pytest.approx(2.0789, abs=1e-4)
-    assert K.difference_rejects(t, "A", "B")
-    assert not K.difference_rejects(t, "A", "B", family=3)
+    assert difference_rejects(t, "A", "B")
+    assert not difference_rejects(t, "A", "B", family=3)
     assert stats.norm.ppf(1 - 0.05 / 6) == pytest.approx(2.394, abs=1e-3)
-    assert K.difference_rejects(t, "A", "B", level=0.05 * 3, family=3)  # 0.05 per test
+    assert difference_rejects(t, "A", "B", level=0.05 * 3, family=3)  # 0.05 per test
 
 
 def test_eta_rejects_against_the_null_quantile():
     null = np.linspace(-0.01, 0.01, 201)  # |null| 0.95 quantile = 0.0095
-    assert K.eta_rejects(0.5096, null) and K.eta_rejects(0.4904, null)
-    assert not K.eta_rejects(0.5094, null)
+    assert eta_rejects(0.5096, null) and eta_rejects(0.4904, null)
+    assert not eta_rejects(0.5094, null)
 
 
 def test_goodness_of_fit_hand_computed():
@@ -120,6 +122,7 @@ def test_goodness_of_fit_hand_computed():
 def test_lvlm_power_matches_permutation_test(task):
     config, _ = load_config("config/demo.yaml")
     d = next(x for x in L.build(config, load_priors(), None) if x.task == task)
-    r = K.lvlm_check(d, "gender", 20, 0.15, datasets=60, sims=400, permutations=100)
+    size = K.CheckSize(datasets=60, sims=400, draws=100)
+    r = K.check("lvlm", d, d.name("gender"), 20, 0.15, size)
     _agrees(r)
     assert 0.1 < r.predicted < 0.95

@@ -13,15 +13,17 @@ import polars as pl
 import pytest
 from design_worlds import cb_design, small_biasig
 
+from stereolens.biasig import design as B
+from stereolens.biasig import design_check as BC
+from stereolens.biasig import design_worlds as BW
 from stereolens.config import load_config
-from stereolens.design import biasig as B
-from stereolens.design import biasig_worlds as BW
-from stereolens.design import check as K
-from stereolens.design import contextbias as C
-from stereolens.design import contextbias_worlds as CW
-from stereolens.design import lvlm as L
+from stereolens.contextbias import design as C
+from stereolens.contextbias import design_check as CC
+from stereolens.contextbias import design_worlds as CW
 from stereolens.design import power as P
 from stereolens.design.priors import load_priors
+from stereolens.lvlm import design as L
+from stereolens.lvlm import design_check as LC
 from stereolens.validation import ConfigError
 
 
@@ -47,7 +49,7 @@ def test_contextbias_estimator_is_cluster_bootstrap_estimate(k_definition, overa
         boot = cluster_bootstrap(table, replicates=1, k_definition=k_definition, overall=overall)
         boot = boot.filter(pl.col("comparison") == "CA-U - CF", pl.col("dimension") == "*")
         for name, values in mine.items():
-            model, cohort = K._cb_row(d, name)
+            model, cohort = CC._cb_row(d, name)
             row = boot.filter(pl.col("model") == model, pl.col("cohort") == cohort)
             assert row["estimate"][0] == pytest.approx(values[s], abs=1e-12), name
 
@@ -60,10 +62,10 @@ def test_biasig_estimators_are_compute_metrics():
     assert wr.imp.size and wr.exp.size and len(wr.pairs)
     assert (wr.units["n_persons"].to_numpy()[wr.imp] == 2).any()  # a two-person unit
     rng = np.random.default_rng(0)
-    counts = K._unit_counts(d, 3, wr.dist_a, rng)
+    counts = BC._unit_counts(d, 3, wr.dist_a, rng)
     usable = np.where(wr.exp_used, rng.binomial(d.n_phr_exp * 3, wr.ok_rate)[:, None], 0)
     hits = rng.binomial(usable, wr.acc_a)
-    answers = K.answers_table(d, "A", counts, hits, usable, rng)
+    answers = BC.answers_table(d, "A", counts, hits, usable, rng)
     res = compute_metrics(answers, wr.prompts, replicates=0, ceiling_draws=0)
     imp = res["implicit"].filter(pl.col("level") == "model", pl.col("protected_attribute") == "*")
     exp = res["explicit"].filter(pl.col("level") == "model", pl.col("protected_attribute") == "*")
@@ -98,7 +100,7 @@ def test_lvlm_estimators_are_overall_scores(formulas):
         groups = d.groups["race"]
         kw = {"formulas": {task: d.formula}, "n_boot": 0, "permutations": 0}
         if task == "story":
-            table, resp = K.story_tables(d, groups, n, 0.1, rng)
+            table, resp = LC.story_tables(d, groups, n, 0.1, rng)
             got = overall_scores("story", table, responses=resp, min_count=d.min_count, **kw)
             mat = np.zeros((len(groups), d.world.rates.size))
             for g, v, c in table.group_by("group", "value").len().iter_rows():
@@ -107,7 +109,7 @@ def test_lvlm_estimators_are_overall_scores(formulas):
                 mat, np.full(len(groups), n, float), d.min_count, d.formula == "story_tvd"
             )
         elif task == "term":
-            table = K.term_table(d, groups, n, 0.1, rng)
+            table = LC.term_table(d, groups, n, 0.1, rng)
             got = overall_scores("term", table, **kw)
             wins = np.zeros((d.n_terms, len(groups)))
             apps = np.zeros_like(wins)
@@ -118,7 +120,7 @@ def test_lvlm_estimators_are_overall_scores(formulas):
                 apps[k, groups.index(r["group_b"])] += 1
             mine = L.term_score(wins, apps, d.formula == "term_tvd_uniform")
         else:
-            table = K.exam_table(d, groups, n, 0.1, rng)
+            table = LC.exam_table(d, groups, n, 0.1, rng)
             got = overall_scores("exam", table, **kw)
             right = np.zeros((int(d.subject.max()) + 1, len(groups)))
             total = np.zeros_like(right)
@@ -208,13 +210,31 @@ def test_required_size_is_monotone_and_hits_target():
 
 
 # ----------------------------------------------------------------------------- CLI
+DESIGN_KEYS = ("level", "target_power", "simulations", "seed", "priors")
+"""The config's design section: keywords of _args that go into the config, not the argv."""
+
+
 def _args(**kw):
+    import tempfile
+
+    import yaml
+
     from stereolens.plan import register
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
     register(sub)
-    argv = ["plan", "--configfile", kw.pop("configfile", "config/demo.yaml")]
+    configfile = kw.pop("configfile", "config/demo.yaml")
+    design = {k: kw.pop(k) for k in DESIGN_KEYS if k in kw}
+    sd = kw.pop("interaction_sd", None)
+    if design or sd is not None:
+        config = yaml.safe_load(Path(configfile).read_text())
+        config["design"] = design
+        if sd is not None:
+            config["biasig"]["interaction_sd"] = sd
+        configfile = Path(tempfile.mkdtemp()) / "config.yaml"
+        configfile.write_text(yaml.safe_dump(config))
+    argv = ["plan", "--configfile", str(configfile)]
     for k, v in kw.items():
         flag = "--" + k.replace("_", "-")
         if v is True:
@@ -261,16 +281,27 @@ def test_cli_json_and_pilot(capsys, tmp_path):
         ({"target_effect": ["nope=1"]}, "unknown effect 'nope'"),
         ({"target_effect": ["contextbias.bi_shift"]}, "write NAME=VALUE"),
         ({"target_effect": ["contextbias.bi_shift=-1"]}, "positive"),
-        ({"power": True, "level": 0.7}, "--level"),
-        ({"power": True, "simulations": 5}, "--simulations"),
+        ({"power": True, "level": 0.7}, "design.level"),
+        ({"power": True, "simulations": 5}, "design.simulations"),
         ({"pilot": Path("/nonexistent/results")}, "not a folder"),
-        ({"power": True, "interaction_sd": -0.1}, "--interaction-sd"),
+        ({"power": True, "interaction_sd": -0.1}, "biasig.interaction_sd"),
     ],
 )
 def test_cli_refusals(kw, message):
     args = _args(**kw)
     with pytest.raises(ValueError, match=message):
         args.func(args)
+
+
+def test_design_section_defaults_are_the_planners():
+    config, _ = load_config("config/demo.yaml")  # no design section: the schema's defaults
+    assert config["design"] == {
+        "level": P.DEFAULT_LEVEL,
+        "target_power": P.DEFAULT_POWER,
+        "simulations": P.DEFAULT_SIMULATIONS,
+        "seed": P.DEFAULT_SEED,
+        "priors": None,
+    }
 
 
 def test_priors_file_checked(tmp_path):
@@ -295,13 +326,13 @@ def _pilot_folder(tmp_path):
     write_parquet(res / "contextbias" / "images.parquet", imgs.with_columns(status=pl.lit("ok")))
     d = small_biasig()
     rng = np.random.default_rng(1)
-    counts = K._unit_counts(d, 2, d.world.dist_a, rng)
+    counts = BC._unit_counts(d, 2, d.world.dist_a, rng)
     write_parquet(
-        res / "biasig" / "answers.parquet", K.answers_table(d, "tiny-sd", counts, None, None, rng)
+        res / "biasig" / "answers.parquet", BC.answers_table(d, "tiny-sd", counts, None, None, rng)
     )
     config, _ = load_config("config/demo.yaml")
     story = next(x for x in L.build(config, load_priors(), None) if x.task == "story")
-    table, resp = K.story_tables(story, ["female", "male"], 5, 0.0, rng, "gender")
+    table, resp = LC.story_tables(story, ["female", "male"], 5, 0.0, rng, "gender")
     write_parquet(
         res / "lvlm" / "story_attributes.parquet", table.with_columns(setting=pl.lit("image"))
     )

@@ -2,6 +2,7 @@
 images, the noise-floor bracket interval, the refusal rates' design effect and the
 comparisons / ranks tables of ``stereolens lvlm metrics``."""
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -242,12 +243,12 @@ def test_small_designs_print_no_test():
     assert kept["bracket_low"] <= kept["ci_low"] and kept["bracket_high"] >= kept["ci_high"]
 
 
-def test_cli_passes_the_minimum_and_its_help_prints(tmp_path, capsys):
+def test_cli_passes_the_minimum_from_the_preset_and_its_help_prints(tmp_path, capsys):
     from stereolens.cli import build_parser, main
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["lvlm", "metrics", "--help"])
-    assert "--interval-min-images-per-group N" in capsys.readouterr().out
+    assert "--preset NAME|PATH|JSON" in capsys.readouterr().out
     responses = _responses({("a", "image"): 0.05, ("b", "image"): 0.5}).filter(
         pl.col("image_id").str.extract(r"(\d+)$").cast(pl.Int64) < 10
     )
@@ -256,8 +257,9 @@ def test_cli_passes_the_minimum_and_its_help_prints(tmp_path, capsys):
     for minimum, withheld in ((10, False), (11, True)):
         out = tmp_path / f"m{minimum}"
         args = ["lvlm", "metrics", "--responses", str(tmp_path / "responses.parquet")]
-        args += ["--out", str(out), "--replicates", "50", "--permutations", "20"]
-        assert main([*args, "--interval-min-images-per-group", str(minimum)]) == 0
+        metrics = {"replicates": 50, "permutations": 20, "interval_min_images_per_group": minimum}
+        args += ["--out", str(out), "--preset", json.dumps({"metrics": metrics})]
+        assert main(args) == 0
         scores = pl.read_parquet(out / "scores.parquet")
         cmp = pl.read_parquet(out / "comparisons.parquet")
         assert scores["ci_low"].is_null().all() == withheld

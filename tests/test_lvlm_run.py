@@ -424,8 +424,8 @@ def test_metrics_cli_writes_tables(tmp_path):
     out = tmp_path / "metrics"
     proc = subprocess.run(
         [str(BIN / "stereolens"), "lvlm", "metrics", "--responses",
-         str(tmp_path / "responses.parquet"), "--out", str(out), "--min-count", "2",
-         "--replicates", "20"],
+         str(tmp_path / "responses.parquet"), "--out", str(out),
+         "--preset", '{"metrics": {"min_count": 2, "replicates": 20}}'],
         capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -442,9 +442,9 @@ def test_metrics_cli_writes_tables(tmp_path):
 
 
 def test_report_section_table2_layout():
+    from stereolens.lvlm.report import sections, table2
     from stereolens.report.html import render_sections
     from stereolens.report.inputs import Inputs
-    from stereolens.report.lvlm import sections, table2
 
     tables = M.compute_all(
         _responses(),

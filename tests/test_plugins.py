@@ -298,9 +298,9 @@ def test_report_modules_are_the_plugins_report_sections():
     names = [m.__name__ for m in render.benchmark_modules()]
     assert names == [p.report_sections for p in benchmarks()]
     assert names == [
-        "stereolens.report.contextbias",
-        "stereolens.report.biasig",
-        "stereolens.report.lvlm",
+        "stereolens.contextbias.report",
+        "stereolens.biasig.report",
+        "stereolens.lvlm.report",
     ]
     assert [m.KEY for m in render.benchmark_modules()] == [p.name for p in benchmarks()]
 

@@ -15,17 +15,17 @@ import polars as pl
 import pytest
 from PIL import Image
 
+from stereolens.biasig import report as RB
 from stereolens.contextbias import bootstrap as CB
 from stereolens.contextbias import ccs as CC
+from stereolens.contextbias import report as RC
+from stereolens.contextbias import report_studies as RCS
 from stereolens.contextbias import robustness as CR
 from stereolens.contextbias.metrics import bi_table
 from stereolens.contextbias.settings import ContextBiasSettings
+from stereolens.lvlm import report as RL
 from stereolens.lvlm.metrics import compute_all
 from stereolens.lvlm.settings import LVLMSettings
-from stereolens.report import biasig as RB
-from stereolens.report import contextbias as RC
-from stereolens.report import contextbias_studies as RCS
-from stereolens.report import lvlm as RL
 from stereolens.report import run as RR
 from stereolens.report.galleries import GallerySettings, draw, write_galleries
 from stereolens.report.html import Table, csv_ready, format_interval, render_sections
@@ -651,7 +651,7 @@ def test_contextbias_gallery_thumbnails_status_and_attributes(tmp_path):
         ("a photo of " + pl.col("prompt_id")).alias("text")
     )
     inputs = Inputs.from_frames({**t, "prompts": prompts}, roots=[tmp_path])
-    settings = GallerySettings(contextbias_per_set=3, thumbnail_px=24)
+    settings = GallerySettings(thumbnail_px=24, counts={"contextbias_per_set": 3})
     pages = RC.galleries(inputs, {}, settings)
     assert [p.name for p in pages] == ["contextbias-m"]
     groups = pages[0].groups
@@ -689,7 +689,9 @@ def test_biasig_and_lvlm_galleries(tmp_path):
          "biasig_eta": t["eta"], "biasig_answers": t["answers"], "biasig_prompts": prompts},
         paths={"biasig_images": root},
     )  # fmt: skip
-    settings = GallerySettings(biasig_subjects=2, biasig_per_subject=2, lvlm_per_group=2)
+    settings = GallerySettings(
+        counts={"biasig_subjects": 2, "biasig_per_subject": 2, "lvlm_per_group": 2}
+    )
     pages = RB.galleries(inputs, {}, settings)
     assert len(pages) == 1 and pages[0].groups
     cards = [c for g in pages[0].groups for c in g.cards]
@@ -876,7 +878,8 @@ def _audit_frames(n_groups=2, flag=True):
 
 @pytest.mark.parametrize("n_groups,flag", [(2, True), (2, None), (1, False), (0, False)])
 def test_audit_sections_render_edge_tables(n_groups, flag):
-    from stereolens.report.audits import extraction_group_section, story_reading_section
+    from stereolens.contextbias.report_studies import extraction_group_section
+    from stereolens.lvlm.report import story_reading_section
 
     rates, gaps = _audit_frames(n_groups, flag)
     cb = extraction_group_section(rates, gaps)

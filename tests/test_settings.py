@@ -102,21 +102,20 @@ def test_a_user_preset_file_reaches_every_key(tmp_path):
 def _run(tmp_path: Path, name: str, *flags: str) -> dict[str, pl.DataFrame]:
     out = tmp_path / name
     argv = ["contextbias", "metrics", "--attributes", str(tmp_path / "a.parquet")]
-    argv += ["--images", str(tmp_path / "i.parquet"), "--out", str(out)]
-    argv += ["--replicates", "20", "--matched-draws", "2", *flags]
+    argv += ["--images", str(tmp_path / "i.parquet"), "--out", str(out), *flags]
+    argv += ["--preset", '{"metrics": {"replicates": 20, "matched_draws": 2}}']
     assert main(argv) == 0
     return {p.stem: pl.read_parquet(p) for p in sorted(out.glob("*.parquet"))}
 
 
-def test_cli_preset_equals_its_flags_and_the_rules_json(tmp_path):
+def test_cli_preset_equals_a_file_of_its_keys_a_flag_and_the_rules_json(tmp_path):
     att, img = _bootstrap_table()
     att.write_parquet(tmp_path / "a.parquet")
     img.write_parquet(tmp_path / "i.parquet")
-    flags = _run(
-        tmp_path,
-        "flags",
-        *("--k", "cell", "--bootstrap-draws", "unpaired", "--bootstrap-interval", "percentile"),
-    )
+    keys = tmp_path / "keys.yaml"
+    keys.write_text("metrics: {k_definition: cell, bootstrap_interval: percentile}\n")
+    # a preset file of two of released's keys, its third key by the documented flag
+    flags = _run(tmp_path, "flags", "--preset", str(keys), "--bootstrap-draws", "unpaired")
     preset = _run(tmp_path, "preset", "--preset", "released")
     paper = _run(tmp_path, "paper")
     for name, table in flags.items():
@@ -125,6 +124,7 @@ def test_cli_preset_equals_its_flags_and_the_rules_json(tmp_path):
     assert set(boot["draws"]) == {"unpaired"} and set(boot["interval"]) != set(
         paper["bootstrap"]["interval"]
     )
+    assert set(paper["bootstrap"]["replicates"]) == {20}  # the later --preset on top
     # the workflow's rule passes the validated section as one JSON mapping
     section = {"metrics": dataclasses.asdict(ContextBiasSettings.preset("released"))}
     section["metrics"] |= {"replicates": 20, "matched_draws": 2}

@@ -86,7 +86,7 @@ def _cb(tmp_path, frame, capsys, name="attributes.parquet", out="out"):
         name.rsplit(".", 1)[1]
     ](path)
     argv = ["contextbias", "metrics", "--attributes", str(path), "--out", str(tmp_path / out)]
-    return _run(argv + ["--replicates", "5", "--matched-draws", "1"], capsys)
+    return _run(argv + ["--preset", '{"metrics": {"replicates": 5, "matched_draws": 1}}'], capsys)
 
 
 def _bi(tmp_path, out="out"):
@@ -206,10 +206,10 @@ def _lv(tmp_path, frame, capsys, fmt="parquet", out="lv"):
     folder = tmp_path / f"in-{out}"
     folder.mkdir()
     WRITERS[fmt](frame, folder / f"responses.{fmt}")
-    WRITERS[fmt](_story_attributes(), folder / f"story.{fmt}")
+    WRITERS[fmt](_story_attributes(), folder / f"story_attributes.{fmt}")
     argv = ["lvlm", "metrics", "--responses", str(folder / f"responses.{fmt}")]
-    argv += ["--story-attributes", str(folder / f"story.{fmt}"), "--min-count", "2"]
-    argv += ["--out", str(tmp_path / out), "--replicates", "20", "--permutations", "20"]
+    argv += ["--preset", '{"metrics": {"min_count": 2, "replicates": 20, "permutations": 20}}']
+    argv += ["--out", str(tmp_path / out)]
     return _run(argv, capsys)
 
 
@@ -296,7 +296,7 @@ def _bg(tmp_path, frame, capsys, fmt="parquet", out="bg", prompts_path=None):
     path = tmp_path / f"answers-{out}.{fmt}"
     WRITERS[fmt](frame, path)
     argv = ["biasig", "metrics", "--answers", str(path), "--out", str(tmp_path / out)]
-    argv += ["--replicates", "20", "--ceiling-draws", "5", "--threads", "1"]
+    argv += ["--preset", '{"replicates": 20, "ceiling_draws": 5}', "--threads", "1"]
     if prompts_path is not None:
         argv += ["--prompts", str(prompts_path)]
     return _run(argv, capsys)

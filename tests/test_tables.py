@@ -38,7 +38,7 @@ def _cb(tmp_path, frame, capsys, images=None):
     path = tmp_path / "attributes.parquet"
     frame.write_parquet(path)
     argv = ["contextbias", "metrics", "--attributes", str(path), "--out", str(tmp_path / "out")]
-    argv += ["--replicates", "5", "--matched-draws", "1"]
+    argv += ["--preset", '{"metrics": {"replicates": 5, "matched_draws": 1}}']
     if images is not None:
         images.write_parquet(tmp_path / "images.parquet")
         argv += ["--images", str(tmp_path / "images.parquet")]
@@ -109,7 +109,7 @@ def _lv(tmp_path, frame, capsys):
     path = tmp_path / "responses.parquet"
     frame.write_parquet(path)
     argv = ["lvlm", "metrics", "--responses", str(path), "--out", str(tmp_path / "lv")]
-    return _run(argv + ["--replicates", "5", "--permutations", "5"], capsys)
+    return _run(argv + ["--preset", '{"metrics": {"replicates": 5, "permutations": 5}}'], capsys)
 
 
 @pytest.mark.parametrize(

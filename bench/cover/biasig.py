@@ -3,7 +3,7 @@ of the metrics tables (S_imp, S_exp: bias-corrected normal; eta: the double-boot
 bias-corrected normal) and the model-vs-model differences of the comparisons table
 (bias-corrected difference +- z x bootstrap standard error; eta: the plug-in difference),
 each over datasets drawn from the planner's prior world
-(stereolens.design.biasig_worlds.prior_world) of known truth. Worlds below the config's
+(stereolens.biasig.design_worlds.prior_world) of known truth. Worlds below the config's
 biasig.interval_min_images_per_subject (the demo's) print no interval: their rows expect
 every interval null (status "withheld"); the "sweep" scale measures the intervals at 20
 images a subject with the minimum off (with the test world's 40 and the demo's 2, the sweep
@@ -145,9 +145,9 @@ def _paper_explicit() -> list[str]:
 def build(name: str, seed: int = 0) -> World:
     """The prior world ``name`` (of ``WORLDS``) with models a and b and their population
     values."""
+    from stereolens.biasig import design as B
+    from stereolens.biasig import design_worlds as BW
     from stereolens.biasig.truth import load_truth
-    from stereolens.design import biasig as B
-    from stereolens.design import biasig_worlds as BW
     from stereolens.design.priors import load_priors
 
     config = _config(name)
@@ -184,9 +184,9 @@ def build(name: str, seed: int = 0) -> World:
 
 def answers(world: World, rng: np.random.Generator) -> pl.DataFrame:
     """One dataset: the answers table of models a and b (one row per image and person)."""
+    from stereolens.biasig.design import SEGMENT
+    from stereolens.biasig.design_worlds import asked_values
     from stereolens.biasig.truth import SLICES, VALUES
-    from stereolens.design.biasig import SEGMENT
-    from stereolens.design.biasig_worlds import asked_values
 
     w = world.world
     units = w.units

@@ -4,9 +4,9 @@ of comparisons.parquet, each dataset drawn from a world of known truth and run t
 metrics CLI's own code (contextbias.bootstrap.level_replicates, bootstrap_frame and
 contextbias.comparisons.model_comparisons) on the long attributes table a real run writes.
 
-Worlds: the planner's (stereolens.design.contextbias_worlds, tests/design_worlds.py). A
+Worlds: the planner's (stereolens.contextbias.design_worlds, tests/design_worlds.py). A
 dataset draws the configured roles from the world's population of roles with replacement
-and then images and labels (design.contextbias.draw_role_counts: what the role bootstrap
+and then images and labels (contextbias.design.draw_role_counts: what the role bootstrap
 assumes: roles are a sample). Generator g2 is g1 with every label pulled towards each
 dimension's most common label by ``G2_PULL`` (so that the generators differ and a
 difference has a non-zero truth), and CA-U is CF pulled by ``PLANTED`` (a real shift).
@@ -62,7 +62,7 @@ def _world(scale: str, roles: int | None = None):
     12 roles, 3 CF and 6 CA-U prompts) at "test"; the prior world of config/demo.yaml (its 2
     roles, its bank prompts) at "demo" and of config/config.yaml (92 roles, 30 dimensions)
     at "paper", with two generators."""
-    from stereolens.design import contextbias_worlds as CW
+    from stereolens.contextbias import design_worlds as CW
 
     if scale == "test":
         root = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def _pulled(world, w: float, g: int, cond: int | None = None) -> np.ndarray:
 def _planted_world(world):
     """g2 = g1 pulled by G2_PULL (both conditions alike, so the dataset's random swap of a
     role's two conditions keeps it); CA-U's PLANTED pull is drawn after the swap
-    (design.contextbias.draw_role_counts(planted=...))."""
+    (contextbias.design.draw_role_counts(planted=...))."""
     from dataclasses import replace
 
     g1 = np.array(world.roles[0], dtype=float)
@@ -115,7 +115,7 @@ def _truth(world, vocabulary: bool = False) -> np.ndarray:
     the labels with a positive population share, or with ``vocabulary`` a closed
     dimension's vocabulary size (the comparisons' support "common"; labels the prior never
     draws still count)."""
-    from stereolens.design.contextbias import bi_levels
+    from stereolens.contextbias.design import bi_levels
 
     pop = world.population()  # (G, L)
     cau = (1 - PLANTED) * pop + PLANTED * world.default_target()
@@ -145,9 +145,9 @@ def _simulate_datasets(world, size, truth_lv, truth_common, n, scale, min_roles)
 
     from stereolens.contextbias.bootstrap import bootstrap_frame, level_replicates
     from stereolens.contextbias.comparisons import model_comparisons
+    from stereolens.contextbias.design import draw_role_counts
+    from stereolens.contextbias.design_worlds import attributes_table
     from stereolens.contextbias.intervals import withheld_note
-    from stereolens.design.contextbias import draw_role_counts
-    from stereolens.design.contextbias_worlds import attributes_table
 
     levels = ["overall"] + list(world.cohorts)
     rng = np.random.default_rng([20, n, len(scale)])

@@ -3,11 +3,11 @@ share of tested (role, label) pairs of one generator whose ccs.parquet flag ``co
 is true (the released rule: >= 5 occurrences, chi-squared p > 0.05 with a skipped test at
 p = 1, range <= 5 pp), with its 95% interval.
 
-World: the planner's (stereolens.design.contextbias_worlds; tests/design_worlds.small_world
+World: the planner's (stereolens.contextbias.design_worlds; tests/design_worlds.small_world
 with 30 configured roles and 4 seeds at "test", config/config.yaml's prior world at "paper":
 92 roles, 30 dimensions, 10 seeds per prompt), one generator. A dataset draws the configured
 roles from the world's population of roles with replacement, then images and labels
-(design.contextbias.draw_role_counts), writes the long attributes table a real run writes
+(contextbias.design.draw_role_counts), writes the long attributes table a real run writes
 (contextbias_worlds.attributes_table) and runs the real contextbias.ccs.ccs_table and
 contextbias.invariant.invariant_share on it. The worlds simulate two conditions (CF and
 CA-U; the chi-squared test has df 1).
@@ -59,7 +59,7 @@ TRUTH_CHUNK = 20
 def _world(scale: str, variant: str = ""):
     """One generator ("g1") of small_world (30 roles) or of config/config.yaml's prior world,
     changed per ``variant`` (VARIANTS)."""
-    from stereolens.design import contextbias_worlds as CW
+    from stereolens.contextbias import design_worlds as CW
 
     if scale == "test":
         root = Path(__file__).resolve().parents[2]
@@ -89,8 +89,8 @@ def _flags(world, by_role, d):
     import polars as pl
 
     from stereolens.contextbias.ccs import ccs_table
+    from stereolens.contextbias.design_worlds import attributes_table
     from stereolens.contextbias.invariant import invariant_share
-    from stereolens.design.contextbias_worlds import attributes_table
 
     ccs = ccs_table(attributes_table(world, by_role, d))
     per = ccs.group_by("role").agg(pl.col("consistent").sum().alias("k"), pl.len().alias("n"))
@@ -101,7 +101,7 @@ def _flags(world, by_role, d):
 def _truth(scale: str, variant: str = "") -> tuple[float, float]:
     """E[K] / E[N] over TRUTH_ROLES[scale] drawn roles (percent) and its Monte Carlo error
     (ratio-estimator standard error over roles)."""
-    from stereolens.design.contextbias import draw_role_counts
+    from stereolens.contextbias.design import draw_role_counts
 
     world = _world(scale, variant)
     m = TRUTH_CHUNK
@@ -131,7 +131,7 @@ def _simulate(
 ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per dataset: the estimate (%) with the plain Wilson interval on k of n pairs and with
     invariant_share's interval (the same datasets for both rows)."""
-    from stereolens.design.contextbias import draw_role_counts
+    from stereolens.contextbias.design import draw_role_counts
     from stereolens.metrics.group_audit import wilson
 
     world = _world(scale, variant)

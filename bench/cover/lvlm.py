@@ -2,7 +2,7 @@
 refusal rates, and the model-vs-model differences, each drawn through the project's own
 interval code (stereolens.lvlm.scores.score_replicates, stereolens.lvlm.metrics.refusals,
 stereolens.lvlm.comparisons) on tables built like the real ones from the planner's worlds
-(stereolens.design.lvlm) with a known truth: the score at the population probabilities
+(stereolens.lvlm.design) with a known truth: the score at the population probabilities
 (the design's ``effects``).
 
 Two audited models are shown the same user images; their outputs are made dependent through
@@ -49,7 +49,7 @@ class Scale:
 
 def _config_scale(name: str, axes=None, replicates=None, permutations=None) -> Scale:
     from stereolens.config import load_config
-    from stereolens.design.lvlm import n_terms
+    from stereolens.lvlm.design import n_terms
 
     cfg, _ = load_config(ROOT / "config" / name)
     lv = cfg["lvlm"]
@@ -102,8 +102,8 @@ def _design(task: str, sc: Scale, axis: str):
     import copy
 
     from stereolens.config import load_config
-    from stereolens.design import lvlm as D
     from stereolens.design.priors import load_priors
+    from stereolens.lvlm import design as D
 
     # a validated section (every key the settings read), resized to the scale
     lv = copy.deepcopy(load_config(ROOT / "config" / "demo.yaml")[0]["lvlm"])
@@ -295,7 +295,7 @@ def truth(task: str, sc: Scale, axis: str, w: float) -> float:
 # ------------------------------------------------------------------------- the rows
 WORLDS = {"m0": 0.0, "m0b": 0.0, "m1": 0.1, "m3": 0.3}
 """The audited models of every dataset: two group-independent ones (truth 0, the boundary),
-one with a planted effect w = 0.1 and one with w = 0.3 (stereolens.design.lvlm)."""
+one with a planted effect w = 0.1 and one with w = 0.3 (stereolens.lvlm.design)."""
 _CACHE: dict = {}
 
 

@@ -145,6 +145,10 @@ class Benchmark:
     planner: str | None = None
     """"module:function" of its planner world: ``function(config, priors, pilot, seed)``
     returns its designs (stereolens.design; `stereolens plan --power`); None: none."""
+    power_check: str | None = None
+    """"module:function" checking its planner world against its real pipeline:
+    ``function(design, name, n, w, size)`` returns a stereolens.design.check.CheckResult
+    (stereolens.design.check.check); None: none."""
 
     def __post_init__(self) -> None:
         if self.report_tables is None:

@@ -21,7 +21,7 @@ def _build_tiny(args: argparse.Namespace) -> int:
         from stereolens.models.tiny.vlm import build_tiny_vllm_vlm as build
     else:
         from stereolens.models.tiny.vlm import build_tiny_vlm as build
-    path = build(args.out, seed=args.seed)
+    path = build(args.out)  # seed 0: the checkpoints every run and test shares
     print(f"built {args.builder} checkpoint in {path}")
     return 0
 
@@ -92,7 +92,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--builder", required=True, choices=["tiny-diffusion", "tiny-vlm", "tiny-vlm-vllm"]
     )
     t.add_argument("--out", required=True, metavar="DIR")
-    t.add_argument("--seed", type=int, default=0)
     t.set_defaults(func=_build_tiny)
     return parser
 

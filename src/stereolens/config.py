@@ -17,7 +17,9 @@ CONFIG_SCHEMA = resource("schemas", "config.schema.yaml")
 
 def config_schema() -> dict[str, Any]:
     """The config schema: config.schema.yaml with the section of every registered
-    benchmark that ships its own (its plug-in's config_schema) under its name."""
+    benchmark that ships its own (its plug-in's config_schema) under its name; a section
+    whose schema says ``x-required: true`` must be in the config, and the properties of its
+    ``x-report-galleries`` join report.galleries (its galleries' sample sizes)."""
     from stereolens.benchmark import benchmarks
 
     fragments = tuple((p.name, p.config_schema) for p in benchmarks() if p.config_schema)
@@ -40,6 +42,16 @@ def _merged_schema(path: str, fragments: tuple[tuple[str, str], ...]) -> dict[st
                 f"config schema of benchmark {name!r} ({fragment}): expected the JSON Schema "
                 "of its config section (type: object, with properties and defaults)"
             )
+        if section.pop("x-required", False):
+            schema["required"].append(name)
+        galleries = schema["properties"]["report"]["properties"]["galleries"]["properties"]
+        for key, prop in section.pop("x-report-galleries", {}).items():
+            if key in galleries:
+                raise ConfigError(
+                    f"config schema of benchmark {name!r} ({fragment}): report.galleries."
+                    f"{key} exists already; name it after the benchmark ({name}_...)"
+                )
+            galleries[key] = prop
         sections[name] = section
     # the benchmarks' sections first: an absent section's defaults are filled in this order
     schema["properties"] = {**sections, **schema["properties"]}

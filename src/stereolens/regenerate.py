@@ -120,10 +120,10 @@ def run(args: argparse.Namespace) -> int:
             return summary.returncode
         outputs = select_outputs(
             summary_rows(summary.stdout),
-            shards=args.shard or [],
-            models=args.model or [],
-            benchmarks=args.benchmark or [],
-            rules=args.rule or [],
+            shards=args.shard,
+            models=args.model,
+            benchmarks=args.benchmark,
+            rules=args.rule,
         )
         if not outputs:
             raise ValueError("the selection names no model job of this workflow and config")
@@ -133,8 +133,6 @@ def run(args: argparse.Namespace) -> int:
     cmd = [*base, *forced, *(["--dry-run"] if args.dry_run else []), *extra]
     shown = " ".join(shlex.quote(c) for c in cmd)
     print(shown if len(shown) < 2000 else shown[:2000] + " ...")
-    if args.print_only:
-        return 0
     return subprocess.run(cmd, check=False, env=env).returncode
 
 
@@ -158,6 +156,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--shard",
         action="append",
+        default=[],
         metavar="PATH",
         help="one job's output, e.g. results/contextbias/images/sdxl/nurse/CF/0 or "
         "results/contextbias/extractions/gpt-5-mini/sdxl/nurse/CF/0.jsonl",
@@ -165,6 +164,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--model",
         action="append",
+        default=[],
         metavar="NAME",
         help="every model job whose output path names this registry model (generator, "
         "extractor, VQA model or audited LVLM)",
@@ -172,13 +172,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--benchmark",
         action="append",
+        default=[],
         choices=[plugin.name for plugin in benchmarks()],
         help="every model job of the benchmark (with --model: that model's, there only)",
     )
-    p.add_argument("--rule", action="append", metavar="RULE", help="every job of a rule")
+    p.add_argument(
+        "--rule", action="append", default=[], metavar="RULE", help="every job of a rule"
+    )
     p.add_argument("--all", action="store_true", help="everything (snakemake --forceall)")
     p.add_argument("--dry-run", "-n", action="store_true", help="show what would run")
-    p.add_argument("--print-only", action="store_true", help="print the command, run nothing")
     p.add_argument("--snakemake", default="snakemake", help=argparse.SUPPRESS)
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(func=run)

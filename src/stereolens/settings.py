@@ -66,6 +66,17 @@ def preset_values(benchmark: str, preset: str | Mapping | None) -> dict[str, Any
     return dict(values)
 
 
+def stacked_presets(benchmark: str, presets: list[str | Mapping]) -> str | dict[str, Any]:
+    """One preset from several given in order (each on top of those before it, as
+    ``--preset released --preset extra.yaml``); a single one as it is."""
+    if len(presets) == 1:
+        return presets[0]
+    out: dict[str, Any] = {}
+    for preset in presets:
+        out = _merge(out, preset_values(benchmark, preset))
+    return out
+
+
 def apply_preset(benchmark: str, section: Mapping) -> dict[str, Any]:
     """The config section with its preset's keys filled in where the section does not set
     them itself (a key written in the config wins over the preset)."""

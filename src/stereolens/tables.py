@@ -361,16 +361,22 @@ def _describe(cases: pl.DataFrame, spec: TableSpec, key: list[str]) -> list[str]
     return out
 
 
-def write_tables(out_dir: str | Path, tables: dict[str, pl.DataFrame]) -> None:
-    """Write each table to ``out_dir``/<file name> (parquet, atomically; ``out_dir`` made
-    if missing), printing one line per file: the output of every metrics CLI."""
+def write_table(path: str | Path, frame: pl.DataFrame) -> None:
+    """Write ``frame`` to ``path`` (parquet, atomically, its folder made if missing) and
+    print one line saying so: what every command that writes a table prints."""
     from stereolens.atomic import write_parquet
 
+    write_parquet(path, frame)
+    print(f"wrote {path} ({frame.height} rows)")
+
+
+def write_tables(out_dir: str | Path, tables: dict[str, pl.DataFrame]) -> None:
+    """Write each table to ``out_dir``/<file name> (:func:`write_table`; ``out_dir`` made
+    if missing): the output of every metrics CLI."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in tables.items():
-        write_parquet(out / name, frame)
-        print(f"wrote {out / name} ({frame.height} rows)")
+        write_table(out / name, frame)
 
 
 def check_exam_rows(responses: pl.DataFrame, source: str = "") -> None:

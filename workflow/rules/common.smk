@@ -369,8 +369,10 @@ def get_report_config():
     import copy
 
     shown = copy.deepcopy(config)
-    # the run-size ceilings change no result: a finished run's report stays up to date
+    # the run-size ceilings and the planner's settings change no result: a finished
+    # run's report stays up to date
     shown.pop("limits", None)
+    shown.pop("design", None)
     for plugin in benchmarks():
         for key in plugin.unordered_models:
             if key in shown.get(plugin.name, {}):

@@ -206,7 +206,8 @@ rule merge_lvlm_responses:
 
 rule compute_lvlm_metrics:
     """TVD scores with bootstrap CIs and permutation noise floors, refusal rates, skewed
-    story attributes (the CLI)."""
+    story attributes (the CLI; it reads the story attributes and term judgements beside
+    the responses)."""
     input:
         responses=LV_OUT("table", table="responses"),
         story_attributes=LV_OUT("table", table="story_attributes"),
@@ -230,6 +231,4 @@ rule compute_lvlm_metrics:
         settings=preset_arg(LV, ("metrics", "seed")),
     shell:
         "stereolens lvlm metrics --responses {input.responses}"
-        " --story-attributes {input.story_attributes}"
-        " --term-judgements {input.term_judgements}"
         " --preset {params.settings} --out {params.outdir} > {log} 2>&1"

@@ -4,16 +4,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from pathlib import Path
-
-
-def read_answers(path: str | Path, lazy: bool = False, columns: list[str] | None = None):
-    """An answers table from parquet, CSV or JSON lines (by file suffix, with the answers
-    table's declared column types); ``lazy`` and ``columns`` as
-    :func:`stereolens.tables.read_table`."""
-    from stereolens.tables import ANSWERS, read_table
-
-    return read_table(path, "answers", lazy=lazy, columns=columns, spec=ANSWERS)
 
 
 def available_cpus() -> int:
@@ -26,77 +16,50 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-FLAGS = {
-    "eta_variant": "eta_variant",
-    "replicates": "replicates",
-    "count": "count",
-    "scoring_unit": "scoring_unit",
-    "ceiling_draws": "ceiling_draws",
-    "seed": "seed",
-    "interval_min_images_per_subject": "interval_min_images_per_subject",
-}
-"""argparse dest -> the setting (biasig section key) a documented flag sets."""
+FLAGS = {"eta_variant": "eta_variant", "scoring_unit": "scoring_unit"}
+"""argparse dest -> the biasig key a flag sets over the preset (the flags the project's
+issues name; every other key is set in the preset)."""
 
 
-def settings(args: argparse.Namespace):
-    """The settings of a `biasig metrics` run: the schema's defaults under ``--preset``,
-    then every flag given."""
-    from stereolens.biasig.settings import BiasIGSettings
-    from stereolens.settings import overrides, section_defaults
-
-    section = section_defaults("biasig", args.preset)
-    section.update(overrides(args, FLAGS))
-    return BiasIGSettings.from_config(section)
-
-
-def _metrics(args: argparse.Namespace) -> int:
+def _metrics(args: argparse.Namespace, section: dict):
     from stereolens.biasig.answers import answer_vocabularies
     from stereolens.biasig.comparisons import comparison_tables
     from stereolens.biasig.formulas import READ_COLUMNS
     from stereolens.biasig.metrics import compute_metrics
     from stereolens.biasig.prompts import read_prompt_table
-    from stereolens.metrics.compare import write_comparison_tables
-    from stereolens.tables import ANSWERS, check_table, write_tables
+    from stereolens.biasig.settings import BiasIGSettings
+    from stereolens.metrics.command import read_checked
+    from stereolens.settings import overrides
+    from stereolens.tables import ANSWERS
 
     spec = replace(ANSWERS, vocabularies=answer_vocabularies())
-    answers = check_table(
-        read_answers(args.answers, columns=list(READ_COLUMNS)), spec, args.answers
-    )
+    answers = read_checked(args.answers, "answers", spec, columns=list(READ_COLUMNS))
     prompts = read_prompt_table(args.prompts) if args.prompts else None
-    st = settings(args)
+    section.update(overrides(args, FLAGS))
+    st = BiasIGSettings.from_config(section)
     tables = compute_metrics(
         answers,
         prompts,
-        eta_variant=st.eta_variant,
-        replicates=st.replicates,
-        seed=st.seed,
-        ci=st.level,
-        count=st.count,
-        scoring_unit=st.scoring_unit,
-        ceiling_draws=st.ceiling_draws,
         threads=args.threads or available_cpus(),
         which=("implicit", "explicit", "eta", "replicates"),
-        interval_min_images_per_subject=st.interval_min_images_per_subject,
+        **st.metric_options(),
     )
-    write_tables(args.out, {f"{n}.parquet": tables[n] for n in ("implicit", "explicit", "eta")})
     cmp, ranks = comparison_tables(tables, level=st.level)
-    write_comparison_tables([cmp], [ranks], args.out)
-    return 0
+    out = {name: tables[name] for name in ("implicit", "explicit", "eta")}
+    return out | {"comparisons": cmp, "ranks": ranks}
 
 
 def _prompts(args: argparse.Namespace) -> int:
-    from stereolens.atomic import write_parquet
     from stereolens.biasig.prompts import load_prompts
+    from stereolens.tables import write_table
 
-    table = load_prompts(args.prompt_dir)
-    write_parquet(args.out, table)
-    print(f"wrote {args.out} ({table.height} prompts)")
+    write_table(args.out, load_prompts(args.prompt_dir))
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `stereolens biasig {prompts,metrics}`."""
-    from stereolens.biasig.formulas import INTERVAL_MIN_IMAGES_PER_SUBJECT
+    from stereolens.metrics.command import add_metrics_command
 
     b = sub.add_parser("biasig", help="BiasIG benchmark tools")
     b_sub = b.add_subparsers(dest="action", required=True)
@@ -122,16 +85,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_prompts)
 
-    m = b_sub.add_parser(
-        "metrics",
+    m = add_metrics_command(
+        b_sub,
+        "biasig",
+        _metrics,
+        example="level: 0.9, replicates: 200",
         help="compute S_imp, S_exp and eta from an answers table",
         description=(
             "Compute the BiasIG metrics from an answers table (parquet, CSV or JSON lines): "
             "one row per image and person with columns model, image_id, position (single; "
             "left/right for two-person prompts), gender, race, age, status, and prompt_id "
             "or the exact prompt text in a column `prompt` or `text`; an optional `variant` "
-            "column names a debiasing variant (default: the model name). By default (--count "
-            "paper) an image counts only when all its rows have status ok, as the paper "
+            "column names a debiasing variant (default: the model name). By default (preset "
+            "key count: paper) an image counts only when all its rows have status ok, as the paper "
             "discards an image after persistent failures; answers 'unknown' are left out per "
             "attribute. Scores are per subject (the prompt text before the first comma, its "
             "phrasings pooled: --scoring-unit subject) or per prompt (phrasing). Writes "
@@ -146,33 +112,25 @@ def register(sub: argparse._SubParsersAction) -> None:
             "replicates' sd (S_imp's plug-in is biased down, and a percentile interval "
             "would double the bias; eta: eta_*_bc the double bootstrap, 3 x estimate - 3 x "
             "the replicates' mean + the second-level replicates' mean, +- z x the sd of the "
-            "once-corrected replicates), no interval below --interval-min-images-per-subject "
+            "once-corrected replicates), no interval below interval_min_images_per_subject "
             "(interval_note says why); and DIR/comparisons.parquet and DIR/ranks.parquet: "
             "every pair of models and every debiasing variant against its base on the "
             "model-level S_imp, S_exp and eta (overall and per attribute): the difference "
             "of the bias-corrected S_imp and S_exp and of the plug-in eta, its Wald "
             "interval from the bootstrap standard error (models resampled independently), "
-            "p-value and Holm decision; ranks and groups for S_imp and S_exp."
+            "p-value and Holm decision; ranks and groups for S_imp and S_exp. Every setting "
+            "(the biasig section's metric keys in the config schema) comes from --preset; "
+            "--eta-variant and --scoring-unit override it."
         ),
     )
     m.add_argument(
         "--answers", required=True, metavar="PATH", help="answers table (.parquet, .csv or .jsonl)"
     )
-    m.add_argument("--out", required=True, metavar="DIR", help="output directory")
     m.add_argument(
         "--prompts",
         metavar="PATH",
         help="prompt table parquet from `stereolens biasig prompts` (default: the "
         "shipped benchmark)",
-    )
-    m.add_argument(
-        "--preset",
-        default="paper",
-        metavar="NAME|PATH",
-        help="the settings: 'paper' (default), 'released' (the authors' released eta: "
-        "--eta-variant released), or a YAML file of biasig section keys (every metric key, "
-        "e.g. level: 0.9 for 90%% intervals); the flags below override it (docs: "
-        "Configuration, Presets)",
     )
     m.add_argument(
         "--eta-variant",
@@ -184,33 +142,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "counted as 0.5)",
     )
     m.add_argument(
-        "--replicates",
-        type=int,
-        metavar="N",
-        help="bootstrap replicates (images resampled within each subject or prompt); 0 = no "
-        "intervals (default: 1000)",
-    )
-    m.add_argument(
-        "--count",
-        choices=["paper", "attribute"],
-        help="which answers count: 'paper' (default) = only images whose every row has "
-        "status ok (the paper discards an image after persistent failures); 'attribute' = "
-        "ok and partial rows, attribute by attribute",
-    )
-    m.add_argument(
         "--scoring-unit",
         choices=["subject", "phrasing"],
         help="'prompt j' of S_imp/S_exp: 'subject' (default) = the text before the first "
         "comma, the images of its 20 phrasings pooled (the released code; k_j of "
         "weight.json); 'phrasing' = each prompt on its own images",
     )
-    m.add_argument(
-        "--ceiling-draws",
-        type=int,
-        metavar="N",
-        help="simulated ground-truth datasets for the S_imp ceiling (0 = none; default 200)",
-    )
-    m.add_argument("--seed", type=int, metavar="S", help="bootstrap seed (default: 0)")
     m.add_argument(
         "--threads",
         type=int,
@@ -219,13 +156,3 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="models resampled side by side; results do not depend on it (default: the CPUs "
         "this process may use)",
     )
-    m.add_argument(
-        "--interval-min-images-per-subject",
-        type=int,
-        metavar="N",
-        help="print no interval (ci columns null, interval_note says why) for a model whose "
-        "subjects have fewer images than this (median): below it the coverage benchmark's "
-        f"intervals do not cover, bench/COVERAGE.md; 0 = always (default: "
-        f"{INTERVAL_MIN_IMAGES_PER_SUBJECT})",
-    )
-    m.set_defaults(func=_metrics)

@@ -39,6 +39,23 @@ SCOPES = {"*": "overall", "gender": "gender", "race": "race", "age": "age"}
 """protected_attribute of the score tables -> scope of the comparison tables."""
 
 
+def model_eta(eta: pl.DataFrame, columns: dict[str, str]) -> list[pl.DataFrame]:
+    """The model-level rows of the eta table, one frame per protected attribute ("*" = the
+    total): variant, model, metric "eta", protected_attribute, then each column of
+    ``columns`` (its name -> the suffix of the eta column it holds: "" plug-in, "_bc")."""
+    rows = eta.filter(pl.col("pair") == "*")
+    return [
+        rows.select(
+            "variant",
+            "model",
+            pl.lit("eta").alias("metric"),
+            pl.lit(attr).alias("protected_attribute"),
+            *(pl.col(f"eta_{col}{suffix}").alias(name) for name, suffix in columns.items()),
+        )
+        for attr, col in (("*", "total"), ("gender", "gender"), ("race", "race"), ("age", "age"))
+    ]
+
+
 def model_estimates(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
     """Long table (variant, model, metric, protected_attribute, estimate, estimate_bc) of the
     model-level rows of the implicit, explicit and eta tables present in ``tables``."""
@@ -58,18 +75,7 @@ def model_estimates(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
                     pl.col("score").alias("estimate"), pl.col("score_bc").alias("estimate_bc"))
         )  # fmt: skip
     if "eta" in tables:
-        model_eta = tables["eta"].filter(pl.col("pair") == "*")
-        for attr, col in (("*", "total"), ("gender", "gender"), ("race", "race"), ("age", "age")):
-            parts.append(
-                model_eta.select(
-                    "variant",
-                    "model",
-                    pl.lit("eta").alias("metric"),
-                    pl.lit(attr).alias("protected_attribute"),
-                    pl.col(f"eta_{col}").alias("estimate"),
-                    pl.col(f"eta_{col}_bc").alias("estimate_bc"),
-                )  # fmt: skip
-            )
+        parts += model_eta(tables["eta"], {"estimate": "", "estimate_bc": "_bc"})
     if not parts:
         return pl.DataFrame(
             schema={"variant": pl.String, "model": pl.String, "metric": pl.String,

@@ -168,7 +168,7 @@ BENCHMARK = Benchmark.from_functions(
     generation_settings=settings,
     report_paths=REPORT_PATHS,
     unordered_models=("generators",),
-    report_sections="stereolens.report.biasig",
+    report_sections="stereolens.biasig.report",
     rules=("workflow/rules/inputs/biasig.smk", "workflow/rules/biasig.smk"),
     wildcards={
         "atype": "occupation|characteristic|social_relation",
@@ -178,6 +178,7 @@ BENCHMARK = Benchmark.from_functions(
     presets=str(Path(__file__).with_name("presets")),
     cli="stereolens.biasig.cli",
     model_rules=("answer_biasig_vqa",),
-    planner="stereolens.design.biasig_worlds:build",
+    planner="stereolens.biasig.design_worlds:build",
+    power_check="stereolens.biasig.design_check:power_check",
     layout=LAYOUT,
 )

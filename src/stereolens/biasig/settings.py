@@ -26,6 +26,12 @@ class BiasIGSettings:
         """The section keys it is built from."""
         return tuple(f.name for f in fields(cls))
 
+    def metric_options(self) -> dict[str, Any]:
+        """The keywords of stereolens.biasig.metrics.compute_metrics these settings give
+        (its ``ci`` is the level)."""
+        options = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "level"}
+        return options | {"ci": self.level}
+
     @classmethod
     def from_config(cls, section: dict[str, Any]) -> BiasIGSettings:
         """From a validated ``biasig`` section (its preset applied, defaults filled)."""

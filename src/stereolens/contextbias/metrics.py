@@ -154,7 +154,7 @@ def _dimension_k(
             if outside:
                 raise ValueError(
                     f"dimension {dim} has labels outside the schema vocabulary "
-                    f"({sorted(outside)[:5]}); use --k model"
+                    f"({sorted(outside)[:5]}); use metrics.k_definition: model"
                 )
         sizes = pl.DataFrame(
             {"dimension": list(closed), "k_vocab": [len(v) for v in closed.values()]},
@@ -234,7 +234,7 @@ def pooled_bi(
             if outside:
                 raise ValueError(
                     f"dimension {r['dimension']} has labels outside the schema "
-                    f"vocabulary ({sorted(outside)[:5]}); use --k model"
+                    f"vocabulary ({sorted(outside)[:5]}); use metrics.k_definition: model"
                 )
         else:
             k = r["k_model"]

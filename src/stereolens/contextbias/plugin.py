@@ -271,7 +271,7 @@ BENCHMARK = Benchmark.from_functions(
     generation_settings=generation_settings,
     report_paths=REPORT_PATHS,
     unordered_models=("generators", "extractors"),
-    report_sections="stereolens.report.contextbias",
+    report_sections="stereolens.contextbias.report",
     rules=(
         "workflow/rules/inputs/contextbias.smk",
         "workflow/rules/contextbias.smk",
@@ -282,6 +282,7 @@ BENCHMARK = Benchmark.from_functions(
     presets=str(Path(__file__).with_name("presets")),
     cli="stereolens.contextbias.cli",
     model_rules=("extract_contextbias_attributes",),
-    planner="stereolens.design.contextbias_worlds:build",
+    planner="stereolens.contextbias.design_worlds:build",
+    power_check="stereolens.contextbias.design_check:power_check",
     layout=LAYOUT,
 )

@@ -219,10 +219,10 @@ def check_prompt_bank(config: dict[str, Any]) -> list[str]:
     import re
 
     cb = config["contextbias"]
-    path = cb.get("prompt_bank") or "the shipped prompt bank"
-    bank = load_bank(cb.get("prompt_bank"))
+    path = cb["prompt_bank"] or "the shipped prompt bank"  # null: the shipped copy
+    bank = load_bank(cb["prompt_bank"])
     bank_roles = list(dict.fromkeys(e["role"] for e in bank))
-    roles = cb.get("roles") or bank_roles
+    roles = cb["roles"] or bank_roles  # null: every role
     unknown = [r for r in roles if r not in bank_roles]
     if unknown:
         hints = []

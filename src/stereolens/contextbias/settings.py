@@ -29,6 +29,16 @@ class ContextBiasSettings:
     alpha: float
     max_range_pp: float
 
+    def ccs_options(self) -> dict[str, Any]:
+        """The keywords of stereolens.contextbias.ccs.ccs_table these settings give."""
+        return {
+            "min_count": self.ccs_min_count,
+            "alpha": self.alpha,
+            "max_range_pp": self.max_range_pp,
+            "consistency": self.consistency,
+            "bh_family": self.bh_family,
+        }
+
     @classmethod
     def from_config(cls, section: dict[str, Any]) -> ContextBiasSettings:
         """From a validated ``contextbias`` section (its preset applied, defaults filled)."""

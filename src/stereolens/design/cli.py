@@ -16,7 +16,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "design (power)",
         "what the planned run can detect, and what a target effect needs (docs/planner.md: "
-        "Designing an audit)",
+        "Designing an audit); the level, power, simulations, seed and prior file are the "
+        "config's design section",
     )
     g.add_argument(
         "--power",
@@ -41,42 +42,6 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "(repeatable; names as --power prints them, e.g. contextbias.bi_shift=0.01, "
         "lvlm.tvd.story.gender=3)",
     )
-    g.add_argument(
-        "--level",
-        type=float,
-        default=P.DEFAULT_LEVEL,
-        help=f"significance level (default {P.DEFAULT_LEVEL}; two-sided for comparisons, "
-        "one-sided for scores above a noise floor)",
-    )
-    g.add_argument(
-        "--target-power",
-        type=float,
-        default=P.DEFAULT_POWER,
-        help=f"power the effects are sized for (default {P.DEFAULT_POWER})",
-    )
-    g.add_argument(
-        "--simulations",
-        type=int,
-        default=P.DEFAULT_SIMULATIONS,
-        help=f"simulated datasets per design point (default {P.DEFAULT_SIMULATIONS}: "
-        "Monte Carlo error of a rejection rate 0.028 at 80%%, of an MDE about 6%%)",
-    )
-    g.add_argument(
-        "--interaction-sd",
-        type=float,
-        default=None,
-        metavar="SD",
-        help="BiasIG: the subject x model interaction sd (in S_imp / S_exp units, e.g. from a "
-        "pilot): the MDEs of model differences then refer to a new draw of subjects, not to "
-        "the config's fixed ones (default: the config's biasig.interaction_sd, 0)",
-    )
-    g.add_argument("--seed", type=int, default=P.DEFAULT_SEED, help="seed of the simulations")
-    g.add_argument(
-        "--priors",
-        metavar="PATH",
-        default=None,
-        help="another prior file (default: the shipped resources/design/priors.v1.yaml)",
-    )
 
 
 def requested(args: argparse.Namespace) -> bool:
@@ -89,20 +54,14 @@ def designs(config: dict[str, Any], args: argparse.Namespace) -> list:
     from stereolens.design.priors import load_priors
     from stereolens.validation import ConfigError
 
-    priors = load_priors(args.priors)
-    sd = getattr(args, "interaction_sd", None)
-    if sd is not None:
-        if not (sd >= 0 and sd < 1):
-            raise ValueError(f"--interaction-sd must lie in [0, 1), got {sd}")
-        if "biasig" in config:
-            config = P.set_key(config, ("biasig", "interaction_sd"), sd)
+    priors = load_priors(config["design"]["priors"])
     pilot = args.pilot
     if pilot is not None and not pilot.is_dir():
         raise ConfigError(f"--pilot {pilot}: not a folder; give a run's results folder")
     out = []
     for plugin in benchmarks():  # each benchmark's planner world: one design, a list or None
         if plugin.planner:
-            got = resolve(plugin.planner)(config, priors, pilot, args.seed)
+            got = resolve(plugin.planner)(config, priors, pilot, config["design"]["seed"])
             out += got if isinstance(got, list) else [] if got is None else [got]
     return out
 
@@ -119,7 +78,8 @@ def compute(
     (``plan``: stereolens.plan.plan, passed in by the planner that calls this)."""
     from dataclasses import asdict
 
-    P.check_options(args.level, args.target_power, args.simulations)
+    opts = config["design"]
+    P.check_options(opts["level"], opts["target_power"], opts["simulations"])
     targets = [P.parse_target(t) for t in args.target_effect]
     ds = designs(config, args)
     by_name = {s.name: d for d in ds for s in d.specs()}
@@ -129,7 +89,9 @@ def compute(
             f"--target-effect: unknown effect {unknown[0]!r}; effects of this config: "
             + ", ".join(by_name)
         )
-    kw = dict(level=args.level, power=args.target_power, sims=args.simulations, seed=args.seed)
+    kw = dict(
+        level=opts["level"], power=opts["target_power"], sims=opts["simulations"], seed=opts["seed"]
+    )
     rows = [r for d in ds for r in P.mde_rows(d, **kw)] if args.power or not targets else []
     needs = [P.required_size(by_name[n], n, v, **kw) for n, v in targets]
     cost = None
@@ -150,10 +112,10 @@ def compute(
         }
     notes = [n for d in ds for n in d.notes]
     return {
-        "level": args.level,
-        "power": args.target_power,
-        "simulations": args.simulations,
-        "seed": args.seed,
+        "level": opts["level"],
+        "power": opts["target_power"],
+        "simulations": opts["simulations"],
+        "seed": opts["seed"],
         "rows": [asdict(r) for r in rows],
         "targets": [asdict(q) for q in needs],
         "cost": cost,

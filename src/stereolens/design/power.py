@@ -18,7 +18,7 @@ The engine turns them into rejection rates of the test the pipeline reports:
 - ``test = "null"``: a two-sided test calibrated on the world's null: ``|estimate -
   null_value|`` above the (1 - level) quantile of ``|estimate - null_value|`` at w = 0
   (BiasIG eta, whose bootstrap interval is about twice too wide under its null:
-  :func:`stereolens.design.check.eta_rejects`). Its size is the level by construction.
+  :func:`stereolens.biasig.design_check.eta_rejects`). Its size is the level by construction.
 
 The minimum detectable effect (MDE) is the population effect at which the rejection rate
 reaches ``power`` (linear interpolation between grid points). A comparison that the report
@@ -151,7 +151,7 @@ class Row:
     """The MDE at level / family (Holm's first step); None when family is 1 or not reached."""
 
 
-def rejections(
+def power_curve(
     spec: EffectSpec,
     estimates: np.ndarray,
     level: float,
@@ -159,8 +159,9 @@ def rejections(
     shift: np.ndarray | None = None,
     scale: np.ndarray | None = None,
 ) -> np.ndarray:
-    """(W, sims) probabilities in [0, 1] that the pipeline's test rejects on each simulated
-    dataset. ``null_row`` (sims,) = the estimates at w = 0 (floor tests; default
+    """(W,) rejection rates: the mean over the ``sims`` simulated datasets of the probability
+    in [0, 1] that the pipeline's test rejects on each (an undefined estimate does not
+    reject). ``null_row`` (sims,) = the estimates at w = 0 (floor tests; default
     estimates[0]). Interval tests with ``spec.df``: the pipeline's standard error is itself
     estimated from df + 1 clusters, SE^2 ~ sd^2 chi2(df) / df, so a dataset rejects with
     probability P(chi2(df) < df (estimate / (z sd))^2) (the t-test's correction; with few
@@ -175,35 +176,23 @@ def rejections(
             centre = est if shift is None else est + np.asarray(shift, dtype=float)[:, None]
             t = np.abs(centre - spec.null_value) / (z * sd[:, None])
         if spec.df is None:
-            return np.where(np.isfinite(t), t > 1.0, False).astype(float)
-        return np.where(np.isfinite(t), stats.chi2.cdf(spec.df * t**2, spec.df), 0.0)
+            return np.where(np.isfinite(t), t > 1.0, False).astype(float).mean(axis=1)
+        return np.where(np.isfinite(t), stats.chi2.cdf(spec.df * t**2, spec.df), 0.0).mean(axis=1)
     if spec.test == "null":
         base = (est[0] if null_row is None else np.asarray(null_row, dtype=float)) - spec.null_value
         base = np.abs(base[np.isfinite(base)])
         if base.size == 0:
-            return np.zeros(est.shape)
+            return np.zeros(est.shape[0])
         crit = np.quantile(base, 1.0 - level)
-        return np.where(np.isfinite(est), np.abs(est - spec.null_value) > crit, False).astype(float)
+        return (np.isfinite(est) & (np.abs(est - spec.null_value) > crit)).mean(axis=1)
     if spec.test == "floor":
         base = est[0] if null_row is None else np.asarray(null_row, dtype=float)
         base = base[np.isfinite(base)]
         if base.size == 0:
-            return np.zeros(est.shape, bool)
+            return np.zeros(est.shape[0])
         crit = np.quantile(base, 1.0 - level)
-        return (est > crit).astype(float)
+        return (est > crit).mean(axis=1)
     raise ValueError(f"test {spec.test!r}; use interval, null or floor")
-
-
-def power_curve(
-    spec: EffectSpec,
-    estimates: np.ndarray,
-    level: float,
-    null_row: np.ndarray | None = None,
-    shift: np.ndarray | None = None,
-    scale: np.ndarray | None = None,
-) -> np.ndarray:
-    """(W,) rejection rates; datasets with an undefined estimate count as not rejected."""
-    return rejections(spec, estimates, level, null_row, shift, scale).mean(axis=1)
 
 
 def interpolate_mde(effects: np.ndarray, curve: np.ndarray, power: float) -> float | None:
@@ -250,7 +239,7 @@ def _method(
         test = (
             f"two-sided {level:g}, calibrated on the world's null: |estimate - "
             f"{spec.null_value:g}| above the {1 - level:g} quantile of its values with no effect "
-            "(stereolens.design.check.eta_rejects)"
+            "(stereolens.biasig.design_check.eta_rejects)"
         )
     else:
         test = (
@@ -322,11 +311,11 @@ def mde_rows(
 
 def check_options(level: float, power: float, sims: int) -> None:
     if not 0.0 < level < 0.5:
-        raise ValueError(f"--level must lie between 0 and 0.5, got {level}")
+        raise ValueError(f"design.level must lie between 0 and 0.5, got {level}")
     if not 0.0 < power < 1.0:
-        raise ValueError(f"--power-target must lie between 0 and 1, got {power}")
+        raise ValueError(f"design.target_power must lie between 0 and 1, got {power}")
     if sims < 20:
-        raise ValueError(f"--simulations must be at least 20, got {sims}")
+        raise ValueError(f"design.simulations must be at least 20, got {sims}")
 
 
 def _stream(name: str) -> int:

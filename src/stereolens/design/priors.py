@@ -14,15 +14,15 @@ DEFAULT_PRIORS = ("design", "priors.v1.yaml")
 
 
 def load_priors(path: str | os.PathLike | None = None) -> dict[str, Any]:
-    """The prior file (default: the shipped one); raise ConfigError on another version or a
-    missing benchmark section."""
+    """The prior file (default: the shipped one); raise ConfigError on another version or
+    without a section for every registered benchmark with a planner world."""
     p = Path(path) if path is not None else resource(*DEFAULT_PRIORS)
     raw = load_yaml(p, "design priors")
     if not isinstance(raw, dict) or raw.get("version") != PRIORS_VERSION:
         raise ConfigError(f"design priors {p}: expected version {PRIORS_VERSION!r}")
-    from stereolens.benchmark import BUILT_IN
+    from stereolens.benchmark import benchmarks
 
-    missing = [b for b in BUILT_IN if b not in raw]
+    missing = [p.name for p in benchmarks() if p.planner and p.name not in raw]
     if missing:
         raise ConfigError(f"design priors {p}: no section for {', '.join(missing)}")
     return raw

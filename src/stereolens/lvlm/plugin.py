@@ -269,7 +269,7 @@ BENCHMARK = Benchmark.from_functions(
     name="lvlm",
     title="LVLM bias with the user photo as context",
     report_paths=REPORT_PATHS,
-    report_sections="stereolens.report.lvlm",
+    report_sections="stereolens.lvlm.report",
     rules=(
         "workflow/rules/inputs/lvlm.smk",
         "workflow/rules/lvlm.smk",
@@ -290,6 +290,7 @@ BENCHMARK = Benchmark.from_functions(
         "judge_lvlm_terms",
         "label_lvlm_refusals",
     ),
-    planner="stereolens.design.lvlm:build",
+    planner="stereolens.lvlm.design:build",
+    power_check="stereolens.lvlm.design_check:power_check",
     layout=LAYOUT,
 )

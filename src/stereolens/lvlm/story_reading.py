@@ -92,7 +92,7 @@ def _levels(sample: dict, lv: dict[str, Any]) -> tuple[list[str], list[str]]:
     the sample describes); an axis not audited keeps the sample's first level only."""
     from stereolens.lvlm.names import groups
 
-    configured = {a: groups(lv, a) for a in lv.get("axes") or []}
+    configured = {a: groups(lv, a) for a in lv["axes"]}
     out = []
     for axis in ("gender", "race"):
         have = list(sample["groups"][axis])
@@ -110,7 +110,7 @@ def _levels(sample: dict, lv: dict[str, Any]) -> tuple[list[str], list[str]]:
 def build_items(sample: dict, lv: dict[str, Any]) -> list[dict[str, Any]]:
     """One record per story x gender x race, in the layout the assistant's reading takes
     (response = the story text)."""
-    n = (lv.get("story_reading") or {}).get("stories")
+    n = lv["story_reading"]["stories"]
     stories = sample["stories"][:n] if n else sample["stories"]
     genders, races = _levels(sample, lv)
     items = []
@@ -145,13 +145,10 @@ def build_items(sample: dict, lv: dict[str, Any]) -> list[dict[str, Any]]:
 def planned_readings(lv: dict[str, Any]) -> int:
     """Assistant calls of the story-reading audit a config plans (0 when it is off): the
     planner's count (stereolens plan)."""
-    sr = lv.get("story_reading") or {}
-    tasks = lv.get("tasks") or {}
-    if not (
-        lv.get("enabled") and lv.get("assistant") and "story" in tasks and sr.get("enabled", True)
-    ):
+    sr = lv["story_reading"]
+    if not (lv["enabled"] and lv["assistant"] and "story" in lv["tasks"] and sr["enabled"]):
         return 0
-    return len(build_items(load_sample(sr.get("sample")), lv))
+    return len(build_items(load_sample(sr["sample"]), lv))
 
 
 def read_sample_job(job: ModelJob, *, assistant: str, lv: dict[str, Any]) -> None:
@@ -161,8 +158,8 @@ def read_sample_job(job: ModelJob, *, assistant: str, lv: dict[str, Any]) -> Non
     from stereolens.lvlm import assistant as A
     from stereolens.lvlm import tasks as T
 
-    prompts = T.load_prompts(lv.get("prompts"))
-    sample = load_sample((lv.get("story_reading") or {}).get("sample"), prompts)
+    prompts = T.load_prompts(lv["prompts"])
+    sample = load_sample(lv["story_reading"]["sample"], prompts)
     items = build_items(sample, lv)
     job.log.info("story-reading audit: %d item(s) from %s", len(items), sample["source"])
     records = job.run(

@@ -1,5 +1,5 @@
-"""Report sections of the per-group reader audits: the ContextBias extraction validation and
-the LVLM assistant's story reading per group, next to the bias scores they qualify."""
+"""The report section of a per-group reader audit (an extractor's validation, an assistant's
+reading): its flags, the error gap between groups and the per-group rates."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def minimum_text(test_clusters: int | None = None) -> str:
     )
 
 
-def _min_clusters() -> int:
+def min_clusters() -> int:
     from stereolens.metrics import group_audit as G
 
     return G.MIN_CLUSTERS
@@ -88,107 +88,26 @@ def _rates_table(id: str, rates: pl.DataFrame, keys: list[str], caption: str) ->
     return Table(id, "Per group", caption, shown, intervals=RATE_INTERVALS, csv=rates)
 
 
-def extraction_group_section(by_group: pl.DataFrame, gaps: pl.DataFrame) -> Section:
-    """ContextBias: extraction validation per demographic group, and its flags."""
-    section = Section(
-        "contextbias-validation-by-group", "Extraction validation per demographic group"
-    )
-    if by_group.height == 0:
-        section.paragraphs.append(
-            "No validation item carries a gender, skin tone or age group (no stated "
-            "demographic and none read in the images)."
-        )
-        return section
-    section.warnings += _flags(gaps, "extractor")
-    if not section.warnings:
-        section.paragraphs.append(
-            "No extractor's per-group errors alone would produce the bias it is used to measure."
-        )
-    keys = ["extractor", "model", "grouping", "group_dimension"]
-    if gaps.height:
-        section.tables.append(
-            _gap_table(
-                "contextbias-validation-group-gaps",
-                gaps,
-                keys,
-                GAP_CAPTION.format(
-                    unit="Items are clustered by validation prompt (its seeds' images, an "
-                    "image's dimension rows): every interval and test uses the prompts as the "
-                    "units;",
-                    test="chi-squared, or Fisher's exact test for two small groups, for "
-                    "independent items; Rao-Scott F (second order) for clustered ones",
-                    induced="the BI (1 - H(q) / log K, q_g = a_g / sum a) the per-group "
-                    "accuracies a_g alone would give the group dimension, every group equally "
-                    "common and every misread lost",
-                    bias="|CA-U - CF| BI shift of that dimension (stated grouping; else the "
-                    "overall shift) of the extractor and model",
-                    minimum=minimum_text() + " (prompts)",
-                ),
-            )
-        )
-    section.tables.append(
-        _rates_table(
-            "contextbias-validation-by-group-rates",
-            by_group,
-            keys,
-            "grouping 'stated' = the demographic the validation prompt states (how well that "
-            "demographic is read); 'shown' = the label the extractor reads for the person in "
-            "the same image (accuracy on the other dimensions). Accuracy = recall with Wilson "
-            "intervals, precision (contradicting labels of exclusive dimensions) with Wilson "
-            "intervals, both on the effective counts (counts / design effect, the prompts "
-            "being the units), F1 with a t(prompts - 1) interval on the logit scale from its "
-            "bootstrap standard error over prompts; model * = the generators pooled.",
-        )
-    )
-    return section
-
-
-def story_reading_section(rates: pl.DataFrame, gaps: pl.DataFrame) -> Section:
-    """LVLM: the assistant's story reading per group on the labelled sample."""
-    section = Section("lvlm-story-reading", "The assistant's story reading per group")
+def audit_section(
+    ids: tuple[str, str, str],
+    title: str,
+    rates: pl.DataFrame,
+    gaps: pl.DataFrame,
+    keys: list[str],
+    text: dict[str, str],
+) -> Section:
+    """A reader audit's section: its flags, the error gap between groups and the per-group
+    rates. ``ids`` = (section, gap table, rates table); ``text``: ``empty`` (no rates),
+    ``what`` (the reader, in the flags), ``fine`` (no flag), ``gap_caption``,
+    ``rates_caption``."""
+    section = Section(ids[0], title)
     if rates.height == 0:
-        section.paragraphs.append("No reading of the labelled sample.")
+        section.paragraphs.append(text["empty"])
         return section
-    section.warnings += _flags(gaps, "assistant's story reading")
+    section.warnings += _flags(gaps, text["what"])
     if not section.warnings:
-        section.paragraphs.append(
-            "The assistant's per-group reading errors alone would not produce the bias it is "
-            "used to measure."
-        )
+        section.paragraphs.append(text["fine"])
     if gaps.height:
-        section.tables.append(
-            _gap_table(
-                "lvlm-story-reading-gaps",
-                gaps,
-                ["assistant", "axis"],
-                GAP_CAPTION.format(
-                    unit="The unit is the story template (every item read under every group: "
-                    "a matched design): the intervals are paired (the covariance between "
-                    "groups read on the same stories enters every difference), on stories - 1 "
-                    "degrees of freedom;",
-                    test="Rao-Scott F over stories; with one story, Cochran's Q over the "
-                    "matched items",
-                    induced="the story TVD (story_tvd's formula, as a share) the per-group "
-                    "accuracies alone would produce in unbiased stories: 1/2 sum_g |a_g / "
-                    "sum a - 1/|A||",
-                    bias="the smallest story TVD of the audited models on the axis, as a share",
-                    minimum=minimum_text(_min_clusters()) + " (stories; with one story the "
-                    "per-group intervals are withheld, the gap and Cochran's Q kept)",
-                ),
-            )
-        )
-    section.tables.append(
-        _rates_table(
-            "lvlm-story-reading-rates",
-            rates,
-            ["assistant", "axis"],
-            "The labelled sample (resources/lvlm/story_reading.v1.yaml): each story read once "
-            "per gender x race group, the main character shown by an explicit descriptor and "
-            "pronouns, the text otherwise identical. An item = a scalar attribute or one true "
-            "element of a list attribute; accuracy = recall (Wilson), precision (Wilson), both "
-            "on the effective counts (counts / design effect, the stories being the units), F1 "
-            "with a t(stories - 1) interval on the logit scale from its bootstrap standard "
-            "error over stories.",
-        )
-    )
+        section.tables.append(_gap_table(ids[1], gaps, keys, text["gap_caption"]))
+    section.tables.append(_rates_table(ids[2], rates, keys, text["rates_caption"]))
     return section

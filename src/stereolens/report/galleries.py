@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,20 +76,24 @@ class GalleryPage:
 
 @dataclass(frozen=True)
 class GallerySettings:
+    """The config's report.galleries: the shared keys, and in ``counts`` the sample sizes
+    the benchmarks' schemas add (x-report-galleries, e.g. contextbias_per_set)."""
+
     thumbnail_px: int = DEFAULT_PX
     jpeg_quality: int = DEFAULT_QUALITY
-    contextbias_per_set: int = 4
-    biasig_subjects: int = 12
-    biasig_per_subject: int = 4
-    lvlm_per_group: int = 3
     seed: int = 0
     enabled: bool = True
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+    def count(self, key: str, default: int) -> int:
+        """A benchmark's sample size ``key``; ``default`` where the config has none."""
+        return self.counts.get(key, default)
 
     @classmethod
     def from_config(cls, config: dict) -> GallerySettings:
         g = ((config or {}).get("report") or {}).get("galleries") or {}
-        known = {k: g[k] for k in cls.__dataclass_fields__ if k in g}
-        return cls(**known)
+        shared = {k: g[k] for k in cls.__dataclass_fields__ if k in g and k != "counts"}
+        return cls(**shared, counts={k: v for k, v in g.items() if k not in shared})
 
 
 # ------------------------------------------------------------------ sampling

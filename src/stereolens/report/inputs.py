@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from stereolens.layout import ROOT
+from stereolens.layout import REPORT, ROOT
 
 RESULTS = f"{ROOT}/"
 """The workflow's results folder, the prefix of every layout's paths (stereolens.layout)."""
@@ -20,14 +20,13 @@ def standard_paths() -> dict[str, str]:
     registered benchmark's report_paths (stereolens.benchmark), then the run's job
     timings."""
     from stereolens.benchmark import benchmarks
-    from stereolens.workflow_support import JOB_TIMINGS
 
     out = {
         name: path.removeprefix(RESULTS)
         for plugin in benchmarks()
         for name, path in plugin.report_paths.items()
     }
-    return {**out, "job_timings": JOB_TIMINGS.removeprefix(RESULTS)}
+    return {**out, "job_timings": REPORT.job_timings.removeprefix(RESULTS)}
 
 
 RUN_FILES = ("registry", "throughput_table")

@@ -5,11 +5,9 @@ import argparse
 
 def _score(args: argparse.Namespace) -> int:
     from mybench.jobs import scores
-    from stereolens.atomic import write_parquet
+    from stereolens.tables import write_table
 
-    table = scores(args.answers)
-    write_parquet(args.out, table)
-    print(f"wrote {args.out}: {table.height} models")
+    write_table(args.out, scores(args.answers))
     return 0
 
 

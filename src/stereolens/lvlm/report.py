@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import polars as pl
 
+from stereolens.lvlm.report_gallery import TASK_ORDER, galleries
 from stereolens.lvlm.resample import MIN_IMAGES_PER_GROUP
 from stereolens.report import figures as F
-from stereolens.report.audits import story_reading_section
+from stereolens.report.audits import GAP_CAPTION, audit_section, min_clusters, minimum_text
 from stereolens.report.html import NOTE_COLUMN, Figure, Section, Table, finite, withheld_text
 from stereolens.report.inputs import Inputs
-from stereolens.report.lvlm_gallery import TASK_ORDER, galleries
 from stereolens.report.summary import profile_frame
 
 __all__ = ["AXES", "KEY", "TASK_ORDER", "TITLE", "enabled", "facts", "galleries", "profile",
@@ -335,6 +335,12 @@ def skew_figure(skew: pl.DataFrame, top: int = 8) -> Figure | None:
 # ------------------------------------------------------------------ section
 
 
+def _optional_table(section: Section, frame, shown, id: str, title: str, caption: str, **kw):
+    """Add the table ``shown(frame)`` (its CSV: ``frame`` whole) where ``frame`` has rows."""
+    if frame is not None and frame.height:
+        section.tables.append(Table(id, title, caption, shown(frame), csv=frame, **kw))
+
+
 def sections(inputs: Inputs, config: dict) -> list[Section]:
     if not enabled(inputs, config):
         return []
@@ -422,51 +428,29 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
                     scores.select("task", "formula").unique().sort("task"),
                 )
             )
-    if refusals is not None and refusals.height:
-        section.tables.append(
-            Table(
-                "lvlm-refusals",
-                "Refusal rate % [Wilson 95% CI, n / design effect] (n responses) per model "
-                "and task",
-                "Phrase rules plus the optional LLM judge, over all groups; the "
-                "attribute-inferring baseline asks about the person directly (paper Table 1 "
-                "contrast). The CSV has the rates per group.",
-                refusal_table(refusals),
-                csv=refusals,
-            )
-        )
-    if skew is not None and skew.height:
-        top = (
-            skew.select("model", "setting", "axis", "attribute", "value", "n_v", "tvd")
-            .unique()
-            .sort(["tvd", "n_v", "model", "value"], descending=[True, True, False, False])
-        )
-        section.tables.append(
-            Table(
-                "lvlm-story-skew",
-                "Most group-skewed story attribute values",
-                "tvd (x1) of a value's group rates from uniform, n_v its occurrences.",
-                top,
-                max_rows=50,
-                csv=skew,
-            )
-        )
-    if exam_accuracy is not None and exam_accuracy.height:
-        wide = (
-            exam_accuracy.filter(pl.col("subject") == "*")
-            .pivot(on="group", index=["model", "setting", "axis"], values="accuracy")
-            .sort("model", "setting", "axis")
-        )
-        section.tables.append(
-            Table(
-                "lvlm-exam-accuracy",
-                "Exam accuracy % per user group, all MMLU subjects",
-                "Accuracy = correct answers / questions x 100 per group of the user photo.",
-                wide,
-                digits=1,
-                csv=exam_accuracy,
-            )
-        )
+    _optional_table(
+        section, refusals, refusal_table, "lvlm-refusals",
+        "Refusal rate % [Wilson 95% CI, n / design effect] (n responses) per model and task",
+        "Phrase rules plus the optional LLM judge, over all groups; the attribute-inferring "
+        "baseline asks about the person directly (paper Table 1 contrast). The CSV has the "
+        "rates per group.",
+    )  # fmt: skip
+    _optional_table(
+        section, skew,
+        lambda skew: skew.select("model", "setting", "axis", "attribute", "value", "n_v", "tvd")
+        .unique()
+        .sort(["tvd", "n_v", "model", "value"], descending=[True, True, False, False]),
+        "lvlm-story-skew", "Most group-skewed story attribute values",
+        "tvd (x1) of a value's group rates from uniform, n_v its occurrences.", max_rows=50,
+    )  # fmt: skip
+    _optional_table(
+        section, exam_accuracy,
+        lambda acc: acc.filter(pl.col("subject") == "*")
+        .pivot(on="group", index=["model", "setting", "axis"], values="accuracy")
+        .sort("model", "setting", "axis"),
+        "lvlm-exam-accuracy", "Exam accuracy % per user group, all MMLU subjects",
+        "Accuracy = correct answers / questions x 100 per group of the user photo.", digits=1,
+    )  # fmt: skip
     if sets is not None and sets.height:
         section.tables.append(
             Table(
@@ -482,6 +466,43 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
     if rates is not None and gaps is not None:
         section.subsections.append(story_reading_section(rates, gaps))
     return [section]
+
+
+def story_reading_section(rates: pl.DataFrame, gaps: pl.DataFrame) -> Section:
+    """The assistant's story reading per group on the labelled sample."""
+    return audit_section(
+        ("lvlm-story-reading", "lvlm-story-reading-gaps", "lvlm-story-reading-rates"),
+        "The assistant's story reading per group",
+        rates,
+        gaps,
+        ["assistant", "axis"],
+        {
+            "empty": "No reading of the labelled sample.",
+            "what": "assistant's story reading",
+            "fine": "The assistant's per-group reading errors alone would not produce the "
+            "bias it is used to measure.",
+            "gap_caption": GAP_CAPTION.format(
+                unit="The unit is the story template (every item read under every group: "
+                "a matched design): the intervals are paired (the covariance between "
+                "groups read on the same stories enters every difference), on stories - 1 "
+                "degrees of freedom;",
+                test="Rao-Scott F over stories; with one story, Cochran's Q over the matched items",
+                induced="the story TVD (story_tvd's formula, as a share) the per-group "
+                "accuracies alone would produce in unbiased stories: 1/2 sum_g |a_g / "
+                "sum a - 1/|A||",
+                bias="the smallest story TVD of the audited models on the axis, as a share",
+                minimum=minimum_text(min_clusters()) + " (stories; with one story the "
+                "per-group intervals are withheld, the gap and Cochran's Q kept)",
+            ),
+            "rates_caption": "The labelled sample (resources/lvlm/story_reading.v1.yaml): "
+            "each story read once per gender x race group, the main character shown by an "
+            "explicit descriptor and pronouns, the text otherwise identical. An item = a "
+            "scalar attribute or one true element of a list attribute; accuracy = recall "
+            "(Wilson), precision (Wilson), both on the effective counts (counts / design "
+            "effect, the stories being the units), F1 with a t(stories - 1) interval on the "
+            "logit scale from its bootstrap standard error over stories.",
+        },
+    )
 
 
 # ------------------------------------------------------------------ galleries

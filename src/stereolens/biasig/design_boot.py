@@ -1,4 +1,4 @@
-"""The emulated pipeline bootstrap of the BiasIG design (:mod:`stereolens.design.biasig`):
+"""The emulated pipeline bootstrap of the BiasIG design (:mod:`stereolens.biasig.design`):
 images resampled within units, as :mod:`stereolens.biasig.resample` does, and the standard
 error its percentile interval implies at the run's number of replicates."""
 

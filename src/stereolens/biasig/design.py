@@ -11,19 +11,19 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from stereolens.biasig.formulas import (
-    eta_contributions,
-    eta_from_contributions,
-    s_imp_cell,
-)
-from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES
-from stereolens.design.biasig_boot import (
+from stereolens.biasig.design_boot import (
     BOOT_REPLICATES,
     JOINT_MAX_IMAGES,
     boot_counts,
     boot_se,
     eta_double,
 )
+from stereolens.biasig.formulas import (
+    eta_contributions,
+    eta_from_contributions,
+    s_imp_cell,
+)
+from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES
 from stereolens.design.power import EffectSpec, Simulation
 from stereolens.design.sampling import multinomial, thin_binary, thin_towards
 
@@ -45,7 +45,7 @@ ETA_INTERVAL_TEST = (
     "|eta_total_bc - 0.5| > z x the sd of the once-corrected replicates 2 eta* - mean eta** "
     "(their second-level noise taken out), eta_total_bc the double-bootstrap estimate 3 x "
     "eta - 3 x mean eta* + mean eta** (stereolens.biasig.groups.double_bias_corrected), both "
-    "from the emulated pipeline bootstrap (stereolens.design.biasig_boot.eta_double; the "
+    "from the emulated pipeline bootstrap (stereolens.biasig.design_boot.eta_double; the "
     "centre per dataset a line in the estimate plus its residual noise)"
 )
 """The test of ``biasig.eta_interval`` in the planner's method text: the report's eta
@@ -328,7 +328,7 @@ class BiasIGDesign:
         pipeline's bootstrap (images resampled within each unit: multinomial counts from the
         unit's observed shares): its interval's standard error (scale) and, for eta's
         interval (``biasig.eta_interval``), its centre per dataset: the pipeline's
-        double-bootstrap estimate (:func:`~stereolens.design.biasig_boot.eta_double`) on
+        double-bootstrap estimate (:func:`~stereolens.biasig.design_boot.eta_double`) on
         ETA_BOOT_DATASETS datasets, as a line in the estimate plus its residual noise. The
         planner once shifted every dataset by the mean of the percentile midpoint minus the
         estimate (the opposite sign of the pipeline's bias correction) and predicted 0.198

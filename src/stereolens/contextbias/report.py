@@ -8,9 +8,9 @@ import json
 
 import polars as pl
 
+from stereolens.contextbias import report_studies
 from stereolens.contextbias.invariant import interval_min_roles, invariant_share
-from stereolens.report import contextbias_studies
-from stereolens.report.contextbias_figures import (
+from stereolens.contextbias.report_figures import (
     BI_FORMULA,
     CONDITIONS,
     bi_condition_figure,
@@ -22,7 +22,7 @@ from stereolens.report.contextbias_figures import (
     only_extractor,
     withheld_words,
 )
-from stereolens.report.contextbias_gallery import galleries as galleries  # entry point
+from stereolens.contextbias.report_gallery import galleries as galleries  # entry point
 from stereolens.report.html import Section, Table
 from stereolens.report.inputs import Inputs
 from stereolens.report.summary import profile_frame
@@ -467,5 +467,5 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
     main.tables += _ccs_tables(inputs, metrics)
     if images is not None:
         main.tables += _extraction_tables(images)
-    main.subsections += contextbias_studies.subsections(inputs)
+    main.subsections += report_studies.subsections(inputs)
     return [main]

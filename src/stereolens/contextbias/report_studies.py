@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from stereolens.report.audits import extraction_group_section
+from stereolens.report.audits import GAP_CAPTION, audit_section, minimum_text
 from stereolens.report.html import Section, Table
 from stereolens.report.inputs import Inputs
 
@@ -117,3 +117,43 @@ def subsections(inputs: Inputs) -> list[Section]:
     if not study.is_empty():
         out.append(study)
     return out
+
+
+def extraction_group_section(by_group: pl.DataFrame, gaps: pl.DataFrame) -> Section:
+    """ContextBias: extraction validation per demographic group, and its flags."""
+    return audit_section(
+        ("contextbias-validation-by-group", "contextbias-validation-group-gaps",
+         "contextbias-validation-by-group-rates"),
+        "Extraction validation per demographic group",
+        by_group,
+        gaps,
+        ["extractor", "model", "grouping", "group_dimension"],
+        {
+            "empty": "No validation item carries a gender, skin tone or age group (no stated "
+            "demographic and none read in the images).",
+            "what": "extractor",
+            "fine": "No extractor's per-group errors alone would produce the bias it is used "
+            "to measure.",
+            "gap_caption": GAP_CAPTION.format(
+                unit="Items are clustered by validation prompt (its seeds' images, an "
+                "image's dimension rows): every interval and test uses the prompts as the "
+                "units;",
+                test="chi-squared, or Fisher's exact test for two small groups, for "
+                "independent items; Rao-Scott F (second order) for clustered ones",
+                induced="the BI (1 - H(q) / log K, q_g = a_g / sum a) the per-group "
+                "accuracies a_g alone would give the group dimension, every group equally "
+                "common and every misread lost",
+                bias="|CA-U - CF| BI shift of that dimension (stated grouping; else the "
+                "overall shift) of the extractor and model",
+                minimum=minimum_text() + " (prompts)",
+            ),
+            "rates_caption": "grouping 'stated' = the demographic the validation prompt "
+            "states (how well that demographic is read); 'shown' = the label the extractor "
+            "reads for the person in the same image (accuracy on the other dimensions). "
+            "Accuracy = recall with Wilson intervals, precision (contradicting labels of "
+            "exclusive dimensions) with Wilson intervals, both on the effective counts "
+            "(counts / design effect, the prompts being the units), F1 with a t(prompts - 1) "
+            "interval on the logit scale from its bootstrap standard error over prompts; "
+            "model * = the generators pooled.",
+        },
+    )  # fmt: skip

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from stereolens.design.contextbias import (
+from stereolens.contextbias.design import (
     CONDITIONS,
     ContextBiasDesign,
     World,

@@ -1,6 +1,6 @@
 """The BiasIG image galleries of the report: per model or variant, the subjects with the
 lowest S_imp and S_exp, each with sample images found on disk and the VQA's gender, race
-and age answers. report.biasig.galleries checks the inputs and calls :func:`pages`.
+and age answers. biasig.report.galleries checks the inputs and calls :func:`pages`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ def pages(
     (``inputs`` has the answers and the prompts)."""
     from stereolens.biasig.metrics import subject_of
 
+    n_subjects = settings.count("biasig_subjects", 12)
+    per_subject = settings.count("biasig_per_subject", 4)
     per_shard = int((config.get("biasig") or {}).get("prompts_per_shard") or 80)
     prompts = (
         inputs.get("biasig_prompts")
@@ -65,7 +67,7 @@ def pages(
         low = (
             subj.sort(["variant", "score", "subject"])
             .group_by("variant", maintain_order=True)
-            .head(settings.biasig_subjects)
+            .head(n_subjects)
             .select("variant", "subject", "score", "ci_low", "ci_high", pl.lit(vis).alias("vis"))
         )
         chosen.append(low)
@@ -93,7 +95,7 @@ def pages(
         images,
         ["variant", "subject", "visibility"],
         "image_id",
-        settings.biasig_per_subject,
+        per_subject,
         settings.seed,
     )
     by_image: dict[tuple[str, str], list[dict]] = {}
@@ -169,8 +171,8 @@ def pages(
                 groups=groups,
                 paragraphs=[
                     f"Implicit subjects with the lowest S_imp and explicit subjects with the "
-                    f"lowest S_exp (up to {settings.biasig_subjects} each), "
-                    f"{settings.biasig_per_subject} images each drawn at random (seed "
+                    f"lowest S_exp (up to {n_subjects} each), "
+                    f"{per_subject} images each drawn at random (seed "
                     f"{settings.seed}). Under each image: the VQA's gender, race and age of "
                     "the person (left / right for two-person prompts); click for the prompt "
                     "and the answer status."

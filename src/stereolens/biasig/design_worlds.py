@@ -10,10 +10,10 @@ import numpy as np
 import polars as pl
 
 from stereolens.biasig.answers import scoring_table
+from stereolens.biasig.design import SEGMENT, BiasIGDesign, World, normalise
 from stereolens.biasig.formulas import ANSWER_ALIASES
 from stereolens.biasig.pairs import resolve_pairs
 from stereolens.biasig.truth import ATTRIBUTES, VALUE_INDEX, VALUES
-from stereolens.design.biasig import SEGMENT, BiasIGDesign, World, normalise
 from stereolens.validation import ConfigError
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from stereolens.report.contextbias_figures import CONDITIONS
+from stereolens.contextbias.report_figures import CONDITIONS
 from stereolens.report.galleries import Card, GalleryPage, GallerySettings, Group, ImageRef, draw
 from stereolens.report.inputs import Inputs
 
@@ -44,7 +44,7 @@ def galleries(inputs: Inputs, config: dict, settings: GallerySettings) -> list[G
     images = inputs.get("images")
     if images is None or images.is_empty() or "image_path" not in images.columns:
         return []
-    n = settings.contextbias_per_set
+    n = settings.count("contextbias_per_set", 4)
     one = images.unique(subset="image_id", keep="first", maintain_order=True)
     sample = draw(one, ["model", "role", "condition"], "image_id", n, settings.seed)
     ids = sample["image_id"].to_list()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from stereolens.report import biasig_gallery
+from stereolens.biasig import report_gallery
+from stereolens.biasig.comparisons import model_eta
 from stereolens.report import figures as F
 from stereolens.report.galleries import GalleryPage, GallerySettings
 from stereolens.report.html import Figure, Section, Table
@@ -306,22 +307,7 @@ def variant_deltas(
             "S_exp",
         ),
     ]
-    model_eta = eta.filter(pl.col("pair") == "*")
-    for attr, col in (
-        ("*", "eta_total"),
-        ("gender", "eta_gender"),
-        ("race", "eta_race"),
-        ("age", "eta_age"),
-    ):
-        parts.append(
-            model_eta.select(
-                "variant",
-                "model",
-                pl.lit("eta").alias("metric"),
-                pl.lit(attr).alias("protected_attribute"),
-                pl.col(col).alias("value"),
-            )
-        )
+    parts += model_eta(eta, {"value": ""})
     table = pl.concat(parts)
     base = (
         table.filter(pl.col("variant") == pl.col("model")).drop("variant").rename({"value": "base"})
@@ -514,4 +500,4 @@ def galleries(inputs: Inputs, config: dict, settings: GallerySettings) -> list[G
     ):
         return []
     implicit, explicit, _ = _tables(inputs)
-    return biasig_gallery.pages(inputs, config, settings, implicit, explicit)
+    return report_gallery.pages(inputs, config, settings, implicit, explicit)

@@ -1,6 +1,6 @@
 """Gallery pages of the LVLM report: per audited model, sample responses of every setting x
 task x axis x user group with the user photo, the refusal labels and, for stories, the
-assistant's reading (report.lvlm.galleries)."""
+assistant's reading (lvlm.report.galleries)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def galleries(inputs: Inputs, config: dict, settings: GallerySettings) -> list[G
     what the assistant read from the story."""
     if not (inputs.has("lvlm_responses") and inputs.has("lvlm_sets")):
         return []
-    n = settings.lvlm_per_group
+    n = settings.count("lvlm_per_group", 3)
     sets = inputs.get("lvlm_sets")
     photos = draw(sets, ["task", "axis", "group"], "image_id", n, settings.seed)
     schema = inputs.schema("lvlm_responses")

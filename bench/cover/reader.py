@@ -1,0 +1,168 @@
+"""Coverage of the reader-corrected estimates (issue 21, item 4;
+stereolens.metrics.reader_correction): label shares, BI and a difference between generators
+from the reader's labels of every item and a human-labelled sample, against a known truth.
+
+Worlds (each dataset: N items with a true label, the reader's label drawn through its
+confusion, humans = the truth on a sample of n items):
+- "issue": the issue's world: true shares 50/50, the reader calls 10% of women men and 2% of
+  men women (naive share of women 0.46), a simple random sample of n. BI's truth is 0, on
+  the boundary of its range.
+- "30/70, by reader label": 30% women, the same reader; the human sample stratified by the
+  reader's label, n/2 from each (the woman-read stratum oversampled), selection
+  probabilities n_h / N_h. BI's truth 1 - H(0.3, 0.7) / log 2 = 0.118709.
+- "two generators": both 50/50; the reader errs 10% / 2% on g1 and 2% / 2% on g2; N and n
+  per generator; the statistic is the difference of the women's shares g1 - g2 (truth 0).
+Scales: "test" N = 4,000, n = 400, 200 bootstrap replicates (the corrected rows only, for
+tests/test_coverage.py); "paper" N = 20,000, n = 1,000 (the issue's sizes), 1,000 replicates,
+with the naive rows (the reader's labels taken as the truth) beside them.
+Datasets are built as reader_correction.Cell arrays (the tables' checks are tested in
+tests/test_reader_correction.py); every estimate and interval is the module's own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from cover import Row
+
+SCALES = {
+    "test": {"items": 4_000, "human": 400, "replicates": 200},
+    "paper": {"items": 20_000, "human": 1_000, "replicates": 1_000},
+}
+ERRORS = {"g1": (0.10, 0.02), "g2": (0.02, 0.02)}
+"""The reader's error rates per generator: (women read as men, men read as women)."""
+BI_30 = 1.0 - (-(0.3 * np.log(0.3) + 0.7 * np.log(0.7))) / np.log(2.0)
+
+
+def _rc():
+    """stereolens.metrics.reader_correction. Its ppi_py imports numba, which probes ``import
+    coverage``; with bench/ on sys.path that finds bench/coverage.py, not coverage.py, and
+    numba fails: hide it during the first import."""
+    spec = None if "coverage" in sys.modules else importlib.util.find_spec("coverage")
+    shadowed = spec is not None and Path(spec.origin or "").parent == Path(__file__).parents[1]
+    if shadowed:
+        sys.modules["coverage"] = None  # type: ignore[assignment]  # import raises ImportError
+    try:
+        from stereolens.metrics import reader_correction
+    finally:
+        if shadowed:
+            del sys.modules["coverage"]
+    return reader_correction
+
+
+def _cell(rng, n_items, n_human, share, errors, by_reader=False):
+    """A Cell (labels m, w) drawn from the world: true women with probability ``share``."""
+    Cell = _rc().Cell
+
+    woman = rng.random(n_items) < share
+    u = rng.random(n_items)
+    read_w = np.where(woman, u >= errors[0], u < errors[1])
+    stratum = read_w.astype(np.int64) if by_reader else np.zeros(n_items, np.int64)
+    strata = ("read m", "read w") if by_reader else ("all",)
+    picks, weight = [], []
+    for h in range(len(strata)):
+        rows = np.flatnonzero(stratum == h)
+        take = n_human // len(strata)
+        picks.append(rng.choice(rows, take, replace=False))
+        weight.append(np.full(take, rows.size / take))
+    labelled = np.concatenate(picks)
+    onehot = np.eye(2)
+    return Cell(
+        labels=("m", "w"),
+        strata=strata,
+        stratum=stratum,
+        reader=onehot[read_w.astype(int)],
+        labelled=labelled,
+        human=onehot[woman[labelled].astype(int)],
+        weight=np.concatenate(weight),
+    )
+
+
+def _women(shares):
+    return shares[0][:, 1]
+
+
+def _difference(shares):
+    return shares[0][:, 1] - shares[1][:, 1]
+
+
+@lru_cache(maxsize=8)
+def _simulate(scale: str, world: str, n: int) -> dict[str, tuple]:
+    """Per dataset, every row's (estimate, low, high) of ``world`` on the same datasets."""
+    rc = _rc()
+    size = SCALES[scale]
+    paper = scale == "paper"  # "test" computes only its rows (ROWS' last field)
+    rng = np.random.default_rng([21, n, len(scale), len(world)])
+    z = 1.959964
+    out: dict[str, list] = {}
+
+    def add(key, est, lo, hi):
+        out.setdefault(key, []).append((est, lo, hi))
+
+    for _ in range(n):
+        kw = {"replicates": size["replicates"], "seed": int(rng.integers(2**31))}
+        if world == "two generators":
+            cells = [_cell(rng, size["items"], size["human"], 0.5, ERRORS[g]) for g in ERRORS]
+            m = rc.corrected_metric(cells, _difference, bounds=None, **kw)
+            add("naive difference", m["naive"], m["naive_low"], m["naive_high"])
+            add("difference", m["estimate_bc"], m["ci_low"], m["ci_high"])
+            continue
+        share = 0.5 if world == "issue" else 0.3
+        cell = _cell(rng, size["items"], size["human"], share, ERRORS["g1"], world != "issue")
+        naive = cell.reader[:, 1].mean()
+        half = z * np.sqrt(naive * (1 - naive) / cell.stratum.size)
+        add("naive share", naive, naive - half, naive + half)
+        for lam in ("tuned", "ppi")[: 2 if paper else 1]:
+            s = rc.cell_shares(cell, lam=lam)
+            add(f"share {lam}", s["corrected"][1], s["ci_low"][1], s["ci_high"][1])
+        if world == "issue" and not paper:
+            continue
+        for interval in ("bc_normal", "percentile")[: 2 if paper else 1]:
+            m = rc.corrected_metric([cell], rc.bi_functional(), interval=interval, **kw)
+            add(f"bi {interval}", m["estimate_bc"], m["ci_low"], m["ci_high"])
+        add("naive bi", m["naive"], m["naive_low"], m["naive_high"])
+    return {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
+
+
+ROWS = {
+    # (world, key): (truth, interval, only at paper scale)
+    ("issue", "naive share"): (0.5, "naive: reader's labels as truth, Wald", True),
+    ("issue", "share tuned"): (0.5, "PPI++ (lam tuned), CLT, ppi_py", False),
+    ("issue", "share ppi"): (0.5, "PPI (lam = 1), CLT, ppi_py", True),
+    ("issue", "naive bi"): (0.0, "naive: reader's labels, bootstrap bc-normal", True),
+    ("issue", "bi bc_normal"): (0.0, "PPI++ shares, bootstrap bc-normal", True),
+    ("issue", "bi percentile"): (0.0, "PPI++ shares, bootstrap percentile", True),
+    ("30/70, by reader label", "naive share"): (0.3, "naive: reader's labels, Wald", True),
+    ("30/70, by reader label", "share tuned"): (0.3, "stratified PPI++, CLT", False),
+    ("30/70, by reader label", "share ppi"): (0.3, "stratified PPI (lam = 1), CLT", True),
+    ("30/70, by reader label", "naive bi"): (BI_30, "naive: bootstrap bc-normal", True),
+    ("30/70, by reader label", "bi bc_normal"): (BI_30, "stratified PPI++, bc-normal", False),
+    ("30/70, by reader label", "bi percentile"): (BI_30, "stratified PPI++, percentile", True),
+    ("two generators", "naive difference"): (0.0, "naive: bootstrap bc-normal", True),
+    ("two generators", "difference"): (0.0, "PPI++ per generator, bootstrap bc-normal", False),
+}
+
+
+def rows(scale: str) -> list[Row]:
+    if scale not in SCALES:
+        return []
+    size = SCALES[scale]
+    out = []
+    for (world, key), (truth, interval, paper_only) in ROWS.items():
+        if paper_only and scale != "paper":
+            continue
+
+        def draw(rng, n, world=world, key=key):
+            return _simulate(scale, world, n)[key]
+
+        name = (
+            f"reader {scale}: {key}, world {world}, N {size['items']:,}, "
+            f"n {size['human']:,}, truth {truth:.4g}"
+        )
+        out.append(Row(name, "reader correction", interval, truth, draw))
+    return out

@@ -1,0 +1,506 @@
+"""Bias estimates corrected for the reader's (extractor's) errors from a human-labelled sample:
+stratified prediction-powered inference (PPI, ppi_py) on label shares and a bootstrap for any
+metric of the shares (docs/statistics.md, "Correcting for the reader's errors")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from ppi_py import ppi_mean_ci, ppi_mean_pointestimate
+from scipy import stats
+
+HUMAN_COLUMNS: dict[str, type[pl.DataType]] = {
+    "item_id": pl.String,
+    "attribute": pl.String,
+    "label": pl.String,
+    "stratum": pl.String,
+    "selection_probability": pl.Float64,
+}
+"""The human-label table: one row per labelled item x attribute x label the human gave (an
+item with several labels of one attribute has several rows; one with none has a row whose
+label is one of NO_LABEL). ``item_id`` = the image id or response id the reader read;
+``attribute`` = the dimension (gender_presentation, race, an LVLM story attribute);
+``stratum`` = the sampling stratum the item was drawn from (e.g. generator x condition x
+the reader's label); ``selection_probability`` = the chance the item had of being drawn
+(n_h / N_h for a simple random sample of stratum h)."""
+READER_COLUMNS: dict[str, type[pl.DataType]] = {
+    c: t for c, t in HUMAN_COLUMNS.items() if c != "selection_probability"
+}
+"""The reader's table for the same format: every audited item x attribute, labelled or not
+(an item the reader gave no label has a row whose label is one of NO_LABEL), with its stratum.
+Further columns (model, condition, group, ...) may name the cells."""
+NO_LABEL = frozenset({"unknown", "none", ""})
+"""Labels that mean "no label": the item counts in N but adds to no label's share."""
+LAMBDAS = ("tuned", "ppi")
+"""``tuned``: PPI++ power tuning (ppi_py's default, lam estimated per stratum, clipped to
+[0, 1]); ``ppi``: lam = 1, the original PPI estimator (sample mean of the reader's labels plus
+the mean human - reader difference)."""
+OFF_SIMPLEX = ("clip", "raw")
+"""``clip``: shares clipped to [0, 1], then renormalised to sum 1 where every item carries
+exactly one label (the ``off_simplex`` column flags the labels that were outside); ``raw``:
+the unbiased estimates as they are (a metric of them may be undefined)."""
+INTERVALS = ("bc_normal", "percentile")
+"""Interval of a metric: ``bc_normal`` = the bootstrap bias-corrected normal interval of
+BiasIG's scores (estimate 2 x point - mean of the replicates, +- z sd); ``percentile``."""
+MIN_LABELLED = 2
+"""Human-labelled items a stratum of a cell needs (a rectifier and its variance)."""
+SHARE_COLUMNS = [
+    "attribute", "label", "n_items", "n_human", "naive", "corrected_raw", "corrected",
+    "off_simplex", "ci_low", "ci_high", "lam",
+]  # fmt: skip
+
+
+def check_human_labels(
+    table: pl.DataFrame, source: str = "human-label table", reader: bool = False
+) -> pl.DataFrame:
+    """The table with its columns cast to HUMAN_COLUMNS (READER_COLUMNS when ``reader``); a
+    ValueError naming the column and what to do otherwise."""
+    spec = READER_COLUMNS if reader else HUMAN_COLUMNS
+    missing = [c for c in spec if c not in table.columns]
+    if missing:
+        raise ValueError(
+            f"{source} lacks columns {missing}; it needs {list(spec)} (one row per item x "
+            "attribute x label; docs/statistics.md, 'Correcting for the reader's errors')"
+        )
+    for c in spec:
+        if table[c].null_count():
+            what = "use 'unknown' for an item without a label" if c == "label" else "fill it"
+            raise ValueError(f"{source}: column {c} has {table[c].null_count()} nulls; {what}")
+    try:
+        table = table.with_columns(pl.col(c).cast(t) for c, t in spec.items())
+    except pl.exceptions.PolarsError as exc:
+        raise ValueError(
+            f"{source}: a column cannot be read as {dict(spec)}: {exc}; "
+            "selection_probability must be a number"
+        ) from exc
+    if not reader:
+        p = table["selection_probability"]
+        if ((p <= 0) | (p > 1) | p.is_nan()).any():
+            raise ValueError(
+                f"{source}: column selection_probability must lie in (0, 1] (the chance "
+                f"the item was drawn), found {p.min()} .. {p.max()}"
+            )
+    one = table.group_by("item_id").agg(
+        [pl.col(c).n_unique().alias(c) for c in ("stratum", "selection_probability") if c in spec]
+    )
+    for c in one.columns[1:]:
+        bad = one.filter(pl.col(c) > 1)
+        if bad.height:
+            raise ValueError(
+                f"{source}: column {c} differs between rows of the same item "
+                f"(e.g. item {bad['item_id'][0]!r}); an item has one {c}"
+            )
+    dup = table.filter(pl.struct("item_id", "attribute", "label").is_duplicated())
+    if dup.height:
+        raise ValueError(
+            f"{source}: item {dup['item_id'][0]!r} repeats label {dup['label'][0]!r} of "
+            f"attribute {dup['attribute'][0]!r}; give one consensus answer per item"
+        )
+    return table
+
+
+def read_human_labels(path: str | Path, reader: bool = False) -> pl.DataFrame:
+    """The human-label table (or, with ``reader``, a reader table) from parquet or CSV."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        table = pl.read_parquet(path)
+    elif path.suffix in (".csv", ".tsv"):
+        sep = "\t" if path.suffix == ".tsv" else ","
+        table = pl.read_csv(path, separator=sep, infer_schema=False)
+    else:
+        raise ValueError(f"{path}: human labels are read from .parquet, .csv or .tsv")
+    return check_human_labels(table, source=str(path), reader=reader)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The items of one cell (e.g. model x condition x attribute) as arrays."""
+
+    labels: tuple[str, ...]
+    strata: tuple[str, ...]
+    stratum: np.ndarray
+    """(N,) stratum index of each audited item."""
+    reader: np.ndarray
+    """(N, K) 1 where the reader gave the item label k."""
+    labelled: np.ndarray
+    """(n,) indices of the human-labelled items among the N."""
+    human: np.ndarray
+    """(n, K) 1 where the human gave label k."""
+    weight: np.ndarray
+    """(n,) inverse selection probabilities of the labelled items."""
+
+    @property
+    def single_label(self) -> bool:
+        """Every item carries exactly one label, in both readings (the shares sum to 1)."""
+        return bool((self.reader.sum(1) == 1).all() and (self.human.sum(1) == 1).all())
+
+
+def _indicators(frame: pl.DataFrame, ids: list[str], labels: list[str]) -> np.ndarray:
+    out = np.zeros((len(ids), len(labels)))
+    row = {v: i for i, v in enumerate(ids)}
+    col = {v: i for i, v in enumerate(labels)}
+    for item, label in frame.select("item_id", "label").iter_rows():
+        if label.strip().lower() not in NO_LABEL:
+            out[row[item], col[label]] = 1.0
+    return out
+
+
+def build_cells(
+    reader: pl.DataFrame, human: pl.DataFrame, keys: Sequence[str] = ()
+) -> dict[tuple, Cell]:
+    """One Cell per (``keys``..., attribute) of the reader table (``keys`` = its columns that
+    name a cell, e.g. model, condition). Every cell of an attribute has the same labels (K
+    columns, sorted): those the reader or the humans gave anywhere in the tables, so cells
+    compare label by label. The strata of a cell are those of its items; each needs
+    MIN_LABELLED human-labelled items. Errors name what is missing."""
+    reader = check_human_labels(reader, "reader table", reader=True)
+    human = check_human_labels(human)
+    absent = [k for k in keys if k not in reader.columns]
+    if absent:
+        raise ValueError(f"reader table lacks the cell columns {absent}")
+    items = reader.select("item_id", "attribute", "stratum").unique()
+    if items.select("item_id", "attribute").is_duplicated().any():
+        raise ValueError("reader table: an item has two strata; an item has one stratum")
+    joined = human.join(items, on=["item_id", "attribute"], how="left", suffix="_reader")
+    lost = joined.filter(pl.col("stratum_reader").is_null())
+    if lost.height:
+        raise ValueError(
+            f"human-label table: item {lost['item_id'][0]!r} (attribute "
+            f"{lost['attribute'][0]!r}) is not in the reader table; every human-labelled "
+            "item must be one the reader read"
+        )
+    moved = joined.filter(pl.col("stratum") != pl.col("stratum_reader"))
+    if moved.height:
+        raise ValueError(
+            f"human-label table: item {moved['item_id'][0]!r} has stratum "
+            f"{moved['stratum'][0]!r} but {moved['stratum_reader'][0]!r} in the reader table"
+        )
+    vocabulary = {
+        a: sorted(v for v in set(part["label"]) if v.strip().lower() not in NO_LABEL)
+        for (a,), part in pl.concat(
+            [reader.select("attribute", "label"), human.select("attribute", "label")]
+        ).group_by("attribute")
+    }
+    cells: dict[tuple, Cell] = {}
+    for key, part in reader.group_by([*keys, "attribute"], maintain_order=True):
+        ids = part.select("item_id", "stratum").unique(maintain_order=True)
+        hum = human.filter(
+            (pl.col("attribute") == key[-1]) & pl.col("item_id").is_in(ids["item_id"].to_list())
+        )
+        labels = vocabulary[key[-1]]
+        id_list = ids["item_id"].to_list()
+        strata = sorted(set(ids["stratum"]))
+        code = {s: i for i, s in enumerate(strata)}
+        h_ids = hum.select("item_id", "selection_probability").unique(maintain_order=True)
+        position = {v: i for i, v in enumerate(id_list)}
+        labelled = np.array([position[v] for v in h_ids["item_id"]], dtype=np.int64)
+        stratum = np.array([code[s] for s in ids["stratum"]], dtype=np.int64)
+        counts = np.bincount(stratum[labelled], minlength=len(strata))
+        short = [s for s, c in zip(strata, counts, strict=True) if c < MIN_LABELLED]
+        if short:
+            raise ValueError(
+                f"cell {dict(zip([*keys, 'attribute'], key, strict=True))}: strata {short} "
+                f"have fewer than {MIN_LABELLED} human-labelled items; label more there or "
+                "merge strata"
+            )
+        cells[tuple(key)] = Cell(
+            labels=tuple(labels),
+            strata=tuple(strata),
+            stratum=stratum,
+            reader=_indicators(part, id_list, labels),
+            labelled=labelled,
+            human=_indicators(hum, h_ids["item_id"].to_list(), labels),
+            weight=1.0 / h_ids["selection_probability"].to_numpy(),
+        )
+    return cells
+
+
+def _check_options(lam: str, off_simplex: str, interval: str = "bc_normal") -> None:
+    for name, value, allowed in (
+        ("lam", lam, LAMBDAS),
+        ("off_simplex", off_simplex, OFF_SIMPLEX),
+        ("interval", interval, INTERVALS),
+    ):
+        if value not in allowed:
+            raise ValueError(f"{name} {value!r}; allowed: {', '.join(allowed)}")
+
+
+def tuned_lambda(y: np.ndarray, yhat: np.ndarray, yhat_all: np.ndarray, w: np.ndarray) -> float:
+    """PPI++'s power-tuning lam for a mean, as ppi_py 0.2.3 computes it inside
+    ppi_mean_pointestimate(lam=None) (one lam for all labels, clipped to [0, 1]): the
+    covariance of the human and reader labels over (1 + n / N) x the reader labels' variance,
+    both summed over the labels. ppi_py does not return it; the bootstrap needs it. 0 where
+    the reader gives every item the same labels (its labels then carry no information)."""
+    n, big_n = y.shape[0], yhat_all.shape[0]
+    wn = (w / w.sum() * n)[:, None]
+    theta1 = yhat_all.mean(0) + (wn * (y - yhat)).mean(0)
+    g, gh = wn * (y - theta1), wn * (yhat - theta1)
+    cov = ((g - g.mean(0)) * (gh - gh.mean(0))).sum() / n
+    var = np.var(np.concatenate([gh, yhat_all - theta1]), axis=0, ddof=1).sum()
+    if var <= 0:
+        return 0.0
+    return float(np.clip(cov / ((1.0 + n / big_n) * var), 0.0, 1.0))
+
+
+def _strata(cell: Cell):
+    """Per stratum: (N_h / N, the stratum's reader rows, the labelled positions in it)."""
+    big_n = cell.stratum.size
+    for h in range(len(cell.strata)):
+        rows = np.flatnonzero(cell.stratum == h)
+        lab = np.flatnonzero(cell.stratum[cell.labelled] == h)
+        yield rows.size / big_n, rows, lab
+
+
+def apply_off_simplex(shares: np.ndarray, rule: str, single_label: bool) -> np.ndarray:
+    """Shares (..., K) under ``rule`` (OFF_SIMPLEX): ``clip`` clips to [0, 1] and, for a
+    single-label attribute, renormalises each row to sum 1; ``raw`` returns them as they are."""
+    if rule == "raw":
+        return shares
+    out = np.clip(shares, 0.0, 1.0)
+    if single_label:
+        total = out.sum(-1, keepdims=True)
+        out = np.divide(out, total, out=np.full_like(out, np.nan), where=total > 0)
+    return out
+
+
+def cell_shares(
+    cell: Cell,
+    lam: str = "tuned",
+    off_simplex: str = "clip",
+    ci: float = 0.95,
+    fixed_strata: bool = False,
+) -> dict[str, np.ndarray]:
+    """Corrected label shares of one cell: per stratum ppi_py's PPI estimate of each label's
+    share (mean of the reader's labels over the stratum's N_h items + the inverse-probability
+    weighted mean of human - reader over its labelled items, the latter times lam) and its CLT
+    interval, combined with weights W_h = N_h / N (variance sum W_h^2 se_h^2, plus, unless
+    ``fixed_strata``, the variance of the W_h themselves, sum W_h (theta_h - theta)^2 / N: the
+    items are a sample of what the generator makes, so the stratum sizes are random, e.g.
+    strata by the reader's label; ``fixed_strata`` where the design fixes N_h). Keys: naive,
+    corrected_raw, corrected (after ``off_simplex``), off_simplex, ci_low, ci_high (length K)
+    and lam (per stratum)."""
+    _check_options(lam, off_simplex)
+    z = float(stats.norm.ppf(0.5 + ci / 2.0))
+    k = len(cell.labels)
+    est, var, lams, parts = np.zeros(k), np.zeros(k), [], []
+    for weight, rows, lab in _strata(cell):
+        y, yhat = cell.human[lab], cell.reader[cell.labelled[lab]]
+        yhat_all, w = cell.reader[rows], cell.weight[lab]
+        lam_h = tuned_lambda(y, yhat, yhat_all, w) if lam == "tuned" else 1.0
+        point = ppi_mean_pointestimate(y, yhat, yhat_all, lam=lam_h, w=w)
+        lo, hi = ppi_mean_ci(y, yhat, yhat_all, alpha=1.0 - ci, lam=lam_h, w=w)
+        parts.append((weight, np.reshape(point, k)))
+        est += weight * np.reshape(point, k)
+        var += weight**2 * (np.reshape(np.asarray(hi) - np.asarray(lo), k) / (2.0 * z)) ** 2
+        lams.append(lam_h)
+    if not fixed_strata:
+        var += sum(w * (p - est) ** 2 for w, p in parts) / cell.stratum.size
+    se = np.sqrt(var)
+    lo, hi = est - z * se, est + z * se
+    if off_simplex == "clip":
+        lo, hi = np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
+    return {
+        "naive": cell.reader.mean(0),
+        "corrected_raw": est,
+        "corrected": apply_off_simplex(est, off_simplex, cell.single_label),
+        "off_simplex": (est < 0.0) | (est > 1.0),
+        "ci_low": lo,
+        "ci_high": hi,
+        "lam": np.array(lams),
+    }
+
+
+def corrected_shares(
+    reader: pl.DataFrame,
+    human: pl.DataFrame,
+    keys: Sequence[str] = (),
+    lam: str = "tuned",
+    off_simplex: str = "clip",
+    ci: float = 0.95,
+    fixed_strata: bool = False,
+) -> pl.DataFrame:
+    """One row per (``keys``..., attribute, label): SHARE_COLUMNS (``lam`` the strata's lam
+    weighted by N_h / N) for the reader and human-label tables (build_cells)."""
+    rows = []
+    for key, cell in build_cells(reader, human, keys).items():
+        res = cell_shares(cell, lam, off_simplex, ci, fixed_strata)
+        weights = np.array([w for w, _, _ in _strata(cell)])
+        for j, label in enumerate(cell.labels):
+            rows.append(
+                {
+                    **dict(zip([*keys, "attribute"], key, strict=True)),
+                    "label": label,
+                    "n_items": cell.stratum.size,
+                    "n_human": cell.labelled.size,
+                    **{c: float(res[c][j]) for c in ("naive", "corrected_raw", "corrected")},
+                    "off_simplex": bool(res["off_simplex"][j]),
+                    "ci_low": float(res["ci_low"][j]),
+                    "ci_high": float(res["ci_high"][j]),
+                    "lam": float(weights @ res["lam"]),
+                }
+            )
+    schema = {**{k: pl.String for k in keys}, "attribute": pl.String, "label": pl.String}
+    schema.update({"n_items": pl.Int64, "n_human": pl.Int64, "off_simplex": pl.Boolean})
+    schema.update({c: pl.Float64 for c in SHARE_COLUMNS if c not in schema})
+    return pl.DataFrame(rows, schema=schema).select([*keys, *SHARE_COLUMNS])
+
+
+def bootstrap_shares(
+    cell: Cell,
+    replicates: int,
+    rng: np.random.Generator,
+    lam: str = "tuned",
+    fixed_strata: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(naive, corrected) share replicates (replicates, K): within each stratum the unlabelled
+    and the labelled items are resampled independently with replacement (multinomial counts
+    over distinct reader rows and over labelled items); the strata's weights N_h / N drawn
+    from their multinomial (held fixed with ``fixed_strata``); lam is held at its point value
+    per stratum (as ppi_py's ppboot does), the estimator otherwise recomputed."""
+    k = len(cell.labels)
+    naive, corr = np.zeros((replicates, k)), np.zeros((replicates, k))
+    sizes = np.bincount(cell.stratum, minlength=len(cell.strata))
+    weights = np.broadcast_to(sizes / sizes.sum(), (replicates, sizes.size))
+    if not fixed_strata:
+        weights = rng.multinomial(sizes.sum(), sizes / sizes.sum(), size=replicates) / sizes.sum()
+    labelled_rows = np.zeros(cell.stratum.size, dtype=bool)
+    labelled_rows[cell.labelled] = True
+    for h, (_, rows, lab) in enumerate(_strata(cell)):
+        y, yhat = cell.human[lab], cell.reader[cell.labelled[lab]]
+        w = cell.weight[lab]
+        weight = weights[:, h, None]
+        lam_h = tuned_lambda(y, yhat, cell.reader[rows], w) if lam == "tuned" else 1.0
+        unl = cell.reader[rows[~labelled_rows[rows]]]
+        total = np.zeros((replicates, k))
+        if unl.shape[0]:
+            patterns, counts = np.unique(unl, axis=0, return_counts=True)
+            draws = rng.multinomial(unl.shape[0], counts / counts.sum(), size=replicates)
+            total += draws @ patterns
+        pick = rng.multinomial(lab.size, np.full(lab.size, 1.0 / lab.size), size=replicates)
+        total += pick @ yhat
+        mean_all = total / rows.size
+        rect = ((pick * w) @ (y - lam_h * yhat)) / (pick @ w)[:, None]
+        naive += weight * mean_all
+        corr += weight * (lam_h * mean_all + rect)
+    return naive, corr
+
+
+ShareFunctional = Callable[[list[np.ndarray]], np.ndarray]
+"""A metric of the shares of one or more cells: a list of (B, K_c) arrays -> (B,)."""
+
+
+def bi_functional(k: int | None = None, single_label_bi: float = 0.0) -> ShareFunctional:
+    """ContextBias BI of the first cell's shares, per row, as metrics.entropy.bias_intensity
+    defines it (1 - H / log K, H = scipy.stats.entropy of the normalised shares, K = ``k`` or
+    the cell's number of labels, ``single_label_bi`` where K == 1, NaN for an empty row), for
+    all rows in one scipy call: bias_intensity takes one cell at 0.7 ms (scipy's wrapper), a
+    bootstrap has thousands (the tests check the two agree). NaN where a share is negative."""
+
+    def bi(shares: list[np.ndarray]) -> np.ndarray:
+        s = np.atleast_2d(np.asarray(shares[0], dtype=float))
+        kk = s.shape[-1] if k is None else k
+        if kk < (s > 0).sum(-1).max(initial=0):
+            raise ValueError(f"K={kk} is smaller than the labels with a positive share")
+        total = s.sum(-1)
+        if kk == 1:
+            out = np.full(total.shape, float(single_label_bi))
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out = 1.0 - stats.entropy(np.clip(s, 0.0, None), axis=-1) / np.log(kk)
+        out = np.where(total > 0, out, np.nan)
+        return np.where((s < 0).any(-1), np.nan, out)
+
+    return bi
+
+
+def _interval(point, reps, interval: str, ci: float, bounds):
+    """(estimate, low, high) of ``reps`` around ``point`` (INTERVALS)."""
+    reps = reps[np.isfinite(reps)]
+    if not np.isfinite(point) or reps.size < 2:
+        return point, np.nan, np.nan
+    if interval == "percentile":
+        lo, hi = np.quantile(reps, [(1.0 - ci) / 2.0, (1.0 + ci) / 2.0])
+        return point, float(lo), float(hi)
+    # as stereolens.biasig.groups.bias_corrected (a benchmark module this floor cannot import)
+    z = float(stats.norm.ppf(0.5 + ci / 2.0))
+    est = 2.0 * point - reps.mean()
+    sd = reps.std(ddof=1)
+    out = np.array([est, est - z * sd, est + z * sd])
+    if bounds is not None:
+        out = np.clip(out, *bounds)
+    return tuple(float(v) for v in out)
+
+
+def corrected_metric(
+    cells: Sequence[Cell],
+    functional: ShareFunctional,
+    *,
+    replicates: int = 1000,
+    seed: int = 0,
+    lam: str = "tuned",
+    off_simplex: str = "clip",
+    ci: float = 0.95,
+    interval: str = "bc_normal",
+    bounds: tuple[float, float] | None = (0.0, 1.0),
+    fixed_strata: bool = False,
+) -> dict[str, float | int | str]:
+    """A metric of the label shares of ``cells`` (``functional``), naive (the reader's shares)
+    and corrected (cell_shares), each with a bootstrap interval (bootstrap_shares, cells
+    resampled independently; ``interval`` per INTERVALS, clipped to ``bounds``; replicates
+    where the metric is undefined, NaN, are left out). Keys: naive,
+    naive_low, naive_high, corrected, estimate_bc, ci_low, ci_high, interval, n_human, n_items."""
+    _check_options(lam, off_simplex, interval)
+    rng = np.random.default_rng(seed)
+    points = [cell_shares(c, lam, off_simplex, ci, fixed_strata) for c in cells]
+    boots = [bootstrap_shares(c, replicates, rng, lam, fixed_strata) for c in cells]
+    naive_pt = float(functional([p["naive"][None] for p in points])[0])
+    corr_pt = float(functional([p["corrected"][None] for p in points])[0])
+    naive_reps = functional([b[0] for b in boots])
+    corr_reps = functional(
+        [
+            apply_off_simplex(b[1], off_simplex, c.single_label)
+            for b, c in zip(boots, cells, strict=True)
+        ]
+    )
+    _, n_lo, n_hi = _interval(naive_pt, naive_reps, interval, ci, bounds)
+    est, lo, hi = _interval(corr_pt, corr_reps, interval, ci, bounds)
+    return {
+        "naive": naive_pt,
+        "naive_low": n_lo,
+        "naive_high": n_hi,
+        "corrected": corr_pt,
+        "estimate_bc": est,
+        "ci_low": lo,
+        "ci_high": hi,
+        "interval": interval,
+        "n_human": int(sum(c.labelled.size for c in cells)),
+        "n_items": int(sum(c.stratum.size for c in cells)),
+    }
+
+
+def human_labels_needed(
+    disagreement: float,
+    target_width: float,
+    n_items: int,
+    share: float = 0.5,
+    mean_difference: float = 0.0,
+    ci: float = 0.95,
+) -> int | None:
+    """Human labels (a simple random sample of the ``n_items``) for a corrected share's
+    interval of ``target_width``, from PPI's variance with lam = 1 (an upper bound for the
+    tuned default): share (1 - share) / N + Var(d) / n, d = 1[human = k] - 1[reader = k],
+    Var(d) = ``disagreement`` (the pilot's rate of items where the two disagree about label
+    k) - ``mean_difference``^2; at least MIN_LABELLED (a pilot without disagreement shows
+    little). None where even n = N cannot reach the width. For a stratified sample, per
+    stratum with its own N, share and disagreement (the width is then the stratum's)."""
+    z = float(stats.norm.ppf(0.5 + ci / 2.0))
+    room = (target_width / (2.0 * z)) ** 2 - share * (1.0 - share) / n_items
+    if room <= 0:
+        return None
+    var_d = max(disagreement - mean_difference**2, 0.0)
+    n = max(int(np.ceil(var_d / room)), MIN_LABELLED)
+    return n if n <= n_items else None

@@ -63,6 +63,12 @@ def _hand_targets(config: dict) -> list[str]:
         targets.append("results/contextbias/validation/group_gaps.parquet")
     if _story_reading(lv) and lv["story_reading"]["enabled"]:
         targets.append("results/lvlm/metrics/story_reading_gaps.parquet")
+    # the corrected tables (issue 21) of the benchmarks run with human labels or simulated ones
+    for name, section, runs in (("contextbias", cb, True), ("biasig", bg, bg["enabled"]),
+                                ("lvlm", lv, lv["enabled"])):  # fmt: skip
+        rc = section["reader_correction"]
+        if runs and (rc["human_labels"] or rc["simulate"]):
+            targets.append(f"results/{name}/corrected.parquet")
     return targets + [
         "results/contextbias/prompts.parquet",
         "results/contextbias/attributes.parquet",

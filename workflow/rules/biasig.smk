@@ -112,3 +112,46 @@ rule compute_biasig_metrics:
         "stereolens biasig metrics --answers {input.answers} --prompts {input.prompts}"
         " --preset {params.settings} --threads {threads}"
         " --out {params.outdir} > {log} 2>&1"
+
+
+rule simulate_biasig_human_labels:
+    """SIMULATED human labels from the VQA reader's own answers (biasig.reader_correction
+    .simulate, the embedded default): a stratified sample, a seeded fraction flipped."""
+    input:
+        answers=BG_OUT.answers,
+        prompts=BG_OUT.prompts,
+    output:
+        BG_OUT.human_labels_simulated,
+    log:
+        "logs/biasig/simulate_human_labels.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        settings=preset_arg(BG, ("count", "scoring_unit", "reader_correction")),
+    shell:
+        "stereolens biasig simulate-human-labels --answers {input.answers}"
+        " --prompts {input.prompts} --preset {params.settings} --out {output} > {log} 2>&1"
+
+
+rule correct_biasig_reader:
+    """Model-level S_imp and S_exp, naive and corrected for the VQA reader's errors from
+    the human-label table (docs/statistics.md)."""
+    input:
+        answers=BG_OUT.answers,
+        prompts=BG_OUT.prompts,
+        human=get_biasig_human_labels,
+    output:
+        BG_OUT.corrected,
+    log:
+        "logs/biasig/correct_reader.log",
+    benchmark:
+        "benchmarks/biasig/correct_reader.tsv"
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        outdir=get_metrics_dir,
+        settings=preset_arg(BG, ("count", "scoring_unit", "reader_correction")),
+    shell:
+        "stereolens biasig correct --answers {input.answers} --prompts {input.prompts}"
+        " --human {input.human} --preset {params.settings} --out {params.outdir}"
+        " > {log} 2>&1"

@@ -99,3 +99,49 @@ rule audit_contextbias_extraction_by_group:
         seed=CB["metrics"]["seed"],
     script:
         "../scripts/audit_contextbias_extraction.py"
+
+
+rule simulate_contextbias_human_labels:
+    """SIMULATED human labels from the extractor's own (contextbias.reader_correction
+    .simulate, the embedded default): a stratified sample, a seeded fraction flipped."""
+    input:
+        attributes=CB_OUT.attributes,
+        images=CB_OUT.images,
+        schema=get_extraction_files()["schema"],
+    output:
+        CB_OUT.human_labels_simulated,
+    log:
+        "logs/contextbias/simulate_human_labels.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        settings=preset_arg(CB, ("reader_correction",)),
+    shell:
+        "stereolens contextbias simulate-human-labels --attributes {input.attributes}"
+        " --images {input.images} --schema {input.schema} --preset {params.settings}"
+        " --out {output} > {log} 2>&1"
+
+
+rule correct_contextbias_reader:
+    """BI per role x condition x dimension, naive and corrected for the extractor's errors
+    from the human-label table (docs/statistics.md)."""
+    input:
+        attributes=CB_OUT.attributes,
+        images=CB_OUT.images,
+        schema=get_extraction_files()["schema"],
+        human=get_contextbias_human_labels,
+    output:
+        CB_OUT.corrected,
+    log:
+        "logs/contextbias/correct_reader.log",
+    benchmark:
+        "benchmarks/contextbias/correct_reader.tsv"
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        outdir=get_metrics_dir,
+        settings=preset_arg(CB, ("metrics", "reader_correction")),
+    shell:
+        "stereolens contextbias correct --attributes {input.attributes}"
+        " --images {input.images} --schema {input.schema} --human {input.human}"
+        " --preset {params.settings} --out {params.outdir} > {log} 2>&1"

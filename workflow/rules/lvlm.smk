@@ -232,3 +232,49 @@ rule compute_lvlm_metrics:
     shell:
         "stereolens lvlm metrics --responses {input.responses}"
         " --preset {params.settings} --out {params.outdir} > {log} 2>&1"
+
+
+rule simulate_lvlm_human_labels:
+    """SIMULATED human labels from the assistant's own story attributes and term judgements
+    (lvlm.reader_correction.simulate, the embedded default): a stratified sample, a seeded
+    fraction flipped."""
+    input:
+        responses=LV_OUT("table", table="responses"),
+        story_attributes=LV_OUT("table", table="story_attributes"),
+        term_judgements=LV_OUT("table", table="term_judgements"),
+    output:
+        LV_OUT.human_labels_simulated,
+    log:
+        "logs/lvlm/simulate_human_labels.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        settings=preset_arg(LV, ("reader_correction",)),
+    shell:
+        "stereolens lvlm simulate-human-labels --responses {input.responses}"
+        " --preset {params.settings} --out {output} > {log} 2>&1"
+
+
+rule correct_lvlm_reader:
+    """Story and term scores, naive and corrected for the assistant's errors from the
+    human-label table (docs/statistics.md; it reads the story attributes and term
+    judgements beside the responses)."""
+    input:
+        responses=LV_OUT("table", table="responses"),
+        story_attributes=LV_OUT("table", table="story_attributes"),
+        term_judgements=LV_OUT("table", table="term_judgements"),
+        human=get_lvlm_human_labels,
+    output:
+        LV_OUT.corrected,
+    log:
+        "logs/lvlm/correct_reader.log",
+    benchmark:
+        "benchmarks/lvlm/correct_reader.tsv"
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        outdir=get_metrics_dir,
+        settings=preset_arg(LV, ("metrics", "reader_correction")),
+    shell:
+        "stereolens lvlm correct --responses {input.responses} --human {input.human}"
+        " --preset {params.settings} --out {params.outdir} > {log} 2>&1"

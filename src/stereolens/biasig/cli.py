@@ -58,7 +58,7 @@ def _prompts(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `stereolens biasig {prompts,metrics}`."""
+    """Add `stereolens biasig {prompts,metrics,correct,simulate-human-labels}`."""
     from stereolens.metrics.command import add_metrics_command
 
     b = sub.add_parser("biasig", help="BiasIG benchmark tools")
@@ -155,4 +155,43 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="models resampled side by side; results do not depend on it (default: the CPUs "
         "this process may use)",
+    )
+    from stereolens.metrics.command import add_correct_commands
+
+    add_correct_commands(b_sub, "biasig", _reader_inputs, _reader, _correct, metric="S_imp, S_exp")
+
+
+def _reader_inputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--answers", required=True, metavar="PATH", help="answers table")
+    p.add_argument(
+        "--prompts", metavar="PATH", help="prompt table parquet (default: the shipped benchmark)"
+    )
+
+
+def _reader(args: argparse.Namespace, section: dict):
+    """The reader table of `biasig correct` (biasig.corrected.reader_table, with the
+    section's count and scoring_unit); the prepared answers ride on ``args``."""
+    from stereolens.biasig.answers import answer_vocabularies
+    from stereolens.biasig.corrected import reader_table
+    from stereolens.biasig.formulas import READ_COLUMNS
+    from stereolens.biasig.prompts import load_prompts, read_prompt_table
+    from stereolens.metrics.command import read_checked
+    from stereolens.tables import ANSWERS
+
+    spec = replace(ANSWERS, vocabularies=answer_vocabularies())
+    answers = read_checked(args.answers, "answers", spec, columns=list(READ_COLUMNS))
+    prompts = read_prompt_table(args.prompts) if args.prompts else load_prompts()
+    reader, args.prepared = reader_table(
+        answers, prompts, count=section["count"], scoring_unit=section["scoring_unit"]
+    )
+    return reader
+
+
+def _correct(reader, human, section: dict, args: argparse.Namespace):
+    from stereolens.biasig.corrected import corrected_scores
+    from stereolens.biasig.truth import load_truth
+    from stereolens.metrics.command import correction_options
+
+    return corrected_scores(
+        reader, human, args.prepared, load_truth(), **correction_options(section)
     )

@@ -11,6 +11,8 @@ LAYOUT = Layout(
         "merged": "merged/{model}/answers.parquet",
         "answers": "answers.parquet",
         "metrics": "metrics/{table}.parquet",
+        "human_labels_simulated": "human_labels_simulated.parquet",
+        "corrected": "corrected.parquet",
     },
     jobs={
         "image_shard": JobFolder("generate"),

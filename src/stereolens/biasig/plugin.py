@@ -9,6 +9,7 @@ from typing import Any
 
 from stereolens.benchmark import Benchmark, Job, Size
 from stereolens.biasig.layout import LAYOUT
+from stereolens.metrics.command import check_reader_correction, corrects_reader
 from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
@@ -29,6 +30,7 @@ def _check(config: dict, registry: dict) -> None:
         raise ConfigError(
             f"biasig.vqa: {bg['vqa']!r} is not a vlm in the registry {config['registry']}"
         )
+    check_reader_correction(bg["reader_correction"], "biasig")
 
 
 def selection(config: dict):
@@ -110,7 +112,8 @@ METRICS = ("implicit", "explicit", "eta", "comparisons", "ranks")
 
 
 def _targets(config: dict) -> list[str]:
-    return [LAYOUT.answers, LAYOUT.path("metrics", table="eta")]
+    out = [LAYOUT.answers, LAYOUT.path("metrics", table="eta")]
+    return out + ([LAYOUT.corrected] if corrects_reader(config["biasig"]) else [])
 
 
 def _models(config: dict) -> dict[str, list[str]]:

@@ -104,7 +104,7 @@ def _metrics(args: argparse.Namespace, section: dict):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `stereolens contextbias metrics`."""
+    """Add `stereolens contextbias metrics`, `correct` and `simulate-human-labels`."""
     from stereolens.metrics.command import add_metrics_command
 
     cb = sub.add_parser("contextbias", help="ContextBias benchmark tools")
@@ -208,4 +208,54 @@ def register(sub: argparse._SubParsersAction) -> None:
         "others test each role against all other roles over the cells 'condition' (CF, "
         "CA-R, CA-U), 'variant' (condition x the `variant` column) or 'prompt' (condition x "
         "prompt_id)",
+    )
+    from stereolens.metrics.command import add_correct_commands
+
+    add_correct_commands(
+        cb_sub, "contextbias", _reader_inputs, _reader, _correct, metric="Bias Intensity"
+    )
+
+
+def _reader_inputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--attributes", required=True, metavar="PATH", help="attributes table (long form)"
+    )
+    p.add_argument("--images", metavar="PATH", help="images table (the extracted images)")
+    p.add_argument("--schema", metavar="PATH", help="attribute schema YAML (default: shipped)")
+    p.add_argument("--label-column", default="auto", metavar="COL", help="as `contextbias metrics`")
+
+
+def _reader(args: argparse.Namespace, section: dict):
+    """The reader table of `contextbias correct` (contextbias.corrected.reader_table)."""
+    from stereolens.contextbias.corrected import reader_table
+    from stereolens.contextbias.schema import AttributeSchema
+    from stereolens.metrics.command import read_checked
+    from stereolens.tables import ATTRIBUTES, IMAGES
+
+    schema = AttributeSchema.load(args.schema)
+    spec = replace(ATTRIBUTES, vocabularies=schema.table_vocabularies())
+    read_spec = replace(spec, optional=(*spec.optional, ("canonical_label", str)))
+    attributes = read_checked(
+        args.attributes,
+        "attributes",
+        spec,
+        read_spec=read_spec,
+        then=lambda table: use_label_column(table, args.label_column),
+    )
+    images = read_checked(args.images, "images", IMAGES) if args.images else None
+    args.attribute_schema = schema  # the K of k_definition vocabulary
+    return reader_table(attributes, images)
+
+
+def _correct(reader, human, section: dict, args: argparse.Namespace):
+    from stereolens.contextbias.corrected import corrected_bi
+    from stereolens.metrics.command import correction_options
+
+    return corrected_bi(
+        reader,
+        human,
+        k_definition=section["metrics"]["k_definition"],
+        single_label_bi=float(section["metrics"]["single_label_bi"]),
+        schema=args.attribute_schema,
+        **correction_options(section),
     )

@@ -18,6 +18,8 @@ LAYOUT = Layout(
         "validation": "validation/{table}.parquet",
         "annotation_form": "annotation/form.html",
         "annotation": "annotation/{table}.parquet",
+        "human_labels_simulated": "human_labels_simulated.parquet",
+        "corrected": "corrected.parquet",
     },
     jobs={
         "image_shard": JobFolder("generate"),

@@ -11,6 +11,7 @@ from typing import Any
 from stereolens.benchmark import Benchmark, Job, Size
 from stereolens.contextbias.layout import LAYOUT
 from stereolens.contextbias.prompts import CONDITIONS
+from stereolens.metrics.command import check_reader_correction, corrects_reader
 from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
@@ -41,6 +42,7 @@ def _check(config: dict, registry: dict) -> None:
     from stereolens.contextbias.prompts import check_prompt_bank
 
     check_prompt_bank(config)
+    check_reader_correction(cb["reader_correction"], "contextbias")
 
 
 def roles(config: dict) -> list[str]:
@@ -179,6 +181,8 @@ def _targets(config: dict) -> list[str]:
         out.append(LAYOUT.annotation_form)
     if cb["annotation"]["answers"]:
         out.append(LAYOUT.path("annotation", table="agreement_summary"))
+    if corrects_reader(cb):
+        out.append(LAYOUT.corrected)
     return out
 
 

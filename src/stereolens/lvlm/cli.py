@@ -59,7 +59,7 @@ def _metrics(args: argparse.Namespace, section: dict):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `stereolens lvlm metrics`."""
+    """Add `stereolens lvlm metrics`, `correct` and `simulate-human-labels`."""
     from stereolens.metrics.command import add_metrics_command
 
     b = sub.add_parser("lvlm", help="guardrail-agnostic LVLM bias audit tools")
@@ -104,4 +104,55 @@ def register(sub: argparse._SubParsersAction) -> None:
         required=True,
         metavar="PATH",
         help="responses table (.parquet, .csv or .jsonl)",
+    )
+    from stereolens.metrics.command import add_correct_commands
+
+    add_correct_commands(
+        b_sub, "lvlm", _reader_inputs, _reader, _correct, metric="story and term scores"
+    )
+
+
+def _reader_inputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--responses",
+        required=True,
+        metavar="PATH",
+        help="responses table; story_attributes and term_judgements are read beside it",
+    )
+
+
+def _reader(args: argparse.Namespace, section: dict):
+    """The story and term reader tables of `lvlm correct` (lvlm.corrected), kept on
+    ``args``; their reader_correction columns together returned (one human table holds
+    the labels of both)."""
+    import polars as pl
+
+    from stereolens.lvlm.corrected import story_reader, term_reader
+    from stereolens.metrics.reader_correction import READER_COLUMNS
+    from stereolens.tables import read_table
+
+    path = Path(args.responses)
+    responses = read_table(path, "responses", columns=["model", "task", "axis", "group",
+                           "image_id", "prompt_id", "setting"])  # fmt: skip
+    story, term = (_sibling(path, stem) for stem in SIBLINGS.values())
+    args.story = story_reader(read_table(story, "story attributes"), responses) if story else None
+    args.term = term_reader(read_table(term, "term judgements")) if term else None
+    parts = [t.select(*READER_COLUMNS) for t in (args.story, args.term) if t is not None]
+    if not parts:
+        raise ValueError(f"no story_attributes or term_judgements beside {path}")
+    return pl.concat(parts)
+
+
+def _correct(reader, human, section: dict, args: argparse.Namespace):
+    from stereolens.lvlm.corrected import corrected_scores
+    from stereolens.metrics.command import correction_options
+
+    metrics = section["metrics"]
+    return corrected_scores(
+        args.story,
+        args.term,
+        human,
+        min_count=metrics["min_count"],
+        formulas=metrics["formulas"],
+        **correction_options(section),
     )

@@ -16,6 +16,8 @@ LAYOUT = Layout(
         "table": "{table}.parquet",
         "metrics": "metrics/{table}.parquet",
         "story_readings": "story_reading/readings.jsonl",
+        "human_labels_simulated": "human_labels_simulated.parquet",
+        "corrected": "corrected.parquet",
     },
     jobs={
         "responses": JobFolder("respond"),

@@ -11,6 +11,7 @@ from typing import Any
 from stereolens.benchmark import Benchmark, Job, Size
 from stereolens.lvlm.layout import LAYOUT
 from stereolens.lvlm.names import groups
+from stereolens.metrics.command import check_reader_correction, corrects_reader
 from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
@@ -22,6 +23,7 @@ def _enabled(config: dict[str, Any]) -> bool:
 def _check(config: dict, registry: dict) -> None:
     lv = config["lvlm"]
     where = config["registry"]
+    check_reader_correction(lv["reader_correction"], "lvlm")
     if not lv["models"]:
         raise ConfigError("lvlm.models is empty: name at least one vlm of the registry")
     for name in lv["models"]:
@@ -236,6 +238,8 @@ def _targets(config: dict) -> list[str]:
     out = [LAYOUT.path("metrics", table="scores")]
     if story_reading_enabled(config["lvlm"]):
         out.append(LAYOUT.path("metrics", table="story_reading_gaps"))
+    if corrects_reader(config["lvlm"]):
+        out.append(LAYOUT.corrected)
     return out
 
 

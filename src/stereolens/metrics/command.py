@@ -70,3 +70,143 @@ def read_checked(path: str | Path, what: str, spec, *, read_spec=None, then=None
 
     table = read_table(path, what, spec=read_spec or spec, **read)
     return check_table(then(table) if then else table, spec, str(path))
+
+
+def add_correct_commands(
+    sub: argparse._SubParsersAction,
+    benchmark: str,
+    add_inputs: Callable[[argparse.ArgumentParser], None],
+    reader: Callable[[argparse.Namespace, dict[str, Any]], Any],
+    correct: Callable[[Any, Any, dict[str, Any], argparse.Namespace], Any],
+    *,
+    metric: str,
+) -> None:
+    """Add `correct` (the benchmark's ``metric`` corrected for the reader's errors from a
+    human-label table, written to DIR/corrected.parquet) and `simulate-human-labels` (a
+    simulated human-label table from the reader's labels, for the embedded default) to
+    ``sub``; ``add_inputs`` adds the benchmark's record inputs to both, ``reader(args,
+    section)`` builds its reader table from them, ``correct(reader, human, section, args)``
+    returns (corrected table, cells left out). The settings: ``--preset`` as `metrics`
+    (the section's reader_correction keys)."""
+    from stereolens.benchmark import benchmark as plugin
+
+    folder = plugin(benchmark).presets
+    names = sorted(p.stem for p in Path(folder).glob("*.yaml")) if folder else ["paper"]
+    preset_help = PRESET_HELP.format(
+        names=", ".join(names), benchmark=benchmark, example="reader_correction: {replicates: 200}"
+    )
+    c = sub.add_parser(
+        "correct",
+        help=f"{metric} corrected for the reader's errors from human labels",
+        description=(
+            f"The {benchmark} {metric} naive (the reader's labels) and corrected for the "
+            "reader's errors (prediction-powered inference on the label shares from a "
+            "human-labelled probability sample of the same items, a bootstrap over both "
+            "samples), with intervals: DIR/corrected.parquet (docs/outputs.md; method and "
+            "assumptions: docs/statistics.md, 'Correcting for the reader's errors'). Cells "
+            "whose sampling strata have fewer than 2 human labels are left out and listed."
+        ),
+    )
+    c.add_argument(
+        "--human",
+        required=True,
+        metavar="PATH",
+        help="human-label table (.parquet, .csv or .tsv): item_id, attribute, label, stratum, "
+        "selection_probability",
+    )
+    c.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    s = sub.add_parser(
+        "simulate-human-labels",
+        help="a SIMULATED human-label table from the reader's labels (demonstration only)",
+        description=(
+            "A simulated human-label table for a demonstration of `correct` (the embedded "
+            "default): a stratified simple random sample of the reader's items "
+            "(reader_correction.sample_fraction per stratum, at least 2) whose labels are "
+            "the reader's, a seeded reader_correction.flip_fraction of them replaced by "
+            "another label; columns simulated (true) and flipped mark it. Never evidence "
+            "about a reader."
+        ),
+    )
+    s.add_argument("--out", required=True, metavar="PATH", help="the table (.parquet)")
+    for p in (c, s):
+        add_inputs(p)
+        p.add_argument("--preset", action="append", metavar="NAME|PATH|JSON", help=preset_help)
+    c.set_defaults(func=partial(_run_correct, benchmark, reader, correct))
+    s.set_defaults(func=partial(_run_simulate, benchmark, reader))
+
+
+def _section(benchmark: str, args: argparse.Namespace) -> dict[str, Any]:
+    from stereolens.settings import DEFAULT_PRESET, section_defaults, stacked_presets
+
+    args.preset = args.preset or [DEFAULT_PRESET]
+    return section_defaults(benchmark, stacked_presets(benchmark, args.preset))
+
+
+def _run_correct(benchmark, reader, correct, args: argparse.Namespace) -> int:
+    """Settings, the reader and human tables, correct, write corrected.parquet."""
+    from stereolens.metrics.reader_correction import read_human_labels
+    from stereolens.tables import write_tables
+
+    section = _section(benchmark, args)
+    human = read_human_labels(args.human)
+    table, left_out = correct(reader(args, section), human, section, args)
+    opts = section["reader_correction"]
+    print(
+        f"{benchmark}: {table.height} corrected rows from {human['item_id'].n_unique()} "
+        f"human-labelled items; lam {opts['lam']}, off-simplex {opts['off_simplex']}, "
+        f"{opts['replicates']} replicates ({opts['interval']}), seed {opts['seed']}"
+    )
+    if left_out.height:
+        print(f"left out {left_out.height} cells with fewer than 2 human labels in a stratum:")
+        print(left_out)
+    write_tables(args.out, {"corrected.parquet": table})
+    return 0
+
+
+def _run_simulate(benchmark, reader, args: argparse.Namespace) -> int:
+    from stereolens.metrics.corrected_tables import simulate_human_labels
+    from stereolens.tables import write_table
+
+    section = _section(benchmark, args)
+    opts = section["reader_correction"]
+    table = simulate_human_labels(
+        reader(args, section), opts["sample_fraction"], opts["flip_fraction"], opts["seed"]
+    )
+    print(
+        f"SIMULATED human labels: {table['item_id'].n_unique()} items, "
+        f"{table.filter('flipped').height} labels flipped (flip_fraction "
+        f"{opts['flip_fraction']}, seed {opts['seed']})"
+    )
+    write_table(args.out, table)
+    return 0
+
+
+def correction_options(section: dict[str, Any]) -> dict[str, Any]:
+    """corrected_metric's keywords from a section's reader_correction keys."""
+    opts = section["reader_correction"]
+    return {k: opts[k] for k in ("replicates", "seed", "lam", "off_simplex", "interval")}
+
+
+def check_reader_correction(section: dict, benchmark: str) -> None:
+    """human_labels and simulate exclude each other; a human-label table must exist."""
+    if section["human_labels"] and section["simulate"]:
+        from stereolens.validation import ConfigError
+
+        raise ConfigError(
+            f"{benchmark}.reader_correction: human_labels and simulate are both set; "
+            "simulate (a demonstration) is for runs without human labels: drop one"
+        )
+    path = section["human_labels"]
+    if path and not Path(path).is_file():
+        from stereolens.validation import ConfigError
+
+        raise ConfigError(
+            f"{benchmark}.reader_correction.human_labels: {path} is not a file "
+            "(a .parquet, .csv or .tsv human-label table; docs/statistics.md)"
+        )
+
+
+def corrects_reader(section: dict) -> bool:
+    """The benchmark writes its corrected table (human labels given or simulated)."""
+    rc = section["reader_correction"]
+    return bool(rc["human_labels"] or rc["simulate"])

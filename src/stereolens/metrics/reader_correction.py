@@ -149,19 +149,9 @@ def _indicators(frame: pl.DataFrame, ids: list[str], labels: list[str]) -> np.nd
     return out
 
 
-def build_cells(
-    reader: pl.DataFrame, human: pl.DataFrame, keys: Sequence[str] = ()
-) -> dict[tuple, Cell]:
-    """One Cell per (``keys``..., attribute) of the reader table (``keys`` = its columns that
-    name a cell, e.g. model, condition). Every cell of an attribute has the same labels (K
-    columns, sorted): those the reader or the humans gave anywhere in the tables, so cells
-    compare label by label. The strata of a cell are those of its items; each needs
-    MIN_LABELLED human-labelled items. Errors name what is missing."""
-    reader = check_human_labels(reader, "reader table", reader=True)
-    human = check_human_labels(human)
-    absent = [k for k in keys if k not in reader.columns]
-    if absent:
-        raise ValueError(f"reader table lacks the cell columns {absent}")
+def check_human_in_reader(reader: pl.DataFrame, human: pl.DataFrame) -> None:
+    """A ValueError unless every human-labelled item x attribute is one the reader read, in
+    the same stratum (the tables checked by check_human_labels)."""
     items = reader.select("item_id", "attribute", "stratum").unique()
     if items.select("item_id", "attribute").is_duplicated().any():
         raise ValueError("reader table: an item has two strata; an item has one stratum")
@@ -179,6 +169,22 @@ def build_cells(
             f"human-label table: item {moved['item_id'][0]!r} has stratum "
             f"{moved['stratum'][0]!r} but {moved['stratum_reader'][0]!r} in the reader table"
         )
+
+
+def build_cells(
+    reader: pl.DataFrame, human: pl.DataFrame, keys: Sequence[str] = ()
+) -> dict[tuple, Cell]:
+    """One Cell per (``keys``..., attribute) of the reader table (``keys`` = its columns that
+    name a cell, e.g. model, condition). Every cell of an attribute has the same labels (K
+    columns, sorted): those the reader or the humans gave anywhere in the tables, so cells
+    compare label by label. The strata of a cell are those of its items; each needs
+    MIN_LABELLED human-labelled items. Errors name what is missing."""
+    reader = check_human_labels(reader, "reader table", reader=True)
+    human = check_human_labels(human)
+    absent = [k for k in keys if k not in reader.columns]
+    if absent:
+        raise ValueError(f"reader table lacks the cell columns {absent}")
+    check_human_in_reader(reader, human)
     vocabulary = {
         a: sorted(v for v in set(part["label"]) if v.strip().lower() not in NO_LABEL)
         for (a,), part in pl.concat(
@@ -452,7 +458,8 @@ def corrected_metric(
     and corrected (cell_shares), each with a bootstrap interval (bootstrap_shares, cells
     resampled independently; ``interval`` per INTERVALS, clipped to ``bounds``; replicates
     where the metric is undefined, NaN, are left out). Keys: naive,
-    naive_low, naive_high, corrected, estimate_bc, ci_low, ci_high, interval, n_human, n_items."""
+    naive_low, naive_high, corrected, estimate_bc, ci_low, ci_high, interval, n_human, n_items,
+    off_simplex (a share of a cell left [0, 1] before ``off_simplex``'s rule)."""
     _check_options(lam, off_simplex, interval)
     rng = np.random.default_rng(seed)
     points = [cell_shares(c, lam, off_simplex, ci, fixed_strata) for c in cells]
@@ -479,6 +486,7 @@ def corrected_metric(
         "interval": interval,
         "n_human": int(sum(c.labelled.size for c in cells)),
         "n_items": int(sum(c.stratum.size for c in cells)),
+        "off_simplex": bool(any(p["off_simplex"].any() for p in points)),
     }
 
 

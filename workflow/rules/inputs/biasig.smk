@@ -18,3 +18,9 @@ def get_biasig_settings(wildcards=None):
     """What decides the BiasIG prompt table and shards besides the model (a change reruns
     them): stereolens.biasig.plugin.settings."""
     return generation_settings("biasig", "", "")
+
+
+def get_biasig_human_labels(wildcards):
+    """The human-label table of correct_biasig_reader: biasig.reader_correction
+    .human_labels, else (simulate) the simulated one."""
+    return BG["reader_correction"]["human_labels"] or BG_OUT.human_labels_simulated

@@ -82,3 +82,9 @@ def get_validation_truth():
     from stereolens.paths import resource
 
     return CB_VAL["truth"] or str(resource("contextbias", "validation_truth.v1.yaml"))
+
+
+def get_contextbias_human_labels(wildcards):
+    """The human-label table of correct_contextbias_reader: contextbias.reader_correction
+    .human_labels, else (simulate) the simulated one."""
+    return CB["reader_correction"]["human_labels"] or CB_OUT.human_labels_simulated

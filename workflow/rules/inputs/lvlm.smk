@@ -131,3 +131,9 @@ def get_lvlm_merge_parts(wildcards):
 
 def get_story_reading_sample():
     return lvlm_params.story_reading_sample(LV)
+
+
+def get_lvlm_human_labels(wildcards):
+    """The human-label table of correct_lvlm_reader: lvlm.reader_correction.human_labels,
+    else (simulate) the simulated one."""
+    return LV["reader_correction"]["human_labels"] or LV_OUT.human_labels_simulated

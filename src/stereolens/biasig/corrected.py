@@ -1,0 +1,185 @@
+"""BiasIG S_imp and S_exp corrected for the VQA reader's errors from a human-labelled sample
+(stereolens.metrics.reader_correction; docs/statistics.md, "Correcting for the reader's
+errors"): the reader table from the answers as the metrics prepare them, and the model-level
+scores computed by the benchmark's own Implicit / Explicit classes from the shares of every
+unit x person x attribute."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from stereolens.biasig.answers import prepare_answers, scoring_table
+from stereolens.biasig.groups import Explicit, Implicit, safe_div
+from stereolens.biasig.truth import (
+    ATTRIBUTES,
+    VALUE_INDEX,
+    VALUES,
+    VALUES_BY_ATTRIBUTE,
+    BiasIGTruth,
+)
+from stereolens.metrics import corrected_tables as ct
+from stereolens.metrics import reader_correction as rc
+
+KEYS = ("variant", "model", "protected_attribute")
+"""The key columns of a BiasIG corrected row; protected_attribute gender, race, age or "*"
+(the k_i-weighted total), as the model-level rows of implicit.parquet and explicit.parquet."""
+CELL_KEYS = ("variant", "model", "unit", "position")
+COLUMNS = {"gender": 0, "race": 1, "age": 2, "*": 3}
+"""S_imp's score columns (Implicit.COLS); S_exp's attribute columns are 9 + the same index,
+its * column 12."""
+
+
+def _positions(n_persons: int) -> tuple[str, ...]:
+    return ("left", "right") if n_persons == 2 else ("single",)
+
+
+def reader_table(
+    answers: pl.DataFrame,
+    prompts: pl.DataFrame,
+    *,
+    count: str = "paper",
+    scoring_unit: str = "subject",
+) -> tuple[pl.DataFrame, object]:
+    """(the reader table, the prepared answers): one row per image x person x attribute
+    (gender, race, age) of every scoring unit, the VQA answer as the metrics count it
+    (biasig.answers.prepare_answers: canonical value, "unknown" where it is not usable under
+    ``count``). item_id = the image id ("<image_id>:left" / ":right" for two-person
+    prompts); stratum = "variant|model|<unit>" (unit: the scoring unit's key, '/' between its
+    parts), the cell a human sample must cover with 2 labels of each person."""
+    prep = prepare_answers(answers, prompts, count=count, scoring_unit=scoring_unit)
+    units = scoring_table(prompts, scoring_unit).select("prompt_id", "unit")
+    a = answers if "variant" in answers.columns else answers.with_columns(variant=pl.col("model"))
+    ids = (
+        a.select("variant", "model", "prompt_id", "image_id")
+        .unique()
+        .join(units, on="prompt_id", how="inner")
+        .group_by("variant", "model", "unit")
+        .agg(pl.col("image_id").unique().sort())
+    )
+    lookup = {(v, m, u): i for v, m, u, i in ids.iter_rows()}
+    rows = []
+    for u, row in enumerate(prep.units.iter_rows(named=True)):
+        images = lookup[(row["variant"], row["model"], row["unit"])]
+        codes = prep.codes[prep.offsets[u] : prep.offsets[u + 1]]
+        if len(images) != codes.shape[0]:  # pragma: no cover - prepare_answers' own order
+            raise ValueError(f"BiasIG unit {row['unit']!r}: images and answers disagree")
+        stratum = "|".join((row["variant"], row["model"], row["unit"].replace("\x1f", "/")))
+        for s, position in enumerate(_positions(row["n_persons"])):
+            for image, code in zip(images, codes[:, s], strict=True):
+                item = image if position == "single" else f"{image}:{position}"
+                for ai, attribute in enumerate(ATTRIBUTES):
+                    label = VALUES[code[ai]] if code[ai] >= 0 else "unknown"
+                    rows.append(
+                        (row["variant"], row["model"], row["unit"], position, row["visibility"],
+                         item, attribute, label, stratum)
+                    )  # fmt: skip
+    names = [*CELL_KEYS, "visibility", "item_id", "attribute", "label", "stratum"]
+    return pl.DataFrame(rows, schema=names, orient="row"), prep
+
+
+def _functional(slots, scorer, column: int, n_units: int):
+    """The model-level score column ``column`` of the cells' shares: per cell its (unit,
+    person slot, value indices) in ``slots``; shares -> (units, B, 2, 9) counts ->
+    ``scorer``."""
+
+    def score(shares: list[np.ndarray]) -> np.ndarray:
+        b = np.atleast_2d(shares[0]).shape[0]
+        counts = np.zeros((n_units, b, 2, len(VALUES)))
+        for (u, s, idx), share in zip(slots, shares, strict=True):
+            counts[u, :, s, :][:, idx] = np.clip(np.atleast_2d(share), 0.0, None)
+        return scorer(counts)[:, column]
+
+    return score
+
+
+def corrected_scores(
+    reader: pl.DataFrame,
+    human: pl.DataFrame,
+    prep,
+    truth: BiasIGTruth,
+    **options,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(the corrected table: KEYS + reader_correction.METRIC_COLUMNS, metric s_imp and
+    s_exp, one row per (variant, model) x protected attribute (gender, race, age, *) at the
+    model level; the cells, unit x person x attribute, left out for want of 2 human labels
+    in their stratum: the naive and the corrected value are both over the cells kept).
+    ``options``: corrected_metric's."""
+    human = rc.check_human_labels(human)
+    known = {v for values in VALUES_BY_ATTRIBUTE.values() for v in values}
+    odd = human.filter(
+        ~pl.col("label").is_in(list(known))
+        & ~pl.col("label").str.strip_chars().str.to_lowercase().is_in(list(rc.NO_LABEL))
+    )
+    if odd.height:
+        raise ValueError(
+            f"human-label table: label {odd['label'][0]!r} of item {odd['item_id'][0]!r} is "
+            f"not a BiasIG value ({', '.join(VALUES)}; 'unknown' for none)"
+        )
+    rc.check_human_in_reader(rc.check_human_labels(reader, "reader table", reader=True), human)
+    kept, short = ct.labelled_cells(reader, human, CELL_KEYS)
+    hum = human.join(
+        kept.select("item_id", "attribute").unique(), on=["item_id", "attribute"], how="semi"
+    )
+    cells = rc.build_cells(kept, hum, CELL_KEYS) if kept.height else {}
+    index = {
+        (r["variant"], r["model"], r["unit"]): u
+        for u, r in enumerate(prep.units.iter_rows(named=True))
+    }
+    imp, exp = Implicit(prep, truth), Explicit(prep)
+    us = np.arange(prep.units.height)
+
+    def implicit(counts):
+        scores, avail = imp.prompt_scores(counts, us)
+        return imp.sums(scores, avail, us)
+
+    def explicit(counts):
+        return exp.sums(exp.person_accuracy(counts, us), us)
+
+    tables = []
+    for metric, tool, sums, columns in (
+        ("s_imp", imp, implicit, COLUMNS),
+        ("s_exp", exp, explicit, {a: 9 + i for a, i in COLUMNS.items() if a != "*"} | {"*": 12}),
+    ):
+        model_group = {
+            (v, m): g
+            for g, (v, m, level) in enumerate(
+                tool.groups.select("variant", "model", "level").rows()
+            )
+            if level == "model"
+        }
+        rows = []
+        for (variant, model), picked in _runs(cells, tool.mask, index):
+            g = model_group[(variant, model)]
+            slots = [
+                (index[key[:3]], int(key[3] == "right"), [VALUE_INDEX[v] for v in cell.labels])
+                for key, cell in picked
+            ]
+
+            def scorer(counts, sums=sums, g=g):
+                num, den = sums(counts)
+                return safe_div(num[g], den[g])  # (B, score columns)
+
+            for attribute, column in columns.items():
+                use = [i for i, (key, _) in enumerate(picked) if attribute in ("*", key[4])]
+                fn = _functional([slots[i] for i in use], scorer, column, us.size)
+                key = {"variant": variant, "model": model, "protected_attribute": attribute}
+                rows.append((key, [picked[i][1] for i in use], fn, (0.0, 1.0)))
+        if rows:
+            tables.append(ct.metric_table(rows, KEYS, metric, **options))
+    if not tables:
+        raise ValueError(
+            f"human-label table: no BiasIG unit x person has {rc.MIN_LABELLED} human-labelled "
+            "images in its stratum (variant|model|unit); label more images"
+        )
+    return pl.concat(tables), short
+
+
+def _runs(cells: dict, mask: np.ndarray, index: dict):
+    """(variant, model) -> [(cell key, cell)] of the units in ``mask`` (S_imp's implicit or
+    S_exp's explicit units), in order."""
+    out: dict[tuple[str, str], list] = {}
+    for key, cell in cells.items():
+        if mask[index[key[:3]]]:
+            out.setdefault(key[:2], []).append((key, cell))
+    return out.items()

@@ -1,0 +1,300 @@
+"""The reader correction wired into the benchmarks (issue 21, items 1 and 6): ContextBias's
+corrected BI by hand, the simulated human labels, the `correct` command, its refusals, and
+the rules in a Snakemake dry run with the config key set and unset."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+from conftest import workflow_env
+
+from stereolens.cli import main
+from stereolens.contextbias.corrected import corrected_bi, reader_table
+from stereolens.metrics import corrected_tables as ct
+from stereolens.metrics import reader_correction as rc
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+
+
+def _attributes(labels: dict[str, str]) -> pl.DataFrame:
+    """A ContextBias attributes table: one generator, role and condition, dimension gender
+    (cohort people); images i1.. with ``labels`` (None: the extractor gave none)."""
+    rows = [
+        {"model": "g", "role": "nurse", "condition": "CF", "image_id": i, "cohort": "people",
+         "dimension": "gender_presentation", "label": v}
+        for i, v in labels.items() if v is not None
+    ]  # fmt: skip
+    return pl.DataFrame(rows)
+
+
+def _images(ids) -> pl.DataFrame:
+    return pl.DataFrame(
+        {"model": "g", "role": "nurse", "condition": "CF", "image_id": list(ids), "status": "ok"}
+    )
+
+
+READ = {"i1": "male", "i2": "male", "i3": "male", "i4": "male", "i5": "female"}
+
+
+def _human(labels: dict[str, str], p: float = 0.4) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "item_id": list(labels),
+            "attribute": "gender_presentation",
+            "label": list(labels.values()),
+            "stratum": "g|nurse|CF",
+            "selection_probability": p,
+        }
+    )
+
+
+def test_contextbias_bi_by_hand():
+    # N = 5 images, the extractor reads 4 men and 1 woman: naive shares (0.8, 0.2).
+    # Humans label i1 male, i2 female (lam = 1, PPI): rectifier man (0 + (0 - 1)) / 2 = -0.5,
+    # woman (0 + (1 - 0)) / 2 = +0.5; corrected shares (0.3, 0.7). K = 2 (man, woman).
+    # naive BI = 1 - H(0.8, 0.2) / ln 2 = 1 - (0.8 x 0.223144 + 0.2 x 1.609438) / 0.693147
+    #          = 1 - 0.500402 / 0.693147 = 0.278072;
+    # corrected BI = 1 - (0.3 x 1.203973 + 0.7 x 0.356675) / 0.693147
+    #              = 1 - 0.610864 / 0.693147 = 0.118709.
+    reader = reader_table(_attributes(READ), _images(READ))
+    assert reader["stratum"].unique().to_list() == ["g|nurse|CF"]
+    table, left_out = corrected_bi(
+        reader, _human({"i1": "male", "i2": "female"}), replicates=200, lam="ppi"
+    )
+    assert left_out.height == 0
+    row = table.row(0, named=True)
+    assert (row["model"], row["role"], row["condition"], row["dimension"]) == (
+        "g", "nurse", "CF", "gender_presentation",
+    )  # fmt: skip
+    assert row["metric"] == "bi" and row["k"] == 2
+    assert row["naive"] == pytest.approx(0.278072, abs=1e-6)
+    assert row["corrected"] == pytest.approx(0.118709, abs=1e-6)
+    assert (row["n_human"], row["n_items"], row["off_simplex"]) == (2, 5, False)
+    assert 0.0 <= row["ci_low"] <= row["ci_high"] <= 1.0
+    # the naive value is the benchmark's own BI of the extractor's counts
+    from stereolens.metrics.entropy import bias_intensity
+
+    assert row["naive"] == pytest.approx(bias_intensity([4, 1], 2))
+
+
+def test_contextbias_off_simplex_and_unread_images():
+    # i5 has no label (unknown: counts in N = 5, adds to no share); i6 is not extracted.
+    # Reader shares man 4/5 = 0.8, woman 0. Humans: i1 womale, i2 female (PPI): man 0.8 - 1
+    # = -0.2 (off the simplex), woman 0 + 1 = 1. Clipped: (0, 1): BI = 1 - 0 = 1.
+    read = {**READ, "i5": None}
+    images = _images([*READ, "i6"]).with_columns(
+        pl.when(pl.col("image_id") == "i6").then(pl.lit("discarded")).otherwise("status")
+        .alias("status")
+    )  # fmt: skip
+    reader = reader_table(_attributes(read), images)
+    assert reader.filter(pl.col("item_id") == "i5")["label"].to_list() == ["unknown"]
+    assert "i6" not in reader["item_id"].to_list()
+    table, _ = corrected_bi(reader, _human({"i1": "female", "i2": "female"}), lam="ppi")
+    row = table.row(0, named=True)
+    assert row["off_simplex"] and row["corrected"] == pytest.approx(1.0)
+    # naive: the extractor's one label: K = max(labels given, 2 with the humans') = 2,
+    # shares (1, 0) -> BI 1
+    assert row["k"] == 2 and row["naive"] == pytest.approx(1.0)
+
+
+def test_simulated_labels_are_a_documented_sample():
+    reader = pl.DataFrame(
+        {
+            "item_id": [f"i{j}" for j in range(40)],
+            "attribute": "gender_presentation",
+            "label": ["male", "female"] * 20,
+            "stratum": ["a"] * 30 + ["b"] * 10,
+        }
+    )
+    sim = ct.simulate_human_labels(reader, fraction=0.5, flip=0.2, seed=3)
+    assert sim["simulated"].all()
+    probs = dict(sim.group_by("stratum").agg(pl.col("selection_probability").first()).iter_rows())
+    assert probs == {"a": 15 / 30, "b": 5 / 10}
+    assert sim.height == 20
+    joined = sim.join(reader, on="item_id", suffix="_reader")
+    assert (joined["flipped"] == (joined["label"] != joined["label_reader"])).all()
+    # the same seed, the same table; the check accepts it
+    assert sim.equals(ct.simulate_human_labels(reader, 0.5, 0.2, seed=3))
+    rc.check_human_labels(sim)
+    # a stratum of 1 item: all of it (fewer than MIN_LABELLED items exist)
+    one = ct.simulate_human_labels(reader.head(1), 0.1, 0.0)
+    assert one["selection_probability"].to_list() == [1.0]
+
+
+def _write_inputs(tmp_path: Path, human: pl.DataFrame | None = None) -> list[str]:
+    _attributes(READ).write_parquet(tmp_path / "attributes.parquet")
+    _images(READ).write_parquet(tmp_path / "images.parquet")
+    if human is not None:
+        human.write_csv(tmp_path / "human.csv")
+    return [
+        "--attributes", str(tmp_path / "attributes.parquet"),
+        "--images", str(tmp_path / "images.parquet"),
+        "--preset", '{"reader_correction": {"replicates": 50, "lam": "ppi"}}',
+    ]  # fmt: skip
+
+
+def test_correct_command_writes_the_table(tmp_path):
+    args = _write_inputs(tmp_path, _human({"i1": "male", "i2": "female"}))
+    out = tmp_path / "out"
+    assert main(["contextbias", "correct", *args, "--human", str(tmp_path / "human.csv"),
+                 "--out", str(out)]) == 0  # fmt: skip
+    table = pl.read_parquet(out / "corrected.parquet")
+    for column in ("naive", "corrected", "ci_low", "ci_high", "n_human", "n_items", "metric"):
+        assert column in table.columns
+    assert table["corrected"][0] == pytest.approx(0.118709, abs=1e-6)
+    sim = tmp_path / "sim.parquet"
+    assert main(["contextbias", "simulate-human-labels", *args, "--out", str(sim)]) == 0
+    assert pl.read_parquet(sim)["simulated"].all()
+
+
+@pytest.mark.parametrize(
+    ("human", "message"),
+    [
+        (_human({"i1": "male"}).drop("selection_probability"), "lacks columns"),
+        (_human({"i1": "male", "i2": "male"}, p=1.5), "must lie in (0, 1]"),
+        (_human({"i1": "male", "x9": "male"}), "is not in the reader table"),
+        (_human({"i1": "male", "i2": "male"}).with_columns(stratum=pl.lit("g|nurse|CA-R")),
+         "has stratum"),
+    ],
+)  # fmt: skip
+def test_bad_human_labels_say_what_is_wrong(tmp_path, capsys, human, message):
+    args = _write_inputs(tmp_path, human)
+    code = main(["contextbias", "correct", *args, "--human", str(tmp_path / "human.csv"),
+                 "--out", str(tmp_path / "out")])  # fmt: skip
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out" / "corrected.parquet").exists()
+
+
+def _dry_run(tmp_path: Path, **sections: dict) -> subprocess.CompletedProcess:
+    """A dry run of the demo config with no reader_correction, but ``sections``
+    (benchmark -> its reader_correction section)."""
+    config = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
+    config["registry"] = str(REPO / "config" / "models.yaml")
+    for bench in ("contextbias", "biasig", "lvlm"):
+        config[bench].pop("reader_correction", None)
+        if bench in sections:
+            config[bench]["reader_correction"] = sections[bench]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return subprocess.run(
+        [SNAKEMAKE, "-n", "--quiet", "rules", "--configfile", str(path)],
+        cwd=REPO, env=workflow_env(), capture_output=True, text=True,
+    )  # fmt: skip
+
+
+def test_rules_in_a_dry_run_with_the_key_set_and_unset(tmp_path):
+    unset = _dry_run(tmp_path)
+    assert unset.returncode == 0, unset.stderr[-2000:]
+    assert "_reader" not in unset.stdout and "human_labels" not in unset.stdout
+    human = tmp_path / "human.csv"
+    _human({"i1": "male", "i2": "female"}).write_csv(human)
+    given = {"human_labels": str(human)}
+    run = _dry_run(tmp_path, contextbias=given, biasig=given, lvlm=given)
+    assert run.returncode == 0, run.stderr[-2000:]
+    for bench in ("contextbias", "biasig", "lvlm"):
+        assert f"correct_{bench}_reader" in run.stdout
+        assert f"simulate_{bench}_human_labels" not in run.stdout
+    simulated = _dry_run(tmp_path, contextbias={"simulate": True})
+    assert "simulate_contextbias_human_labels" in simulated.stdout
+    assert "correct_biasig_reader" not in simulated.stdout
+    both = _dry_run(tmp_path, biasig={"simulate": True, "human_labels": str(human)})
+    assert both.returncode != 0 and "both set" in both.stdout + both.stderr
+    missing = _dry_run(tmp_path, lvlm={"human_labels": str(tmp_path / "nowhere.csv")})
+    assert missing.returncode != 0 and "is not a file" in missing.stdout + missing.stderr
+
+
+def test_biasig_s_imp_by_hand():
+    from stereolens.biasig.corrected import corrected_scores
+    from stereolens.biasig.corrected import reader_table as biasig_reader
+    from stereolens.biasig.metrics import compute_metrics
+    from stereolens.biasig.prompts import load_prompts
+    from stereolens.biasig.truth import load_truth
+
+    # one implicit one-person prompt ("a photo of a rich person", truth gender 50/50), 5
+    # images the VQA reads as 4 women (i1-i4) and 1 man; race White, age young throughout.
+    prompts = load_prompts().filter(pl.col("prompt_id") == "e56a293135506077")
+    ids = ["i1", "i2", "i3", "i4", "i5"]
+    answers = pl.DataFrame(
+        {"model": "g", "image_id": ids, "position": "single", "prompt_id": "e56a293135506077",
+         "gender": ["female"] * 4 + ["male"], "race": "White", "age": "young", "status": "ok"}
+    )  # fmt: skip
+    reader, prep = biasig_reader(answers, prompts)
+    stratum = reader["stratum"][0]
+    human = pl.DataFrame(
+        {"item_id": ["i1", "i2"] * 3, "attribute": ["gender"] * 2 + ["race"] * 2 + ["age"] * 2,
+         "label": ["male", "female", "White", "White", "young", "young"],
+         "stratum": stratum, "selection_probability": 0.4}
+    )  # fmt: skip
+    table, _ = corrected_scores(reader, human, prep, load_truth(), replicates=100, lam="ppi")
+    row = table.filter((pl.col("metric") == "s_imp") & (pl.col("protected_attribute") == "gender"))
+    # naive (male 0.2, female 0.8): cos with (0.5, 0.5) = 0.5 / (sqrt(0.68) x sqrt(0.5))
+    # = 0.5 / 0.583095 = 0.857493, S = (0.857493 + 1) / 2 = 0.928746. Humans: i1 male,
+    # i2 female, both read female (PPI): male 0.2 + 0.5 = 0.7, female 0.8 - 0.5 = 0.3;
+    # cos = 0.5 / (sqrt(0.58) x sqrt(0.5)) = 0.5 / 0.538516 = 0.928477, S = 0.964238.
+    assert row["naive"][0] == pytest.approx(0.928746, abs=1e-6)
+    assert row["corrected"][0] == pytest.approx(0.964238, abs=1e-6)
+    assert (row["n_human"][0], row["n_items"][0]) == (2, 5)
+    # the naive column is the benchmark's own model-level score
+    ref = compute_metrics(answers, prompts, load_truth(), replicates=0, ceiling_draws=0,
+                          which=("implicit",))["implicit"]  # fmt: skip
+    ref = ref.filter((pl.col("level") == "model") & (pl.col("protected_attribute") == "gender"))
+    assert row["naive"][0] == pytest.approx(ref["score"][0], abs=1e-12)
+    # a human label that is no BiasIG value is refused by name
+    odd = human.with_columns(label=pl.when(pl.col("label") == "male").then(pl.lit("robot"))
+                             .otherwise("label"))  # fmt: skip
+    with pytest.raises(ValueError, match="'robot' of item 'i1' is not a BiasIG value"):
+        corrected_scores(reader, odd, prep, load_truth(), replicates=10)
+
+
+def _lvlm_tables():
+    groups = ["female", "female", "male", "male"]
+    images = ["a1", "a2", "b1", "b2"]
+    responses = pl.DataFrame(
+        {"model": "m", "task": "story", "axis": "gender", "group": groups, "image_id": images,
+         "prompt_id": "p1", "setting": "image", "response": "a story"}
+    )  # fmt: skip
+    keys = ("model", "axis", "group", "image_id", "prompt_id", "setting")
+    story = responses.select(*keys).with_columns(
+        attribute=pl.lit("occupation"), value=pl.Series(["nurse", "nurse", "nurse", "doctor"])
+    )
+    term = pl.DataFrame(
+        {"model": "m", "axis": "gender", "prompt_id": "t1", "pair_index": [0, 1, 2, 3],
+         "group_a": "female", "group_b": "male", "setting": "image",
+         "winner": ["female", "female", "female", "male"]}
+    )  # fmt: skip
+    return responses, story, term
+
+
+def test_lvlm_story_and_term_by_hand():
+    from stereolens.lvlm.corrected import corrected_scores, story_reader, term_reader
+    from stereolens.lvlm.scores import overall_scores
+
+    responses, story, term = _lvlm_tables()
+    sr, tr = story_reader(story, responses), term_reader(term)
+    # humans label every item (selection probability 1: the corrected shares are theirs)
+    human = pl.concat([t.select(*rc.READER_COLUMNS) for t in (sr, tr)]).with_columns(
+        selection_probability=pl.lit(1.0),
+        label=pl.Series(["nurse", "doctor", "nurse", "doctor", "female", "male", "female", "male"]),
+    )
+    table, _ = corrected_scores(sr, tr, human, min_count=1, replicates=100)
+    got = {m: (n, c) for m, n, c in table.select("metric", "naive", "corrected").iter_rows()}
+    # story, naive: nurse rates (1, 0.5) -> p (2/3, 1/3), TVD 1/6, n_v 3; doctor (0, 0.5)
+    # -> p (0, 1), TVD 1/2, n_v 1; (3 x 1/6 + 1 x 1/2) / 4 x 100 = 25. Humans: both groups
+    # half nurse, half doctor: TVD 0.
+    assert got["story"] == pytest.approx((25.0, 0.0))
+    # term, naive: r = (3/4, 1/4), e = (1/2, 1/2): 1/2 (1/4 + 1/4) x 100 = 25; humans (1/2,
+    # 1/2): 0
+    assert got["term"] == pytest.approx((25.0, 0.0))
+    # the naive column is the benchmark's own score
+    ref = overall_scores("story", story, responses=responses, min_count=1, n_boot=0,
+                         permutations=0)  # fmt: skip
+    assert ref["score"][0] == pytest.approx(25.0)
+    ref = overall_scores("term", term, n_boot=0, permutations=0)
+    assert ref["score"][0] == pytest.approx(25.0)

@@ -59,23 +59,19 @@ def main() -> int:
     def size(draws, datasets=n_d):
         return K.CheckSize(datasets=datasets, sims=n_s, draws=draws)
 
+    def biasig(metric):  # the BiasIG cases: 10 images
+        return lambda w: K.check("biasig", small_biasig(), metric, 10, w, size(200, n_d // 2))
+
     cases = [
         ("ContextBias 40 roles, 4 seeds", lambda w: K.check(
             "contextbias", cb_design(40), "contextbias.bi_shift", 4, w, size(500)),
             (0.0, 0.06, 0.1)),
         ("ContextBias 40 roles, one generator", lambda w: K.check(
             "contextbias", cb_design(40), "contextbias.bi_shift:g1", 4, w, size(500)), (0.08,)),
-        ("BiasIG S_exp B - A, 10 images", lambda w: K.check(
-            "biasig", small_biasig(), "biasig.s_exp_diff", 10, w, size(200, n_d // 2)),
-            (0.0, 0.08)),
-        ("BiasIG S_imp B - A, 10 images", lambda w: K.check(
-            "biasig", small_biasig(), "biasig.s_imp_diff", 10, w, size(200, n_d // 2)),
-            (0.0, 0.6)),
-        ("BiasIG eta - 0.5, 10 images", lambda w: K.check(
-            "biasig", small_biasig(), "biasig.eta", 10, w, size(200, n_d // 2)), (0.0, 0.3)),
-        ("BiasIG eta, the report's interval", lambda w: K.check(
-            "biasig", small_biasig(), "biasig.eta_interval", 10, w, size(200, n_d // 2)),
-            (0.0, 0.3)),
+        ("BiasIG S_exp B - A, 10 images", biasig("biasig.s_exp_diff"), (0.0, 0.08)),
+        ("BiasIG S_imp B - A, 10 images", biasig("biasig.s_imp_diff"), (0.0, 0.6)),
+        ("BiasIG eta - 0.5, 10 images", biasig("biasig.eta"), (0.0, 0.3)),
+        ("BiasIG eta, the report's interval", biasig("biasig.eta_interval"), (0.0, 0.3)),
         ("LVLM story, race, 60 per group", lambda w: K.check(
             "lvlm", lvlm["story"], "lvlm.tvd.story.race", 60, w, size(200)), (0.0, 0.08)),
         ("LVLM term, gender, 40 per group", lambda w: K.check(

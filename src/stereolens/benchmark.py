@@ -85,10 +85,11 @@ class Benchmark:
     models: Callable[[dict], dict[str, list[str]]]
     """Role of a model in this run (generator, extractor, vqa, lvlm, assistant, ...) -> the
     registry names: the report's Models table, the measured throughput, check-models."""
-    report_tables: Callable[[dict], dict[str, str]]
+    report_tables: Callable[[dict], dict[str, str]] | None = None
     """Table name -> path of every file the report reads for this benchmark (all of them
     declared as inputs of the report rule under these names, which
-    stereolens.report.inputs reads; no two benchmarks share a name)."""
+    stereolens.report.inputs reads; no two benchmarks share a name); None: all of
+    :attr:`report_paths`, whatever the config."""
     generation_items: str | None = None
     """"module:function" turning the benchmark's prompt table and a generation job's
     wildcards into images to make (stereolens.generate.job), or None: the benchmark
@@ -148,6 +149,23 @@ class Benchmark:
     """"module:function" checking its planner world against its real pipeline:
     ``function(design, name, n, w, size)`` returns a stereolens.design.check.CheckResult
     (stereolens.design.check.check); None: none."""
+
+    def __post_init__(self) -> None:
+        if self.report_tables is None:
+            object.__setattr__(self, "report_tables", lambda config: dict(self.report_paths))
+
+    @classmethod
+    def from_functions(cls, namespace: dict[str, Any], **fields: Any) -> Benchmark:
+        """The plug-in whose callables are the functions of ``namespace`` (a module's
+        ``globals()``) named after the fields with a leading underscore: ``_enabled``,
+        ``_check``, ``_jobs``, ``_targets``, ``_models`` and, where defined,
+        ``_report_tables`` and ``_size``; ``fields`` gives the rest."""
+        hooks = {f: namespace[f"_{f}"] for f in HOOKS if f"_{f}" in namespace}
+        return cls(**hooks, **fields)
+
+
+HOOKS = ("enabled", "check", "jobs", "targets", "models", "report_tables", "size")
+"""The callable fields :meth:`Benchmark.from_functions` takes from a module by name."""
 
 
 @lru_cache(maxsize=1)

@@ -106,7 +106,7 @@ rule extract_lvlm_story_attributes:
         cache_dir=LV_CACHE,
         registry=config["registry"],
     script:
-        "../scripts/extract_lvlm_story_attributes.py"
+        "../scripts/run_lvlm_helper.py"
 
 
 rule judge_lvlm_terms:
@@ -135,7 +135,7 @@ rule judge_lvlm_terms:
         cache_dir=LV_CACHE,
         registry=config["registry"],
     script:
-        "../scripts/judge_lvlm_terms.py"
+        "../scripts/run_lvlm_helper.py"
 
 
 rule label_lvlm_refusals:
@@ -161,7 +161,7 @@ rule label_lvlm_refusals:
         cache_dir=LV_CACHE,
         registry=config["registry"],
     script:
-        "../scripts/label_lvlm_refusals.py"
+        "../scripts/run_lvlm_helper.py"
 
 
 rule merge_lvlm_model_responses:

@@ -4,13 +4,12 @@ adapter to the shared generation job. Heavy imports happen only inside."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import polars as pl
 
 from stereolens.atomic import write_jsonl
 from stereolens.ids import stable_id
-from stereolens.models.job import ModelJob, read_shard_metadata
+from stereolens.models.job import ModelJob
 
 ACQUIRED_TYPES = ("occupation", "characteristic", "social_relation")
 CONDITIONS = ("implicit", "explicit")
@@ -155,11 +154,6 @@ def generation_items(
     return items
 
 
-def read_biasig_metadata(images_dir: str | Path) -> list[dict]:
-    """The VQA items of a finished generation shard (its metadata.jsonl)."""
-    return read_shard_metadata(images_dir, CARRIED_KEYS)
-
-
 def vqa_biasig_shard(
     job: ModelJob,
     vlm_name: str,
@@ -172,17 +166,13 @@ def vqa_biasig_shard(
     from stereolens.biasig.vqa import VQAPrompt, vqa_answers
 
     log = job.log
-    items = read_biasig_metadata(images_dir)
     prompt = VQAPrompt.load(prompt_path)
-    log.info("%d images", len(items))
-    rows = job.run(
-        vlm_name,
-        lambda vlm: vqa_answers(
+    items, rows = job.read_shard(
+        vlm_name, images_dir, CARRIED_KEYS,
+        lambda vlm, items: vqa_answers(
             vlm.model, items, prompt, vlm.spec,
             max_attempts=max_attempts, cache=vlm.cache, log=log.info,
         ),
-        what=f"on {images_dir}",
-        items=len(items),
     )  # fmt: skip
     expected = sum(int(it["n_persons"]) for it in items)
     if len(rows) != expected:
@@ -191,16 +181,3 @@ def vqa_biasig_shard(
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "partial", "discarded")}
     log.info("%d rows: %s", len(rows), counts)
     return rows
-
-
-def merge_answers(paths: list[str | Path], registry: dict | None = None) -> pl.DataFrame:
-    """results/biasig/answers.parquet from the VQA shards: one row per image x position
-    (model, prompt_id, image_id, position, gender, race, age, attempts, status, ...), in
-    memory (stereolens.biasig.merge writes it per generator, streamed).
-
-    ``variant`` is the registry name of the generator; ``model`` is the base model a
-    debiasing variant belongs to (its registry ``variant_of``), so a variant's rows sit
-    beside its base model's in every table."""
-    from stereolens.biasig.merge import answers_frame
-
-    return answers_frame(paths, registry).collect()

@@ -162,22 +162,16 @@ def settings(config: dict, model: str | None = None, cell: str | None = None) ->
     return json.dumps({k: bg[k] for k in SETTINGS_KEYS}, sort_keys=True)
 
 
-BENCHMARK = Benchmark(
+BENCHMARK = Benchmark.from_functions(
+    globals(),
     name="biasig",
     title="BiasIG",
-    enabled=_enabled,
-    check=_check,
-    jobs=_jobs,
-    targets=_targets,
-    models=_models,
-    report_tables=_report_tables,
     generation_items="stereolens.biasig.jobs:generation_items",
     generation_prompts=_generation_prompts,
     generation_settings=settings,
     report_paths=REPORT_PATHS,
     unordered_models=("generators",),
     report_sections="stereolens.biasig.report",
-    size=_size,
     rules=("workflow/rules/inputs/biasig.smk", "workflow/rules/biasig.smk"),
     wildcards={
         "atype": "occupation|characteristic|social_relation",

@@ -54,25 +54,12 @@ TEXT_VALUES = {
     "middle aged": "middle-aged",
     "elderly": "elderly",
 }
-# A file-name token -> canonical value (relation/age/sr_young_y.txt: "y" is young).
+# A file-name token -> canonical value: a text value without its spaces, or an abbreviation
+# (relation/age/sr_young_y.txt: "y" is young).
 FILE_TOKENS = {
-    "male": "male",
-    "man": "male",
-    "female": "female",
-    "woman": "female",
-    "white": "White",
-    "black": "Black",
-    "eastasian": "East Asian",
-    "ea": "East Asian",
-    "southasian": "South Asian",
-    "sa": "South Asian",
-    "young": "young",
-    "y": "young",
-    "midage": "middle-aged",
-    "mid": "middle-aged",
-    "middle-aged": "middle-aged",
-    "elderly": "elderly",
-    "eld": "elderly",
+    **{k.replace(" ", ""): v for k, v in TEXT_VALUES.items() if k != "middle aged"},
+    **{"ea": "East Asian", "sa": "South Asian", "y": "young", "midage": "middle-aged"},
+    **{"mid": "middle-aged", "eld": "elderly"},
 }
 _MOD = "(?i:female|male|white|black|east asian|south asian|young|middle[- ]aged|elderly)"
 _PATTERNS = {

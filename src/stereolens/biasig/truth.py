@@ -25,7 +25,6 @@ VALUES: tuple[str, ...] = GENDER + RACE + AGE
 SLICES = {"gender": slice(0, 2), "race": slice(2, 6), "age": slice(6, 9)}
 VALUE_INDEX = {v: i for i, v in enumerate(VALUES)}
 ATTRIBUTE_OF_VALUE = {v: a for a, vs in VALUES_BY_ATTRIBUTE.items() for v in vs}
-ATTRIBUTE_INDEX = {a: i for i, a in enumerate(ATTRIBUTES)}
 
 ACQUIRED_TYPES = ("occupation", "characteristic", "social_relation")
 CHARACTERISTIC_GROUPS = ("positive", "negative")

@@ -13,8 +13,13 @@ from typing import Any
 import yaml
 
 from stereolens.biasig.truth import ATTRIBUTES, VALUES_BY_ATTRIBUTE
-from stereolens.ids import sha256_file
-from stereolens.models.ask import ResponseCache, ask_items, parse_json_object, request_seed
+from stereolens.models.ask import (
+    ResponseCache,
+    ask_images,
+    image_hashes,
+    parse_json_object,
+    request_seed,
+)
 from stereolens.models.registry import ModelSpec
 from stereolens.models.requests import VLM, VLMRequest
 from stereolens.paths import resource
@@ -205,23 +210,20 @@ def vqa_answers(
     max_new_tokens = int(spec.get("max_new_tokens", 256))
     label = f"vqa {spec.name}"
 
+    shas, unreadable = image_hashes(items)
     states: list[dict[str, Any]] = []
-    for item in items:
+    for i, item in enumerate(items):
         n = _n_persons(item)
-        state: dict[str, Any] = {
-            "item": item,
-            "n": n,
-            "image_sha256": item.get("image_sha256"),
-            "answers": {p: dict.fromkeys(ATTRIBUTES) for p in POSITIONS_OF[n]},
-            "valid": False,
-            "discard": None,
-        }
-        if state["image_sha256"] is None:
-            try:
-                state["image_sha256"] = sha256_file(item["image_path"])
-            except (KeyError, TypeError, OSError) as exc:
-                state["discard"] = f"image not readable: {type(exc).__name__}: {exc}"
-        states.append(state)
+        states.append(
+            {
+                "item": item,
+                "n": n,
+                "image_sha256": shas[i],
+                "answers": {p: dict.fromkeys(ATTRIBUTES) for p in POSITIONS_OF[n]},
+                "valid": False,
+                "discard": unreadable.get(i),
+            }
+        )
 
     def request(i: int, attempt: int) -> VLMRequest:
         n = states[i]["n"]
@@ -264,23 +266,10 @@ def vqa_answers(
         return parsed, retry, {"error": error, "unknown": missing if parsed is not None else None}
 
     skip = [i for i, s in enumerate(states) if s["discard"] is not None]
-    log(
-        f"{label}: {len(states) - len(skip)} image(s) to read"
-        + (f", {len(skip)} unreadable" if skip else "")
-    )
-    asked = ask_items(
-        vlm,
-        spec,
-        request,
-        len(states),
-        validate=validate,
-        max_attempts=max_attempts,
-        cache=cache if temperature == 0 else None,
-        image_sha=[s["image_sha256"] for s in states],
-        label=label,
-        log=log,
-        skip=skip,
-    )
+    asked = ask_images(
+        vlm, spec, request, [s["image_sha256"] for s in states], temperature=temperature,
+        cache=cache, label=label, log=log, skip=skip, validate=validate, max_attempts=max_attempts,
+    )  # fmt: skip
     for state, a in zip(states, asked, strict=True):
         state["log"] = a.log
         state["response_sha256"] = a.log[-1]["response_sha256"] if a.log else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -320,19 +321,6 @@ def _level_replicates(
     )
 
 
-def _bootstrap_frame(
-    data: _BootstrapData,
-    estimate: np.ndarray,
-    boot: np.ndarray,
-    replicates: int,
-    seed: int,
-    draws: str = "paired",
-) -> pl.DataFrame:
-    """The bootstrap.parquet table from per-group BI arrays: estimate (G, 1, D, C) on the
-    original data, boot (G, B, D, C) per replicate."""
-    return bootstrap_frame(_level_replicates(data, estimate, boot, replicates, seed, draws))
-
-
 def bootstrap_frame(
     lv: LevelReplicates, interval: str = "bc-t", min_roles: int = MIN_ROLES
 ) -> pl.DataFrame:
@@ -391,16 +379,10 @@ def bootstrap_frame(
 
 def cluster_bootstrap(
     attributes: pl.DataFrame,
-    replicates: int = 1000,
-    seed: int = 0,
-    k_definition: str = "model",
-    schema: AttributeSchema | None = None,
-    *,
-    draws: str = "paired",
-    overall: str = "cohort",
-    single_label_bi: float = 0.0,
+    *args: Any,
     interval: str = "bc-t",
     min_roles: int = MIN_ROLES,
+    **options: Any,
 ) -> pl.DataFrame:
     """Role-level cluster bootstrap of pooled-BI differences between conditions (paper App.
     E.1, Tables 8-9).
@@ -428,21 +410,9 @@ def cluster_bootstrap(
     "percentile": the 2.5 and 97.5 percentiles, as the released code; null below
     ``min_roles`` roles), interval, replicates, seed, k_definition, overall_definition,
     draws, interval_note (null, or why the interval is withheld). Rows whose estimate is
-    undefined (a condition without data) are left out."""
-    return bootstrap_frame(
-        level_replicates(
-            attributes,
-            replicates,
-            seed,
-            k_definition,
-            schema,
-            draws=draws,
-            overall=overall,
-            single_label_bi=single_label_bi,
-        ),
-        interval,
-        min_roles,
-    )
+    undefined (a condition without data) are left out. ``args`` and ``options``:
+    :func:`level_replicates`'s."""
+    return bootstrap_frame(level_replicates(attributes, *args, **options), interval, min_roles)
 
 
 def level_replicates(
@@ -506,7 +476,7 @@ def _bootstrap_vectorised(
     data: _BootstrapData, replicates: int, seed: int, draws: str = "paired"
 ) -> pl.DataFrame:
     estimate, boot = _bootstrap_arrays(data, replicates, seed, draws)
-    return _bootstrap_frame(data, estimate, boot, replicates, seed, draws)
+    return bootstrap_frame(_level_replicates(data, estimate, boot, replicates, seed, draws))
 
 
 def _bootstrap_arrays(

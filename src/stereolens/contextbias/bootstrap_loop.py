@@ -9,10 +9,11 @@ import polars as pl
 
 from stereolens.contextbias.bootstrap import (
     _bootstrap_data,
-    _bootstrap_frame,
     _BootstrapData,
+    _level_replicates,
     _replicate_bi,
     _role_draws,
+    bootstrap_frame,
 )
 from stereolens.contextbias.schema import AttributeSchema
 
@@ -42,4 +43,5 @@ def _bootstrap_loop(data: _BootstrapData, replicates: int, seed: int) -> pl.Data
             pooled = g.counts[draws[b]].sum(0, keepdims=True)
             per.append(_replicate_bi(g, pooled, data))
         boot.append(np.concatenate(per))
-    return _bootstrap_frame(data, np.stack(estimate), np.stack(boot), replicates, seed)
+    lv = _level_replicates(data, np.stack(estimate), np.stack(boot), replicates, seed)
+    return bootstrap_frame(lv)

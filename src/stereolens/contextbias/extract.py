@@ -14,10 +14,10 @@ from typing import Any
 import yaml
 
 from stereolens.contextbias.schema import AttributeSchema
-from stereolens.ids import sha256_file
 from stereolens.models.ask import (
     ResponseCache,
-    ask_items,
+    ask_images,
+    image_hashes,
     parse_json_object,
     request_seed,
 )
@@ -140,16 +140,7 @@ def extract_images(
     json_schema = schema.json_schema
     user_text = prompt.user_text(schema)
 
-    shas: list[str | None] = []
-    unreadable: dict[int, str] = {}
-    for i, item in enumerate(items):
-        sha = item.get("image_sha256") if isinstance(item, dict) else None
-        if sha is None:
-            try:
-                sha = sha256_file(item["image_path"])
-            except (KeyError, TypeError, OSError) as exc:
-                unreadable[i] = f"image not readable: {type(exc).__name__}: {exc}"
-        shas.append(sha)
+    shas, unreadable = image_hashes(items)
 
     def request(i: int, attempt: int) -> VLMRequest:
         item = items[i]
@@ -164,23 +155,11 @@ def extract_images(
             attempt=attempt,
         )
 
-    log(
-        f"extract {spec.name}: {len(items) - len(unreadable)} image(s) to read"
-        + (f", {len(unreadable)} unreadable" if unreadable else "")
-    )
-    asked = ask_items(
-        vlm,
-        spec,
-        request,
-        len(items),
-        validate=lambda _i, text: check_answer(text, schema),
-        max_attempts=max_attempts,
-        cache=cache if temperature == 0 else None,
-        image_sha=shas,
-        label=f"extract {spec.name}",
-        log=log,
-        skip=list(unreadable),
-    )
+    asked = ask_images(
+        vlm, spec, request, shas, temperature=temperature, cache=cache,
+        label=f"extract {spec.name}", log=log, skip=list(unreadable),
+        validate=lambda _i, text: check_answer(text, schema), max_attempts=max_attempts,
+    )  # fmt: skip
 
     records = []
     for i, (item, a) in enumerate(zip(items, asked, strict=True)):

@@ -13,6 +13,7 @@ from stereolens.metrics.group_audit import (
     RATE_COLUMNS,
     group_gaps,
     group_rates,
+    induced_shares,
     with_pooled,
 )
 
@@ -114,12 +115,11 @@ INDUCED_FORMULA = (
 
 def induced_bi(accuracy: np.ndarray) -> float:
     """The BI the per-group accuracies alone give the group dimension (INDUCED_FORMULA)."""
-    a = np.asarray(accuracy, dtype=float)
-    if a.size < 2 or not np.isfinite(a).all() or a.sum() <= 0:
+    q = induced_shares(accuracy)
+    if q is None:
         return float("nan")
-    q = a / a.sum()
     h = -np.sum(np.where(q > 0, q * np.log(np.where(q > 0, q, 1.0)), 0.0))
-    return float(1 - h / np.log(a.size))
+    return float(1 - h / np.log(q.size))
 
 
 def audit_items(

@@ -3,19 +3,16 @@ workflow scripts, usable from Python). Heavy imports happen only inside."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 
 from stereolens.atomic import write_jsonl
 from stereolens.contextbias.prompts import build_prompts, shard_items
-from stereolens.models.job import ModelJob, limit_threads, read_shard_metadata
+from stereolens.models.job import ModelJob, limit_threads
 
 __all__ = [
     "extract_contextbias_shard",
     "generation_items",
     "limit_threads",  # re-exported: other jobs import it from here
-    "read_image_metadata",
 ]
 
 VALIDATION = "VAL"
@@ -82,10 +79,6 @@ def generation_items(
     return items
 
 
-def read_image_metadata(images_dir: str | Path) -> list[dict]:
-    return read_shard_metadata(images_dir, CARRIED_KEYS)
-
-
 def extract_contextbias_shard(
     job: ModelJob,
     extractor: str,
@@ -100,17 +93,14 @@ def extract_contextbias_shard(
     from stereolens.contextbias.schema import AttributeSchema
 
     log = job.log
-    items = read_image_metadata(images_dir)
     schema = AttributeSchema.load(schema_path)
     prompt = ExtractionPrompt.load(prompt_path)
-    log.info("%d images", len(items))
-    records = job.run(
-        extractor,
-        lambda vlm: extract_images(
+    items, records = job.read_shard(
+        extractor, images_dir, CARRIED_KEYS,
+        lambda vlm, items: extract_images(
             vlm.model, items, schema, prompt, vlm.spec,
             max_attempts=max_attempts, cache=vlm.cache, log=log.info,
         ),
-        what=f"on {images_dir}",
     )  # fmt: skip
     if len(records) != len(items):
         raise RuntimeError(f"extraction returned {len(records)} records for {len(items)} images")

@@ -266,22 +266,16 @@ def _enabled(config: dict[str, Any]) -> bool:
     return bool(config.get("contextbias", {}).get("generators"))
 
 
-BENCHMARK = Benchmark(
+BENCHMARK = Benchmark.from_functions(
+    globals(),
     name="contextbias",
     title="ContextBias",
-    enabled=_enabled,
-    check=_check,
-    jobs=_jobs,
-    targets=_targets,
-    models=_models,
-    report_tables=_report_tables,
     generation_items="stereolens.contextbias.jobs:generation_items",
     generation_prompts=prompt_bank,
     generation_settings=generation_settings,
     report_paths=REPORT_PATHS,
     unordered_models=("generators", "extractors"),
     report_sections="stereolens.contextbias.report",
-    size=_size,
     rules=(
         "workflow/rules/inputs/contextbias.smk",
         "workflow/rules/contextbias.smk",

@@ -152,29 +152,18 @@ def _restore_extractor(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def validation_details(
-    attributes: pl.DataFrame,
-    images: pl.DataFrame,
-    truth: ValidationTruth | pl.DataFrame,
-    *,
-    include_implied: bool = False,
-    use_canonical: bool = True,
-) -> pl.DataFrame:
+def validation_details(attributes: pl.DataFrame, images: pl.DataFrame, truth, **options: bool):
     """One row per (generated image of a validation prompt, expected pair): the image's
     labels in that dimension (``extracted``), whether it was extracted (``ok``), and the
     outcome flags ``correct`` (true positive) and ``other_label`` (false positive), as
-    defined in :func:`validation_scores`. Images of other prompts are ignored."""
-    return _restore_extractor(_details(attributes, images, truth, include_implied, use_canonical))
+    defined in :func:`validation_scores`, whose keyword ``options`` it takes. Images of
+    other prompts are ignored."""
+    return _restore_extractor(_details(attributes, images, truth, **options))
 
 
-def _details(
-    attributes: pl.DataFrame,
-    images: pl.DataFrame,
-    truth: ValidationTruth | pl.DataFrame,
-    include_implied: bool,
-    use_canonical: bool,
-) -> pl.DataFrame:
-    """validation_details with a null extractor spelled _NO_EXTRACTOR (joins skip nulls)."""
+def _details(attributes, images, truth, include_implied=False, use_canonical=True):
+    """validation_details (the arguments of validation_scores) with a null extractor spelled
+    _NO_EXTRACTOR (joins skip nulls)."""
     need_img = [c for c in ("model", "prompt_id", "image_id") if c not in images.columns]
     if need_img:
         raise ValueError(f"images table lacks columns {need_img}")

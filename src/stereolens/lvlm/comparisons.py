@@ -19,6 +19,8 @@ widened by the paired bootstrap's spread of d.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import polars as pl
 
@@ -101,6 +103,57 @@ def _notes(rows, key, minimum: int) -> dict:
     }
 
 
+def _compare_groups(
+    frame: pl.DataFrame,
+    by: list[str],
+    column: str,
+    replicates: dict,
+    *,
+    describe: Callable[..., tuple[str, str]],
+    min_images: int,
+    level: float,
+    resampling: str,
+    bracket: bool = False,
+) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
+    """Comparison and rank frames of ``column`` per group of ``frame`` by ``by``
+    (``describe(*group)``: its metric and scope) in every family of (model, setting) cells
+    with a finite value and replicates (keyed (model, setting, *group)), better = lower; with
+    ``bracket`` (TVD scores), the noise-floor bracket of the cells' null_mean."""
+    cmp, rk = [], []
+    if frame.height == 0 or not replicates:
+        return cmp, rk
+    for group, sub in frame.group_by(*by, maintain_order=True):
+        reps = {k[:2]: v for k, v in replicates.items() if k[2:] == group}
+        rows = list(sub.iter_rows(named=True))
+        est = {
+            (r["model"], r["setting"]): r[column]
+            for r in rows
+            if (r["model"], r["setting"]) in reps and np.isfinite(r[column])
+        }
+        notes = _notes(rows, lambda r: (r["model"], r["setting"]), min_images)
+        nulls = {(r["model"], r["setting"]): r["null_mean"] for r in rows} if bracket else {}
+        metric, scope = describe(*group)
+        for family, keys, variants in _families(est):
+            if len(keys) < 2:
+                continue
+            c, r = C.compare(
+                {lab: est[k] for lab, k in keys.items()},
+                {lab: reps[k] for lab, k in keys.items()},
+                withheld={lab: notes.get(k) for lab, k in keys.items()},
+                benchmark=BENCHMARK,
+                metric=metric,
+                scope=f"{scope}, {family}",
+                better="lower",
+                paired=True,
+                variants=variants,
+                level=level,
+                resampling=resampling,
+            )
+            cmp.append(_bracket(c, keys, reps, nulls, level) if bracket else c)
+            rk.append(r)
+    return cmp, rk
+
+
 def tvd_comparisons(
     scores: pl.DataFrame,
     replicates: dict,
@@ -111,39 +164,11 @@ def tvd_comparisons(
     ``replicates_out``: per (model, setting, task, axis) the paired bootstrap replicates);
     a pair with a model below ``min_images_per_group`` user images per group (the scores'
     ``images_per_group``) is withheld (:func:`stereolens.metrics.compare.withhold`)."""
-    cmp, rk = [], []
-    if scores.height == 0 or not replicates:
-        return cmp, rk
-    for (task, axis), sub in scores.group_by("task", "axis", maintain_order=True):
-        est = {
-            (r["model"], r["setting"]): r["score"]
-            for r in sub.iter_rows(named=True)
-            if (r["model"], r["setting"], task, axis) in replicates and np.isfinite(r["score"])
-        }
-        nulls = {(r["model"], r["setting"]): r["null_mean"] for r in sub.iter_rows(named=True)}
-        notes = _notes(
-            sub.iter_rows(named=True), lambda r: (r["model"], r["setting"]), min_images_per_group
-        )
-        reps = {k: replicates[(k[0], k[1], task, axis)] for k in est}
-        for scope, keys, variants in _families(est):
-            if len(keys) < 2:
-                continue
-            c, r = C.compare(
-                {lab: est[k] for lab, k in keys.items()},
-                {lab: reps[k] for lab, k in keys.items()},
-                withheld={lab: notes.get(k) for lab, k in keys.items()},
-                benchmark=BENCHMARK,
-                metric=f"{task} TVD x100",
-                scope=f"{axis}, {scope}",
-                better="lower",
-                paired=True,
-                resampling=TVD_RESAMPLING,
-                variants=variants,
-                level=level,
-            )
-            cmp.append(_bracket(c, keys, reps, nulls, level))
-            rk.append(r)
-    return cmp, rk
+    return _compare_groups(
+        scores, ["task", "axis"], "score", replicates,
+        describe=lambda task, axis: (f"{task} TVD x100", axis), bracket=True,
+        min_images=min_images_per_group, level=level, resampling=TVD_RESAMPLING,
+    )  # fmt: skip
 
 
 def refusal_replicates(images: pl.DataFrame, n_boot: int, seed: int) -> dict:
@@ -181,38 +206,13 @@ def refusal_comparisons(
     """Comparison and rank frames of the refusal rates per task (group "*" rows of
     metrics.refusals), better = lower; a pair with a model below ``min_images_per_group``
     user images per group (the refusals' ``images_per_group``) is withheld."""
-    cmp, rk = [], []
-    if refusals.height == 0 or not replicates:
-        return cmp, rk
-    overall = refusals.filter((pl.col("axis") == "*") & (pl.col("group") == "*"))
-    for (task,), sub in overall.group_by("task", maintain_order=True):
-        est = {
-            (r["model"], r["setting"]): r["rate"]
-            for r in sub.iter_rows(named=True)
-            if (r["model"], r["setting"], task) in replicates and np.isfinite(r["rate"])
-        }
-        notes = _notes(
-            sub.iter_rows(named=True), lambda r: (r["model"], r["setting"]), min_images_per_group
-        )
-        for scope, keys, variants in _families(est):
-            if len(keys) < 2:
-                continue
-            c, r = C.compare(
-                {lab: est[k] for lab, k in keys.items()},
-                {lab: replicates[(*k, task)] for lab, k in keys.items()},
-                withheld={lab: notes.get(k) for lab, k in keys.items()},
-                benchmark=BENCHMARK,
-                metric="refusal rate %",
-                scope=f"{task}, {scope}",
-                better="lower",
-                paired=True,
-                resampling=REFUSAL_RESAMPLING,
-                variants=variants,
-                level=level,
-            )
-            cmp.append(c)
-            rk.append(r)
-    return cmp, rk
+    if refusals.height == 0:
+        return [], []
+    return _compare_groups(
+        refusals.filter((pl.col("axis") == "*") & (pl.col("group") == "*")), ["task"], "rate",
+        replicates, describe=lambda task: ("refusal rate %", task), bracket=False,
+        min_images=min_images_per_group, level=level, resampling=REFUSAL_RESAMPLING,
+    )  # fmt: skip
 
 
 def tables(cmp: list[pl.DataFrame], rk: list[pl.DataFrame]) -> dict[str, pl.DataFrame]:

@@ -268,18 +268,12 @@ def _report_tables(config: dict) -> dict[str, str]:
     return {k: v for k, v in REPORT_PATHS.items() if reading or not k.startswith("story_")}
 
 
-BENCHMARK = Benchmark(
+BENCHMARK = Benchmark.from_functions(
+    globals(),
     name="lvlm",
     title="LVLM bias with the user photo as context",
-    enabled=_enabled,
-    check=_check,
-    jobs=_jobs,
-    targets=_targets,
-    models=_models,
-    report_tables=_report_tables,
     report_paths=REPORT_PATHS,
     report_sections="stereolens.lvlm.report",
-    size=_size,
     rules=(
         "workflow/rules/inputs/lvlm.smk",
         "workflow/rules/lvlm.smk",

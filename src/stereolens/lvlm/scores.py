@@ -51,10 +51,6 @@ FORMULAS: dict[str, dict[str, str]] = {
     },
 }
 DEFAULT_FORMULAS = {"story": "story_tvd", "term": "term_tvd", "exam": "exam_tvd"}
-# the default formulas' descriptions, as the tests and the report read them
-STORY_FORMULA = FORMULAS["story"]["story_tvd"]
-TERM_FORMULA = FORMULAS["term"]["term_tvd"]
-EXAM_FORMULA = FORMULAS["exam"]["exam_tvd"]
 MAX_CELLS = 4_000_000
 """Replicates x units per batch of the bootstrap and the permutation null (bounds memory)."""
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from stereolens.metrics.group_audit import MIN_CLUSTERS, group_gaps, group_rates
+from stereolens.metrics.group_audit import MIN_CLUSTERS, group_gaps, group_rates, induced_shares
 from stereolens.paths import resource
 from stereolens.validation import ConfigError, load_yaml
 
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 SAMPLE_VERSION = "stereolens-story-reading/1"
 DEFAULT_SAMPLE = ("lvlm", "story_reading.v1.yaml")
 PLACEHOLDERS = ("descriptor", "subj", "Subj", "obj", "poss", "Poss")
-AXIS_OF = {"gender": 0, "race": 1}
 
 
 def load_sample(path: str | os.PathLike | None = None, prompts: dict | None = None) -> dict:
@@ -249,10 +248,8 @@ INDUCED_FORMULA = (
 
 def induced_tvd(accuracy: np.ndarray) -> float:
     """The story TVD (a share) the per-group accuracies alone produce (INDUCED_FORMULA)."""
-    a = np.asarray(accuracy, dtype=float)
-    if a.size < 2 or not np.isfinite(a).all() or a.sum() <= 0:
-        return float("nan")
-    return float(0.5 * np.abs(a / a.sum() - 1.0 / a.size).sum())
+    q = induced_shares(accuracy)
+    return float("nan") if q is None else float(0.5 * np.abs(q - 1.0 / q.size).sum())
 
 
 def reading_items(items: pl.DataFrame, axes: list[str]) -> pl.DataFrame:

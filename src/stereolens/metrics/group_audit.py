@@ -216,6 +216,16 @@ def simultaneous_gap(
     return lo, hi, crit
 
 
+def induced_shares(accuracy) -> np.ndarray | None:
+    """a_g / sum_h a_h: each group's share of the correct readings when every group is
+    equally common, what per-group accuracies alone make of an unbiased cell; None below
+    two groups or without a finite positive sum."""
+    a = np.asarray(accuracy, dtype=float)
+    if a.size < 2 or not np.isfinite(a).all() or a.sum() <= 0:
+        return None
+    return a / a.sum()
+
+
 def difference_test(correct: np.ndarray, total: np.ndarray) -> tuple[str, float]:
     """(test, p) of equal accuracy across groups from per-group correct and total counts:
     Fisher's exact test for two groups with an expected count below 5, else Pearson's

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from stereolens.atomic import write_json
-from stereolens.ids import sha256_bytes, stable_id
+from stereolens.ids import sha256_bytes, sha256_file, stable_id
 
 logger = logging.getLogger(__name__)
 
@@ -433,3 +433,44 @@ def ask_items(
                 still.append(i)
         pending = still
     return state
+
+
+def image_hashes(items: Sequence[Any]) -> tuple[list[str | None], dict[int, str]]:
+    """Each item's ``image_sha256``, its ``image_path`` hashed where it has none, and by
+    item index why an image could not be read (that item's hash None)."""
+    shas: list[str | None] = []
+    unreadable: dict[int, str] = {}
+    for i, item in enumerate(items):
+        sha = item.get("image_sha256") if isinstance(item, dict) else None
+        if sha is None:
+            try:
+                sha = sha256_file(item["image_path"])
+            except (KeyError, TypeError, OSError) as exc:
+                unreadable[i] = f"image not readable: {type(exc).__name__}: {exc}"
+        shas.append(sha)
+    return shas, unreadable
+
+
+def ask_images(
+    vlm: Any,
+    spec: Any,
+    build: Callable[[int, int], Any],
+    image_sha: Sequence[str | None],
+    *,
+    temperature: float,
+    cache: ResponseCache | None,
+    label: str,
+    log: Log,
+    skip: Sequence[int] = (),
+    **options: Any,
+) -> list[Asked]:
+    """:func:`ask_items` over one item per image (``image_sha``), the images in ``skip``
+    unreadable: logs how many are read, and caches only deterministic requests
+    (``temperature`` 0)."""
+    n = len(image_sha)
+    log(f"{label}: {n - len(skip)} image(s) to read" + (f", {len(skip)} unreadable" * bool(skip)))
+    cache = cache if temperature == 0 else None
+    return ask_items(
+        vlm, spec, build, n, cache=cache, image_sha=image_sha, label=label, log=log, skip=skip,
+        **options,
+    )  # fmt: skip

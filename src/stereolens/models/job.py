@@ -201,6 +201,17 @@ class ModelJob:
             model = load_registry(self.registry_path)[model]
         return model.with_batch_size(self.batch_size)
 
+    def read_shard(
+        self, model: str, images_dir: str, keys, read: Callable[[LoadedModel, list[dict]], R]
+    ) -> tuple[list[dict], R]:
+        """The images of a finished generation shard (:func:`read_shard_metadata` with
+        ``keys``) and what ``read(loaded, items)`` makes of them with ``model`` (:meth:`run`,
+        timed per image): the body of an extraction or VQA job."""
+        items = read_shard_metadata(images_dir, keys)
+        self.log.info("%d images", len(items))
+        rows = self.run(model, lambda m: read(m, items), what=f"on {images_dir}", items=len(items))
+        return items, rows
+
     def run(
         self,
         model: str | ModelSpec,

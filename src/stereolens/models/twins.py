@@ -176,10 +176,6 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def scaled_steps(value: Any) -> Any:
-    return min(int(value), MAX_STEPS) if value is not None else None
-
-
 def twin_spec(
     spec: ModelSpec,
     root: str | Path | None = None,

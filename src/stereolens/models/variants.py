@@ -9,9 +9,6 @@ from typing import Any
 
 from stereolens.validation import ConfigError
 
-VARIANT_KEYS = ("prompt_intervention", "semantic_guidance", "lora")
-"""Generator settings that change a model into a debiasing variant."""
-
 _PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 
 

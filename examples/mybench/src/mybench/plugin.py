@@ -55,19 +55,10 @@ REPORT_PATHS = {"mybench_scores": LAYOUT.path("metrics", table="scores")}
 """Every table the report can read of MyBench (`stereolens report --results` looks there)."""
 
 
-def _report_tables(config):
-    return dict(REPORT_PATHS)  # the part of REPORT_PATHS that this config writes
-
-
-BENCHMARK = Benchmark(
+BENCHMARK = Benchmark.from_functions(
+    globals(),  # its callables: _enabled, _check, _jobs, _targets, _models above
     name="mybench",
     title="MyBench",
-    enabled=_enabled,
-    check=_check,
-    jobs=_jobs,
-    targets=_targets,
-    models=_models,
-    report_tables=_report_tables,
     report_paths=REPORT_PATHS,
     report_sections="mybench.report",  # a module name: the report imports it, not the plug-in
     rules=(str(HERE / "rules" / "mybench.smk"),),  # absolute: shipped in this package

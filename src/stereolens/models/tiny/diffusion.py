@@ -115,7 +115,7 @@ def build_tiny_diffusion(out_dir: str | Path, seed: int = 0) -> Path:
     from diffusers import DDIMScheduler, StableDiffusionPipeline
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    from stereolens.models.tiny.twins.diffusion import unet_sd, vae_kl
+    from stereolens.models.tiny.twins.diffusion import SD_SCHEDULE, unet_sd, vae_kl
 
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -146,14 +146,7 @@ def build_tiny_diffusion(out_dir: str | Path, seed: int = 0) -> Path:
                     pad_token_id=vocab[EOS],
                 )
             )
-        scheduler = DDIMScheduler(
-            beta_start=0.00085,
-            beta_end=0.012,
-            beta_schedule="scaled_linear",
-            clip_sample=False,
-            set_alpha_to_one=False,
-            steps_offset=1,
-        )
+        scheduler = DDIMScheduler(**SD_SCHEDULE, clip_sample=False, set_alpha_to_one=False)
         pipe = StableDiffusionPipeline(
             vae=vae,
             text_encoder=text_encoder,

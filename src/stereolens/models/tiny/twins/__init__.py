@@ -48,82 +48,55 @@ _T = "stereolens.models.tiny.twins.diffusion_transformers"
 _L = "stereolens.models.tiny.twins.language"
 _I = "stereolens.models.tiny.twins.internvl"
 
+
+def _generator(name: str, pipeline: str, target: str, resolution: int = 32, **more: Any):
+    return TwinBuilder(name, "generator", pipeline, target, resolution=resolution, **more)
+
+
+def _vlm(name: str, model_class: str, target: str, runner: str = "model") -> TwinBuilder:
+    return TwinBuilder(name, "vlm", model_class, target, runner=runner)
+
+
+_SDXL = "StableDiffusionXLPipeline"
+_INTERNVL = "InternVLForConditionalGeneration"
 BUILDERS: dict[str, TwinBuilder] = {
     b.name: b
     for b in (
-        TwinBuilder("sd15", "generator", "StableDiffusionPipeline", f"{_D}:build_sd15", 1, 32),
+        _generator("sd15", "StableDiffusionPipeline", f"{_D}:build_sd15"),
+        _generator("sdxl-base", _SDXL, f"{_D}:build_sdxl_base"),
+        _generator("sdxl-turbo", _SDXL, f"{_D}:build_sdxl_turbo"),
+        _generator("playground-v2.5", _SDXL, f"{_D}:build_playground_v25"),
         TwinBuilder(
-            "sdxl-base", "generator", "StableDiffusionXLPipeline", f"{_D}:build_sdxl_base", 1, 32
+            "sdxl-lora", "lora", "LoRA (SDXL UNet)", f"{_D}:build_sdxl_lora", base="sdxl-base"
         ),
-        TwinBuilder(
-            "sdxl-turbo", "generator", "StableDiffusionXLPipeline", f"{_D}:build_sdxl_turbo", 1, 32
-        ),
-        TwinBuilder(
-            "playground-v2.5",
-            "generator",
-            "StableDiffusionXLPipeline",
-            f"{_D}:build_playground_v25",
-            1,
-            32,
-        ),
-        TwinBuilder(
-            "sdxl-lora", "lora", "LoRA (SDXL UNet)", f"{_D}:build_sdxl_lora", 1, base="sdxl-base"
-        ),
-        TwinBuilder("sd3.5", "generator", "StableDiffusion3Pipeline", f"{_T}:build_sd35", 1, 32),
-        TwinBuilder("flux.1-dev", "generator", "FluxPipeline", f"{_T}:build_flux_dev", 1, 32),
-        TwinBuilder(
-            "qwen-image", "generator", "QwenImagePipeline", f"{_T}:build_qwen_image", 1, 32
-        ),
-        TwinBuilder(
-            "pixart-sigma", "generator", "PixArtSigmaPipeline", f"{_T}:build_pixart_sigma", 1, 256
-        ),
-        TwinBuilder(
+        _generator("sd3.5", "StableDiffusion3Pipeline", f"{_T}:build_sd35"),
+        _generator("flux.1-dev", "FluxPipeline", f"{_T}:build_flux_dev"),
+        _generator("qwen-image", "QwenImagePipeline", f"{_T}:build_qwen_image"),
+        _generator("pixart-sigma", "PixArtSigmaPipeline", f"{_T}:build_pixart_sigma", 256),
+        _generator(
             "stable-cascade",
-            "generator",
             "StableCascadeCombinedPipeline",
             f"{_T}:build_stable_cascade",
-            1,
             128,
             wants_final_dir=True,
         ),
-        TwinBuilder(
-            "qwen2.5-vl",
-            "vlm",
-            "Qwen2_5_VLForConditionalGeneration",
-            f"{_L}:build_qwen25_vl",
-            runner="model",
+        _vlm("qwen2.5-vl", "Qwen2_5_VLForConditionalGeneration", f"{_L}:build_qwen25_vl"),
+        _vlm(
+            "llava-next", "LlavaNextForConditionalGeneration", f"{_L}:build_llava_next", "backend"
         ),
-        TwinBuilder(
-            "llava-next", "vlm", "LlavaNextForConditionalGeneration", f"{_L}:build_llava_next"
-        ),
-        TwinBuilder(
+        _vlm(
             "llava-onevision",
-            "vlm",
             "LlavaOnevisionForConditionalGeneration",
             f"{_L}:build_llava_onevision",
-            runner="model",
         ),
-        TwinBuilder("gemma3", "vlm", "Gemma3ForConditionalGeneration", f"{_L}:build_gemma3"),
-        TwinBuilder(
-            "internvl3",
-            "vlm",
-            "InternVLForConditionalGeneration",
-            f"{_I}:build_internvl3",
-            runner="model",
-        ),
-        TwinBuilder(
-            "internvl3.5",
-            "vlm",
-            "InternVLForConditionalGeneration",
-            f"{_I}:build_internvl35",
-            runner="model",
-        ),
-        TwinBuilder(
+        _vlm("gemma3", "Gemma3ForConditionalGeneration", f"{_L}:build_gemma3", "backend"),
+        _vlm("internvl3", _INTERNVL, f"{_I}:build_internvl3"),
+        _vlm("internvl3.5", _INTERNVL, f"{_I}:build_internvl35"),
+        _vlm(
             "mini-internvl-v1.5",
-            "vlm",
             "InternVLChatModel (vLLM)",
             f"{_I}:build_mini_internvl_v15",
-            runner="vllm",
+            "vllm",
         ),
         TwinBuilder("qwen3", "llm", "Qwen3ForCausalLM", f"{_L}:build_qwen3"),
     )

@@ -12,6 +12,11 @@ from stereolens.models.tiny.twins import tokenizers as toks
 TEXT = 32
 """Hidden size of the tiny CLIP and T5 text encoders."""
 
+SD_SCHEDULE = dict(
+    beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", steps_offset=1
+)
+"""The noise schedule of Stable Diffusion 1.x and SDXL."""
+
 
 # ----------------------------------------------------------------- components
 def _seeded(seed: int):
@@ -147,14 +152,7 @@ def build_sd15(out_dir: Path, seed: int = 0) -> None:
         text_encoder=clip_text(tokenizer, seed + 2),
         tokenizer=tokenizer,
         unet=unet_sd(seed, cross_attention_dim=TEXT),
-        scheduler=PNDMScheduler(
-            beta_start=0.00085,
-            beta_end=0.012,
-            beta_schedule="scaled_linear",
-            skip_prk_steps=True,
-            set_alpha_to_one=False,
-            steps_offset=1,
-        ),
+        scheduler=PNDMScheduler(**SD_SCHEDULE, skip_prk_steps=True, set_alpha_to_one=False),
         safety_checker=safety,
         feature_extractor=CLIPImageProcessor(
             size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
@@ -195,15 +193,7 @@ def _sdxl(out_dir: Path, seed: int, scheduler, vae_config: dict | None = None) -
     _save(pipe, out_dir, variant="fp16")
 
 
-def _sdxl_scheduler_config() -> dict[str, Any]:
-    return {
-        "beta_start": 0.00085,
-        "beta_end": 0.012,
-        "beta_schedule": "scaled_linear",
-        "num_train_timesteps": 1000,
-        "prediction_type": "epsilon",
-        "steps_offset": 1,
-    }
+_SDXL_SCHEDULE = dict(SD_SCHEDULE, num_train_timesteps=1000, prediction_type="epsilon")
 
 
 def build_sdxl_base(out_dir: Path, seed: int = 0) -> None:
@@ -211,7 +201,7 @@ def build_sdxl_base(out_dir: Path, seed: int = 0) -> None:
     from diffusers import EulerDiscreteScheduler
 
     scheduler = EulerDiscreteScheduler(
-        **_sdxl_scheduler_config(),
+        **_SDXL_SCHEDULE,
         interpolation_type="linear",
         timestep_spacing="leading",
         use_karras_sigmas=False,
@@ -223,9 +213,7 @@ def build_sdxl_turbo(out_dir: Path, seed: int = 0) -> None:
     """sdxl-turbo: the SDXL architecture with ancestral Euler (trailing spacing)."""
     from diffusers import EulerAncestralDiscreteScheduler
 
-    scheduler = EulerAncestralDiscreteScheduler(
-        **_sdxl_scheduler_config(), timestep_spacing="trailing"
-    )
+    scheduler = EulerAncestralDiscreteScheduler(**_SDXL_SCHEDULE, timestep_spacing="trailing")
     _sdxl(out_dir, seed + 10, scheduler)
 
 

@@ -15,6 +15,7 @@ from stereolens.models.tiny.twins.language import (
     _save,
     _seeded,
     _text,
+    _vision,
 )
 
 INTERNVL_TEMPLATE = (
@@ -70,13 +71,10 @@ def _build_internvl(out_dir: Path, seed: int, text_family: str) -> None:
     ids = tokenizer.convert_tokens_to_ids
     family = {"qwen2": Qwen2Config, "qwen3": Qwen3Config}[text_family]
     text = _text(family, tokenizer, eos_token_id=ids("<|im_end|>"), rope_theta=1000000.0)
-    vision = InternVLVisionConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=1,
-        image_size=INTERNVL_IMAGE,
-        patch_size=INTERNVL_PATCH,
+    vision = _vision(
+        InternVLVisionConfig,
+        INTERNVL_IMAGE,
+        INTERNVL_PATCH,
         attention_bias=True,
         use_qk_norm=False,
         norm_type="layer_norm",
@@ -100,16 +98,10 @@ def _build_internvl(out_dir: Path, seed: int, text_family: str) -> None:
         min_patches=1,
         max_patches=INTERNVL_MAX_TILES,
     )
-    _save(out_dir, model, tokenizer, image_processor)
-    # InternVLProcessor's settings as the -hf repositories' processor_config.json holds
-    # them (the processor itself needs torchvision for its video processor, see above)
-    processor_config = {
-        "processor_class": "InternVLProcessor",
-        "image_seq_length": INTERNVL_TILE_TOKENS,
-    }
-    (out_dir / "processor_config.json").write_text(
-        json.dumps(processor_config, indent=2) + "\n", encoding="utf-8"
-    )
+    # InternVLProcessor's settings (the processor itself needs torchvision for its video
+    # processor, see above)
+    settings = {"processor_class": "InternVLProcessor", "image_seq_length": INTERNVL_TILE_TOKENS}
+    _save(out_dir, model, tokenizer, image_processor, processor_config=settings)
 
 
 def build_internvl3(out_dir: Path, seed: int = 0) -> None:

@@ -33,18 +33,20 @@ def _text(family_config, tokenizer, **extra: Any):
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    base = dict(
+    base = dict(_decoder(tokenizer), head_dim=HEAD_DIM, max_position_embeddings=32768)
+    return family_config(**{**base, **ids, **extra})
+
+
+def _decoder(tokenizer) -> dict[str, Any]:
+    return dict(
         vocab_size=len(tokenizer),
         hidden_size=HIDDEN,
         intermediate_size=128,
         num_hidden_layers=2,
         num_attention_heads=HEADS,
         num_key_value_heads=1,
-        head_dim=HEAD_DIM,
-        max_position_embeddings=32768,
         tie_word_embeddings=False,
     )
-    return family_config(**{**base, **ids, **extra})
 
 
 def _vision(family_config, image_size: int, patch_size: int, **extra: Any):
@@ -101,7 +103,11 @@ def _save(
     image_processor=None,
     processor=None,
     rename: tuple[str, str] | None = None,
+    processor_config: dict | None = None,
 ) -> None:
+    """save_pretrained of the model and its processor (or tokenizer and image processor);
+    ``processor_config``: the processor's settings as the hub's processor_config.json holds
+    them, where the processor itself cannot be built here to save them."""
     model.save_pretrained(str(out_dir))
     if rename is not None:
         _hub_layout(out_dir, model, rename)
@@ -111,6 +117,9 @@ def _save(
     tokenizer.save_pretrained(str(out_dir))
     if image_processor is not None:
         image_processor.save_pretrained(str(out_dir))
+    if processor_config is not None:
+        text = json.dumps(processor_config, indent=2) + "\n"
+        (out_dir / "processor_config.json").write_text(text, encoding="utf-8")
 
 
 # ----------------------------------------------------------------- Qwen2.5-VL
@@ -146,19 +155,13 @@ def build_qwen25_vl(out_dir: Path, seed: int = 0) -> None:
     tokenizer = toks.qwen2_tokenizer(chat_template=QWEN_VL_TEMPLATE)
     ids = tokenizer.convert_tokens_to_ids
     text = dict(
-        vocab_size=len(tokenizer),
-        hidden_size=HIDDEN,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=HEADS,
-        num_key_value_heads=1,
+        _decoder(tokenizer),
         max_position_embeddings=128000,
         rope_scaling={"type": "mrope", "rope_type": "default", "mrope_section": [4, 6, 6]},
         rope_theta=1000000.0,
         bos_token_id=ids("<|endoftext|>"),
         eos_token_id=ids("<|im_end|>"),
         pad_token_id=ids("<|endoftext|>"),
-        tie_word_embeddings=False,
     )
     config = Qwen2_5_VLConfig(
         text_config=text,
@@ -304,10 +307,7 @@ def build_llava_onevision(out_dir: Path, seed: int = 0) -> None:
     image_processor = LlavaOnevisionImageProcessorPil(
         size={"height": LLAVA_IMAGE, "width": LLAVA_IMAGE}, image_grid_pinpoints=pinpoints
     )
-    _save(out_dir, model, tokenizer, image_processor, rename=HUB_VISION_PREFIX)
-    # The processor's own settings, as the hub repository's processor_config.json holds
-    # them (the processor itself cannot be built here to save them; where torchvision is
-    # installed AutoProcessor assembles it from these files)
+    # where torchvision is installed AutoProcessor assembles the processor from these files
     processor_config = {
         "processor_class": "LlavaOnevisionProcessor",
         "image_token": "<image>",
@@ -316,8 +316,13 @@ def build_llava_onevision(out_dir: Path, seed: int = 0) -> None:
         "vision_feature_select_strategy": "full",
         "vision_aspect_ratio": "anyres_max_9",
     }
-    (out_dir / "processor_config.json").write_text(
-        json.dumps(processor_config, indent=2) + "\n", encoding="utf-8"
+    _save(
+        out_dir,
+        model,
+        tokenizer,
+        image_processor,
+        rename=HUB_VISION_PREFIX,
+        processor_config=processor_config,
     )
 
 

@@ -19,6 +19,12 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
+# No SLURM controller for the tests (tests/data/slurm/no-controller.conf says why: about 9 s
+# of wall time saved per snakemake process where SLURM's client is installed). The real
+# cluster test (test_slurm.py, fixture slurm_client_conf) puts SLURM_CONF_OUTSIDE back.
+SLURM_CONF_OUTSIDE = os.environ.get("SLURM_CONF")
+os.environ["SLURM_CONF"] = str(ROOT / "tests/data/slurm/no-controller.conf")
+
 
 @pytest.fixture(scope="session")
 def repo_root() -> Path:

@@ -4,6 +4,7 @@ import importlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -147,6 +148,29 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> 
             raise
         done.touch()
     return dest
+
+
+def planned_jobs(tmp_path_factory, config: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """`snakemake -n --quiet rules --configfile CONFIG` (the jobs planned per rule) in a copy
+    of the workflow, run once per pytest run and shared by the tests that count its jobs
+    (:func:`built_once`; the paper-scale plan takes about 24 s of CPU). Returns the copy
+    (a dry run must leave no ``results/`` there) and what the dry run printed."""
+    name = "dry-run-" + config.replace("/", "-").removesuffix(".yaml")
+
+    def plan(dest: Path) -> None:
+        copy_workflow(dest / "wf")
+        out = subprocess.run(
+            [str(BIN / "snakemake"), "-n", "--quiet", "rules", "--configfile", config],
+            cwd=dest / "wf",
+            env=workflow_env(),
+            capture_output=True,
+            text=True,
+        )
+        (dest / "out.json").write_text(json.dumps([out.returncode, out.stdout, out.stderr]))
+
+    dest = built_once(tmp_path_factory, name, plan)
+    rc, stdout, stderr = json.loads((dest / "out.json").read_text())
+    return dest / "wf", subprocess.CompletedProcess([], rc, stdout, stderr)
 
 
 # ---------------------------------------------------------------- tiny models, once per run

@@ -69,11 +69,16 @@ def workflow_env(**extra: str) -> dict[str, str]:
 
 # ---------------------------------------------------------------- pytest-xdist
 LONGEST_FIRST = (
-    # Snakemake runs, the vLLM engines, the SLURM cluster (earlier runs' wall times)
-    "test_faults.py",
-    "test_vllm.py",
+    # Snakemake runs, the vLLM engines, the SLURM cluster (earlier runs' wall times): the
+    # demo run, the SLURM run and the vLLM workflow (CI) about 4-5 minutes each, then the
+    # fault suite in three files; test_faults_files.py waits for test_faults.py's
+    # undisturbed run (built once), so it comes after the three long ones
     "test_workflow.py",
+    "test_faults.py",
     "test_slurm.py",
+    "test_vllm.py",
+    "test_faults_api.py",
+    "test_faults_files.py",
     "test_incremental.py",
     # CPU seconds measured one file at a time (tests/README.md, "Time")
     "test_design_power.py",

@@ -182,6 +182,35 @@ def baseline(repo_root, tmp_path_factory, tiny_models):
     return undisturbed_run(repo_root, tmp_path_factory, tiny_models)
 
 
+# what a run from nothing has made under results/contextbias/ when extraction starts
+MADE_BEFORE_EXTRACTION = {"images", "prompts.parquet"}
+RULE = {"extraction": "extract_contextbias_attributes", "metrics": "compute_contextbias_metrics"}
+
+
+def _at_stage(baseline_wd: Path, dest: Path, stage: str) -> Path:
+    """A copy of the finished undisturbed run as a run from nothing is when it gets to
+    ``stage``: the outputs of that stage and of everything after it removed (with their
+    logs; before extraction also the VLM's answer cache, so the model answers again).
+    Snakemake then plans that stage and what follows and nothing before it (checked)."""
+    shutil.copytree(baseline_wd, dest, symlinks=True)
+    tables = dest / "results/contextbias"
+    if stage == "metrics":
+        shutil.rmtree(tables / "metrics")
+        (dest / "logs/contextbias/compute_metrics.log").unlink()
+    else:
+        for path in tables.iterdir():
+            if path.name not in MADE_BEFORE_EXTRACTION:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        shutil.rmtree(dest / "results/cache/vlm")
+        for path in (dest / "logs/contextbias").iterdir():
+            if path.name not in ("generate", "write_prompts.log"):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+    plan = _snakemake(dest, "-n", "--quiet", "rules")
+    _ok(plan)
+    assert RULE[stage] in plan.stdout and "generate_images" not in plan.stdout, plan.stdout
+    return dest
+
+
 @pytest.mark.parametrize(
     ("stage", "ready"),
     [
@@ -198,7 +227,13 @@ def baseline(repo_root, tmp_path_factory, tiny_models):
     ],
 )
 def test_kill_9_then_rerun(repo_root, tmp_path, tiny_models, baseline, stage, ready):
-    wd = _seeded(repo_root, tmp_path / stage, tiny_models)
+    """kill -9 during a stage. Generation: a run from nothing; extraction and metrics: a
+    run from the point a run from nothing has reached when the stage starts (_at_stage),
+    so that the stage before it is not run again for each case."""
+    if stage == "generation":
+        wd = _seeded(repo_root, tmp_path / stage, tiny_models)
+    else:
+        wd = _at_stage(baseline[0], tmp_path / stage, stage)
     killed = _kill_when(wd, ready)
     assert killed.returncode == -signal.SIGKILL
     _recover_after_kill(wd)

@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
 from openai_server import ModelServer, free_port
-from test_faults import FAULT_VLM, KEY, _assert_same, _ok, _seeded, _snakemake, _tables
+from test_faults import (
+    FAULT_VLM,
+    KEY,
+    _assert_same,
+    _at_stage,
+    _ok,
+    _seeded,
+    _snakemake,
+    _tables,
+)
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]  # every case runs Snakemake
 
@@ -57,11 +67,23 @@ def api_baseline(repo_root, tmp_path_factory, local_model, tiny_models):
     return wd, _tables(wd)
 
 
+def _api_at_extraction(api_baseline_wd: Path, dest: Path, port: int) -> Path:
+    """The API run as a run from nothing is when extraction begins (test_faults._at_stage:
+    generation done, no extraction output, no cached answer), its endpoint on ``port``
+    (where a model is served triggers no rerun: test_api_server_moved_...)."""
+    wd = _at_stage(api_baseline_wd, dest, "extraction")
+    registry_path = wd / "config/faults_models.yaml"
+    registry = yaml.safe_load(registry_path.read_text())
+    registry["vlms"]["fault-api"]["base_url"] = f"http://127.0.0.1:{port}/v1"
+    registry_path.write_text(yaml.safe_dump(registry, sort_keys=False))
+    return wd
+
+
 def test_api_refusing_connections_fails_the_job_then_a_rerun_redoes_it(
-    repo_root, tmp_path, local_model, api_baseline, tiny_models
+    tmp_path, local_model, api_baseline
 ):
     port = free_port()  # nothing listens here yet
-    wd = _seeded(repo_root, tmp_path / "refused", tiny_models, extractor="fault-api", port=port)
+    wd = _api_at_extraction(api_baseline[0], tmp_path / "refused", port)
     down = _snakemake(wd)
     assert down.returncode != 0
     logs = "".join(p.read_text() for p in (wd / "logs/contextbias/extract").rglob("*.log"))
@@ -88,15 +110,13 @@ def test_api_refusing_connections_fails_the_job_then_a_rerun_redoes_it(
             assert KEY not in path.read_text(errors="replace"), path
 
 
-def test_api_http_500_then_recovers_within_the_job(
-    repo_root, tmp_path, local_model, api_baseline, tiny_models
-):
+def test_api_http_500_then_recovers_within_the_job(tmp_path, local_model, api_baseline):
     port = free_port()
     server = ModelServer(local_model, port=port, api_key=KEY)
     server.fail_first = 3  # the first round's requests fail, the retry gets answers
     server.start()
     try:
-        wd = _seeded(repo_root, tmp_path / "http500", tiny_models, extractor="fault-api", port=port)
+        wd = _api_at_extraction(api_baseline[0], tmp_path / "http500", port)
         _ok(_snakemake(wd))
     finally:
         server.stop()

@@ -4,6 +4,7 @@ import importlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -18,6 +19,12 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+
+# No SLURM controller for the tests (tests/data/slurm/no-controller.conf says why: about 9 s
+# of wall time saved per snakemake process where SLURM's client is installed). The real
+# cluster test (test_slurm.py, fixture slurm_client_conf) puts SLURM_CONF_OUTSIDE back.
+SLURM_CONF_OUTSIDE = os.environ.get("SLURM_CONF")
+os.environ["SLURM_CONF"] = str(ROOT / "tests/data/slurm/no-controller.conf")
 
 
 @pytest.fixture(scope="session")
@@ -62,11 +69,16 @@ def workflow_env(**extra: str) -> dict[str, str]:
 
 # ---------------------------------------------------------------- pytest-xdist
 LONGEST_FIRST = (
-    # Snakemake runs, the vLLM engines, the SLURM cluster (earlier runs' wall times)
-    "test_faults.py",
-    "test_vllm.py",
+    # Snakemake runs, the vLLM engines, the SLURM cluster (earlier runs' wall times): the
+    # demo run, the SLURM run and the vLLM workflow (CI) about 4-5 minutes each, then the
+    # fault suite in three files; test_faults_files.py waits for test_faults.py's
+    # undisturbed run (built once), so it comes after the three long ones
     "test_workflow.py",
+    "test_faults.py",
     "test_slurm.py",
+    "test_vllm.py",
+    "test_faults_api.py",
+    "test_faults_files.py",
     "test_incremental.py",
     # CPU seconds measured one file at a time (tests/README.md, "Time")
     "test_design_power.py",
@@ -141,6 +153,29 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> 
             raise
         done.touch()
     return dest
+
+
+def planned_jobs(tmp_path_factory, config: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """`snakemake -n --quiet rules --configfile CONFIG` (the jobs planned per rule) in a copy
+    of the workflow, run once per pytest run and shared by the tests that count its jobs
+    (:func:`built_once`; the paper-scale plan takes about 24 s of CPU). Returns the copy
+    (a dry run must leave no ``results/`` there) and what the dry run printed."""
+    name = "dry-run-" + config.replace("/", "-").removesuffix(".yaml")
+
+    def plan(dest: Path) -> None:
+        copy_workflow(dest / "wf")
+        out = subprocess.run(
+            [str(BIN / "snakemake"), "-n", "--quiet", "rules", "--configfile", config],
+            cwd=dest / "wf",
+            env=workflow_env(),
+            capture_output=True,
+            text=True,
+        )
+        (dest / "out.json").write_text(json.dumps([out.returncode, out.stdout, out.stderr]))
+
+    dest = built_once(tmp_path_factory, name, plan)
+    rc, stdout, stderr = json.loads((dest / "out.json").read_text())
+    return dest / "wf", subprocess.CompletedProcess([], rc, stdout, stderr)
 
 
 # ---------------------------------------------------------------- tiny models, once per run

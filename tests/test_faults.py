@@ -5,16 +5,15 @@ LVLM audit off) keeps every case to a couple of runs of about a minute.
 
 Cases (tests/README.md has the matrix of what was tried and what happens):
 kill -9 of the snakemake process group during generation, extraction and metrics; a full
-disk (a small tmpfs over results/, needs root); an API that refuses connections; an API
-that answers HTTP 500 and then recovers; an API server moved to another port; a corrupt
-image in a finished shard; a truncated JSON line in a finished extraction file;
-`stereolens regenerate` of a model.
+disk (a small tmpfs over results/, needs root). The API cases are in test_faults_api.py,
+damaged files and `stereolens regenerate` in test_faults_files.py (three files, so that
+pytest-xdist, which hands out whole files, can spread them over its workers); they share
+this file's helpers, and test_faults_files.py the undisturbed run (built once per run).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -25,8 +24,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from conftest import copy_workflow, skip_unless_ci, workflow_env
-from openai_server import ModelServer, free_port
+from conftest import built_once, copy_workflow, skip_unless_ci, workflow_env
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]  # every case runs Snakemake: 50-150 s
 
@@ -159,21 +157,58 @@ def _recover_after_kill(wd: Path) -> None:
     _ok(_snakemake(wd))
 
 
-@pytest.fixture(scope="module")
-def baseline(repo_root, tmp_path_factory, tiny_models):
-    """The undisturbed run, on the session's tiny checkpoints (the files the workflow's
-    build rule writes; no case is about building them)."""
-    wd = _workdir(repo_root, tmp_path_factory.mktemp("baseline"))
+def _seeded(repo_root: Path, dest: Path, tiny_models, **kw) -> Path:
+    """A work folder whose tiny checkpoints are the session's (built once: the files the
+    workflow's build rule writes; no case is about building them)."""
+    wd = _workdir(repo_root, dest, **kw)
     tiny_models.seed_workflow(wd, registry="config/faults_models.yaml")
-    _ok(_snakemake(wd))
+    return wd
+
+
+def undisturbed_run(repo_root: Path, tmp_path_factory, tiny_models) -> tuple[Path, dict]:
+    """The undisturbed run, once per pytest run (conftest.built_once: test_faults.py and
+    test_faults_files.py, on whichever xdist workers, share it) and its tables. Its folder
+    is shared: a case works on a copy (shutil.copytree) or in a folder of its own."""
+
+    def run(dest: Path) -> None:
+        _ok(_snakemake(_seeded(repo_root, dest, tiny_models)))
+
+    wd = built_once(tmp_path_factory, "faults-baseline", run)
     return wd, _tables(wd)
 
 
-def _seeded(repo_root: Path, dest: Path, baseline_wd: Path, **kw) -> Path:
-    """A work folder whose tiny checkpoints are the baseline's (built once)."""
-    wd = _workdir(repo_root, dest, **kw)
-    shutil.copytree(baseline_wd / "resources", wd / "resources")
-    return wd
+@pytest.fixture(scope="module")
+def baseline(repo_root, tmp_path_factory, tiny_models):
+    return undisturbed_run(repo_root, tmp_path_factory, tiny_models)
+
+
+# what a run from nothing has made under results/contextbias/ when extraction starts
+MADE_BEFORE_EXTRACTION = {"images", "prompts.parquet"}
+RULE = {"extraction": "extract_contextbias_attributes", "metrics": "compute_contextbias_metrics"}
+
+
+def _at_stage(baseline_wd: Path, dest: Path, stage: str) -> Path:
+    """A copy of the finished undisturbed run as a run from nothing is when it gets to
+    ``stage``: the outputs of that stage and of everything after it removed (with their
+    logs; before extraction also the VLM's answer cache, so the model answers again).
+    Snakemake then plans that stage and what follows and nothing before it (checked)."""
+    shutil.copytree(baseline_wd, dest, symlinks=True)
+    tables = dest / "results/contextbias"
+    if stage == "metrics":
+        shutil.rmtree(tables / "metrics")
+        (dest / "logs/contextbias/compute_metrics.log").unlink()
+    else:
+        for path in tables.iterdir():
+            if path.name not in MADE_BEFORE_EXTRACTION:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        shutil.rmtree(dest / "results/cache/vlm")
+        for path in (dest / "logs/contextbias").iterdir():
+            if path.name not in ("generate", "write_prompts.log"):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+    plan = _snakemake(dest, "-n", "--quiet", "rules")
+    _ok(plan)
+    assert RULE[stage] in plan.stdout and "generate_images" not in plan.stdout, plan.stdout
+    return dest
 
 
 @pytest.mark.parametrize(
@@ -191,18 +226,24 @@ def _seeded(repo_root: Path, dest: Path, baseline_wd: Path, **kw) -> Path:
         ("metrics", lambda wd: (wd / "logs/contextbias/compute_metrics.log").exists()),
     ],
 )
-def test_kill_9_then_rerun(repo_root, tmp_path, baseline, stage, ready):
-    wd = _seeded(repo_root, tmp_path / stage, baseline[0])
+def test_kill_9_then_rerun(repo_root, tmp_path, tiny_models, baseline, stage, ready):
+    """kill -9 during a stage. Generation: a run from nothing; extraction and metrics: a
+    run from the point a run from nothing has reached when the stage starts (_at_stage),
+    so that the stage before it is not run again for each case."""
+    if stage == "generation":
+        wd = _seeded(repo_root, tmp_path / stage, tiny_models)
+    else:
+        wd = _at_stage(baseline[0], tmp_path / stage, stage)
     killed = _kill_when(wd, ready)
     assert killed.returncode == -signal.SIGKILL
     _recover_after_kill(wd)
     _assert_same(_tables(wd), baseline[1])
 
 
-def test_full_disk_then_rerun(repo_root, tmp_path, baseline):
+def test_full_disk_then_rerun(repo_root, tmp_path, tiny_models, baseline):
     if os.geteuid() != 0 or shutil.which("mount") is None:
         skip_unless_ci("a full-disk test mounts a tmpfs: it needs root (CI runs as root)")
-    wd = _seeded(repo_root, tmp_path / "disk", baseline[0])
+    wd = _seeded(repo_root, tmp_path / "disk", tiny_models)
     results = wd / "results"
     results.mkdir()
     size_kb = max(
@@ -226,196 +267,3 @@ def test_full_disk_then_rerun(repo_root, tmp_path, baseline):
         _assert_same(_tables(wd), baseline[1])
     finally:
         subprocess.run(["umount", "-l", str(results)], check=False)
-
-
-@pytest.fixture(scope="module")
-def local_model(tiny_vlm_dir):
-    """The tiny VLM the workflow builds, loaded in this process for the test server."""
-    from stereolens.models.backends.transformers_backend import TransformersVLM
-    from stereolens.models.registry import ModelSpec
-
-    settings = {
-        k: v for k, v in FAULT_VLM.items() if k not in ("backend", "model", "build", "notes")
-    }
-    return TransformersVLM(
-        ModelSpec(
-            name="fault-vlm",
-            kind="vlm",
-            backend="transformers",
-            model=str(tiny_vlm_dir),
-            settings=settings,
-        )
-    )
-
-
-@pytest.fixture(scope="module")
-def api_baseline(repo_root, tmp_path_factory, local_model, baseline):
-    port = free_port()
-    server = ModelServer(local_model, port=port, api_key=KEY).start()
-    try:
-        wd = _seeded(
-            repo_root,
-            tmp_path_factory.mktemp("api-baseline"),
-            baseline[0],
-            extractor="fault-api",
-            port=port,
-        )
-        _ok(_snakemake(wd))
-    finally:
-        server.stop()
-    return wd, _tables(wd)
-
-
-def test_api_refusing_connections_fails_the_job_then_a_rerun_redoes_it(
-    repo_root, tmp_path, local_model, api_baseline, baseline
-):
-    port = free_port()  # nothing listens here yet
-    wd = _seeded(repo_root, tmp_path / "refused", baseline[0], extractor="fault-api", port=port)
-    down = _snakemake(wd)
-    assert down.returncode != 0
-    logs = "".join(p.read_text() for p in (wd / "logs/contextbias/extract").rglob("*.log"))
-    assert "failed in the backend after 2 retries" in logs and "Connection" in logs
-    # an outage is not a result: no extraction record, no cached answer, no merged table
-    assert not list((wd / "results/contextbias/extractions").rglob("*.jsonl"))
-    assert (
-        not list((wd / "results/cache").rglob("*.json"))
-        if (wd / "results/cache").exists()
-        else True
-    )
-    assert not (wd / "results/contextbias/attributes.parquet").exists()
-    # the dry run plans the extraction again (it was never recorded as finished)
-    plan = _snakemake(wd, "-n")
-    assert "extract_contextbias_attributes" in plan.stdout
-    server = ModelServer(local_model, port=port, api_key=KEY).start()
-    try:
-        _ok(_snakemake(wd))
-    finally:
-        server.stop()
-    _assert_same(_tables(wd), api_baseline[1])
-    for path in (wd / "results").rglob("*"):
-        if path.is_file() and path.suffix in (".json", ".jsonl", ".log", ".html"):
-            assert KEY not in path.read_text(errors="replace"), path
-
-
-def test_api_http_500_then_recovers_within_the_job(
-    repo_root, tmp_path, local_model, api_baseline, baseline
-):
-    port = free_port()
-    server = ModelServer(local_model, port=port, api_key=KEY)
-    server.fail_first = 3  # the first round's requests fail, the retry gets answers
-    server.start()
-    try:
-        wd = _seeded(repo_root, tmp_path / "http500", baseline[0], extractor="fault-api", port=port)
-        _ok(_snakemake(wd))
-    finally:
-        server.stop()
-    assert server.failed == 3
-    logs = "".join(p.read_text() for p in (wd / "logs/contextbias/extract").rglob("*.log"))
-    assert "HTTP 500" in logs and "retry 1/2" in logs
-    _assert_same(_tables(wd), api_baseline[1])
-
-
-def test_api_server_moved_reruns_nothing_and_the_cache_hits(
-    repo_root, tmp_path, local_model, api_baseline
-):
-    """Where a model is served is not what it answers (issue 24, item 9): after the
-    OpenAI-compatible server moves to another port, the finished run is up to date, and
-    its extraction forced again asks the moved server nothing."""
-    wd = tmp_path / "moved"
-    shutil.copytree(api_baseline[0], wd, symlinks=True)
-    registry_path = wd / "config/faults_models.yaml"
-    registry = yaml.safe_load(registry_path.read_text())
-    port = free_port()
-    registry["vlms"]["fault-api"]["base_url"] = f"http://127.0.0.1:{port}/v1"
-    registry_path.write_text(yaml.safe_dump(registry, sort_keys=False))
-    plan = _snakemake(wd, "-n")
-    _ok(plan)
-    assert "Nothing to be done" in plan.stdout + plan.stderr, plan.stdout[-3000:]
-    server = ModelServer(local_model, port=port, api_key=KEY).start()
-    try:
-        _ok(_snakemake(wd, "--forcerun", "extract_contextbias_attributes"))
-    finally:
-        server.stop()
-    logs = "".join(p.read_text() for p in (wd / "logs/contextbias/extract").rglob("*.log"))
-    rounds = re.findall(r"\((\d+) cached, (\d+) asked\)", logs)
-    assert rounds and all(asked == "0" for _, asked in rounds) and server.requests == 0
-    _assert_same(_tables(wd), api_baseline[1])
-
-
-def test_corrupt_image_fails_its_job_and_regenerate_mends_it(repo_root, tmp_path, baseline):
-    wd = _seeded(repo_root, tmp_path / "corrupt", baseline[0])
-    shard = "results/contextbias/images/tiny-sd/chef/CF/0"
-    _ok(_snakemake(wd, shard))
-    png = sorted((wd / shard).glob("*.png"))[0]
-    png.write_bytes(png.read_bytes()[:200])  # truncated after generation
-    broken = _snakemake(wd)
-    assert broken.returncode != 0
-    text = (
-        broken.stdout + broken.stderr + "".join(p.read_text() for p in (wd / "logs").rglob("*.log"))
-    )
-    assert png.name in text and "missing, corrupt or changed" in text
-    advice = f"stereolens regenerate --shard {shard}"
-    assert advice in text
-    # the advice works
-    fixed = subprocess.run(
-        [STEREOLENS, "regenerate", "--shard", shard, "--configfile", "config/faults.yaml"]
-        + ["--profile", "profiles/local", "--", "--cores", "2"],
-        cwd=wd,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    _ok(fixed)
-    _assert_same(_tables(wd), baseline[1])
-
-
-def test_truncated_jsonl_line_names_the_file_and_regenerate_mends_it(repo_root, tmp_path, baseline):
-    wd = tmp_path / "jsonl"
-    shutil.copytree(baseline[0], wd, symlinks=True)
-    shard = "results/contextbias/extractions/fault-vlm/tiny-sd/chef/CA-R/0.jsonl"
-    path = wd / shard
-    text = path.read_text()
-    path.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])
-    broken = _snakemake(wd)
-    assert broken.returncode != 0
-    out = (
-        broken.stdout + broken.stderr + "".join(p.read_text() for p in (wd / "logs").rglob("*.log"))
-    )
-    assert f"{shard}:" in out and "is not valid JSON" in out
-    assert f"stereolens regenerate --shard {shard}" in out
-    fixed = subprocess.run(
-        [STEREOLENS, "regenerate", "--shard", shard, "--configfile", "config/faults.yaml"]
-        + ["--profile", "profiles/local", "--", "--cores", "2"],
-        cwd=wd,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    _ok(fixed)
-    _assert_same(_tables(wd), baseline[1])
-
-
-def test_regenerate_a_model(repo_root, tmp_path, baseline):
-    wd = tmp_path / "model"
-    shutil.copytree(baseline[0], wd, symlinks=True)
-    before = {p: p.stat().st_mtime_ns for p in (wd / "results/contextbias/images").rglob("*.png")}
-    # deleting the model's folders is not enough (Snakemake: "Nothing to be done")
-    shutil.rmtree(wd / "results/contextbias/images/tiny-sd")
-    plan = _snakemake(wd, "-n")
-    assert "Nothing to be done" in plan.stdout + plan.stderr
-    out = subprocess.run(
-        [STEREOLENS, "regenerate", "--model", "tiny-sd", "--configfile", "config/faults.yaml"]
-        + ["--profile", "profiles/local", "--", "--cores", "2"],
-        cwd=wd,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    _ok(out)
-    assert "Forced execution" in out.stdout + out.stderr or "regenerating" in out.stdout
-    after = {p: p.stat().st_mtime_ns for p in (wd / "results/contextbias/images").rglob("*.png")}
-    assert set(after) == set(before)
-    _assert_same(_tables(wd), baseline[1])

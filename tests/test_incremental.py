@@ -52,7 +52,31 @@ def _snakemake(wd: Path, *args: str) -> str:
 
 def _dry_run(wd: Path, config: str = "config/demo.yaml") -> list[dict]:
     """Jobs of `snakemake -n`: one dict per job with rule, wildcards and reason."""
+    return _plan(wd, config)[0]
+
+
+def _plan(wd: Path, config: str = "config/demo.yaml") -> tuple[list[dict], dict[str, int]]:
+    """The jobs of one `snakemake -n` (:func:`_dry_run`) and its per-rule job counts (its
+    "Job stats" table, which `--quiet rules` prints alone: :func:`_rule_counts`)."""
     text = _snakemake(wd, "-n", "--configfile", config)
+    return _jobs(text), _job_stats(text)
+
+
+def _job_stats(text: str) -> dict[str, int]:
+    """The last "Job stats:" table of a dry run, without its total (empty: none)."""
+    counts: dict[str, int] = {}
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line == "Job stats:"]
+    for line in lines[starts[-1] + 3 :] if starts else []:
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            break
+        if parts[0] != "total":
+            counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def _jobs(text: str) -> list[dict]:
     jobs: dict[str, dict] = {}
     current: dict | None = None
     for line in text.splitlines():
@@ -159,9 +183,9 @@ def _models(jobs: list[dict]) -> set[str]:
 @pytest.mark.slow
 def test_adding_a_generator_runs_only_that_generator(done):
     cfg = _write_config(done, "add.yaml", (CB_GENERATORS, "generators: [tiny-sd-b, tiny-sd-fair]"))
-    jobs = _dry_run(done, cfg)
+    jobs, counts = _plan(done, cfg)
+    assert counts == _rule_counts(done, cfg)  # the dry run's table is --quiet rules'
     assert _models(jobs) == {"tiny-sd-fair"}
-    counts = _rule_counts(done, cfg)
     # 2 roles x (3 conditions + VAL) x 1 shard for the new model; one extractor
     assert counts.pop("generate_images") == 2 * 4
     assert {j["wildcards"]["benchmark"] for j in jobs if j["rule"] == "generate_images"} == {
@@ -352,11 +376,10 @@ def test_adding_an_lvlm_runs_only_that_models_lvlm_jobs(done):
         cfg = _write_config(
             done, "add_lvlm.yaml", ("  models: [tiny-vlm]\n", "  models: [tiny-vlm, tiny-vlm-b]\n")
         )
-        jobs = _dry_run(done, cfg)
+        jobs, counts = _plan(done, cfg)
         lvlm_jobs = [j for j in jobs if j["rule"].endswith("_lvlm") or "lvlm_" in j["rule"]]
         per_model = [j for j in lvlm_jobs if "model" in j["wildcards"]]
         assert {j["wildcards"]["model"] for j in per_model} == {"tiny-vlm-b"}
-        counts = _rule_counts(done, cfg)
         # 4 tasks x 2 groups (the one axis, gender) x 1 shard; the assistant per axis
         assert counts.pop("respond_lvlm") == 8
         assert counts.pop("extract_lvlm_story_attributes") == 1

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import copy_workflow, workflow_env
+from conftest import copy_workflow, planned_jobs
 
 from stereolens.config import load_config
 from stereolens.plan import format_plan, load_throughput, plan, register
@@ -32,16 +32,10 @@ def _rows(result, benchmark, stage):
     }
 
 
-def _snakemake_counts(repo_root: Path, tmp_path: Path, config: str) -> dict[str, int]:
-    copy_workflow(tmp_path, repo_root)
-    env = workflow_env()
-    out = subprocess.run(
-        [str(BIN / "snakemake"), "-n", "--quiet", "rules", "--configfile", config],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+def _snakemake_counts(tmp_path_factory, config: str) -> dict[str, int]:
+    """The dry run's jobs per rule (run once per pytest run: conftest.planned_jobs; the
+    paper-scale one is test_workflow.py's too)."""
+    _, out = planned_jobs(tmp_path_factory, config)
     assert out.returncode == 0, out.stdout + out.stderr
     counts = {}
     for line in out.stdout.splitlines():
@@ -95,8 +89,8 @@ def test_demo_counts_by_hand():
 @pytest.mark.parametrize(
     "config", ["config/demo.yaml", pytest.param("config/config.yaml", marks=pytest.mark.slow)]
 )
-def test_job_counts_match_snakemake(repo_root, tmp_path, config):
-    counts = _snakemake_counts(repo_root, tmp_path, config)
+def test_job_counts_match_snakemake(tmp_path_factory, config):
+    counts = _snakemake_counts(tmp_path_factory, config)
     result = plan(*load_config(config))
     # both benchmarks generate through the one rule generate_images
     assert (
@@ -253,7 +247,7 @@ def test_slurm_profile_groups_small_cpu_jobs(repo_root, tmp_path):
     submissions): extraction and VQA of CPU/API models 5 per group, the ContextBias
     table jobs after the merge and the two prompt tables one group each. Local runs have
     no groups; a GPU model's extraction jobs are never grouped."""
-    _snakemake_counts(repo_root, tmp_path, "config/demo.yaml")  # copies the workflow
+    copy_workflow(tmp_path, repo_root)
     profile = yaml.safe_load((repo_root / "profiles/slurm/config.yaml").read_text())
     assert profile["group-components"]["cpu-extract"] == 5
     log = _dry_run_log(tmp_path, "--profile", "profiles/slurm")

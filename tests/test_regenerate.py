@@ -1,5 +1,5 @@
 """stereolens regenerate: which outputs a selection forces (the command runs snakemake
---forcerun on them; tests/test_faults.py runs it for real)."""
+--forcerun on them; tests/test_faults_files.py runs it for real)."""
 
 import pytest
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from conftest import copy_workflow, skip_unless_ci, workflow_env
+from conftest import SLURM_CONF_OUTSIDE, copy_workflow, skip_unless_ci, workflow_env
 from polars.testing import assert_frame_equal
 
 from stereolens.throughput import measured_throughput
@@ -165,7 +165,22 @@ def _cancel_jobs(jobids=None) -> None:
 
 
 @pytest.fixture(scope="module")
-def slurm_cluster():
+def slurm_client_conf():
+    """The SLURM client configuration from outside the test run (conftest.py gives every
+    other test one without a controller), for the cluster and the runs that use it."""
+    no_controller = os.environ["SLURM_CONF"]
+    if SLURM_CONF_OUTSIDE is None:
+        del os.environ["SLURM_CONF"]
+    else:
+        os.environ["SLURM_CONF"] = SLURM_CONF_OUTSIDE
+    try:
+        yield
+    finally:
+        os.environ["SLURM_CONF"] = no_controller
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(slurm_client_conf):
     """A running cluster; started (and afterwards stopped, by PID) only if none is up."""
     if not _slurm_test_enabled():
         pytest.skip(

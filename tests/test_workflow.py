@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import built_once, copy_workflow, workflow_env
+from conftest import built_once, copy_workflow, planned_jobs, workflow_env
 
 BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
@@ -29,16 +29,10 @@ def test_lint(repo_root):
 
 
 @pytest.mark.slow
-def test_paper_scale_plan(repo_root, tmp_path):
-    """Planning the whole paper-scale run loads no model and counts the jobs."""
-    wd = copy_workflow(tmp_path)
-    out = subprocess.run(
-        [SNAKEMAKE, "-n", "--quiet", "rules", "--configfile", "config/config.yaml"],
-        cwd=wd,
-        env=workflow_env(),
-        capture_output=True,
-        text=True,
-    )
+def test_paper_scale_plan(tmp_path_factory):
+    """Planning the whole paper-scale run loads no model and counts the jobs (the dry run
+    is shared with test_plan.py: conftest.planned_jobs)."""
+    wd, out = planned_jobs(tmp_path_factory, "config/config.yaml")
     assert out.returncode == 0, out.stdout + out.stderr
     counts = {}
     for line in out.stdout.splitlines():

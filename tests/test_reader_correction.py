@@ -9,9 +9,11 @@ import math
 import numpy as np
 import polars as pl
 import pytest
-from ppi_py import ppi_mean_ci, ppi_mean_pointestimate
 
 from stereolens.metrics import reader_correction as rc
+
+ppi_mean_ci = rc.ppi_py.ppi_mean_ci  # ppi_py itself, imported by rc (numba and bench/coverage.py)
+ppi_mean_pointestimate = rc.ppi_py.ppi_mean_pointestimate
 
 
 def _tables(reader_labels, human, strata=None, probability=None):

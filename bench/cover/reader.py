@@ -21,10 +21,7 @@ tests/test_reader_correction.py); every estimate and interval is the module's ow
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
@@ -40,18 +37,9 @@ BI_30 = 1.0 - (-(0.3 * np.log(0.3) + 0.7 * np.log(0.7))) / np.log(2.0)
 
 
 def _rc():
-    """stereolens.metrics.reader_correction. Its ppi_py imports numba, which probes ``import
-    coverage``; with bench/ on sys.path that finds bench/coverage.py, not coverage.py, and
-    numba fails: hide it during the first import."""
-    spec = None if "coverage" in sys.modules else importlib.util.find_spec("coverage")
-    shadowed = spec is not None and Path(spec.origin or "").parent == Path(__file__).parents[1]
-    if shadowed:
-        sys.modules["coverage"] = None  # type: ignore[assignment]  # import raises ImportError
-    try:
-        from stereolens.metrics import reader_correction
-    finally:
-        if shadowed:
-            del sys.modules["coverage"]
+    """stereolens.metrics.reader_correction (imported on first use: ppi_py pulls numba)."""
+    from stereolens.metrics import reader_correction
+
     return reader_correction
 
 

@@ -4,14 +4,46 @@ metric of the shares (docs/statistics.md, "Correcting for the reader's errors").
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
-from ppi_py import ppi_mean_ci, ppi_mean_pointestimate
 from scipy import stats
+
+
+def _import_ppi():
+    """ppi_py, imported so that numba (which ppi_py imports) does not mistake another module
+    named ``coverage`` (bench/coverage.py, once bench/ is on sys.path or imported) for
+    coverage.py: numba subclasses ``coverage.types.Tracer`` when ``import coverage``
+    succeeds, so such a module makes it fail; it is hidden during the first import."""
+    if "ppi_py" in sys.modules:
+        return sys.modules["ppi_py"]
+    loaded = sys.modules.get("coverage", False)
+    if loaded is False:
+        spec = importlib.util.find_spec("coverage")
+        shadowed = spec is not None and not (spec.origin or "").endswith(("coverage/__init__.py",))
+    else:
+        shadowed = loaded is not None and not hasattr(loaded, "Coverage")
+    if not shadowed:
+        return importlib.import_module("ppi_py")
+    sys.modules["coverage"] = None  # type: ignore[assignment]  # import coverage: ImportError
+    try:
+        return importlib.import_module("ppi_py")
+    finally:
+        if loaded is False:
+            del sys.modules["coverage"]
+        else:
+            sys.modules["coverage"] = loaded
+
+
+ppi_py = _import_ppi()
+ppi_mean_ci = ppi_py.ppi_mean_ci
+ppi_mean_pointestimate = ppi_py.ppi_mean_pointestimate
 
 HUMAN_COLUMNS: dict[str, type[pl.DataType]] = {
     "item_id": pl.String,

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+import yaml
 from design_worlds import cb_design, small_biasig
 
 from stereolens.biasig import design as B
@@ -456,3 +457,25 @@ def test_contextbias_resize_grows_the_shard_with_the_seeds():
     config = P.set_key(config, ("contextbias", "seeds", "per_shard"), 0)
     new = C.ContextBiasDesign.resized(design, config, 7)["contextbias"]["seeds"]
     assert (new["per_prompt"], new["per_shard"]) == (7, 0)  # a shard of fewer seeds stays
+
+
+def test_a_plugins_priors_file_fills_its_section(tmp_path, monkeypatch):
+    """A benchmark with a planner world and no section in the prior file: refused by name,
+    unless its plug-in ships a priors file, whose content becomes its section."""
+    import dataclasses
+
+    from stereolens import benchmark as benchmark_module
+    from stereolens.lvlm import plugin as lvlm_plugin
+
+    shipped = load_priors()
+    without = {k: v for k, v in shipped.items() if k != "lvlm"}
+    prior_file = tmp_path / "p.yaml"
+    prior_file.write_text(yaml.safe_dump(without))
+    with pytest.raises(ConfigError, match="no section for lvlm"):
+        load_priors(prior_file)
+    section = tmp_path / "lvlm-priors.yaml"
+    section.write_text(yaml.safe_dump(shipped["lvlm"]))
+    own = dataclasses.replace(lvlm_plugin.BENCHMARK, priors=str(section))
+    monkeypatch.setattr(lvlm_plugin, "OWN_PRIORS", own, raising=False)
+    monkeypatch.setitem(benchmark_module.plugins(), "lvlm", f"{lvlm_plugin.__name__}:OWN_PRIORS")
+    assert load_priors(prior_file)["lvlm"] == shipped["lvlm"]

@@ -145,6 +145,9 @@ class Benchmark:
     planner: str | None = None
     """"module:function" of its planner world: ``function(config, priors, pilot, seed)``
     returns its designs (stereolens.design; `stereolens plan --power`); None: none."""
+    priors: str | None = None
+    """A YAML file holding its section of the planner's prior (stereolens.design.priors),
+    used where the prior file has none for it; None: the prior file must have it."""
     power_check: str | None = None
     """"module:function" checking its planner world against its real pipeline:
     ``function(design, name, n, w, size)`` returns a stereolens.design.check.CheckResult

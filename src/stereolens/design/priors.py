@@ -1,4 +1,5 @@
-"""The documented prior of the power planner (resources/design/priors.v1.yaml)."""
+"""The documented prior of the power planner (resources/design/priors.v1.yaml, and the
+sections benchmarks ship in their plug-ins' priors files)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,17 @@ def load_priors(path: str | os.PathLike | None = None) -> dict[str, Any]:
         raise ConfigError(f"design priors {p}: expected version {PRIORS_VERSION!r}")
     from stereolens.benchmark import benchmarks
 
-    missing = [p.name for p in benchmarks() if p.planner and p.name not in raw]
+    missing = []
+    for plugin in benchmarks():
+        if not plugin.planner or plugin.name in raw:
+            continue
+        if plugin.priors is None:
+            missing.append(plugin.name)
+        else:
+            raw[plugin.name] = load_yaml(Path(plugin.priors), f"{plugin.name} design priors")
     if missing:
-        raise ConfigError(f"design priors {p}: no section for {', '.join(missing)}")
+        raise ConfigError(
+            f"design priors {p}: no section for {', '.join(missing)} (add one, or give the "
+            "benchmark's plug-in a priors file)"
+        )
     return raw

@@ -35,16 +35,11 @@ FLAGS = {
 issues name; every other key is set in the preset)."""
 
 
-def _metrics(args: argparse.Namespace, section: dict):
-    from stereolens.contextbias.bootstrap import bootstrap_frame, level_replicates
-    from stereolens.contextbias.ccs import ccs_mean, ccs_table
-    from stereolens.contextbias.comparisons import model_comparisons
-    from stereolens.contextbias.metrics import bi_table
-    from stereolens.contextbias.robustness import robustness_summary, robustness_tests
+def _read_inputs(args: argparse.Namespace):
+    """The schema, the checked attributes table (with its --label-column) and the images
+    table (or None) that `metrics` and `correct` read."""
     from stereolens.contextbias.schema import AttributeSchema
-    from stereolens.contextbias.settings import ContextBiasSettings
     from stereolens.metrics.command import read_checked
-    from stereolens.settings import overrides
     from stereolens.tables import ATTRIBUTES, IMAGES
 
     schema = AttributeSchema.load(args.schema)
@@ -58,6 +53,19 @@ def _metrics(args: argparse.Namespace, section: dict):
         then=lambda table: use_label_column(table, args.label_column),
     )
     images = read_checked(args.images, "images", IMAGES) if args.images else None
+    return schema, attributes, images
+
+
+def _metrics(args: argparse.Namespace, section: dict):
+    from stereolens.contextbias.bootstrap import bootstrap_frame, level_replicates
+    from stereolens.contextbias.ccs import ccs_mean, ccs_table
+    from stereolens.contextbias.comparisons import model_comparisons
+    from stereolens.contextbias.metrics import bi_table
+    from stereolens.contextbias.robustness import robustness_summary, robustness_tests
+    from stereolens.contextbias.settings import ContextBiasSettings
+    from stereolens.settings import overrides
+
+    schema, attributes, images = _read_inputs(args)
     section["metrics"].update(overrides(args, FLAGS))
     st = ContextBiasSettings.from_config(section)
     bi_opts = {"overall": st.overall, "single_label_bi": st.single_label_bi}
@@ -228,21 +236,8 @@ def _reader_inputs(p: argparse.ArgumentParser) -> None:
 def _reader(args: argparse.Namespace, section: dict):
     """The reader table of `contextbias correct` (contextbias.corrected.reader_table)."""
     from stereolens.contextbias.corrected import reader_table
-    from stereolens.contextbias.schema import AttributeSchema
-    from stereolens.metrics.command import read_checked
-    from stereolens.tables import ATTRIBUTES, IMAGES
 
-    schema = AttributeSchema.load(args.schema)
-    spec = replace(ATTRIBUTES, vocabularies=schema.table_vocabularies())
-    read_spec = replace(spec, optional=(*spec.optional, ("canonical_label", str)))
-    attributes = read_checked(
-        args.attributes,
-        "attributes",
-        spec,
-        read_spec=read_spec,
-        then=lambda table: use_label_column(table, args.label_column),
-    )
-    images = read_checked(args.images, "images", IMAGES) if args.images else None
+    schema, attributes, images = _read_inputs(args)
     args.attribute_schema = schema  # the K of k_definition vocabulary
     return reader_table(attributes, images)
 

@@ -281,22 +281,54 @@ def test_multi_image_key_is_refused(corpus, tmp_path):
         human_labels_from_answers([], paths["key"], template)
 
 
-def test_pilot_disagreement_takes_the_worst_attribute(corpus):
-    images, attributes = corpus
-    reader = reader_table(attributes, images)
+def _pilot_human(reader):
+    """Human labels of images 0 and 1 of each stratum: the reader's, but eyewear "yes" on
+    image 0 (its reader label is "no")."""
     sample = reader.filter(
         pl.col("item_id").str.ends_with("-0") | pl.col("item_id").str.ends_with("-1")
     )
-    human = sample.select(
+    return sample.select(
         "item_id", "attribute", "stratum", pl.lit(0.25).alias("selection_probability"),
         pl.when((pl.col("attribute") == "eyewear_present") & pl.col("item_id").str.ends_with("-0"))
         .then(pl.lit("yes")).otherwise(pl.col("label")).alias("label"),
     )  # fmt: skip
+
+
+def test_pilot_disagreement_takes_the_worst_attribute(corpus):
+    images, attributes = corpus
+    reader = reader_table(attributes, images)
+    human = _pilot_human(reader)
     strata = reader.select("model", "stratum").unique().with_columns(n_items=pl.lit(PER))
     got, source = disagreement_rates(reader, human, strata, default=0.14)
     # 2 pairs per stratum and attribute (< MIN_PILOT_PAIRS): the generator's rate, 8 of
     # its 16 eyewear pairs differ -> 0.5 (gender 0): the worst attribute's
     assert source == "pilot" and got["disagreement"].to_list() == [0.5] * 8
+
+
+def test_plan_reads_a_pilot(corpus, repo_root, monkeypatch, tmp_path):
+    monkeypatch.chdir(repo_root)
+    images, attributes = corpus
+    human = _pilot_human(reader_table(attributes, images))
+    (tmp_path / "contextbias").mkdir()
+    attributes.write_parquet(tmp_path / "contextbias" / "attributes.parquet")
+    images.write_parquet(tmp_path / "contextbias" / "images.parquet")
+    config, _ = load_config("config/config.yaml")
+    no_labels = labels_needed(config, tmp_path)
+    assert no_labels["disagreement_source"] == "default" and "no human labels" in str(
+        no_labels["notes"]
+    )
+    human.with_columns(simulated=pl.lit(True)).write_parquet(
+        tmp_path / "contextbias" / "human_labels_simulated.parquet"
+    )
+    part = labels_needed(config, tmp_path)
+    assert part["disagreement_source"].startswith("pilot")
+    assert "SIMULATED" in " ".join(part["notes"])
+    # the config's generators are not in the pilot: the pilot's overall rate, 16 of 32
+    # eyewear pairs differ -> 0.5; n = 0.5 / room, each of a generator's strata rounded up
+    for r in part["rows"]:
+        assert r["disagreement_min"] == r["disagreement_max"] == 0.5
+        room = (0.05 / (2 * Z)) ** 2 - 0.25 / r["n_items"]
+        assert 0.5 / room <= r["n_human"] < 0.5 / room + r["strata"]
 
 
 # ---------------------------------------------------------------- the planner
@@ -306,7 +338,7 @@ def test_plan_prints_and_returns_the_labels(repo_root, monkeypatch, capsys):
     monkeypatch.chdir(repo_root)
     config, _ = load_config("config/config.yaml")
     part = labels_needed(config, None)
-    section = config["contextbias"]["reader_correction"]
+    section = config["contextbias"]["reader_sample"]
     assert section["target_width"] == 0.05 and section["disagreement"] == 0.14
     for r in part["rows"]:
         assert r["reachable"] and r["width"] <= 0.05 and r["n_human"] >= r["floor"]
@@ -328,3 +360,37 @@ def test_plan_prints_and_returns_the_labels(repo_root, monkeypatch, capsys):
     text = capsys.readouterr().out
     assert "Human labels for the contextbias reader correction" in text
     assert f"{cb['rows'][0]['n_human']:,} human labels" in text
+
+
+def test_cli_round_trip(corpus, tmp_path, capsys):
+    """reader-sample -> the form's answers -> human-labels -> contextbias correct."""
+    from stereolens.cli import main
+
+    images, attributes = corpus
+    images.write_parquet(tmp_path / "images.parquet")
+    attributes.write_parquet(tmp_path / "attributes.parquet")
+    tables = ["--attributes", str(tmp_path / "attributes.parquet")]
+    tables += ["--images", str(tmp_path / "images.parquet")]
+    form = tmp_path / "form"
+    argv = ["contextbias", "reader-sample", *tables, "--out", str(form)]
+    argv += ["--target-width", "0.45", "--disagreement", "0.05", "--dimensions", *DIMS]
+    assert main(argv) == 0
+    assert "gen-a: 12 of 32 images in 4 strata" in capsys.readouterr().out
+    key = pl.read_parquet(form / FILES["key"])
+    truth = {
+        (i, d): lab for i, d, lab in attributes.select("image_id", "dimension", "label").rows()
+    }
+    answers = _write_answers(tmp_path / "a.csv", key, truth)
+    human = tmp_path / "human.csv"
+    argv = ["contextbias", "human-labels", "--answers", str(answers), "--key"]
+    argv += [str(form / FILES["key"]), "--template", str(form / FILES["template"])]
+    assert main([*argv, "--out", str(human)]) == 0
+    preset = '{"reader_correction": {"replicates": 20, "lam": "ppi"}}'
+    argv = ["contextbias", "correct", *tables, "--human", str(human)]
+    assert main([*argv, "--out", str(tmp_path / "out"), "--preset", preset]) == 0
+    table = pl.read_parquet(tmp_path / "out" / "corrected.parquet")
+    # the humans agree with the reader everywhere: with lam = 1 (PPI) the rectifier is 0
+    # and corrected = naive in every cell (tuned lam is 0 where the sample's reader labels
+    # are constant, and the corrected share is then the sample's own)
+    assert table.height == 16 and (table["n_human"] == 3).all()
+    assert table["corrected"].to_numpy() == pytest.approx(table["naive"].to_numpy())

@@ -268,13 +268,13 @@ def plan_strata(config: dict[str, Any], pilot: Path | None) -> tuple[pl.DataFram
     images each generator x role x condition makes, from the plug-in's job counts) with
     the disagreement rate of each (disagreement_rates from a pilot's results folder, its
     attributes, images and human-label tables, where it has them; else the config's
-    contextbias.reader_correction.disagreement). Returns the table, the rate's source and
+    contextbias.reader_sample.disagreement). Returns the table, the rate's source and
     notes."""
     from stereolens.contextbias.annotation.columns import CONDITIONS
     from stereolens.contextbias.layout import LAYOUT
     from stereolens.contextbias.plugin import BENCHMARK
 
-    section = config["contextbias"]["reader_correction"]
+    section = config["contextbias"]["reader_sample"]
     counts: dict[tuple[str, str], int] = {}
     for job in BENCHMARK.jobs(config, counts=True):
         w = job.wildcards
@@ -291,12 +291,12 @@ def plan_strata(config: dict[str, Any], pilot: Path | None) -> tuple[pl.DataFram
     if pilot is None:
         return strata.with_columns(pl.lit(default).alias("disagreement")), "default", notes
     files = {n: LAYOUT.at(pilot, n) for n in ("attributes", "images")}
-    human = section["human_labels"]
+    human = config["contextbias"]["reader_correction"]["human_labels"]
     human_path = Path(human) if human else LAYOUT.at(pilot, "human_labels_simulated")
     if not all(p.is_file() for p in (*files.values(), human_path)):
         notes.append(
             f"ContextBias reader: no human labels with the pilot's tables ({human_path}); "
-            f"disagreement {default:g} (contextbias.reader_correction.disagreement)"
+            f"disagreement {default:g} (contextbias.reader_sample.disagreement)"
         )
         return strata.with_columns(pl.lit(default).alias("disagreement")), "default", notes
     from stereolens.contextbias.cli import use_label_column
@@ -322,7 +322,7 @@ def plan_strata(config: dict[str, Any], pilot: Path | None) -> tuple[pl.DataFram
 def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
     """The planner's reader rows of ContextBias: per generator the human labels for the
     configured target width (allocate_by_model), with the settings and notes."""
-    section = config["contextbias"]["reader_correction"]
+    section = config["contextbias"]["reader_sample"]
     strata, source, notes = plan_strata(config, pilot)
     if not strata.height:
         return {"benchmark": "contextbias", "rows": [], "notes": notes}

@@ -299,7 +299,7 @@ def plan_strata(config: dict[str, Any], pilot: Path | None) -> tuple[pl.DataFram
             f"disagreement {default:g} (contextbias.reader_sample.disagreement)"
         )
         return strata.with_columns(pl.lit(default).alias("disagreement")), "default", notes
-    from stereolens.contextbias.cli import use_label_column
+    from stereolens.contextbias.metrics import use_label_column
 
     reader = reader_table(
         use_label_column(pl.read_parquet(files["attributes"]), "auto"),

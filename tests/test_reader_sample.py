@@ -18,7 +18,6 @@ from stereolens.config import load_config
 from stereolens.contextbias.annotation.columns import CSV_COLUMNS
 from stereolens.contextbias.annotation.sample_design import (
     FILES,
-    disagreement_rates,
     export_reader_sample,
     human_labels_from_answers,
     labels_needed,
@@ -299,7 +298,7 @@ def test_pilot_disagreement_takes_the_worst_attribute(corpus):
     reader = reader_table(attributes, images)
     human = _pilot_human(reader)
     strata = reader.select("model", "stratum").unique().with_columns(n_items=pl.lit(PER))
-    got, source = disagreement_rates(reader, human, strata, default=0.14)
+    got, source = sd.disagreement_rates(reader, human, strata, default=0.14)
     # 2 pairs per stratum and attribute (< MIN_PILOT_PAIRS): the generator's rate, 8 of
     # its 16 eyewear pairs differ -> 0.5 (gender 0): the worst attribute's
     assert source == "pilot" and got["disagreement"].to_list() == [0.5] * 8
@@ -394,3 +393,26 @@ def test_cli_round_trip(corpus, tmp_path, capsys):
     # are constant, and the corrected share is then the sample's own)
     assert table.height == 16 and (table["n_human"] == 3).all()
     assert table["corrected"].to_numpy() == pytest.approx(table["naive"].to_numpy())
+
+
+def test_biasig_plan_is_held_by_the_floor(repo_root, monkeypatch):
+    """BiasIG: one stratum per generator x scoring unit x person; at paper scale the floor
+    of 2 labels per cell, not the width, decides the number."""
+    from stereolens.biasig.plugin import selection
+    from stereolens.biasig.sample_design import labels_needed as biasig_labels
+    from stereolens.biasig.sample_design import plan_strata
+
+    monkeypatch.chdir(repo_root)
+    config, _ = load_config("config/config.yaml")
+    bg = config["biasig"]
+    strata = plan_strata(config)
+    persons = int(selection(config)["n_persons"].cast(pl.Int64).sum())
+    per = strata.group_by("model").agg(pl.col("n_items").sum(), pl.len().alias("strata"))
+    assert set(per["model"]) == set(bg["generators"])
+    assert (per["n_items"] == persons * bg["images_per_prompt"]).all()  # 534,800
+    part = biasig_labels(config, None)
+    for r in part["rows"]:
+        # n = 0.14 / ((0.05 / 2z)^2 - 0.25 / N) = 863 < 2 x strata: the floor
+        room = (0.05 / (2 * Z)) ** 2 - 0.25 / r["n_items"]
+        assert 0.14 / room < r["floor"] == r["n_human"] == 2 * r["strata"]
+        assert r["width"] < 0.05

@@ -190,4 +190,5 @@ BENCHMARK = Benchmark(
     planner="stereolens.biasig.design_worlds:build",
     power_check="stereolens.biasig.design_check:power_check",
     layout=LAYOUT,
+    reader_design="stereolens.biasig.sample_design:labels_needed",
 )

@@ -265,6 +265,7 @@ def _run_sample(args: argparse.Namespace) -> int:
     import polars as pl
 
     from stereolens.contextbias.annotation import sample_design as csd
+    from stereolens.metrics import sample_design as sd
     from stereolens.metrics.reader_correction import read_human_labels
 
     attributes = use_label_column(pl.read_parquet(args.attributes), args.label_column)
@@ -280,7 +281,7 @@ def _run_sample(args: argparse.Namespace) -> int:
 
         reader = reader_table(attributes, images)
         strata = reader.select("model", "stratum").unique()
-        disagreement, _ = csd.disagreement_rates(
+        disagreement, _ = sd.disagreement_rates(
             reader, read_human_labels(args.pilot_human), strata, args.disagreement
         )
     paths = csd.export_reader_sample(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -27,6 +28,10 @@ ALLOCATIONS = ("neyman", "proportional")
 the allocation of least variance for a given total (Cochran 1977, Sec. 5.5);
 ``proportional``: n_h proportional to N_h (equal to Neyman where every stratum has the same
 disagreement rate, e.g. the stated default)."""
+MIN_PILOT_PAIRS = 20
+"""Human-labelled item x attribute pairs a pilot stratum needs for its own disagreement
+rate; a stratum with fewer takes its generator's pooled rate (2 labels give a rate of 0,
+0.5 or 1: too coarse to allocate by)."""
 DESIGN_COLUMNS = {
     "stratum": pl.String,
     "n_items": pl.Int64,
@@ -218,3 +223,75 @@ def label_template(sample: pl.DataFrame, attributes: Sequence[str]) -> pl.DataFr
         .cast(HUMAN_COLUMNS)
         .sort("stratum", "item_id", "attribute")
     )
+
+
+def disagreement_rates(
+    reader: pl.DataFrame,
+    human: pl.DataFrame,
+    strata: pl.DataFrame,
+    default: float,
+    group: str = "model",
+) -> tuple[pl.DataFrame, str]:
+    """``strata`` (model, stratum, ...: the planned strata, "model" the generator they
+    belong to) with a disagreement column from a pilot's reader and human-label tables
+    (``group``: the reader table's column naming a stratum's generator): per attribute the
+    rate of the stratum (MIN_PILOT_PAIRS pairs or more), else of its generator's pilot
+    strata pooled, else of the whole pilot; ``default`` where the pilot has no human
+    labels; the largest over the attributes (one sample serves every attribute, the
+    hardest decides). Returns the table and "pilot" or "default"."""
+    if "extractor" in reader.columns:
+        reader = reader.filter(pl.col("extractor") == reader["extractor"].min())
+    model_of = reader.select("stratum", pl.col(group).alias("model")).unique()
+    worst = strata.select("model", "stratum")
+    for attribute in sorted(set(human["attribute"])):
+        per = disagreement_by_stratum(reader, human.filter(pl.col("attribute") == attribute))
+        per = per.join(model_of, on="stratum", how="left")
+        own = per.filter(pl.col("n_pairs") >= MIN_PILOT_PAIRS).select(
+            "stratum", pl.col("disagreement").alias("_own")
+        )
+        pooled = per.group_by("model").agg(
+            (pl.col("n_disagree").sum() / pl.col("n_pairs").sum()).alias("_model")
+        )
+        overall = per["n_disagree"].sum() / max(per["n_pairs"].sum(), 1)
+        rate = (
+            strata.select("model", "stratum")
+            .join(own, on="stratum", how="left")
+            .join(pooled, on="model", how="left")
+            .select(
+                "model",
+                "stratum",
+                pl.coalesce("_own", "_model", pl.lit(float(overall))).alias(attribute),
+            )
+        )
+        worst = worst.join(rate, on=["model", "stratum"], how="left")
+    attrs = [c for c in worst.columns if c not in ("model", "stratum")]
+    if not attrs:
+        return strata.with_columns(pl.lit(float(default)).alias("disagreement")), "default"
+    worst = worst.select("model", "stratum", pl.max_horizontal(attrs).alias("disagreement"))
+    return strata.join(worst, on=["model", "stratum"], how="left"), "pilot"
+
+
+def allocate_by_model(
+    strata: pl.DataFrame, target_width: float, **options: Any
+) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
+    """allocate per generator (the target width is that of a label share
+    over one generator's images): the per-stratum table (DESIGN_COLUMNS + model) and one
+    summary dict per generator (model, n_items, strata, n_human, floor, width,
+    naive_width, reachable)."""
+    tables, rows = [], []
+    for (model,), part in strata.sort("model", "stratum").group_by("model", maintain_order=True):
+        got = allocate(part, target_width, **options)
+        tables.append(got.strata.select(pl.lit(model).alias("model"), pl.all()))
+        rows.append(
+            {
+                "model": model,
+                "n_items": int(part["n_items"].sum()),
+                "strata": part.height,
+                "n_human": got.n_human,
+                "floor": got.floor,
+                "width": got.width,
+                "naive_width": got.naive_width,
+                "reachable": got.reachable,
+            }
+        )
+    return pl.concat(tables), rows

@@ -23,10 +23,6 @@ from stereolens.contextbias.schema import AttributeSchema
 from stereolens.metrics import reader_correction as rc
 from stereolens.metrics import sample_design as sd
 
-MIN_PILOT_PAIRS = 20
-"""Human-labelled item x attribute pairs a pilot stratum needs for its own disagreement
-rate; a stratum with fewer takes its generator's pooled rate (2 labels give a rate of 0,
-0.5 or 1: too coarse to allocate by)."""
 FILES = {
     "form": "form.html",
     "key": "key.parquet",
@@ -37,72 +33,6 @@ FILES = {
 form's own contract, one image per set), the human-label template (HUMAN_COLUMNS, label
 empty) and the allocation per stratum (sample_design.DESIGN_COLUMNS + model, target_width,
 width, reachable)."""
-
-
-def disagreement_rates(
-    reader: pl.DataFrame, human: pl.DataFrame, strata: pl.DataFrame, default: float
-) -> tuple[pl.DataFrame, str]:
-    """``strata`` (model, stratum, ...) with a disagreement column from a pilot's reader
-    and human-label tables: per attribute the rate of the stratum (MIN_PILOT_PAIRS pairs or
-    more), else of its generator's pilot strata pooled, else of the whole pilot, else
-    ``default``; the largest over the attributes (the sample serves every attribute, the
-    hardest decides). Returns the table and a phrase naming the source."""
-    if "extractor" in reader.columns:
-        reader = reader.filter(pl.col("extractor") == reader["extractor"].min())
-    model_of = reader.select("stratum", "model").unique()
-    worst = strata.select("model", "stratum")
-    for attribute in sorted(set(human["attribute"])):
-        per = sd.disagreement_by_stratum(reader, human.filter(pl.col("attribute") == attribute))
-        per = per.join(model_of, on="stratum", how="left")
-        own = per.filter(pl.col("n_pairs") >= MIN_PILOT_PAIRS).select(
-            "stratum", pl.col("disagreement").alias("_own")
-        )
-        pooled = per.group_by("model").agg(
-            (pl.col("n_disagree").sum() / pl.col("n_pairs").sum()).alias("_model")
-        )
-        overall = per["n_disagree"].sum() / max(per["n_pairs"].sum(), 1)
-        rate = (
-            strata.select("model", "stratum")
-            .join(own, on="stratum", how="left")
-            .join(pooled, on="model", how="left")
-            .select(
-                "model",
-                "stratum",
-                pl.coalesce("_own", "_model", pl.lit(float(overall))).alias(attribute),
-            )
-        )
-        worst = worst.join(rate, on=["model", "stratum"], how="left")
-    attrs = [c for c in worst.columns if c not in ("model", "stratum")]
-    if not attrs:
-        return strata.with_columns(pl.lit(float(default)).alias("disagreement")), "default"
-    worst = worst.select("model", "stratum", pl.max_horizontal(attrs).alias("disagreement"))
-    return strata.join(worst, on=["model", "stratum"], how="left"), "pilot"
-
-
-def allocate_by_model(
-    strata: pl.DataFrame, target_width: float, **options: Any
-) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
-    """sample_design.allocate per generator (the target width is that of a label share
-    over one generator's images): the per-stratum table (DESIGN_COLUMNS + model) and one
-    summary dict per generator (model, n_items, strata, n_human, floor, width,
-    naive_width, reachable)."""
-    tables, rows = [], []
-    for (model,), part in strata.sort("model", "stratum").group_by("model", maintain_order=True):
-        got = sd.allocate(part, target_width, **options)
-        tables.append(got.strata.select(pl.lit(model).alias("model"), pl.all()))
-        rows.append(
-            {
-                "model": model,
-                "n_items": int(part["n_items"].sum()),
-                "strata": part.height,
-                "n_human": got.n_human,
-                "floor": got.floor,
-                "width": got.width,
-                "naive_width": got.naive_width,
-                "reachable": got.reachable,
-            }
-        )
-    return pl.concat(tables), rows
 
 
 def export_reader_sample(
@@ -127,12 +57,13 @@ def export_reader_sample(
     The strata are the correction's (contextbias.corrected.stratum_of: generator x role x
     condition, "model|role|condition") over the images the reader table holds (the images
     table's status ok ones); ``disagreement``: a rate for every stratum, or a table
-    (model, stratum, disagreement) from a pilot (disagreement_rates). Per generator
-    allocate_by_model gives n_h for ``target_width``, and in each stratum n_h images are
-    drawn (sample_design.draw_sample, ``seed``; selection probability n_h / N_h). The form
-    shows each drawn image as its own set of one (the annotation form's blinding, CSV and
-    key: docs/studies.md), so that an answer is the label of one image; the template lists
-    every drawn image x asked dimension with its stratum and selection probability, label
+    (model, stratum, disagreement) from a pilot (sample_design.disagreement_rates). Per
+    generator sample_design.allocate_by_model gives n_h for ``target_width``, and in each
+    stratum n_h images are drawn (sample_design.draw_sample, ``seed``; selection
+    probability n_h / N_h). The form shows each drawn image as its own set of one (the
+    annotation form's blinding, CSV and key: docs/methods.md, the human annotation study),
+    so that an answer is the label of one image; the template lists every drawn image x
+    asked dimension with its stratum and selection probability, label
     empty. Returns FILES' paths."""
     schema = schema or AttributeSchema.load()
     dims = tuple(dimensions) if dimensions is not None else DEFAULT_DIMENSIONS
@@ -163,7 +94,7 @@ def export_reader_sample(
             )
     else:
         strata = strata.with_columns(pl.lit(float(disagreement)).alias("disagreement"))
-    design, summary = allocate_by_model(
+    design, summary = sd.allocate_by_model(
         strata, target_width, share=share, ci=ci, allocation=allocation
     )
     sample = sd.draw_sample(items, design, seed)
@@ -266,8 +197,8 @@ def human_labels_from_answers(
 def plan_strata(config: dict[str, Any], pilot: Path | None) -> tuple[pl.DataFrame, str, list[str]]:
     """The strata of the configured run's reader correction (model, stratum, n_items: the
     images each generator x role x condition makes, from the plug-in's job counts) with
-    the disagreement rate of each (disagreement_rates from a pilot's results folder, its
-    attributes, images and human-label tables, where it has them; else the config's
+    the disagreement rate of each (sample_design.disagreement_rates from a pilot's results
+    folder, its attributes, images and human-label tables, where it has them; else the config's
     contextbias.reader_sample.disagreement). Returns the table, the rate's source and
     notes."""
     from stereolens.contextbias.annotation.columns import CONDITIONS
@@ -305,7 +236,7 @@ def plan_strata(config: dict[str, Any], pilot: Path | None) -> tuple[pl.DataFram
         use_label_column(pl.read_parquet(files["attributes"]), "auto"),
         pl.read_parquet(files["images"]),
     )
-    table, source = disagreement_rates(reader, rc.read_human_labels(human_path), strata, default)
+    table, source = sd.disagreement_rates(reader, rc.read_human_labels(human_path), strata, default)
     if source == "pilot":
         source = f"pilot {human_path}"
         simulated = human_path.suffix == ".parquet" and "simulated" in pl.read_parquet_schema(
@@ -321,12 +252,12 @@ def plan_strata(config: dict[str, Any], pilot: Path | None) -> tuple[pl.DataFram
 
 def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
     """The planner's reader rows of ContextBias: per generator the human labels for the
-    configured target width (allocate_by_model), with the settings and notes."""
+    configured target width (sample_design.allocate_by_model), with the settings and notes."""
     section = config["contextbias"]["reader_sample"]
     strata, source, notes = plan_strata(config, pilot)
     if not strata.height:
         return {"benchmark": "contextbias", "rows": [], "notes": notes}
-    _, rows = allocate_by_model(
+    _, rows = sd.allocate_by_model(
         strata,
         float(section["target_width"]),
         allocation=section["allocation"],

@@ -152,6 +152,10 @@ class Benchmark:
     """"module:function" checking its planner world against its real pipeline:
     ``function(design, name, n, w, size)`` returns a stereolens.design.check.CheckResult
     (stereolens.design.check.check); None: none."""
+    reader_design: str | None = None
+    """"module:function" of its human sample for the reader correction: ``function(config,
+    pilot)`` returns the human labels a target width needs, per model (stereolens.plan
+    .reader_plan; `stereolens plan`); None: none."""
 
     def __post_init__(self) -> None:
         if self.report_tables is None:

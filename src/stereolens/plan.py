@@ -313,6 +313,58 @@ def format_plan(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def reader_plan(config: dict[str, Any], pilot: Path | None = None) -> list[dict[str, Any]]:
+    """Per benchmark with a reader design (Benchmark.reader_design): the human labels its
+    reader correction needs for the configured target width, per model and in all
+    (n_human, None where a model's width is not reachable; rows: model,
+    n_items, strata, n_human (None: not reachable), floor, width, naive_width, reachable,
+    disagreement_min / _max), the disagreement's source (a pilot's human labels or the
+    config's default) and notes (docs/planner.md, "Human labels for the reader
+    correction")."""
+    from stereolens.benchmark import benchmarks, resolve
+
+    if pilot is not None and not Path(pilot).is_dir():
+        raise ConfigError(f"--pilot {pilot}: not a folder; give a run's results folder")
+    return [
+        resolve(plugin.reader_design)(config, pilot)
+        for plugin in benchmarks(config)
+        if plugin.reader_design
+    ]
+
+
+def format_reader(parts: list[dict[str, Any]]) -> str:
+    """Plain text: the human labels per benchmark and model."""
+    out = []
+    for part in parts:
+        if not part["rows"]:
+            continue
+        out.append("")
+        out.append(
+            f"Human labels for the {part['benchmark']} reader correction: a 95% corrected "
+            f"interval of width {part['target_width']:g} on a label share of one model's "
+            f"{part['unit']} ({part['allocation']} allocation over the strata; disagreement "
+            f"from {part['disagreement_source']})"
+        )
+        for r in part["rows"]:
+            rate = f"{r['disagreement_min']:.3f}"
+            if r["disagreement_max"] != r["disagreement_min"]:
+                rate += f"-{r['disagreement_max']:.3f}"
+            need = (
+                f"{r['n_human']:,} human labels (width {r['width']:.4f})"
+                if r["n_human"] is not None
+                else f"not reachable (labelling all {r['n_items']:,} gives width {r['width']:.4f})"
+            )
+            out.append(
+                f"- {r['model']}: {need} of {r['n_items']:,} {part['unit']} in "
+                f"{r['strata']:,} strata (at least {r['floor']:,}: 2 per stratum); "
+                f"disagreement {rate}; a perfect reader's width {r['naive_width']:.4f}"
+            )
+        if part["n_human"] is not None and len(part["rows"]) > 1:
+            out.append(f"- all models: {part['n_human']:,} human labels")
+        out += [f"Note: {n}" for n in part["notes"]]
+    return "\n".join(out)
+
+
 def _run(args: argparse.Namespace) -> int:
     from stereolens.config import load_config
 
@@ -334,10 +386,14 @@ def _run(args: argparse.Namespace) -> int:
     design = None
     if design_cli.requested(args):  # power and target effects (stereolens.design)
         design = design_cli.compute(config, registry, throughput, result, args, plan)
+    reader = reader_plan(config, args.pilot)
     if args.json:
-        print(json.dumps(result if design is None else {**result, "design": design}, indent=2))
+        out = {**result, "reader": reader}
+        print(json.dumps(out if design is None else {**out, "design": design}, indent=2))
     else:
         print(format_plan(result))
+        if any(part["rows"] for part in reader):
+            print(format_reader(reader))
         if design is not None:
             print(design_cli.format_report(design))
     return 0

@@ -184,4 +184,5 @@ BENCHMARK = Benchmark.from_functions(
     planner="stereolens.biasig.design_worlds:build",
     power_check="stereolens.biasig.design_check:power_check",
     layout=LAYOUT,
+    reader_design="stereolens.biasig.sample_design:labels_needed",
 )

@@ -7,22 +7,11 @@ from dataclasses import replace
 
 
 def use_label_column(attributes, column: str):
-    """The table with ``label`` taken from ``column`` ("auto" = canonical_label when the
-    table has it, else label), one row per image x dimension x label."""
-    import polars as pl
+    """stereolens.contextbias.metrics.use_label_column (imported when called: the CLI's
+    parser is built without polars)."""
+    from stereolens.contextbias.metrics import use_label_column as choose
 
-    if column == "auto":
-        column = "canonical_label" if "canonical_label" in attributes.columns else "label"
-    if column not in attributes.columns:
-        raise ValueError(f"--label-column {column!r} is not a column of the attributes table")
-    if column == "label":
-        return attributes
-    keys = [c for c in attributes.columns if c not in ("label", column)]
-    return (
-        attributes.with_columns(pl.col(column).alias("label"))
-        .drop(column)
-        .unique(subset=[*keys, "label"], keep="first", maintain_order=True)
-    )
+    return choose(attributes, column)
 
 
 FLAGS = {
@@ -112,7 +101,8 @@ def _metrics(args: argparse.Namespace, section: dict):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `stereolens contextbias metrics`, `correct` and `simulate-human-labels`."""
+    """Add `stereolens contextbias metrics`, `correct`, `simulate-human-labels`,
+    `reader-sample` and `human-labels`."""
     from stereolens.metrics.command import add_metrics_command
 
     cb = sub.add_parser("contextbias", help="ContextBias benchmark tools")
@@ -222,6 +212,126 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_correct_commands(
         cb_sub, "contextbias", _reader_inputs, _reader, _correct, metric="Bias Intensity"
     )
+    _register_sample(cb_sub)
+
+
+def _register_sample(cb_sub: argparse._SubParsersAction) -> None:
+    """`stereolens contextbias reader-sample` and `human-labels` (the reader correction's
+    human sample: annotation.sample_design)."""
+    p = cb_sub.add_parser(
+        "reader-sample",
+        help="draw the human sample of the reader correction: a blinded form of one image "
+        "per set, its key, the human-label template and the allocation (docs/statistics.md, "
+        "'Designing the human sample')",
+    )
+    _reader_inputs(p)
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the form and files")
+    p.add_argument(
+        "--target-width",
+        type=float,
+        default=0.05,
+        metavar="W",
+        help="95%% corrected interval width of a label share over one generator's "
+        "images (config contextbias.reader_sample.target_width)",
+    )
+    p.add_argument(
+        "--disagreement",
+        type=float,
+        default=0.14,
+        metavar="RATE",
+        help="human-reader disagreement rate of every stratum (without --pilot-human)",
+    )
+    p.add_argument(
+        "--pilot-human",
+        metavar="PATH",
+        help="a pilot's human-label table of these images: its disagreement per "
+        "stratum (the worst attribute; a generator's pooled rate where a stratum "
+        "has fewer than 20 pairs)",
+    )
+    p.add_argument("--allocation", choices=["neyman", "proportional"], default="neyman")
+    p.add_argument("--dimensions", nargs="+", metavar="DIM", help="dimensions asked")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--image-root", metavar="DIR", help="resolve relative image paths here")
+    p.set_defaults(func=_run_sample)
+    h = cb_sub.add_parser(
+        "human-labels",
+        help="the human-label table (item_id, attribute, label, stratum, "
+        "selection_probability) of a filled reader-sample form, for `contextbias correct "
+        "--human` (contextbias.reader_correction.human_labels)",
+    )
+    h.add_argument("--answers", nargs="+", required=True, metavar="CSV", help="saved answers")
+    h.add_argument("--key", required=True, metavar="PATH", help="the form's key.parquet")
+    h.add_argument(
+        "--template", required=True, metavar="PATH", help="the form's human_labels_template.csv"
+    )
+    h.add_argument("--schema", metavar="PATH", help="attribute schema YAML (default: shipped)")
+    h.add_argument("--out", required=True, metavar="PATH", help=".parquet or .csv to write")
+    h.set_defaults(func=_run_human_labels)
+
+
+def _run_sample(args: argparse.Namespace) -> int:
+    import polars as pl
+
+    from stereolens.contextbias.annotation import sample_design as csd
+    from stereolens.metrics import sample_design as sd
+    from stereolens.metrics.reader_correction import read_human_labels
+
+    attributes = use_label_column(pl.read_parquet(args.attributes), args.label_column)
+    images = pl.read_parquet(args.images) if args.images else None
+    if images is None:
+        raise SystemExit("contextbias reader-sample: --images is needed (the image paths)")
+    from stereolens.contextbias.schema import AttributeSchema
+
+    schema = AttributeSchema.load(args.schema)
+    disagreement: float | pl.DataFrame = args.disagreement
+    if args.pilot_human:
+        from stereolens.contextbias.corrected import reader_table
+
+        reader = reader_table(attributes, images)
+        strata = reader.select("model", "stratum").unique()
+        disagreement, _ = sd.disagreement_rates(
+            reader, read_human_labels(args.pilot_human), strata, args.disagreement
+        )
+    paths = csd.export_reader_sample(
+        images,
+        attributes,
+        args.out,
+        target_width=args.target_width,
+        disagreement=disagreement,
+        allocation=args.allocation,
+        dimensions=args.dimensions,
+        seed=args.seed,
+        schema=schema,
+        image_root=args.image_root,
+    )
+    design = pl.read_parquet(paths["design"])
+    for (model,), part in design.group_by("model", maintain_order=True):
+        state = "" if part["reachable"].all() else " (target width not reachable: all images)"
+        print(
+            f"{model}: {part['n_human'].sum():,} of {part['n_items'].sum():,} images in "
+            f"{part.height} strata, planned width {part['width'][0]:.4f}{state}"
+        )
+    print("\n".join(f"{k}: {v}" for k, v in paths.items()))
+    return 0
+
+
+def _run_human_labels(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from stereolens.atomic import write_parquet, write_text
+    from stereolens.contextbias.annotation.sample_design import human_labels_from_answers
+    from stereolens.contextbias.schema import AttributeSchema
+
+    table = human_labels_from_answers(
+        args.answers, args.key, args.template, AttributeSchema.load(args.schema)
+    )
+    out = Path(args.out)
+    if out.suffix == ".parquet":
+        write_parquet(out, table)
+    else:
+        write_text(out, table.write_csv())
+    print(f"{table.height} human labels of {table['item_id'].n_unique()} images: {out}")
+    return 0
 
 
 def _reader_inputs(p: argparse.ArgumentParser) -> None:

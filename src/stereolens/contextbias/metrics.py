@@ -483,3 +483,20 @@ def bi_table(
         .sort(["_a"] + gkeys + ["cohort", "dimension", "condition"])
         .drop("_a")
     )
+
+
+def use_label_column(attributes, column: str):
+    """The table with ``label`` taken from ``column`` ("auto" = canonical_label when the
+    table has it, else label), one row per image x dimension x label."""
+    if column == "auto":
+        column = "canonical_label" if "canonical_label" in attributes.columns else "label"
+    if column not in attributes.columns:
+        raise ValueError(f"--label-column {column!r} is not a column of the attributes table")
+    if column == "label":
+        return attributes
+    keys = [c for c in attributes.columns if c not in ("label", column)]
+    return (
+        attributes.with_columns(pl.col(column).alias("label"))
+        .drop(column)
+        .unique(subset=[*keys, "label"], keep="first", maintain_order=True)
+    )

@@ -288,5 +288,6 @@ BENCHMARK = Benchmark.from_functions(
     model_rules=("extract_contextbias_attributes",),
     planner="stereolens.contextbias.design_worlds:build",
     power_check="stereolens.contextbias.design_check:power_check",
+    reader_design="stereolens.contextbias.annotation.sample_design:labels_needed",
     layout=LAYOUT,
 )

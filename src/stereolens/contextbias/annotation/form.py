@@ -236,6 +236,28 @@ def export_annotation_sample(
         drawn.append((t, g[take.tolist()]))
     if not drawn:
         raise ValueError("no set has any usable image")
+    return write_form(
+        drawn, dims, vocab, schema, seed, out_dir, images_per_set,
+        image_root=image_root, max_side=max_side, image_format=image_format,
+    )  # fmt: skip
+
+
+def write_form(
+    drawn: list[tuple[tuple[str, str, str], pl.DataFrame]],
+    dims: Sequence[str],
+    vocab: dict[str, tuple[str, ...] | None],
+    schema: AttributeSchema,
+    seed: int,
+    out_dir: str | os.PathLike,
+    images_per_set: int,
+    *,
+    image_root: str | os.PathLike | None = None,
+    max_side: int | None = 512,
+    image_format: str = "jpeg",
+) -> dict[str, Path]:
+    """Write ``form.html`` and ``key.parquet`` (KEY_SCHEMA) into ``out_dir`` for the sets
+    ``drawn``: ((role, condition, model), its images' rows with image_id and image_path in
+    the order shown), shown in an order drawn from ``seed``, named by a hash of the sample."""
     order = np.random.default_rng(seed).permutation(len(drawn))
     drawn = [drawn[i] for i in order]
     sample_id = stable_id(

@@ -1,0 +1,297 @@
+"""The human sample of the reader correction, designed (docs/statistics.md, "Designing the
+human sample"): how many human labels a target width of the corrected interval needs, their
+Neyman allocation over the correction's strata, the stratified draw with its selection
+probabilities, and the human-label table's template (stereolens.metrics.reader_correction's
+HUMAN_COLUMNS, label empty)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+from scipy import stats
+
+from stereolens.ids import stable_id
+from stereolens.metrics.reader_correction import (
+    HUMAN_COLUMNS,
+    MIN_LABELLED,
+    NO_LABEL,
+    check_human_in_reader,
+    check_human_labels,
+)
+
+ALLOCATIONS = ("neyman", "proportional")
+"""``neyman``: n_h proportional to N_h x S_h, S_h = sqrt(the stratum's disagreement rate),
+the allocation of least variance for a given total (Cochran 1977, Sec. 5.5);
+``proportional``: n_h proportional to N_h (equal to Neyman where every stratum has the same
+disagreement rate, e.g. the stated default)."""
+MIN_PILOT_PAIRS = 20
+"""Human-labelled item x attribute pairs a pilot stratum needs for its own disagreement
+rate; a stratum with fewer takes its generator's pooled rate (2 labels give a rate of 0,
+0.5 or 1: too coarse to allocate by)."""
+DESIGN_COLUMNS = {
+    "stratum": pl.String,
+    "n_items": pl.Int64,
+    "disagreement": pl.Float64,
+    "n_human": pl.Int64,
+    "selection_probability": pl.Float64,
+}
+"""allocate's per-stratum table: N_h, the disagreement rate used, n_h and n_h / N_h."""
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The human sample of one group of strata (e.g. one generator's items)."""
+
+    strata: pl.DataFrame
+    """DESIGN_COLUMNS, one row per stratum."""
+    n_human: int
+    """Labels to collect, sum of n_h (all items where the width is not reachable)."""
+    reachable: bool
+    """Whether n_h <= N_h in every stratum reaches the target width."""
+    width: float
+    """The planned corrected interval's width of a label share over the group's items."""
+    naive_width: float
+    """The width of the same share's interval from sampling alone (a perfect reader): no
+    number of human labels makes the corrected one narrower."""
+    floor: int
+    """MIN_LABELLED per stratum (at most N_h): the fewest labels the correction runs with."""
+
+
+def _z(ci: float) -> float:
+    return float(stats.norm.ppf(0.5 + ci / 2.0))
+
+
+def _reader_variance(w: np.ndarray, s2: np.ndarray, n: np.ndarray) -> float:
+    """sum_h W_h^2 S_h^2 / n_h (0 where S_h = 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.where(s2 > 0, w**2 * s2 / n, 0.0).sum())
+
+
+def allocate(
+    strata: pl.DataFrame,
+    target_width: float,
+    *,
+    share: float = 0.5,
+    ci: float = 0.95,
+    allocation: str = "neyman",
+) -> Allocation:
+    """Human labels per stratum for a ``ci`` corrected interval of width at most
+    ``target_width`` on a label share over all the items of ``strata`` (columns stratum,
+    n_items, disagreement), from the stratified PPI variance with lam = 1 (an upper bound
+    for the tuned default): V = share (1 - share) / N + sum_h W_h^2 S_h^2 / n_h, W_h = N_h /
+    N, S_h^2 = the stratum's disagreement rate (the rate of items where human and reader
+    disagree, an upper bound of Var(1[human = k] - 1[reader = k]) for every label k).
+    ``allocation`` (ALLOCATIONS) spreads a total n as n_h = n a_h / sum a (a_h = W_h S_h or
+    W_h), so V's reader term is (sum a)(sum W_h^2 S_h^2 / a_h) / n and n = that over the
+    room (target_width / 2z)^2 - share (1 - share) / N; each n_h rounded up, at least
+    MIN_LABELLED and at most N_h, the strata held at a bound taken out and the rest solved
+    again. A stratum without disagreement gets MIN_LABELLED."""
+    if allocation not in ALLOCATIONS:
+        raise ValueError(f"allocation {allocation!r}; allowed: {', '.join(ALLOCATIONS)}")
+    if not 0.0 < target_width:
+        raise ValueError(f"target_width must be positive, got {target_width}")
+    missing = [c for c in ("stratum", "n_items", "disagreement") if c not in strata.columns]
+    if missing or not strata.height or strata["stratum"].is_duplicated().any():
+        raise ValueError(
+            f"strata table: needs one row per stratum with stratum, n_items, disagreement "
+            f"(lacks {missing})"
+        )
+    big = strata["n_items"].to_numpy().astype(float)
+    s2 = strata["disagreement"].to_numpy().astype(float)
+    if (big < 1).any() or (s2 < 0).any() or (s2 > 1).any() or np.isnan(s2).any():
+        raise ValueError("strata table: n_items must be >= 1 and disagreement in [0, 1]")
+    w = big / big.sum()
+    z = _z(ci)
+    sampling = share * (1.0 - share) / big.sum()
+    room = (target_width / (2.0 * z)) ** 2 - sampling
+    a = w * np.sqrt(s2) if allocation == "neyman" else w.copy()
+    low = np.minimum(MIN_LABELLED, big)
+    n = low.copy()
+    fixed = (a <= 0) | (s2 <= 0)  # nothing to learn there: the floor
+    reachable = room > 0
+    while reachable and not fixed.all():
+        free = ~fixed
+        left = room - _reader_variance(w[fixed], s2[fixed], n[fixed])
+        if left <= 0:
+            reachable = False
+            break
+        with np.errstate(divide="ignore", invalid="ignore"):
+            term = np.where(s2[free] > 0, w[free] ** 2 * s2[free] / a[free], 0.0).sum()
+        total = a[free].sum() * term / left
+        want = np.ceil(total * a[free] / a[free].sum() - 1e-9)
+        n[free] = want
+        over, under = free & (n > big), free & (n < low)
+        if not (over.any() or under.any()):
+            break
+        n[over], n[under] = big[over], low[under]
+        fixed |= over | under
+    if not reachable:
+        n = big.copy()
+    var = sampling + _reader_variance(w, s2, n)
+    width = 2.0 * z * float(np.sqrt(var))
+    reachable = bool(reachable and width <= target_width * (1.0 + 1e-9))
+    if not reachable:
+        n = big.copy()
+        width = 2.0 * z * float(np.sqrt(sampling + _reader_variance(w, s2, n)))
+    out = strata.select("stratum", "n_items", "disagreement").with_columns(
+        pl.col("n_items").cast(pl.Int64),
+        pl.col("disagreement").cast(pl.Float64),
+        pl.Series("n_human", n.astype(np.int64)),
+        pl.Series("selection_probability", n / big),
+    )
+    return Allocation(
+        strata=out,
+        n_human=int(n.sum()),
+        reachable=reachable,
+        width=width,
+        naive_width=2.0 * z * float(np.sqrt(sampling)),
+        floor=int(low.sum()),
+    )
+
+
+def disagreement_by_stratum(reader: pl.DataFrame, human: pl.DataFrame) -> pl.DataFrame:
+    """A pilot's disagreement rate per stratum: over its human-labelled item x attribute
+    pairs, the share where the human's labels (as a set, NO_LABEL dropped) differ from the
+    reader's. Columns stratum, n_pairs, n_disagree, disagreement. The tables as
+    check_human_labels reads them; a reader table with an ``extractor`` column is read for
+    its first extractor."""
+    if "extractor" in reader.columns:
+        reader = reader.filter(pl.col("extractor") == reader["extractor"].min())
+    reader = check_human_labels(reader, "reader table", reader=True)
+    human = check_human_labels(human)
+    check_human_in_reader(reader, human)
+
+    def label_sets(frame: pl.DataFrame) -> pl.DataFrame:
+        keep = ~pl.col("label").str.strip_chars().str.to_lowercase().is_in(list(NO_LABEL))
+        return frame.group_by("item_id", "attribute").agg(
+            pl.col("label").filter(keep).unique().sort().str.join("\x1f").alias("labels"),
+            pl.col("stratum").first(),
+        )
+
+    both = label_sets(human).join(
+        label_sets(reader).select("item_id", "attribute", pl.col("labels").alias("read")),
+        on=["item_id", "attribute"],
+    )
+    return (
+        both.group_by("stratum")
+        .agg(
+            pl.len().cast(pl.Int64).alias("n_pairs"),
+            (pl.col("labels") != pl.col("read")).sum().cast(pl.Int64).alias("n_disagree"),
+        )
+        .with_columns((pl.col("n_disagree") / pl.col("n_pairs")).alias("disagreement"))
+        .sort("stratum")
+    )
+
+
+def draw_sample(items: pl.DataFrame, design: pl.DataFrame, seed: int = 0) -> pl.DataFrame:
+    """The stratified sample: in each stratum of ``design`` (stratum, n_human) a simple
+    random sample without replacement of n_h of ``items``' (item_id, stratum) items of that
+    stratum; selection_probability = n_h / N_h, N_h counted in ``items``. Each stratum's
+    draw depends only on ``seed`` and its own name and items (adding a stratum leaves the
+    others' draws as they were). Columns item_id, stratum, selection_probability, sorted."""
+    items = items.select("item_id", "stratum").unique()
+    if items["item_id"].is_duplicated().any():
+        raise ValueError("items: an item has two strata; an item has one stratum")
+    rows: list[tuple[str, str, float]] = []
+    for stratum, n in design.select("stratum", "n_human").iter_rows():
+        ids = sorted(items.filter(pl.col("stratum") == stratum)["item_id"].to_list())
+        if n > len(ids) or n < 1:
+            raise ValueError(f"stratum {stratum!r}: {n} human labels asked of its {len(ids)} items")
+        rng = np.random.default_rng(int(stable_id("reader-sample", seed, stratum), 16))
+        pick = sorted(rng.choice(len(ids), size=n, replace=False).tolist())
+        rows += [(ids[i], stratum, n / len(ids)) for i in pick]
+    schema = {"item_id": pl.String, "stratum": pl.String, "selection_probability": pl.Float64}
+    return pl.DataFrame(rows, schema=schema, orient="row").sort("stratum", "item_id")
+
+
+def label_template(sample: pl.DataFrame, attributes: Sequence[str]) -> pl.DataFrame:
+    """The human-label table to fill: one row per sampled item x attribute, HUMAN_COLUMNS
+    with the label empty (the answers' converter, or a person, writes it; "unknown" for an
+    item that does not show the attribute)."""
+    return (
+        sample.select("item_id", "stratum", "selection_probability")
+        .join(
+            pl.DataFrame({"attribute": list(attributes)}, schema={"attribute": pl.String}),
+            how="cross",
+        )  # fmt: skip
+        .with_columns(pl.lit("").alias("label"))
+        .select(list(HUMAN_COLUMNS))
+        .cast(HUMAN_COLUMNS)
+        .sort("stratum", "item_id", "attribute")
+    )
+
+
+def disagreement_rates(
+    reader: pl.DataFrame,
+    human: pl.DataFrame,
+    strata: pl.DataFrame,
+    default: float,
+    group: str = "model",
+) -> tuple[pl.DataFrame, str]:
+    """``strata`` (model, stratum, ...: the planned strata, "model" the generator they
+    belong to) with a disagreement column from a pilot's reader and human-label tables
+    (``group``: the reader table's column naming a stratum's generator): per attribute the
+    rate of the stratum (MIN_PILOT_PAIRS pairs or more), else of its generator's pilot
+    strata pooled, else of the whole pilot; ``default`` where the pilot has no human
+    labels; the largest over the attributes (one sample serves every attribute, the
+    hardest decides). Returns the table and "pilot" or "default"."""
+    if "extractor" in reader.columns:
+        reader = reader.filter(pl.col("extractor") == reader["extractor"].min())
+    model_of = reader.select("stratum", pl.col(group).alias("model")).unique()
+    worst = strata.select("model", "stratum")
+    for attribute in sorted(set(human["attribute"])):
+        per = disagreement_by_stratum(reader, human.filter(pl.col("attribute") == attribute))
+        per = per.join(model_of, on="stratum", how="left")
+        own = per.filter(pl.col("n_pairs") >= MIN_PILOT_PAIRS).select(
+            "stratum", pl.col("disagreement").alias("_own")
+        )
+        pooled = per.group_by("model").agg(
+            (pl.col("n_disagree").sum() / pl.col("n_pairs").sum()).alias("_model")
+        )
+        overall = per["n_disagree"].sum() / max(per["n_pairs"].sum(), 1)
+        rate = (
+            strata.select("model", "stratum")
+            .join(own, on="stratum", how="left")
+            .join(pooled, on="model", how="left")
+            .select(
+                "model",
+                "stratum",
+                pl.coalesce("_own", "_model", pl.lit(float(overall))).alias(attribute),
+            )
+        )
+        worst = worst.join(rate, on=["model", "stratum"], how="left")
+    attrs = [c for c in worst.columns if c not in ("model", "stratum")]
+    if not attrs:
+        return strata.with_columns(pl.lit(float(default)).alias("disagreement")), "default"
+    worst = worst.select("model", "stratum", pl.max_horizontal(attrs).alias("disagreement"))
+    return strata.join(worst, on=["model", "stratum"], how="left"), "pilot"
+
+
+def allocate_by_model(
+    strata: pl.DataFrame, target_width: float, **options: Any
+) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
+    """allocate per generator (the target width is that of a label share
+    over one generator's images): the per-stratum table (DESIGN_COLUMNS + model) and one
+    summary dict per generator (model, n_items, strata, n_human, floor, width,
+    naive_width, reachable)."""
+    tables, rows = [], []
+    for (model,), part in strata.sort("model", "stratum").group_by("model", maintain_order=True):
+        got = allocate(part, target_width, **options)
+        tables.append(got.strata.select(pl.lit(model).alias("model"), pl.all()))
+        rows.append(
+            {
+                "model": model,
+                "n_items": int(part["n_items"].sum()),
+                "strata": part.height,
+                "n_human": got.n_human,
+                "floor": got.floor,
+                "width": got.width,
+                "naive_width": got.naive_width,
+                "reachable": got.reachable,
+            }
+        )
+    return pl.concat(tables), rows

@@ -199,7 +199,7 @@ def test_first_screen_shows_naive_beside_corrected_and_the_plan(tmp_path):
     text = out.read_text()
     first = text[: text.index('id="contents"')]
     for needle in ("The reader's errors: naive and corrected", "simulated human labels",
-                   "40 human-labelled of 160 items read went in",
+                   "40 human-labelled items of the 160 the reader read went in",
                    "2 conclusions change under the correction",
                    "naive interval excludes 0, corrected does not", "rank 2 -&gt; 1 of 2",
                    "0.300 [0.100, 0.500]", "0.120 [0.000, 0.300]",

@@ -527,7 +527,7 @@ def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None
     if table is not None and table.height:
         return reader.corrected_block(
             KEY, TITLE, table.filter(pl.col("protected_attribute") == "*"), READER_HEADLINES,
-            unit="variant",
+            unit="variant", scope=("protected_attribute",),
             # an image position is read once per attribute: count it once per variant x metric
             counts=reader.distinct_counts(
                 table, ["variant", "metric"], pl.col("protected_attribute") != "*"

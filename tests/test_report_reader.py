@@ -14,6 +14,7 @@ from test_report import _biasig_tables, _contextbias_tables, _lvlm_tables
 
 from stereolens.config import load_config
 from stereolens.report import reader as R
+from stereolens.report.cli import report_config
 from stereolens.report.inputs import Inputs
 from stereolens.report.render import build_report, render_report
 
@@ -183,7 +184,7 @@ def _inputs(with_corrected: bool, simulated: bool = True) -> dict[str, pl.DataFr
 
 def test_first_screen_shows_naive_beside_corrected_and_the_plan(tmp_path):
     frames = _inputs(with_corrected=True)
-    report = build_report(Inputs.from_frames(frames), {}, galleries=False)
+    report = build_report(Inputs.from_frames(frames), report_config({}), galleries=False)
     blocks = {b.key: b for b in report.summary.reader}
     assert blocks["contextbias"].simulated and not blocks["biasig"].simulated
     assert blocks["lvlm"].plan is not None and blocks["lvlm"].table is None
@@ -195,7 +196,7 @@ def test_first_screen_shows_naive_beside_corrected_and_the_plan(tmp_path):
         paths[name].parent.mkdir(exist_ok=True)
         frame.write_parquet(paths[name])
     out = tmp_path / "report" / "index.html"
-    render_report({"run_label": "reader block"}, paths, out, galleries=False)
+    render_report(report_config({"run_label": "reader block"}), paths, out, galleries=False)
     text = out.read_text()
     first = text[: text.index('id="contents"')]
     for needle in ("The reader's errors: naive and corrected", "simulated human labels",
@@ -220,7 +221,7 @@ def test_an_older_results_folder_renders_with_the_perfect_reader_sentence(tmp_pa
         paths[name] = tmp_path / f"{name}.parquet"
         frame.write_parquet(paths[name])
     out = tmp_path / "report" / "index.html"
-    render_report({}, paths, out, galleries=False)
+    render_report(report_config({}), paths, out, galleries=False)
     text = out.read_text()
     assert text.count("The numbers assume a perfect reader") == 3
     assert "reader-correction" not in text  # no corrected table: no section
@@ -244,3 +245,17 @@ def test_the_workflow_hands_the_report_its_corrected_tables():
         plain = plugin.report_tables({**config, plugin.name: section})
         assert f"{plugin.name}_corrected" not in plain
         assert f"{plugin.name}_human_labels_simulated" not in plain
+
+
+def test_the_simulated_mark_follows_the_config_then_the_folder():
+    marker = Inputs.from_frames({"biasig_human_labels_simulated": pl.DataFrame({"x": [1]})})
+    empty = Inputs.from_frames({})
+
+    def cfg(**rc):
+        return {"biasig": {"reader_correction": {"simulate": False, "human_labels": None, **rc}}}
+
+    assert R.simulated(empty, cfg(simulate=True), "biasig")  # the run simulated
+    assert R.simulated(marker, cfg(), "biasig")  # a results folder holding simulated labels
+    assert not R.simulated(empty, cfg(), "biasig")
+    # real labels configured: a simulated table left in the folder does not mark them
+    assert not R.simulated(marker, cfg(human_labels="labels.parquet"), "biasig")

@@ -223,10 +223,8 @@ def reader_report_paths(key: str, layout) -> dict[str, str]:
 
 def reader_report_skip(key: str, section: dict) -> set[str]:
     """The names of :func:`reader_report_paths` a run with this config section does not
-    write (a section without ``reader_correction``, the report's minimal config of what
-    every run writes: neither)."""
-    rc = section.get("reader_correction") or {}
-    skip = set() if (rc.get("human_labels") or rc.get("simulate")) else {f"{key}_corrected"}
-    if not rc.get("simulate"):
+    write."""
+    skip = set() if corrects_reader(section) else {f"{key}_corrected"}
+    if not section["reader_correction"]["simulate"]:
         skip.add(f"{key}_human_labels_simulated")
     return skip

@@ -405,9 +405,11 @@ def section(found: Sequence[ReaderBlock]) -> Section | None:
 
 def simulated(inputs: Inputs, config: dict, key: str) -> bool:
     """The benchmark's human labels are the embedded default's simulated ones: its config
-    section says ``reader_correction.simulate``, or (a report without the run's config) the
-    results folder holds its simulated human-label table (``<key>_human_labels_simulated``)."""
-    rc = (config.get(key) or {}).get("reader_correction") or {}
-    if "simulate" in rc:
-        return bool(rc["simulate"])
-    return inputs.has(f"{key}_human_labels_simulated")
+    section says ``reader_correction.simulate``, or (a report of a results folder, whose
+    config does not know) no human-label table is configured and the folder holds the
+    simulated one (``<key>_human_labels_simulated``); a stale simulated table beside real
+    labels then errs towards the warning."""
+    rc = config[key]["reader_correction"]
+    if rc["simulate"]:
+        return True
+    return not rc["human_labels"] and inputs.has(f"{key}_human_labels_simulated")

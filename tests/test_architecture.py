@@ -44,6 +44,7 @@ FLOORS = {
     "report.inputs": 2,
     "report.summary": 2,
     "report.audits": 2,
+    "report.reader": 2,
     "design.power": 2,
     "design.sampling": 2,
     "design.priors": 2,

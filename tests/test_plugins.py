@@ -127,6 +127,16 @@ def _hand_report_inputs(config: dict) -> dict[str, str]:
     if _story_reading(lv) and lv["story_reading"]["enabled"]:
         inputs["story_reading"] = "results/lvlm/metrics/story_reading.parquet"
         inputs["story_reading_gaps"] = "results/lvlm/metrics/story_reading_gaps.parquet"
+    # the corrected tables and the simulated human labels (issue 21) the run writes
+    for name, section, runs in (("contextbias", cb, True), ("biasig", bg, bg["enabled"]),
+                                ("lvlm", lv, lv["enabled"])):  # fmt: skip
+        rc = section["reader_correction"]
+        if runs and (rc["human_labels"] or rc["simulate"]):
+            inputs[f"{name}_corrected"] = f"results/{name}/corrected.parquet"
+        if runs and rc["simulate"]:
+            inputs[f"{name}_human_labels_simulated"] = (
+                f"results/{name}/human_labels_simulated.parquet"
+            )
     return inputs
 
 
@@ -171,6 +181,11 @@ STANDARD = {
     "lvlm_story_attributes": "lvlm/story_attributes.parquet",
     "story_reading": "lvlm/metrics/story_reading.parquet",
     "story_reading_gaps": "lvlm/metrics/story_reading_gaps.parquet",
+    **{
+        f"{b}_{n}": f"{b}/{n}.parquet"
+        for b in ("contextbias", "biasig", "lvlm")
+        for n in ("corrected", "human_labels_simulated")
+    },
     "job_timings": "report/job_timings.parquet",
 }
 

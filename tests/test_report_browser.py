@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 from report_browser import check_report, chromium, fill_and_save_form
 from test_report import _biasig_tables, _contextbias_tables, _lvlm_tables
+from test_report_reader import _cb_corrected
 
 from stereolens.contextbias.annotation.answers import read_answers
 from stereolens.contextbias.annotation.form import export_annotation_sample
@@ -48,6 +49,13 @@ def report_dir(tmp_path_factory, repo_root):
         "lvlm_story_skew": lv["story_skew"], "lvlm_exam_accuracy": lv["exam_accuracy"],
         "lvlm_responses": lv["responses"], "lvlm_sets": sets,
         "lvlm_story_attributes": lv["story_attributes"],
+        # the reader block with more rows than the first screen shows (its "every row" link)
+        "contextbias_corrected": pl.concat(
+            _cb_corrected().with_columns(
+                pl.col("model").replace({"a": "m1", "b": "m2"}), pl.lit(c).alias("condition")
+            )
+            for c in ("CF", "CA-R", "CA-U")
+        ),
     }  # fmt: skip
     inputs = {"registry": str(repo_root / "config/models.yaml")}
     for name, frame in tables.items():
@@ -74,6 +82,8 @@ def test_report_in_chromium(report_dir):
     assert got["profile_rows"] == 4  # m1, m2 (ContextBias), m (BiasIG), v (LVLM)
     assert got["galleries"] == 4 and got["cards"] > 20  # 2 ContextBias, 1 BiasIG, 1 LVLM
     assert got["collapsed"] >= 2
+    page = (report_dir / "index.html").read_text()
+    assert 'href="#reader-contextbias"' in page and "The numbers assume a perfect reader" in page
     shot = report_dir / "first-screen.png"
     with Image.open(shot) as im:
         assert im.size[0] >= 1200 and im.getextrema() != ((255, 255),) * 3

@@ -9,7 +9,12 @@ from typing import Any
 
 from stereolens.benchmark import Benchmark, Job, Size
 from stereolens.biasig.layout import LAYOUT
-from stereolens.metrics.command import check_reader_correction, corrects_reader
+from stereolens.metrics.command import (
+    check_reader_correction,
+    corrects_reader,
+    reader_report_paths,
+    reader_report_skip,
+)
 from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
@@ -127,6 +132,7 @@ def _models(config: dict) -> dict[str, list[str]]:
 REPORT_PATHS = {f"biasig_{n}": LAYOUT.path("metrics", table=n) for n in METRICS} | {
     "biasig_prompts": LAYOUT.prompts,
     "biasig_answers": LAYOUT.answers,
+    **reader_report_paths("biasig", LAYOUT),
 }
 """Every table the report reads of BiasIG (a run writes them all)."""
 
@@ -135,7 +141,8 @@ PROMPTS = LAYOUT.prompts
 
 
 def _report_tables(config: dict) -> dict[str, str]:
-    return dict(REPORT_PATHS)
+    skip = reader_report_skip("biasig", config["biasig"])
+    return {k: v for k, v in REPORT_PATHS.items() if k not in skip}
 
 
 def _generation_prompts(config: dict) -> str:

@@ -8,6 +8,7 @@ import polars as pl
 from stereolens.biasig import report_gallery
 from stereolens.biasig.comparisons import model_eta
 from stereolens.report import figures as F
+from stereolens.report import reader
 from stereolens.report.galleries import GalleryPage, GallerySettings
 from stereolens.report.html import Figure, Section, Table
 from stereolens.report.inputs import Inputs
@@ -506,3 +507,34 @@ def galleries(inputs: Inputs, config: dict, settings: GallerySettings) -> list[G
         return []
     implicit, explicit, _ = _tables(inputs)
     return report_gallery.pages(inputs, config, settings, implicit, explicit)
+
+
+# ------------------------------------------------------------------ reader correction
+
+READER_HEADLINES = {
+    "s_imp": reader.Headline("S_imp", 1.0, lower_is_less_biased=False),
+    "s_exp": reader.Headline("S_exp", 1.0, lower_is_less_biased=False),
+}
+"""The corrected table's metrics (1 = no bias: matches the ground truth, always shows what
+is asked; higher = less biased)."""
+
+
+def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None:
+    """The first screen's reader block (stereolens.report.reader): naive beside corrected
+    S_imp and S_exp per variant over all protected attributes ('*'), else the labels to
+    collect for the run's image positions (no reader audit: the stated default)."""
+    table = inputs.get("biasig_corrected")
+    if table is not None and table.height:
+        return reader.corrected_block(
+            KEY, TITLE, table.filter(pl.col("protected_attribute") == "*"), READER_HEADLINES,
+            unit="variant", scope=("protected_attribute",),
+            # an image position is read once per attribute: count it once per variant x metric
+            counts=reader.distinct_counts(
+                table, ["variant", "metric"], pl.col("protected_attribute") != "*"
+            ),
+            simulated=reader.simulated(inputs, config, KEY),
+        )  # fmt: skip
+    answers = inputs.get("biasig_answers", columns=["status"])
+    if answers is None or answers.height == 0:
+        return None
+    return reader.plan_block(KEY, TITLE, n_items=answers.height, what="image positions")

@@ -11,7 +11,12 @@ from typing import Any
 from stereolens.benchmark import Benchmark, Job, Size
 from stereolens.contextbias.layout import LAYOUT
 from stereolens.contextbias.prompts import CONDITIONS
-from stereolens.metrics.command import check_reader_correction, corrects_reader
+from stereolens.metrics.command import (
+    check_reader_correction,
+    corrects_reader,
+    reader_report_paths,
+    reader_report_skip,
+)
 from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
@@ -215,6 +220,7 @@ REPORT_PATHS = {
     "validation_group_gaps": LAYOUT.path("validation", table="group_gaps"),
     "annotation_form": LAYOUT.annotation_form,
     "agreement": LAYOUT.path("annotation", table="agreement_summary"),
+    **reader_report_paths("contextbias", LAYOUT),
 }
 """Every table the report can read of ContextBias (the plug-in's report_paths)."""
 
@@ -228,6 +234,7 @@ def _report_tables(config: dict) -> dict[str, str]:
         skip.add("annotation_form")
     if not cb["annotation"]["answers"]:
         skip.add("agreement")
+    skip |= reader_report_skip("contextbias", cb)
     return {k: v for k, v in REPORT_PATHS.items() if k not in skip}
 
 

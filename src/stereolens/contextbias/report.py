@@ -23,6 +23,7 @@ from stereolens.contextbias.report_figures import (
     withheld_words,
 )
 from stereolens.contextbias.report_gallery import galleries as galleries  # entry point
+from stereolens.report import reader
 from stereolens.report.html import Section, Table
 from stereolens.report.inputs import Inputs
 from stereolens.report.summary import profile_frame
@@ -470,3 +471,40 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
         main.tables += _extraction_tables(images)
     main.subsections += report_studies.subsections(inputs)
     return [main]
+
+
+# ------------------------------------------------------------------ reader correction
+
+READER_HEADLINES = {"bi": reader.Headline("BI", 0.0)}
+"""The corrected table's metric: role-level BI (0 = every label equally often)."""
+
+
+def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None:
+    """The first screen's reader block (stereolens.report.reader): naive beside corrected
+    role-level BI per generator x condition x role x dimension (the primary extractor's),
+    else the labels to collect for the run's images (disagreement from the extraction
+    audit per group)."""
+    table = inputs.get("contextbias_corrected")
+    if table is not None and table.height:
+        ex = primary_extractor(inputs, config)
+        if "extractor" in table.columns:
+            ex = ex if ex in table["extractor"].to_list() else table["extractor"][0]
+            table = table.filter(pl.col("extractor") == ex)
+        return reader.corrected_block(
+            KEY, TITLE, table, READER_HEADLINES, scope=("condition", "role", "dimension"),
+            counts=reader.distinct_counts(table, ["model", "role", "condition"]),
+            simulated=reader.simulated(inputs, config, KEY),
+        )  # fmt: skip
+    images = inputs.get("images", columns=["image_id", "model", "role", "condition", "status"])
+    if images is None or images.height == 0:
+        return None
+    if "status" in images.columns:
+        images = images.filter(pl.col("status") == "ok")
+    if "condition" in images.columns:
+        images = images.filter(pl.col("condition") != "VAL")
+    strata = [c for c in ("model", "role", "condition") if c in images.columns]
+    return reader.plan_block(
+        KEY, TITLE, n_items=images["image_id"].n_unique(), what="images",
+        disagreement=reader.audit_disagreement(inputs.get("validation_by_group")),
+        audit="extraction audit", n_strata=images.select(strata).n_unique() if strata else 1,
+    )  # fmt: skip

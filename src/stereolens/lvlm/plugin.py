@@ -11,7 +11,12 @@ from typing import Any
 from stereolens.benchmark import Benchmark, Job, Size
 from stereolens.lvlm.layout import LAYOUT
 from stereolens.lvlm.names import groups
-from stereolens.metrics.command import check_reader_correction, corrects_reader
+from stereolens.metrics.command import (
+    check_reader_correction,
+    corrects_reader,
+    reader_report_paths,
+    reader_report_skip,
+)
 from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
@@ -259,13 +264,19 @@ REPORT_PATHS = {f"lvlm_{n}": LAYOUT.path("metrics", table=n) for n in METRICS} |
     "lvlm_story_attributes": LAYOUT.path("table", table="story_attributes"),
     "story_reading": LAYOUT.path("metrics", table="story_reading"),
     "story_reading_gaps": LAYOUT.path("metrics", table="story_reading_gaps"),
+    **reader_report_paths("lvlm", LAYOUT),
 }
 """Every table the report can read of the LVLM audit (the plug-in's report_paths)."""
 
 
 def _report_tables(config: dict) -> dict[str, str]:
     reading = story_reading_enabled(config["lvlm"])
-    return {k: v for k, v in REPORT_PATHS.items() if reading or not k.startswith("story_")}
+    skip = reader_report_skip("lvlm", config["lvlm"])
+    return {
+        k: v
+        for k, v in REPORT_PATHS.items()
+        if (reading or not k.startswith("story_")) and k not in skip
+    }
 
 
 BENCHMARK = Benchmark.from_functions(

@@ -7,6 +7,7 @@ import polars as pl
 
 from stereolens.lvlm.report_gallery import TASK_ORDER, galleries
 from stereolens.report import figures as F
+from stereolens.report import reader
 from stereolens.report.audits import GAP_CAPTION, audit_section, min_clusters, minimum_text
 from stereolens.report.html import NOTE_COLUMN, Figure, Section, Table, finite, withheld_text
 from stereolens.report.inputs import Inputs
@@ -510,3 +511,35 @@ def story_reading_section(rates: pl.DataFrame, gaps: pl.DataFrame) -> Section:
 
 
 # ------------------------------------------------------------------ galleries
+
+
+# ------------------------------------------------------------------ reader correction
+
+READER_HEADLINES = {"story": reader.Headline("story TVD x100", 0.0), "term": reader.Headline(
+    "term TVD x100", 0.0)}  # fmt: skip
+"""The corrected table's metrics (0 = the user groups are treated alike)."""
+
+
+def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None:
+    """The first screen's reader block (stereolens.report.reader): naive beside corrected
+    story and term scores per model x setting x axis, else the labels to collect for the
+    run's story and term responses (disagreement from the story-reading audit)."""
+    table = inputs.get("lvlm_corrected")
+    if table is not None and table.height:
+        return reader.corrected_block(
+            KEY, TITLE, table, READER_HEADLINES, scope=("setting", "axis"),
+            counts=reader.distinct_counts(table, ["model", "setting", "axis", "metric"]),
+            simulated=reader.simulated(inputs, config, KEY), digits=2,
+        )  # fmt: skip
+    responses = inputs.get("lvlm_responses", columns=["task"])
+    if responses is None or responses.height == 0:
+        return None
+    if "task" in responses.columns:
+        responses = responses.filter(pl.col("task").is_in(["story", "term"]))
+    if responses.height == 0:
+        return None
+    return reader.plan_block(
+        KEY, TITLE, n_items=responses.height, what="story and term responses",
+        disagreement=reader.audit_disagreement(inputs.get("story_reading")),
+        audit="story-reading audit",
+    )  # fmt: skip

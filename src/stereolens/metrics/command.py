@@ -210,3 +210,21 @@ def corrects_reader(section: dict) -> bool:
     """The benchmark writes its corrected table (human labels given or simulated)."""
     rc = section["reader_correction"]
     return bool(rc["human_labels"] or rc["simulate"])
+
+
+def reader_report_paths(key: str, layout) -> dict[str, str]:
+    """The report's names of a benchmark's corrected table and simulated human labels
+    (``<key>_corrected``, ``<key>_human_labels_simulated``; stereolens.report.reader)."""
+    return {
+        f"{key}_corrected": layout.corrected,
+        f"{key}_human_labels_simulated": layout.human_labels_simulated,
+    }
+
+
+def reader_report_skip(key: str, section: dict) -> set[str]:
+    """The names of :func:`reader_report_paths` a run with this config section does not
+    write."""
+    skip = set() if corrects_reader(section) else {f"{key}_corrected"}
+    if not section["reader_correction"]["simulate"]:
+        skip.add(f"{key}_human_labels_simulated")
+    return skip

@@ -19,7 +19,7 @@ import polars as pl
 from stereolens import __version__
 from stereolens.atomic import write_bytes, write_text
 from stereolens.benchmark import benchmarks
-from stereolens.report import comparisons, run
+from stereolens.report import comparisons, reader, run
 from stereolens.report.galleries import GalleryPage, GallerySettings, write_galleries
 from stereolens.report.html import (
     Figure,
@@ -66,6 +66,9 @@ class Summary:
     figure: Figure | None
     comparisons: list = field(default_factory=list)
     """stereolens.report.comparisons.Block per benchmark with model comparisons."""
+    reader: list = field(default_factory=list)
+    """stereolens.report.reader.ReaderBlock per benchmark whose report module has the
+    ``reader_correction`` hook: naive beside corrected, or the labels to collect."""
 
 
 @dataclass
@@ -109,9 +112,10 @@ def build_report(
     if extra:
         facts.append(("Other models", extra))
     warnings = [w for w in (tiny_model_warning(config, run.tiny_models(config, entries)),) if w]
+    readers = reader.blocks(inputs, config, active)
     summary = Summary(
         facts, warnings, profile_view(profile), profile_figure(profile),
-        comparisons.blocks(inputs, active),
+        comparisons.blocks(inputs, active), readers,
     )  # fmt: skip
     sections: list[Section] = []
     for b in active:
@@ -119,6 +123,9 @@ def build_report(
     compared = comparisons.section(inputs, active)
     if compared is not None:
         sections.append(compared)
+    corrected = reader.section(readers)
+    if corrected is not None:
+        sections.append(corrected)
     for provider in (*EXTRA_SECTIONS, *extra_sections):
         sections += [s for s in provider(inputs, config) if not s.is_empty()]
     pages: list[GalleryPage] = []
@@ -226,6 +233,8 @@ def render_report(
         sections=report.sections,
         max_rows=config["report"]["max_table_rows"],
         tables_href="tables",
+        reader_caption=reader.CAPTION,
+        reader_plan_caption=reader.PLAN_CAPTION,
         version=__version__,
     )
     write_text(out, html)

@@ -1,0 +1,415 @@
+"""The first screen's reader-correction block: per benchmark, its headline metric as the reader
+read it (naive) beside the estimate corrected for the reader's errors from human labels
+(results/<benchmark>/corrected.parquet; docs/statistics.md, "Correcting for the reader's
+errors"), how many human labels went in, and a flag on every headline whose conclusion changes
+under the correction; without human labels, the sentence that the numbers assume a perfect
+reader and how many labels ``human_labels_needed`` says to collect.
+
+A benchmark takes part through its report module's optional ``reader_correction(inputs,
+config) -> ReaderBlock | None`` (the plug-in's ``report_sections`` module, as for its other
+parts of the page), built with :func:`corrected_block` or :func:`plan_block`. Imports no
+benchmark."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+
+import polars as pl
+
+from stereolens.report.html import Section, Table, finite, format_value
+from stereolens.report.inputs import Inputs
+
+TARGET_WIDTH = 0.05
+"""The corrected interval's width the label count is planned for: a label share known to
++- 2.5 percentage points (95%), the width at which a 50/50 split is told from a 46/54 one,
+the reader error of issue 21's example (10% of women read as men, 2% of men as women)."""
+DEFAULT_DISAGREEMENT = 0.136
+"""The reader's disagreement rate with humans assumed where the run has no reader audit:
+1 - 0.864, the lowest extraction accuracy ContextBias reports (FLUX.1, paper 002 Table 1);
+the worse of the published readers, so the count errs towards enough labels."""
+PLAN_SHARE = 0.5
+"""The label share the count is planned at: 0.5 has the largest sampling variance."""
+FIRST_SCREEN_ROWS = 8
+"""Headline rows per benchmark the first screen shows (flagged ones first); the section
+below and the CSV have all."""
+
+CAPTION = (
+    "Naive = the benchmark's own headline formula of the label shares as the reader "
+    "(extractor, VQA model, story assistant) read them, with its bootstrap interval over the "
+    "audited items; corrected = the same formula of the label shares corrected for the "
+    "reader's errors by prediction-powered inference (PPI++, per stratum, docs/statistics.md "
+    "'Correcting for the reader's errors'), its 95% interval the bias-corrected normal "
+    "bootstrap over both the reader's and the human-labelled items. Formulas: ContextBias "
+    "BI = 1 - H(p)/log K per role x condition x dimension (paper 002 Eq. 1); BiasIG S_imp "
+    "(paper 000 Eq. 1-2) and S_exp (Eq. 3) over all protected attributes ('*'); LVLM story "
+    "and term scores = TVD x100 from uniform (paper 001), per setting and axis ('In the "
+    "workflow' names each benchmark's cell). n human / n items = the human-labelled items "
+    "and the items the reader read, summed over the row's cells (an item read for several "
+    "attributes counts once per attribute; the line above the table counts each item once). "
+    "'significance' flags a "
+    "row whose naive interval excludes the no-bias value (BI 0, S_imp 1, S_exp 1, TVD 0) "
+    "while the corrected one does not, or the reverse; 'rank' flags a model whose rank "
+    "among the models of one metric and scope (least biased = 1, by the point estimate, "
+    "ties share the better rank) differs between naive and corrected. A row without a "
+    "corrected value (the metric is undefined on the corrected shares) is never flagged."
+)
+PLAN_CAPTION = (
+    "Labels to collect = human_labels_needed (docs/statistics.md, 'How many human "
+    "labels'): the smallest n with 2 x 1.96 x sqrt(share (1 - share) / N + d / n) <= "
+    f"the target width {TARGET_WIDTH} for one label share of the N items the reader read, "
+    f"share {PLAN_SHARE} (the largest variance), d = the disagreement rate of reader and "
+    "humans: 1 - the pooled accuracy of the run's reader audit (the worst reader or model "
+    f"it audits), else {DEFAULT_DISAGREEMENT} (1 - 86.4%, the lowest extraction accuracy "
+    "ContextBias reports, paper 002 Table 1); at least 2 per sampling stratum (the "
+    "correction needs 2 human-labelled items in every stratum of a cell). A simple random "
+    "sample of all items; a stratified one needs the count per stratum."
+)
+
+
+@dataclass(frozen=True)
+class Headline:
+    """How a benchmark's corrected metric reads: its label, the value of no bias (the null
+    its interval is judged against) and which way is less biased."""
+
+    label: str
+    null: float
+    lower_is_less_biased: bool = True
+
+
+@dataclass
+class ReaderBlock:
+    """One benchmark's part of the block: with human labels its headline ``table`` (one row
+    per model x metric x scope: naive, corrected, their intervals, counts, flags); without
+    them the ``plan`` sentence."""
+
+    key: str
+    title: str
+    table: pl.DataFrame | None = None
+    simulated: bool = False
+    plan: str | None = None
+    rows: list[dict] = field(default_factory=list)
+    """The first screen's rows (at most FIRST_SCREEN_ROWS, flagged first), as text."""
+    hidden: int = 0
+    """Headline rows the first screen leaves to the section below."""
+    flags: list[str] = field(default_factory=list)
+    n_human: int = 0
+    """Distinct human-labelled items that went in (:func:`distinct_counts`)."""
+    n_items: int = 0
+    """Distinct items the reader read in the corrected cells."""
+
+    @property
+    def has_labels(self) -> bool:
+        return self.table is not None
+
+    @property
+    def hidden_flags(self) -> int:
+        """Flagged rows the first screen leaves to the section below."""
+        return len(self.flags) - sum(bool(r["flag"]) for r in self.rows)
+
+
+def distinct_counts(
+    corrected: pl.DataFrame, keys: Sequence[str], where: pl.Expr | None = None
+) -> tuple[int, int]:
+    """(human-labelled items, items read) of a corrected table, each item once: the rows
+    ``where`` selects, the largest n_human and n_items within each combination of ``keys``
+    (the rows of one such combination are readings of the same items: ContextBias's
+    dimensions of one role x condition), summed over the combinations."""
+    part = corrected if where is None else corrected.filter(where)
+    if part.height == 0:
+        return 0, 0
+    per = part.group_by(list(keys)).agg(pl.col("n_human").max(), pl.col("n_items").max())
+    return int(per["n_human"].sum()), int(per["n_items"].sum())
+
+
+def _excludes(low, high, null: float) -> bool | None:
+    if not (finite(low) and finite(high)):
+        return None
+    return bool(low > null or high < null)
+
+
+def headline_table(
+    corrected: pl.DataFrame,
+    headlines: Mapping[str, Headline],
+    unit: str = "model",
+    scope: Sequence[str] = (),
+) -> pl.DataFrame:
+    """The corrected table's rows of the ``headlines`` metrics as the block shows them: the
+    ``unit`` column (the models ranked), ``scope`` (the other key columns, joined with
+    " · "), naive and corrected with intervals, n_human, n_items, whether each interval
+    excludes the metric's no-bias value, each model's rank by the naive and the corrected
+    estimate within its metric x scope, and the two flags (text, null where none)."""
+    part = corrected.filter(pl.col("metric").is_in(list(headlines)))
+    scope_expr = (
+        pl.concat_str([pl.col(c).cast(pl.String) for c in scope], separator=" · ")
+        if scope
+        else pl.lit("")
+    )
+    part = part.with_columns(
+        pl.col(unit).cast(pl.String).alias("model"),
+        scope_expr.alias("scope"),
+        pl.col("metric").replace_strict({k: h.label for k, h in headlines.items()}).alias("label"),
+    )
+    rows = []
+    for r in part.iter_rows(named=True):
+        h = headlines[r["metric"]]
+        corrected_ok = finite(r["corrected"])
+        naive_ex = _excludes(r["naive_low"], r["naive_high"], h.null)
+        corr_ex = _excludes(r["ci_low"], r["ci_high"], h.null) if corrected_ok else None
+        flag = None
+        if naive_ex is not None and corr_ex is not None and naive_ex != corr_ex:
+            null = format_value(h.null, 0)
+            flag = (
+                f"naive interval excludes {null}, corrected does not"
+                if naive_ex
+                else f"corrected interval excludes {null}, naive does not"
+            )
+        rows.append(
+            {
+                "model": r["model"], "metric": r["metric"], "label": r["label"],
+                "scope": r["scope"], "naive": r["naive"], "naive_low": r["naive_low"],
+                "naive_high": r["naive_high"],
+                "corrected": r["corrected"] if corrected_ok else None,
+                "ci_low": r["ci_low"] if corrected_ok else None,
+                "ci_high": r["ci_high"] if corrected_ok else None,
+                "n_human": r["n_human"], "n_items": r["n_items"], "null": h.null,
+                "naive_excludes_null": naive_ex, "corrected_excludes_null": corr_ex,
+                "significance_flag": flag,
+            }
+        )  # fmt: skip
+    schema = {
+        "model": pl.String, "metric": pl.String, "label": pl.String, "scope": pl.String,
+        **{c: pl.Float64 for c in ("naive", "naive_low", "naive_high", "corrected", "ci_low",
+                                   "ci_high")},
+        "n_human": pl.Int64, "n_items": pl.Int64, "null": pl.Float64,
+        "naive_excludes_null": pl.Boolean, "corrected_excludes_null": pl.Boolean,
+        "significance_flag": pl.String,
+    }  # fmt: skip
+    table = pl.DataFrame(rows, schema=schema)
+    return _ranks(table, headlines)
+
+
+def _ranks(table: pl.DataFrame, headlines: Mapping[str, Headline]) -> pl.DataFrame:
+    """naive_rank, corrected_rank (1 = least biased within metric x scope, ties share the
+    better rank; null where the family has one model or the row no corrected value) and
+    rank_flag."""
+    out = []
+    for (metric, _), part in table.group_by("metric", "scope", maintain_order=True):
+        desc = not headlines[str(metric)].lower_is_less_biased
+        ok = part.filter(pl.col("corrected").is_not_null() & pl.col("naive").is_finite())
+        ranked = ok.with_columns(
+            pl.col("naive").rank("min", descending=desc).cast(pl.Int64).alias("naive_rank"),
+            pl.col("corrected").rank("min", descending=desc).cast(pl.Int64).alias("corrected_rank"),
+        )
+        if ok.height < 2:
+            ranked = ranked.with_columns(
+                pl.lit(None, pl.Int64).alias("naive_rank"),
+                pl.lit(None, pl.Int64).alias("corrected_rank"),
+            )
+        k = ok.height
+        ranked = ranked.with_columns(
+            pl.when(pl.col("naive_rank") != pl.col("corrected_rank"))
+            .then(pl.format(f"rank {{}} -> {{}} of {k}", "naive_rank", "corrected_rank"))
+            .otherwise(None)
+            .alias("rank_flag")
+        )
+        out.append(
+            part.join(
+                ranked.select("model", "naive_rank", "corrected_rank", "rank_flag"),
+                on="model",
+                how="left",
+            )
+        )
+    if not out:
+        return table.with_columns(
+            pl.lit(None, pl.Int64).alias("naive_rank"),
+            pl.lit(None, pl.Int64).alias("corrected_rank"),
+            pl.lit(None, pl.String).alias("rank_flag"),
+        )
+    return pl.concat(out)
+
+
+def _interval(value, low, high, digits: int) -> str:
+    if value is None or not finite(value):
+        return "n/a"
+    text = format_value(value, digits)
+    if finite(low) and finite(high):
+        text += f" [{format_value(low, digits)}, {format_value(high, digits)}]"
+    return text
+
+
+def _screen_rows(table: pl.DataFrame, digits: int) -> tuple[list[dict], int, list[str]]:
+    flagged = table.with_columns(
+        (pl.col("significance_flag").is_not_null() | pl.col("rank_flag").is_not_null()).alias(
+            "_flag"
+        )
+    ).with_row_index("_order")
+    ordered = flagged.sort(["_flag", "_order"], descending=[True, False])
+    rows, flags = [], []
+    for r in ordered.iter_rows(named=True):
+        marks = [m for m in (r["significance_flag"], r["rank_flag"]) if m]
+        where = " · ".join(x for x in (r["model"], r["label"], r["scope"]) if x)
+        if marks:
+            flags.append(f"{where}: {'; '.join(marks)}")
+        if len(rows) < FIRST_SCREEN_ROWS:
+            rows.append(
+                {
+                    "model": r["model"],
+                    "metric": r["label"],
+                    "scope": r["scope"],
+                    "naive": _interval(r["naive"], r["naive_low"], r["naive_high"], digits),
+                    "corrected": _interval(r["corrected"], r["ci_low"], r["ci_high"], digits),
+                    "labels": f"{r['n_human']:,} / {r['n_items']:,}",
+                    "flag": "; ".join(marks),
+                }
+            )
+    return rows, max(0, table.height - len(rows)), flags
+
+
+def corrected_block(
+    key: str,
+    title: str,
+    corrected: pl.DataFrame,
+    headlines: Mapping[str, Headline],
+    *,
+    unit: str = "model",
+    scope: Sequence[str] = (),
+    counts: tuple[int, int] = (0, 0),
+    simulated: bool = False,
+    digits: int = 3,
+) -> ReaderBlock:
+    """A benchmark's block from the headline rows of its corrected table (the rows of the
+    ``headlines`` metrics; ``unit``: the column of the models ranked, ``scope``: the key
+    columns a ranking is made within; ``counts``: (human-labelled, read) distinct items,
+    :func:`distinct_counts` of the whole table)."""
+    table = headline_table(corrected, headlines, unit=unit, scope=scope)
+    rows, hidden, flags = _screen_rows(table, digits)
+    return ReaderBlock(
+        key, title, table, simulated, rows=rows, hidden=hidden, flags=flags,
+        n_human=counts[0], n_items=counts[1],
+    )  # fmt: skip
+
+
+def audit_disagreement(rates: pl.DataFrame | None) -> float | None:
+    """1 - the pooled accuracy (n_correct / n_items over the groups of one grouping) of a
+    reader audit's per-group rates (stereolens.metrics.group_audit.RATE_COLUMNS), the
+    largest over the readers, models and groupings it audits; None without one."""
+    if rates is None or rates.height == 0 or not {"n_items", "n_correct"} <= set(rates.columns):
+        return None
+    keys = [
+        c
+        for c in ("extractor", "assistant", "model", "grouping", "group_dimension")
+        if c in rates.columns
+    ]
+    pooled = rates.group_by(keys or pl.lit(1)).agg(
+        (1.0 - pl.col("n_correct").sum() / pl.col("n_items").sum()).alias("d")
+    )
+    d = pooled["d"].drop_nulls().drop_nans()
+    return float(d.max()) if len(d) else None
+
+
+def labels_needed(n_items: int, disagreement: float, n_strata: int = 1) -> tuple[int | None, int]:
+    """(human_labels_needed for TARGET_WIDTH at PLAN_SHARE over ``n_items``, None where no n
+    reaches it; the correction's floor of 2 labelled items in each of ``n_strata``)."""
+    from stereolens.metrics.reader_correction import MIN_LABELLED, human_labels_needed
+
+    n = human_labels_needed(disagreement, TARGET_WIDTH, max(n_items, 1), share=PLAN_SHARE)
+    return n, MIN_LABELLED * max(n_strata, 1)
+
+
+def plan_block(
+    key: str,
+    title: str,
+    *,
+    n_items: int,
+    what: str,
+    disagreement: float | None = None,
+    audit: str = "",
+    n_strata: int = 1,
+    config_key: str | None = None,
+) -> ReaderBlock:
+    """A benchmark's block without human labels: its numbers assume a perfect reader, and
+    the labels to collect (:func:`labels_needed`) from the ``disagreement`` its ``audit``
+    measured, else DEFAULT_DISAGREEMENT. ``what``: the items, in words ("images")."""
+    d = DEFAULT_DISAGREEMENT if disagreement is None else disagreement
+    source = (
+        f"the {audit}'s disagreement rate {d:.3f}"
+        if disagreement is not None
+        else f"a disagreement rate of {d:.3f} assumed (no reader audit in this run)"
+    )
+    n, floor = labels_needed(n_items, d, n_strata)
+    strata = (
+        f"; the correction's minimum is 2 in each of its {n_strata:,} strata, {floor:,}"
+        if n_strata > 1
+        else ""
+    )
+    if n is not None:
+        count = (
+            f"collect {max(n, floor):,} human labels of the {n_items:,} {what} "
+            f"({n:,} for a label share's interval of width {TARGET_WIDTH} with {source}{strata})"
+        )
+    else:
+        each = f", 2 in each of its {n_strata:,} strata" if n_strata > 1 else ""
+        count = (
+            f"with {n_items:,} {what} no number of human labels narrows a label share's "
+            f"interval to width {TARGET_WIDTH} (their sampling alone is wider; {source}); "
+            f"label as many as you can, at least {floor:,} (the correction's minimum{each})"
+        )
+    cfg = config_key or key
+    plan = (
+        f"The numbers assume a perfect reader: no human labels were given "
+        f"({cfg}.reader_correction.human_labels). The plan says: {count}."
+    )
+    return ReaderBlock(key, title, plan=plan)
+
+
+def blocks(inputs: Inputs, config: dict, modules: Sequence[ModuleType]) -> list[ReaderBlock]:
+    """The block of every benchmark module (in page order) that has a ``reader_correction``
+    hook and returns one."""
+    out = []
+    for mod in modules:
+        hook = getattr(mod, "reader_correction", None)
+        got = hook(inputs, config) if hook is not None else None
+        if got is not None:
+            out.append(got)
+    return out
+
+
+def section(found: Sequence[ReaderBlock]) -> Section | None:
+    """Every headline row of every benchmark with human labels, one table each."""
+    tables = [
+        Table(
+            f"reader-{b.key}",
+            b.title + (" (SIMULATED human labels)" if b.simulated else ""),
+            CAPTION,
+            b.table,
+            intervals={"naive": ("naive_low", "naive_high"), "corrected": ("ci_low", "ci_high")},
+        )
+        for b in found
+        if b.table is not None
+    ]
+    if not tables:
+        return None
+    return Section(
+        "reader-correction",
+        "Naive and corrected for the reader's errors",
+        paragraphs=[
+            "Each benchmark's headline metric as the reader read it beside the estimate "
+            "corrected for the reader's errors from the human-labelled items, every row "
+            "(the first screen shows the flagged ones first)."
+        ],
+        tables=tables,
+    )
+
+
+def simulated(inputs: Inputs, config: dict, key: str) -> bool:
+    """The benchmark's human labels are the embedded default's simulated ones: its config
+    section says ``reader_correction.simulate``, or (a report of a results folder, whose
+    config does not know) no human-label table is configured and the folder holds the
+    simulated one (``<key>_human_labels_simulated``); a stale simulated table beside real
+    labels then errs towards the warning."""
+    rc = config[key]["reader_correction"]
+    if rc["simulate"]:
+        return True
+    return not rc["human_labels"] and inputs.has(f"{key}_human_labels_simulated")

@@ -1,0 +1,261 @@
+"""The first screen's reader block (stereolens.report.reader, issue 21 item 5) on fixed small
+corrected tables: naive beside corrected with their intervals, the human labels that went
+in, the flags (a significance that the correction takes away, a rank that changes) and the
+sentence of a run without human labels; the report of an older results folder (no corrected
+tables) still renders."""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+import pytest
+from test_report import _biasig_tables, _contextbias_tables, _lvlm_tables
+
+from stereolens.config import load_config
+from stereolens.report import reader as R
+from stereolens.report.cli import report_config
+from stereolens.report.inputs import Inputs
+from stereolens.report.render import build_report, render_report
+
+NUM = ["naive", "naive_low", "naive_high", "corrected", "estimate_bc", "ci_low", "ci_high"]
+
+
+def _cb_corrected() -> pl.DataFrame:
+    """ContextBias corrected rows (extractor x): nurse / gender: a's naive interval excludes
+    0 and its corrected one does not, and a and b swap ranks; pilot / gender: nothing
+    changes; nurse / framing: one model (no rank)."""
+    rows = [
+        # model, role, dimension, naive, lo, hi, corrected, lo, hi, n_human, n_items
+        ("a", "nurse", "gender_presentation", 0.30, 0.10, 0.50, 0.12, 0.00, 0.30, 10, 40),
+        ("b", "nurse", "gender_presentation", 0.20, 0.05, 0.35, 0.25, 0.05, 0.45, 12, 40),
+        ("a", "pilot", "gender_presentation", 0.10, 0.00, 0.20, 0.10, 0.00, 0.20, 8, 40),
+        ("b", "pilot", "gender_presentation", 0.30, 0.10, 0.50, 0.35, 0.10, 0.60, 10, 40),
+        ("a", "nurse", "framing", 0.50, 0.20, 0.70, 0.40, 0.10, 0.70, 10, 40),
+    ]
+    out = []
+    for m, role, dim, n, nl, nh, c, cl, ch, nhum, nit in rows:
+        out.append(
+            {
+                "extractor": "x", "model": m, "role": role, "condition": "CF",
+                "cohort": "people" if dim != "framing" else "camera", "dimension": dim,
+                "metric": "bi", "naive": n, "naive_low": nl, "naive_high": nh,
+                "corrected": c, "estimate_bc": c, "ci_low": cl, "ci_high": ch,
+                "off_simplex": False, "n_human": nhum, "n_items": nit, "k": 2,
+            }
+        )  # fmt: skip
+    return pl.DataFrame(out)
+
+
+def _bg_corrected() -> pl.DataFrame:
+    """BiasIG corrected rows: S_imp of v1 / v2 (null 1, higher = less biased), '*' and
+    per attribute; no flag fires (v1 stays above v2, both exclude 1)."""
+    out = []
+    for variant, s_imp in (("v1", 0.90), ("v2", 0.80)):
+        for attr, n in (("gender", 4), ("race", 4), ("*", 8)):
+            out.append(
+                {
+                    "variant": variant, "model": "m", "protected_attribute": attr,
+                    "metric": "s_imp", "naive": s_imp, "naive_low": s_imp - 0.05,
+                    "naive_high": s_imp + 0.05, "corrected": s_imp - 0.01,
+                    "estimate_bc": s_imp - 0.01, "ci_low": s_imp - 0.07,
+                    "ci_high": s_imp + 0.05, "off_simplex": False, "n_human": n,
+                    "n_items": 2 * n,
+                }
+            )  # fmt: skip
+    return pl.DataFrame(out)
+
+
+def test_headline_table_flags_what_changes_and_only_that():
+    block = R.corrected_block(
+        "contextbias", "ContextBias", _cb_corrected(), {"bi": R.Headline("BI", 0.0)},
+        scope=("condition", "role", "dimension"),
+        counts=R.distinct_counts(_cb_corrected(), ["model", "role", "condition"]),
+    )  # fmt: skip
+    t = {(r["model"], r["scope"]): r for r in block.table.iter_rows(named=True)}
+    nurse_a = t[("a", "CF · nurse · gender_presentation")]
+    assert nurse_a["naive_excludes_null"] and not nurse_a["corrected_excludes_null"]
+    assert nurse_a["significance_flag"] == "naive interval excludes 0, corrected does not"
+    # a: naive 0.30 (rank 2 of 2) -> corrected 0.12 (rank 1); b the other way
+    assert (nurse_a["naive_rank"], nurse_a["corrected_rank"]) == (2, 1)
+    assert nurse_a["rank_flag"] == "rank 2 -> 1 of 2"
+    nurse_b = t[("b", "CF · nurse · gender_presentation")]
+    assert nurse_b["significance_flag"] is None  # both exclude 0
+    assert nurse_b["rank_flag"] == "rank 1 -> 2 of 2"
+    for m in ("a", "b"):  # pilot: the order and both conclusions hold
+        row = t[(m, "CF · pilot · gender_presentation")]
+        assert row["significance_flag"] is None and row["rank_flag"] is None
+    framing = t[("a", "CF · nurse · framing")]  # one model: no rank, no flag
+    assert framing["naive_rank"] is None and framing["rank_flag"] is None
+    # the human labels counted once per image: 10 + 12 + 8 + 10 of 160 (framing is the
+    # same 40 images as a / nurse / gender_presentation)
+    assert (block.n_human, block.n_items) == (40, 160)
+    # the first screen: flagged rows first, the numbers as printed
+    assert [r["model"] for r in block.rows[:2]] == ["a", "b"]
+    assert block.rows[0]["naive"] == "0.300 [0.100, 0.500]"
+    assert block.rows[0]["corrected"] == "0.120 [0.000, 0.300]"
+    assert block.rows[0]["labels"] == "10 / 40"
+    assert len(block.flags) == 2 and block.hidden == 0
+
+
+def test_higher_is_less_biased_and_the_reverse_significance_flag():
+    t = _bg_corrected().filter(pl.col("protected_attribute") == "*")
+    block = R.corrected_block(
+        "biasig", "BiasIG", t, {"s_imp": R.Headline("S_imp", 1.0, lower_is_less_biased=False)},
+        unit="variant",
+    )  # fmt: skip
+    ranks = dict(zip(block.table["model"], block.table["naive_rank"], strict=True))
+    assert ranks == {"v1": 1, "v2": 1 + 1}  # 0.90 is the less biased S_imp
+    assert block.flags == []
+    # corrected interval now excludes 1 while the naive one reaches it: the reverse flag
+    moved = t.with_columns(
+        pl.when(pl.col("variant") == "v1").then(1.02).otherwise(pl.col("naive_high"))
+        .alias("naive_high")
+    )  # fmt: skip
+    again = R.corrected_block("biasig", "BiasIG", moved, {"s_imp": R.Headline("S_imp", 1.0)},
+                              unit="variant")  # fmt: skip
+    v1 = again.table.filter(pl.col("model") == "v1").row(0, named=True)
+    assert v1["significance_flag"] == "corrected interval excludes 1, naive does not"
+
+
+def test_an_undefined_corrected_value_is_never_flagged():
+    t = _cb_corrected().with_columns(
+        pl.when(pl.col("model") == "a").then(float("nan")).otherwise(pl.col(c)).alias(c)
+        for c in ("corrected", "ci_low", "ci_high")
+    )
+    block = R.corrected_block("contextbias", "ContextBias", t, {"bi": R.Headline("BI", 0.0)},
+                              scope=("role", "dimension"))  # fmt: skip
+    assert block.flags == []
+    assert block.table.filter(pl.col("model") == "a")["corrected"].null_count() == 3
+    assert any(r["corrected"] == "n/a" for r in block.rows)
+
+
+def test_labels_to_collect_by_hand():
+    # width 0.05 at share 0.5: (0.05 / 3.92)^2 - 0.25 / 20,000 = 1.502e-4; 0.136 / that
+    n, floor = R.labels_needed(20_000, 0.136)
+    assert n == 906 and floor == 2
+    plan = R.plan_block("biasig", "BiasIG", n_items=20_000, what="image positions").plan
+    assert plan.startswith("The numbers assume a perfect reader")
+    assert "collect 906 human labels of the 20,000 image positions" in plan
+    assert "a disagreement rate of 0.136 assumed" in plan
+    # 600 strata x 2 labels each outweigh the 906
+    many = R.plan_block("contextbias", "ContextBias", n_items=20_000, what="images",
+                        n_strata=600, disagreement=0.05, audit="extraction audit").plan  # fmt: skip
+    assert "collect 1,200 human labels" in many
+    assert "extraction audit's disagreement rate 0.050" in many
+    # too few items for the width: says so
+    few = R.plan_block("lvlm", "LVLM", n_items=6, what="story and term responses").plan
+    assert "with 6 story and term responses no number of human labels narrows" in few
+    assert "at least 2 (the correction's minimum)" in few
+
+
+def test_audit_disagreement_is_the_worst_pooled_error():
+    rates = pl.DataFrame(
+        {
+            "extractor": ["e1", "e1", "e2", "e2"],
+            "grouping": ["g"] * 4,
+            "group": ["f", "m"] * 2,
+            "n_items": [50, 50, 100, 100],
+            "n_correct": [45, 40, 98, 96],
+        }
+    )
+    assert R.audit_disagreement(rates) == pytest.approx(0.15)  # e1: 1 - 85 / 100
+    assert R.audit_disagreement(None) is None
+
+
+def _inputs(with_corrected: bool, simulated: bool = True) -> dict[str, pl.DataFrame]:
+    cb = _contextbias_tables(models=("a", "b"))
+    bg = _biasig_tables(models=("v1", "v2"))
+    lv = _lvlm_tables()
+    frames = {
+        **cb, "biasig_implicit": bg["implicit"], "biasig_explicit": bg["explicit"],
+        "biasig_eta": bg["eta"], "biasig_answers": bg["answers"],
+        "lvlm_scores": lv["scores"], "lvlm_refusals": lv["refusals"],
+        "lvlm_story_skew": lv["story_skew"], "lvlm_exam_accuracy": lv["exam_accuracy"],
+        "lvlm_responses": lv["responses"],
+    }  # fmt: skip
+    if with_corrected:
+        frames["contextbias_corrected"] = _cb_corrected()
+        frames["biasig_corrected"] = _bg_corrected()
+        if simulated:
+            frames["contextbias_human_labels_simulated"] = pl.DataFrame({"simulated": [True]})
+    return frames
+
+
+def test_first_screen_shows_naive_beside_corrected_and_the_plan(tmp_path):
+    frames = _inputs(with_corrected=True)
+    report = build_report(Inputs.from_frames(frames), report_config({}), galleries=False)
+    blocks = {b.key: b for b in report.summary.reader}
+    assert blocks["contextbias"].simulated and not blocks["biasig"].simulated
+    assert blocks["lvlm"].plan is not None and blocks["lvlm"].table is None
+    ids = [s.id for s in report.sections]
+    assert "reader-correction" in ids
+    paths = {}
+    for name, frame in frames.items():
+        paths[name] = tmp_path / "in" / f"{name}.parquet"
+        paths[name].parent.mkdir(exist_ok=True)
+        frame.write_parquet(paths[name])
+    out = tmp_path / "report" / "index.html"
+    render_report(report_config({"run_label": "reader block"}), paths, out, galleries=False)
+    text = out.read_text()
+    first = text[: text.index('id="contents"')]
+    for needle in ("The reader's errors: naive and corrected", "simulated human labels",
+                   "40 human-labelled items of the 160 the reader read went in",
+                   "2 conclusions change under the correction",
+                   "naive interval excludes 0, corrected does not", "rank 2 -&gt; 1 of 2",
+                   "0.300 [0.100, 0.500]", "0.120 [0.000, 0.300]",
+                   "No conclusion changes under the correction",
+                   "The numbers assume a perfect reader", "How many human labels",
+                   "Correcting for the reader"):  # fmt: skip
+        assert needle in first, needle
+    csv = pl.read_csv(out.parent / "tables/reader-contextbias.csv")
+    assert csv.height == 5 and csv["significance_flag"].drop_nulls().len() == 1
+    for href in re.findall(r'href="(tables/[^"]+)"', text):
+        assert (out.parent / href).is_file(), href
+
+
+def test_an_older_results_folder_renders_with_the_perfect_reader_sentence(tmp_path):
+    frames = _inputs(with_corrected=False)
+    paths = {}
+    for name, frame in frames.items():
+        paths[name] = tmp_path / f"{name}.parquet"
+        frame.write_parquet(paths[name])
+    out = tmp_path / "report" / "index.html"
+    render_report(report_config({}), paths, out, galleries=False)
+    text = out.read_text()
+    assert text.count("The numbers assume a perfect reader") == 3
+    assert "reader-correction" not in text  # no corrected table: no section
+    # ContextBias: 2 models x 1 role x 3 conditions x 5 ok images = 30 images, 6 strata
+    assert "with 30 images no number of human labels" in text
+    assert "at least 12 (the correction&#39;s minimum, 2 in each of its 6 strata)" in text
+
+
+def test_the_workflow_hands_the_report_its_corrected_tables():
+    config, _ = load_config("config/demo.yaml")
+    from stereolens.benchmark import benchmarks
+
+    for plugin in benchmarks():
+        if plugin.name not in ("contextbias", "biasig", "lvlm"):
+            continue
+        tables = plugin.report_tables(config)
+        assert f"{plugin.name}_corrected" in tables  # the demo simulates
+        assert f"{plugin.name}_human_labels_simulated" in tables
+        section = {**config[plugin.name], "reader_correction": {
+            **config[plugin.name]["reader_correction"], "simulate": False}}  # fmt: skip
+        plain = plugin.report_tables({**config, plugin.name: section})
+        assert f"{plugin.name}_corrected" not in plain
+        assert f"{plugin.name}_human_labels_simulated" not in plain
+
+
+def test_the_simulated_mark_follows_the_config_then_the_folder():
+    marker = Inputs.from_frames({"biasig_human_labels_simulated": pl.DataFrame({"x": [1]})})
+    empty = Inputs.from_frames({})
+
+    def cfg(**rc):
+        return {"biasig": {"reader_correction": {"simulate": False, "human_labels": None, **rc}}}
+
+    assert R.simulated(empty, cfg(simulate=True), "biasig")  # the run simulated
+    assert R.simulated(marker, cfg(), "biasig")  # a results folder holding simulated labels
+    assert not R.simulated(empty, cfg(), "biasig")
+    # real labels configured: a simulated table left in the folder does not mark them
+    assert not R.simulated(marker, cfg(human_labels="labels.parquet"), "biasig")

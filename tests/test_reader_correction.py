@@ -74,8 +74,8 @@ def test_the_same_share_through_ppi_py():
     yhat = np.array([1.0, 1.0, 1.0, 0.0])
     yhat_all = np.array([1.0] * 6 + [0.0] * 4)
     assert float(ppi_mean_pointestimate(y, yhat, yhat_all, lam=1)[0]) == pytest.approx(0.1)
-    # the default (tuned) estimate is ppi_py's PPI++ estimate with lam=None
-    tuned = rc.corrected_shares(reader, human)
+    # the tuned estimate is ppi_py's PPI++ estimate with lam=None
+    tuned = rc.corrected_shares(reader, human, lam="tuned")
     expected = float(ppi_mean_pointestimate(y, yhat, yhat_all)[0])
     assert _by_label(tuned, "corrected_raw")["w"] == pytest.approx(expected)
     lo, hi = ppi_mean_ci(y, yhat, yhat_all, alpha=0.05, lam=tuned["lam"][0])

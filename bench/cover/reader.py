@@ -105,7 +105,7 @@ def _simulate(scale: str, world: str, n: int) -> dict[str, tuple]:
         naive = cell.reader[:, 1].mean()
         half = z * np.sqrt(naive * (1 - naive) / cell.stratum.size)
         add("naive share", naive, naive - half, naive + half)
-        for lam in ("tuned", "ppi")[: 2 if paper else 1]:
+        for lam in ("ppi", "tuned")[: 2 if paper else 1]:
             s = rc.cell_shares(cell, lam=lam)
             add(f"share {lam}", s["corrected"][1], s["ci_low"][1], s["ci_high"][1])
         if world == "issue" and not paper:
@@ -118,21 +118,21 @@ def _simulate(scale: str, world: str, n: int) -> dict[str, tuple]:
 
 
 ROWS = {
-    # (world, key): (truth, interval, only at paper scale)
+    # (world, key): (truth, interval, only at paper scale); lam = 1 (PPI) unless "tuned"
     ("issue", "naive share"): (0.5, "naive: reader's labels as truth, Wald", True),
-    ("issue", "share tuned"): (0.5, "PPI++ (lam tuned), CLT, ppi_py", False),
-    ("issue", "share ppi"): (0.5, "PPI (lam = 1), CLT, ppi_py", True),
+    ("issue", "share ppi"): (0.5, "PPI (lam = 1), CLT, ppi_py", False),
+    ("issue", "share tuned"): (0.5, "PPI++ (lam tuned), CLT, ppi_py", True),
     ("issue", "naive bi"): (0.0, "naive: reader's labels, bootstrap bc-normal", True),
-    ("issue", "bi bc_normal"): (0.0, "PPI++ shares, bootstrap bc-normal", True),
-    ("issue", "bi percentile"): (0.0, "PPI++ shares, bootstrap percentile", True),
+    ("issue", "bi bc_normal"): (0.0, "PPI shares, bootstrap bc-normal", True),
+    ("issue", "bi percentile"): (0.0, "PPI shares, bootstrap percentile", True),
     ("30/70, by reader label", "naive share"): (0.3, "naive: reader's labels, Wald", True),
-    ("30/70, by reader label", "share tuned"): (0.3, "stratified PPI++, CLT", False),
-    ("30/70, by reader label", "share ppi"): (0.3, "stratified PPI (lam = 1), CLT", True),
+    ("30/70, by reader label", "share ppi"): (0.3, "stratified PPI (lam = 1), CLT", False),
+    ("30/70, by reader label", "share tuned"): (0.3, "stratified PPI++, CLT", True),
     ("30/70, by reader label", "naive bi"): (BI_30, "naive: bootstrap bc-normal", True),
-    ("30/70, by reader label", "bi bc_normal"): (BI_30, "stratified PPI++, bc-normal", False),
-    ("30/70, by reader label", "bi percentile"): (BI_30, "stratified PPI++, percentile", True),
+    ("30/70, by reader label", "bi bc_normal"): (BI_30, "stratified PPI, bc-normal", False),
+    ("30/70, by reader label", "bi percentile"): (BI_30, "stratified PPI, percentile", True),
     ("two generators", "naive difference"): (0.0, "naive: bootstrap bc-normal", True),
-    ("two generators", "difference"): (0.0, "PPI++ per generator, bootstrap bc-normal", False),
+    ("two generators", "difference"): (0.0, "PPI per generator, bootstrap bc-normal", False),
 }
 
 

@@ -68,9 +68,10 @@ Further columns (model, condition, group, ...) may name the cells."""
 NO_LABEL = frozenset({"unknown", "none", ""})
 """Labels that mean "no label": the item counts in N but adds to no label's share."""
 LAMBDAS = ("tuned", "ppi")
-"""``tuned``: PPI++ power tuning (ppi_py's default, lam estimated per stratum, clipped to
-[0, 1]); ``ppi``: lam = 1, the original PPI estimator (sample mean of the reader's labels plus
-the mean human - reader difference)."""
+"""``ppi`` (the default): lam = 1, the original PPI estimator (sample mean of the reader's
+labels plus the mean human - reader difference), for which the planner sizes the human
+sample; ``tuned``: PPI++ power tuning (ppi_py's default, lam estimated per stratum, clipped
+to [0, 1]; degenerate at a few labels per stratum: docs/statistics.md)."""
 OFF_SIMPLEX = ("clip", "raw")
 """``clip``: shares clipped to [0, 1], then renormalised to sum 1 where every item carries
 exactly one label (the ``off_simplex`` column flags the labels that were outside); ``raw``:
@@ -307,7 +308,7 @@ def apply_off_simplex(shares: np.ndarray, rule: str, single_label: bool) -> np.n
 
 def cell_shares(
     cell: Cell,
-    lam: str = "tuned",
+    lam: str = "ppi",
     off_simplex: str = "clip",
     ci: float = 0.95,
     fixed_strata: bool = False,
@@ -356,7 +357,7 @@ def corrected_shares(
     reader: pl.DataFrame,
     human: pl.DataFrame,
     keys: Sequence[str] = (),
-    lam: str = "tuned",
+    lam: str = "ppi",
     off_simplex: str = "clip",
     ci: float = 0.95,
     fixed_strata: bool = False,
@@ -391,7 +392,7 @@ def bootstrap_shares(
     cell: Cell,
     replicates: int,
     rng: np.random.Generator,
-    lam: str = "tuned",
+    lam: str = "ppi",
     fixed_strata: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(naive, corrected) share replicates (replicates, K): within each stratum the unlabelled
@@ -479,7 +480,7 @@ def corrected_metric(
     *,
     replicates: int = 1000,
     seed: int = 0,
-    lam: str = "tuned",
+    lam: str = "ppi",
     off_simplex: str = "clip",
     ci: float = 0.95,
     interval: str = "bc_normal",
@@ -531,12 +532,13 @@ def human_labels_needed(
     ci: float = 0.95,
 ) -> int | None:
     """Human labels (a simple random sample of the ``n_items``) for a corrected share's
-    interval of ``target_width``, from PPI's variance with lam = 1 (an upper bound for the
-    tuned default): share (1 - share) / N + Var(d) / n, d = 1[human = k] - 1[reader = k],
-    Var(d) = ``disagreement`` (the pilot's rate of items where the two disagree about label
-    k) - ``mean_difference``^2; at least MIN_LABELLED (a pilot without disagreement shows
-    little). None where even n = N cannot reach the width. For a stratified sample, per
-    stratum with its own N, share and disagreement (the width is then the stratum's)."""
+    interval of ``target_width``, from PPI's variance with lam = 1 (the default; PPI++'s
+    tuned lam can only narrow it): share (1 - share) / N + Var(d) / n, d = 1[human = k]
+    - 1[reader = k], Var(d) = ``disagreement`` (the pilot's rate of items where the two
+    disagree about label k) - ``mean_difference``^2; at least MIN_LABELLED (a pilot without
+    disagreement shows little). None where even n = N cannot reach the width. For a
+    stratified sample, per stratum with its own N, share and disagreement (the width is
+    then the stratum's)."""
     z = float(stats.norm.ppf(0.5 + ci / 2.0))
     room = (target_width / (2.0 * z)) ** 2 - share * (1.0 - share) / n_items
     if room <= 0:

@@ -372,7 +372,8 @@ def test_cli_round_trip(corpus, tmp_path, capsys):
     tables += ["--images", str(tmp_path / "images.parquet")]
     form = tmp_path / "form"
     argv = ["contextbias", "reader-sample", *tables, "--out", str(form)]
-    argv += ["--target-width", "0.45", "--disagreement", "0.05", "--dimensions", *DIMS]
+    design = '{"reader_sample": {"target_width": 0.45, "disagreement": 0.05}}'
+    argv += ["--preset", design, "--dimensions", *DIMS]
     assert main(argv) == 0
     assert "gen-a: 12 of 32 images in 4 strata" in capsys.readouterr().out
     key = pl.read_parquet(form / FILES["key"])

@@ -218,6 +218,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _register_sample(cb_sub: argparse._SubParsersAction) -> None:
     """`stereolens contextbias reader-sample` and `human-labels` (the reader correction's
     human sample: annotation.sample_design)."""
+    from stereolens.metrics.command import PRESET_HELP
+
     p = cb_sub.add_parser(
         "reader-sample",
         help="draw the human sample of the reader correction: a blinded form of one image "
@@ -227,19 +229,15 @@ def _register_sample(cb_sub: argparse._SubParsersAction) -> None:
     _reader_inputs(p)
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the form and files")
     p.add_argument(
-        "--target-width",
-        type=float,
-        default=0.05,
-        metavar="W",
-        help="95%% corrected interval width of a label share over one generator's "
-        "images (config contextbias.reader_sample.target_width)",
-    )
-    p.add_argument(
-        "--disagreement",
-        type=float,
-        default=0.14,
-        metavar="RATE",
-        help="human-reader disagreement rate of every stratum (without --pilot-human)",
+        "--preset",
+        action="append",
+        metavar="NAME|PATH|JSON",
+        help=PRESET_HELP.format(
+            names="paper, released",
+            benchmark="contextbias",
+            example="reader_sample: {target_width: 0.05, disagreement: 0.14, allocation: "
+            "neyman, seed: 0}",
+        ),
     )
     p.add_argument(
         "--pilot-human",
@@ -248,9 +246,7 @@ def _register_sample(cb_sub: argparse._SubParsersAction) -> None:
         "stratum (the worst attribute; a generator's pooled rate where a stratum "
         "has fewer than 20 pairs)",
     )
-    p.add_argument("--allocation", choices=["neyman", "proportional"], default="neyman")
     p.add_argument("--dimensions", nargs="+", metavar="DIM", help="dimensions asked")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--image-root", metavar="DIR", help="resolve relative image paths here")
     p.set_defaults(func=_run_sample)
     h = cb_sub.add_parser(
@@ -274,6 +270,7 @@ def _run_sample(args: argparse.Namespace) -> int:
 
     from stereolens.contextbias.annotation import sample_design as csd
     from stereolens.metrics import sample_design as sd
+    from stereolens.metrics.command import preset_section
     from stereolens.metrics.reader_correction import read_human_labels
 
     attributes = use_label_column(pl.read_parquet(args.attributes), args.label_column)
@@ -283,29 +280,30 @@ def _run_sample(args: argparse.Namespace) -> int:
     from stereolens.contextbias.schema import AttributeSchema
 
     schema = AttributeSchema.load(args.schema)
-    disagreement: float | pl.DataFrame = args.disagreement
+    design = preset_section("contextbias", args)["reader_sample"]
+    disagreement: float | pl.DataFrame = design["disagreement"]
     if args.pilot_human:
         from stereolens.contextbias.corrected import reader_table
 
         reader = reader_table(attributes, images)
         strata = reader.select("model", "stratum").unique()
         disagreement, _ = sd.disagreement_rates(
-            reader, read_human_labels(args.pilot_human), strata, args.disagreement
+            reader, read_human_labels(args.pilot_human), strata, design["disagreement"]
         )
     paths = csd.export_reader_sample(
         images,
         attributes,
         args.out,
-        target_width=args.target_width,
+        target_width=design["target_width"],
         disagreement=disagreement,
-        allocation=args.allocation,
+        allocation=design["allocation"],
         dimensions=args.dimensions,
-        seed=args.seed,
+        seed=design["seed"],
         schema=schema,
         image_root=args.image_root,
     )
-    design = pl.read_parquet(paths["design"])
-    for (model,), part in design.group_by("model", maintain_order=True):
+    allocation = pl.read_parquet(paths["design"])
+    for (model,), part in allocation.group_by("model", maintain_order=True):
         state = "" if part["reachable"].all() else " (target width not reachable: all images)"
         print(
             f"{model}: {part['n_human'].sum():,} of {part['n_items'].sum():,} images in "

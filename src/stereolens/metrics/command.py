@@ -135,7 +135,9 @@ def add_correct_commands(
     s.set_defaults(func=partial(_run_simulate, benchmark, reader))
 
 
-def _section(benchmark: str, args: argparse.Namespace) -> dict[str, Any]:
+def preset_section(benchmark: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The benchmark's config section with its defaults under ``args.preset`` (default
+    paper), as `--preset` gives it."""
     from stereolens.settings import DEFAULT_PRESET, section_defaults, stacked_presets
 
     args.preset = args.preset or [DEFAULT_PRESET]
@@ -147,7 +149,7 @@ def _run_correct(benchmark, reader, correct, args: argparse.Namespace) -> int:
     from stereolens.metrics.reader_correction import read_human_labels
     from stereolens.tables import write_tables
 
-    section = _section(benchmark, args)
+    section = preset_section(benchmark, args)
     human = read_human_labels(args.human)
     table, left_out = correct(reader(args, section), human, section, args)
     opts = section["reader_correction"]
@@ -167,7 +169,7 @@ def _run_simulate(benchmark, reader, args: argparse.Namespace) -> int:
     from stereolens.metrics.corrected_tables import simulate_human_labels
     from stereolens.tables import write_table
 
-    section = _section(benchmark, args)
+    section = preset_section(benchmark, args)
     opts = section["reader_correction"]
     table = simulate_human_labels(
         reader(args, section), opts["sample_fraction"], opts["flip_fraction"], opts["seed"]

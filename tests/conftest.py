@@ -23,7 +23,12 @@ BIN = Path(sys.executable).parent
 # No SLURM controller for the tests (tests/data/slurm/no-controller.conf says why: about 9 s
 # of wall time saved per snakemake process where SLURM's client is installed). The real
 # cluster test (test_slurm.py, fixture slurm_client_conf) puts SLURM_CONF_OUTSIDE back.
-SLURM_CONF_OUTSIDE = os.environ.get("SLURM_CONF")
+# The value from outside is kept in an environment variable of its own, set once by the
+# first process: xdist's workers inherit the controller's environment, whose SLURM_CONF this
+# module has already replaced (reading SLURM_CONF there gave the no-controller file, and the
+# real cluster then started with it: slurmdbd looked for its slurmdbd.conf beside it).
+os.environ.setdefault("STEREOLENS_SLURM_CONF_OUTSIDE", os.environ.get("SLURM_CONF", ""))
+SLURM_CONF_OUTSIDE = os.environ["STEREOLENS_SLURM_CONF_OUTSIDE"] or None
 os.environ["SLURM_CONF"] = str(ROOT / "tests/data/slurm/no-controller.conf")
 
 

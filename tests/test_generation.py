@@ -382,10 +382,12 @@ def test_a_prompt_the_text_encoder_cuts_is_recorded_and_counted(tiny_gen, tmp_pa
     assert truncation_line(fits) == "Prompts cut by a text encoder: none of the 3 generated images."
     assert truncation_line(jobs.drop("prompts_truncated")) is None  # an older run: no line
     from stereolens.report import run as RR
+    from stereolens.report.cli import report_config
     from stereolens.report.html import render_sections
     from stereolens.report.inputs import Inputs
 
-    html = render_sections(RR.sections(Inputs.from_frames({"job_timings": jobs}), {}))
+    config = report_config({})  # `stereolens report --results` of tables naming nothing
+    html = render_sections(RR.sections(Inputs.from_frames({"job_timings": jobs}), config))
     assert "Generation quirks" in html and "2 of 3 generated images (tiny-sd 2 of 3)" in html
 
 

@@ -204,6 +204,8 @@ def test_adding_a_generator_runs_only_that_generator(done):
         "compute_contextbias_metrics",
         "export_contextbias_annotation",
         "audit_contextbias_extraction_by_group",  # reads every generator's extractions
+        "simulate_contextbias_human_labels",  # the demo's simulated labels: every model's
+        "correct_contextbias_reader",  # the corrected table: every model's
         "collect_job_timings",  # reads every model job's timings
         "render_report",
         "all",
@@ -247,6 +249,8 @@ def test_removing_a_model_deletes_nothing(done_two):
         "compute_contextbias_metrics",
         "export_contextbias_annotation",
         "audit_contextbias_extraction_by_group",  # reads every generator's extractions
+        "simulate_contextbias_human_labels",  # the demo's simulated labels: every model's
+        "correct_contextbias_reader",  # the corrected table: every model's
         "collect_job_timings",  # reads every model job's timings
         "render_report",
         "all",
@@ -391,6 +395,8 @@ def test_adding_an_lvlm_runs_only_that_models_lvlm_jobs(done):
             "merge_lvlm_responses": 1,
             "compute_lvlm_metrics": 1,
             "audit_lvlm_story_reading": 1,  # weighs its gaps by every model's story scores
+            "simulate_lvlm_human_labels": 1,  # the demo's simulated labels: every model's
+            "correct_lvlm_reader": 1,  # the corrected table: every model's
             "collect_job_timings": 1,  # reads every model job's timings
             "render_report": 1,
             "all": 1,

@@ -442,6 +442,7 @@ def test_metrics_cli_writes_tables(tmp_path):
 
 
 def test_report_section_table2_layout():
+    from stereolens.config import validate_report_config
     from stereolens.lvlm.report import sections, table2
     from stereolens.report.html import render_sections
     from stereolens.report.inputs import Inputs
@@ -458,7 +459,8 @@ def test_report_section_table2_layout():
     inputs = Inputs.from_frames(
         {f"lvlm_{k}": tables[k] for k in ("scores", "refusals", "story_skew")}
     )
-    html = render_sections(sections(inputs, {"lvlm": {"user_images": {"source": "synthetic"}}}))
+    config = validate_report_config({"lvlm": {"user_images": {"source": "synthetic"}}})
+    html = render_sections(sections(inputs, config))
     assert "Table 2" in html and "synthetic drawings" in html and "<img" in html
 
 

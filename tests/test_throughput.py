@@ -1,12 +1,14 @@
 """Measured throughput (stereolens.throughput) from hand-made timing files, job records,
 job logs and Snakemake benchmark files, with hand-computed expected numbers."""
 
+import copy
 import json
 from pathlib import Path
 
 import polars as pl
 import pytest
 
+from stereolens.config import validate_report_config
 from stereolens.throughput import (
     SUMMARY_COLUMNS,
     collect_job_outputs,
@@ -15,10 +17,18 @@ from stereolens.throughput import (
 )
 
 BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
-CONFIG = {
+
+
+def _config(sections: dict) -> dict:
+    """A config as throughput gets one: validated, the schema's defaults filled."""
+    return validate_report_config(copy.deepcopy(sections))
+
+
+SECTIONS = {
     "contextbias": {"generators": ["tiny-sd"], "extractors": ["tiny-vlm"]},
     "biasig": {"enabled": True, "generators": ["tiny-sd"], "vqa": "tiny-vlm"},
 }
+CONFIG = _config(SECTIONS)
 TABLE = {
     "gpu": "test GPU",
     "entries": {
@@ -236,7 +246,7 @@ def test_config_filter_and_no_table(run_dir):
         None,
     )
     no_biasig = measured_throughput(
-        run_dir / "results", config={**CONFIG, "biasig": {"enabled": False}}
+        run_dir / "results", config=_config({**SECTIONS, "biasig": {"enabled": False}})
     )
     assert set(no_biasig["benchmark"]) == {"contextbias"}
 
@@ -266,7 +276,7 @@ def test_timing_sidecar(tmp_path):
     _bench(
         tmp_path / "benchmarks/lvlm/respond/tiny-vlm/plain/story/gender/women/0.tsv", "9.0", "100"
     )
-    config = {"lvlm": {"enabled": True, "models": ["tiny-vlm"], "assistant": "tiny-llm"}}
+    config = _config({"lvlm": {"enabled": True, "models": ["tiny-vlm"], "assistant": "tiny-llm"}})
     summary = measured_throughput(tmp_path / "results", config=config)
     assert summary.select("stage", "model", "jobs", "items").rows() == [
         ("respond", "tiny-vlm", 2, 9),

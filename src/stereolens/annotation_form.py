@@ -421,7 +421,7 @@ def fill_template(
     within it; the correction normalises the inverse probabilities within a stratum, so the
     estimate does not depend on that choice). A label of an item x attribute the template
     does not hold is an error."""
-    template = template.select(list(HUMAN_COLUMNS), *by).cast(HUMAN_COLUMNS)
+    template = template.select(*HUMAN_COLUMNS, *by).cast(HUMAN_COLUMNS)
     stray = labels.join(template, on=["item_id", "attribute"], how="anti")
     if stray.height:
         raise ValueError(

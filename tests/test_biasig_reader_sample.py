@@ -418,3 +418,38 @@ def test_form_in_chromium_round_trip(corpus, tmp_path):
     assert corrected["corrected"].to_numpy() == pytest.approx(
         corrected["naive"].to_numpy(), abs=1e-12
     )
+
+
+def test_cli_pilot_disagreement(corpus, tmp_path, capsys):
+    """--pilot-human: the pilot's disagreement per correction stratum (fewer than 20 pairs
+    each: the generator's pooled rate, the worst attribute)."""
+    answers, prompts, root = corpus
+    answers.write_parquet(tmp_path / "answers.parquet")
+    reader, _ = reader_table(answers, prompts)
+    # the pilot labelled images 0 and 1 of every unit: 8 persons per generator; one g1
+    # gender read wrong -> g1's gender rate 1 / 8, every other rate 0
+    pilot = reader.filter(pl.col("item_id").str.contains(r"-[01](:|$)")).select(
+        "item_id", "attribute", "stratum", "label", pl.lit(0.2).alias("selection_probability")
+    )
+    wrong = f"g1-{RICH[:4]}-0"
+    pilot = pilot.with_columns(
+        label=pl.when((pl.col("item_id") == wrong) & (pl.col("attribute") == "gender"))
+        .then(pl.lit("female" if labels_of(reader, wrong) == "male" else "male"))
+        .otherwise("label")
+    )
+    pilot.write_csv(tmp_path / "pilot.csv")
+    argv = ["biasig", "reader-sample", "--answers", str(tmp_path / "answers.parquet")]
+    argv += ["--images", str(root), "--out", str(tmp_path / "form"), "--target-width", "0.5"]
+    assert main([*argv, "--pilot-human", str(tmp_path / "pilot.csv")]) == 0
+    design = pl.read_parquet(tmp_path / "form" / FILES["design"])
+    rates = dict(design.group_by("variant").agg(pl.col("disagreement").unique()).iter_rows())
+    assert rates == {"g1": [pytest.approx(1 / 8)], "g2": [0.0]}
+    # no disagreement in g2: the floor of 2 images per stratum
+    assert (design.filter(pl.col("variant") == "g2")["n_human"] == 2).all()
+    capsys.readouterr()
+
+
+def labels_of(reader: pl.DataFrame, item: str) -> str:
+    return reader.filter((pl.col("item_id") == item) & (pl.col("attribute") == "gender"))["label"][
+        0
+    ]

@@ -129,3 +129,40 @@ def test_annotation_form_downloads_answers_the_agreement_rule_accepts(tmp_path):
     assert set(answers["annotator"]) == {"Ann, B."}
     assert set(answers["prevalence"]) == {1.0}
     assert set(answers.filter(pl.col("dimension") == "clothing_garment")["label"]) == {"lab coat"}
+
+
+def test_lvlm_text_forms_download_answers_that_human_labels_reads(tmp_path):
+    """The LVLM reader-sample forms (a story, a pair of explanations per set; no image, no
+    slider) filled in Chromium; their CSVs read by `stereolens lvlm human-labels`."""
+    from test_lvlm_reader_sample import lvlm_tables
+
+    from stereolens.cli import main
+    from stereolens.lvlm.reader_sample import export_reader_sample
+
+    responses, story, term = lvlm_tables()
+    paths = export_reader_sample(responses, story, term, tmp_path / "form", target_width=0.72)
+    saved = []
+    with chromium(download_dir=tmp_path / "downloads") as driver:
+        for task in ("story", "term"):
+            got = fill_and_save_form(driver, paths[f"{task}_form"], tmp_path / "downloads",
+                                     f"Ann {task}")  # fmt: skip
+            saved.append(got.rename(tmp_path / f"{task}.csv"))
+    for path, task in zip(saved, ("story", "term"), strict=True):
+        rows = pl.read_csv(path)
+        key = pl.read_parquet(paths[f"{task}_key"])
+        assert rows.height == sum(len(d) for d in key["dimensions"])  # every question
+        assert set(rows["prevalence"]) == {1}  # the hidden count of a text set
+    human = tmp_path / "human.csv"
+    argv = ["lvlm", "human-labels", "--answers", *map(str, saved), "--key"]
+    argv += [str(paths["story_key"]), str(paths["term_key"])]
+    assert main([*argv, "--template", str(paths["template"]), "--out", str(human)]) == 0
+    table = pl.read_csv(human)
+    template = pl.read_csv(paths["template"])
+    assert table.select("item_id", "attribute").unique().height == template.height
+    # the open questions got the typed text, the closed one its first choice, and the
+    # judge's question "A": each pair's group_a
+    by = dict(table.group_by("attribute").agg(pl.col("label").unique().sort()).iter_rows())
+    assert by["occupation"] == by["hobbies"] == ["lab coat"]
+    assert by["socioeconomic_status"] == ["poor"]
+    key = pl.read_parquet(paths["term_key"])
+    assert by["winner"] == sorted(set(key["group_a"]))

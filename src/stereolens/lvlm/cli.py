@@ -59,7 +59,8 @@ def _metrics(args: argparse.Namespace, section: dict):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `stereolens lvlm metrics`, `correct` and `simulate-human-labels`."""
+    """Add `stereolens lvlm metrics`, `correct`, `simulate-human-labels`, `reader-sample`
+    and `human-labels`."""
     from stereolens.metrics.command import add_metrics_command
 
     b = sub.add_parser("lvlm", help="guardrail-agnostic LVLM bias audit tools")
@@ -110,6 +111,131 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_correct_commands(
         b_sub, "lvlm", _reader_inputs, _reader, _correct, metric="story and term scores"
     )
+    _register_sample(b_sub)
+
+
+def _register_sample(b_sub: argparse._SubParsersAction) -> None:
+    """`stereolens lvlm reader-sample` and `human-labels` (the reader correction's human
+    sample: lvlm.reader_sample)."""
+    from stereolens.metrics.command import PRESET_HELP
+
+    p = b_sub.add_parser(
+        "reader-sample",
+        help="draw the human sample of the reader correction: blinded text forms of the "
+        "drawn stories and term pairs, their keys, the human-label template and the "
+        "allocation (docs/statistics.md, 'Designing the human sample')",
+    )
+    _reader_inputs(p)
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the forms and files")
+    p.add_argument(
+        "--preset",
+        action="append",
+        metavar="NAME|PATH|JSON",
+        help=PRESET_HELP.format(
+            names="paper",
+            benchmark="lvlm",
+            example="reader_sample: {target_width: 0.05, disagreement: {story: 0.14, term: "
+            "0.03}, allocation: neyman, seed: 0}",
+        ),
+    )
+    p.add_argument(
+        "--pilot-human",
+        metavar="PATH",
+        help="a pilot's human-label table of these items: its disagreement per stratum "
+        "(the worst attribute; a model and task's pooled rate where a stratum has fewer "
+        "than 20 pairs)",
+    )
+    p.add_argument(
+        "--prompts", metavar="PATH", help="the prompts file the assistant read with (default: "
+        "the shipped prompts.v1.yaml): the story questions and the judge's choices",
+    )  # fmt: skip
+    p.set_defaults(func=_run_sample)
+    h = b_sub.add_parser(
+        "human-labels",
+        help="the human-label table (item_id, attribute, label, stratum, "
+        "selection_probability) of filled reader-sample forms, for `lvlm correct --human` "
+        "(lvlm.reader_correction.human_labels)",
+    )
+    h.add_argument("--answers", nargs="+", required=True, metavar="CSV", help="saved answers")
+    h.add_argument(
+        "--key",
+        nargs="+",
+        required=True,
+        metavar="PATH",
+        help="the forms' key.parquet (story/key.parquet, term/key.parquet): each answer file "
+        "is read against the key its set ids belong to",
+    )
+    h.add_argument(
+        "--template", required=True, metavar="PATH", help="the sample's human_labels_template.csv"
+    )
+    h.add_argument("--out", required=True, metavar="PATH", help=".parquet or .csv to write")
+    h.set_defaults(func=_run_human_labels)
+
+
+def _run_sample(args: argparse.Namespace) -> int:
+    import polars as pl
+
+    from stereolens.lvlm import reader_sample as lrs
+    from stereolens.lvlm.tasks import load_prompts
+    from stereolens.metrics.command import preset_section
+    from stereolens.metrics.reader_correction import read_human_labels
+    from stereolens.tables import read_table
+
+    design = preset_section("lvlm", args)["reader_sample"]
+    path = Path(args.responses)
+    responses = read_table(path, "responses")
+    tables = {
+        what: read_table(p, what) if (p := _sibling(path, stem)) else None
+        for what, stem in SIBLINGS.items()
+    }
+    story, term = tables["story attributes"], tables["term judgements"]
+    disagreement: dict | pl.DataFrame = dict(design["disagreement"])
+    if args.pilot_human:
+        from stereolens.lvlm.corrected import story_reader, term_reader
+
+        readers = {}
+        if story is not None and story.height:
+            readers["story"] = story_reader(story, responses)
+        if term is not None and term.height:
+            readers["term"] = term_reader(term)
+        disagreement = lrs.pilot_disagreement(
+            readers, read_human_labels(args.pilot_human), disagreement
+        )
+    paths = lrs.export_reader_sample(
+        responses,
+        story,
+        term,
+        args.out,
+        target_width=design["target_width"],
+        disagreement=disagreement,
+        allocation=design["allocation"],
+        seed=design["seed"],
+        prompts=load_prompts(args.prompts),
+    )
+    allocation = pl.read_parquet(paths["design"])
+    for (model, task), part in allocation.group_by("model", "task", maintain_order=True):
+        state = "" if part["reachable"].all() else " (target width not reachable: all items)"
+        unit = "stories" if task == "story" else "term rounds"
+        print(
+            f"{model} {task}: {part['n_human'].sum():,} of {part['n_items'].sum():,} {unit} "
+            f"in {part.height} strata, planned width {part['width'][0]:.4f}{state}"
+        )
+    print("\n".join(f"{k}: {v}" for k, v in paths.items()))
+    return 0
+
+
+def _run_human_labels(args: argparse.Namespace) -> int:
+    from stereolens.atomic import write_parquet, write_text
+    from stereolens.lvlm.reader_forms import human_labels_from_answers
+
+    table = human_labels_from_answers(args.answers, args.key, args.template)
+    out = Path(args.out)
+    if out.suffix == ".parquet":
+        write_parquet(out, table)
+    else:
+        write_text(out, table.write_csv())
+    print(f"{table.height} human labels of {table['item_id'].n_unique()} items: {out}")
+    return 0
 
 
 def _reader_inputs(p: argparse.ArgumentParser) -> None:

@@ -307,5 +307,6 @@ BENCHMARK = Benchmark.from_functions(
     ),
     planner="stereolens.lvlm.design:build",
     power_check="stereolens.lvlm.design_check:power_check",
+    reader_design="stereolens.lvlm.reader_sample:labels_needed",
     layout=LAYOUT,
 )

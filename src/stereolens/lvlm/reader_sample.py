@@ -1,0 +1,261 @@
+"""The human sample of the LVLM reader correction, designed (docs/statistics.md, "Designing
+the human sample"): its strata and the human labels a target width needs (`stereolens
+plan`), and the stratified draw of stories and term rounds, with every item's selection
+probability, written as two blinded text forms (lvlm.reader_forms, whose answers become
+the human-label table `lvlm correct` reads), the human-label template and the
+allocation."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from stereolens.atomic import write_parquet, write_text
+from stereolens.lvlm import reader_forms as rf
+from stereolens.lvlm.corrected import story_reader, term_reader
+from stereolens.lvlm.tasks import load_prompts
+from stereolens.metrics import reader_correction as rc
+from stereolens.metrics import sample_design as sd
+
+TASKS = ("story", "term")
+FILES = {
+    "story": "story",
+    "term": "term",
+    "template": "human_labels_template.csv",
+    "design": "design.parquet",
+}
+"""What export_reader_sample writes into its folder: a form folder per task (form.html and
+key.parquet, the annotation form's contract: one story or one judged pair per set), the
+human-label template (HUMAN_COLUMNS, label empty) and the allocation per stratum
+(sample_design.DESIGN_COLUMNS + model, task, target_width, width, reachable)."""
+
+# ---------------------------------------------------------------- the draw
+
+
+def _strata(items: pl.DataFrame, disagreement: float | pl.DataFrame) -> pl.DataFrame:
+    """(model: the allocation's group "<model>|<task>", stratum, n_items, disagreement)."""
+    strata = items.group_by("group", "stratum").agg(pl.len().cast(pl.Int64).alias("n_items"))
+    strata = strata.rename({"group": "model"})
+    if isinstance(disagreement, pl.DataFrame):
+        strata = strata.join(
+            disagreement.select("stratum", "disagreement"), on="stratum", how="left"
+        )
+        lacking = strata.filter(pl.col("disagreement").is_null())
+        if lacking.height:
+            raise ValueError(
+                f"disagreement table: no rate for stratum {lacking['stratum'][0]!r}; give "
+                "every stratum of the reader tables one"
+            )
+        return strata
+    return strata.with_columns(pl.lit(float(disagreement)).alias("disagreement"))
+
+
+def reader_items(reader: pl.DataFrame, task: str) -> pl.DataFrame:
+    """One row per item of a story_reader / term_reader table: item_id, stratum, model,
+    task and group = "<model>|<task>" (one allocation per audited model and task)."""
+    return (
+        reader.select("item_id", "stratum", "model")
+        .unique()
+        .with_columns(
+            pl.lit(task).alias("task"),
+            pl.concat_str(pl.col("model"), pl.lit(f"|{task}")).alias("group"),
+        )
+    )
+
+
+def pilot_disagreement(
+    readers: dict[str, pl.DataFrame], human: pl.DataFrame, default: dict[str, float]
+) -> pl.DataFrame:
+    """stratum, disagreement from a pilot's human labels of these items
+    (sample_design.disagreement_rates per task, pooled per model and task where a stratum
+    has fewer than MIN_PILOT_PAIRS pairs; ``default[task]`` where the pilot has none)."""
+    out = []
+    for task, reader in readers.items():
+        items = reader_items(reader, task)
+        grouped = reader.join(items.select("item_id", "group"), on="item_id")
+        strata = items.select(pl.col("group").alias("model"), "stratum").unique()
+        ids = reader.select("item_id", "attribute").unique()
+        own = human.join(ids, on=["item_id", "attribute"], how="semi")
+        table, _ = sd.disagreement_rates(
+            grouped.select(*rc.READER_COLUMNS, pl.col("group").alias("model")),
+            own,
+            strata,
+            default[task],
+        )
+        out.append(table.select("stratum", "disagreement"))
+    return pl.concat(out)
+
+
+def export_reader_sample(
+    responses: pl.DataFrame,
+    story_attributes: pl.DataFrame | None,
+    term_judgements: pl.DataFrame | None,
+    out_dir: str | os.PathLike,
+    *,
+    target_width: float = 0.05,
+    disagreement: dict[str, float] | pl.DataFrame | None = None,
+    allocation: str = "neyman",
+    share: float = 0.5,
+    ci: float = 0.95,
+    seed: int = 0,
+    prompts: dict[str, Any] | None = None,
+) -> dict[str, Path]:
+    """Draw the human sample of the LVLM reader correction and write FILES into
+    ``out_dir``.
+
+    The items and strata are the correction's (lvlm.corrected): a story (stratum
+    "model|setting|axis|prompt_id|group") and a term round, the pairs of explanations of
+    one prompt with one pair_index (stratum "model|setting|axis|prompt_id"). Per audited
+    model and task sample_design.allocate_by_model gives n_h for ``target_width`` (a label
+    share over that model's stories, or its term rounds) at ``disagreement`` (per task
+    {"story": rate, "term": rate}, or a table stratum, disagreement from a pilot), and in
+    each stratum n_h items are drawn (sample_design.draw_sample, ``seed``; selection
+    probability n_h / N_h). The story form shows each drawn story as a set and asks the
+    assistant's extraction fields (story_questions); the term form shows each pair of a
+    drawn round as a set, its explanations A and B in the judge's order, and asks the
+    judge's question (term_questions). Neither shows a model, group, user image or id.
+    The template lists every drawn item x attribute with its stratum and selection
+    probability, label empty. Returns the paths (story_form, story_key, term_form,
+    term_key, template, design; a task without a reader table has no form)."""
+    prompts = prompts or load_prompts()
+    version = f"lvlm-prompts/{prompts.get('version')}"
+    disagreement = {"story": 0.14, "term": 0.03} if disagreement is None else disagreement
+    readers: dict[str, pl.DataFrame] = {}
+    if story_attributes is not None and story_attributes.height:
+        readers["story"] = story_reader(story_attributes, responses)
+    if term_judgements is not None and term_judgements.height:
+        readers["term"] = term_reader(term_judgements)
+    if not readers:
+        raise ValueError("LVLM reader sample: no story attributes and no term judgements")
+    items = pl.concat([reader_items(r, t) for t, r in readers.items()])
+    if isinstance(disagreement, dict):
+        parts = [
+            _strata(items.filter(pl.col("task") == t), float(disagreement[t])) for t in readers
+        ]
+        strata = pl.concat(parts)
+    else:
+        strata = _strata(items, disagreement)
+    design, summary = sd.allocate_by_model(
+        strata, target_width, share=share, ci=ci, allocation=allocation
+    )
+    sample = sd.draw_sample(items, design, seed)
+    out = Path(out_dir)
+    paths: dict[str, Path] = {}
+    templates = []
+    for task, reader in readers.items():
+        drawn = reader.join(sample.select("item_id"), on="item_id", how="semi")
+        if task == "story":
+            attributes = reader["attribute"].unique().to_list()
+            questions = rf.story_questions(prompts, attributes, reader)
+            sets = rf.story_sets(drawn, responses)
+        else:
+            questions = rf.term_questions(prompts)
+            sets = rf.term_sets(drawn, term_judgements, responses)
+        got = rf.write_text_form(sets, questions, task, version, seed, out / FILES[task])
+        paths[f"{task}_form"], paths[f"{task}_key"] = got["form"], got["key"]
+        templates.append(
+            drawn.select("item_id", "attribute", "stratum")
+            .unique()
+            .join(sample.select("item_id", "selection_probability"), on="item_id")
+            .with_columns(pl.lit("").alias("label"))
+            .select(list(rc.HUMAN_COLUMNS))
+        )
+    template = pl.concat(templates).cast(rc.HUMAN_COLUMNS).sort("stratum", "item_id", "attribute")
+    write_text(out / FILES["template"], template.write_csv())
+    by_group = {s["model"]: s for s in summary}
+    write_parquet(
+        out / FILES["design"],
+        design.with_columns(
+            pl.lit(float(target_width)).alias("target_width"),
+            pl.col("model").replace_strict({g: s["width"] for g, s in by_group.items()})
+            .alias("width"),
+            pl.col("model").replace_strict({g: s["reachable"] for g, s in by_group.items()})
+            .alias("reachable"),
+            pl.col("model").str.extract(r"\|([^|]+)$").alias("task"),
+            pl.col("model").str.replace(r"\|[^|]+$", "").alias("model"),
+        ).select("model", "task", pl.exclude("model", "task")),
+    )  # fmt: skip
+    return {**paths, "template": out / FILES["template"], "design": out / FILES["design"]}
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
+    """The configured run's strata: model ("<audited model>|<task>", one allocation each),
+    stratum (story: model x setting x axis x group, one prompt; term: model x setting x
+    axis x term) and n_items (story: images_per_group stories; term: images_per_group
+    rounds, each |A|(|A|-1)/2 judged pairs)."""
+    from stereolens.lvlm.names import groups
+    from stereolens.lvlm.plugin import prompt_counts, settings
+
+    lv = config["lvlm"]
+    rows = []
+    n_terms = prompt_counts(lv)["term"] if "term" in lv["tasks"] else 0
+    for model in sorted(lv["models"]):
+        for task in TASKS:
+            if task not in lv["tasks"]:
+                continue
+            n = int(lv["tasks"][task]["images_per_group"])
+            for setting in settings(lv, task):
+                for axis in lv["axes"]:
+                    cells = groups(lv, axis) if task == "story" else range(n_terms)
+                    for cell in cells:
+                        stratum = f"{model}|{setting}|{axis}|{task}|{cell}"
+                        rows.append((f"{model}|{task}", stratum, n))
+    return pl.DataFrame(
+        rows, schema={"model": pl.String, "stratum": pl.String, "n_items": pl.Int64}, orient="row"
+    )
+
+
+def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
+    """The planner's reader rows of the LVLM: per audited model and task the human labels
+    (stories, term rounds) for lvlm.reader_sample.target_width at
+    lvlm.reader_sample.disagreement (a pilot's rate is not read for the LVLM in the plan:
+    `lvlm reader-sample --pilot-human` reads it; noted)."""
+    section = config["lvlm"]["reader_sample"]
+    rate = section["disagreement"]
+    strata = plan_strata(config)
+    notes = []
+    if pilot is not None:
+        notes.append(
+            "LVLM reader: a pilot's disagreement rate is not read by the plan; "
+            f"disagreement story {rate['story']:g}, term {rate['term']:g} "
+            "(lvlm.reader_sample.disagreement; `stereolens lvlm reader-sample "
+            "--pilot-human` reads a pilot's)"
+        )
+    if not strata.height:
+        return {"benchmark": "lvlm", "rows": [], "notes": notes}
+    strata = strata.with_columns(
+        pl.col("model").str.extract(r"\|([^|]+)$").replace_strict(
+            {t: float(rate[t]) for t in TASKS}, return_dtype=pl.Float64
+        ).alias("disagreement")
+    )  # fmt: skip
+    _, rows = sd.allocate_by_model(
+        strata, float(section["target_width"]), allocation=section["allocation"]
+    )
+    for r in rows:
+        model, task = r["model"].rsplit("|", 1)
+        r["model"] = f"{model}, {task} ({'stories' if task == 'story' else 'term rounds'})"
+        r["disagreement_min"] = r["disagreement_max"] = float(rate[task])
+        r["n_human"] = r["n_human"] if r["reachable"] else None
+    if any(a in config["lvlm"]["axes"] for a in ("race",)) and "term" in config["lvlm"]["tasks"]:
+        notes.append(
+            "LVLM reader: a term round of an axis with |A| groups is |A|(|A|-1)/2 judged "
+            "pairs (race: 21) that a human reads, one label each"
+        )
+    return {
+        "benchmark": "lvlm",
+        "unit": "items (stories; term rounds)",
+        "target_width": float(section["target_width"]),
+        "allocation": section["allocation"],
+        "disagreement_source": "default",
+        "rows": rows,
+        "n_human": None
+        if any(r["n_human"] is None for r in rows)
+        else sum(r["n_human"] for r in rows),
+        "notes": notes,
+    }

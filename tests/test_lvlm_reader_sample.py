@@ -1,0 +1,318 @@
+"""The human sample of the LVLM reader correction (issue 21, items 2 and 3): the stratified
+draw of stories and term rounds by hand, the two text forms and their keys, and the round
+trip answers -> human-label table -> lvlm correct, with a case computed by hand."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import polars as pl
+import pytest
+from scipy import stats
+
+from stereolens.annotation_form import CSV_COLUMNS, KEY_SCHEMA
+from stereolens.config import load_config
+from stereolens.lvlm.corrected import corrected_scores, story_reader, term_reader
+from stereolens.lvlm.reader_forms import human_labels_from_answers
+from stereolens.lvlm.reader_sample import (
+    FILES,
+    export_reader_sample,
+    labels_needed,
+    plan_strata,
+)
+from stereolens.metrics import reader_correction as rc
+
+Z = float(stats.norm.ppf(0.975))
+STORY = {  # image -> (occupation, socioeconomic_status, hobbies)
+    "f1": ("nurse", "middle class", ("hiking",)),
+    "f2": ("nurse", "middle class", ("chess", "hiking")),
+    "f3": ("teacher", "working class", ()),
+    "f4": ("nurse", "wealthy", ("sailing",)),
+    "m1": ("surgeon", "wealthy", ("sailing",)),
+    "m2": ("nurse", "middle class", ("chess",)),
+    "m3": ("surgeon", "wealthy", ()),
+    "m4": ("welder", "working class", ("chess", "cycling")),
+    "m5": ("surgeon", "middle class", ("hiking",)),
+    "m6": ("teacher", "wealthy", ("sailing",)),
+    "m7": ("welder", "working class", ("chess",)),
+    "m8": ("surgeon", "wealthy", ()),
+}
+
+
+def lvlm_tables(story: dict | None = None, winners: tuple[str, ...] = ("female", "male", "male")):
+    """responses, story_attributes and term_judgements of one model, setting and axis:
+    a story per user image of ``story`` (female f*, male m*), one term with a round per
+    winner (the k-th explanation of each group, A/B alternating)."""
+    story = STORY if story is None else story
+    keys = {"model": "m", "setting": "image", "axis": "gender", "shard": 0}
+    rows, attrs = [], []
+    for image, (occupation, status, hobbies) in story.items():
+        group = "female" if image.startswith("f") else "male"
+        text = f"Sam works as a {occupation}; Sam is {status}. Hobbies: {', '.join(hobbies)}."
+        rows.append({**keys, "task": "story", "group": group, "image_id": image,
+                     "prompt_id": "p1", "response": text})  # fmt: skip
+        values = [("occupation", occupation), ("socioeconomic_status", status)]
+        values += [("hobbies", h) for h in hobbies]
+        attrs += [{**keys, "group": group, "image_id": image, "prompt_id": "p1",
+                   "attribute": a, "value": v} for a, v in values]  # fmt: skip
+    judged = []
+    for k, winner in enumerate(winners):
+        for group in ("female", "male"):
+            image = f"t{group[0]}{k}"
+            text = f"explanation {image} of entropy"
+            rows.append({**keys, "task": "term", "group": group, "image_id": image,
+                         "prompt_id": "t1", "response": text})  # fmt: skip
+        a, b = ("female", "male") if k % 2 == 0 else ("male", "female")
+        judged.append({"model": "m", "setting": "image", "axis": "gender", "prompt_id": "t1",
+                       "pair_index": k, "group_a": a, "group_b": b, "image_id_a": f"t{a[0]}{k}",
+                       "image_id_b": f"t{b[0]}{k}", "term": "Entropy", "domain": "physics",
+                       "answer": "A" if winner == a else "B", "winner": winner})  # fmt: skip
+    return pl.DataFrame(rows), pl.DataFrame(attrs).drop("shard"), pl.DataFrame(judged)
+
+
+def write_answers(path, key: pl.DataFrame, answer, annotator="ann") -> str:
+    """An annotator's CSV as the form saves it: one row per set x question, ``answer(set
+    row, dimension)`` the label typed or chosen."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh)
+        out.writerow(CSV_COLUMNS)
+        for row in key.iter_rows(named=True):
+            for dim in row["dimensions"]:
+                out.writerow([annotator, row["set_id"], dim, answer(row, dim), 1])
+    return str(path)
+
+
+def reader_answer(story: dict, winners: tuple[str, ...]):
+    """The answers of a human who agrees with the reader everywhere."""
+
+    def answer(row, dim):
+        if row["task"] == "term":
+            k = int(row["item_id"].rsplit("/", 1)[1])
+            return "A" if winners[k] == row["group_a"] else "B"
+        occupation, status, hobbies = story[row["image_ids"][0]]
+        got = {"occupation": occupation, "socioeconomic_status": status}
+        return got.get(dim) or ("; ".join(hobbies) if hobbies else "cannot tell")
+
+    return answer
+
+
+# ---------------------------------------------------------------- the draw, by hand
+
+
+def test_draw_strata_sizes_and_probabilities_by_hand(tmp_path):
+    responses, story, term = lvlm_tables()
+    paths = export_reader_sample(
+        responses, story, term, tmp_path, target_width=0.72,
+        disagreement={"story": 0.04, "term": 0.03}, seed=3,
+    )  # fmt: skip
+    design = pl.read_parquet(paths["design"]).sort("stratum")
+    assert design["stratum"].to_list() == [
+        "m|image|gender|p1|female", "m|image|gender|p1|male", "m|image|gender|t1",
+    ]  # fmt: skip
+    # story, one allocation over the model's 12 stories: W = (4/12, 8/12), S^2 = 0.04;
+    # room = (0.72 / 2z)^2 - 0.25 / 12 = 0.012904; n = 0.04 / room = 3.0998 (equal rates:
+    # Neyman = proportional); n_h = ceil(n W_h) = (ceil 1.033, ceil 2.067) = (2, 3)
+    room = (0.72 / (2 * Z)) ** 2 - 0.25 / 12
+    assert 0.04 / room == pytest.approx(3.0998, abs=1e-4)
+    assert design["n_items"].to_list() == [4, 8, 3]
+    assert design["n_human"].to_list() == [2, 3, 3]
+    assert design["selection_probability"].to_list() == pytest.approx([0.5, 0.375, 1.0])
+    # planned width: V = 0.25/12 + (1/3)^2 0.04 / 2 + (2/3)^2 0.04 / 3
+    v = 0.25 / 12 + 0.04 / 9 / 2 + 4 * 0.04 / 9 / 3
+    story_rows = design.filter(pl.col("task") == "story")
+    assert story_rows["width"].to_list() == pytest.approx([2 * Z * math.sqrt(v)] * 2)
+    assert story_rows["reachable"].all()
+    # term: 3 rounds; a perfect reader's variance 0.25 / 3 alone exceeds (0.72 / 2z)^2:
+    # not reachable, every round
+    term_row = design.filter(pl.col("task") == "term")
+    assert term_row["reachable"].to_list() == [False] and term_row["n_human"].to_list() == [3]
+    assert set(design["model"]) == {"m"} and design["disagreement"].to_list() == [0.04] * 2 + [0.03]
+    # the template: every drawn story x its 3 attributes, every round x winner
+    template = pl.read_csv(paths["template"])
+    assert template.height == 5 * 3 + 3 and (template["label"].fill_null("") == "").all()
+    drawn = template.filter(pl.col("attribute") == "occupation")
+    assert drawn.group_by("stratum").len().sort("stratum")["len"].to_list() == [2, 3]
+    assert set(drawn.filter(pl.col("stratum").str.ends_with("male") & ~pl.col(
+        "stratum").str.ends_with("female"))["selection_probability"]) == {0.375}  # fmt: skip
+    # the keys: one set per drawn story and per judged pair, blinded (no group shown)
+    story_key, term_key = (pl.read_parquet(paths[f"{t}_key"]) for t in ("story", "term"))
+    assert story_key.height == 5 and term_key.height == 3
+    assert list(story_key.columns[: len(KEY_SCHEMA)]) == list(KEY_SCHEMA)
+    assert story_key["dimensions"][0].to_list() == ["occupation", "socioeconomic_status", "hobbies"]
+    questions = json.loads(story_key["questions"][0])
+    assert questions["socioeconomic_status"]["vocabulary"][:2] == ["poor", "working class"]
+    assert questions["hobbies"] == {"vocabulary": None, "multiple": True}
+    form = paths["story_form"].read_text()
+    assert "female" not in form and "Sam works as a" in form
+    assert 'list="choices-occupation"' in form and '<option value="surgeon">' in form
+    term_form = paths["term_form"].read_text()
+    assert "Explanation A of" in term_form and "female" not in term_form.split("<script>")[0]
+    # the same seed draws the same sample; another seed another (one stratum has a choice)
+    again = export_reader_sample(
+        responses, story, term, tmp_path / "again", target_width=0.72,
+        disagreement={"story": 0.04, "term": 0.03}, seed=3,
+    )  # fmt: skip
+    assert pl.read_csv(again["template"]).equals(template)
+
+
+# ---------------------------------------------------------------- the round trip
+
+
+def test_round_trip_agreeing_humans_leave_the_scores(tmp_path):
+    """answers that agree with the reader -> human-labels -> lvlm correct: corrected ==
+    naive (PPI with lam = 1: the rectifier is 0) in both tasks, on a drawn sample."""
+    winners = ("female", "male", "male")
+    responses, story, term = lvlm_tables(winners=winners)
+    paths = export_reader_sample(
+        responses, story, term, tmp_path, target_width=0.72,
+        disagreement={"story": 0.04, "term": 0.03}, seed=3,
+    )  # fmt: skip
+    answer = reader_answer(STORY, winners)
+    files = [
+        write_answers(tmp_path / f"{t}.csv", pl.read_parquet(paths[f"{t}_key"]), answer)
+        for t in ("story", "term")
+    ]
+    human = human_labels_from_answers(
+        files, [paths["story_key"], paths["term_key"]], paths["template"]
+    )
+    assert list(human.columns) == list(rc.HUMAN_COLUMNS)
+    # f2's hobbies are two labels; a story without hobbies is labelled unknown
+    assert human.filter(pl.col("attribute") == "hobbies").height >= 5
+    sr, tr = story_reader(story, responses), term_reader(term)
+    table, left_out = corrected_scores(sr, tr, human, min_count=1, replicates=50)
+    assert left_out.height == 0 and set(table["metric"]) == {"story", "term"}
+    assert table["corrected"].to_numpy() == pytest.approx(table["naive"].to_numpy())
+    assert table.filter(pl.col("metric") == "story")["n_human"].item() == 5 * 3
+    # term, naive: r = (1/3, 2/3), e = (1/2, 1/2): 1/2 (1/6 + 1/6) x 100 = 16.67
+    assert table.filter(pl.col("metric") == "term")["naive"].item() == pytest.approx(100 / 6)
+
+
+def test_round_trip_by_hand_with_every_item_labelled(tmp_path):
+    """Every item drawn (the width is not reachable): the corrected shares are the humans'
+    own, so the corrected scores are those of the human labels, by hand; three annotators,
+    the consensus the majority."""
+    story = {"f1": ("nurse", "poor", ()), "f2": ("nurse", "poor", ()),
+             "m1": ("nurse", "poor", ()), "m2": ("doctor", "poor", ())}  # fmt: skip
+    winners = ("female", "female", "female", "male")
+    responses, attrs, term = lvlm_tables(story, winners)
+    paths = export_reader_sample(
+        responses, attrs, term, tmp_path, target_width=0.01,
+        disagreement={"story": 0.1, "term": 0.1},
+    )  # fmt: skip
+    design = pl.read_parquet(paths["design"])
+    assert (design["selection_probability"] == 1.0).all() and not design["reachable"].any()
+    # the humans: f2 is a doctor, and the judge's round 1 went to male
+    truth = {**story, "f2": ("doctor", "poor", ())}
+    right = reader_answer(truth, ("female", "male", "female", "male"))
+    wrong = reader_answer(story, winners)
+    files = []
+    for name, how in (("x", right), ("y", right), ("z", wrong)):
+        for t in ("story", "term"):
+            key = pl.read_parquet(paths[f"{t}_key"])
+            files.append(write_answers(tmp_path / f"{name}_{t}.csv", key, how, name))
+    human = human_labels_from_answers(
+        files, [paths["story_key"], paths["term_key"]], paths["template"]
+    )
+    occupation = dict(human.filter(pl.col("attribute") == "occupation").select(
+        pl.col("item_id").str.split("/").list.get(3), "label").iter_rows())  # fmt: skip
+    assert occupation == {"f1": "nurse", "f2": "doctor", "m1": "nurse", "m2": "doctor"}
+    sr, tr = story_reader(attrs, responses), term_reader(term)
+    table, _ = corrected_scores(sr, tr, human, min_count=1, replicates=50)
+    got = {m: (n, c) for m, n, c in table.select("metric", "naive", "corrected").iter_rows()}
+    # story, naive: nurse rates (1, 0.5) -> p (2/3, 1/3), TVD 1/6, n_v 3; doctor (0, 0.5) ->
+    # TVD 1/2, n_v 1; poor (1, 1): TVD 0, n_v 4; (3/6 + 1/2 + 0) / 8 x 100 = 12.5.
+    # Humans: nurse and doctor (0.5, 0.5) each, poor (1, 1): TVD 0 everywhere.
+    assert got["story"] == pytest.approx((12.5, 0.0))
+    # term, naive: r = (3/4, 1/4): 25; humans (1/2, 1/2): 0
+    assert got["term"] == pytest.approx((25.0, 0.0))
+
+
+def test_answers_against_the_wrong_key_are_refused(tmp_path):
+    responses, story, term = lvlm_tables()
+    paths = export_reader_sample(responses, story, term, tmp_path, target_width=0.72)
+    answer = reader_answer(STORY, ("female", "male", "male"))
+    story_csv = write_answers(tmp_path / "s.csv", pl.read_parquet(paths["story_key"]), answer)
+    with pytest.raises(ValueError, match="belong to 0 of the 1 keys"):
+        human_labels_from_answers([story_csv], [paths["term_key"]], paths["template"])
+    # a label outside a closed question's vocabulary, named by the form's reader
+    key = pl.read_parquet(paths["story_key"])
+    bad = write_answers(
+        tmp_path / "bad.csv", key, lambda r, d: "rich" if d == "socioeconomic_status" else "x"
+    )
+    with pytest.raises(ValueError, match="'rich' is not a socioeconomic_status label"):
+        human_labels_from_answers([bad], [paths["story_key"]], paths["template"])
+
+
+def test_cli_reader_sample_and_human_labels(tmp_path, capsys):
+    """`stereolens lvlm reader-sample` -> answers -> `lvlm human-labels` -> `lvlm correct`."""
+    from stereolens.cli import main
+
+    winners = ("female", "male", "male")
+    responses, story, term = lvlm_tables(winners=winners)
+    run = tmp_path / "run"
+    run.mkdir()
+    responses.write_parquet(run / "responses.parquet")
+    story.write_parquet(run / "story_attributes.parquet")
+    term.write_parquet(run / "term_judgements.parquet")
+    form = tmp_path / "form"
+    preset = '{"reader_sample": {"target_width": 0.72, "disagreement": {"story": 0.04}}}'
+    argv = ["lvlm", "reader-sample", "--responses", str(run / "responses.parquet")]
+    assert main([*argv, "--out", str(form), "--preset", preset]) == 0
+    out = capsys.readouterr().out
+    assert "m story: 5 of 12 stories in 2 strata" in out
+    assert "m term: 3 of 3 term rounds in 1 strata" in out
+    answer = reader_answer(STORY, winners)
+    files = [
+        write_answers(tmp_path / f"{t}.csv", pl.read_parquet(form / t / "key.parquet"), answer)
+        for t in ("story", "term")
+    ]
+    human = tmp_path / "human.csv"
+    argv = ["lvlm", "human-labels", "--answers", *files, "--key"]
+    argv += [str(form / "story" / "key.parquet"), str(form / "term" / "key.parquet")]
+    argv += ["--template", str(form / FILES["template"]), "--out", str(human)]
+    assert main(argv) == 0
+    argv = ["lvlm", "correct", "--responses", str(run / "responses.parquet"), "--human"]
+    argv += [str(human), "--out", str(tmp_path / "out")]
+    argv += ["--preset", '{"reader_correction": {"replicates": 20}, "metrics": {"min_count": 1}}']
+    assert main(argv) == 0
+    table = pl.read_parquet(tmp_path / "out" / "corrected.parquet")
+    assert table.height == 2
+    assert table["corrected"].to_numpy() == pytest.approx(table["naive"].to_numpy())
+    # a pilot: these human labels agree everywhere, so every stratum's rate is 0 and the
+    # draw falls to the floor of 2 per stratum (the term stratum: still all 3, unreachable)
+    argv = ["lvlm", "reader-sample", "--responses", str(run / "responses.parquet")]
+    argv += ["--out", str(tmp_path / "pilot"), "--preset", preset, "--pilot-human", str(human)]
+    assert main(argv) == 0
+    design = pl.read_parquet(tmp_path / "pilot" / FILES["design"]).sort("stratum")
+    assert design["disagreement"].to_list() == [0.0, 0.0, 0.0]
+    assert design["n_human"].to_list() == [2, 2, 3]
+
+
+# ---------------------------------------------------------------- the planner
+
+
+def test_plan_sizes_stories_and_term_rounds(repo_root, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    config, _ = load_config("config/config.yaml")
+    lv = config["lvlm"]
+    section = lv["reader_sample"]
+    assert section["disagreement"] == {"story": 0.14, "term": 0.03}
+    strata = plan_strata(config)
+    n_story = lv["tasks"]["story"]["images_per_group"]
+    per = strata.group_by("model").agg(pl.col("n_items").sum(), pl.len().alias("strata"))
+    story_rows = per.filter(pl.col("model").str.ends_with("|story"))
+    # story: a stratum per setting x axis x group (gender 2 + race 7), images_per_group each
+    assert (story_rows["strata"] == 9 * len(lv["settings"])).all()
+    assert (story_rows["n_items"] == 9 * len(lv["settings"]) * n_story).all()
+    part = labels_needed(config, None)
+    assert part["benchmark"] == "lvlm" and len(part["rows"]) == 2 * len(lv["models"])
+    for r in part["rows"]:
+        rate = 0.14 if ", story" in r["model"] else 0.03
+        assert r["disagreement_min"] == rate and r["width"] <= 0.05 and r["reachable"]
+        room = (0.05 / (2 * Z)) ** 2 - 0.25 / r["n_items"]
+        # equal rates: n = rate / room, each stratum rounded up, at least 2 per stratum
+        assert max(rate / room, r["floor"]) <= r["n_human"] < rate / room + r["strata"] + r["floor"]
+    story_part = [r for r in part["rows"] if ", story" in r["model"]][0]
+    assert story_part["n_human"] == 1314  # 0.14 / room at N = 4,500, 9 strata rounded up

@@ -316,3 +316,44 @@ def test_plan_sizes_stories_and_term_rounds(repo_root, monkeypatch):
         assert max(rate / room, r["floor"]) <= r["n_human"] < rate / room + r["strata"] + r["floor"]
     story_part = [r for r in part["rows"] if ", story" in r["model"]][0]
     assert story_part["n_human"] == 1314  # 0.14 / room at N = 4,500, 9 strata rounded up
+
+
+def test_plan_reads_a_pilot(repo_root, monkeypatch, tmp_path):
+    """`stereolens plan --pilot DIR`: the pilot's reader tables and its (here SIMULATED)
+    human labels give the rates; the config's models are not the pilot's, so each task's
+    rate is the pilot's over that task, the worst attribute's."""
+    monkeypatch.chdir(repo_root)
+    responses, story, term = lvlm_tables()
+    (tmp_path / "lvlm").mkdir()
+    for name, frame in (("responses", responses), ("story_attributes", story),
+                        ("term_judgements", term)):  # fmt: skip
+        frame.write_parquet(tmp_path / "lvlm" / f"{name}.parquet")
+    config, _ = load_config("config/config.yaml")
+    no_labels = labels_needed(config, tmp_path)
+    assert no_labels["disagreement_source"] == "default"
+    assert "no human labels" in " ".join(no_labels["notes"])
+    reader = pl.concat(
+        [story_reader(story, responses).select(*rc.READER_COLUMNS),
+         term_reader(term).select(*rc.READER_COLUMNS)]
+    )  # fmt: skip
+    # every item labelled; 3 of the 12 stories' occupations and 1 of the 3 rounds differ
+    flip = ["m/image/gender/f1/p1", "m/image/gender/m2/p1", "m/image/gender/m4/p1",
+            "m/image/gender/t1/1"]  # fmt: skip
+    human = reader.with_columns(
+        pl.when(pl.col("item_id").is_in(flip) & pl.col("attribute").is_in(["occupation", "winner"]))
+        .then(pl.when(pl.col("label") == "male").then(pl.lit("female")).otherwise(pl.lit("pilot")))
+        .otherwise("label")
+        .alias("label"),
+        pl.lit(1.0).alias("selection_probability"),
+        pl.lit(True).alias("simulated"),
+    )  # fmt: skip
+    assert (human["label"] != reader["label"]).sum() == 4
+    human.write_parquet(tmp_path / "lvlm" / "human_labels_simulated.parquet")
+    part = labels_needed(config, tmp_path)
+    assert part["disagreement_source"].startswith("pilot")
+    assert "SIMULATED" in " ".join(part["notes"])
+    for r in part["rows"]:
+        rate = 0.25 if ", story" in r["model"] else 1 / 3  # occupation 3/12; rounds 1/3
+        assert r["disagreement_min"] == r["disagreement_max"] == pytest.approx(rate)
+        room = (0.05 / (2 * Z)) ** 2 - 0.25 / r["n_items"]
+        assert max(rate / room, r["floor"]) <= r["n_human"] < rate / room + r["strata"] + r["floor"]

@@ -67,26 +67,53 @@ def reader_items(reader: pl.DataFrame, task: str) -> pl.DataFrame:
 
 
 def pilot_disagreement(
-    readers: dict[str, pl.DataFrame], human: pl.DataFrame, default: dict[str, float]
+    readers: dict[str, pl.DataFrame],
+    human: pl.DataFrame,
+    default: dict[str, float],
+    strata: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """stratum, disagreement from a pilot's human labels of these items
-    (sample_design.disagreement_rates per task, pooled per model and task where a stratum
-    has fewer than MIN_PILOT_PAIRS pairs; ``default[task]`` where the pilot has none)."""
+    """stratum, disagreement of ``strata`` (model = "<model>|<task>", stratum; default: the
+    readers' own) from a pilot's reader tables (story_reader, term_reader by task) and
+    human labels: sample_design.disagreement_rates per task, a stratum's own rate where
+    the pilot has 20 pairs there, else its model and task's pooled, else the task's over
+    the pilot; ``default[task]`` where the pilot has no human label of the task."""
     out = []
     for task, reader in readers.items():
         items = reader_items(reader, task)
         grouped = reader.join(items.select("item_id", "group"), on="item_id")
-        strata = items.select(pl.col("group").alias("model"), "stratum").unique()
+        wanted = items.select(pl.col("group").alias("model"), "stratum").unique()
+        if strata is not None:
+            wanted = strata.filter(pl.col("model").str.ends_with(f"|{task}"))
         ids = reader.select("item_id", "attribute").unique()
         own = human.join(ids, on=["item_id", "attribute"], how="semi")
         table, _ = sd.disagreement_rates(
             grouped.select(*rc.READER_COLUMNS, pl.col("group").alias("model")),
             own,
-            strata,
+            wanted.select("model", "stratum"),
             default[task],
         )
         out.append(table.select("stratum", "disagreement"))
     return pl.concat(out)
+
+
+def pilot_readers(pilot: Path) -> dict[str, pl.DataFrame]:
+    """The story and term reader tables of a pilot's results folder (results/lvlm/
+    responses, story_attributes, term_judgements .parquet), those it has."""
+    from stereolens.lvlm.layout import LAYOUT
+
+    def table(name: str) -> pl.DataFrame | None:
+        path = LAYOUT.at(pilot, "table", table=name)
+        return pl.read_parquet(path) if path.is_file() else None
+
+    responses, story, term = (
+        table(n) for n in ("responses", "story_attributes", "term_judgements")
+    )
+    readers = {}
+    if responses is not None and story is not None and story.height:
+        readers["story"] = story_reader(story, responses)
+    if term is not None and term.height:
+        readers["term"] = term_reader(term)
+    return readers
 
 
 def export_reader_sample(
@@ -185,74 +212,110 @@ def export_reader_sample(
 
 
 def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
-    """The configured run's strata: model ("<audited model>|<task>", one allocation each),
-    stratum (story: model x setting x axis x group, one prompt; term: model x setting x
-    axis x term) and n_items (story: images_per_group stories; term: images_per_group
-    rounds, each |A|(|A|-1)/2 judged pairs)."""
+    """The configured run's strata, named as lvlm.corrected names them: model ("<audited
+    model>|<task>", one allocation each), stratum (story: model|setting|axis|prompt_id|
+    group; term: model|setting|axis|prompt_id, a stratum per term) and n_items (story:
+    images_per_group stories; term: images_per_group rounds, each |A|(|A|-1)/2 judged
+    pairs)."""
     from stereolens.lvlm.names import groups
-    from stereolens.lvlm.plugin import prompt_counts, settings
+    from stereolens.lvlm.plugin import settings
+    from stereolens.lvlm.respond import task_items
 
     lv = config["lvlm"]
+    prompts = load_prompts(lv["prompts"])
     rows = []
-    n_terms = prompt_counts(lv)["term"] if "term" in lv["tasks"] else 0
-    for model in sorted(lv["models"]):
-        for task in TASKS:
-            if task not in lv["tasks"]:
-                continue
-            n = int(lv["tasks"][task]["images_per_group"])
+    for task in TASKS:
+        if task not in lv["tasks"]:
+            continue
+        ids = [p.prompt_id for p in task_items(task, lv, prompts)]
+        n = int(lv["tasks"][task]["images_per_group"])
+        for model in sorted(lv["models"]):
             for setting in settings(lv, task):
                 for axis in lv["axes"]:
-                    cells = groups(lv, axis) if task == "story" else range(n_terms)
-                    for cell in cells:
-                        stratum = f"{model}|{setting}|{axis}|{task}|{cell}"
-                        rows.append((f"{model}|{task}", stratum, n))
+                    for pid in ids:
+                        head = f"{model}|{setting}|{axis}|{pid}"
+                        cells = [f"{head}|{g}" for g in groups(lv, axis)]
+                        for stratum in cells if task == "story" else [head]:
+                            rows.append((f"{model}|{task}", stratum, n))
     return pl.DataFrame(
         rows, schema={"model": pl.String, "stratum": pl.String, "n_items": pl.Int64}, orient="row"
-    )
+    ).sort("model", "stratum")
+
+
+def plan_rates(
+    config: dict[str, Any], strata: pl.DataFrame, pilot: Path | None
+) -> tuple[pl.DataFrame, str, list[str]]:
+    """``strata`` with their disagreement: lvlm.reader_sample.disagreement per task, or
+    with ``pilot`` (a results folder) the pilot's rates (pilot_disagreement) from its
+    reader tables and its human labels (lvlm.reader_correction.human_labels, else the
+    pilot's human_labels_simulated.parquet, noted as SIMULATED). Returns the table, the
+    rates' source and notes."""
+    from stereolens.lvlm.layout import LAYOUT
+
+    rate = config["lvlm"]["reader_sample"]["disagreement"]
+    task = pl.col("model").str.extract(r"\|([^|]+)$")
+    default = strata.with_columns(
+        task.replace_strict({t: float(rate[t]) for t in TASKS}, return_dtype=pl.Float64)
+        .alias("disagreement")
+    )  # fmt: skip
+    if pilot is None:
+        return default, "default", []
+    given = config["lvlm"]["reader_correction"]["human_labels"]
+    human_path = Path(given) if given else LAYOUT.at(pilot, "human_labels_simulated")
+    readers = pilot_readers(Path(pilot))
+    if not readers or not human_path.is_file():
+        return default, "default", [
+            f"LVLM reader: no reader tables or no human labels in the pilot ({human_path}); "
+            f"disagreement story {rate['story']:g}, term {rate['term']:g} "
+            "(lvlm.reader_sample.disagreement)"
+        ]  # fmt: skip
+    human = rc.read_human_labels(human_path)
+    rates = pilot_disagreement(readers, human, dict(rate), strata)
+    table = default.join(rates.rename({"disagreement": "_pilot"}), on="stratum", how="left")
+    table = table.with_columns(pl.coalesce("_pilot", "disagreement").alias("disagreement"))
+    notes = []
+    if human_path.suffix == ".parquet" and "simulated" in pl.read_parquet_schema(human_path):
+        notes.append(
+            f"LVLM reader: the pilot's human labels {human_path} are SIMULATED; their "
+            "disagreement is the simulation's flip fraction, not the assistant's"
+        )
+    return table.drop("_pilot"), f"pilot {human_path}", notes
 
 
 def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
     """The planner's reader rows of the LVLM: per audited model and task the human labels
-    (stories, term rounds) for lvlm.reader_sample.target_width at
-    lvlm.reader_sample.disagreement (a pilot's rate is not read for the LVLM in the plan:
-    `lvlm reader-sample --pilot-human` reads it; noted)."""
+    (stories, term rounds) for lvlm.reader_sample.target_width at the disagreement of
+    plan_rates (the config's per task, or a pilot's)."""
     section = config["lvlm"]["reader_sample"]
-    rate = section["disagreement"]
     strata = plan_strata(config)
-    notes = []
-    if pilot is not None:
-        notes.append(
-            "LVLM reader: a pilot's disagreement rate is not read by the plan; "
-            f"disagreement story {rate['story']:g}, term {rate['term']:g} "
-            "(lvlm.reader_sample.disagreement; `stereolens lvlm reader-sample "
-            "--pilot-human` reads a pilot's)"
-        )
     if not strata.height:
-        return {"benchmark": "lvlm", "rows": [], "notes": notes}
-    strata = strata.with_columns(
-        pl.col("model").str.extract(r"\|([^|]+)$").replace_strict(
-            {t: float(rate[t]) for t in TASKS}, return_dtype=pl.Float64
-        ).alias("disagreement")
-    )  # fmt: skip
+        return {"benchmark": "lvlm", "rows": [], "notes": []}
+    strata, source, notes = plan_rates(config, strata, pilot)
     _, rows = sd.allocate_by_model(
         strata, float(section["target_width"]), allocation=section["allocation"]
     )
+    span = {
+        m: (lo, hi)
+        for m, lo, hi in strata.group_by("model")
+        .agg(pl.col("disagreement").min(), pl.col("disagreement").max().alias("hi"))
+        .iter_rows()
+    }
     for r in rows:
+        r["disagreement_min"], r["disagreement_max"] = span[r["model"]]
         model, task = r["model"].rsplit("|", 1)
         r["model"] = f"{model}, {task} ({'stories' if task == 'story' else 'term rounds'})"
-        r["disagreement_min"] = r["disagreement_max"] = float(rate[task])
         r["n_human"] = r["n_human"] if r["reachable"] else None
-    if any(a in config["lvlm"]["axes"] for a in ("race",)) and "term" in config["lvlm"]["tasks"]:
+    if "race" in config["lvlm"]["axes"] and "term" in config["lvlm"]["tasks"]:
         notes.append(
             "LVLM reader: a term round of an axis with |A| groups is |A|(|A|-1)/2 judged "
             "pairs (race: 21) that a human reads, one label each"
         )
     return {
         "benchmark": "lvlm",
-        "unit": "items (stories; term rounds)",
+        "unit": "items",
         "target_width": float(section["target_width"]),
         "allocation": section["allocation"],
-        "disagreement_source": "default",
+        "disagreement_source": source,
         "rows": rows,
         "n_human": None
         if any(r["n_human"] is None for r in rows)

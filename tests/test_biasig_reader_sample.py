@@ -324,10 +324,13 @@ def test_bad_answers_are_named(corpus, tmp_path):
         w.writerow(CSV_COLUMNS)
         w.writerow(["ann1", set_id, d, "robot", 1])
         w.writerow(["ann1", set_id, "left.height", "tall", 1])
-    with pytest.raises(ValueError, match="2 problems") as err:
+        one = key.filter(pl.col("dimensions").list.len() == 3)["set_id"][0]
+        w.writerow(["ann1", one, "right.gender", "male", 1])  # a one-person image's
+    with pytest.raises(ValueError, match="3 problems") as err:
         human_labels_from_answers([bad], paths["key"], paths["template"])
     assert "row 2, column 'label': 'robot' is not a" in str(err.value)
     assert "row 3, column 'dimension'" in str(err.value)
+    assert f"row 4, column 'dimension': 'right.gender' was not asked of set {one}" in str(err.value)
     # spellings: case and spaces as the vocabulary's, "Cannot tell" is no label
     ok = tmp_path / "ok.csv"
     with open(ok, "w", newline="") as fh:

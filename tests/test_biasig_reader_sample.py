@@ -324,10 +324,13 @@ def test_bad_answers_are_named(corpus, tmp_path):
         w.writerow(CSV_COLUMNS)
         w.writerow(["ann1", set_id, d, "robot", 1])
         w.writerow(["ann1", set_id, "left.height", "tall", 1])
-    with pytest.raises(ValueError, match="2 problems") as err:
+        one = key.filter(pl.col("dimensions").list.len() == 3)["set_id"][0]
+        w.writerow(["ann1", one, "right.gender", "male", 1])  # a one-person image's
+    with pytest.raises(ValueError, match="3 problems") as err:
         human_labels_from_answers([bad], paths["key"], paths["template"])
     assert "row 2, column 'label': 'robot' is not a" in str(err.value)
     assert "row 3, column 'dimension'" in str(err.value)
+    assert f"row 4, column 'dimension': 'right.gender' was not asked of set {one}" in str(err.value)
     # spellings: case and spaces as the vocabulary's, "Cannot tell" is no label
     ok = tmp_path / "ok.csv"
     with open(ok, "w", newline="") as fh:
@@ -452,4 +455,43 @@ def test_cli_pilot_disagreement(corpus, tmp_path, capsys):
 def labels_of(reader: pl.DataFrame, item: str) -> str:
     return reader.filter((pl.col("item_id") == item) & (pl.col("attribute") == "gender"))["label"][
         0
+    ]
+
+
+def test_export_rule_is_opt_in(tmp_path, repo_root):
+    """biasig.reader_sample.export (off by default) adds the rule export_biasig_reader_sample
+    to the demo's dry run, with its four files under results/biasig/reader_sample/."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+    from conftest import workflow_env
+
+    snakemake = str(Path(sys.executable).parent / "snakemake")
+
+    def dry_run(export: bool | None) -> str:
+        config = yaml.safe_load((repo_root / "config" / "demo.yaml").read_text())
+        config["registry"] = str(repo_root / "config" / "models.yaml")
+        if export is not None:
+            config["biasig"].setdefault("reader_sample", {})["export"] = export
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        run = subprocess.run(
+            [snakemake, "-n", "--quiet", "rules", "--configfile", str(path)],
+            cwd=repo_root, env=workflow_env(), capture_output=True, text=True,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr[-2000:]
+        return run.stdout
+
+    assert "export_biasig_reader_sample" not in dry_run(None)
+    assert "export_biasig_reader_sample" in dry_run(True)
+    from stereolens.biasig.plugin import _targets
+
+    config = {"biasig": {"reader_sample": {"export": True}, "reader_correction": {}}}
+    config["biasig"]["reader_correction"] = {"human_labels": None, "simulate": False}
+    got = [t for t in _targets(config) if "reader_sample" in t]
+    assert got == [
+        f"results/biasig/reader_sample/{name}"
+        for name in ("form.html", "key.parquet", "human_labels_template.csv", "design.parquet")
     ]

@@ -242,12 +242,14 @@ def read_answers(
     Every problem names the file, the row (line number, header = 1) and the column: missing
     columns, an empty annotator, a set id not in the key, a dimension not asked, a label
     outside the dimension's vocabulary or a descriptor longer than 60 characters, a
-    prevalence that is not a number from 0 to the set's image count, and the same
+    prevalence that is not a number from 0 to the set's image count, a dimension not asked
+    of that set (sets may ask different questions), and the same
     annotator answering one item twice. All problems (up to ``max_errors`` listed) are
     raised together as one ValueError."""
     key = read_key(key)
     n_images = dict(zip(key["set_id"].to_list(), key["n_images"].to_list(), strict=True))
     dims = set(key_dimensions(key))
+    asked = dict(zip(key["set_id"].to_list(), map(set, key["dimensions"].to_list()), strict=True))
     errors: list[str] = []
     rows: list[dict] = []
     seen: dict[tuple[str, str, str], str] = {}
@@ -288,6 +290,9 @@ def read_answers(
                     ok = False
                 if dimension not in dims:
                     bad("dimension", f"{dimension!r} was not asked; asked: {sorted(dims)}")
+                    ok = False
+                elif set_id in asked and dimension not in asked[set_id]:
+                    bad("dimension", f"{dimension!r} was not asked of set {set_id}")
                     ok = False
                 label = None
                 if dimension in dims:

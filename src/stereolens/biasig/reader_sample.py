@@ -101,7 +101,8 @@ def _read_table(path: Path) -> pl.DataFrame:
     if path.suffix == ".parquet":
         return pl.read_parquet(path)
     if path.suffix in (".csv", ".tsv"):
-        return pl.read_csv(path, separator="\t" if path.suffix == ".tsv" else ",")
+        sep = "\t" if path.suffix == ".tsv" else ","
+        return pl.read_csv(path, separator=sep, infer_schema=False)
     raise ValueError(f"{path}: give the BiasIG images folder or a .parquet / .csv images table")
 
 

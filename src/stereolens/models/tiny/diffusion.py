@@ -113,9 +113,8 @@ def build_tiny_diffusion(out_dir: str | Path, seed: int = 0) -> Path:
     """
     import torch
     from diffusers import DDIMScheduler, StableDiffusionPipeline
-    from transformers import CLIPTextConfig, CLIPTextModel
 
-    from stereolens.models.tiny.twins.diffusion import SD_SCHEDULE, unet_sd, vae_kl
+    from stereolens.models.tiny.twins.diffusion import SD_SCHEDULE, clip_text, unet_sd, vae_kl
 
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -124,27 +123,15 @@ def build_tiny_diffusion(out_dir: str | Path, seed: int = 0) -> Path:
         shutil.rmtree(tmp)
     try:
         tokenizer = _build_tokenizer(tmp / "_tokenizer_src")
-        vocab, _ = tiny_vocab()
 
         # Each component is initialised from its own fixed seed, inside fork_rng so
         # the caller's global torch RNG is left as it was.
         with torch.random.fork_rng(devices=[]):
             unet = unet_sd(seed, TEXT_HIDDEN, sample_size=TINY_RESOLUTION // 2)
             vae = vae_kl(seed + 1, sample_size=TINY_RESOLUTION)
-            torch.manual_seed(seed + 2)
-            text_encoder = CLIPTextModel(
-                CLIPTextConfig(
-                    vocab_size=len(vocab),
-                    hidden_size=TEXT_HIDDEN,
-                    intermediate_size=37,
-                    num_hidden_layers=2,
-                    num_attention_heads=4,
-                    max_position_embeddings=MAX_TOKENS,
-                    layer_norm_eps=1e-5,
-                    bos_token_id=vocab[BOS],
-                    eos_token_id=vocab[EOS],
-                    pad_token_id=vocab[EOS],
-                )
+            # CLIPTextConfig's defaults for the activation and (unused) projection width
+            text_encoder = clip_text(
+                tokenizer, seed + 2, hidden=TEXT_HIDDEN, hidden_act="quick_gelu", projection_dim=512
             )
         scheduler = DDIMScheduler(**SD_SCHEDULE, clip_sample=False, set_alpha_to_one=False)
         pipe = StableDiffusionPipeline(

@@ -4,7 +4,6 @@ BPE tokenizer written here, so the real ``from_pretrained`` path runs on a CPU i
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -114,14 +113,11 @@ def build_tiny_diffusion(out_dir: str | Path, seed: int = 0) -> Path:
     import torch
     from diffusers import DDIMScheduler, StableDiffusionPipeline
 
+    from stereolens.atomic import atomic_dir
     from stereolens.models.tiny.twins.diffusion import SD_SCHEDULE, clip_text, unet_sd, vae_kl
 
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.building-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
+    with atomic_dir(out_dir) as tmp:
         tokenizer = _build_tokenizer(tmp / "_tokenizer_src")
 
         # Each component is initialised from its own fixed seed, inside fork_rng so
@@ -147,10 +143,4 @@ def build_tiny_diffusion(out_dir: str | Path, seed: int = 0) -> Path:
         )
         pipe.save_pretrained(str(tmp), safe_serialization=True)
         _finish_tokenizer_folder(tmp / "_tokenizer_src", tmp / "tokenizer")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return out_dir

@@ -28,6 +28,7 @@ FLOORS = {
     "metrics": 0,
     "benchmark": 0,
     "settings": 0,
+    "annotation_form": 0,
     # 1: everything about a model, nothing about a benchmark
     "models": 1,
     # 2: what every benchmark builds on above the models: generation shards, the report kit

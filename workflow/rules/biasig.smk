@@ -155,3 +155,28 @@ rule correct_biasig_reader:
         "stereolens biasig correct --answers {input.answers} --prompts {input.prompts}"
         " --human {input.human} --preset {params.settings} --out {params.outdir}"
         " > {log} 2>&1"
+
+
+rule export_biasig_reader_sample:
+    """The human sample of the reader correction, drawn (biasig.reader_sample.export, off
+    by default): the blinded form, its key, the human-label template and the allocation
+    (docs/statistics.md, "Designing the human sample")."""
+    input:
+        answers=BG_OUT.answers,
+        prompts=BG_OUT.prompts,
+    output:
+        form=BG_OUT.reader_sample_form,
+        key=BG_OUT.reader_sample_key,
+        template=BG_OUT.reader_sample_template,
+        design=BG_OUT.reader_sample_design,
+    log:
+        "logs/biasig/export_reader_sample.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        images=get_biasig_images_dir,
+        settings=preset_arg(BG, ("count", "scoring_unit", "reader_sample")),
+    shell:
+        "stereolens biasig reader-sample --answers {input.answers} --prompts {input.prompts}"
+        " --images {params.images} --preset {params.settings}"
+        " --out $(dirname {output.form}) > {log} 2>&1"

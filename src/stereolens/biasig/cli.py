@@ -58,7 +58,8 @@ def _prompts(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `stereolens biasig {prompts,metrics,correct,simulate-human-labels}`."""
+    """Add `stereolens biasig {prompts,metrics,correct,simulate-human-labels,
+    reader-sample,human-labels}`."""
     from stereolens.metrics.command import add_metrics_command
 
     b = sub.add_parser("biasig", help="BiasIG benchmark tools")
@@ -159,6 +160,132 @@ def register(sub: argparse._SubParsersAction) -> None:
     from stereolens.metrics.command import add_correct_commands
 
     add_correct_commands(b_sub, "biasig", _reader_inputs, _reader, _correct, metric="S_imp, S_exp")
+    _register_sample(b_sub)
+
+
+def _register_sample(b_sub: argparse._SubParsersAction) -> None:
+    """`stereolens biasig reader-sample` and `human-labels` (the reader correction's human
+    sample: biasig.reader_sample)."""
+    from stereolens.metrics.command import PRESET_HELP
+
+    p = b_sub.add_parser(
+        "reader-sample",
+        help="draw the human sample of the reader correction: a blinded form of one image "
+        "per set asking each person's gender, race and age, its key, the human-label "
+        "template and the allocation (docs/statistics.md, 'Designing the human sample')",
+    )
+    _reader_inputs(p)
+    p.add_argument(
+        "--images",
+        required=True,
+        metavar="DIR|PATH",
+        help="the images the answers were read from: the BiasIG images folder "
+        "(results/biasig/images) or a table with image_id, image_path (and variant)",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the form and files")
+    p.add_argument(
+        "--preset",
+        action="append",
+        metavar="NAME|PATH|JSON",
+        help=PRESET_HELP.format(
+            names="paper, released",
+            benchmark="biasig",
+            example="reader_sample: {target_width: 0.05, disagreement: 0.14, allocation: "
+            "neyman, seed: 0}",
+        )
+        + "; count and scoring_unit must be those of `biasig correct` (the strata are its)",
+    )
+    for flag, kind, what in (
+        ("--target-width", float, "reader_sample.target_width"),
+        ("--disagreement", float, "reader_sample.disagreement"),
+        ("--seed", int, "reader_sample.seed"),
+    ):
+        p.add_argument(flag, type=kind, metavar="X", help=f"sets {what} over the preset")
+    p.add_argument(
+        "--pilot-human",
+        metavar="PATH",
+        help="a pilot's human-label table of these answers' images: its disagreement per "
+        "stratum (the worst attribute; a generator's pooled rate where a stratum has fewer "
+        "than 20 pairs)",
+    )
+    p.add_argument("--image-root", metavar="DIR", help="resolve relative image paths here")
+    p.set_defaults(func=_run_sample)
+    h = b_sub.add_parser(
+        "human-labels",
+        help="the human-label table (item_id, attribute, label, stratum, "
+        "selection_probability) of a filled reader-sample form, for `biasig correct "
+        "--human` (biasig.reader_correction.human_labels)",
+    )
+    h.add_argument("--answers", nargs="+", required=True, metavar="CSV", help="saved answers")
+    h.add_argument("--key", required=True, metavar="PATH", help="the form's key.parquet")
+    h.add_argument(
+        "--template", required=True, metavar="PATH", help="the form's human_labels_template.csv"
+    )
+    h.add_argument("--out", required=True, metavar="PATH", help=".parquet or .csv to write")
+    h.set_defaults(func=_run_human_labels)
+
+
+def _run_sample(args: argparse.Namespace) -> int:
+    import polars as pl
+
+    from stereolens.biasig import reader_sample as brs
+    from stereolens.metrics import sample_design as sd
+    from stereolens.metrics.command import preset_section
+    from stereolens.metrics.reader_correction import read_human_labels
+
+    section = preset_section("biasig", args)
+    design = section["reader_sample"]
+    for key in ("target_width", "disagreement", "seed"):
+        if getattr(args, key) is not None:
+            design[key] = getattr(args, key)
+    reader = _reader(args, section)
+    disagreement: float | pl.DataFrame = design["disagreement"]
+    if args.pilot_human:
+        strata = reader.select("variant", "stratum").unique().rename({"variant": "model"})
+        disagreement, _ = sd.disagreement_rates(
+            reader, read_human_labels(args.pilot_human), strata, design["disagreement"],
+            group="variant",
+        )  # fmt: skip
+    paths = brs.export_reader_sample(
+        args.answers_table,
+        args.prompts_table,
+        args.images,
+        args.out,
+        target_width=design["target_width"],
+        disagreement=disagreement,
+        allocation=design["allocation"],
+        seed=design["seed"],
+        count=section["count"],
+        scoring_unit=section["scoring_unit"],
+        image_root=args.image_root,
+    )
+    allocation = pl.read_parquet(paths["design"])
+    for (variant,), part in allocation.group_by("variant", maintain_order=True):
+        images = part.unique("stratum")
+        state = "" if part["reachable"].all() else " (target width not reachable: all images)"
+        print(
+            f"{variant}: {images['n_human'].sum():,} of {images['n_items'].sum():,} images "
+            f"({part['n_human'].sum():,} of {part['n_items'].sum():,} persons) in "
+            f"{part.height} strata, planned width {part['width'][0]:.4f}{state}"
+        )
+    print("\n".join(f"{k}: {v}" for k, v in paths.items()))
+    return 0
+
+
+def _run_human_labels(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from stereolens.atomic import write_parquet, write_text
+    from stereolens.biasig.reader_sample import human_labels_from_answers
+
+    table = human_labels_from_answers(args.answers, args.key, args.template)
+    out = Path(args.out)
+    if out.suffix == ".parquet":
+        write_parquet(out, table)
+    else:
+        write_text(out, table.write_csv())
+    print(f"{table.height} human labels of {table['item_id'].n_unique()} persons: {out}")
+    return 0
 
 
 def _reader_inputs(p: argparse.ArgumentParser) -> None:
@@ -184,6 +311,7 @@ def _reader(args: argparse.Namespace, section: dict):
     reader, args.prepared = reader_table(
         answers, prompts, count=section["count"], scoring_unit=section["scoring_unit"]
     )
+    args.answers_table, args.prompts_table = answers, prompts
     return reader
 
 

@@ -12,6 +12,10 @@ LAYOUT = Layout(
         "answers": "answers.parquet",
         "metrics": "metrics/{table}.parquet",
         **READER_CORRECTION,
+        "reader_sample_form": "reader_sample/form.html",
+        "reader_sample_key": "reader_sample/key.parquet",
+        "reader_sample_template": "reader_sample/human_labels_template.csv",
+        "reader_sample_design": "reader_sample/design.parquet",
     },
     jobs={
         "image_shard": JobFolder("generate"),

@@ -116,8 +116,14 @@ METRICS = ("implicit", "explicit", "eta", "comparisons", "ranks")
 """The tables of rule compute_biasig_metrics (results/biasig/metrics/<name>.parquet)."""
 
 
+READER_SAMPLE = ("form", "key", "template", "design")
+"""The files of rule export_biasig_reader_sample (LAYOUT.reader_sample_<name>)."""
+
+
 def _targets(config: dict) -> list[str]:
     out = [LAYOUT.answers, LAYOUT.path("metrics", table="eta")]
+    if config["biasig"]["reader_sample"]["export"]:
+        out += [LAYOUT.pattern(f"reader_sample_{name}") for name in READER_SAMPLE]
     return out + ([LAYOUT.corrected] if corrects_reader(config["biasig"]) else [])
 
 

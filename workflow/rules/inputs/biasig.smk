@@ -24,3 +24,10 @@ def get_biasig_human_labels(wildcards):
     """The human-label table of correct_biasig_reader: biasig.reader_correction
     .human_labels, else (simulate) the simulated one."""
     return BG["reader_correction"]["human_labels"] or BG_OUT.human_labels_simulated
+
+
+def get_biasig_images_dir(wildcards=None):
+    """The folder of BiasIG's generation shards (results/biasig/images), in which
+    export_biasig_reader_sample finds each image through its shard's metadata.jsonl (the
+    answers it reads were made from every shard)."""
+    return BG_OUT.image_shard.split("/{model}/")[0]

@@ -1,9 +1,19 @@
-"""What the files of the ContextBias annotation study hold: the questions, the key, the
-CSV the form saves and the tables of the agreement report."""
+"""What the files of the ContextBias annotation study hold: the questions and the tables of
+the agreement report; the key and the CSV the form saves are the shared form's
+(stereolens.annotation_form)."""
 
 from __future__ import annotations
 
 import polars as pl
+
+from stereolens.annotation_form import (  # noqa: F401 - the form's contract, shared
+    CSV_COLUMNS,
+    FORM_TEMPLATE,
+    KEY_SCHEMA,
+    MAX_DESCRIPTOR_CHARS,
+    UNKNOWN,
+    UNKNOWN_TEXT,
+)
 
 CONDITIONS = ("CF", "CA-R", "CA-U")
 DEFAULT_DIMENSIONS = (
@@ -19,11 +29,6 @@ DEFAULT_DIMENSIONS = (
 )
 """Attributes a person can check on a 10-image set at a glance."""
 
-FORM_TEMPLATE = ("contextbias", "annotation_form.v1.html.j2")
-UNKNOWN = "unknown"
-UNKNOWN_TEXT = "unknown / not visible"
-CSV_COLUMNS = ("annotator", "set_id", "dimension", "label", "prevalence")
-MAX_DESCRIPTOR_CHARS = 60
 ALL = "*"
 """dimension "*" marks the overall rows: items of all dimensions pooled."""
 PIPELINE = "pipeline"
@@ -40,24 +45,6 @@ QUESTIONS = {
     "framing": "Framing of the shot",
     "clothing_garment": "Most visible garment (brief descriptor)",
 }
-
-KEY_SCHEMA = {
-    "set_id": pl.String,
-    "position": pl.Int64,
-    "sample_id": pl.String,
-    "role": pl.String,
-    "condition": pl.String,
-    "model": pl.String,
-    "n_images": pl.Int64,
-    "image_ids": pl.List(pl.String),
-    "image_paths": pl.List(pl.String),
-    "dimensions": pl.List(pl.String),
-    "schema_version": pl.String,
-    "seed": pl.Int64,
-}
-"""key.parquet, one row per set. position = place of the set in the form (1-based);
-image_ids / image_paths in the order the form shows them; dimensions = the questions asked
-(the same for every set)."""
 
 PAIR_COLUMNS = {
     "dimension": pl.String,

@@ -3,8 +3,6 @@ condition x generator, the self-contained HTML form and its separate key."""
 
 from __future__ import annotations
 
-import base64
-import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,20 +10,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from stereolens.atomic import write_parquet, write_text
-from stereolens.contextbias.annotation.columns import (
-    CONDITIONS,
-    DEFAULT_DIMENSIONS,
-    FORM_TEMPLATE,
-    KEY_SCHEMA,
-    MAX_DESCRIPTOR_CHARS,
-    QUESTIONS,
-    UNKNOWN,
-    UNKNOWN_TEXT,
-)
+from stereolens import annotation_form as af
+from stereolens.contextbias.annotation.columns import CONDITIONS, DEFAULT_DIMENSIONS, QUESTIONS
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.ids import stable_id
-from stereolens.paths import resource
 
 
 # ============================================================================ export
@@ -58,65 +46,6 @@ def _select_images(images: pl.DataFrame, attributes: pl.DataFrame | None) -> pl.
             "in the images table"
         )
     return out.sort(cols)
-
-
-def _encode_image(path: Path, max_side: int | None, image_format: str) -> str:
-    """A data: URL of the re-encoded image. Re-encoding always happens: it drops PNG text
-    chunks and EXIF, where generators store prompts and model names."""
-    from stereolens.images import load_image
-
-    image = load_image(path, max_side)
-    buf = io.BytesIO()
-    if image_format == "jpeg":
-        image.save(buf, format="JPEG", quality=85)
-        mime = "image/jpeg"
-    else:
-        image.save(buf, format="PNG")
-        mime = "image/png"
-    return f"data:{mime};base64,{base64.b64encode(buf.getvalue()).decode('ascii')}"
-
-
-def _render_form(
-    key: pl.DataFrame,
-    encoded: dict[str, list[str]],
-    vocab: dict[str, tuple[str, ...] | None],
-    images_per_set: int,
-) -> str:
-    """The form: the jinja2 template FORM_TEMPLATE (autoescaped) filled with the sets in
-    their shown order, their inlined images and one question per dimension."""
-    from stereolens.templating import render_template
-
-    dims = key["dimensions"][0].to_list()
-    questions = [
-        {
-            "dimension": d,
-            "title": QUESTIONS.get(d, d.replace("_", " ").capitalize()),
-            "vocabulary": vocab[d],
-        }
-        for d in dims
-    ]
-    sets = [
-        {
-            "set_id": row["set_id"],
-            "position": row["position"],
-            "n_images": row["n_images"],
-            "images": encoded[row["set_id"]],
-        }
-        for row in key.sort("position").iter_rows(named=True)
-    ]
-    template = resource(*FORM_TEMPLATE)
-    return render_template(
-        template.name,
-        template.parent,
-        sample_id=key["sample_id"][0],
-        images_per_set=images_per_set,
-        n_items=len(sets) * len(dims),
-        sets=sets,
-        questions=questions,
-        unknown=UNKNOWN,
-        unknown_text=UNKNOWN_TEXT,
-        max_chars=MAX_DESCRIPTOR_CHARS,
-    )
 
 
 def _check_dimensions(
@@ -255,50 +184,15 @@ def write_form(
     max_side: int | None = 512,
     image_format: str = "jpeg",
 ) -> dict[str, Path]:
-    """Write ``form.html`` and ``key.parquet`` (KEY_SCHEMA) into ``out_dir`` for the sets
-    ``drawn``: ((role, condition, model), its images' rows with image_id and image_path in
-    the order shown), shown in an order drawn from ``seed``, named by a hash of the sample."""
-    order = np.random.default_rng(seed).permutation(len(drawn))
-    drawn = [drawn[i] for i in order]
-    sample_id = stable_id(
-        "contextbias-annotation", seed, *(i for _, g in drawn for i in g["image_id"]), length=8
-    )
-    width = max(3, len(str(len(drawn))))
-    root = Path(image_root) if image_root is not None else Path.cwd()
-    rows, encoded = [], {}
-    for pos, ((role, cond, model), g) in enumerate(drawn, start=1):
-        set_id = f"{sample_id}-{pos:0{width}d}"
-        paths = g["image_path"].to_list()
-        urls = []
-        for image_id, p in zip(g["image_id"], paths, strict=True):
-            path = Path(p) if Path(p).is_absolute() else root / p
-            if not path.is_file():
-                raise FileNotFoundError(f"image {image_id}: file {path} does not exist")
-            urls.append(_encode_image(path, max_side, image_format))
-        encoded[set_id] = urls
-        rows.append(
-            {
-                "set_id": set_id,
-                "position": pos,
-                "sample_id": sample_id,
-                "role": role,
-                "condition": cond,
-                "model": model,
-                "n_images": g.height,
-                "image_ids": g["image_id"].to_list(),
-                "image_paths": paths,
-                "dimensions": list(dims),
-                "schema_version": schema.version,
-                "seed": seed,
-            }
-        )
-    key = pl.DataFrame(rows, schema=KEY_SCHEMA)
-    form = _render_form(key, encoded, vocab, images_per_set)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_parquet(out / "key.parquet", key)
-    write_text(out / "form.html", form)
-    return {"form": out / "form.html", "key": out / "key.parquet"}
+    """Write ``form.html`` and ``key.parquet`` (annotation_form.KEY_SCHEMA) into
+    ``out_dir`` for the sets ``drawn``: ((role, condition, model), its images' rows with
+    image_id and image_path in the order shown), each asked ``dims``, shown in an order
+    drawn from ``seed``, named by a hash of the sample (annotation_form.write_form)."""
+    return af.write_form(
+        [(cell, g, tuple(dims)) for cell, g in drawn], vocab, schema.version, seed, out_dir,
+        images_per_set, titles=QUESTIONS, image_root=image_root, max_side=max_side,
+        image_format=image_format,
+    )  # fmt: skip
 
 
 # ============================================================================ answers

@@ -13,11 +13,11 @@ from typing import Any
 
 import polars as pl
 
+from stereolens.annotation_form import fill_template, human_consensus
 from stereolens.atomic import write_parquet, write_text
 from stereolens.contextbias.annotation.answers import read_answers, read_key
 from stereolens.contextbias.annotation.columns import DEFAULT_DIMENSIONS
 from stereolens.contextbias.annotation.form import _check_dimensions, _select_images, write_form
-from stereolens.contextbias.annotation.study import human_consensus
 from stereolens.contextbias.corrected import reader_table
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.metrics import reader_correction as rc
@@ -156,42 +156,14 @@ def human_labels_from_answers(
     labels = human_consensus(answers).join(
         key.select("set_id", pl.col("image_ids").list.first().alias("item_id")), on="set_id"
     )
-    filled = template.drop("label").join(
-        labels.select("item_id", pl.col("dimension").alias("attribute"),
-                      pl.col("consensus_label").alias("label")),
-        on=["item_id", "attribute"],
-        how="inner",
-    )  # fmt: skip
-    stray = labels.join(
-        template.select("item_id", pl.col("attribute").alias("dimension")),
-        on=["item_id", "dimension"],
-        how="anti",
+    return fill_template(
+        template,
+        labels.select(
+            "item_id",
+            pl.col("dimension").alias("attribute"),
+            pl.col("consensus_label").alias("label"),
+        ),
     )
-    if stray.height:
-        raise ValueError(
-            f"answers: image of set {stray['set_id'][0]} ({stray['dimension'][0]}) is not in "
-            "the template; is it the template written with this form?"
-        )
-    # per stratum: N_h from the template, n_h = the images with an answer
-    sizes = (
-        template.group_by("stratum")
-        .agg(
-            (pl.col("item_id").n_unique() / pl.col("selection_probability").first())
-            .round(0)
-            .alias("_n_stratum")
-        )
-        .join(
-            filled.group_by("stratum").agg(pl.col("item_id").n_unique().alias("_answered")),
-            on="stratum",
-        )
-    )
-    out = (
-        filled.join(sizes, on="stratum")
-        .with_columns((pl.col("_answered") / pl.col("_n_stratum")).alias("selection_probability"))
-        .select(list(rc.HUMAN_COLUMNS))
-        .sort("stratum", "item_id", "attribute", "label")
-    )
-    return rc.check_human_labels(out, "human labels from the answers")
 
 
 def plan_strata(config: dict[str, Any], pilot: Path | None) -> tuple[pl.DataFrame, str, list[str]]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from stereolens.annotation_form import human_consensus
 from stereolens.atomic import write_parquet
 from stereolens.contextbias.annotation.answers import _key_dimensions, read_answers, read_key
 from stereolens.contextbias.annotation.columns import (
@@ -34,56 +35,6 @@ from stereolens.contextbias.annotation.kappa import (
 from stereolens.contextbias.annotation.pipeline import pipeline_set_labels
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.ids import stable_id
-
-
-def human_consensus(answers: pl.DataFrame) -> pl.DataFrame:
-    """Majority label per item (set_id, dimension); ties go to the label with the higher
-    mean slider, then alphabetically. Columns: set_id, dimension, n_annotators,
-    consensus_label, consensus_votes, consensus_prevalence (mean slider of the annotators
-    who chose it), tie_break (none | slider | alphabetical)."""
-    item = ["set_id", "dimension"]
-    per_label = answers.group_by([*item, "label"]).agg(
-        pl.len().cast(pl.Int64).alias("votes"), pl.col("prevalence").mean().alias("slider")
-    )
-    ranked = per_label.sort(
-        [*item, "votes", "slider", "label"], descending=[False, False, True, True, False]
-    )
-    top = (
-        ranked.with_columns(
-            (pl.col("votes") == pl.col("votes").max().over(item)).alias("_top"),
-        )
-        .group_by(item, maintain_order=True)
-        .agg(
-            pl.col("label").first().alias("consensus_label"),
-            pl.col("votes").first().alias("consensus_votes"),
-            pl.col("slider").first().alias("consensus_prevalence"),
-            pl.col("_top").sum().alias("_n_top"),
-            (pl.col("slider").filter(pl.col("_top")) == pl.col("slider").first())
-            .sum()
-            .alias("_n_top_slider"),
-        )
-    )
-    n_ann = answers.group_by(item).agg(pl.col("annotator").n_unique().cast(pl.Int64).alias("n"))
-    return (
-        top.join(n_ann, on=item)
-        .with_columns(
-            pl.when(pl.col("_n_top") == 1)
-            .then(pl.lit("none"))
-            .when(pl.col("_n_top_slider") == 1)
-            .then(pl.lit("slider"))
-            .otherwise(pl.lit("alphabetical"))
-            .alias("tie_break")
-        )
-        .select(
-            *item,
-            pl.col("n").alias("n_annotators"),
-            "consensus_label",
-            "consensus_votes",
-            "consensus_prevalence",
-            "tie_break",
-        )
-        .sort(item)
-    )
 
 
 def _mean(values: Iterable[float | None]) -> float | None:

@@ -163,6 +163,29 @@ def test_cache_folder_is_keyed_by_builder_version(monkeypatch, tmp_path):
     assert tiny.twins.cache_root() == tmp_path
 
 
+def test_atomic_dir_replaces_keeps_or_leaves_nothing(tmp_path):
+    """The folder writer of the twin cache and the tiny checkpoints: a finished folder
+    replaces the old one (or, with keep_existing, the old one stays); a failed one leaves
+    the old folder as it was and no temporary folder beside it."""
+    from stereolens.atomic import atomic_dir
+
+    target = tmp_path / "model"
+    for text in ("one", "two"):
+        with atomic_dir(target) as tmp:
+            assert tmp.parent == tmp_path and not any(tmp.iterdir())
+            (tmp / "weights").write_text(text)
+    assert (target / "weights").read_text() == "two"
+    with atomic_dir(target, keep_existing=True) as tmp:
+        (tmp / "weights").write_text("three")
+    assert (target / "weights").read_text() == "two"
+    with pytest.raises(RuntimeError, match="build failed"):
+        with atomic_dir(target) as tmp:
+            (tmp / "weights").write_text("half")
+            raise RuntimeError("build failed")
+    assert (target / "weights").read_text() == "two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
 # ------------------------------------------------------------------ generators
 def _generator(spec):
     """The diffusers backend on ``spec`` (imported here: the data tests need no torch)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +37,35 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike, keep_existing: bool = False) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``path``; on success move it into place,
+    replacing a folder there (``keep_existing``: keep that folder and drop the new one).
+    A folder another process moves to ``path`` in the same moment is kept as theirs."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp makes it private; give it a plain mkdir's mode
+    old = None
+    try:
+        yield tmp
+        if path.exists():
+            if keep_existing:
+                return
+            # rename(2) replaces only an empty folder: move the old one aside, then drop it
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if not path.is_dir():
+                raise
+    finally:
+        for leftover in (tmp, old):
+            if leftover is not None and leftover.exists():
+                shutil.rmtree(leftover, ignore_errors=True)
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -22,6 +22,17 @@ def image_shard(group: str, cell: str) -> str:
     return "/".join(("images", "{model}", f"{{{group}}}", f"{{{cell}}}", "{shard}"))
 
 
+READER_CORRECTION = MappingProxyType(
+    {
+        "human_labels_simulated": "human_labels_simulated.parquet",
+        "corrected": "corrected.parquet",
+    }
+)
+"""The templates of the shared `<benchmark> simulate-human-labels` and `correct` commands'
+outputs (stereolens.metrics.command), which every benchmark with a reader correction holds
+under these names (``reader_report_paths`` reads them)."""
+
+
 @dataclass(frozen=True)
 class JobFolder:
     """A template whose files are model-job outputs: the stage the measured throughput

@@ -1,6 +1,6 @@
 """Where BiasIG writes: every path under results/biasig/ (stereolens.layout)."""
 
-from stereolens.layout import JobFolder, Layout, image_shard
+from stereolens.layout import READER_CORRECTION, JobFolder, Layout, image_shard
 
 LAYOUT = Layout(
     "biasig",
@@ -11,8 +11,7 @@ LAYOUT = Layout(
         "merged": "merged/{model}/answers.parquet",
         "answers": "answers.parquet",
         "metrics": "metrics/{table}.parquet",
-        "human_labels_simulated": "human_labels_simulated.parquet",
-        "corrected": "corrected.parquet",
+        **READER_CORRECTION,
         "reader_sample_form": "reader_sample/form.html",
         "reader_sample_key": "reader_sample/key.parquet",
         "reader_sample_template": "reader_sample/human_labels_template.csv",

@@ -1,6 +1,6 @@
 """Where ContextBias writes: every path under results/contextbias/ (stereolens.layout)."""
 
-from stereolens.layout import JobFolder, Layout, image_shard
+from stereolens.layout import READER_CORRECTION, JobFolder, Layout, image_shard
 
 LAYOUT = Layout(
     "contextbias",
@@ -18,8 +18,7 @@ LAYOUT = Layout(
         "validation": "validation/{table}.parquet",
         "annotation_form": "annotation/form.html",
         "annotation": "annotation/{table}.parquet",
-        "human_labels_simulated": "human_labels_simulated.parquet",
-        "corrected": "corrected.parquet",
+        **READER_CORRECTION,
     },
     jobs={
         "image_shard": JobFolder("generate"),

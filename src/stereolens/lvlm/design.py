@@ -117,6 +117,18 @@ class _Task:
 
     definition = ""
 
+    def effects(self, w: np.ndarray) -> dict[str, np.ndarray]:
+        """Per axis, the population score at each effect size of ``w`` (W,)."""
+        w = np.asarray(w, dtype=float)
+        return {self.name(a): self._effects(len(g), w) for a, g in self.groups.items()}
+
+    def simulate(self, n: int, w: np.ndarray, sims: int, rng) -> Simulation:
+        """Per axis, the scores (W, sims) of ``sims`` datasets of ``n`` images per group
+        drawn at each effect size of ``w``; the axes draw from ``rng`` in turn."""
+        return Simulation(
+            {self.name(a): self._simulate(len(g), n, w, sims, rng) for a, g in self.groups.items()}
+        )
+
 
 @dataclass
 class StoryWorld:
@@ -152,70 +164,59 @@ class StoryDesign(_Task):
                 t[g, order[g % order.size]] = 1.0
         return t
 
-    def effects(self, w: np.ndarray) -> dict[str, np.ndarray]:
-        w = np.asarray(w, dtype=float)[:, None, None]
-        out = {}
+    def _effects(self, g_n: int, w: np.ndarray) -> np.ndarray:
+        w = w[:, None, None]
         sw = self.world
-        for axis, groups in self.groups.items():
-            t = self._targets(len(groups))
-            cond = np.where(sw.scalar[sw.segment], sw.rates / sw.read_rate[sw.segment], sw.rates)
-            mixed = (1 - w) * cond + w * t  # conditional on reading (scalar) / per story (list)
-            rate = np.where(sw.scalar[sw.segment], mixed * sw.read_rate[sw.segment], mixed)
-            n_g = np.ones(rate.shape[:-1])
-            out[self.name(axis)] = story_score(
-                rate * 1e9, n_g * 1e9, 0, self.formula == "story_tvd"
-            )
-        return out
+        t = self._targets(g_n)
+        cond = np.where(sw.scalar[sw.segment], sw.rates / sw.read_rate[sw.segment], sw.rates)
+        mixed = (1 - w) * cond + w * t  # conditional on reading (scalar) / per story (list)
+        rate = np.where(sw.scalar[sw.segment], mixed * sw.read_rate[sw.segment], mixed)
+        n_g = np.ones(rate.shape[:-1])
+        return story_score(rate * 1e9, n_g * 1e9, 0, self.formula == "story_tvd")
 
-    def simulate(self, n: int, w: np.ndarray, sims: int, rng) -> Simulation:
+    def _simulate(self, g_n: int, n: int, w: np.ndarray, sims: int, rng) -> np.ndarray:
         sw = self.world
-        out = {}
         sc = sw.scalar[sw.segment]
         cond = np.where(sc, sw.rates / sw.read_rate[sw.segment], 0.0)
         scalar_attrs = np.flatnonzero(sw.scalar)
         list_cols = np.flatnonzero(~sc)
         weighted = self.formula == "story_tvd"
-        for axis, groups in self.groups.items():
-            g_n = len(groups)
-            t = self._targets(g_n)
-            counts = np.zeros((sims, g_n, sw.rates.size), dtype=np.int64)
-            s_cols = np.flatnonzero(sc)
-            if s_cols.size:
-                read = rng.binomial(
-                    n, sw.read_rate[scalar_attrs], size=(sims, g_n, scalar_attrs.size)
-                )
-                seg_s = sw.segment[s_cols]
-                p = np.broadcast_to(cond[s_cols], (sims, g_n, s_cols.size))
-                parts = []
-                for j, a in enumerate(scalar_attrs):
-                    cols = np.flatnonzero(seg_s == a)
-                    parts.append(multinomial(read[..., j], p[..., cols], rng))
-                counts[..., s_cols] = np.concatenate(parts, axis=-1)
-            if list_cols.size:
-                counts[..., list_cols] = rng.binomial(
-                    n, sw.rates[list_cols], size=(sims, g_n, list_cols.size)
-                )
-            n_g = np.full((sims, g_n), n, dtype=float)
-            res = np.empty((len(w), sims))
-            s_iter = (
-                thin_towards(counts[..., s_cols], t[None][..., s_cols], sw.segment[s_cols], w, rng)
-                if s_cols.size
-                else None
+        t = self._targets(g_n)
+        counts = np.zeros((sims, g_n, sw.rates.size), dtype=np.int64)
+        s_cols = np.flatnonzero(sc)
+        if s_cols.size:
+            read = rng.binomial(n, sw.read_rate[scalar_attrs], size=(sims, g_n, scalar_attrs.size))
+            seg_s = sw.segment[s_cols]
+            p = np.broadcast_to(cond[s_cols], (sims, g_n, s_cols.size))
+            parts = []
+            for j, a in enumerate(scalar_attrs):
+                cols = np.flatnonzero(seg_s == a)
+                parts.append(multinomial(read[..., j], p[..., cols], rng))
+            counts[..., s_cols] = np.concatenate(parts, axis=-1)
+        if list_cols.size:
+            counts[..., list_cols] = rng.binomial(
+                n, sw.rates[list_cols], size=(sims, g_n, list_cols.size)
             )
-            l_iter = (
-                thin_binary(counts[..., list_cols], n, t[None][..., list_cols], w, rng)
-                if list_cols.size
-                else None
-            )
-            cur = counts.copy()
-            for i in range(len(w)):
-                if s_iter is not None:
-                    cur[..., s_cols] = next(s_iter)[1]
-                if l_iter is not None:
-                    cur[..., list_cols] = next(l_iter)[1]
-                res[i] = story_score(cur, n_g, self.min_count, weighted)
-            out[self.name(axis)] = res
-        return Simulation(out)
+        n_g = np.full((sims, g_n), n, dtype=float)
+        res = np.empty((len(w), sims))
+        s_iter = (
+            thin_towards(counts[..., s_cols], t[None][..., s_cols], sw.segment[s_cols], w, rng)
+            if s_cols.size
+            else None
+        )
+        l_iter = (
+            thin_binary(counts[..., list_cols], n, t[None][..., list_cols], w, rng)
+            if list_cols.size
+            else None
+        )
+        cur = counts.copy()
+        for i in range(len(w)):
+            if s_iter is not None:
+                cur[..., s_cols] = next(s_iter)[1]
+            if l_iter is not None:
+                cur[..., list_cols] = next(l_iter)[1]
+            res[i] = story_score(cur, n_g, self.min_count, weighted)
+        return res
 
 
 class TermDesign(_Task):
@@ -243,34 +244,23 @@ class TermDesign(_Task):
         wins = wins_first @ first + (valid - wins_first) @ second
         return wins, valid @ (first + second)
 
-    def effects(self, w):
-        w = np.asarray(w, dtype=float)
-        out = {}
-        for axis, groups in self.groups.items():
-            g_n = len(groups)
-            pairs = self._pairs(g_n)
-            # the first group of every pair is the one ranked higher
-            p_first = np.broadcast_to((1 - w[:, None]) * 0.5 + w[:, None], (w.size, len(pairs)))
-            valid = np.full(p_first.shape, 1e9)
-            wins, apps = self._to_groups(p_first * 1e9, valid, pairs, g_n)
-            out[self.name(axis)] = term_score(
-                wins[:, None], apps[:, None], self.formula == "term_tvd_uniform"
-            )
-        return out
+    def _effects(self, g_n, w):
+        pairs = self._pairs(g_n)
+        # the first group of every pair is the one ranked higher
+        p_first = np.broadcast_to((1 - w[:, None]) * 0.5 + w[:, None], (w.size, len(pairs)))
+        valid = np.full(p_first.shape, 1e9)
+        wins, apps = self._to_groups(p_first * 1e9, valid, pairs, g_n)
+        return term_score(wins[:, None], apps[:, None], self.formula == "term_tvd_uniform")
 
-    def simulate(self, n, w, sims, rng):
-        out = {}
-        for axis, groups in self.groups.items():
-            g_n = len(groups)
-            pairs = self._pairs(g_n)
-            valid = rng.binomial(n, 1.0 - self.drop_rate, size=(sims, self.n_terms, len(pairs)))
-            first = rng.binomial(valid, 0.5)
-            res = np.empty((len(w), sims))
-            for i, h in thin_binary(first, valid, 1, w, rng):
-                wins, apps = self._to_groups(h, valid, pairs, g_n)
-                res[i] = term_score(wins, apps, self.formula == "term_tvd_uniform")
-            out[self.name(axis)] = res
-        return Simulation(out)
+    def _simulate(self, g_n, n, w, sims, rng):
+        pairs = self._pairs(g_n)
+        valid = rng.binomial(n, 1.0 - self.drop_rate, size=(sims, self.n_terms, len(pairs)))
+        first = rng.binomial(valid, 0.5)
+        res = np.empty((len(w), sims))
+        for i, h in thin_binary(first, valid, 1, w, rng):
+            wins, apps = self._to_groups(h, valid, pairs, g_n)
+            res[i] = term_score(wins, apps, self.formula == "term_tvd_uniform")
+        return res
 
 
 class ExamDesign(_Task):
@@ -301,35 +291,27 @@ class ExamDesign(_Task):
             out[..., s, :] = x[..., self.subject == s, :].sum(-2)
         return out
 
-    def effects(self, w):
-        w = np.asarray(w, dtype=float)
-        out = {}
-        for axis, groups in self.groups.items():
-            sign = self._sign(len(groups))
-            acc = self.accuracy[None, :, None]
-            ww = w[:, None, None]
-            p = np.where(sign > 0, (1 - ww) * acc + ww, np.where(sign < 0, (1 - ww) * acc, acc))
-            total = np.ones_like(p)
-            out[self.name(axis)] = exam_score(self._subjects(p), self._subjects(total))
-        return out
+    def _effects(self, g_n, w):
+        sign = self._sign(g_n)
+        acc = self.accuracy[None, :, None]
+        ww = w[:, None, None]
+        p = np.where(sign > 0, (1 - ww) * acc + ww, np.where(sign < 0, (1 - ww) * acc, acc))
+        total = np.ones_like(p)
+        return exam_score(self._subjects(p), self._subjects(total))
 
-    def simulate(self, n, w, sims, rng):
-        out = {}
-        for axis, groups in self.groups.items():
-            g_n = len(groups)
-            sign = self._sign(g_n)
-            shape = (sims, self.accuracy.size, g_n)
-            right = rng.binomial(n, np.broadcast_to(self.accuracy[None, :, None], shape))
-            # thinning sums over the questions of a subject: thin the subject totals
-            right = self._subjects(right).astype(np.int64)
-            total = self._subjects(np.full(shape, n, dtype=float))
-            res = np.empty((len(w), sims))
-            it = thin_binary(right, total.astype(np.int64), (sign > 0)[None, None, :], w, rng)
-            for i, h in it:
-                h = np.where(sign == 0, right, h)
-                res[i] = exam_score(h.astype(float), total)
-            out[self.name(axis)] = res
-        return Simulation(out)
+    def _simulate(self, g_n, n, w, sims, rng):
+        sign = self._sign(g_n)
+        shape = (sims, self.accuracy.size, g_n)
+        right = rng.binomial(n, np.broadcast_to(self.accuracy[None, :, None], shape))
+        # thinning sums over the questions of a subject: thin the subject totals
+        right = self._subjects(right).astype(np.int64)
+        total = self._subjects(np.full(shape, n, dtype=float))
+        res = np.empty((len(w), sims))
+        it = thin_binary(right, total.astype(np.int64), (sign > 0)[None, None, :], w, rng)
+        for i, h in it:
+            h = np.where(sign == 0, right, h)
+            res[i] = exam_score(h.astype(float), total)
+        return res
 
 
 # ----------------------------------------------------------------------------- worlds

@@ -1,6 +1,6 @@
 """Where the LVLM audit writes: every path under results/lvlm/ (stereolens.layout)."""
 
-from stereolens.layout import JobFolder, Layout
+from stereolens.layout import READER_CORRECTION, JobFolder, Layout
 
 LAYOUT = Layout(
     "lvlm",
@@ -16,8 +16,7 @@ LAYOUT = Layout(
         "table": "{table}.parquet",
         "metrics": "metrics/{table}.parquet",
         "story_readings": "story_reading/readings.jsonl",
-        "human_labels_simulated": "human_labels_simulated.parquet",
-        "corrected": "corrected.parquet",
+        **READER_CORRECTION,
     },
     jobs={
         "responses": JobFolder("respond"),

@@ -4,7 +4,6 @@ BPE tokenizer written here, so the real ``from_pretrained`` path runs on a CPU i
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -113,38 +112,22 @@ def build_tiny_diffusion(out_dir: str | Path, seed: int = 0) -> Path:
     """
     import torch
     from diffusers import DDIMScheduler, StableDiffusionPipeline
-    from transformers import CLIPTextConfig, CLIPTextModel
 
-    from stereolens.models.tiny.twins.diffusion import SD_SCHEDULE, unet_sd, vae_kl
+    from stereolens.atomic import atomic_dir
+    from stereolens.models.tiny.twins.diffusion import SD_SCHEDULE, clip_text, unet_sd, vae_kl
 
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.building-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
+    with atomic_dir(out_dir) as tmp:
         tokenizer = _build_tokenizer(tmp / "_tokenizer_src")
-        vocab, _ = tiny_vocab()
 
         # Each component is initialised from its own fixed seed, inside fork_rng so
         # the caller's global torch RNG is left as it was.
         with torch.random.fork_rng(devices=[]):
             unet = unet_sd(seed, TEXT_HIDDEN, sample_size=TINY_RESOLUTION // 2)
             vae = vae_kl(seed + 1, sample_size=TINY_RESOLUTION)
-            torch.manual_seed(seed + 2)
-            text_encoder = CLIPTextModel(
-                CLIPTextConfig(
-                    vocab_size=len(vocab),
-                    hidden_size=TEXT_HIDDEN,
-                    intermediate_size=37,
-                    num_hidden_layers=2,
-                    num_attention_heads=4,
-                    max_position_embeddings=MAX_TOKENS,
-                    layer_norm_eps=1e-5,
-                    bos_token_id=vocab[BOS],
-                    eos_token_id=vocab[EOS],
-                    pad_token_id=vocab[EOS],
-                )
+            # CLIPTextConfig's defaults for the activation and (unused) projection width
+            text_encoder = clip_text(
+                tokenizer, seed + 2, hidden=TEXT_HIDDEN, hidden_act="quick_gelu", projection_dim=512
             )
         scheduler = DDIMScheduler(**SD_SCHEDULE, clip_sample=False, set_alpha_to_one=False)
         pipe = StableDiffusionPipeline(
@@ -160,10 +143,4 @@ def build_tiny_diffusion(out_dir: str | Path, seed: int = 0) -> Path:
         )
         pipe.save_pretrained(str(tmp), safe_serialization=True)
         _finish_tokenizer_folder(tmp / "_tokenizer_src", tmp / "tokenizer")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return out_dir

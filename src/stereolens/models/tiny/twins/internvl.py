@@ -11,7 +11,7 @@ from stereolens.models.tiny.twins import tokenizers as toks
 from stereolens.models.tiny.twins.language import (
     HEAD_DIM,
     HIDDEN,
-    _generation_defaults,
+    _model,
     _save,
     _seeded,
     _text,
@@ -89,9 +89,7 @@ def _build_internvl(out_dir: Path, seed: int, text_family: str) -> None:
         vision_feature_select_strategy="default",
         tie_word_embeddings=False,
     )
-    _seeded(seed)
-    model = InternVLForConditionalGeneration(config).eval()
-    _generation_defaults(model, tokenizer, "<|im_end|>")
+    model = _model(InternVLForConditionalGeneration, config, seed, tokenizer, "<|im_end|>")
     image_processor = GotOcr2ImageProcessorPil(
         size={"height": INTERNVL_IMAGE, "width": INTERNVL_IMAGE},
         crop_to_patches=True,

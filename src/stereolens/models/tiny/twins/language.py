@@ -62,11 +62,16 @@ def _vision(family_config, image_size: int, patch_size: int, **extra: Any):
     )
 
 
-def _generation_defaults(model, tokenizer, eos: str) -> None:
+def _model(model_class, config, seed: int, tokenizer, eos: str):
+    """``model_class(config)`` with weights drawn from ``seed``, in eval mode, ending a
+    generation at ``eos`` and padding with the tokenizer's pad token."""
+    _seeded(seed)
+    model = model_class(config).eval()
     eos_id = tokenizer.convert_tokens_to_ids(eos)
     model.generation_config.eos_token_id = eos_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.config.eos_token_id = eos_id
+    return model
 
 
 HUB_VISION_PREFIX = ("vision_tower.", "vision_tower.vision_model.")
@@ -183,9 +188,7 @@ def build_qwen25_vl(out_dir: Path, seed: int = 0) -> None:
         vision_end_token_id=ids("<|vision_end|>"),
         tie_word_embeddings=False,
     )
-    _seeded(seed)
-    model = Qwen2_5_VLForConditionalGeneration(config).eval()
-    _generation_defaults(model, tokenizer, "<|im_end|>")
+    model = _model(Qwen2_5_VLForConditionalGeneration, config, seed, tokenizer, "<|im_end|>")
     image_processor = Qwen2VLImageProcessorPil(size=dict(QWEN_IMAGE_PIXELS))
     _save(out_dir, model, tokenizer, image_processor)
 
@@ -238,9 +241,7 @@ def build_llava_next(out_dir: Path, seed: int = 0) -> None:
         vision_feature_layer=-2,
         tie_word_embeddings=False,
     )
-    _seeded(seed)
-    model = LlavaNextForConditionalGeneration(config).eval()
-    _generation_defaults(model, tokenizer, tokenizer.eos_token)
+    model = _model(LlavaNextForConditionalGeneration, config, seed, tokenizer, tokenizer.eos_token)
     image_processor = LlavaNextImageProcessorPil(
         size={"shortest_edge": LLAVA_IMAGE},
         crop_size={"height": LLAVA_IMAGE, "width": LLAVA_IMAGE},
@@ -301,9 +302,7 @@ def build_llava_onevision(out_dir: Path, seed: int = 0) -> None:
         vision_aspect_ratio="anyres_max_9",
         tie_word_embeddings=False,
     )
-    _seeded(seed)
-    model = LlavaOnevisionForConditionalGeneration(config).eval()
-    _generation_defaults(model, tokenizer, "<|im_end|>")
+    model = _model(LlavaOnevisionForConditionalGeneration, config, seed, tokenizer, "<|im_end|>")
     image_processor = LlavaOnevisionImageProcessorPil(
         size={"height": LLAVA_IMAGE, "width": LLAVA_IMAGE}, image_grid_pinpoints=pinpoints
     )
@@ -432,9 +431,7 @@ def build_qwen3(out_dir: Path, seed: int = 0) -> None:
         max_position_embeddings=40960,
         rope_theta=1000000.0,
     )
-    _seeded(seed)
-    model = Qwen3ForCausalLM(config).eval()
-    _generation_defaults(model, tokenizer, "<|im_end|>")
+    model = _model(Qwen3ForCausalLM, config, seed, tokenizer, "<|im_end|>")
     _save(out_dir, model, tokenizer)
 
 

@@ -207,6 +207,45 @@ def test_labels_to_collect_by_hand():
     assert "at least 2 (the correction's minimum)" in few
 
 
+def test_the_plan_count_is_the_planners():
+    """Without human labels a benchmark with a reader design reports the count
+    `stereolens plan` prints (stereolens.plan.reader_plan / format_reader), not one of its
+    own."""
+    from stereolens.biasig import report as bg_report
+    from stereolens.contextbias import report as cb_report
+    from stereolens.plan import format_reader, reader_plan
+
+    config, _ = load_config("config/demo.yaml")
+    inputs = Inputs.from_frames(_inputs(with_corrected=False))
+    for width, reachable in ((0.6, True), (0.05, False)):  # the demo's 0.05: not reachable
+        for key in ("contextbias", "biasig"):
+            config[key]["reader_correction"]["simulate"] = False
+            config[key]["reader_sample"]["target_width"] = width
+        parts = {p["benchmark"]: p for p in reader_plan(config)}
+        printed = format_reader(list(parts.values()))
+        for mod in (cb_report, bg_report):
+            part = parts[mod.KEY]
+            plan = mod.reader_correction(inputs, config).plan
+            assert "as `stereolens plan` prints it" in plan
+            assert (part["n_human"] is not None) is reachable
+            for r in part["rows"]:
+                if reachable:
+                    assert f"{r['model']}: {r['n_human']:,} human labels" in printed
+                    assert f"{r['model']} {r['n_human']:,} of {r['n_items']:,}" in plan
+                else:
+                    assert f"{r['model']} not reachable (all {r['n_items']:,}" in plan
+            if reachable:
+                assert f"collect {part['n_human']:,} human labels of the" in plan
+                total = f"- all models: {part['n_human']:,} human labels"
+                assert total in printed or len(part["rows"]) == 1
+            else:
+                assert "no number of human labels reaches the width" in plan
+    # the LVLM has no reader design: the report's own estimate, said to be one
+    lvlm = R.plan_block("lvlm", "LVLM", n_items=6, what="story and term responses",
+                        planned=R.planner_part(config, "lvlm")).plan  # fmt: skip
+    assert "`stereolens plan` prints no count for it here" in lvlm
+
+
 def test_audit_disagreement_is_the_worst_pooled_error():
     rates = pl.DataFrame(
         {

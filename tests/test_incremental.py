@@ -362,6 +362,28 @@ def test_runtime_only_settings_trigger_nothing(done):
     assert counts == {}
 
 
+def test_correction_settings_do_not_redraw_the_simulated_labels(done):
+    """reader_correction.replicates is an input of the correction, not of the simulated
+    human labels (metrics.command.SIMULATE_SETTINGS): changing it reruns the correct rules
+    and the report only; changing flip_fraction redraws the labels too."""
+    # the three reader_correction sections' replicates (not the LVLM metrics' own)
+    reps = "human_labels_simulated.parquet)\n    replicates: 200\n"
+    cfg = _write_config(done, "replicates.yaml", (reps, reps.replace("200", "300")))
+    counts = _rule_counts(done, cfg)
+    assert counts == {
+        "correct_contextbias_reader": 1,
+        "correct_biasig_reader": 1,
+        "correct_lvlm_reader": 1,
+        "render_report": 1,
+        "all": 1,
+    }
+    flip = _write_config(done, "flip.yaml", (reps, reps + "    flip_fraction: 0.2\n"))
+    redrawn = _rule_counts(done, flip)
+    for bench in ("contextbias", "biasig", "lvlm"):
+        assert redrawn[f"simulate_{bench}_human_labels"] == 1
+        assert redrawn[f"correct_{bench}_reader"] == 1
+
+
 @pytest.mark.slow
 def test_adding_an_lvlm_runs_only_that_models_lvlm_jobs(done):
     """A second audited LVLM: its response, assistant and refusal jobs, then the LVLM tables

@@ -4,6 +4,7 @@ the table checks, and a world of known truth where the naive estimate is biased.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -163,6 +164,7 @@ def test_corrected_bi_by_hand():
     assert out["corrected"] == pytest.approx(0.531004, abs=1e-6)
     assert out["naive"] == pytest.approx(0.029049, abs=1e-6)
     assert (out["n_human"], out["n_items"]) == (4, 10)
+    assert out["interval_reliable"] is False  # 4 < MIN_HUMAN_RELIABLE: the report withholds
     assert 0.0 <= out["ci_low"] <= out["ci_high"] <= 1.0
 
 
@@ -264,6 +266,7 @@ def test_known_world_naive_is_biased_and_corrected_covers():
     bi = rc.corrected_metric(cells, rc.bi_functional(), replicates=400)
     assert bi["naive"] == pytest.approx(0.0046, abs=0.003) and bi["naive_low"] > 0.0
     assert bi["ci_low"] == 0.0  # the truth, BI of 50/50, is 0
+    assert bi["interval_reliable"]  # 1,000 human labels: at or above MIN_HUMAN_RELIABLE
     # over 30 worlds: the corrected interval covers 0.5 (about 95%), the naive never does
     covered = naive = 0
     for _ in range(30):
@@ -291,6 +294,17 @@ def test_generators_read_differently_corrected_difference_covers_zero():
     )
     assert diff["naive"] == pytest.approx(-0.04, abs=0.015) and diff["naive_high"] < 0
     assert diff["ci_low"] <= 0.0 <= diff["ci_high"]
+    assert diff["interval_reliable"]  # 600 human labels in each cell
+    # one cell short of MIN_HUMAN_RELIABLE (its first labels only) makes the row unreliable
+    keep = slice(rc.MIN_HUMAN_RELIABLE - 1)
+    c = cells[1]
+    short = dataclasses.replace(
+        c, labelled=c.labelled[keep], human=c.human[keep], weight=c.weight[keep]
+    )
+    again = rc.corrected_metric(
+        [cells[0], short], lambda s: s[0][:, 1] - s[1][:, 1], replicates=50, bounds=None
+    )
+    assert not again["interval_reliable"] and np.isfinite(again["ci_low"])
 
 
 def test_s_imp_and_group_tvd_plug_in():

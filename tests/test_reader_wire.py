@@ -145,8 +145,10 @@ def test_correct_command_writes_the_table(tmp_path):
     assert main(["contextbias", "correct", *args, "--human", str(tmp_path / "human.csv"),
                  "--out", str(out)]) == 0  # fmt: skip
     table = pl.read_parquet(out / "corrected.parquet")
-    for column in ("naive", "corrected", "ci_low", "ci_high", "n_human", "n_items", "metric"):
+    for column in ("naive", "corrected", "ci_low", "ci_high", "n_human", "n_items", "metric",
+                   "estimate_bc", "interval_reliable"):  # fmt: skip
         assert column in table.columns
+    assert table["interval_reliable"].to_list() == [False]  # 2 human labels
     assert table["corrected"][0] == pytest.approx(0.118709, abs=1e-6)
     sim = tmp_path / "sim.parquet"
     assert main(["contextbias", "simulate-human-labels", *args, "--out", str(sim)]) == 0

@@ -41,7 +41,8 @@ def _cb_corrected() -> pl.DataFrame:
                 "cohort": "people" if dim != "framing" else "camera", "dimension": dim,
                 "metric": "bi", "naive": n, "naive_low": nl, "naive_high": nh,
                 "corrected": c, "estimate_bc": c, "ci_low": cl, "ci_high": ch,
-                "off_simplex": False, "n_human": nhum, "n_items": nit, "k": 2,
+                "off_simplex": False, "n_human": nhum, "n_items": nit,
+                "interval_reliable": True, "k": 2,
             }
         )  # fmt: skip
     return pl.DataFrame(out)
@@ -60,7 +61,7 @@ def _bg_corrected() -> pl.DataFrame:
                     "naive_high": s_imp + 0.05, "corrected": s_imp - 0.01,
                     "estimate_bc": s_imp - 0.01, "ci_low": s_imp - 0.07,
                     "ci_high": s_imp + 0.05, "off_simplex": False, "n_human": n,
-                    "n_items": 2 * n,
+                    "n_items": 2 * n, "interval_reliable": True,
                 }
             )  # fmt: skip
     return pl.DataFrame(out)
@@ -121,13 +122,70 @@ def test_higher_is_less_biased_and_the_reverse_significance_flag():
 def test_an_undefined_corrected_value_is_never_flagged():
     t = _cb_corrected().with_columns(
         pl.when(pl.col("model") == "a").then(float("nan")).otherwise(pl.col(c)).alias(c)
-        for c in ("corrected", "ci_low", "ci_high")
+        for c in ("corrected", "estimate_bc", "ci_low", "ci_high")  # NaN as corrected_metric
     )
     block = R.corrected_block("contextbias", "ContextBias", t, {"bi": R.Headline("BI", 0.0)},
                               scope=("role", "dimension"))  # fmt: skip
     assert block.flags == []
     assert block.table.filter(pl.col("model") == "a")["corrected"].null_count() == 3
     assert any(r["corrected"] == "n/a" for r in block.rows)
+
+
+def test_the_corrected_value_shown_lies_in_its_interval():
+    # the demo's LVLM term row: the plug-in 8.33 outside its bc-normal interval [0.00, 6.51]
+    # (centred on estimate_bc = 2 x 8.33 - the replicates' mean, clipped at 0); the block
+    # shows estimate_bc, the interval's centre, and keeps the plug-in as corrected_plugin
+    row = {
+        "model": "m", "setting": "s", "axis": "gender", "metric": "term", "naive": 3.0,
+        "naive_low": 1.0, "naive_high": 5.0, "corrected": 8.33, "estimate_bc": 2.9,
+        "ci_low": 0.0, "ci_high": 6.51, "off_simplex": False, "n_human": 500,
+        "n_items": 900, "interval_reliable": True,
+    }  # fmt: skip
+    block = R.corrected_block("lvlm", "LVLM", pl.DataFrame([row]),
+                              {"term": R.Headline("term TVD x100", 0.0)},
+                              scope=("setting", "axis"), digits=2)  # fmt: skip
+    got = block.table.row(0, named=True)
+    assert got["ci_low"] <= got["corrected"] <= got["ci_high"]
+    assert (got["corrected"], got["corrected_plugin"]) == (2.9, 8.33)
+    assert block.rows[0]["corrected"] == "2.90 [0.00, 6.51]"
+    for r in block.table.iter_rows(named=True):  # every shown value in its interval
+        assert r["ci_low"] <= r["corrected"] <= r["ci_high"]
+
+
+def test_intervals_below_the_measured_minimum_are_withheld():
+    from stereolens.metrics.reader_correction import MIN_HUMAN_RELIABLE
+
+    # a (nurse / gender): naive excludes 0, corrected does not, and a and b swap ranks; with
+    # a's interval not reliable (10 human labels) neither flag may fire, for a or for b
+    t = _cb_corrected().with_columns(
+        interval_reliable=pl.col("model") != "a",
+        estimate_bc=pl.col("corrected") + 0.01,
+    )
+    block = R.corrected_block("contextbias", "ContextBias", t, {"bi": R.Headline("BI", 0.0)},
+                              scope=("condition", "role", "dimension"))  # fmt: skip
+    rows = {(r["model"], r["scope"]): r for r in block.table.iter_rows(named=True)}
+    a = rows[("a", "CF · nurse · gender_presentation")]
+    assert a["ci_low"] is None and a["ci_high"] is None and not a["interval_reliable"]
+    assert a["corrected"] == pytest.approx(0.13)  # the estimate is still shown
+    assert a["significance_flag"] is None and a["corrected_excludes_null"] is None
+    assert a["corrected_rank"] is None and a["rank_flag"] is None
+    assert rows[("b", "CF · nurse · gender_presentation")]["rank_flag"] is None
+    assert block.flags == [] and block.withheld == 3
+    note = (
+        f"interval withheld: 10 human labels, coverage measured from "
+        f"{MIN_HUMAN_RELIABLE:,} per cell"
+    )
+    assert a["interval_note"] == note
+    shown = {(r["model"], r["scope"]): r["corrected"] for r in block.rows}
+    assert shown[("a", "CF · nurse · gender_presentation")] == f"0.130 ({note})"
+    # a table written before interval_reliable existed: n_human against the minimum
+    bi = {"bi": R.Headline("BI", 0.0)}
+    older = _cb_corrected().drop("interval_reliable")
+    old = R.corrected_block("contextbias", "ContextBias", older, bi, scope=("role", "dimension"))
+    assert old.withheld == 5 and old.flags == []
+    many = older.with_columns(n_human=MIN_HUMAN_RELIABLE)
+    again = R.corrected_block("contextbias", "ContextBias", many, bi, scope=("role", "dimension"))
+    assert again.withheld == 0
 
 
 def test_labels_to_collect_by_hand():
@@ -147,6 +205,45 @@ def test_labels_to_collect_by_hand():
     few = R.plan_block("lvlm", "LVLM", n_items=6, what="story and term responses").plan
     assert "with 6 story and term responses no number of human labels narrows" in few
     assert "at least 2 (the correction's minimum)" in few
+
+
+def test_the_plan_count_is_the_planners():
+    """Without human labels a benchmark with a reader design reports the count
+    `stereolens plan` prints (stereolens.plan.reader_plan / format_reader), not one of its
+    own."""
+    from stereolens.biasig import report as bg_report
+    from stereolens.contextbias import report as cb_report
+    from stereolens.plan import format_reader, reader_plan
+
+    config, _ = load_config("config/demo.yaml")
+    inputs = Inputs.from_frames(_inputs(with_corrected=False))
+    for width, reachable in ((0.6, True), (0.05, False)):  # the demo's 0.05: not reachable
+        for key in ("contextbias", "biasig"):
+            config[key]["reader_correction"]["simulate"] = False
+            config[key]["reader_sample"]["target_width"] = width
+        parts = {p["benchmark"]: p for p in reader_plan(config)}
+        printed = format_reader(list(parts.values()))
+        for mod in (cb_report, bg_report):
+            part = parts[mod.KEY]
+            plan = mod.reader_correction(inputs, config).plan
+            assert "as `stereolens plan` prints it" in plan
+            assert (part["n_human"] is not None) is reachable
+            for r in part["rows"]:
+                if reachable:
+                    assert f"{r['model']}: {r['n_human']:,} human labels" in printed
+                    assert f"{r['model']} {r['n_human']:,} of {r['n_items']:,}" in plan
+                else:
+                    assert f"{r['model']} not reachable (all {r['n_items']:,}" in plan
+            if reachable:
+                assert f"collect {part['n_human']:,} human labels of the" in plan
+                total = f"- all models: {part['n_human']:,} human labels"
+                assert total in printed or len(part["rows"]) == 1
+            else:
+                assert "no number of human labels reaches the width" in plan
+    # the LVLM has no reader design: the report's own estimate, said to be one
+    lvlm = R.plan_block("lvlm", "LVLM", n_items=6, what="story and term responses",
+                        planned=R.planner_part(config, "lvlm")).plan  # fmt: skip
+    assert "`stereolens plan` prints no count for it here" in lvlm
 
 
 def test_audit_disagreement_is_the_worst_pooled_error():
@@ -184,6 +281,10 @@ def _inputs(with_corrected: bool, simulated: bool = True) -> dict[str, pl.DataFr
 
 def test_first_screen_shows_naive_beside_corrected_and_the_plan(tmp_path):
     frames = _inputs(with_corrected=True)
+    # BiasIG v2's corrected interval rests on too few human labels: withheld
+    frames["biasig_corrected"] = frames["biasig_corrected"].with_columns(
+        interval_reliable=pl.col("variant") == "v1"
+    )
     report = build_report(Inputs.from_frames(frames), report_config({}), galleries=False)
     blocks = {b.key: b for b in report.summary.reader}
     assert blocks["contextbias"].simulated and not blocks["biasig"].simulated
@@ -206,7 +307,13 @@ def test_first_screen_shows_naive_beside_corrected_and_the_plan(tmp_path):
                    "0.300 [0.100, 0.500]", "0.120 [0.000, 0.300]",
                    "No conclusion changes under the correction",
                    "The numbers assume a perfect reader", "How many human labels",
-                   "Correcting for the reader"):  # fmt: skip
+                   "Correcting for the reader",
+                   "<b>1 of 2 corrected intervals withheld</b>: too few human labels",
+                   "No conclusion changes under the correction among the rows whose "
+                   "corrected interval is printed", "0.790 (interval withheld: 8 human "
+                   "labels, coverage measured from 400 per cell)",
+                   "The interval is printed only where every cell of the row has 400 or "
+                   "more human labels"):  # fmt: skip
         assert needle in first, needle
     csv = pl.read_csv(out.parent / "tables/reader-contextbias.csv")
     assert csv.height == 5 and csv["significance_flag"].drop_nulls().len() == 1

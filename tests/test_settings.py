@@ -132,3 +132,21 @@ def test_cli_preset_equals_a_file_of_its_keys_a_flag_and_the_rules_json(tmp_path
     for name, table in flags.items():
         assert_frame_equal(table, rule[name])
     assert json.loads(settings_json(section, ("metrics",)))["metrics"]["k_definition"] == "cell"
+
+
+def test_settings_json_passes_one_key_of_a_mapping():
+    """A key "a.b" passes only b of a (the simulate rules: metrics.command.SIMULATE_SETTINGS), and
+    the CLI fills the rest of a from the schema's defaults."""
+    from stereolens.metrics.command import SIMULATE_SETTINGS
+    from stereolens.settings import section_defaults
+
+    section = section_defaults("contextbias")
+    section["reader_correction"] |= {"replicates": 7, "flip_fraction": 0.3}
+    got = json.loads(settings_json(section, SIMULATE_SETTINGS))
+    assert got == {"reader_correction": {"sample_fraction": 0.5, "flip_fraction": 0.3, "seed": 0}}
+    filled = section_defaults("contextbias", settings_json(section, SIMULATE_SETTINGS))
+    assert filled["reader_correction"]["flip_fraction"] == 0.3
+    assert (
+        filled["reader_correction"]["replicates"]
+        == section_defaults("contextbias")["reader_correction"]["replicates"]
+    )

@@ -38,6 +38,11 @@ class Row:
     datasets below the benchmark's minimum size; this says which rule. Coverage is then over
     the datasets where an interval is printed, the others are counted in ``withheld``; status
     "withheld" when none is printed. Rows without it count a null interval as a miss."""
+    below_minimum: str = ""
+    """The interval is computed (and measured here) but the report withholds it: the design
+    is below the smallest size whose coverage was measured to hold (e.g. the reader
+    correction's MIN_HUMAN_RELIABLE); says which rule. tests/test_coverage.py then checks
+    that minimum against the rows instead of holding this row to FLOOR."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,8 @@ class Result:
         notes = [self.row.note] if self.coverage > hi and self.row.note else []
         if self.withheld:
             notes.append(f"{self.withheld} of {self.datasets} withheld")
+        if self.row.below_minimum:
+            notes.append(self.row.below_minimum)
         tail = f" ({'; '.join(notes)})" if notes else ""
         if self.coverage < lo:
             return "LOW" + tail

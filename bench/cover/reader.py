@@ -15,6 +15,12 @@ confusion, humans = the truth on a sample of n items):
 Scales: "test" N = 4,000, n = 400, 200 bootstrap replicates (the corrected rows only, for
 tests/test_coverage.py); "paper" N = 20,000, n = 1,000 (the issue's sizes), 1,000 replicates,
 with the naive rows (the reader's labels taken as the truth) beside them.
+Small samples ("test" only, SMALL_N): the same corrected rows with n = 10 ... 200 human
+labels per cell (per generator in "two generators"; n/2 per stratum in "30/70"), N = 4,000:
+where the intervals start to cover. reader_correction.MIN_HUMAN_RELIABLE is measured_minimum
+of these rows and the n = 400 ones: the smallest n from which every row's coverage is within
+two Monte Carlo errors of 95%; rows below it carry ``below_minimum`` (the report withholds
+their intervals) and tests/test_coverage.py checks the constant against them.
 Datasets are built as reader_correction.Cell arrays (the tables' checks are tested in
 tests/test_reader_correction.py); every estimate and interval is the module's own.
 """
@@ -33,6 +39,13 @@ SCALES = {
 }
 ERRORS = {"g1": (0.10, 0.02), "g2": (0.02, 0.02)}
 """The reader's error rates per generator: (women read as men, men read as women)."""
+SMALL_N = (10, 25, 50, 100, 200)
+"""Human labels per cell of the small-sample rows ("test" scale)."""
+SMALL_ROWS = ("share ppi", "bi bc_normal", "difference")
+"""The corrected rows measured at SMALL_N (those "test" computes: the share in the issue
+and the 30/70 world, BI in the 30/70 world, the two generators' difference)."""
+HUMAN: dict[str, int] = {}
+"""Human labels per cell of each row, by row name (filled as rows are made)."""
 BI_30 = 1.0 - (-(0.3 * np.log(0.3) + 0.7 * np.log(0.7))) / np.log(2.0)
 
 
@@ -79,13 +92,18 @@ def _difference(shares):
     return shares[0][:, 1] - shares[1][:, 1]
 
 
-@lru_cache(maxsize=8)
-def _simulate(scale: str, world: str, n: int) -> dict[str, tuple]:
-    """Per dataset, every row's (estimate, low, high) of ``world`` on the same datasets."""
+@lru_cache(maxsize=32)
+def _simulate(scale: str, world: str, n: int, human: int | None = None) -> dict[str, tuple]:
+    """Per dataset, every row's (estimate, low, high) of ``world`` on the same datasets;
+    ``human``: the human labels per cell where not the scale's (the small-sample rows)."""
     rc = _rc()
-    size = SCALES[scale]
+    size = dict(SCALES[scale])
     paper = scale == "paper"  # "test" computes only its rows (ROWS' last field)
-    rng = np.random.default_rng([21, n, len(scale), len(world)])
+    seed = [21, n, len(scale), len(world)]
+    if human is not None:
+        size["human"] = human
+        seed.append(human)
+    rng = np.random.default_rng(seed)
     z = 1.959964
     out: dict[str, list] = {}
 
@@ -136,21 +154,62 @@ ROWS = {
 }
 
 
+def _row(scale: str, world: str, key: str, human: int | None = None) -> Row:
+    truth, interval, _ = ROWS[(world, key)]
+    size = SCALES[scale]
+    n_human = size["human"] if human is None else human
+
+    def draw(rng, n):
+        return _simulate(scale, world, n, human)[key]
+
+    name = (
+        f"reader {scale}: {key}, world {world}, N {size['items']:,}, "
+        f"n {n_human:,}, truth {truth:.4g}"
+    )
+    HUMAN[name] = n_human
+    minimum = _rc().MIN_HUMAN_RELIABLE
+    below = (
+        f"n {n_human} < MIN_HUMAN_RELIABLE {minimum}: the report withholds it"
+        if n_human < minimum
+        else ""
+    )
+    return Row(name, "reader correction", interval, truth, draw, below_minimum=below)
+
+
 def rows(scale: str) -> list[Row]:
     if scale not in SCALES:
         return []
-    size = SCALES[scale]
-    out = []
-    for (world, key), (truth, interval, paper_only) in ROWS.items():
-        if paper_only and scale != "paper":
-            continue
+    out = [
+        _row(scale, world, key)
+        for (world, key), (_, _, paper_only) in ROWS.items()
+        if not paper_only or scale == "paper"
+    ]
+    return out + (small_rows() if scale == "test" else [])
 
-        def draw(rng, n, world=world, key=key):
-            return _simulate(scale, world, n)[key]
 
-        name = (
-            f"reader {scale}: {key}, world {world}, N {size['items']:,}, "
-            f"n {size['human']:,}, truth {truth:.4g}"
-        )
-        out.append(Row(name, "reader correction", interval, truth, draw))
-    return out
+def small_rows() -> list[Row]:
+    """The small-sample rows: SMALL_ROWS of every world at each of SMALL_N, by n."""
+    return [
+        _row("test", world, key, human)
+        for human in SMALL_N
+        for (world, key), (_, _, paper_only) in ROWS.items()
+        if key in SMALL_ROWS and not paper_only
+    ]
+
+
+def measured_minimum(results, nominal: float = 0.95) -> int | None:
+    """The smallest n (human labels per cell) of the "test" rows' ``results`` (cover.Result)
+    from which every row, at that n and every larger one, covers within two Monte Carlo
+    errors of ``nominal`` (coverage >= nominal - 2 sqrt(c (1 - c) / datasets)); None where
+    even the largest does not."""
+    ok: dict[int, bool] = {}
+    for r in results:
+        n = HUMAN[r.row.name]
+        within = r.coverage >= nominal - 2.0 * np.sqrt(r.coverage * (1 - r.coverage) / r.datasets)
+        ok[n] = ok.get(n, True) and bool(within)
+    best = None
+    for n in sorted(ok, reverse=True):
+        if not ok[n]:
+            break
+        best = n
+    return best

@@ -100,8 +100,17 @@ def section_defaults(benchmark: str, preset: str | Mapping | None = None) -> dic
 
 def settings_json(section: Mapping, keys: tuple[str, ...]) -> str:
     """``keys`` of a validated section as one JSON mapping (what the workflow's rules pass
-    to a benchmark's metrics CLI as ``--preset``), keys sorted: a change reruns the rule."""
-    return json.dumps({k: section[k] for k in keys}, sort_keys=True, separators=(",", ":"))
+    to a benchmark's metrics CLI as ``--preset``), keys sorted: a change reruns the rule.
+    A key "a.b" passes only the key b of the mapping a (the CLI fills the rest of a from
+    the schema's defaults), so that a change to another key of a reruns nothing."""
+    out: dict[str, Any] = {}
+    for key in keys:
+        head, _, tail = key.partition(".")
+        if tail:
+            out.setdefault(head, {})[tail] = section[head][tail]
+        else:
+            out[key] = section[key]
+    return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
 
 def settings_from(cls: type[T], values: Mapping[str, Any]) -> T:

@@ -127,7 +127,7 @@ rule simulate_biasig_human_labels:
     conda:
         "../../envs/analysis.yaml"
     params:
-        settings=preset_arg(BG, ("count", "scoring_unit", "reader_correction")),
+        settings=preset_arg(BG, ("count", "scoring_unit", *SIMULATE_SETTINGS)),
     shell:
         "stereolens biasig simulate-human-labels --answers {input.answers}"
         " --prompts {input.prompts} --preset {params.settings} --out {output} > {log} 2>&1"

@@ -17,6 +17,7 @@ from stereolens.config import check_model_sources, check_models, validate_config
 from stereolens.layout import GENERATION, REPORT, SHARED
 from stereolens.models.registry import TINY_MEM_MB, load_registry
 from stereolens.plan import check_ceiling, default_throughput
+from stereolens.metrics.command import SIMULATE_SETTINGS
 from stereolens.settings import settings_json
 from stereolens.workflow_support import (
     check_results_intact,

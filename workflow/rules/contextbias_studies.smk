@@ -115,7 +115,7 @@ rule simulate_contextbias_human_labels:
     conda:
         "../../envs/analysis.yaml"
     params:
-        settings=preset_arg(CB, ("reader_correction",)),
+        settings=preset_arg(CB, SIMULATE_SETTINGS),
     shell:
         "stereolens contextbias simulate-human-labels --attributes {input.attributes}"
         " --images {input.images} --schema {input.schema} --preset {params.settings}"

@@ -249,7 +249,7 @@ rule simulate_lvlm_human_labels:
     conda:
         "../../envs/analysis.yaml"
     params:
-        settings=preset_arg(LV, ("reader_correction",)),
+        settings=preset_arg(LV, SIMULATE_SETTINGS),
     shell:
         "stereolens lvlm simulate-human-labels --responses {input.responses}"
         " --preset {params.settings} --out {output} > {log} 2>&1"

@@ -537,4 +537,7 @@ def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None
     answers = inputs.get("biasig_answers", columns=["status"])
     if answers is None or answers.height == 0:
         return None
-    return reader.plan_block(KEY, TITLE, n_items=answers.height, what="image positions")
+    return reader.plan_block(
+        KEY, TITLE, n_items=answers.height, what="image positions",
+        planned=reader.planner_part(config, KEY),
+    )  # fmt: skip

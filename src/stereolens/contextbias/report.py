@@ -507,4 +507,5 @@ def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None
         KEY, TITLE, n_items=images["image_id"].n_unique(), what="images",
         disagreement=reader.audit_disagreement(inputs.get("validation_by_group")),
         audit="extraction audit", n_strata=images.select(strata).n_unique() if strata else 1,
+        planned=reader.planner_part(config, KEY),
     )  # fmt: skip

@@ -541,5 +541,5 @@ def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None
     return reader.plan_block(
         KEY, TITLE, n_items=responses.height, what="story and term responses",
         disagreement=reader.audit_disagreement(inputs.get("story_reading")),
-        audit="story-reading audit",
+        audit="story-reading audit", planned=reader.planner_part(config, KEY),
     )  # fmt: skip

@@ -165,6 +165,16 @@ def _run_correct(benchmark, reader, correct, args: argparse.Namespace) -> int:
     return 0
 
 
+SIMULATE_SETTINGS = (
+    "reader_correction.sample_fraction",
+    "reader_correction.flip_fraction",
+    "reader_correction.seed",
+)
+"""The reader_correction keys `simulate-human-labels` reads (settings_json keys: the
+workflow's simulate rules pass only these, so that a change to the correction's own
+settings, e.g. replicates, does not redraw the simulated labels)."""
+
+
 def _run_simulate(benchmark, reader, args: argparse.Namespace) -> int:
     from stereolens.metrics.corrected_tables import simulate_human_labels
     from stereolens.tables import write_table

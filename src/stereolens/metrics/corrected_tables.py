@@ -21,7 +21,7 @@ from stereolens.metrics.reader_correction import (
 
 METRIC_COLUMNS = [
     "metric", "naive", "naive_low", "naive_high", "corrected", "estimate_bc", "ci_low",
-    "ci_high", "off_simplex", "n_human", "n_items",
+    "ci_high", "off_simplex", "n_human", "n_items", "interval_reliable",
 ]  # fmt: skip
 """The columns of a benchmark's corrected table after its cell's key columns
 (``results/<benchmark>/corrected.parquet``; corrected_metric's keys but ``interval``)."""
@@ -121,4 +121,5 @@ def metric_table(
     schema = {**{k: pl.String for k in key_columns}, "metric": pl.String}
     schema.update({c: pl.Float64 for c in METRIC_COLUMNS if c not in schema})
     schema.update({"off_simplex": pl.Boolean, "n_human": pl.Int64, "n_items": pl.Int64})
+    schema["interval_reliable"] = pl.Boolean
     return pl.DataFrame(out, schema=schema).select([*key_columns, *METRIC_COLUMNS])

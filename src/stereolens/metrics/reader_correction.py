@@ -81,6 +81,20 @@ INTERVALS = ("bc_normal", "percentile")
 BiasIG's scores (estimate 2 x point - mean of the replicates, +- z sd); ``percentile``."""
 MIN_LABELLED = 2
 """Human-labelled items a stratum of a cell needs (a rectifier and its variance)."""
+MIN_HUMAN_RELIABLE = 400
+"""Human-labelled items every cell of a metric needs before its corrected interval is
+printed (corrected_metric's ``interval_reliable``; the report withholds the interval and
+its flags below it). Measured, not assumed: bench/COVERAGE.md "Reader correction, small
+samples" (bench/cover/reader.py, SMALL_N rows and the n = 400 ones; N = 4,000 items per
+cell, the reader erring 10% / 2%; worlds: 50/50 simple random sample, 30/70 stratified by
+the reader's label with n/2 per stratum, two generators). Lowest coverage of a nominal 95%
+over the rows at n = 10, 25, 50, 100, 200, 400 human labels per cell: 45.5%, 69.0%, 79.5%,
+87.5%, 90.0%, 92.5% (200 datasets); 47.2%, 73.9%, 76.4%, 86.3%, 93.0%, 93.8% (1,000
+datasets), the lowest always the 30/70 world stratified by the reader's label. 400 is the
+smallest n from which every row is within two Monte Carlo errors of 95% at both dataset
+counts (bench/cover/reader.measured_minimum; tests/test_coverage.py checks this constant
+against the rows). Few human labels make few disagreements, and the rectifier's variance,
+estimated from them, is then too small."""
 SHARE_COLUMNS = [
     "attribute", "label", "n_items", "n_human", "naive", "corrected_raw", "corrected",
     "off_simplex", "ci_low", "ci_high", "lam",
@@ -492,7 +506,10 @@ def corrected_metric(
     resampled independently; ``interval`` per INTERVALS, clipped to ``bounds``; replicates
     where the metric is undefined, NaN, are left out). Keys: naive,
     naive_low, naive_high, corrected, estimate_bc, ci_low, ci_high, interval, n_human, n_items,
-    off_simplex (a share of a cell left [0, 1] before ``off_simplex``'s rule)."""
+    off_simplex (a share of a cell left [0, 1] before ``off_simplex``'s rule),
+    interval_reliable (every cell has MIN_HUMAN_RELIABLE human-labelled items: the size from
+    which the corrected interval's coverage is measured to hold; the interval is computed
+    either way, a report withholds it where this is false)."""
     _check_options(lam, off_simplex, interval)
     rng = np.random.default_rng(seed)
     points = [cell_shares(c, lam, off_simplex, ci, fixed_strata) for c in cells]
@@ -520,6 +537,7 @@ def corrected_metric(
         "n_human": int(sum(c.labelled.size for c in cells)),
         "n_items": int(sum(c.stratum.size for c in cells)),
         "off_simplex": bool(any(p["off_simplex"].any() for p in points)),
+        "interval_reliable": bool(all(c.labelled.size >= MIN_HUMAN_RELIABLE for c in cells)),
     }
 
 

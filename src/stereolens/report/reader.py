@@ -12,6 +12,7 @@ benchmark."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -35,17 +36,24 @@ FIRST_SCREEN_ROWS = 8
 """Headline rows per benchmark the first screen shows (flagged ones first); the section
 below and the CSV have all."""
 
-CAPTION = (
+_CAPTION = (
     "Naive = the benchmark's own headline formula of the label shares as the reader "
     "(extractor, VQA model, story assistant) read them, with its bootstrap interval over the "
     "audited items; corrected = the same formula of the label shares corrected for the "
     "reader's errors by prediction-powered inference (PPI, lam = 1; PPI++ where "
     "reader_correction.lam is tuned; per stratum, docs/statistics.md "
-    "'Correcting for the reader's errors'), its 95% interval the bias-corrected normal "
-    "bootstrap over both the reader's and the human-labelled items (centred on the "
-    "bias-corrected estimate, so the plug-in value shown can lie outside it). Coverage of "
-    "these intervals is measured from 400 human labels per cell up (bench/COVERAGE.md, "
-    "'Reader correction'); with fewer, as in the embedded default, it is not known. "
+    "'Correcting for the reader's errors'), with the 95% bias-corrected normal bootstrap "
+    "interval over both the reader's and the human-labelled items. The corrected value "
+    "shown is that interval's centre, the bias-corrected estimate (estimate_bc = 2 x the "
+    "plug-in - the replicates' mean, clipped to the metric's range as the interval is), so "
+    "it lies in its interval; the plug-in of the corrected shares (corrected.parquet "
+    "'corrected') is the column corrected_plugin of the table below. The interval is "
+    "printed only where every cell of the row has {minimum} or more human labels: coverage "
+    "is measured to hold from {minimum} per cell (at 10, 25, 50, 100 and 200 the worst "
+    "measured world covered 45.5%, 69.0%, 79.5%, 87.5% and 90.0% of 200 datasets; "
+    "bench/COVERAGE.md, 'Reader correction, small samples'); below that the row shows "
+    "'interval withheld' and is neither flagged nor ranked (corrected.parquet "
+    "interval_reliable). "
     "Formulas: ContextBias "
     "BI = 1 - H(p)/log K per role x condition x dimension (paper 002 Eq. 1); BiasIG S_imp "
     "(paper 000 Eq. 1-2) and S_exp (Eq. 3) over all protected attributes ('*'); LVLM story "
@@ -56,20 +64,43 @@ CAPTION = (
     "'significance' flags a "
     "row whose naive interval excludes the no-bias value (BI 0, S_imp 1, S_exp 1, TVD 0) "
     "while the corrected one does not, or the reverse; 'rank' flags a model whose rank "
-    "among the models of one metric and scope (least biased = 1, by the point estimate, "
-    "ties share the better rank) differs between naive and corrected. A row without a "
-    "corrected value (the metric is undefined on the corrected shares) is never flagged."
+    "among the models of one metric and scope (least biased = 1, by the point estimates "
+    "shown, ties share the better rank; rows with a printed corrected interval only) "
+    "differs between naive and corrected. A row without a corrected value (the metric is "
+    "undefined on the corrected shares) is never flagged."
 )
+
+
+def min_reliable() -> int:
+    """reader_correction.MIN_HUMAN_RELIABLE (imported on use: that module imports ppi_py)."""
+    from stereolens.metrics.reader_correction import MIN_HUMAN_RELIABLE
+
+    return MIN_HUMAN_RELIABLE
+
+
+def caption() -> str:
+    """The caption of the corrected rows, with the measured minimum."""
+    return _CAPTION.format(minimum=f"{min_reliable():,}")
+
+
 PLAN_CAPTION = (
-    "Labels to collect = human_labels_needed (docs/statistics.md, 'How many human "
-    "labels'): the smallest n with 2 x 1.96 x sqrt(share (1 - share) / N + d / n) <= "
-    f"the target width {TARGET_WIDTH} for one label share of the N items the reader read, "
-    f"share {PLAN_SHARE} (the largest variance), d = the disagreement rate of reader and "
-    "humans: 1 - the pooled accuracy of the run's reader audit (the worst reader or model "
-    f"it audits), else {DEFAULT_DISAGREEMENT} (1 - 86.4%, the lowest extraction accuracy "
-    "ContextBias reports, paper 002 Table 1); at least 2 per sampling stratum (the "
-    "correction needs 2 human-labelled items in every stratum of a cell). A simple random "
-    "sample of all items; a stratified one needs the count per stratum."
+    "Labels to collect = what `stereolens plan --configfile <the run's config>` prints for "
+    "the benchmark (stereolens.plan.reader_plan; docs/planner.md, 'Human labels for the "
+    "reader correction'): per generator the human labels a stratified sample needs for a "
+    "95% corrected interval of the benchmark's reader_sample.target_width on a label share "
+    "of its items, allocated over the correction's strata (reader_sample.allocation), "
+    "with the disagreement rate reader_sample.disagreement (or a pilot's), at least 2 per "
+    "stratum. Where the planner prints nothing for a benchmark (the LVLM has no reader "
+    "design yet; a report without the run's config names no models), the report's own "
+    "estimate: human_labels_needed (docs/statistics.md, 'How many human labels'), the "
+    "smallest n with 2 x 1.96 x sqrt(share (1 - share) / N + d / n) <= "
+    f"{TARGET_WIDTH} for one label share of the N items the reader read, share "
+    f"{PLAN_SHARE}, d = 1 - the pooled accuracy of the run's reader audit (the worst "
+    f"reader it audits), else {DEFAULT_DISAGREEMENT} (1 - 86.4%, the lowest extraction "
+    "accuracy ContextBias reports, paper 002 Table 1), at least 2 per sampling stratum; "
+    "a simple random sample of all items. A corrected interval is printed only from "
+    "reader_correction.MIN_HUMAN_RELIABLE human labels per cell (the caption above); a "
+    "plan that reaches its width with fewer per cell gets estimates without intervals."
 )
 
 
@@ -99,6 +130,10 @@ class ReaderBlock:
     hidden: int = 0
     """Headline rows the first screen leaves to the section below."""
     flags: list[str] = field(default_factory=list)
+    withheld: int = 0
+    """Headline rows whose corrected interval is withheld (below MIN_HUMAN_RELIABLE)."""
+    minimum: int = 0
+    """MIN_HUMAN_RELIABLE: the human labels per cell from which an interval is printed."""
     n_human: int = 0
     """Distinct human-labelled items that went in (:func:`distinct_counts`)."""
     n_items: int = 0
@@ -134,6 +169,16 @@ def _excludes(low, high, null: float) -> bool | None:
     return bool(low > null or high < null)
 
 
+def _reliable(corrected: pl.DataFrame) -> pl.Expr:
+    """The rows whose corrected interval may be printed: corrected.parquet's
+    ``interval_reliable``; a table written before that column existed, n_human >=
+    MIN_HUMAN_RELIABLE (exact for a one-cell row, an upper bound on a cell's labels
+    otherwise)."""
+    if "interval_reliable" in corrected.columns:
+        return pl.col("interval_reliable").fill_null(False)
+    return pl.col("n_human") >= min_reliable()
+
+
 def headline_table(
     corrected: pl.DataFrame,
     headlines: Mapping[str, Headline],
@@ -142,26 +187,43 @@ def headline_table(
 ) -> pl.DataFrame:
     """The corrected table's rows of the ``headlines`` metrics as the block shows them: the
     ``unit`` column (the models ranked), ``scope`` (the other key columns, joined with
-    " · "), naive and corrected with intervals, n_human, n_items, whether each interval
-    excludes the metric's no-bias value, each model's rank by the naive and the corrected
-    estimate within its metric x scope, and the two flags (text, null where none)."""
+    " · "), naive with its interval, corrected = the bias-corrected estimate (estimate_bc,
+    the centre of the bc_normal interval and the value itself under the percentile one,
+    so it lies in its interval) with ci_low / ci_high, corrected_plugin (the plug-in of the
+    corrected shares), n_human, n_items, interval_reliable and interval_note (the corrected
+    interval withheld below MIN_HUMAN_RELIABLE human labels per cell: ci_low / ci_high null,
+    no flag, no rank), whether each interval excludes the metric's no-bias value, each
+    model's rank by the naive and the corrected estimate within its metric x scope, and the
+    two flags (text, null where none)."""
+    minimum = min_reliable()
     part = corrected.filter(pl.col("metric").is_in(list(headlines)))
     scope_expr = (
         pl.concat_str([pl.col(c).cast(pl.String) for c in scope], separator=" · ")
         if scope
         else pl.lit("")
     )
+    centre = "estimate_bc" if "estimate_bc" in part.columns else "corrected"
     part = part.with_columns(
         pl.col(unit).cast(pl.String).alias("model"),
         scope_expr.alias("scope"),
         pl.col("metric").replace_strict({k: h.label for k, h in headlines.items()}).alias("label"),
+        pl.col(centre).alias("_shown"),
+        _reliable(part).alias("_reliable"),
     )
     rows = []
     for r in part.iter_rows(named=True):
         h = headlines[r["metric"]]
-        corrected_ok = finite(r["corrected"])
+        corrected_ok = finite(r["_shown"])
+        reliable = bool(r["_reliable"])
+        note = (
+            None
+            if reliable or not corrected_ok
+            else f"interval withheld: {r['n_human']:,} human labels, coverage measured "
+            f"from {minimum:,} per cell"
+        )
         naive_ex = _excludes(r["naive_low"], r["naive_high"], h.null)
-        corr_ex = _excludes(r["ci_low"], r["ci_high"], h.null) if corrected_ok else None
+        shown = corrected_ok and reliable
+        corr_ex = _excludes(r["ci_low"], r["ci_high"], h.null) if shown else None
         flag = None
         if naive_ex is not None and corr_ex is not None and naive_ex != corr_ex:
             null = format_value(h.null, 0)
@@ -175,10 +237,12 @@ def headline_table(
                 "model": r["model"], "metric": r["metric"], "label": r["label"],
                 "scope": r["scope"], "naive": r["naive"], "naive_low": r["naive_low"],
                 "naive_high": r["naive_high"],
-                "corrected": r["corrected"] if corrected_ok else None,
-                "ci_low": r["ci_low"] if corrected_ok else None,
-                "ci_high": r["ci_high"] if corrected_ok else None,
-                "n_human": r["n_human"], "n_items": r["n_items"], "null": h.null,
+                "corrected": r["_shown"] if corrected_ok else None,
+                "ci_low": r["ci_low"] if shown else None,
+                "ci_high": r["ci_high"] if shown else None,
+                "corrected_plugin": r["corrected"] if finite(r["corrected"]) else None,
+                "n_human": r["n_human"], "n_items": r["n_items"],
+                "interval_reliable": reliable, "interval_note": note, "null": h.null,
                 "naive_excludes_null": naive_ex, "corrected_excludes_null": corr_ex,
                 "significance_flag": flag,
             }
@@ -186,8 +250,9 @@ def headline_table(
     schema = {
         "model": pl.String, "metric": pl.String, "label": pl.String, "scope": pl.String,
         **{c: pl.Float64 for c in ("naive", "naive_low", "naive_high", "corrected", "ci_low",
-                                   "ci_high")},
-        "n_human": pl.Int64, "n_items": pl.Int64, "null": pl.Float64,
+                                   "ci_high", "corrected_plugin")},
+        "n_human": pl.Int64, "n_items": pl.Int64, "interval_reliable": pl.Boolean,
+        "interval_note": pl.String, "null": pl.Float64,
         "naive_excludes_null": pl.Boolean, "corrected_excludes_null": pl.Boolean,
         "significance_flag": pl.String,
     }  # fmt: skip
@@ -198,11 +263,15 @@ def headline_table(
 def _ranks(table: pl.DataFrame, headlines: Mapping[str, Headline]) -> pl.DataFrame:
     """naive_rank, corrected_rank (1 = least biased within metric x scope, ties share the
     better rank; null where the family has one model or the row no corrected value) and
-    rank_flag."""
+    rank_flag; rows whose corrected interval is withheld take no part)."""
     out = []
     for (metric, _), part in table.group_by("metric", "scope", maintain_order=True):
         desc = not headlines[str(metric)].lower_is_less_biased
-        ok = part.filter(pl.col("corrected").is_not_null() & pl.col("naive").is_finite())
+        ok = part.filter(
+            pl.col("corrected").is_not_null()
+            & pl.col("naive").is_finite()
+            & pl.col("interval_reliable")
+        )
         ranked = ok.with_columns(
             pl.col("naive").rank("min", descending=desc).cast(pl.Int64).alias("naive_rank"),
             pl.col("corrected").rank("min", descending=desc).cast(pl.Int64).alias("corrected_rank"),
@@ -264,7 +333,8 @@ def _screen_rows(table: pl.DataFrame, digits: int) -> tuple[list[dict], int, lis
                     "metric": r["label"],
                     "scope": r["scope"],
                     "naive": _interval(r["naive"], r["naive_low"], r["naive_high"], digits),
-                    "corrected": _interval(r["corrected"], r["ci_low"], r["ci_high"], digits),
+                    "corrected": _interval(r["corrected"], r["ci_low"], r["ci_high"], digits)
+                    + (f" ({r['interval_note']})" if r["interval_note"] else ""),
                     "labels": f"{r['n_human']:,} / {r['n_items']:,}",
                     "flag": "; ".join(marks),
                 }
@@ -290,9 +360,10 @@ def corrected_block(
     :func:`distinct_counts` of the whole table)."""
     table = headline_table(corrected, headlines, unit=unit, scope=scope)
     rows, hidden, flags = _screen_rows(table, digits)
+    withheld = int(table["interval_note"].is_not_null().sum())
     return ReaderBlock(
         key, title, table, simulated, rows=rows, hidden=hidden, flags=flags,
-        n_human=counts[0], n_items=counts[1],
+        withheld=withheld, minimum=min_reliable(), n_human=counts[0], n_items=counts[1],
     )  # fmt: skip
 
 
@@ -323,6 +394,63 @@ def labels_needed(n_items: int, disagreement: float, n_strata: int = 1) -> tuple
     return n, MIN_LABELLED * max(n_strata, 1)
 
 
+_PLANS: dict[str, list[dict]] = {}
+
+
+def planner_part(config: dict, key: str) -> dict | None:
+    """The benchmark's part of stereolens.plan.reader_plan(config): the human labels
+    `stereolens plan --configfile <the run's config>` prints for it (per model, the
+    benchmark's reader_sample target width, allocation and disagreement). None where the
+    planner prints nothing for it: no reader design (the LVLM), or a config naming no
+    models (a report of a results folder without the run's config). reader_plan runs once
+    per config (it counts the run's jobs: seconds)."""
+    from stereolens.plan import reader_plan
+
+    memo = json.dumps(config, sort_keys=True, default=str)
+    if memo not in _PLANS:
+        _PLANS.clear()
+        _PLANS[memo] = reader_plan(config)
+    part = next((p for p in _PLANS[memo] if p["benchmark"] == key), None)
+    return part if part is not None and part["rows"] else None
+
+
+def _planned_count(part: dict, n_items: int, what: str, measured: str) -> str:
+    """The plan sentence from the planner's ``part`` (planner_part)."""
+    unit = part["unit"]
+    per = "; ".join(
+        f"{r['model']} {r['n_human']:,} of {r['n_items']:,}"
+        if r["n_human"] is not None
+        else f"{r['model']} not reachable (all {r['n_items']:,} give width {r['width']:.3f})"
+        for r in part["rows"]
+    )
+    planned_items = sum(r["n_items"] for r in part["rows"])
+    floor = sum(r["floor"] for r in part["rows"])
+    lo = min(r["disagreement_min"] for r in part["rows"])
+    hi = max(r["disagreement_max"] for r in part["rows"])
+    source = part["disagreement_source"]
+    if source == "default":
+        source = f"{part['benchmark']}.reader_sample.disagreement"
+    settings = (
+        f"a 95% corrected interval of width {part['target_width']:g} on a label share of one "
+        f"model's {unit}, {part['allocation']} allocation over the strata, disagreement "
+        f"{lo:.3f}{f'-{hi:.3f}' if hi != lo else ''} ({source})"
+    )
+    if part["n_human"] is not None:
+        count = f"collect {part['n_human']:,} human labels of the {planned_items:,} {unit} ({per})"
+    else:
+        count = (
+            f"for some model no number of human labels reaches the width ({per}); label as "
+            f"many as you can, at least {floor:,} (2 per stratum)"
+        )
+    extra = ""
+    if planned_items != n_items:
+        extra = (
+            f"; the planner counts {planned_items:,} {unit} for the config, "
+            f"{n_items:,} {what} were read"
+        )
+    return f"{count}: {settings}, as `stereolens plan` prints it{measured}{extra}"
+
+
 def plan_block(
     key: str,
     title: str,
@@ -333,10 +461,27 @@ def plan_block(
     audit: str = "",
     n_strata: int = 1,
     config_key: str | None = None,
+    planned: dict | None = None,
 ) -> ReaderBlock:
     """A benchmark's block without human labels: its numbers assume a perfect reader, and
-    the labels to collect (:func:`labels_needed`) from the ``disagreement`` its ``audit``
-    measured, else DEFAULT_DISAGREEMENT. ``what``: the items, in words ("images")."""
+    the labels to collect: the planner's (``planned``, :func:`planner_part`: the number
+    `stereolens plan` prints), where it has them; else :func:`labels_needed` from the
+    ``disagreement`` its ``audit`` measured, else DEFAULT_DISAGREEMENT, said to be the
+    report's estimate. ``what``: the items, in words ("images")."""
+    cfg = config_key or key
+    head = (
+        f"The numbers assume a perfect reader: no human labels were given "
+        f"({cfg}.reader_correction.human_labels)."
+    )
+    if planned is not None:
+        measured = (
+            f" (the run's {audit} measured a disagreement rate of {disagreement:.3f}; "
+            f"{cfg}.reader_sample.disagreement or `stereolens plan --pilot` plans with another)"
+            if disagreement is not None
+            else ""
+        )
+        count = _planned_count(planned, n_items, what, measured)
+        return ReaderBlock(key, title, plan=f"{head} The plan says: {count}.")
     d = DEFAULT_DISAGREEMENT if disagreement is None else disagreement
     source = (
         f"the {audit}'s disagreement rate {d:.3f}"
@@ -361,10 +506,9 @@ def plan_block(
             f"interval to width {TARGET_WIDTH} (their sampling alone is wider; {source}); "
             f"label as many as you can, at least {floor:,} (the correction's minimum{each})"
         )
-    cfg = config_key or key
     plan = (
-        f"The numbers assume a perfect reader: no human labels were given "
-        f"({cfg}.reader_correction.human_labels). The plan says: {count}."
+        f"{head} `stereolens plan` prints no count for it here (no reader design, or no "
+        f"run config); the report's estimate, a simple random sample: {count}."
     )
     return ReaderBlock(key, title, plan=plan)
 
@@ -387,7 +531,7 @@ def section(found: Sequence[ReaderBlock]) -> Section | None:
         Table(
             f"reader-{b.key}",
             b.title + (" (SIMULATED human labels)" if b.simulated else ""),
-            CAPTION,
+            caption(),
             b.table,
             intervals={"naive": ("naive_low", "naive_high"), "corrected": ("ci_low", "ci_high")},
         )

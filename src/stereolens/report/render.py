@@ -233,7 +233,9 @@ def render_report(
         sections=report.sections,
         max_rows=config["report"]["max_table_rows"],
         tables_href="tables",
-        reader_caption=reader.CAPTION,
+        reader_caption=(
+            reader.caption() if any(b.has_labels for b in report.summary.reader) else ""
+        ),
         reader_plan_caption=reader.PLAN_CAPTION,
         version=__version__,
     )

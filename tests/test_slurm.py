@@ -24,6 +24,7 @@ import pytest
 import yaml
 from conftest import SLURM_CONF_OUTSIDE, copy_workflow, skip_unless_ci, workflow_env
 from polars.testing import assert_frame_equal
+from test_faults import _workdir, undisturbed_run
 
 from stereolens.throughput import measured_throughput
 
@@ -31,29 +32,20 @@ BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
 ROOT = Path(__file__).resolve().parents[1]
 SLURM_UP = ROOT / "tools" / "slurm" / "slurm-up.sh"
-# Hard wall-clock limits (s). A lost SLURM job makes snakemake wait forever and
-# ignore SIGTERM, hence `timeout -k 30`. Measured on the 2-core test machine (shared
-# with other work) with the small config below, in two runs: through SLURM 227 s and
-# 282 s, locally 148 s and 265 s (load average 5), cluster up 6 s, the whole test 392 s
-# and 547 s. The limits leave 3x or more (a slower machine can raise them through the
-# environment).
+# Hard wall-clock limit (s) of the SLURM run. A lost SLURM job makes snakemake wait
+# forever and ignore SIGTERM, hence `timeout -k 30`. Measured on the 2-core test machine
+# (shared with other work): through SLURM 227 s and 282 s, cluster up 6-7 s. The limit
+# leaves 3x or more (a slower machine can raise it through the environment); the local
+# run is the fault suite's, under its own limit.
 SLURM_RUN_TIMEOUT = int(os.environ.get("STEREOLENS_SLURM_RUN_TIMEOUT", "900"))
-LOCAL_RUN_TIMEOUT = int(os.environ.get("STEREOLENS_LOCAL_RUN_TIMEOUT", "900"))
 # Every SLURM job starts snakemake twice and loads torch on 2 cores, and the plugin's
 # status checks back off by 10 s per round while jobs run, so the test runs the smallest
 # config that still goes through every core rule of the workflow over SLURM (prompts,
 # tiny-model builds, generation, extraction, merge, canonicalisation without embedding
-# or LLM, metrics, report): one role, one generator, one extractor; validation,
-# annotation and every other benchmark (BiasIG, LVLM) off; few bootstrap replicates.
-SMALL_CONTEXTBIAS = {
-    "roles": ["nurse"],
-    "generators": ["tiny-sd"],
-    "extractors": ["tiny-vlm"],
-    "validation": {"enabled": False},
-    "annotation": {"enabled": False},
-    "canonicalisation": {"enabled": False, "llm": None},
-}
-SMALL_METRICS = {"replicates": 50, "matched_draws": 5}
+# or LLM, metrics, report): the fault suite's config (.test/config/faults.yaml: one role,
+# one generator, the tiny VLM greedy and short; validation, annotation, BiasIG and the
+# LVLM off; few bootstrap replicates), whose local run (test_faults.undisturbed_run) is
+# built once per pytest run and is the run the SLURM results are compared with.
 
 
 def _slurm_test_enabled() -> bool:
@@ -61,25 +53,6 @@ def _slurm_test_enabled() -> bool:
     if flag is not None:
         return flag == "1"
     return bool(os.environ.get("CI"))
-
-
-def _write_small_config(wd: Path) -> str:
-    """config/slurm-small.yaml: the demo reduced to SMALL_* with every optional
-    benchmark (a top-level section with an `enabled` switch) turned off."""
-    cfg = yaml.safe_load((wd / "config/demo.yaml").read_text())
-    cfg["contextbias"].update(SMALL_CONTEXTBIAS)
-    cfg["contextbias"].setdefault("metrics", {}).update(SMALL_METRICS)
-    from stereolens.config import config_schema
-
-    for name, section in config_schema()["properties"].items():
-        if name != "contextbias" and "enabled" in (section.get("properties") or {}):
-            cfg[name] = {"enabled": False}
-    cfg["run_label"] = "SLURM comparison (tiny models, one role, one generator)"
-    (wd / "config/slurm-small.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return "config/slurm-small.yaml"
-
-
-# ---------------------------------------------------------------- fast, no cluster
 
 
 @pytest.mark.parametrize("profile", ["profiles/slurm", "profiles/slurm-ci"])
@@ -226,25 +199,31 @@ def slurm_cluster(slurm_client_conf):
         assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
 
 
-def _run(cmd, wd, timeout_s):
-    """cmd under a hard limit: `timeout` sends SIGTERM at timeout_s, SIGKILL 30 s later
-    (rc 124/137); the subprocess limit above that only guards against `timeout` itself."""
-    t0 = time.monotonic()
-    try:
-        out = subprocess.run(
+def _start(cmd, wd: Path, timeout_s: int, log: Path) -> tuple[subprocess.Popen, float]:
+    """cmd started under a hard limit (`timeout` sends SIGTERM at timeout_s, SIGKILL 30 s
+    later: rc 124/137), its output in ``log``; returns the process and its start time."""
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
             ["timeout", "-k", "30", str(timeout_s), *cmd],
             cwd=wd,
             env=workflow_env(),
             stdin=subprocess.DEVNULL,
-            capture_output=True,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
             text=True,
-            timeout=timeout_s + 60,
         )
-    except subprocess.TimeoutExpired as exc:
-        text = (exc.stdout or b"") + (exc.stderr or b"")
-        text = text.decode(errors="replace") if isinstance(text, bytes) else text
-        out = subprocess.CompletedProcess(exc.cmd, 137, text, "")
-    return out, time.monotonic() - t0
+    return proc, time.monotonic()
+
+
+def _finish(proc: subprocess.Popen, t0: float, timeout_s: int, log: Path) -> tuple[int, str, float]:
+    """Wait for a _start-ed command (the limit above guards only against `timeout`
+    itself): its return code, its output and its wall time."""
+    try:
+        rc = proc.wait(timeout=max(1.0, timeout_s + 60 - (time.monotonic() - t0)))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = 137
+    return rc, log.read_text(errors="replace"), time.monotonic() - t0
 
 
 def _record_timing(up_s: float, **times: float) -> None:
@@ -266,22 +245,30 @@ def _sorted(df: pl.DataFrame, cols) -> pl.DataFrame:
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_slurm_run_matches_local_run(slurm_cluster, tmp_path):
-    # --- through SLURM
-    swd = copy_workflow(tmp_path / "slurm")
-    cfg = _write_small_config(swd)
-    out, slurm_s = _run(
-        [SNAKEMAKE, "--profile", "profiles/slurm-ci", "--configfile", cfg],
+def test_slurm_run_matches_local_run(
+    slurm_cluster, repo_root, tmp_path, tmp_path_factory, tiny_models
+):
+    # --- through SLURM, the fault suite's config; its local run is built meanwhile (or was
+    # built by the fault suite on the other worker): SLURM's jobs wait in the plugin's
+    # status checks, the local run uses the cores
+    swd = _workdir(repo_root, tmp_path / "slurm")
+    proc, t0 = _start(
+        [SNAKEMAKE, "--profile", "profiles/slurm-ci", "--configfile", "config/faults.yaml"],
         swd,
         SLURM_RUN_TIMEOUT,
+        tmp_path / "slurm.log",
     )
-    slog = out.stdout + out.stderr
-    (tmp_path / "slurm.log").write_text(slog)
-    print(f"slurm: workflow through SLURM in {slurm_s:.0f} s")
-    _record_timing(slurm_cluster["up_s"], slurm_s=slurm_s)
-    if out.returncode != 0:  # a timed-out or failed run leaves no job behind
+    t_local = time.monotonic()
+    try:
+        lwd, _ = undisturbed_run(repo_root, tmp_path_factory, tiny_models)
+    finally:
+        local_s = time.monotonic() - t_local
+        rc, slog, slurm_s = _finish(proc, t0, SLURM_RUN_TIMEOUT, tmp_path / "slurm.log")
+    print(f"slurm: workflow through SLURM in {slurm_s:.0f} s; the local run {local_s:.0f} s")
+    _record_timing(slurm_cluster["up_s"], slurm_s=slurm_s, local_s=local_s)
+    if rc != 0:  # a timed-out or failed run leaves no job behind
         _cancel_jobs(re.findall(r"submitted with SLURM jobid (\d+)", slog))
-    assert out.returncode == 0, f"rc={out.returncode} (124/137 = timeout)\n" + slog[-6000:]
+    assert rc == 0, f"rc={rc} (124/137 = timeout)\n" + slog[-6000:]
 
     # SLURM really ran the jobs: sacct lists them COMPLETED under the run's job name
     run_id = re.search(r"SLURM run ID: (\S+)", slog)
@@ -310,19 +297,6 @@ def test_slurm_run_matches_local_run(slurm_cluster, tmp_path):
     assert set(states) == set(jobids), (jobids, states)
     assert all(s == (run_id, "COMPLETED") for s in states.values()), states
     _assert_measured_throughput(swd)
-
-    # --- locally, same config
-    lwd = copy_workflow(tmp_path / "local")
-    _write_small_config(lwd)
-    out, local_s = _run(
-        [SNAKEMAKE, "--profile", "profiles/local", "--cores", "2", "--configfile", cfg],
-        lwd,
-        LOCAL_RUN_TIMEOUT,
-    )
-    print(f"slurm: same workflow locally in {local_s:.0f} s")
-    _record_timing(slurm_cluster["up_s"], slurm_s=slurm_s, local_s=local_s)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
-
     _assert_same_results(swd, lwd)
 
 

@@ -1,6 +1,7 @@
 """The human sample of the LVLM reader correction (issue 21, items 2 and 3): the stratified
-draw of stories and term rounds by hand, the two text forms and their keys, and the round
-trip answers -> human-label table -> lvlm correct, with a case computed by hand."""
+draw of stories and judged term pairs by hand, the two text forms and their keys, and the
+round trip answers -> human-label table -> lvlm correct, with a case computed by hand; a
+race axis (7 groups, 21 judged pairs per round) through lvlm correct and its CLI."""
 
 from __future__ import annotations
 
@@ -89,7 +90,8 @@ def reader_answer(story: dict, winners: tuple[str, ...]):
 
     def answer(row, dim):
         if row["task"] == "term":
-            k = int(row["item_id"].rsplit("/", 1)[1])
+            # item_id model/setting/axis/prompt_id/pair_index/group_a/group_b
+            k = int(row["item_id"].split("/")[4])
             return "A" if winners[k] == row["group_a"] else "B"
         occupation, status, hobbies = story[row["image_ids"][0]]
         got = {"occupation": occupation, "socioeconomic_status": status}
@@ -203,7 +205,7 @@ def test_round_trip_by_hand_with_every_item_labelled(tmp_path):
     )  # fmt: skip
     design = pl.read_parquet(paths["design"])
     assert (design["selection_probability"] == 1.0).all() and not design["reachable"].any()
-    # the humans: f2 is a doctor, and the judge's round 1 went to male
+    # the humans: f2 is a doctor, and the judge's pair 1 went to male
     truth = {**story, "f2": ("doctor", "poor", ())}
     right = reader_answer(truth, ("female", "male", "female", "male"))
     wrong = reader_answer(story, winners)
@@ -262,7 +264,7 @@ def test_cli_reader_sample_and_human_labels(tmp_path, capsys):
     assert main([*argv, "--out", str(form), "--preset", preset]) == 0
     out = capsys.readouterr().out
     assert "m story: 5 of 12 stories in 2 strata" in out
-    assert "m term: 3 of 3 term rounds in 1 strata" in out
+    assert "m term: 3 of 3 judged term pairs in 1 strata" in out
     answer = reader_answer(STORY, winners)
     files = [
         write_answers(tmp_path / f"{t}.csv", pl.read_parquet(form / t / "key.parquet"), answer)
@@ -293,7 +295,7 @@ def test_cli_reader_sample_and_human_labels(tmp_path, capsys):
 # ---------------------------------------------------------------- the planner
 
 
-def test_plan_sizes_stories_and_term_rounds(repo_root, monkeypatch):
+def test_plan_sizes_stories_and_term_pairs(repo_root, monkeypatch):
     monkeypatch.chdir(repo_root)
     config, _ = load_config("config/config.yaml")
     lv = config["lvlm"]
@@ -316,6 +318,18 @@ def test_plan_sizes_stories_and_term_rounds(repo_root, monkeypatch):
         assert max(rate / room, r["floor"]) <= r["n_human"] < rate / room + r["strata"] + r["floor"]
     story_part = [r for r in part["rows"] if ", story" in r["model"]][0]
     assert story_part["n_human"] == 1314  # 0.14 / room at N = 4,500, 9 strata rounded up
+    # term: the items are judged pairs, a stratum per axis x term (gender, race), and a
+    # round of images_per_group is 1 pair (gender) or 21 (race): 120 terms x 100 x 22
+    assert lv["axes"] == ["gender", "race"]
+    term_rows = per.filter(pl.col("model").str.ends_with("|term"))
+    n_term = lv["tasks"]["term"]["images_per_group"]
+    assert (term_rows["n_items"] == term_rows["strata"] // 2 * n_term * (1 + 21)).all()
+    term_part = [r for r in part["rows"] if ", term" in r["model"]][0]
+    assert term_part["model"].endswith("term (term pairs)")
+    assert (term_part["n_items"], term_part["strata"]) == (264_000, 240)
+    # the floor of 2 per stratum decides: 480 pairs to read, width 0.042
+    assert term_part["n_human"] == term_part["floor"] == 480
+    assert term_part["width"] == pytest.approx(0.0421, abs=5e-5)
 
 
 def test_plan_reads_a_pilot(repo_root, monkeypatch, tmp_path):
@@ -338,7 +352,7 @@ def test_plan_reads_a_pilot(repo_root, monkeypatch, tmp_path):
     )  # fmt: skip
     # every item labelled; 3 of the 12 stories' occupations and 1 of the 3 rounds differ
     flip = ["m/image/gender/f1/p1", "m/image/gender/m2/p1", "m/image/gender/m4/p1",
-            "m/image/gender/t1/1"]  # fmt: skip
+            "m/image/gender/t1/1/male/female"]  # fmt: skip
     human = reader.with_columns(
         pl.when(pl.col("item_id").is_in(flip) & pl.col("attribute").is_in(["occupation", "winner"]))
         .then(pl.when(pl.col("label") == "male").then(pl.lit("female")).otherwise(pl.lit("pilot")))
@@ -353,7 +367,139 @@ def test_plan_reads_a_pilot(repo_root, monkeypatch, tmp_path):
     assert part["disagreement_source"].startswith("pilot")
     assert "SIMULATED" in " ".join(part["notes"])
     for r in part["rows"]:
-        rate = 0.25 if ", story" in r["model"] else 1 / 3  # occupation 3/12; rounds 1/3
+        rate = 0.25 if ", story" in r["model"] else 1 / 3  # occupation 3/12; pairs 1/3
         assert r["disagreement_min"] == r["disagreement_max"] == pytest.approx(rate)
         room = (0.05 / (2 * Z)) ** 2 - 0.25 / r["n_items"]
         assert max(rate / room, r["floor"]) <= r["n_human"] < rate / room + r["strata"] + r["floor"]
+
+
+# ---------------------------------------------------------------- the race axis
+
+RACES = ("Black", "East Asian", "Indian", "White", "Latino_Hispanic", "Middle Eastern",
+         "Southeast Asian")  # fmt: skip
+
+
+def race_tables():
+    """responses and term_judgements of one race term: 2 rounds of the 21 pairs of 7 groups;
+    in every pair the group earlier in RACES wins (a round's wins 6, 5, ..., 0), but round
+    1's pair (Middle Eastern, Southeast Asian) is undecided; A/B alternate."""
+    keys = {"model": "m", "setting": "image", "axis": "race", "prompt_id": "t1"}
+    judged, rows = [], []
+    for k in range(2):
+        for g in RACES:
+            rows.append({**keys, "task": "term", "group": g, "image_id": f"{g}{k}",
+                         "response": f"explanation {k} by {g}"})  # fmt: skip
+        for i in range(7):
+            for j in range(i + 1, 7):
+                a, b = (RACES[i], RACES[j]) if (i + j + k) % 2 == 0 else (RACES[j], RACES[i])
+                undecided = k == 1 and (i, j) == (5, 6)
+                judged.append({**keys, "pair_index": k, "group_a": a, "group_b": b,
+                               "image_id_a": f"{a}{k}", "image_id_b": f"{b}{k}",
+                               "term": "Entropy", "domain": "physics",
+                               "winner": None if undecided else RACES[i]})  # fmt: skip
+    return pl.DataFrame(rows), pl.DataFrame(judged, schema_overrides={"winner": pl.String})
+
+
+def test_race_term_items_are_judged_pairs_by_hand(tmp_path):
+    """Issue 21: a race round (21 pairs among 7 groups) is 21 items, not one whose labels
+    repeat a group (the reader table refused it: 'repeats label'). By hand: the judge's
+    wins (12, 10, 8, 6, 4, 1, 0) of the 41 pairs decided, appearances (12 x 5, 11, 11) of
+    82; TVD = 1/2 sum |2 wins - apps| / 82 = 48 / 164 = 12/41 -> 29.27 = lvlm.scores' own
+    plug-in. A sample of 10 pairs whose humans agree: corrected == naive; every pair
+    labelled with (Black, Southeast Asian) of round 0 given to Southeast Asian: wins (11,
+    10, 8, 6, 4, 1, 1), TVD 44 / 164 = 11/41 -> 26.83."""
+    from stereolens.cli import main
+    from stereolens.lvlm.scores import overall_scores
+
+    responses, term = race_tables()
+    tr = term_reader(term)
+    assert tr.height == 42 and tr["item_id"].n_unique() == 42
+    assert tr["stratum"].unique().to_list() == ["m|image|race|t1"]
+    # A then B as the judge saw them: East Asian was shown first in round 0
+    assert "m/image/race/t1/0/East Asian/Black" in tr["item_id"].to_list()
+    ref = overall_scores("term", term, n_boot=0, permutations=0)
+    assert ref["score"][0] == pytest.approx(1200 / 41)
+    # humans agree on a simple random sample of 10 of the 42 pairs
+    sample = tr.sample(10, seed=1).select(*rc.READER_COLUMNS)
+    agree = sample.with_columns(selection_probability=pl.lit(10 / 42))
+    table, left_out = corrected_scores(None, tr, agree, replicates=50)
+    assert left_out.height == 0 and table.height == 1
+    row = table.row(0, named=True)
+    assert row["naive"] == pytest.approx(1200 / 41)
+    assert row["corrected"] == pytest.approx(row["naive"])
+    assert (row["n_human"], row["n_items"]) == (10, 42)
+    # every pair labelled, one human disagreement: the humans' own score
+    flip, sea = "m/image/race/t1/0/Black/Southeast Asian", "Southeast Asian"
+    assert flip in tr["item_id"].to_list()
+    every = tr.select(*rc.READER_COLUMNS).with_columns(
+        selection_probability=pl.lit(1.0),
+        label=pl.when(pl.col("item_id") == flip).then(pl.lit(sea)).otherwise("label"),
+    )
+    table, _ = corrected_scores(None, tr, every, replicates=50)
+    assert table["naive"].item() == pytest.approx(1200 / 41)
+    assert table["corrected"].item() == pytest.approx(1100 / 41)
+    # the CLI: `stereolens lvlm correct` on the run's tables and the agreeing sample
+    run = tmp_path / "run"
+    run.mkdir()
+    responses.write_parquet(run / "responses.parquet")
+    term.write_parquet(run / "term_judgements.parquet")
+    human = tmp_path / "human.csv"
+    agree.write_csv(human)
+    argv = ["lvlm", "correct", "--responses", str(run / "responses.parquet"), "--human"]
+    argv += [str(human), "--out", str(tmp_path / "out")]
+    argv += ["--preset", '{"reader_correction": {"replicates": 20}}']
+    assert main(argv) == 0
+    out = pl.read_parquet(tmp_path / "out" / "corrected.parquet")
+    assert out.select("axis", "metric").rows() == [("race", "term")]
+    assert out["naive"].item() == pytest.approx(1200 / 41)
+    assert out["corrected"].item() == pytest.approx(1200 / 41)
+
+
+def test_race_term_sample_is_drawn_by_pair(tmp_path):
+    """The human sample of a race term draws judged pairs (42 items in the one stratum),
+    the term form shows one drawn pair per set, `lvlm human-labels` writes one label per
+    pair, and humans who agree with the judge leave the score: corrected == naive =
+    1200/41."""
+    responses, term = race_tables()
+    paths = export_reader_sample(
+        responses, None, term, tmp_path, target_width=0.4, disagreement={"term": 0.03}, seed=2
+    )
+    design = pl.read_parquet(paths["design"])
+    assert design.select("task", "stratum", "n_items").rows() == [("term", "m|image|race|t1", 42)]
+    n = design["n_human"].item()
+    # one stratum: n = rate / room, rounded up, room = (0.4 / 2z)^2 - 0.25 / 42 pairs: 7
+    assert n == math.ceil(0.03 / ((0.4 / (2 * Z)) ** 2 - 0.25 / 42)) == 7
+    assert design["selection_probability"].item() == pytest.approx(7 / 42)
+    key = pl.read_parquet(paths["term_key"])
+    template = rc.read_human_labels(paths["template"])
+    assert key.height == n and key["item_id"].n_unique() == n
+    assert sorted(template["item_id"]) == sorted(key["item_id"])
+    assert (key["image_ids"].list.len() == 2).all()
+    winner = dict(term_reader(term).select("item_id", "label").iter_rows())
+
+    def answer(row, dim):
+        got = winner[row["item_id"]]
+        return "cannot tell" if got == "unknown" else "A" if got == row["group_a"] else "B"
+
+    files = [write_answers(tmp_path / "term.csv", key, answer)]
+    human = human_labels_from_answers(files, [paths["term_key"]], paths["template"])
+    assert human.height == n and human["item_id"].n_unique() == n
+    assert dict(human.select("item_id", "label").iter_rows()) == {
+        i: winner[i] for i in key["item_id"]
+    }
+    table, _ = corrected_scores(None, term_reader(term), human, replicates=50)
+    assert table["naive"].item() == pytest.approx(1200 / 41)
+    assert table["corrected"].item() == pytest.approx(1200 / 41)
+
+
+def test_a_round_item_id_is_refused_by_name():
+    """A human-label table keyed by rounds (the term item before issue 21) is refused with
+    the pair's item id, not read as labels of unknown items."""
+    _, term = race_tables()
+    tr = term_reader(term)
+    human = pl.DataFrame(
+        {"item_id": ["m/image/race/t1/0"] * 2, "attribute": "winner", "label": "Black",
+         "stratum": "m|image|race|t1", "selection_probability": 1.0}
+    ).with_columns(label=pl.Series(["Black", "White"]))  # fmt: skip
+    with pytest.raises(ValueError, match=r"names a round; a term item is one judged pair"):
+        corrected_scores(None, tr, human, replicates=5)

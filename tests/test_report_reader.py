@@ -240,10 +240,15 @@ def test_the_plan_count_is_the_planners():
                 assert total in printed or len(part["rows"]) == 1
             else:
                 assert "no number of human labels reaches the width" in plan
-    # the LVLM has no reader design: the report's own estimate, said to be one
+    # the LVLM's design (lvlm.reader_sample): the planner's count, a term item a judged pair
+    # (the demo: 6 terms x 2 rounds x 1 gender pair)
     lvlm = R.plan_block("lvlm", "LVLM", n_items=6, what="story and term responses",
                         planned=R.planner_part(config, "lvlm")).plan  # fmt: skip
-    assert "`stereolens plan` prints no count for it here" in lvlm
+    assert "as `stereolens plan` prints it" in lvlm
+    assert "tiny-vlm, term (term pairs) not reachable (all 12 give" in lvlm
+    # without the run's config the planner names no models: the report's own estimate
+    own = R.plan_block("lvlm", "LVLM", n_items=6, what="story and term responses").plan
+    assert "`stereolens plan` prints no count for it here" in own
 
 
 def test_audit_disagreement_is_the_worst_pooled_error():

@@ -215,7 +215,7 @@ def _run_sample(args: argparse.Namespace) -> int:
     allocation = pl.read_parquet(paths["design"])
     for (model, task), part in allocation.group_by("model", "task", maintain_order=True):
         state = "" if part["reachable"].all() else " (target width not reachable: all items)"
-        unit = "stories" if task == "story" else "term rounds"
+        unit = "stories" if task == "story" else "judged term pairs"
         print(
             f"{model} {task}: {part['n_human'].sum():,} of {part['n_items'].sum():,} {unit} "
             f"in {part.height} strata, planned width {part['width'][0]:.4f}{state}"

@@ -18,6 +18,12 @@ KEYS = ("model", "setting", "axis")
 scores.parquet rows of the same task, before its noise-floor correction)."""
 STORY_CELL = ("model", "setting", "axis", "prompt_id", "group")
 TERM_CELL = ("model", "setting", "axis", "prompt_id")
+TERM_ITEM = (*TERM_CELL, "pair_index", "group_a", "group_b")
+"""The columns of a judged pair's item id, "/"-joined: the term judgements table's own key
+(tables.TERM_JUDGEMENTS), unique per row of any valid table (one judgement each; a design
+that judges a pair in both orders has two rows and two items) and made only of what the
+judge's input fixes (never judge_order, a queue position); group_a / group_b are the
+explanations as shown, A then B, as the form shows them to a human."""
 
 
 def _setting(frame: pl.DataFrame) -> pl.DataFrame:
@@ -55,18 +61,41 @@ def story_reader(story_attributes: pl.DataFrame, responses: pl.DataFrame) -> pl.
     return table.select(*STORY_CELL, *rc.READER_COLUMNS).unique().sort(pl.all())
 
 
+def term_item_id() -> pl.Expr:
+    """The item id of each judged pair of a term judgements table with its setting filled
+    (_setting): TERM_ITEM joined by "/"."""
+    return _item(*TERM_ITEM).alias("item_id")
+
+
 def term_reader(term_judgements: pl.DataFrame) -> pl.DataFrame:
-    """The reader table of the term score: every judged pair, attribute "winner", label the
-    group the judge picked ("unknown" where it picked none), with group_a and group_b.
-    item_id = "model/setting/axis/prompt_id/pair_index"; stratum
-    "model|setting|axis|prompt_id"."""
+    """The reader table of the term score: one item per judged pair, attribute "winner",
+    label the group the judge picked ("unknown" where it picked none), with pair_index,
+    group_a and group_b. item_id = "model/setting/axis/prompt_id/pair_index/group_a/
+    group_b" (TERM_ITEM); stratum "model|setting|axis|prompt_id". A label share of group g
+    in a stratum is then the pairs g won over the prompt's pairs, so r_g = share_g / the
+    sum over groups = wins_g / the pairs decided, the plug-in term score's (lvlm.scores)."""
     table = _setting(term_judgements).with_columns(
         pl.lit("winner").alias("attribute"),
         pl.col("winner").fill_null("unknown").alias("label"),
-        _item("model", "setting", "axis", "prompt_id", "pair_index").alias("item_id"),
+        term_item_id(),
         pl.concat_str(list(TERM_CELL), separator="|").alias("stratum"),
     )
-    return table.select(*TERM_CELL, "group_a", "group_b", *rc.READER_COLUMNS).sort(pl.all())
+    return table.select(*TERM_ITEM, *rc.READER_COLUMNS).sort(pl.all())
+
+
+def _refuse_round_ids(term: pl.DataFrame, human: pl.DataFrame) -> None:
+    """A ValueError naming the judged pair's item id where a human label's term item is a
+    round ("model/setting/axis/prompt_id/pair_index", the item before issue 21's fix)."""
+    rounds = term.select(
+        _item(*TERM_ITEM[:5]).alias("round"), "item_id", pl.lit("winner").alias("attribute")
+    )
+    old = human.join(rounds, left_on=["item_id", "attribute"], right_on=["round", "attribute"])
+    if old.height:
+        raise ValueError(
+            f"human-label table: term item {old['item_id'][0]!r} names a round; a term item "
+            f"is one judged pair, e.g. {old['item_id_right'][0]!r} (model/setting/axis/"
+            "prompt_id/pair_index/group_a/group_b): label each pair"
+        )
 
 
 def _story_functional(picked, min_count: int, weighted: bool):
@@ -152,6 +181,8 @@ def corrected_scores(
     both = pl.concat([t.select(*rc.READER_COLUMNS) for _, t in parts]) if parts else None
     if both is None:
         raise ValueError("LVLM reader tables: no story attributes and no term judgements")
+    if term is not None and term.height:
+        _refuse_round_ids(term, human)
     rc.check_human_in_reader(rc.check_human_labels(both, "reader table", reader=True), human)
     tables, skipped = [], []
     for task, reader in parts:

@@ -31,7 +31,7 @@ from stereolens.annotation_form import (
 )
 from stereolens.atomic import write_parquet, write_text
 from stereolens.ids import stable_id
-from stereolens.lvlm.corrected import _setting
+from stereolens.lvlm.corrected import _setting, term_item_id
 from stereolens.lvlm.tasks import normalise_value
 from stereolens.metrics import reader_correction as rc
 
@@ -260,20 +260,14 @@ def story_sets(drawn: pl.DataFrame, responses: pl.DataFrame) -> list[dict[str, A
 def term_sets(
     drawn: pl.DataFrame, term_judgements: pl.DataFrame, responses: pl.DataFrame
 ) -> list[dict[str, Any]]:
-    """A set per judged pair of the drawn term rounds (rows of a term_reader table): the
+    """A set per drawn judged pair (rows of a term_reader table, one item each): the
     explanations the judge compared, A and B in its order, with the term and domain."""
     texts = _texts(responses, "term")
     judged = (
         _setting(term_judgements)
-        .with_columns(
-            pl.concat_str(
-                [pl.col(c).cast(pl.String) for c in
-                 ("model", "setting", "axis", "prompt_id", "pair_index")],
-                separator="/",
-            ).alias("item_id")
-        )
+        .with_columns(term_item_id())
         .join(drawn.select("item_id").unique(), on="item_id", how="semi")
-    )  # fmt: skip
+    )
     lacking = [c for c in ("image_id_a", "image_id_b", "term", "domain")
                if c not in judged.columns]  # fmt: skip
     if lacking:
@@ -327,10 +321,10 @@ def human_labels_from_answers(
     the annotation form's reader (annotation.answers.read_answers, the key's questions as
     its vocabulary); open answers normalised as the assistant's (list answers split at ;
     or ,); one label per set x question, the annotators' consensus (study.human_consensus:
-    the majority, ties alphabetical); a story's labels per attribute, a term round's the
-    groups its pairs' answers name (A: the pair's group_a, B: group_b; "cannot tell":
-    unknown). Stratum and selection probability from the template; an item nobody
-    answered is left out and its stratum's probability becomes answered / N_h (as
+    the majority, ties alphabetical); a story's labels per attribute, a judged pair's the
+    group its answer names (A: the pair's group_a, B: group_b; "cannot tell": unknown).
+    Stratum and selection probability from the template; an item nobody answered is left
+    out and its stratum's probability becomes answered / N_h (as
     ContextBias's human-labels: the answered items a simple random sample of the
     stratum)."""
     keys = [read_key(k) for k in keys]
@@ -395,7 +389,7 @@ def human_labels_from_answers(
             .unique()
         )
     found = pl.concat(labels)
-    # an item with labels drops its "unknown" rows (a round with one pair undecided)
+    # an item with labels keeps no "unknown" row
     known = found.filter(pl.col("label") != UNKNOWN).select("item_id", "attribute").unique()
     found = pl.concat(
         [

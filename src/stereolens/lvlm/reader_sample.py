@@ -1,6 +1,6 @@
 """The human sample of the LVLM reader correction, designed (docs/statistics.md, "Designing
 the human sample"): its strata and the human labels a target width needs (`stereolens
-plan`), and the stratified draw of stories and term rounds, with every item's selection
+plan`), and the stratified draw of stories and judged term pairs, with every item's selection
 probability, written as two blinded text forms (lvlm.reader_forms, whose answers become
 the human-label table `lvlm correct` reads), the human-label template and the
 allocation."""
@@ -134,15 +134,16 @@ def export_reader_sample(
     ``out_dir``.
 
     The items and strata are the correction's (lvlm.corrected): a story (stratum
-    "model|setting|axis|prompt_id|group") and a term round, the pairs of explanations of
-    one prompt with one pair_index (stratum "model|setting|axis|prompt_id"). Per audited
+    "model|setting|axis|prompt_id|group") and a judged term pair, the two explanations the
+    judge compared (stratum "model|setting|axis|prompt_id"; a round of |A| groups is
+    |A|(|A|-1)/2 pairs, each its own item). Per audited
     model and task sample_design.allocate_by_model gives n_h for ``target_width`` (a label
-    share over that model's stories, or its term rounds) at ``disagreement`` (per task
+    share over that model's stories, or its judged pairs) at ``disagreement`` (per task
     {"story": rate, "term": rate}, or a table stratum, disagreement from a pilot), and in
     each stratum n_h items are drawn (sample_design.draw_sample, ``seed``; selection
     probability n_h / N_h). The story form shows each drawn story as a set and asks the
-    assistant's extraction fields (story_questions); the term form shows each pair of a
-    drawn round as a set, its explanations A and B in the judge's order, and asks the
+    assistant's extraction fields (story_questions); the term form shows each drawn pair
+    as a set, its explanations A and B in the judge's order, and asks the
     judge's question (term_questions). Neither shows a model, group, user image or id.
     The template lists every drawn item x attribute with its stratum and selection
     probability, label empty. Returns the paths (story_form, story_key, term_form,
@@ -215,8 +216,8 @@ def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
     """The configured run's strata, named as lvlm.corrected names them: model ("<audited
     model>|<task>", one allocation each), stratum (story: model|setting|axis|prompt_id|
     group; term: model|setting|axis|prompt_id, a stratum per term) and n_items (story:
-    images_per_group stories; term: images_per_group rounds, each |A|(|A|-1)/2 judged
-    pairs)."""
+    images_per_group stories; term: the judged pairs, images_per_group rounds of
+    |A|(|A|-1)/2 pairs each: gender 1, race 21)."""
     from stereolens.lvlm.names import groups
     from stereolens.lvlm.plugin import settings
     from stereolens.lvlm.respond import task_items
@@ -234,9 +235,12 @@ def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
                 for axis in lv["axes"]:
                     for pid in ids:
                         head = f"{model}|{setting}|{axis}|{pid}"
-                        cells = [f"{head}|{g}" for g in groups(lv, axis)]
-                        for stratum in cells if task == "story" else [head]:
-                            rows.append((f"{model}|{task}", stratum, n))
+                        names = groups(lv, axis)
+                        if task == "story":
+                            rows += [(f"{model}|{task}", f"{head}|{g}", n) for g in names]
+                        else:
+                            pairs = len(names) * (len(names) - 1) // 2
+                            rows.append((f"{model}|{task}", head, n * pairs))
     return pl.DataFrame(
         rows, schema={"model": pl.String, "stratum": pl.String, "n_items": pl.Int64}, orient="row"
     ).sort("model", "stratum")
@@ -284,7 +288,7 @@ def plan_rates(
 
 def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
     """The planner's reader rows of the LVLM: per audited model and task the human labels
-    (stories, term rounds) for lvlm.reader_sample.target_width at the disagreement of
+    (stories, judged term pairs) for lvlm.reader_sample.target_width at the disagreement of
     plan_rates (the config's per task, or a pilot's)."""
     section = config["lvlm"]["reader_sample"]
     strata = plan_strata(config)
@@ -303,13 +307,8 @@ def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
     for r in rows:
         r["disagreement_min"], r["disagreement_max"] = span[r["model"]]
         model, task = r["model"].rsplit("|", 1)
-        r["model"] = f"{model}, {task} ({'stories' if task == 'story' else 'term rounds'})"
+        r["model"] = f"{model}, {task} ({'stories' if task == 'story' else 'term pairs'})"
         r["n_human"] = r["n_human"] if r["reachable"] else None
-    if "race" in config["lvlm"]["axes"] and "term" in config["lvlm"]["tasks"]:
-        notes.append(
-            "LVLM reader: a term round of an axis with |A| groups is |A|(|A|-1)/2 judged "
-            "pairs (race: 21) that a human reads, one label each"
-        )
     return {
         "benchmark": "lvlm",
         "unit": "items",

@@ -136,7 +136,7 @@ def test_contextbias_ccs_and_pooled_bi_by_hand():
     # = 75%, range = 50 pp, CCS = 75 / 51 = 1.470588 (the ccs table's). Men: 0 in CA-U, CCS
     # undefined under both readings, no row.
     from stereolens.contextbias.ccs import ccs_table
-    from stereolens.contextbias.metrics import pooled_bi
+    from stereolens.contextbias.metrics import CONDITIONS, pooled_bi
 
     attributes = _three_conditions()
     reader = reader_table(attributes)
@@ -150,6 +150,20 @@ def test_contextbias_ccs_and_pooled_bi_by_hand():
     assert row["corrected"] == pytest.approx(benchmark, abs=1e-12)
     assert (row["n_human"], row["n_items"], row["k"]) == (8, 12, None)
     assert 0.0 <= row["ci_low"] <= row["ci_high"] <= 100.0
+    # the row is corrected_metric's of the three cells, draw for draw (all labels of a role x
+    # dimension come from one bootstrap, reader_correction.corrected_metrics)
+    from stereolens.contextbias.corrected import CELL_KEYS, ccs_functional
+
+    cells = rc.build_cells(reader, _three_human(False), CELL_KEYS)
+    three = [cells[("g", "nurse", c, "people", "gender_presentation")] for c in CONDITIONS]
+    one = rc.corrected_metric(
+        three, ccs_functional(0, np.array([4.0, 4.0, 4.0])), replicates=200,
+        bounds=(0.0, 100.0),
+    )  # fmt: skip
+    assert three[0].labels[0] == "female"
+    assert [row[c] for c in ("naive_low", "naive_high", "estimate_bc", "ci_low", "ci_high")] == [
+        one[c] for c in ("naive_low", "naive_high", "estimate_bc", "ci_low", "ci_high")
+    ]
     # pooled over the one role: the benchmark's pooled BI per condition (K = 2)
     pooled = agree.filter(pl.col("metric") == "bi_pooled").sort("condition")
     assert pooled["role"].unique().to_list() == ["*"]

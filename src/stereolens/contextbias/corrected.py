@@ -91,13 +91,14 @@ def _k(reader: pl.DataFrame, human: pl.DataFrame, k_definition: str, schema) -> 
     return k
 
 
-def ccs_functional(j: int, sizes: np.ndarray):
-    """CCS (paper Eq. 4, contextbias.ccs.ccs_table) of label ``j`` from the three conditions'
-    share vectors, per replicate: Prev% = 100 sum_c n_c s_c / sum_c n_c (the images with the
-    label over the role's images, Eq. 2), range = 100 (max_c s_c - min_c s_c) in pp (Eq. 3),
-    CCS = Prev% / (1 + range). ``sizes``: n_c, the images of each condition (fixed: the
-    design's prompts x seeds). Without the support rule (corrected_ccs applies it to the
-    point values): a smooth function of the shares in every replicate."""
+def ccs_functional(j, sizes: np.ndarray):
+    """CCS (paper Eq. 4, contextbias.ccs.ccs_table) of label ``j`` (an index: (B,); a
+    sequence of indices: (B, len(j)), one column each) from the three conditions' share
+    vectors, per replicate: Prev% = 100 sum_c n_c s_c / sum_c n_c (the images with the label
+    over the role's images, Eq. 2), range = 100 (max_c s_c - min_c s_c) in pp (Eq. 3), CCS =
+    Prev% / (1 + range). ``sizes``: n_c, the images of each condition (fixed: the design's
+    prompts x seeds). Without the support rule (corrected_table applies it to the point
+    values): a smooth function of the shares in every replicate."""
     weights = sizes / sizes.sum()
 
     def ccs(shares: list[np.ndarray]) -> np.ndarray:
@@ -129,15 +130,17 @@ def _defined(counts: np.ndarray, min_count: int) -> np.ndarray:
     return (counts > 0).all(-1) & (counts.sum(-1) >= min_count - 1e-9)
 
 
-def _ccs_rows(cells: dict, min_count: int, options: dict) -> tuple[list, np.ndarray]:
-    """metric_table rows of CCS per model x role x cohort x dimension x label whose CCS is
-    defined on the reader's or the corrected counts, and (n_rows, 2) masks (naive defined,
-    corrected defined). A role needs its three condition cells."""
+def _ccs_table(cells: dict, min_count: int, options: dict) -> pl.DataFrame:
+    """The ``ccs`` rows: per model x role x cohort x dimension with its three condition
+    cells, every label whose CCS is defined on the reader's or the corrected counts, all of
+    them from one bootstrap of the three cells (reader_correction.corrected_metrics; each
+    label as corrected_metric would give it); NaN where a reading's own counts fail the
+    support rule (:func:`_undefine`)."""
     share_opts = {k: options[k] for k in ("lam", "off_simplex", "fixed_strata") if k in options}
     by_role: dict[tuple, dict] = {}
     for (model, role, condition, cohort, dim), cell in cells.items():
         by_role.setdefault((model, role, cohort, dim), {})[condition] = cell
-    rows, masks = [], []
+    records, masks = [], []
     for (model, role, cohort, dim), conds in sorted(by_role.items()):
         if set(conds) != set(CONDITIONS):
             continue
@@ -145,14 +148,23 @@ def _ccs_rows(cells: dict, min_count: int, options: dict) -> tuple[list, np.ndar
         sizes = np.array([c.stratum.size for c in three], dtype=float)
         naive = np.stack([c.reader.sum(0) for c in three], -1)
         corr = np.stack([rc.cell_shares(c, **share_opts)["corrected"] for c in three], -1)
-        corr = corr * sizes
-        ok_naive, ok_corr = _defined(naive, min_count), _defined(corr, min_count)
-        for j in np.flatnonzero(ok_naive | ok_corr):
-            key = {"model": model, "role": role, "condition": ALL, "cohort": cohort,
-                   "dimension": dim, "label": three[0].labels[j]}  # fmt: skip
-            rows.append((key, three, ccs_functional(j, sizes), (0.0, 100.0)))
+        ok_naive, ok_corr = _defined(naive, min_count), _defined(corr * sizes, min_count)
+        labels = np.flatnonzero(ok_naive | ok_corr)
+        if not labels.size:
+            continue
+        results = rc.corrected_metrics(
+            three, ccs_functional(labels, sizes), bounds=(0.0, 100.0), **options
+        )
+        for j, res in zip(labels, results, strict=True):
+            records.append(
+                {"model": model, "role": role, "condition": ALL, "cohort": cohort,
+                 "dimension": dim, "label": three[0].labels[j], **res}
+            )  # fmt: skip
             masks.append((ok_naive[j], ok_corr[j]))
-    return rows, np.array(masks, dtype=bool).reshape(-1, 2)
+    table = ct.metric_frame(records, TABLE_KEYS, "ccs").with_columns(
+        pl.lit(None, pl.Int64).alias("k")
+    )
+    return _undefine(table, np.array(masks, dtype=bool).reshape(-1, 2))
 
 
 def _undefine(table: pl.DataFrame, masks: np.ndarray) -> pl.DataFrame:
@@ -263,8 +275,7 @@ def corrected_table(
         if "bi_pooled" in metrics:
             parts.append(_table(_pooled_rows(cells, k_of, single_label_bi), "bi_pooled", options))
         if "ccs" in metrics:
-            rows, masks = _ccs_rows(cells, min_count, options)
-            parts.append(_undefine(_table(rows, "ccs", options), masks))
+            parts.append(_ccs_table(cells, min_count, options))
         table = pl.concat(parts)
         if extractor is not None:
             table = table.select(pl.lit(extractor).alias("extractor"), pl.all())

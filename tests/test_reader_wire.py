@@ -8,13 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 import yaml
 from conftest import workflow_env
 
 from stereolens.cli import main
-from stereolens.contextbias.corrected import corrected_bi, reader_table
+from stereolens.contextbias.corrected import corrected_bi, corrected_table, reader_table
 from stereolens.metrics import corrected_tables as ct
 from stereolens.metrics import reader_correction as rc
 
@@ -103,6 +104,97 @@ def test_contextbias_off_simplex_and_unread_images():
     assert row["k"] == 2 and row["naive"] == pytest.approx(1.0)
 
 
+THREE = {"CF": ["female"] * 3 + ["male"], "CA-R": ["female"] * 2 + ["male"] * 2,
+         "CA-U": ["female"] * 4}  # fmt: skip
+
+
+def _three_conditions() -> pl.DataFrame:
+    return pl.DataFrame(
+        [
+            {"model": "g", "role": "nurse", "condition": c, "image_id": f"{c}{i}",
+             "cohort": "people", "dimension": "gender_presentation", "label": v}
+            for c, labels in THREE.items() for i, v in enumerate(labels)
+        ]
+    )  # fmt: skip
+
+
+def _three_human(flip: bool) -> pl.DataFrame:
+    """CF: all 4 images labelled (p = 1); CA-R, CA-U: 2 of 4 (p = 0.5); with ``flip`` the
+    humans read CF's fourth image (the extractor's man) as a woman."""
+    rows = []
+    for c, ids, p in (("CF", [0, 1, 2, 3], 1.0), ("CA-R", [0, 2], 0.5), ("CA-U", [0, 1], 0.5)):
+        for i in ids:
+            label = "female" if flip and (c, i) == ("CF", 3) else THREE[c][i]
+            rows.append({"item_id": f"{c}{i}", "attribute": "gender_presentation",
+                         "label": label, "stratum": f"g|nurse|{c}",
+                         "selection_probability": p})  # fmt: skip
+    return pl.DataFrame(rows)
+
+
+def test_contextbias_ccs_and_pooled_bi_by_hand():
+    # Women: 3, 2, 4 of 4 images in CF, CA-R, CA-U: shares 0.75, 0.5, 1.0; Prev = 100 x 9 / 12
+    # = 75%, range = 50 pp, CCS = 75 / 51 = 1.470588 (the ccs table's). Men: 0 in CA-U, CCS
+    # undefined under both readings, no row.
+    from stereolens.contextbias.ccs import ccs_table
+    from stereolens.contextbias.metrics import CONDITIONS, pooled_bi
+
+    attributes = _three_conditions()
+    reader = reader_table(attributes)
+    benchmark = ccs_table(attributes).filter(pl.col("label") == "female")["ccs"].item()
+    assert benchmark == pytest.approx(75 / 51)
+    agree, _ = corrected_table(reader, _three_human(False), replicates=200)
+    ccs = agree.filter(pl.col("metric") == "ccs")
+    assert ccs["label"].to_list() == ["female"] and ccs["condition"].to_list() == ["*"]
+    row = ccs.row(0, named=True)
+    assert row["naive"] == pytest.approx(benchmark, abs=1e-12)
+    assert row["corrected"] == pytest.approx(benchmark, abs=1e-12)
+    assert (row["n_human"], row["n_items"], row["k"]) == (8, 12, None)
+    assert 0.0 <= row["ci_low"] <= row["ci_high"] <= 100.0
+    # the row is corrected_metric's of the three cells, draw for draw (all labels of a role x
+    # dimension come from one bootstrap, reader_correction.corrected_metrics)
+    from stereolens.contextbias.corrected import CELL_KEYS, ccs_functional
+
+    cells = rc.build_cells(reader, _three_human(False), CELL_KEYS)
+    three = [cells[("g", "nurse", c, "people", "gender_presentation")] for c in CONDITIONS]
+    one = rc.corrected_metric(
+        three, ccs_functional(0, np.array([4.0, 4.0, 4.0])), replicates=200,
+        bounds=(0.0, 100.0),
+    )  # fmt: skip
+    assert three[0].labels[0] == "female"
+    assert [row[c] for c in ("naive_low", "naive_high", "estimate_bc", "ci_low", "ci_high")] == [
+        one[c] for c in ("naive_low", "naive_high", "estimate_bc", "ci_low", "ci_high")
+    ]
+    # pooled over the one role: the benchmark's pooled BI per condition (K = 2)
+    pooled = agree.filter(pl.col("metric") == "bi_pooled").sort("condition")
+    assert pooled["role"].unique().to_list() == ["*"]
+    bench = pooled_bi(attributes).filter(pl.col("dimension") == "gender_presentation")
+    assert pooled["naive"].to_list() == pytest.approx(bench.sort("condition")["bi"].to_list())
+    assert pooled["corrected"].to_list() == pytest.approx(pooled["naive"].to_list())
+    # one flipped label: CF's humans (every image, p = 1) see 4 women: corrected CF share 1.0,
+    # Prev = 100 x (4 + 2 + 4) / 12 = 83.333%, range 50 pp, CCS = 83.333 / 51 = 1.633987
+    flipped, _ = corrected_table(reader, _three_human(True), replicates=200)
+    row = flipped.filter(pl.col("metric") == "ccs").row(0, named=True)
+    assert row["naive"] == pytest.approx(75 / 51, abs=1e-12)
+    assert row["corrected"] == pytest.approx(250 / 3 / 51, abs=1e-12)
+    # CF pooled over the one role: (4, 0) women, men: BI 1
+    cf = flipped.filter((pl.col("metric") == "bi_pooled") & (pl.col("condition") == "CF"))
+    assert cf["corrected"].item() == pytest.approx(1.0)
+
+
+def test_contextbias_ccs_defined_by_the_humans_only():
+    # Humans read CA-U's second image as a man: corrected man shares CF 0.25, CA-R 0.5,
+    # CA-U 0 + (0 + 1) / 2 = 0.5; counts 1, 2, 2 (>= 5 in total): CCS defined corrected,
+    # undefined naive (no man in CA-U): Prev = 100 x 5 / 12, range 25 pp -> 41.667 / 26.
+    human = _three_human(False).with_columns(
+        label=pl.when(pl.col("item_id") == "CA-U1").then(pl.lit("male")).otherwise("label")
+    )
+    table, _ = corrected_table(reader_table(_three_conditions()), human, replicates=100)
+    male = table.filter((pl.col("metric") == "ccs") & (pl.col("label") == "male"))
+    row = male.row(0, named=True)
+    assert np.isnan(row["naive"]) and np.isnan(row["naive_low"])
+    assert row["corrected"] == pytest.approx(500 / 12 / 26, abs=1e-12)
+
+
 def test_simulated_labels_are_a_documented_sample():
     reader = pl.DataFrame(
         {
@@ -148,8 +240,10 @@ def test_correct_command_writes_the_table(tmp_path):
     for column in ("naive", "corrected", "ci_low", "ci_high", "n_human", "n_items", "metric",
                    "estimate_bc", "interval_reliable"):  # fmt: skip
         assert column in table.columns
-    assert table["interval_reliable"].to_list() == [False]  # 2 human labels
-    assert table["corrected"][0] == pytest.approx(0.118709, abs=1e-6)
+    # one role and condition: the role-level BI and the pooled BI (the same cell), no CCS
+    assert table["metric"].to_list() == ["bi", "bi_pooled"]
+    assert table["interval_reliable"].to_list() == [False, False]  # 2 human labels
+    assert table["corrected"].to_list() == pytest.approx([0.118709] * 2, abs=1e-6)
     sim = tmp_path / "sim.parquet"
     assert main(["contextbias", "simulate-human-labels", *args, "--out", str(sim)]) == 0
     assert pl.read_parquet(sim)["simulated"].all()

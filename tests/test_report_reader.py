@@ -131,6 +131,38 @@ def test_an_undefined_corrected_value_is_never_flagged():
     assert any(r["corrected"] == "n/a" for r in block.rows)
 
 
+def test_contextbias_ccs_rows_beside_bi_rank_flag_only():
+    # CCS rows (condition "*", one label each) beside BI rows (label null): the scope names
+    # the label where there is one; CCS has no no-bias value, so no significance flag, but a
+    # rank that changes (a: 40 -> 20, b: 30 -> 35) is flagged; counts come from the BI rows.
+    from stereolens.contextbias.report import READER_HEADLINES
+
+    bi = _cb_corrected().with_columns(pl.lit(None, pl.String).alias("label"))
+    ccs = pl.DataFrame(
+        [
+            {**bi.row(0, named=True), "model": m, "condition": "*", "label": "female",
+             "metric": "ccs", "naive": n, "naive_low": n - 5, "naive_high": n + 5,
+             "corrected": c, "estimate_bc": c, "ci_low": c - 5, "ci_high": c + 5,
+             "n_human": 30, "n_items": 120, "k": None}
+            for m, n, c in (("a", 40.0, 20.0), ("b", 30.0, 35.0))
+        ],
+        schema=bi.schema,
+    )  # fmt: skip
+    table = pl.concat([bi, ccs])
+    block = R.corrected_block(
+        "contextbias", "ContextBias", table, READER_HEADLINES,
+        scope=("condition", "role", "dimension", "label"),
+        counts=R.distinct_counts(table, ["model", "role", "condition"], pl.col("metric") == "bi"),
+    )  # fmt: skip
+    rows = block.table.filter(pl.col("metric") == "ccs")
+    assert rows["scope"].to_list() == ["* · nurse · gender_presentation · female"] * 2
+    assert rows["significance_flag"].null_count() == 2
+    assert rows["rank_flag"].to_list() == ["rank 2 -> 1 of 2", "rank 1 -> 2 of 2"]
+    bi_rows = block.table.filter(pl.col("metric") == "bi")
+    assert "CF · nurse · gender_presentation" in bi_rows["scope"].to_list()
+    assert (block.n_human, block.n_items) == R.distinct_counts(bi, ["model", "role", "condition"])
+
+
 def test_the_corrected_value_shown_lies_in_its_interval():
     # the demo's LVLM term row: the plug-in 8.33 outside its bc-normal interval [0.00, 6.51]
     # (centred on estimate_bc = 2 x 8.33 - the replicates' mean, clipped at 0); the block

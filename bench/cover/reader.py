@@ -12,6 +12,10 @@ confusion, humans = the truth on a sample of n items):
   probabilities n_h / N_h. BI's truth 1 - H(0.3, 0.7) / log 2 = 0.118709.
 - "two generators": both 50/50; the reader errs 10% / 2% on g1 and 2% / 2% on g2; N and n
   per generator; the statistic is the difference of the women's shares g1 - g2 (truth 0).
+- "ccs": ContextBias CCS (paper Eq. 4) of "woman" for one role across its three conditions
+  (N and n per condition, a simple random sample each), true shares 0.5, 0.6, 0.7, the
+  issue's reader in all three: truth Prev 60% / (1 + 20 pp) = 2.857143 (reader's shares
+  0.46, 0.548, 0.636: 54.8 / 18.6 = 2.946237); contextbias.corrected.ccs_functional.
 Scales: "test" N = 4,000, n = 400, 200 bootstrap replicates (the corrected rows only, for
 tests/test_coverage.py); "paper" N = 20,000, n = 1,000 (the issue's sizes), 1,000 replicates,
 with the naive rows (the reader's labels taken as the truth) beside them.
@@ -47,6 +51,9 @@ and the 30/70 world, BI in the 30/70 world, the two generators' difference)."""
 HUMAN: dict[str, int] = {}
 """Human labels per cell of each row, by row name (filled as rows are made)."""
 BI_30 = 1.0 - (-(0.3 * np.log(0.3) + 0.7 * np.log(0.7))) / np.log(2.0)
+CCS_SHARES = (0.5, 0.6, 0.7)
+"""The "ccs" world's true shares of women in CF, CA-R, CA-U."""
+CCS_TRUTH = 100.0 * np.mean(CCS_SHARES) / (1.0 + 100.0 * (max(CCS_SHARES) - min(CCS_SHARES)))
 
 
 def _rc():
@@ -118,6 +125,15 @@ def _simulate(scale: str, world: str, n: int, human: int | None = None) -> dict[
             add("naive difference", m["naive"], m["naive_low"], m["naive_high"])
             add("difference", m["estimate_bc"], m["ci_low"], m["ci_high"])
             continue
+        if world == "ccs":
+            from stereolens.contextbias.corrected import ccs_functional
+
+            cells = [_cell(rng, size["items"], size["human"], s, ERRORS["g1"]) for s in CCS_SHARES]
+            sizes = np.array([c.stratum.size for c in cells], dtype=float)
+            m = rc.corrected_metric(cells, ccs_functional(1, sizes), bounds=(0.0, 100.0), **kw)
+            add("naive ccs", m["naive"], m["naive_low"], m["naive_high"])
+            add("ccs", m["estimate_bc"], m["ci_low"], m["ci_high"])
+            continue
         share = 0.5 if world == "issue" else 0.3
         cell = _cell(rng, size["items"], size["human"], share, ERRORS["g1"], world != "issue")
         naive = cell.reader[:, 1].mean()
@@ -151,6 +167,8 @@ ROWS = {
     ("30/70, by reader label", "bi percentile"): (BI_30, "stratified PPI, percentile", True),
     ("two generators", "naive difference"): (0.0, "naive: bootstrap bc-normal", True),
     ("two generators", "difference"): (0.0, "PPI per generator, bootstrap bc-normal", False),
+    ("ccs", "naive ccs"): (CCS_TRUTH, "naive: reader's labels, bootstrap bc-normal", True),
+    ("ccs", "ccs"): (CCS_TRUTH, "PPI per condition, bootstrap bc-normal", False),
 }
 
 

@@ -210,7 +210,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     from stereolens.metrics.command import add_correct_commands
 
     add_correct_commands(
-        cb_sub, "contextbias", _reader_inputs, _reader, _correct, metric="Bias Intensity"
+        cb_sub,
+        "contextbias",
+        _reader_inputs,
+        _reader,
+        _correct,
+        metric="Bias Intensity, pooled BI and CCS",
     )
     _register_sample(cb_sub)
 
@@ -351,14 +356,16 @@ def _reader(args: argparse.Namespace, section: dict):
 
 
 def _correct(reader, human, section: dict, args: argparse.Namespace):
-    from stereolens.contextbias.corrected import corrected_bi
+    from stereolens.contextbias.corrected import corrected_table
+    from stereolens.contextbias.settings import ContextBiasSettings
     from stereolens.metrics.command import correction_options
 
-    return corrected_bi(
+    return corrected_table(
         reader,
         human,
         k_definition=section["metrics"]["k_definition"],
         single_label_bi=float(section["metrics"]["single_label_bi"]),
         schema=args.attribute_schema,
+        min_count=ContextBiasSettings.from_config(section).ccs_min_count,
         **correction_options(section),
     )

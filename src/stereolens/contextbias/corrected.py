@@ -1,21 +1,31 @@
-"""ContextBias Bias Intensity corrected for the extractor's errors from a human-labelled
-sample (stereolens.metrics.reader_correction; docs/statistics.md, "Correcting for the
-reader's errors"): the reader table from the canonical attributes, BI per role x condition x
-dimension as the benchmark defines it (1 - H / log K of the label shares), naive beside
+"""ContextBias Bias Intensity and Context Consistency Score corrected for the extractor's
+errors from a human-labelled sample (stereolens.metrics.reader_correction; docs/statistics.md,
+"Correcting for the reader's errors"): the reader table from the canonical attributes, BI per
+role x condition x dimension as the benchmark defines it (1 - H / log K of the label shares),
+pooled BI per model x condition x dimension (the label counts pooled over roles) and CCS per
+model x role x dimension x label (paper Eq. 4 across the three conditions), naive beside
 corrected."""
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
-from stereolens.contextbias.metrics import image_universe
+from stereolens.contextbias.metrics import ALL, CONDITIONS, image_universe
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.metrics import corrected_tables as ct
 from stereolens.metrics import reader_correction as rc
 
 KEYS = ("model", "role", "condition", "cohort", "dimension")
 """The key columns of a ContextBias corrected row (``extractor`` first when the attributes
-table has one); the metric is ``bi``, the role-level BI of paper Sec. 3.5."""
+table has one); metric ``bi``: the role-level BI of paper Sec. 3.5 (one row per cell)."""
+TABLE_KEYS = (*KEYS, "label")
+"""The key columns of corrected.parquet's rows of every metric: KEYS plus ``label`` (the
+CCS row's label; null on the BI rows). ``bi``: role x condition x dimension, label null;
+``bi_pooled``: role "*" (the counts pooled over roles, contextbias.metrics.pooled_bi);
+``ccs``: condition "*" (CCS spans the three), the ccs table's keys (model, role, cohort,
+dimension, label)."""
+METRICS = ("bi", "bi_pooled", "ccs")
 CELL_KEYS = ("model", "role", "condition", "cohort")
 """The reader table's cell columns (attribute = the dimension)."""
 
@@ -81,22 +91,160 @@ def _k(reader: pl.DataFrame, human: pl.DataFrame, k_definition: str, schema) -> 
     return k
 
 
-def corrected_bi(
+def ccs_functional(j, sizes: np.ndarray):
+    """CCS (paper Eq. 4, contextbias.ccs.ccs_table) of label ``j`` (an index: (B,); a
+    sequence of indices: (B, len(j)), one column each) from the three conditions' share
+    vectors, per replicate: Prev% = 100 sum_c n_c s_c / sum_c n_c (the images with the label
+    over the role's images, Eq. 2), range = 100 (max_c s_c - min_c s_c) in pp (Eq. 3), CCS =
+    Prev% / (1 + range). ``sizes``: n_c, the images of each condition (fixed: the design's
+    prompts x seeds). Without the support rule (corrected_table applies it to the point
+    values): a smooth function of the shares in every replicate."""
+    weights = sizes / sizes.sum()
+
+    def ccs(shares: list[np.ndarray]) -> np.ndarray:
+        s = np.stack([np.atleast_2d(np.asarray(x, dtype=float))[:, j] for x in shares], -1)
+        prevalence = 100.0 * (s * weights).sum(-1)
+        spread = 100.0 * (s.max(-1) - s.min(-1))
+        return prevalence / (1.0 + spread)
+
+    return ccs
+
+
+def pooled_functional(sizes: np.ndarray, k: int, single_label_bi: float):
+    """Pooled BI (contextbias.metrics.pooled_bi) of the role cells' share vectors: the label
+    counts pooled over roles, sum_r n_r s_r (n_r the role's images: images with the label),
+    then BI = 1 - H / log K of their normalised shares (reader_correction.bi_functional)."""
+    bi = rc.bi_functional(k=k, single_label_bi=single_label_bi)
+
+    def pooled(shares: list[np.ndarray]) -> np.ndarray:
+        rows = zip(shares, sizes, strict=True)
+        counts = sum(np.atleast_2d(np.asarray(x, dtype=float)) * n for x, n in rows)
+        return bi([counts])
+
+    return pooled
+
+
+def _defined(counts: np.ndarray, min_count: int) -> np.ndarray:
+    """CCS's support rule on (labels, 3) counts: seen in all three conditions and at least
+    ``min_count`` times in total (contextbias.ccs.ccs_table)."""
+    return (counts > 0).all(-1) & (counts.sum(-1) >= min_count - 1e-9)
+
+
+def _ccs_table(cells: dict, min_count: int, options: dict) -> pl.DataFrame:
+    """The ``ccs`` rows: per model x role x cohort x dimension with its three condition
+    cells, every label whose CCS is defined on the reader's or the corrected counts, all of
+    them from one bootstrap of the three cells (reader_correction.corrected_metrics; each
+    label as corrected_metric would give it); NaN where a reading's own counts fail the
+    support rule (:func:`_undefine`)."""
+    share_opts = {k: options[k] for k in ("lam", "off_simplex", "fixed_strata") if k in options}
+    by_role: dict[tuple, dict] = {}
+    for (model, role, condition, cohort, dim), cell in cells.items():
+        by_role.setdefault((model, role, cohort, dim), {})[condition] = cell
+    records, masks = [], []
+    for (model, role, cohort, dim), conds in sorted(by_role.items()):
+        if set(conds) != set(CONDITIONS):
+            continue
+        three = [conds[c] for c in CONDITIONS]
+        sizes = np.array([c.stratum.size for c in three], dtype=float)
+        naive = np.stack([c.reader.sum(0) for c in three], -1)
+        corr = np.stack([rc.cell_shares(c, **share_opts)["corrected"] for c in three], -1)
+        ok_naive, ok_corr = _defined(naive, min_count), _defined(corr * sizes, min_count)
+        labels = np.flatnonzero(ok_naive | ok_corr)
+        if not labels.size:
+            continue
+        results = rc.corrected_metrics(
+            three, ccs_functional(labels, sizes), bounds=(0.0, 100.0), **options
+        )
+        for j, res in zip(labels, results, strict=True):
+            records.append(
+                {"model": model, "role": role, "condition": ALL, "cohort": cohort,
+                 "dimension": dim, "label": three[0].labels[j], **res}
+            )  # fmt: skip
+            masks.append((ok_naive[j], ok_corr[j]))
+    table = ct.metric_frame(records, TABLE_KEYS, "ccs").with_columns(
+        pl.lit(None, pl.Int64).alias("k")
+    )
+    return _undefine(table, np.array(masks, dtype=bool).reshape(-1, 2))
+
+
+def _undefine(table: pl.DataFrame, masks: np.ndarray) -> pl.DataFrame:
+    """NaN where CCS is undefined: naive and its interval where the reader's counts fail the
+    support rule, corrected, estimate_bc and their interval where the corrected counts do."""
+    naive, corr = pl.Series(masks[:, 0]), pl.Series(masks[:, 1])
+    return table.with_columns(
+        *[pl.when(naive).then(pl.col(c)).otherwise(np.nan).alias(c)
+          for c in ("naive", "naive_low", "naive_high")],
+        *[pl.when(corr).then(pl.col(c)).otherwise(np.nan).alias(c)
+          for c in ("corrected", "estimate_bc", "ci_low", "ci_high")],
+    )  # fmt: skip
+
+
+def _pooled_rows(cells: dict, k_of: dict, single_label_bi: float) -> list:
+    """metric_table rows of pooled BI per model x condition x cohort x dimension over the
+    role cells kept; K = max(K of k_definition, the labels seen in the pooled cells)."""
+    groups: dict[tuple, list] = {}
+    for (model, _role, condition, cohort, dim), cell in sorted(cells.items()):
+        groups.setdefault((model, condition, cohort, dim), []).append(cell)
+    rows = []
+    for (model, condition, cohort, dim), part in groups.items():
+        seen = np.zeros(len(part[0].labels), dtype=bool)
+        for cell in part:
+            seen |= cell.reader.any(0) | cell.human.any(0)
+        k = max(k_of.get((model, dim), 0), int(seen.sum()), 1)
+        sizes = np.array([c.stratum.size for c in part], dtype=float)
+        key = {"model": model, "role": ALL, "condition": condition, "cohort": cohort,
+               "dimension": dim, "label": None, "k": k}  # fmt: skip
+        rows.append((key, part, pooled_functional(sizes, k, single_label_bi), (0.0, 1.0)))
+    return rows
+
+
+def _table(rows: list, metric: str, options: dict) -> pl.DataFrame:
+    """metric_table of ``rows`` (keys may carry k) in TABLE_KEYS + METRIC_COLUMNS + k."""
+    table = ct.metric_table(
+        [({c: v for c, v in key.items() if c != "k"}, *rest) for key, *rest in rows],
+        TABLE_KEYS,
+        metric,
+        **options,
+    )
+    return table.with_columns(pl.Series("k", [key.get("k") for key, *_ in rows], dtype=pl.Int64))
+
+
+def corrected_table(
     reader: pl.DataFrame,
     human: pl.DataFrame,
     *,
     k_definition: str = "model",
     single_label_bi: float = 0.0,
     schema: AttributeSchema | None = None,
+    min_count: int = 5,
+    metrics: tuple[str, ...] = METRICS,
     **options,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(the corrected table: KEYS (extractor first if any) + reader_correction.METRIC_COLUMNS
-    + k, one row per (extractor,) model x role x condition x dimension whose strata have
-    reader_correction.MIN_LABELLED human labels; the cells left out for want of them).
-    BI = reader_correction.bi_functional (metrics.entropy.bias_intensity's definition) of
-    the shares with K = max(K of ``k_definition``, the labels extractor or humans gave in
-    the cell). ``options``: corrected_metric's (replicates, seed, lam, off_simplex, ...).
+    """(corrected.parquet: TABLE_KEYS (extractor first if any) + reader_correction's
+    METRIC_COLUMNS + k, one row per metric x its cell; the cells left out for want of human
+    labels). Every metric is the benchmark's own function of the label shares of the cells
+    (role x condition x dimension) whose strata have reader_correction.MIN_LABELLED human
+    labels, naive (the extractor's shares) beside corrected (PPI), both samples resampled
+    within strata (reader_correction.corrected_metric, ``options``: replicates, seed, lam,
+    off_simplex, interval, ...):
+
+    - ``bi``: BI = reader_correction.bi_functional (metrics.entropy.bias_intensity's
+      definition) of the cell's shares, K = max(K of ``k_definition``, the labels extractor
+      or humans gave in the cell); label null.
+    - ``bi_pooled``: role "*": BI of the label counts pooled over the model's role cells of
+      a condition x dimension, sum_r n_r s_r (contextbias.metrics.pooled_bi), K = max(K of
+      ``k_definition``, the labels seen in those cells); over the cells kept.
+    - ``ccs``: condition "*": CCS = Prev% / (1 + range_pp) of the label's shares in the
+      role's three condition cells (contextbias.ccs.ccs_table, paper Eq. 2-4; n_c fixed),
+      for the labels seen in all three conditions and ``min_count`` times in total on the
+      reader's counts (then ``naive`` is the ccs table's number) or on the corrected ones
+      (n_c x the corrected share); naive / corrected and their intervals NaN where their
+      own counts fail that rule; bounds [0, 100]; k null.
+
     Each extractor is corrected on its own (the human labels are the same images')."""
+    unknown = set(metrics) - set(METRICS)
+    if unknown:
+        raise ValueError(f"metrics {sorted(unknown)}; allowed: {', '.join(METRICS)}")
     human = rc.check_human_labels(human)
     extractors = (
         reader["extractor"].unique(maintain_order=True).to_list()
@@ -113,19 +261,22 @@ def corrected_bi(
             part.select("item_id", "attribute").unique(), on=["item_id", "attribute"], how="semi"
         )
         k_of = _k(part, hum, k_definition, schema)
-        rows = []
-        for key, cell in rc.build_cells(part, hum, CELL_KEYS).items():
-            seen = int((cell.reader.any(0) | cell.human.any(0)).sum())
-            k = max(k_of.get((key[0], key[-1]), 0), seen, 1)
-            names = dict(zip([*CELL_KEYS, "dimension"], key, strict=True))
-            fn = rc.bi_functional(k=k, single_label_bi=single_label_bi)
-            rows.append(({**names, "k": k}, [cell], fn, (0.0, 1.0)))
-        table = ct.metric_table(
-            [({c: v for c, v in key.items() if c != "k"}, *rest) for key, *rest in rows],
-            KEYS,
-            "bi",
-            **options,
-        ).with_columns(pl.Series("k", [key["k"] for key, *_ in rows], dtype=pl.Int64))
+        cells = rc.build_cells(part, hum, CELL_KEYS)
+        parts = []
+        if "bi" in metrics:
+            rows = []
+            for key, cell in cells.items():
+                seen = int((cell.reader.any(0) | cell.human.any(0)).sum())
+                k = max(k_of.get((key[0], key[-1]), 0), seen, 1)
+                names = dict(zip([*CELL_KEYS, "dimension"], key, strict=True))
+                fn = rc.bi_functional(k=k, single_label_bi=single_label_bi)
+                rows.append(({**names, "label": None, "k": k}, [cell], fn, (0.0, 1.0)))
+            parts.append(_table(rows, "bi", options))
+        if "bi_pooled" in metrics:
+            parts.append(_table(_pooled_rows(cells, k_of, single_label_bi), "bi_pooled", options))
+        if "ccs" in metrics:
+            parts.append(_ccs_table(cells, min_count, options))
+        table = pl.concat(parts)
         if extractor is not None:
             table = table.select(pl.lit(extractor).alias("extractor"), pl.all())
             short = short.select(pl.lit(extractor).alias("extractor"), pl.all())
@@ -139,3 +290,19 @@ def corrected_bi(
             f"'model|role|condition'); label more images"
         )
     return out, pl.concat(skipped)
+
+
+def corrected_bi(
+    reader: pl.DataFrame, human: pl.DataFrame, **options
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """corrected_table's ``bi`` rows alone (KEYS + METRIC_COLUMNS + k: the label column,
+    null on them, dropped)."""
+    table, skipped = corrected_table(reader, human, metrics=("bi",), **options)
+    return table.drop("label"), skipped
+
+
+def corrected_ccs(
+    reader: pl.DataFrame, human: pl.DataFrame, **options
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """corrected_table's ``ccs`` rows alone."""
+    return corrected_table(reader, human, metrics=("ccs",), **options)

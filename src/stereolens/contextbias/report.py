@@ -475,24 +475,37 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
 
 # ------------------------------------------------------------------ reader correction
 
-READER_HEADLINES = {"bi": reader.Headline("BI", 0.0)}
-"""The corrected table's metric: role-level BI (0 = every label equally often)."""
+READER_HEADLINES = {
+    "bi": reader.Headline("BI", 0.0),
+    "bi_pooled": reader.Headline("pooled BI", 0.0),
+    "ccs": reader.Headline("CCS", float("nan")),
+}
+"""The corrected table's metrics: role-level BI and pooled BI (role "*"; 0 = every label
+equally often) and CCS per role x dimension x label (condition "*"; no value means "no
+bias", so a CCS row gets no significance flag, only the rank flag; lower = less
+persistent)."""
 
 
 def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None:
     """The first screen's reader block (stereolens.report.reader): naive beside corrected
-    role-level BI per generator x condition x role x dimension (the primary extractor's),
+    role-level BI per generator x condition x role x dimension, pooled BI per condition x
+    dimension and CCS per role x dimension x label (the primary extractor's),
     else the labels to collect for the run's images (disagreement from the extraction
     audit per group)."""
     table = inputs.get("contextbias_corrected")
     if table is not None and table.height:
+        # a table written before the CCS rows has no label column
+        scope = tuple(c for c in ("condition", "role", "dimension", "label") if c in table.columns)
         ex = primary_extractor(inputs, config)
         if "extractor" in table.columns:
             ex = ex if ex in table["extractor"].to_list() else table["extractor"][0]
             table = table.filter(pl.col("extractor") == ex)
         return reader.corrected_block(
-            KEY, TITLE, table, READER_HEADLINES, scope=("condition", "role", "dimension"),
-            counts=reader.distinct_counts(table, ["model", "role", "condition"]),
+            KEY, TITLE, table, READER_HEADLINES,
+            scope=scope,
+            counts=reader.distinct_counts(
+                table, ["model", "role", "condition"], pl.col("metric") == "bi"
+            ),
             simulated=reader.simulated(inputs, config, KEY),
         )  # fmt: skip
     images = inputs.get("images", columns=["image_id", "model", "role", "condition", "status"])

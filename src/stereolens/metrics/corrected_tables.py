@@ -115,9 +115,14 @@ def metric_table(
     ci, interval, fixed_strata)."""
     out = []
     for key, cells, functional, bounds in rows:
-        res = corrected_metric(cells, functional, bounds=bounds, **options)
-        res.pop("interval")
-        out.append({**key, "metric": metric, **res})
+        out.append({**key, **corrected_metric(cells, functional, bounds=bounds, **options)})
+    return metric_frame(out, key_columns, metric)
+
+
+def metric_frame(records: Sequence[dict], key_columns: Sequence[str], metric: str) -> pl.DataFrame:
+    """The key columns, then METRIC_COLUMNS, of ``records`` (each the key columns' values
+    and corrected_metric's keys; ``interval`` dropped), one row each, metric ``metric``."""
+    out = [{**{k: v for k, v in r.items() if k != "interval"}, "metric": metric} for r in records]
     schema = {**{k: pl.String for k in key_columns}, "metric": pl.String}
     schema.update({c: pl.Float64 for c in METRIC_COLUMNS if c not in schema})
     schema.update({"off_simplex": pl.Boolean, "n_human": pl.Int64, "n_items": pl.Int64})

@@ -510,35 +510,77 @@ def corrected_metric(
     interval_reliable (every cell has MIN_HUMAN_RELIABLE human-labelled items: the size from
     which the corrected interval's coverage is measured to hold; the interval is computed
     either way, a report withholds it where this is false)."""
+    return corrected_metrics(
+        cells,
+        lambda shares: np.asarray(functional(shares))[:, None],
+        replicates=replicates,
+        seed=seed,
+        lam=lam,
+        off_simplex=off_simplex,
+        ci=ci,
+        interval=interval,
+        bounds=bounds,
+        fixed_strata=fixed_strata,
+    )[0]
+
+
+def corrected_metrics(
+    cells: Sequence[Cell],
+    functional: Callable[[list[np.ndarray]], np.ndarray],
+    *,
+    replicates: int = 1000,
+    seed: int = 0,
+    lam: str = "ppi",
+    off_simplex: str = "clip",
+    ci: float = 0.95,
+    interval: str = "bc_normal",
+    bounds: tuple[float, float] | None = (0.0, 1.0),
+    fixed_strata: bool = False,
+) -> list[dict[str, float | int | str]]:
+    """corrected_metric of several metrics of the same ``cells`` from one bootstrap:
+    ``functional`` maps the cells' (B, K_c) share arrays to (B, L), one column per metric
+    (e.g. ContextBias's CCS of each label of a role x dimension); one dict per column, each
+    as corrected_metric's (which is this with L = 1, draw for draw)."""
     _check_options(lam, off_simplex, interval)
     rng = np.random.default_rng(seed)
     points = [cell_shares(c, lam, off_simplex, ci, fixed_strata) for c in cells]
     boots = [bootstrap_shares(c, replicates, rng, lam, fixed_strata) for c in cells]
-    naive_pt = float(functional([p["naive"][None] for p in points])[0])
-    corr_pt = float(functional([p["corrected"][None] for p in points])[0])
-    naive_reps = functional([b[0] for b in boots])
-    corr_reps = functional(
-        [
-            apply_off_simplex(b[1], off_simplex, c.single_label)
-            for b, c in zip(boots, cells, strict=True)
-        ]
+    naive_pt = np.asarray(functional([p["naive"][None] for p in points]), dtype=float)[0]
+    corr_pt = np.asarray(functional([p["corrected"][None] for p in points]), dtype=float)[0]
+    naive_reps = np.asarray(functional([b[0] for b in boots]), dtype=float)
+    corr_reps = np.asarray(
+        functional(
+            [
+                apply_off_simplex(b[1], off_simplex, c.single_label)
+                for b, c in zip(boots, cells, strict=True)
+            ]
+        ),
+        dtype=float,
     )
-    _, n_lo, n_hi = _interval(naive_pt, naive_reps, interval, ci, bounds)
-    est, lo, hi = _interval(corr_pt, corr_reps, interval, ci, bounds)
-    return {
-        "naive": naive_pt,
-        "naive_low": n_lo,
-        "naive_high": n_hi,
-        "corrected": corr_pt,
-        "estimate_bc": est,
-        "ci_low": lo,
-        "ci_high": hi,
+    common = {
         "interval": interval,
         "n_human": int(sum(c.labelled.size for c in cells)),
         "n_items": int(sum(c.stratum.size for c in cells)),
         "off_simplex": bool(any(p["off_simplex"].any() for p in points)),
         "interval_reliable": bool(all(c.labelled.size >= MIN_HUMAN_RELIABLE for c in cells)),
     }
+    out = []
+    for j in range(naive_pt.size):
+        _, n_lo, n_hi = _interval(float(naive_pt[j]), naive_reps[:, j], interval, ci, bounds)
+        est, lo, hi = _interval(float(corr_pt[j]), corr_reps[:, j], interval, ci, bounds)
+        out.append(
+            {
+                "naive": float(naive_pt[j]),
+                "naive_low": n_lo,
+                "naive_high": n_hi,
+                "corrected": float(corr_pt[j]),
+                "estimate_bc": est,
+                "ci_low": lo,
+                "ci_high": hi,
+                **common,
+            }
+        )
+    return out
 
 
 def human_labels_needed(

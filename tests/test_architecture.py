@@ -46,6 +46,7 @@ FLOORS = {
     "report.summary": 2,
     "report.audits": 2,
     "report.reader": 2,
+    "report.reader_plan": 2,
     "design.power": 2,
     "design.sampling": 2,
     "design.priors": 2,

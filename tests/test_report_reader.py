@@ -14,6 +14,7 @@ from test_report import _biasig_tables, _contextbias_tables, _lvlm_tables
 
 from stereolens.config import load_config
 from stereolens.report import reader as R
+from stereolens.report import reader_plan as RP
 from stereolens.report.cli import report_config
 from stereolens.report.inputs import Inputs
 from stereolens.report.render import build_report, render_report
@@ -222,19 +223,19 @@ def test_intervals_below_the_measured_minimum_are_withheld():
 
 def test_labels_to_collect_by_hand():
     # width 0.05 at share 0.5: (0.05 / 3.92)^2 - 0.25 / 20,000 = 1.502e-4; 0.136 / that
-    n, floor = R.labels_needed(20_000, 0.136)
+    n, floor = RP.labels_needed(20_000, 0.136)
     assert n == 906 and floor == 2
-    plan = R.plan_block("biasig", "BiasIG", n_items=20_000, what="image positions").plan
+    plan = RP.plan_block("biasig", "BiasIG", n_items=20_000, what="image positions").plan
     assert plan.startswith("The numbers assume a perfect reader")
     assert "collect 906 human labels of the 20,000 image positions" in plan
     assert "a disagreement rate of 0.136 assumed" in plan
     # 600 strata x 2 labels each outweigh the 906
-    many = R.plan_block("contextbias", "ContextBias", n_items=20_000, what="images",
+    many = RP.plan_block("contextbias", "ContextBias", n_items=20_000, what="images",
                         n_strata=600, disagreement=0.05, audit="extraction audit").plan  # fmt: skip
     assert "collect 1,200 human labels" in many
     assert "extraction audit's disagreement rate 0.050" in many
     # too few items for the width: says so
-    few = R.plan_block("lvlm", "LVLM", n_items=6, what="story and term responses").plan
+    few = RP.plan_block("lvlm", "LVLM", n_items=6, what="story and term responses").plan
     assert "with 6 story and term responses no number of human labels narrows" in few
     assert "at least 2 (the correction's minimum)" in few
 
@@ -274,12 +275,12 @@ def test_the_plan_count_is_the_planners():
                 assert "no number of human labels reaches the width" in plan
     # the LVLM's design (lvlm.reader_sample): the planner's count, a term item a judged pair
     # (the demo: 6 terms x 2 rounds x 1 gender pair)
-    lvlm = R.plan_block("lvlm", "LVLM", n_items=6, what="story and term responses",
-                        planned=R.planner_part(config, "lvlm")).plan  # fmt: skip
+    lvlm = RP.plan_block("lvlm", "LVLM", n_items=6, what="story and term responses",
+                        planned=RP.planner_part(config, "lvlm")).plan  # fmt: skip
     assert "as `stereolens plan` prints it" in lvlm
     assert "tiny-vlm, term (term pairs) not reachable (all 12 give" in lvlm
     # without the run's config the planner names no models: the report's own estimate
-    own = R.plan_block("lvlm", "LVLM", n_items=6, what="story and term responses").plan
+    own = RP.plan_block("lvlm", "LVLM", n_items=6, what="story and term responses").plan
     assert "`stereolens plan` prints no count for it here" in own
 
 
@@ -293,8 +294,8 @@ def test_audit_disagreement_is_the_worst_pooled_error():
             "n_correct": [45, 40, 98, 96],
         }
     )
-    assert R.audit_disagreement(rates) == pytest.approx(0.15)  # e1: 1 - 85 / 100
-    assert R.audit_disagreement(None) is None
+    assert RP.audit_disagreement(rates) == pytest.approx(0.15)  # e1: 1 - 85 / 100
+    assert RP.audit_disagreement(None) is None
 
 
 def _inputs(with_corrected: bool, simulated: bool = True) -> dict[str, pl.DataFrame]:

@@ -8,7 +8,7 @@ import polars as pl
 from stereolens.biasig import report_gallery
 from stereolens.biasig.comparisons import model_eta
 from stereolens.report import figures as F
-from stereolens.report import reader
+from stereolens.report import reader, reader_plan
 from stereolens.report.galleries import GalleryPage, GallerySettings
 from stereolens.report.html import Figure, Section, Table
 from stereolens.report.inputs import Inputs
@@ -537,7 +537,7 @@ def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None
     answers = inputs.get("biasig_answers", columns=["status"])
     if answers is None or answers.height == 0:
         return None
-    return reader.plan_block(
+    return reader_plan.plan_block(
         KEY, TITLE, n_items=answers.height, what="image positions",
-        planned=reader.planner_part(config, KEY),
+        planned=reader_plan.planner_part(config, KEY),
     )  # fmt: skip

@@ -23,7 +23,7 @@ from stereolens.contextbias.report_figures import (
     withheld_words,
 )
 from stereolens.contextbias.report_gallery import galleries as galleries  # entry point
-from stereolens.report import reader
+from stereolens.report import reader, reader_plan
 from stereolens.report.html import Section, Table
 from stereolens.report.inputs import Inputs
 from stereolens.report.summary import profile_frame
@@ -516,9 +516,9 @@ def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None
     if "condition" in images.columns:
         images = images.filter(pl.col("condition") != "VAL")
     strata = [c for c in ("model", "role", "condition") if c in images.columns]
-    return reader.plan_block(
+    return reader_plan.plan_block(
         KEY, TITLE, n_items=images["image_id"].n_unique(), what="images",
-        disagreement=reader.audit_disagreement(inputs.get("validation_by_group")),
+        disagreement=reader_plan.audit_disagreement(inputs.get("validation_by_group")),
         audit="extraction audit", n_strata=images.select(strata).n_unique() if strata else 1,
-        planned=reader.planner_part(config, KEY),
+        planned=reader_plan.planner_part(config, KEY),
     )  # fmt: skip

@@ -7,7 +7,7 @@ import polars as pl
 
 from stereolens.lvlm.report_gallery import TASK_ORDER, galleries
 from stereolens.report import figures as F
-from stereolens.report import reader
+from stereolens.report import reader, reader_plan
 from stereolens.report.audits import GAP_CAPTION, audit_section, min_clusters, minimum_text
 from stereolens.report.html import NOTE_COLUMN, Figure, Section, Table, finite, withheld_text
 from stereolens.report.inputs import Inputs
@@ -538,8 +538,8 @@ def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None
         responses = responses.filter(pl.col("task").is_in(["story", "term"]))
     if responses.height == 0:
         return None
-    return reader.plan_block(
+    return reader_plan.plan_block(
         KEY, TITLE, n_items=responses.height, what="story and term responses",
-        disagreement=reader.audit_disagreement(inputs.get("story_reading")),
-        audit="story-reading audit", planned=reader.planner_part(config, KEY),
+        disagreement=reader_plan.audit_disagreement(inputs.get("story_reading")),
+        audit="story-reading audit", planned=reader_plan.planner_part(config, KEY),
     )  # fmt: skip

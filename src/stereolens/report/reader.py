@@ -12,7 +12,6 @@ benchmark."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -22,16 +21,6 @@ import polars as pl
 from stereolens.report.html import Section, Table, finite, format_value
 from stereolens.report.inputs import Inputs
 
-TARGET_WIDTH = 0.05
-"""The corrected interval's width the label count is planned for: a label share known to
-+- 2.5 percentage points (95%), the width at which a 50/50 split is told from a 46/54 one,
-the reader error of issue 21's example (10% of women read as men, 2% of men as women)."""
-DEFAULT_DISAGREEMENT = 0.136
-"""The reader's disagreement rate with humans assumed where the run has no reader audit:
-1 - 0.864, the lowest extraction accuracy ContextBias reports (FLUX.1, paper 002 Table 1);
-the worse of the published readers, so the count errs towards enough labels."""
-PLAN_SHARE = 0.5
-"""The label share the count is planned at: 0.5 has the largest sampling variance."""
 FIRST_SCREEN_ROWS = 8
 """Headline rows per benchmark the first screen shows (flagged ones first); the section
 below and the CSV have all."""
@@ -86,27 +75,6 @@ def min_reliable() -> int:
 def caption() -> str:
     """The caption of the corrected rows, with the measured minimum."""
     return _CAPTION.format(minimum=f"{min_reliable():,}")
-
-
-PLAN_CAPTION = (
-    "Labels to collect = what `stereolens plan --configfile <the run's config>` prints for "
-    "the benchmark (stereolens.plan.reader_plan; docs/planner.md, 'Human labels for the "
-    "reader correction'): per generator the human labels a stratified sample needs for a "
-    "95% corrected interval of the benchmark's reader_sample.target_width on a label share "
-    "of its items, allocated over the correction's strata (reader_sample.allocation), "
-    "with the disagreement rate reader_sample.disagreement (or a pilot's), at least 2 per "
-    "stratum. Where the planner prints nothing for a benchmark (the LVLM has no reader "
-    "design yet; a report without the run's config names no models), the report's own "
-    "estimate: human_labels_needed (docs/statistics.md, 'How many human labels'), the "
-    "smallest n with 2 x 1.96 x sqrt(share (1 - share) / N + d / n) <= "
-    f"{TARGET_WIDTH} for one label share of the N items the reader read, share "
-    f"{PLAN_SHARE}, d = 1 - the pooled accuracy of the run's reader audit (the worst "
-    f"reader it audits), else {DEFAULT_DISAGREEMENT} (1 - 86.4%, the lowest extraction "
-    "accuracy ContextBias reports, paper 002 Table 1), at least 2 per sampling stratum; "
-    "a simple random sample of all items. A corrected interval is printed only from "
-    "reader_correction.MIN_HUMAN_RELIABLE human labels per cell (the caption above); a "
-    "plan that reaches its width with fewer per cell gets estimates without intervals."
-)
 
 
 @dataclass(frozen=True)
@@ -373,152 +341,6 @@ def corrected_block(
         key, title, table, simulated, rows=rows, hidden=hidden, flags=flags,
         withheld=withheld, minimum=min_reliable(), n_human=counts[0], n_items=counts[1],
     )  # fmt: skip
-
-
-def audit_disagreement(rates: pl.DataFrame | None) -> float | None:
-    """1 - the pooled accuracy (n_correct / n_items over the groups of one grouping) of a
-    reader audit's per-group rates (stereolens.metrics.group_audit.RATE_COLUMNS), the
-    largest over the readers, models and groupings it audits; None without one."""
-    if rates is None or rates.height == 0 or not {"n_items", "n_correct"} <= set(rates.columns):
-        return None
-    keys = [
-        c
-        for c in ("extractor", "assistant", "model", "grouping", "group_dimension")
-        if c in rates.columns
-    ]
-    pooled = rates.group_by(keys or pl.lit(1)).agg(
-        (1.0 - pl.col("n_correct").sum() / pl.col("n_items").sum()).alias("d")
-    )
-    d = pooled["d"].drop_nulls().drop_nans()
-    return float(d.max()) if len(d) else None
-
-
-def labels_needed(n_items: int, disagreement: float, n_strata: int = 1) -> tuple[int | None, int]:
-    """(human_labels_needed for TARGET_WIDTH at PLAN_SHARE over ``n_items``, None where no n
-    reaches it; the correction's floor of 2 labelled items in each of ``n_strata``)."""
-    from stereolens.metrics.reader_correction import MIN_LABELLED, human_labels_needed
-
-    n = human_labels_needed(disagreement, TARGET_WIDTH, max(n_items, 1), share=PLAN_SHARE)
-    return n, MIN_LABELLED * max(n_strata, 1)
-
-
-_PLANS: dict[str, list[dict]] = {}
-
-
-def planner_part(config: dict, key: str) -> dict | None:
-    """The benchmark's part of stereolens.plan.reader_plan(config): the human labels
-    `stereolens plan --configfile <the run's config>` prints for it (per model, the
-    benchmark's reader_sample target width, allocation and disagreement). None where the
-    planner prints nothing for it: no reader design (the LVLM), or a config naming no
-    models (a report of a results folder without the run's config). reader_plan runs once
-    per config (it counts the run's jobs: seconds)."""
-    from stereolens.plan import reader_plan
-
-    memo = json.dumps(config, sort_keys=True, default=str)
-    if memo not in _PLANS:
-        _PLANS.clear()
-        _PLANS[memo] = reader_plan(config)
-    part = next((p for p in _PLANS[memo] if p["benchmark"] == key), None)
-    return part if part is not None and part["rows"] else None
-
-
-def _planned_count(part: dict, n_items: int, what: str, measured: str) -> str:
-    """The plan sentence from the planner's ``part`` (planner_part)."""
-    unit = part["unit"]
-    per = "; ".join(
-        f"{r['model']} {r['n_human']:,} of {r['n_items']:,}"
-        if r["n_human"] is not None
-        else f"{r['model']} not reachable (all {r['n_items']:,} give width {r['width']:.3f})"
-        for r in part["rows"]
-    )
-    planned_items = sum(r["n_items"] for r in part["rows"])
-    floor = sum(r["floor"] for r in part["rows"])
-    lo = min(r["disagreement_min"] for r in part["rows"])
-    hi = max(r["disagreement_max"] for r in part["rows"])
-    source = part["disagreement_source"]
-    if source == "default":
-        source = f"{part['benchmark']}.reader_sample.disagreement"
-    settings = (
-        f"a 95% corrected interval of width {part['target_width']:g} on a label share of one "
-        f"model's {unit}, {part['allocation']} allocation over the strata, disagreement "
-        f"{lo:.3f}{f'-{hi:.3f}' if hi != lo else ''} ({source})"
-    )
-    if part["n_human"] is not None:
-        count = f"collect {part['n_human']:,} human labels of the {planned_items:,} {unit} ({per})"
-    else:
-        count = (
-            f"for some model no number of human labels reaches the width ({per}); label as "
-            f"many as you can, at least {floor:,} (2 per stratum)"
-        )
-    extra = ""
-    if planned_items != n_items:
-        extra = (
-            f"; the planner counts {planned_items:,} {unit} for the config, "
-            f"{n_items:,} {what} were read"
-        )
-    return f"{count}: {settings}, as `stereolens plan` prints it{measured}{extra}"
-
-
-def plan_block(
-    key: str,
-    title: str,
-    *,
-    n_items: int,
-    what: str,
-    disagreement: float | None = None,
-    audit: str = "",
-    n_strata: int = 1,
-    config_key: str | None = None,
-    planned: dict | None = None,
-) -> ReaderBlock:
-    """A benchmark's block without human labels: its numbers assume a perfect reader, and
-    the labels to collect: the planner's (``planned``, :func:`planner_part`: the number
-    `stereolens plan` prints), where it has them; else :func:`labels_needed` from the
-    ``disagreement`` its ``audit`` measured, else DEFAULT_DISAGREEMENT, said to be the
-    report's estimate. ``what``: the items, in words ("images")."""
-    cfg = config_key or key
-    head = (
-        f"The numbers assume a perfect reader: no human labels were given "
-        f"({cfg}.reader_correction.human_labels)."
-    )
-    if planned is not None:
-        measured = (
-            f" (the run's {audit} measured a disagreement rate of {disagreement:.3f}; "
-            f"{cfg}.reader_sample.disagreement or `stereolens plan --pilot` plans with another)"
-            if disagreement is not None
-            else ""
-        )
-        count = _planned_count(planned, n_items, what, measured)
-        return ReaderBlock(key, title, plan=f"{head} The plan says: {count}.")
-    d = DEFAULT_DISAGREEMENT if disagreement is None else disagreement
-    source = (
-        f"the {audit}'s disagreement rate {d:.3f}"
-        if disagreement is not None
-        else f"a disagreement rate of {d:.3f} assumed (no reader audit in this run)"
-    )
-    n, floor = labels_needed(n_items, d, n_strata)
-    strata = (
-        f"; the correction's minimum is 2 in each of its {n_strata:,} strata, {floor:,}"
-        if n_strata > 1
-        else ""
-    )
-    if n is not None:
-        count = (
-            f"collect {max(n, floor):,} human labels of the {n_items:,} {what} "
-            f"({n:,} for a label share's interval of width {TARGET_WIDTH} with {source}{strata})"
-        )
-    else:
-        each = f", 2 in each of its {n_strata:,} strata" if n_strata > 1 else ""
-        count = (
-            f"with {n_items:,} {what} no number of human labels narrows a label share's "
-            f"interval to width {TARGET_WIDTH} (their sampling alone is wider; {source}); "
-            f"label as many as you can, at least {floor:,} (the correction's minimum{each})"
-        )
-    plan = (
-        f"{head} `stereolens plan` prints no count for it here (no reader design, or no "
-        f"run config); the report's estimate, a simple random sample: {count}."
-    )
-    return ReaderBlock(key, title, plan=plan)
 
 
 def blocks(inputs: Inputs, config: dict, modules: Sequence[ModuleType]) -> list[ReaderBlock]:

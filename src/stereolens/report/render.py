@@ -19,7 +19,7 @@ import polars as pl
 from stereolens import __version__
 from stereolens.atomic import write_bytes, write_text
 from stereolens.benchmark import benchmarks
-from stereolens.report import comparisons, reader, run
+from stereolens.report import comparisons, reader, reader_plan, run
 from stereolens.report.galleries import GalleryPage, GallerySettings, write_galleries
 from stereolens.report.html import (
     Figure,
@@ -236,7 +236,7 @@ def render_report(
         reader_caption=(
             reader.caption() if any(b.has_labels for b in report.summary.reader) else ""
         ),
-        reader_plan_caption=reader.PLAN_CAPTION,
+        reader_plan_caption=reader_plan.PLAN_CAPTION,
         version=__version__,
     )
     write_text(out, html)

@@ -331,6 +331,47 @@ def test_biasig_eta_by_hand():
     assert "eta" not in set(table["metric"])
 
 
+def test_biasig_eta_of_each_model_is_the_benchmarks():
+    """Two models in one table: each model's naive eta (every attribute) is its own
+    eta.parquet model row (the sides of one run pooled, not the other's)."""
+    from stereolens.biasig.corrected import corrected_scores
+    from stereolens.biasig.corrected import reader_table as biasig_reader
+    from stereolens.biasig.metrics import compute_metrics
+    from stereolens.biasig.prompts import load_prompts
+    from stereolens.biasig.truth import load_truth
+
+    rich, poor = "e56a293135506077", "8d9e7a2271979801"
+    prompts = load_prompts().filter(pl.col("prompt_id").is_in([rich, poor]))
+    ids = [f"r{i}" for i in range(1, 6)] + [f"p{i}" for i in range(1, 6)]
+    g = pl.DataFrame(
+        {"model": "g", "image_id": ids, "position": "single", "prompt_id": [rich] * 5 + [poor] * 5,
+         "gender": ["female"] * 4 + ["male"] * 4 + ["female"] * 2, "race": "White",
+         "age": "young", "status": "ok"}
+    )  # fmt: skip
+    h = g.with_columns(
+        model=pl.lit("h"), image_id=pl.Series([f"h{i}" for i in ids]),
+        gender=pl.Series(["male"] * 3 + ["female"] * 6 + ["male"]),
+        race=pl.Series(["Black"] * 5 + ["White"] * 5),
+    )  # fmt: skip
+    answers = pl.concat([g, h])
+    reader, prep = biasig_reader(answers, prompts)
+    human = (
+        reader.filter(pl.col("item_id").is_in(["r1", "r2", "p1", "p2", "hr1", "hr2", "hp1", "hp2"]))
+        .with_columns(selection_probability=pl.lit(0.4))
+        .select("item_id", "attribute", "label", "stratum", "selection_probability")
+    )
+    table, _ = corrected_scores(reader, human, prep, load_truth(), prompts=prompts, replicates=10)
+    ref = compute_metrics(answers, prompts, load_truth(), replicates=0, which=("eta",))["eta"]
+    ref = {r["model"]: r for r in ref.filter(pl.col("pair") == "*").iter_rows(named=True)}
+    columns = {"*": "eta_total", "gender": "eta_gender", "race": "eta_race", "age": "eta_age"}
+    rows = table.filter(pl.col("metric") == "eta")
+    assert rows.height == 8
+    for r in rows.iter_rows(named=True):
+        assert r["naive"] == pytest.approx(ref[r["model"]][columns[r["protected_attribute"]]])
+        assert r["corrected"] == pytest.approx(r["naive"], abs=1e-12)  # humans agree
+    assert ref["g"]["eta_race"] != ref["h"]["eta_race"]  # the models differ
+
+
 def _lvlm_tables():
     groups = ["female", "female", "male", "male"]
     images = ["a1", "a2", "b1", "b2"]

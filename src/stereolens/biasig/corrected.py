@@ -7,6 +7,8 @@ the counts, its interval the benchmark's double bootstrap over both samples)."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import polars as pl
 
@@ -218,19 +220,31 @@ def _eta_rows(cells: dict, eta: Eta, index: dict, truth: BiasIGTruth, variant: s
     for key, cell in cells.items():
         slot = eta.slot_of[index[key[:3]], int(key[3] == "right")]
         if slot >= 0:
-            picked.setdefault(key[:2], []).append((key, cell, int(slot)))
+            # the slot among its own run's sides (slots are run-major)
+            picked.setdefault(key[:2], []).append((key, cell, int(slot) % eta.n_sides))
     rows = []
     for (variant_, model), part in picked.items():
+        one = _one_run(eta, runs[(variant_, model)])
         for attribute, column in ETA_COLUMNS.items():
             use = [(key, cell, slot) for key, cell, slot in part if attribute in ("*", key[4])]
             fn = _eta_functional(
                 [(slot, [VALUE_INDEX[v] for v in cell.labels], cell.stratum.size)
                  for _, cell, slot in use],
-                eta, truth, variant, runs[(variant_, model)], column,
+                one, truth, variant, 0, column,
             )  # fmt: skip
             key = {"variant": variant_, "model": model, "protected_attribute": attribute}
             rows.append((key, [cell for _, cell, _ in use], fn, None))
     return rows
+
+
+def _one_run(eta: Eta, run: int) -> Eta:
+    """``eta`` restricted to its run number ``run`` (its sides' slots and images only), so
+    that a functional of one run's shares pools (sides, B, 9) counts, not every run's."""
+    one = copy.copy(eta)
+    one.runs = [eta.runs[run]]
+    one.n_slots = eta.n_sides
+    one.images = eta.images.reshape(len(eta.runs), eta.n_sides)[run].copy()
+    return one
 
 
 def _eta_functional(slots, eta: Eta, truth: BiasIGTruth, variant: str, run: int, column: int):

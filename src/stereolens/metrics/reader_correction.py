@@ -545,7 +545,7 @@ INNER_REPLICATES = 20
 """Second-level replicates per replicate of :func:`corrected_metric_double` (as BiasIG's own
 eta interval, stereolens.biasig.pairs.INNER_REPLICATES); their means' own noise is taken
 out of the standard error."""
-DOUBLE_CHUNK = 50_000
+DOUBLE_CHUNK = 20_000
 """Rows of second-level replicates a functional is given at once (memory, not results)."""
 
 

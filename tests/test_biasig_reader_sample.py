@@ -369,7 +369,10 @@ def test_cli_round_trip(corpus, tmp_path, capsys):
     argv = ["biasig", "correct", *tables, "--human", str(human)]
     assert main([*argv, "--out", str(tmp_path / "out"), "--preset", preset]) == 0
     table = pl.read_parquet(tmp_path / "out" / "corrected.parquet")
-    assert table.height == 8
+    assert table.filter(pl.col("metric") != "eta").height == 8
+    # eta of the corpus's pairs (the CLI passes its prompt table): its cells are S_imp's
+    assert table.filter(pl.col("metric") == "eta").height == 8
+    assert not table.filter(pl.col("metric") == "eta")["interval_reliable"].any()
     assert table["corrected"].to_numpy() == pytest.approx(table["naive"].to_numpy(), abs=1e-12)
 
 

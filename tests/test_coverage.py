@@ -77,3 +77,14 @@ def test_reader_minimum_is_the_measured_one():
     below = [r for r in results if r.row.below_minimum]
     assert below and all(reader.HUMAN[r.row.name] < MIN_HUMAN_RELIABLE for r in below)
     assert min(r.coverage for r in below) < cover.TARGET[0]
+
+
+def test_eta_coverage_is_the_measured_one():
+    """biasig.formulas.ETA_CORRECTED_COVERAGE is the corrected eta row's coverage over 200
+    datasets, below 93%: corrected.parquet's eta rows are never interval_reliable."""
+    from stereolens.biasig.formulas import ETA_CORRECTED_COVERAGE
+
+    (row,) = [r for r in ROWS if r.name.startswith("reader eta test: eta,")]
+    res = cover.run_row(row, 200)
+    assert res.coverage == pytest.approx(ETA_CORRECTED_COVERAGE, abs=1e-9)
+    assert res.coverage < cover.TARGET[0]

@@ -192,6 +192,40 @@ def test_bc_normal_interval_is_biasigs():
     np.testing.assert_allclose(ours, [float(x) for x in theirs])
 
 
+def test_double_bias_correction_is_biasigs():
+    from stereolens.biasig.groups import double_bias_corrected
+
+    rng = np.random.default_rng(3)
+    outer = rng.normal(0.5, 0.01, 300)
+    inner = outer[:, None] + rng.normal(0.002, 0.01, (300, 20))
+    inner[5, 3] = np.nan  # a replicate where the metric is undefined is left out
+    ours = rc.double_bias_corrected(0.51, outer, inner, 0.95)
+    mean = np.nanmean(inner, 1)
+    var = np.nanvar(inner, 1, ddof=1)
+    theirs = double_bias_corrected(np.array(0.51), outer, mean, var, 20, 0.95)
+    np.testing.assert_allclose(ours, [float(x) for x in theirs])
+    assert np.isnan(rc.double_bias_corrected(np.nan, outer, inner, 0.95)[1])
+
+
+def test_double_bootstrap_resamples_both_samples_at_both_levels():
+    cell = rc.build_cells(*_tables(READER, HUMAN))[("gender",)]
+    rng = np.random.default_rng(0)
+    naive, corr, naive_in, corr_in = rc.double_bootstrap_shares(cell, 400, 20, rng)
+    assert naive.shape == corr.shape == (400, 2) and corr_in.shape == (400, 20, 2)
+    # the first level is centred on the point estimate, the second on each replicate
+    point = rc.cell_shares(cell)
+    np.testing.assert_allclose(naive.mean(0), point["naive"], atol=0.02)
+    np.testing.assert_allclose(corr.mean(0), point["corrected_raw"], atol=0.04)
+    np.testing.assert_allclose(corr_in.mean((0, 1)), corr.mean(0), atol=0.02)
+    assert naive_in.std(1).mean() > 0 and corr_in.std(1).mean() > 0
+    # humans agreeing everywhere: corrected == naive at both levels
+    agree = rc.Cell(cell.labels, cell.strata, cell.stratum, cell.reader, cell.labelled,
+                    cell.reader[cell.labelled], cell.weight)  # fmt: skip
+    n, c, ni, ci = rc.double_bootstrap_shares(agree, 50, 5, np.random.default_rng(1))
+    np.testing.assert_allclose(n, c)
+    np.testing.assert_allclose(ni, ci)
+
+
 def test_bad_tables_say_what_to_do(tmp_path):
     reader, human = _tables(READER, HUMAN)
     with pytest.raises(ValueError, match=r"lacks columns \['selection_probability'\]"):

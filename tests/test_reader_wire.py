@@ -349,6 +349,123 @@ def test_biasig_s_imp_by_hand():
         corrected_scores(reader, odd, prep, load_truth(), replicates=10)
 
 
+def test_biasig_eta_by_hand():
+    from stereolens.biasig.corrected import corrected_scores
+    from stereolens.biasig.corrected import reader_table as biasig_reader
+    from stereolens.biasig.metrics import compute_metrics
+    from stereolens.biasig.prompts import load_prompts
+    from stereolens.biasig.truth import load_truth
+
+    # eta.json's pair rich / poor (weight 5; ground truth of both: male .5, female .5; White
+    # .3, Black .18, East Asian .27, South Asian .25; young .418, middle-aged .391, elderly
+    # .191; k = 0.2 per gender and race value, 0.1 per age bin). 5 images a side: the VQA
+    # reads rich r1-r4 female, r5 male; poor p1-p3 male, p4-p5 female; all White and young.
+    rich, poor = "e56a293135506077", "8d9e7a2271979801"
+    prompts = load_prompts().filter(pl.col("prompt_id").is_in([rich, poor]))
+    ids = [f"r{i}" for i in range(1, 6)] + [f"p{i}" for i in range(1, 6)]
+    answers = pl.DataFrame(
+        {"model": "g", "image_id": ids, "position": "single", "prompt_id": [rich] * 5 + [poor] * 5,
+         "gender": ["female"] * 4 + ["male"] * 4 + ["female"] * 2, "race": "White",
+         "age": "young", "status": "ok"}
+    )  # fmt: skip
+    reader, prep = biasig_reader(answers, prompts)
+    stratum = dict(reader.select("item_id", "stratum").unique().iter_rows())
+
+    def human(gender: dict[str, str]) -> pl.DataFrame:
+        rows = [
+            {"item_id": i, "attribute": a, "label": v, "stratum": stratum[i],
+             "selection_probability": 0.4}
+            for i, g in gender.items()
+            for a, v in (("gender", g), ("race", "White"), ("age", "young"))
+        ]  # fmt: skip
+        return pl.DataFrame(rows)
+
+    def eta(gender):
+        table, _ = corrected_scores(
+            reader, human(gender), prep, load_truth(), prompts=prompts, replicates=50
+        )
+        rows = table.filter(pl.col("metric") == "eta")
+        return {r["protected_attribute"]: r for r in rows.iter_rows(named=True)}
+
+    # race and age as read by all: White 1 (+.7 on both sides: same direction, -alpha),
+    # the others 0 (-GT on both: -alpha): race 0.5 - 0.2 x 2 x (.49 + .0324 + .0729 +
+    # .0625) = 0.23688; age 0.5 - 0.1 x 2 x (.338724 + .152881 + .036481) = 0.3943828.
+    # Naive gender: rich male .2 (-.3), poor male .6 (+.1): opposite directions, +alpha =
+    # 0.2 x (.09 + .01) = .02 for male and for female: 0.54. Total 0.5 + (.04 - .26312 -
+    # .1056172) / 3 = 0.3904209.
+    agree = eta({"r1": "female", "r2": "female", "p1": "male", "p4": "female"})
+    ref = compute_metrics(answers, prompts, load_truth(), replicates=0, which=("eta",))["eta"]
+    ref = ref.filter(pl.col("pair") == "*").row(0, named=True)
+    for attr, column, value in (
+        ("*", "eta_total", 0.3904209),
+        ("gender", "eta_gender", 0.54),
+        ("race", "eta_race", 0.23688),
+        ("age", "eta_age", 0.3943828),
+    ):
+        row = agree[attr]
+        assert row["naive"] == pytest.approx(value, abs=1e-7)
+        assert row["naive"] == pytest.approx(ref[column], abs=1e-12)  # the benchmark's eta
+        assert row["corrected"] == pytest.approx(row["naive"], abs=1e-12)  # humans agree
+        assert (row["ci_low"], row["ci_high"]) == (row["naive_low"], row["naive_high"])
+        assert row["interval_reliable"] is False  # coverage measured below nominal
+    # one flipped label: the humans read r1 (read female) as male. PPI on rich (N 5, n 2):
+    # male .2 + (1 - 0 + 0 - 0) / 2 = .7, female .8 + (0 - 1 + 1 - 1) / 2 = .3; poor agrees
+    # (.6 / .4). Male +.2 / +.1, female -.2 / -.1: the same direction, -alpha = -0.2 x (.04 +
+    # .01) = -.01 each: gender 0.48, total 0.5 + (-.02 - .26312 - .1056172) / 3 = 0.3704209.
+    flipped = eta({"r1": "male", "r2": "female", "p1": "male", "p4": "female"})
+    assert flipped["gender"]["corrected"] == pytest.approx(0.48, abs=1e-12)
+    assert flipped["*"]["corrected"] == pytest.approx(0.3704209, abs=1e-7)
+    assert flipped["race"]["corrected"] == pytest.approx(0.23688, abs=1e-12)
+    assert flipped["*"]["naive"] == pytest.approx(0.3904209, abs=1e-7)
+    assert (flipped["*"]["n_human"], flipped["*"]["n_items"]) == (12, 30)
+    # without the prompt table no pair resolves: no eta rows
+    table, _ = corrected_scores(reader, human({"r1": "male", "r2": "female", "p1": "male",
+                                               "p4": "female"}), prep, load_truth(),
+                                replicates=10)  # fmt: skip
+    assert "eta" not in set(table["metric"])
+
+
+def test_biasig_eta_of_each_model_is_the_benchmarks():
+    """Two models in one table: each model's naive eta (every attribute) is its own
+    eta.parquet model row (the sides of one run pooled, not the other's)."""
+    from stereolens.biasig.corrected import corrected_scores
+    from stereolens.biasig.corrected import reader_table as biasig_reader
+    from stereolens.biasig.metrics import compute_metrics
+    from stereolens.biasig.prompts import load_prompts
+    from stereolens.biasig.truth import load_truth
+
+    rich, poor = "e56a293135506077", "8d9e7a2271979801"
+    prompts = load_prompts().filter(pl.col("prompt_id").is_in([rich, poor]))
+    ids = [f"r{i}" for i in range(1, 6)] + [f"p{i}" for i in range(1, 6)]
+    g = pl.DataFrame(
+        {"model": "g", "image_id": ids, "position": "single", "prompt_id": [rich] * 5 + [poor] * 5,
+         "gender": ["female"] * 4 + ["male"] * 4 + ["female"] * 2, "race": "White",
+         "age": "young", "status": "ok"}
+    )  # fmt: skip
+    h = g.with_columns(
+        model=pl.lit("h"), image_id=pl.Series([f"h{i}" for i in ids]),
+        gender=pl.Series(["male"] * 3 + ["female"] * 6 + ["male"]),
+        race=pl.Series(["Black"] * 5 + ["White"] * 5),
+    )  # fmt: skip
+    answers = pl.concat([g, h])
+    reader, prep = biasig_reader(answers, prompts)
+    human = (
+        reader.filter(pl.col("item_id").is_in(["r1", "r2", "p1", "p2", "hr1", "hr2", "hp1", "hp2"]))
+        .with_columns(selection_probability=pl.lit(0.4))
+        .select("item_id", "attribute", "label", "stratum", "selection_probability")
+    )
+    table, _ = corrected_scores(reader, human, prep, load_truth(), prompts=prompts, replicates=10)
+    ref = compute_metrics(answers, prompts, load_truth(), replicates=0, which=("eta",))["eta"]
+    ref = {r["model"]: r for r in ref.filter(pl.col("pair") == "*").iter_rows(named=True)}
+    columns = {"*": "eta_total", "gender": "eta_gender", "race": "eta_race", "age": "eta_age"}
+    rows = table.filter(pl.col("metric") == "eta")
+    assert rows.height == 8
+    for r in rows.iter_rows(named=True):
+        assert r["naive"] == pytest.approx(ref[r["model"]][columns[r["protected_attribute"]]])
+        assert r["corrected"] == pytest.approx(r["naive"], abs=1e-12)  # humans agree
+    assert ref["g"]["eta_race"] != ref["h"]["eta_race"]  # the models differ
+
+
 def _lvlm_tables():
     groups = ["female", "female", "male", "male"]
     images = ["a1", "a2", "b1", "b2"]

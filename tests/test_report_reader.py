@@ -120,6 +120,30 @@ def test_higher_is_less_biased_and_the_reverse_significance_flag():
     assert v1["significance_flag"] == "corrected interval excludes 1, naive does not"
 
 
+def test_biasig_eta_shows_its_estimate_without_interval_or_rank():
+    from stereolens.biasig import report as bg_report
+
+    s_imp = _bg_corrected().filter(pl.col("protected_attribute") == "*")
+    eta = s_imp.with_columns(
+        metric=pl.lit("eta"), naive=pl.Series([0.40, 0.60]), naive_low=pl.Series([0.38, 0.58]),
+        naive_high=pl.Series([0.42, 0.62]), estimate_bc=pl.Series([0.52, 0.45]),
+        ci_low=pl.Series([0.51, 0.44]), ci_high=pl.Series([0.53, 0.46]),
+        interval_reliable=pl.lit(False),
+    )  # fmt: skip
+    block = R.corrected_block(
+        "biasig", "BiasIG", pl.concat([s_imp, eta]), bg_report.READER_HEADLINES,
+        unit="variant", scope=("protected_attribute",),
+    )  # fmt: skip
+    rows = block.table.filter(pl.col("metric") == "eta")
+    assert rows["corrected"].to_list() == [0.52, 0.45]  # the double-bootstrap estimate
+    assert rows["ci_low"].null_count() == 2 and rows["naive_rank"].null_count() == 2
+    assert rows["significance_flag"].null_count() == 2 and rows["rank_flag"].null_count() == 2
+    assert all("covered 92.0% of 200 datasets" in n for n in rows["interval_note"])
+    assert block.withheld == 2 and not any("eta" in f for f in block.flags)
+    # S_imp beside it keeps its ranks
+    assert block.table.filter(pl.col("metric") == "s_imp")["naive_rank"].to_list() == [1, 2]
+
+
 def test_an_undefined_corrected_value_is_never_flagged():
     t = _cb_corrected().with_columns(
         pl.when(pl.col("model") == "a").then(float("nan")).otherwise(pl.col(c)).alias(c)

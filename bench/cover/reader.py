@@ -202,7 +202,7 @@ def rows(scale: str) -> list[Row]:
         for (world, key), (_, _, paper_only) in ROWS.items()
         if not paper_only or scale == "paper"
     ]
-    return out + (small_rows() if scale == "test" else [])
+    return out + (small_rows() if scale == "test" else []) + eta_rows(scale)
 
 
 def small_rows() -> list[Row]:
@@ -231,3 +231,162 @@ def measured_minimum(results, nominal: float = 0.95) -> int | None:
             break
         best = n
     return best
+
+
+# --------------------------------------------------------------------------------------------
+# BiasIG eta (issue 21, item 1): a function of shares that is not smooth, corrected with the
+# benchmark's own double bootstrap over both samples (reader_correction.corrected_metric_double)
+# --------------------------------------------------------------------------------------------
+ETA_GROUND_TRUTH = np.array([0.5, 0.5, 0.3, 0.18, 0.27, 0.25, 0.418, 0.391, 0.191])
+"""p' = q': the shipped ground truth of eta.json's pair rich / poor (both sides alike), in
+biasig.truth.VALUES order (male, female; White, Black, East Asian, South Asian; young,
+middle-aged, elderly)."""
+ETA_TRUE = {
+    "advantaged": np.array([0.70, 0.30, 0.45, 0.10, 0.27, 0.18, 0.30, 0.52, 0.18]),
+    "disadvantaged": np.array([0.52, 0.48, 0.25, 0.30, 0.25, 0.20, 0.40, 0.38, 0.22]),
+}
+"""The generator's true distributions of the two sides. Near the kinks on purpose: the
+advantaged East Asian share on its ground truth, the disadvantaged male share 0.02 above
+it (about one standard error of its corrected share at n = 400), the advantaged elderly
+share 0.011 below it, so the estimated contributions flip sign between datasets."""
+ETA_CONFUSION = {
+    "gender": np.array([[0.98, 0.02], [0.10, 0.90]]),
+    "race": np.array(
+        [
+            [0.96, 0.01, 0.02, 0.01],
+            [0.02, 0.90, 0.02, 0.06],
+            [0.02, 0.00, 0.95, 0.03],
+            [0.02, 0.04, 0.08, 0.86],
+        ]
+    ),
+    "age": np.array([[0.88, 0.12, 0.00], [0.05, 0.90, 0.05], [0.00, 0.15, 0.85]]),
+}
+"""The reader's confusion per attribute (row: the true value, column: the value read): the
+issue's 10% of women read as men and 2% of men as women; South Asians read as East Asian
+8%, Black as South Asian 6%; the young read as middle-aged 12%, the elderly 15%."""
+ETA_SIZES = {
+    "test": {"items": 4_000, "human": 400, "replicates": 200},
+    "paper": {"items": 20_000, "human": 1_000, "replicates": 1_000},
+}
+"""Images per side, human labels per side (a simple random sample: every cell, side x
+attribute, gets them all) and first-level replicates (20 second-level ones each)."""
+
+
+def _eta_k() -> np.ndarray:
+    from stereolens.biasig.truth import load_truth
+
+    return load_truth().settings.k_eta_vector()
+
+
+def eta_functional(k: np.ndarray):
+    """eta_total (biasig.formulas, the paper's variant) of six cells' shares: the
+    advantaged side's gender, race, age, then the disadvantaged side's, each attribute's
+    shares normalised over its values (as Eta.etas does from the pooled counts)."""
+    from stereolens.biasig.formulas import eta_contributions, eta_from_contributions
+
+    def eta(shares):
+        parts = [np.atleast_2d(np.asarray(s, dtype=float)) for s in shares]
+        parts = [
+            s / np.where(s.sum(-1, keepdims=True) > 0, s.sum(-1, keepdims=True), 1) for s in parts
+        ]
+        p, q = np.hstack(parts[:3]), np.hstack(parts[3:])
+        contrib = eta_contributions(p, ETA_GROUND_TRUTH, q, ETA_GROUND_TRUTH, k)
+        return eta_from_contributions(contrib)[:, 0]
+
+    return eta
+
+
+def eta_truth() -> float:
+    """eta_total at the world's true distributions."""
+    t = ETA_TRUE
+    return float(
+        eta_functional(_eta_k())(
+            [t["advantaged"][sl] for sl in (slice(0, 2), slice(2, 6), slice(6, 9))]
+            + [t["disadvantaged"][sl] for sl in (slice(0, 2), slice(2, 6), slice(6, 9))]
+        )[0]
+    )
+
+
+def _eta_cells(rng, n_items: int, n_human: int) -> list:
+    """The six Cells of one dataset: per side n_items images whose true gender, race and age
+    are drawn from the side's distribution (independently), read through ETA_CONFUSION;
+    humans (the truth) on one simple random sample of n_human images of the side."""
+    from stereolens.biasig.truth import SLICES, VALUES_BY_ATTRIBUTE
+
+    Cell = _rc().Cell
+    cells = []
+    for side in ("advantaged", "disadvantaged"):
+        labelled = np.sort(rng.choice(n_items, n_human, replace=False))
+        for attribute, values in VALUES_BY_ATTRIBUTE.items():
+            k = len(values)
+            true = rng.choice(k, n_items, p=ETA_TRUE[side][SLICES[attribute]])
+            cum = ETA_CONFUSION[attribute].cumsum(1)[true]
+            read = (rng.random(n_items)[:, None] > cum).sum(1).clip(max=k - 1)
+            onehot = np.eye(k)
+            cells.append(
+                Cell(
+                    labels=values,
+                    strata=("all",),
+                    stratum=np.zeros(n_items, np.int64),
+                    reader=onehot[read],
+                    labelled=labelled,
+                    human=onehot[true[labelled]],
+                    weight=np.full(n_human, n_items / n_human),
+                )
+            )
+    return cells
+
+
+@lru_cache(maxsize=8)
+def _simulate_eta(scale: str, n: int) -> dict[str, tuple]:
+    """Per dataset the naive and the corrected eta_total's (estimate, low, high): the
+    double-bootstrap bias-corrected estimate and interval, 20 second-level replicates."""
+    rc = _rc()
+    size = ETA_SIZES[scale]
+    rng = np.random.default_rng([21, 1, n, len(scale)])
+    functional = eta_functional(_eta_k())
+    out: dict[str, list] = {}
+    for _ in range(n):
+        cells = _eta_cells(rng, size["items"], size["human"])
+        m = rc.corrected_metric_double(
+            cells, functional, replicates=size["replicates"], seed=int(rng.integers(2**31))
+        )
+        out.setdefault("naive eta", []).append((m["naive"], m["naive_low"], m["naive_high"]))
+        out.setdefault("eta", []).append((m["estimate_bc"], m["ci_low"], m["ci_high"]))
+    return {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
+
+
+ETA_ROWS = {
+    # key: (interval, only at paper scale)
+    "naive eta": ("naive: reader's labels, double-bootstrap bias-corrected normal", True),
+    "eta": ("PPI shares, double-bootstrap bias-corrected normal (both samples)", False),
+}
+
+
+def _eta_row(scale: str, key: str) -> Row:
+    interval, _ = ETA_ROWS[key]
+    size = ETA_SIZES[scale]
+    truth = eta_truth()
+
+    def draw(rng, n):
+        return _simulate_eta(scale, n)[key]
+
+    name = (
+        f"reader eta {scale}: {key}, world eta pair, N {size['items']:,}, "
+        f"n {size['human']:,} per side, truth {truth:.4g}"
+    )
+    return Row(name, "reader correction", interval, truth, draw)
+
+
+def eta_rows(scale: str) -> list[Row]:
+    """The eta rows: corrected (and at "paper" naive). Not "reader <scale>:" rows: eta's
+    corrected interval is withheld at every n (biasig.formulas.ETA_CORRECTED_COVERAGE, which
+    tests/test_coverage.py checks against the "test" row), so these rows do not enter
+    MIN_HUMAN_RELIABLE's measurement."""
+    if scale not in ETA_SIZES:
+        return []
+    return [
+        _eta_row(scale, key)
+        for key, (_, paper) in ETA_ROWS.items()
+        if not paper or scale == "paper"
+    ]

@@ -134,8 +134,8 @@ rule simulate_biasig_human_labels:
 
 
 rule correct_biasig_reader:
-    """Model-level S_imp and S_exp, naive and corrected for the VQA reader's errors from
-    the human-label table (docs/statistics.md)."""
+    """Model-level S_imp, S_exp and eta, naive and corrected for the VQA reader's errors
+    from the human-label table (docs/statistics.md)."""
     input:
         answers=BG_OUT.answers,
         prompts=BG_OUT.prompts,
@@ -150,7 +150,7 @@ rule correct_biasig_reader:
         "../../envs/analysis.yaml"
     params:
         outdir=get_metrics_dir,
-        settings=preset_arg(BG, ("count", "scoring_unit", "reader_correction")),
+        settings=preset_arg(BG, ("count", "scoring_unit", "eta_variant", "reader_correction")),
     shell:
         "stereolens biasig correct --answers {input.answers} --prompts {input.prompts}"
         " --human {input.human} --preset {params.settings} --out {params.outdir}"

@@ -159,7 +159,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     from stereolens.metrics.command import add_correct_commands
 
-    add_correct_commands(b_sub, "biasig", _reader_inputs, _reader, _correct, metric="S_imp, S_exp")
+    add_correct_commands(
+        b_sub, "biasig", _reader_inputs, _reader, _correct, metric="S_imp, S_exp, eta"
+    )
     _register_sample(b_sub)
 
 
@@ -321,5 +323,6 @@ def _correct(reader, human, section: dict, args: argparse.Namespace):
     from stereolens.metrics.command import correction_options
 
     return corrected_scores(
-        reader, human, args.prepared, load_truth(), **correction_options(section)
-    )
+        reader, human, args.prepared, load_truth(), prompts=args.prompts_table,
+        eta_variant=section["eta_variant"], **correction_options(section),
+    )  # fmt: skip

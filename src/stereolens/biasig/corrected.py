@@ -1,16 +1,20 @@
-"""BiasIG S_imp and S_exp corrected for the VQA reader's errors from a human-labelled sample
-(stereolens.metrics.reader_correction; docs/statistics.md, "Correcting for the reader's
+"""BiasIG S_imp, S_exp and eta corrected for the VQA reader's errors from a human-labelled
+sample (stereolens.metrics.reader_correction; docs/statistics.md, "Correcting for the reader's
 errors"): the reader table from the answers as the metrics prepare them, and the model-level
-scores computed by the benchmark's own Implicit / Explicit classes from the shares of every
-unit x person x attribute."""
+scores computed by the benchmark's own Implicit / Explicit / Eta classes from the shares of
+every unit x person x attribute (eta: pooled into the pairs' sides as the benchmark pools
+the counts, its interval the benchmark's double bootstrap over both samples)."""
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import polars as pl
 
 from stereolens.biasig.answers import prepare_answers, scoring_table
 from stereolens.biasig.groups import Explicit, Implicit, safe_div
+from stereolens.biasig.pairs import Eta, resolve_pairs
 from stereolens.biasig.truth import (
     ATTRIBUTES,
     VALUE_INDEX,
@@ -28,6 +32,8 @@ CELL_KEYS = ("variant", "model", "unit", "position")
 COLUMNS = {"gender": 0, "race": 1, "age": 2, "*": 3}
 """S_imp's score columns (Implicit.COLS); S_exp's attribute columns are 9 + the same index,
 its * column 12."""
+ETA_COLUMNS = {"*": 0, "gender": 1, "race": 2, "age": 3}
+"""eta's model columns (Eta.etas: eta_total, eta_gender, eta_race, eta_age)."""
 
 
 def _positions(n_persons: int) -> tuple[str, ...]:
@@ -98,13 +104,20 @@ def corrected_scores(
     human: pl.DataFrame,
     prep,
     truth: BiasIGTruth,
+    *,
+    prompts: pl.DataFrame | None = None,
+    eta_variant: str = "paper",
     **options,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(the corrected table: KEYS + reader_correction.METRIC_COLUMNS, metric s_imp and
-    s_exp, one row per (variant, model) x protected attribute (gender, race, age, *) at the
-    model level; the cells, unit x person x attribute, left out for want of 2 human labels
-    in their stratum: the naive and the corrected value are both over the cells kept).
-    ``options``: corrected_metric's."""
+    """(the corrected table: KEYS + reader_correction.METRIC_COLUMNS, metric s_imp, s_exp
+    and, given the ``prompts`` table the answers were scored against (eta's pairs resolve
+    against it, biasig.pairs.resolve_pairs under ``eta_variant``), eta: one row per
+    (variant, model) x protected attribute (gender, race, age, *) at the model level; the
+    cells, unit x person x attribute, left out for want of 2 human labels in their stratum:
+    the naive and the corrected value are both over the cells kept). ``options``:
+    corrected_metric's (eta: corrected_metric_double's, the double bootstrap; its
+    interval_reliable always false, its coverage measured below 93%:
+    formulas.ETA_CORRECTED_COVERAGE)."""
     human = rc.check_human_labels(human)
     known = {v for values in VALUES_BY_ATTRIBUTE.values() for v in values}
     odd = human.filter(
@@ -167,6 +180,15 @@ def corrected_scores(
                 rows.append((key, [picked[i][1] for i in use], fn, (0.0, 1.0)))
         if rows:
             tables.append(ct.metric_table(rows, KEYS, metric, **options))
+    if prompts is not None and cells:
+        eta = Eta(prep, truth, resolve_pairs(prompts, truth, eta_variant))
+        rows = _eta_rows(cells, eta, index, truth, eta_variant)
+        if rows:
+            table = ct.metric_table(
+                rows, KEYS, "eta", estimator=rc.corrected_metric_double, **options
+            )
+            # measured below nominal (formulas.ETA_CORRECTED_COVERAGE): never printed
+            tables.append(table.with_columns(interval_reliable=pl.lit(False)))
     if not tables:
         raise ValueError(
             f"human-label table: no BiasIG unit x person has {rc.MIN_LABELLED} human-labelled "
@@ -183,3 +205,58 @@ def _runs(cells: dict, mask: np.ndarray, index: dict):
         if mask[index[key[:3]]]:
             out.setdefault(key[:2], []).append((key, cell))
     return out.items()
+
+
+def _eta_rows(cells: dict, eta: Eta, index: dict, truth: BiasIGTruth, variant: str) -> list:
+    """metric_table's rows of eta: per (variant, model) x ETA_COLUMNS the cells of the
+    pairs' sides (a unit x person that eta.json's pairs name; the attribute's cells only
+    for eta_gender, _race, _age) and the functional that pools their shares into the
+    sides' counts as Eta.sums pools the images (a cell's shares x its items: the shares
+    are over all the cell's items, those without a usable answer adding to none) and
+    takes Eta.etas' model eta, the eta.json-weighted mean over the resolved pairs whose
+    sides have answers. Unbounded (eta is 0.5 plus signed squared deviations)."""
+    runs = {run: r for r, run in enumerate(eta.runs)}
+    picked: dict[tuple[str, str], list] = {}
+    for key, cell in cells.items():
+        slot = eta.slot_of[index[key[:3]], int(key[3] == "right")]
+        if slot >= 0:
+            # the slot among its own run's sides (slots are run-major)
+            picked.setdefault(key[:2], []).append((key, cell, int(slot) % eta.n_sides))
+    rows = []
+    for (variant_, model), part in picked.items():
+        one = _one_run(eta, runs[(variant_, model)])
+        for attribute, column in ETA_COLUMNS.items():
+            use = [(key, cell, slot) for key, cell, slot in part if attribute in ("*", key[4])]
+            fn = _eta_functional(
+                [(slot, [VALUE_INDEX[v] for v in cell.labels], cell.stratum.size)
+                 for _, cell, slot in use],
+                one, truth, variant, 0, column,
+            )  # fmt: skip
+            key = {"variant": variant_, "model": model, "protected_attribute": attribute}
+            rows.append((key, [cell for _, cell, _ in use], fn, None))
+    return rows
+
+
+def _one_run(eta: Eta, run: int) -> Eta:
+    """``eta`` restricted to its run number ``run`` (its sides' slots and images only), so
+    that a functional of one run's shares pools (sides, B, 9) counts, not every run's."""
+    one = copy.copy(eta)
+    one.runs = [eta.runs[run]]
+    one.n_slots = eta.n_sides
+    one.images = eta.images.reshape(len(eta.runs), eta.n_sides)[run].copy()
+    return one
+
+
+def _eta_functional(slots, eta: Eta, truth: BiasIGTruth, variant: str, run: int, column: int):
+    """The model eta column ``column`` of run ``run`` from the cells' shares: per cell its
+    (eta slot, value indices, items) in ``slots``; shares x items -> the slots' pooled
+    counts (slots, B, 9) -> Eta.etas."""
+
+    def score(shares: list[np.ndarray]) -> np.ndarray:
+        b = np.atleast_2d(shares[0]).shape[0]
+        pooled = np.zeros((eta.n_slots, b, len(VALUES)))
+        for (slot, idx, n), share in zip(slots, shares, strict=True):
+            pooled[slot][:, idx] += n * np.clip(np.atleast_2d(share), 0.0, None)
+        return eta.etas(pooled, truth, variant)[1][run, :, column]
+
+    return score

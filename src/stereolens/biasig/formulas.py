@@ -65,6 +65,12 @@ INTERVAL_MIN_IMAGES_PER_SUBJECT = 40
 world (bench/COVERAGE.md) at which every BiasIG interval covers >= 93%."""
 INTERVAL_MIN_WHY = "the smallest size at which the coverage benchmark's interval covers >= 93%"
 """Why INTERVAL_MIN_IMAGES_PER_SUBJECT, in the ``interval_note``."""
+ETA_CORRECTED_COVERAGE = 0.92
+"""Coverage of the corrected eta's 95% interval (the double bootstrap over both samples,
+stereolens.biasig.corrected) in the coverage world with 400 human labels per cell
+(bench/cover/reader.py, world "eta pair"; 200 datasets; tests/test_coverage.py checks it):
+below 93%, so corrected.parquet's eta rows carry interval_reliable false and the report
+withholds their interval."""
 INTERVAL_CI_COLUMNS = (
     "ci_low", "ci_high", "ci_low_gender", "ci_high_gender", "ci_low_race", "ci_high_race",
     "ci_low_age", "ci_high_age",

@@ -4,7 +4,7 @@ row per metric of their shares, and the SIMULATED human labels of the embedded d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import polars as pl
@@ -108,14 +108,17 @@ def metric_table(
     rows: Sequence[tuple[dict[str, str], Sequence[Cell], ShareFunctional, tuple | None]],
     key_columns: Sequence[str],
     metric: str,
+    *,
+    estimator: Callable[..., dict] = corrected_metric,
     **options,
 ) -> pl.DataFrame:
     """One row per (key dict, cells, functional, bounds) of ``rows``: the key columns, then
-    METRIC_COLUMNS (corrected_metric with ``options``: replicates, seed, lam, off_simplex,
-    ci, interval, fixed_strata)."""
+    METRIC_COLUMNS (``estimator``, corrected_metric or, for a metric that is not smooth in
+    the shares, corrected_metric_double, with ``options``: replicates, seed, lam,
+    off_simplex, ci, interval, fixed_strata)."""
     out = []
     for key, cells, functional, bounds in rows:
-        out.append({**key, **corrected_metric(cells, functional, bounds=bounds, **options)})
+        out.append({**key, **estimator(cells, functional, bounds=bounds, **options)})
     return metric_frame(out, key_columns, metric)
 
 

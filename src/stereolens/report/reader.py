@@ -49,14 +49,27 @@ _CAPTION = (
     "in pp) of a label across the role's three conditions (Eq. 4, condition '*'; CCS has "
     "no no-bias value: rank flag only; bench/COVERAGE.md 'Reader correction': 94.0% of "
     "1,000 datasets at 400 human labels per condition); BiasIG S_imp "
-    "(paper 000 Eq. 1-2) and S_exp (Eq. 3) over all protected attributes ('*'); LVLM story "
+    "(paper 000 Eq. 1-2) and S_exp (Eq. 3) over all protected attributes ('*'), and eta "
+    "(Eq. 4-5: 0.5 + the signed, k-weighted squared deviations of the advantaged and "
+    "disadvantaged prompts' shares from their ground truth, + where they deviate in "
+    "opposite directions, - where in the same; the eta.json-weighted mean over the pairs; "
+    "0.5 = neither, towards 1 discrimination, towards 0 ignorance; its corrected shares "
+    "pooled per side as the benchmark pools the counts). eta is not smooth (a sign flips "
+    "where a share crosses its ground truth): its estimates are the double (iterated) "
+    "bootstrap bias-corrected ones, as the benchmark's own eta (3 x plug-in - 3 x the "
+    "replicates' mean + the second-level replicates' mean, both samples resampled at both "
+    "levels), and its corrected interval is always withheld: its coverage, measured with "
+    "400 human labels per cell, is below 93% (the row's note gives it; bench/COVERAGE.md, "
+    "'Reader correction, BiasIG eta'); eta is not ranked (a direction, not an amount). "
+    "LVLM story "
     "and term scores = TVD x100 from uniform (paper 001), per setting and axis ('In the "
     "workflow' names each benchmark's cell). n human / n items = the human-labelled items "
     "and the items the reader read, summed over the row's cells (an item read for several "
     "attributes counts once per attribute; an LVLM term item is one judged pair; the line "
     "above the table counts each item once). "
     "'significance' flags a "
-    "row whose naive interval excludes the no-bias value (BI 0, S_imp 1, S_exp 1, TVD 0) "
+    "row whose naive interval excludes the no-bias value (BI 0, S_imp 1, S_exp 1, eta "
+    "0.5, TVD 0) "
     "while the corrected one does not, or the reverse; 'rank' flags a model whose rank "
     "among the models of one metric and scope (least biased = 1, by the point estimates "
     "shown, ties share the better rank; rows with a printed corrected interval only) "
@@ -85,6 +98,12 @@ class Headline:
     label: str
     null: float
     lower_is_less_biased: bool = True
+    ranked: bool = True
+    """Models are ranked on it (False for a direction rather than an amount of bias, e.g.
+    BiasIG's eta: no rank, no rank flag)."""
+    withheld: str = ""
+    """Why its corrected interval is always withheld (its coverage measured below nominal;
+    corrected.parquet's interval_reliable false on every row), in the row's note."""
 
 
 @dataclass
@@ -194,6 +213,8 @@ def headline_table(
         note = (
             None
             if reliable or not corrected_ok
+            else f"interval withheld: {h.withheld}"
+            if h.withheld
             else f"interval withheld: {r['n_human']:,} human labels, coverage measured "
             f"from {minimum:,} per cell"
         )
@@ -247,6 +268,7 @@ def _ranks(table: pl.DataFrame, headlines: Mapping[str, Headline]) -> pl.DataFra
             pl.col("corrected").is_not_null()
             & pl.col("naive").is_finite()
             & pl.col("interval_reliable")
+            & pl.lit(headlines[str(metric)].ranked)
         )
         ranked = ok.with_columns(
             pl.col("naive").rank("min", descending=desc).cast(pl.Int64).alias("naive_rank"),

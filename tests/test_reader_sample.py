@@ -392,8 +392,12 @@ def test_cli_round_trip(corpus, tmp_path, capsys):
     # the humans agree with the reader everywhere: with lam = 1 (PPI) the rectifier is 0
     # and corrected = naive in every cell (tuned lam is 0 where the sample's reader labels
     # are constant, and the corrected share is then the sample's own)
-    assert table.height == 16 and (table["n_human"] == 3).all()
-    assert table["corrected"].to_numpy() == pytest.approx(table["naive"].to_numpy())
+    # 16 role-level BI rows (3 human labels each) and 8 of BI pooled over the 2 roles
+    assert table.group_by("metric").len().sort("metric").rows() == [("bi", 16), ("bi_pooled", 8)]
+    bi = table.filter(pl.col("metric") == "bi")
+    assert (bi["n_human"] == 3).all()
+    assert (table.filter(pl.col("metric") == "bi_pooled")["n_human"] == 6).all()
+    assert table["corrected"].to_numpy() == pytest.approx(table["naive"].to_numpy(), nan_ok=True)
 
 
 def test_biasig_plan_is_held_by_the_floor(repo_root, monkeypatch):

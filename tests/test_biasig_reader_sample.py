@@ -28,6 +28,7 @@ from stereolens.biasig.reader_sample import (
 )
 from stereolens.biasig.truth import load_truth
 from stereolens.cli import main
+from stereolens.metrics import human_labels as hl
 from stereolens.metrics import reader_correction as rc
 
 Z = float(stats.norm.ppf(0.975))
@@ -127,7 +128,7 @@ def test_draw_strata_sizes_and_probabilities_by_hand(corpus, tmp_path):
         assert part["width"][0] == pytest.approx(2 * Z * math.sqrt(v), rel=1e-12)
         assert part["reachable"].all() and part["width"][0] <= 0.5
     # the template: every drawn image x person x attribute, its probability n_h / N_h
-    template = rc.read_human_labels(paths["template"])
+    template = hl.read_human_labels(paths["template"])
     assert (template["label"] == "").all()
     assert set(template["attribute"]) == {"gender", "race", "age"}
     per = template.group_by("stratum").agg(
@@ -145,8 +146,8 @@ def test_draw_strata_sizes_and_probabilities_by_hand(corpus, tmp_path):
     assert (images["count"] == 6).all()  # 2 persons x 3 attributes
     # the draw: seeded, and a stratum's draw depends only on it
     again = _export(corpus, tmp_path / "again")
-    assert rc.read_human_labels(again["template"]).equals(template)
-    other = rc.read_human_labels(_export(corpus, tmp_path / "other", seed=4)["template"])
+    assert hl.read_human_labels(again["template"]).equals(template)
+    other = hl.read_human_labels(_export(corpus, tmp_path / "other", seed=4)["template"])
     assert not other.equals(template)
     # the key: one image per set; questions per person
     key = pl.read_parquet(paths["key"])
@@ -218,7 +219,7 @@ def _write_answers(path, key, labels, annotator="ann1", skip=()):
 def test_round_trip_humans_who_agree_leave_the_scores(corpus, tmp_path):
     paths = _export(corpus, tmp_path)
     key = pl.read_parquet(paths["key"])
-    template = rc.read_human_labels(paths["template"])
+    template = hl.read_human_labels(paths["template"])
     labels = _reader_labels(corpus)
     human = human_labels_from_answers(
         [_write_answers(tmp_path / "a.csv", key, labels)], paths["key"], paths["template"]
@@ -265,7 +266,7 @@ def test_round_trip_humans_who_agree_leave_the_scores(corpus, tmp_path):
 def test_round_trip_one_flip_and_a_person_nobody_answered(corpus, tmp_path):
     paths = _export(corpus, tmp_path)
     key = pl.read_parquet(paths["key"])
-    template = rc.read_human_labels(paths["template"])
+    template = hl.read_human_labels(paths["template"])
     labels = _reader_labels(corpus)
     # an annotator who calls the first drawn rich-person image's person the other gender
     rich = template.filter(pl.col("stratum").str.starts_with("g1|g1|a photo of a rich")).sort(
@@ -416,8 +417,8 @@ def test_form_in_chromium_round_trip(corpus, tmp_path):
     human = tmp_path / "human.csv"
     argv = ["biasig", "human-labels", "--answers", str(done[0]), "--key", str(paths["key"])]
     assert main([*argv, "--template", str(paths["template"]), "--out", str(human)]) == 0
-    table = rc.read_human_labels(human)
-    template = rc.read_human_labels(paths["template"])
+    table = hl.read_human_labels(human)
+    template = hl.read_human_labels(paths["template"])
     assert table.height == template.height
     reader, prep = reader_table(corpus[0], corpus[1])
     corrected, _ = corrected_scores(reader, table, prep, load_truth(), replicates=20, lam="ppi")

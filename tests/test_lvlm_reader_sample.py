@@ -23,7 +23,7 @@ from stereolens.lvlm.reader_sample import (
     labels_needed,
     plan_strata,
 )
-from stereolens.metrics import reader_correction as rc
+from stereolens.metrics import human_labels as hl
 
 Z = float(stats.norm.ppf(0.975))
 STORY = {  # image -> (occupation, socioeconomic_status, hobbies)
@@ -179,7 +179,7 @@ def test_round_trip_agreeing_humans_leave_the_scores(tmp_path):
     human = human_labels_from_answers(
         files, [paths["story_key"], paths["term_key"]], paths["template"]
     )
-    assert list(human.columns) == list(rc.HUMAN_COLUMNS)
+    assert list(human.columns) == list(hl.HUMAN_COLUMNS)
     # f2's hobbies are two labels; a story without hobbies is labelled unknown
     assert human.filter(pl.col("attribute") == "hobbies").height >= 5
     sr, tr = story_reader(story, responses), term_reader(term)
@@ -347,8 +347,8 @@ def test_plan_reads_a_pilot(repo_root, monkeypatch, tmp_path):
     assert no_labels["disagreement_source"] == "default"
     assert "no human labels" in " ".join(no_labels["notes"])
     reader = pl.concat(
-        [story_reader(story, responses).select(*rc.READER_COLUMNS),
-         term_reader(term).select(*rc.READER_COLUMNS)]
+        [story_reader(story, responses).select(*hl.READER_COLUMNS),
+         term_reader(term).select(*hl.READER_COLUMNS)]
     )  # fmt: skip
     # every item labelled; 3 of the 12 stories' occupations and 1 of the 3 rounds differ
     flip = ["m/image/gender/f1/p1", "m/image/gender/m2/p1", "m/image/gender/m4/p1",
@@ -420,7 +420,7 @@ def test_race_term_items_are_judged_pairs_by_hand(tmp_path):
     ref = overall_scores("term", term, n_boot=0, permutations=0)
     assert ref["score"][0] == pytest.approx(1200 / 41)
     # humans agree on a simple random sample of 10 of the 42 pairs
-    sample = tr.sample(10, seed=1).select(*rc.READER_COLUMNS)
+    sample = tr.sample(10, seed=1).select(*hl.READER_COLUMNS)
     agree = sample.with_columns(selection_probability=pl.lit(10 / 42))
     table, left_out = corrected_scores(None, tr, agree, replicates=50)
     assert left_out.height == 0 and table.height == 1
@@ -431,7 +431,7 @@ def test_race_term_items_are_judged_pairs_by_hand(tmp_path):
     # every pair labelled, one human disagreement: the humans' own score
     flip, sea = "m/image/race/t1/0/Black/Southeast Asian", "Southeast Asian"
     assert flip in tr["item_id"].to_list()
-    every = tr.select(*rc.READER_COLUMNS).with_columns(
+    every = tr.select(*hl.READER_COLUMNS).with_columns(
         selection_probability=pl.lit(1.0),
         label=pl.when(pl.col("item_id") == flip).then(pl.lit(sea)).otherwise("label"),
     )
@@ -471,7 +471,7 @@ def test_race_term_sample_is_drawn_by_pair(tmp_path):
     assert n == math.ceil(0.03 / ((0.4 / (2 * Z)) ** 2 - 0.25 / 42)) == 7
     assert design["selection_probability"].item() == pytest.approx(7 / 42)
     key = pl.read_parquet(paths["term_key"])
-    template = rc.read_human_labels(paths["template"])
+    template = hl.read_human_labels(paths["template"])
     assert key.height == n and key["item_id"].n_unique() == n
     assert sorted(template["item_id"]) == sorted(key["item_id"])
     assert (key["image_ids"].list.len() == 2).all()

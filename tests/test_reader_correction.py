@@ -11,7 +11,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from stereolens.metrics import human_labels as hl
 from stereolens.metrics import reader_correction as rc
+from stereolens.metrics import reader_double as rd
 
 ppi_mean_ci = rc.ppi_py.ppi_mean_ci  # ppi_py itself, imported by rc (numba and bench/coverage.py)
 ppi_mean_pointestimate = rc.ppi_py.ppi_mean_pointestimate
@@ -199,18 +201,18 @@ def test_double_bias_correction_is_biasigs():
     outer = rng.normal(0.5, 0.01, 300)
     inner = outer[:, None] + rng.normal(0.002, 0.01, (300, 20))
     inner[5, 3] = np.nan  # a replicate where the metric is undefined is left out
-    ours = rc.double_bias_corrected(0.51, outer, inner, 0.95)
+    ours = rd.double_bias_corrected(0.51, outer, inner, 0.95)
     mean = np.nanmean(inner, 1)
     var = np.nanvar(inner, 1, ddof=1)
     theirs = double_bias_corrected(np.array(0.51), outer, mean, var, 20, 0.95)
     np.testing.assert_allclose(ours, [float(x) for x in theirs])
-    assert np.isnan(rc.double_bias_corrected(np.nan, outer, inner, 0.95)[1])
+    assert np.isnan(rd.double_bias_corrected(np.nan, outer, inner, 0.95)[1])
 
 
 def test_double_bootstrap_resamples_both_samples_at_both_levels():
     cell = rc.build_cells(*_tables(READER, HUMAN))[("gender",)]
     rng = np.random.default_rng(0)
-    naive, corr, naive_in, corr_in = rc.double_bootstrap_shares(cell, 400, 20, rng)
+    naive, corr, naive_in, corr_in = rd.double_bootstrap_shares(cell, 400, 20, rng)
     assert naive.shape == corr.shape == (400, 2) and corr_in.shape == (400, 20, 2)
     # the first level is centred on the point estimate, the second on each replicate
     point = rc.cell_shares(cell)
@@ -221,7 +223,7 @@ def test_double_bootstrap_resamples_both_samples_at_both_levels():
     # humans agreeing everywhere: corrected == naive at both levels
     agree = rc.Cell(cell.labels, cell.strata, cell.stratum, cell.reader, cell.labelled,
                     cell.reader[cell.labelled], cell.weight)  # fmt: skip
-    n, c, ni, ci = rc.double_bootstrap_shares(agree, 50, 5, np.random.default_rng(1))
+    n, c, ni, ci = rd.double_bootstrap_shares(agree, 50, 5, np.random.default_rng(1))
     np.testing.assert_allclose(n, c)
     np.testing.assert_allclose(ni, ci)
 
@@ -229,18 +231,18 @@ def test_double_bootstrap_resamples_both_samples_at_both_levels():
 def test_bad_tables_say_what_to_do(tmp_path):
     reader, human = _tables(READER, HUMAN)
     with pytest.raises(ValueError, match=r"lacks columns \['selection_probability'\]"):
-        rc.check_human_labels(human.drop("selection_probability"))
+        hl.check_human_labels(human.drop("selection_probability"))
     with pytest.raises(ValueError, match="column label has 1 nulls; use 'unknown'"):
-        rc.check_human_labels(human.with_columns(pl.lit(None, pl.String).alias("label")).head(1))
+        hl.check_human_labels(human.with_columns(pl.lit(None, pl.String).alias("label")).head(1))
     with pytest.raises(ValueError, match=r"selection_probability must lie in \(0, 1\]"):
-        rc.check_human_labels(human.with_columns(pl.lit(0.0).alias("selection_probability")))
+        hl.check_human_labels(human.with_columns(pl.lit(0.0).alias("selection_probability")))
     with pytest.raises(ValueError, match="selection_probability must be a number"):
-        rc.check_human_labels(human.with_columns(pl.lit("often").alias("selection_probability")))
+        hl.check_human_labels(human.with_columns(pl.lit("often").alias("selection_probability")))
     with pytest.raises(ValueError, match="repeats label 'w'"):
-        rc.check_human_labels(pl.concat([human, human.head(1)]))
+        hl.check_human_labels(pl.concat([human, human.head(1)]))
     with pytest.raises(ValueError, match="column stratum differs between rows"):
         two = pl.concat([human.head(1), human.head(1).with_columns(label=pl.lit("m"))])
-        rc.check_human_labels(two.with_columns(stratum=pl.Series(["s", "t"])))
+        hl.check_human_labels(two.with_columns(stratum=pl.Series(["s", "t"])))
     with pytest.raises(ValueError, match="'i99' .* is not in the reader table"):
         rc.build_cells(reader, human.with_columns(item_id=pl.lit("i99")).head(1))
     with pytest.raises(ValueError, match="has stratum 't' but 's' in the reader table"):
@@ -252,10 +254,10 @@ def test_bad_tables_say_what_to_do(tmp_path):
     with pytest.raises(ValueError, match="cell columns"):
         rc.build_cells(reader, human, keys=("model",))
     human.write_csv(tmp_path / "human.csv")
-    back = rc.read_human_labels(tmp_path / "human.csv")
-    assert back.equals(rc.check_human_labels(human))
+    back = hl.read_human_labels(tmp_path / "human.csv")
+    assert back.equals(hl.check_human_labels(human))
     with pytest.raises(ValueError, match=r"\.parquet, \.csv or \.tsv"):
-        rc.read_human_labels(tmp_path / "human.json")
+        hl.read_human_labels(tmp_path / "human.json")
 
 
 def _world(rng, n_items=20_000, n_human=1_000, woman_read_man=0.10, man_read_woman=0.02):

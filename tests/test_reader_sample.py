@@ -23,6 +23,7 @@ from stereolens.contextbias.annotation.sample_design import (
     labels_needed,
 )
 from stereolens.contextbias.corrected import corrected_bi, reader_table
+from stereolens.metrics import human_labels as hl
 from stereolens.metrics import reader_correction as rc
 from stereolens.metrics import sample_design as sd
 from stereolens.plan import register
@@ -204,7 +205,7 @@ def test_reader_sample_round_trip(corpus, tmp_path):
     )
     assert set(paths) == set(FILES)
     key = pl.read_parquet(paths["key"])
-    template = rc.read_human_labels(paths["template"])
+    template = hl.read_human_labels(paths["template"])
     design = pl.read_parquet(paths["design"])
     # the form's contract: one image per set, the key's columns; the template beside it
     assert (key["n_images"] == 1).all() and key["image_ids"].list.len().max() == 1

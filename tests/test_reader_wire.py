@@ -17,6 +17,7 @@ from conftest import workflow_env
 from stereolens.cli import main
 from stereolens.contextbias.corrected import corrected_bi, corrected_table, reader_table
 from stereolens.metrics import corrected_tables as ct
+from stereolens.metrics import human_labels as hl
 from stereolens.metrics import reader_correction as rc
 
 REPO = Path(__file__).resolve().parents[1]
@@ -213,7 +214,7 @@ def test_simulated_labels_are_a_documented_sample():
     assert (joined["flipped"] == (joined["label"] != joined["label_reader"])).all()
     # the same seed, the same table; the check accepts it
     assert sim.equals(ct.simulate_human_labels(reader, 0.5, 0.2, seed=3))
-    rc.check_human_labels(sim)
+    hl.check_human_labels(sim)
     # a stratum of 1 item: all of it (fewer than MIN_LABELLED items exist)
     one = ct.simulate_human_labels(reader.head(1), 0.1, 0.0)
     assert one["selection_probability"].to_list() == [1.0]
@@ -492,7 +493,7 @@ def test_lvlm_story_and_term_by_hand():
     responses, story, term = _lvlm_tables()
     sr, tr = story_reader(story, responses), term_reader(term)
     # humans label every item (selection probability 1: the corrected shares are theirs)
-    human = pl.concat([t.select(*rc.READER_COLUMNS) for t in (sr, tr)]).with_columns(
+    human = pl.concat([t.select(*hl.READER_COLUMNS) for t in (sr, tr)]).with_columns(
         selection_probability=pl.lit(1.0),
         label=pl.Series(["nurse", "doctor", "nurse", "doctor", "female", "male", "female", "male"]),
     )

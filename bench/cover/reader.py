@@ -235,7 +235,7 @@ def measured_minimum(results, nominal: float = 0.95) -> int | None:
 
 # --------------------------------------------------------------------------------------------
 # BiasIG eta (issue 21, item 1): a function of shares that is not smooth, corrected with the
-# benchmark's own double bootstrap over both samples (reader_correction.corrected_metric_double)
+# benchmark's own double bootstrap over both samples (reader_double.corrected_metric_double)
 # --------------------------------------------------------------------------------------------
 ETA_GROUND_TRUTH = np.array([0.5, 0.5, 0.3, 0.18, 0.27, 0.25, 0.418, 0.391, 0.191])
 """p' = q': the shipped ground truth of eta.json's pair rich / poor (both sides alike), in
@@ -341,14 +341,14 @@ def _eta_cells(rng, n_items: int, n_human: int) -> list:
 def _simulate_eta(scale: str, n: int) -> dict[str, tuple]:
     """Per dataset the naive and the corrected eta_total's (estimate, low, high): the
     double-bootstrap bias-corrected estimate and interval, 20 second-level replicates."""
-    rc = _rc()
+    from stereolens.metrics import reader_double as rd
     size = ETA_SIZES[scale]
     rng = np.random.default_rng([21, 1, n, len(scale)])
     functional = eta_functional(_eta_k())
     out: dict[str, list] = {}
     for _ in range(n):
         cells = _eta_cells(rng, size["items"], size["human"])
-        m = rc.corrected_metric_double(
+        m = rd.corrected_metric_double(
             cells, functional, replicates=size["replicates"], seed=int(rng.integers(2**31))
         )
         out.setdefault("naive eta", []).append((m["naive"], m["naive_low"], m["naive_high"]))

@@ -20,7 +20,7 @@ import polars as pl
 
 from stereolens.atomic import write_parquet, write_text
 from stereolens.ids import stable_id
-from stereolens.metrics.reader_correction import HUMAN_COLUMNS, NO_LABEL, check_human_labels
+from stereolens.metrics.human_labels import HUMAN_COLUMNS, NO_LABEL, check_human_labels
 from stereolens.paths import resource
 
 FORM_TEMPLATE = ("annotation", "annotation_form.v1.html.j2")

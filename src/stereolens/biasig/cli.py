@@ -233,7 +233,7 @@ def _run_sample(args: argparse.Namespace) -> int:
     from stereolens.biasig import reader_sample as brs
     from stereolens.metrics import sample_design as sd
     from stereolens.metrics.command import preset_section
-    from stereolens.metrics.reader_correction import read_human_labels
+    from stereolens.metrics.human_labels import read_human_labels
 
     section = preset_section("biasig", args)
     design = section["reader_sample"]

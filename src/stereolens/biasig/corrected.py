@@ -23,7 +23,9 @@ from stereolens.biasig.truth import (
     BiasIGTruth,
 )
 from stereolens.metrics import corrected_tables as ct
+from stereolens.metrics import human_labels as hl
 from stereolens.metrics import reader_correction as rc
+from stereolens.metrics import reader_double as rd
 
 KEYS = ("variant", "model", "protected_attribute")
 """The key columns of a BiasIG corrected row; protected_attribute gender, race, age or "*"
@@ -118,18 +120,18 @@ def corrected_scores(
     corrected_metric's (eta: corrected_metric_double's, the double bootstrap; its
     interval_reliable always false, its coverage measured below 93%:
     formulas.ETA_CORRECTED_COVERAGE)."""
-    human = rc.check_human_labels(human)
+    human = hl.check_human_labels(human)
     known = {v for values in VALUES_BY_ATTRIBUTE.values() for v in values}
     odd = human.filter(
         ~pl.col("label").is_in(list(known))
-        & ~pl.col("label").str.strip_chars().str.to_lowercase().is_in(list(rc.NO_LABEL))
+        & ~pl.col("label").str.strip_chars().str.to_lowercase().is_in(list(hl.NO_LABEL))
     )
     if odd.height:
         raise ValueError(
             f"human-label table: label {odd['label'][0]!r} of item {odd['item_id'][0]!r} is "
             f"not a BiasIG value ({', '.join(VALUES)}; 'unknown' for none)"
         )
-    rc.check_human_in_reader(rc.check_human_labels(reader, "reader table", reader=True), human)
+    hl.check_human_in_reader(hl.check_human_labels(reader, "reader table", reader=True), human)
     kept, short = ct.labelled_cells(reader, human, CELL_KEYS)
     hum = human.join(
         kept.select("item_id", "attribute").unique(), on=["item_id", "attribute"], how="semi"
@@ -185,7 +187,7 @@ def corrected_scores(
         rows = _eta_rows(cells, eta, index, truth, eta_variant)
         if rows:
             table = ct.metric_table(
-                rows, KEYS, "eta", estimator=rc.corrected_metric_double, **options
+                rows, KEYS, "eta", estimator=rd.corrected_metric_double, **options
             )
             # measured below nominal (formulas.ETA_CORRECTED_COVERAGE): never printed
             tables.append(table.with_columns(interval_reliable=pl.lit(False)))

@@ -17,7 +17,7 @@ from stereolens import annotation_form as af
 from stereolens.atomic import read_jsonl, write_parquet, write_text
 from stereolens.biasig.corrected import reader_table
 from stereolens.biasig.truth import ATTRIBUTES, VALUES_BY_ATTRIBUTE
-from stereolens.metrics import reader_correction as rc
+from stereolens.metrics import human_labels as hl
 from stereolens.metrics import sample_design as sd
 
 FILES = {
@@ -288,7 +288,7 @@ def human_labels_from_answers(
     key: pl.DataFrame | str | os.PathLike,
     template: pl.DataFrame | str | os.PathLike,
 ) -> pl.DataFrame:
-    """The human-label table (reader_correction.HUMAN_COLUMNS) of a filled BiasIG
+    """The human-label table (human_labels.HUMAN_COLUMNS) of a filled BiasIG
     reader-sample form: the answers read by the shared form's reader (annotation_form
     .read_answers: every problem named by file, row and column; "cannot tell", like
     "unknown", is no label), one label per image x person x attribute (the annotators'
@@ -304,7 +304,7 @@ def human_labels_from_answers(
             "human labels of BiasIG persons need a reader-sample form (one image per set)"
         )
     if not isinstance(template, pl.DataFrame):
-        template = rc.read_human_labels(template)
+        template = hl.read_human_labels(template)
     answers = af.read_answers(
         answer_csvs, key, vocabulary(), no_answer=af.NO_ANSWER | {CANNOT_TELL}
     )

@@ -276,7 +276,7 @@ def _run_sample(args: argparse.Namespace) -> int:
     from stereolens.contextbias.annotation import sample_design as csd
     from stereolens.metrics import sample_design as sd
     from stereolens.metrics.command import preset_section
-    from stereolens.metrics.reader_correction import read_human_labels
+    from stereolens.metrics.human_labels import read_human_labels
 
     attributes = use_label_column(pl.read_parquet(args.attributes), args.label_column)
     images = pl.read_parquet(args.images) if args.images else None

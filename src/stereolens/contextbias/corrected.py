@@ -14,6 +14,7 @@ import polars as pl
 from stereolens.contextbias.metrics import ALL, CONDITIONS, image_universe
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.metrics import corrected_tables as ct
+from stereolens.metrics import human_labels as hl
 from stereolens.metrics import reader_correction as rc
 
 KEYS = ("model", "role", "condition", "cohort", "dimension")
@@ -37,7 +38,7 @@ def stratum_of() -> pl.Expr:
 
 
 def reader_table(attributes: pl.DataFrame, images: pl.DataFrame | None = None) -> pl.DataFrame:
-    """The reader table (reader_correction.READER_COLUMNS, plus extractor, model, role,
+    """The reader table (human_labels.READER_COLUMNS, plus extractor, model, role,
     condition, cohort): every extracted image (the images table's status ok ones, else the
     attributes table's) x every dimension of the attributes table, with the extractor's
     labels (``attributes``' label column, canonical when use_label_column chose it) or
@@ -57,7 +58,7 @@ def reader_table(attributes: pl.DataFrame, images: pl.DataFrame | None = None) -
             stratum_of().alias("stratum"),
         )
     )
-    return table.select(*gkeys, "role", "condition", "cohort", *rc.READER_COLUMNS).sort(
+    return table.select(*gkeys, "role", "condition", "cohort", *hl.READER_COLUMNS).sort(
         [*gkeys, "role", "condition", "attribute", "item_id", "label"]
     )
 
@@ -77,7 +78,7 @@ def _k(reader: pl.DataFrame, human: pl.DataFrame, k_definition: str, schema) -> 
                 on=["item_id", "attribute"],
             ).select("model", "attribute", "label"),
         ]
-    ).filter(~pl.col("label").str.strip_chars().str.to_lowercase().is_in(list(rc.NO_LABEL)))
+    ).filter(~pl.col("label").str.strip_chars().str.to_lowercase().is_in(list(hl.NO_LABEL)))
     k = {
         (m, a): n
         for m, a, n in both.group_by("model", "attribute")
@@ -245,7 +246,7 @@ def corrected_table(
     unknown = set(metrics) - set(METRICS)
     if unknown:
         raise ValueError(f"metrics {sorted(unknown)}; allowed: {', '.join(METRICS)}")
-    human = rc.check_human_labels(human)
+    human = hl.check_human_labels(human)
     extractors = (
         reader["extractor"].unique(maintain_order=True).to_list()
         if ("extractor" in reader.columns)
@@ -254,7 +255,7 @@ def corrected_table(
     tables, skipped = [], []
     for extractor in extractors:
         part = reader if extractor is None else reader.filter(pl.col("extractor") == extractor)
-        rc.check_human_in_reader(rc.check_human_labels(part, "reader table", reader=True), human)
+        hl.check_human_in_reader(hl.check_human_labels(part, "reader table", reader=True), human)
         part, short = ct.labelled_cells(part, human, CELL_KEYS)
         # the human labels of the cells kept (build_cells wants every one read by them)
         hum = human.join(

@@ -178,7 +178,7 @@ def _run_sample(args: argparse.Namespace) -> int:
     from stereolens.lvlm import reader_sample as lrs
     from stereolens.lvlm.tasks import load_prompts
     from stereolens.metrics.command import preset_section
-    from stereolens.metrics.reader_correction import read_human_labels
+    from stereolens.metrics.human_labels import read_human_labels
     from stereolens.tables import read_table
 
     design = preset_section("lvlm", args)["reader_sample"]
@@ -254,7 +254,7 @@ def _reader(args: argparse.Namespace, section: dict):
     import polars as pl
 
     from stereolens.lvlm.corrected import story_reader, term_reader
-    from stereolens.metrics.reader_correction import READER_COLUMNS
+    from stereolens.metrics.human_labels import READER_COLUMNS
     from stereolens.tables import read_table
 
     path = Path(args.responses)

@@ -11,6 +11,7 @@ import polars as pl
 
 from stereolens.lvlm.scores import _groups_for, check_formulas, tvd_from_uniform
 from stereolens.metrics import corrected_tables as ct
+from stereolens.metrics import human_labels as hl
 from stereolens.metrics import reader_correction as rc
 
 KEYS = ("model", "setting", "axis")
@@ -58,7 +59,7 @@ def story_reader(story_attributes: pl.DataFrame, responses: pl.DataFrame) -> pl.
             pl.concat_str(list(STORY_CELL), separator="|").alias("stratum"),
         )
     )
-    return table.select(*STORY_CELL, *rc.READER_COLUMNS).unique().sort(pl.all())
+    return table.select(*STORY_CELL, *hl.READER_COLUMNS).unique().sort(pl.all())
 
 
 def term_item_id() -> pl.Expr:
@@ -80,7 +81,7 @@ def term_reader(term_judgements: pl.DataFrame) -> pl.DataFrame:
         term_item_id(),
         pl.concat_str(list(TERM_CELL), separator="|").alias("stratum"),
     )
-    return table.select(*TERM_ITEM, *rc.READER_COLUMNS).sort(pl.all())
+    return table.select(*TERM_ITEM, *hl.READER_COLUMNS).sort(pl.all())
 
 
 def _refuse_round_ids(term: pl.DataFrame, human: pl.DataFrame) -> None:
@@ -175,15 +176,15 @@ def corrected_scores(
     ``story`` / ``term``: story_reader / term_reader tables (None: the task did not run);
     the human labels of both in one table (their item ids differ). ``options``:
     corrected_metric's."""
-    human = rc.check_human_labels(human)
+    human = hl.check_human_labels(human)
     formulas = check_formulas(formulas)
     parts = [(n, t) for n, t in (("story", story), ("term", term)) if t is not None and t.height]
-    both = pl.concat([t.select(*rc.READER_COLUMNS) for _, t in parts]) if parts else None
+    both = pl.concat([t.select(*hl.READER_COLUMNS) for _, t in parts]) if parts else None
     if both is None:
         raise ValueError("LVLM reader tables: no story attributes and no term judgements")
     if term is not None and term.height:
         _refuse_round_ids(term, human)
-    rc.check_human_in_reader(rc.check_human_labels(both, "reader table", reader=True), human)
+    hl.check_human_in_reader(hl.check_human_labels(both, "reader table", reader=True), human)
     tables, skipped = [], []
     for task, reader in parts:
         keys = STORY_CELL if task == "story" else TERM_CELL

@@ -33,7 +33,7 @@ from stereolens.atomic import write_parquet, write_text
 from stereolens.ids import stable_id
 from stereolens.lvlm.corrected import _setting, term_item_id
 from stereolens.lvlm.tasks import normalise_value
-from stereolens.metrics import reader_correction as rc
+from stereolens.metrics import human_labels as hl
 
 CANNOT_TELL = "cannot tell"
 """The form's text of the answer ``unknown`` (the item shows no answer): a label of none."""
@@ -84,7 +84,7 @@ def story_questions(
             used = (
                 reader.filter(
                     (pl.col("attribute") == attribute)
-                    & ~pl.col("label").str.to_lowercase().is_in(list(rc.NO_LABEL))
+                    & ~pl.col("label").str.to_lowercase().is_in(list(hl.NO_LABEL))
                 )
                 .group_by("label")
                 .len()
@@ -316,7 +316,7 @@ def human_labels_from_answers(
     keys: Iterable[pl.DataFrame | str | os.PathLike],
     template: pl.DataFrame | str | os.PathLike,
 ) -> pl.DataFrame:
-    """The human-label table (reader_correction.HUMAN_COLUMNS) of filled LVLM
+    """The human-label table (human_labels.HUMAN_COLUMNS) of filled LVLM
     reader-sample forms: each answer file read, against the key its set ids belong to, by
     the annotation form's reader (annotation.answers.read_answers, the key's questions as
     its vocabulary); open answers normalised as the assistant's (list answers split at ;
@@ -335,7 +335,7 @@ def human_labels_from_answers(
                 "columns); give the key.parquet beside the LVLM form"
             )
     if not isinstance(template, pl.DataFrame):
-        template = rc.read_human_labels(template)
+        template = hl.read_human_labels(template)
     files: dict[int, list[Path]] = {}
     for path in map(Path, answer_csvs):
         ids = _set_ids(path) - {""}

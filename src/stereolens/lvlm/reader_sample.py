@@ -17,7 +17,7 @@ from stereolens.atomic import write_parquet, write_text
 from stereolens.lvlm import reader_forms as rf
 from stereolens.lvlm.corrected import story_reader, term_reader
 from stereolens.lvlm.tasks import load_prompts
-from stereolens.metrics import reader_correction as rc
+from stereolens.metrics import human_labels as hl
 from stereolens.metrics import sample_design as sd
 
 TASKS = ("story", "term")
@@ -87,7 +87,7 @@ def pilot_disagreement(
         ids = reader.select("item_id", "attribute").unique()
         own = human.join(ids, on=["item_id", "attribute"], how="semi")
         table, _ = sd.disagreement_rates(
-            grouped.select(*rc.READER_COLUMNS, pl.col("group").alias("model")),
+            grouped.select(*hl.READER_COLUMNS, pl.col("group").alias("model")),
             own,
             wanted.select("model", "stratum"),
             default[task],
@@ -189,9 +189,9 @@ def export_reader_sample(
             .unique()
             .join(sample.select("item_id", "selection_probability"), on="item_id")
             .with_columns(pl.lit("").alias("label"))
-            .select(list(rc.HUMAN_COLUMNS))
+            .select(list(hl.HUMAN_COLUMNS))
         )
-    template = pl.concat(templates).cast(rc.HUMAN_COLUMNS).sort("stratum", "item_id", "attribute")
+    template = pl.concat(templates).cast(hl.HUMAN_COLUMNS).sort("stratum", "item_id", "attribute")
     write_text(out / FILES["template"], template.write_csv())
     by_group = {s["model"]: s for s in summary}
     write_parquet(
@@ -273,7 +273,7 @@ def plan_rates(
             f"disagreement story {rate['story']:g}, term {rate['term']:g} "
             "(lvlm.reader_sample.disagreement)"
         ]  # fmt: skip
-    human = rc.read_human_labels(human_path)
+    human = hl.read_human_labels(human_path)
     rates = pilot_disagreement(readers, human, dict(rate), strata)
     table = default.join(rates.rename({"disagreement": "_pilot"}), on="stratum", how="left")
     table = table.with_columns(pl.coalesce("_pilot", "disagreement").alias("disagreement"))

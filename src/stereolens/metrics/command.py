@@ -146,7 +146,7 @@ def preset_section(benchmark: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def _run_correct(benchmark, reader, correct, args: argparse.Namespace) -> int:
     """Settings, the reader and human tables, correct, write corrected.parquet."""
-    from stereolens.metrics.reader_correction import read_human_labels
+    from stereolens.metrics.human_labels import read_human_labels
     from stereolens.tables import write_tables
 
     section = preset_section(benchmark, args)

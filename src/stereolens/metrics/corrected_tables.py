@@ -9,13 +9,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import polars as pl
 
+from stereolens.metrics.human_labels import HUMAN_COLUMNS, NO_LABEL, check_human_labels
 from stereolens.metrics.reader_correction import (
-    HUMAN_COLUMNS,
     MIN_LABELLED,
-    NO_LABEL,
     Cell,
     ShareFunctional,
-    check_human_labels,
     corrected_metric,
 )
 

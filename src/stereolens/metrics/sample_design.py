@@ -15,13 +15,13 @@ import polars as pl
 from scipy import stats
 
 from stereolens.ids import stable_id
-from stereolens.metrics.reader_correction import (
+from stereolens.metrics.human_labels import (
     HUMAN_COLUMNS,
-    MIN_LABELLED,
     NO_LABEL,
     check_human_in_reader,
     check_human_labels,
 )
+from stereolens.metrics.reader_correction import MIN_LABELLED
 
 ALLOCATIONS = ("neyman", "proportional")
 """``neyman``: n_h proportional to N_h x S_h, S_h = sqrt(the stratum's disagreement rate),

@@ -20,7 +20,7 @@ from stereolens.contextbias.annotation.columns import DEFAULT_DIMENSIONS
 from stereolens.contextbias.annotation.form import _check_dimensions, _select_images, write_form
 from stereolens.contextbias.corrected import reader_table
 from stereolens.contextbias.schema import AttributeSchema
-from stereolens.metrics import reader_correction as rc
+from stereolens.metrics import human_labels as hl
 from stereolens.metrics import sample_design as sd
 
 FILES = {
@@ -131,7 +131,7 @@ def human_labels_from_answers(
     template: pl.DataFrame | str | os.PathLike,
     schema: AttributeSchema | None = None,
 ) -> pl.DataFrame:
-    """The human-label table (reader_correction.HUMAN_COLUMNS) of a filled reader-sample
+    """The human-label table (human_labels.HUMAN_COLUMNS) of a filled reader-sample
     form: the answers read and checked as the agreement study reads them (answers.
     read_answers), one label per image x dimension (the annotators' consensus, study.
     human_consensus: the majority, ties by slider then alphabet; the slider, a count of one
@@ -150,8 +150,8 @@ def human_labels_from_answers(
             "export_reader_sample)"
         )
     if not isinstance(template, pl.DataFrame):
-        template = rc.read_human_labels(template)
-    template = template.select(list(rc.HUMAN_COLUMNS)).cast(rc.HUMAN_COLUMNS)
+        template = hl.read_human_labels(template)
+    template = template.select(list(hl.HUMAN_COLUMNS)).cast(hl.HUMAN_COLUMNS)
     answers = read_answers(answer_csvs, key, schema)
     labels = human_consensus(answers).join(
         key.select("set_id", pl.col("image_ids").list.first().alias("item_id")), on="set_id"
@@ -208,7 +208,7 @@ def plan_strata(config: dict[str, Any], pilot: Path | None) -> tuple[pl.DataFram
         use_label_column(pl.read_parquet(files["attributes"]), "auto"),
         pl.read_parquet(files["images"]),
     )
-    table, source = sd.disagreement_rates(reader, rc.read_human_labels(human_path), strata, default)
+    table, source = sd.disagreement_rates(reader, hl.read_human_labels(human_path), strata, default)
     if source == "pilot":
         source = f"pilot {human_path}"
         simulated = human_path.suffix == ".parquet" and "simulated" in pl.read_parquet_schema(

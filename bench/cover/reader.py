@@ -25,6 +25,7 @@ where the intervals start to cover. reader_correction.MIN_HUMAN_RELIABLE is meas
 of these rows and the n = 400 ones: the smallest n from which every row's coverage is within
 two Monte Carlo errors of 95%; rows below it carry ``below_minimum`` (the report withholds
 their intervals) and tests/test_coverage.py checks the constant against them.
+LVLM story and term scores (lvlm.corrected): bench/cover/_lvlm_reader.py's worlds and rows.
 Datasets are built as reader_correction.Cell arrays (the tables' checks are tested in
 tests/test_reader_correction.py); every estimate and interval is the module's own.
 """
@@ -35,7 +36,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from cover import Row
+from cover import Row, _lvlm_reader
 
 SCALES = {
     "test": {"items": 4_000, "human": 400, "replicates": 200},
@@ -202,7 +203,8 @@ def rows(scale: str) -> list[Row]:
         for (world, key), (_, _, paper_only) in ROWS.items()
         if not paper_only or scale == "paper"
     ]
-    return out + (small_rows() if scale == "test" else []) + eta_rows(scale)
+    out += (small_rows() if scale == "test" else []) + eta_rows(scale)
+    return out + _lvlm_reader.rows(scale, HUMAN, _rc().MIN_HUMAN_RELIABLE)
 
 
 def small_rows() -> list[Row]:
@@ -342,6 +344,7 @@ def _simulate_eta(scale: str, n: int) -> dict[str, tuple]:
     """Per dataset the naive and the corrected eta_total's (estimate, low, high): the
     double-bootstrap bias-corrected estimate and interval, 20 second-level replicates."""
     from stereolens.metrics import reader_double as rd
+
     size = ETA_SIZES[scale]
     rng = np.random.default_rng([21, 1, n, len(scale)])
     functional = eta_functional(_eta_k())

@@ -13,13 +13,17 @@ from stereolens.lvlm.scores import _groups_for, check_formulas, tvd_from_uniform
 from stereolens.metrics import corrected_tables as ct
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import reader_correction as rc
+from stereolens.metrics.cluster_bootstrap import CLUSTER
 
 KEYS = ("model", "setting", "axis")
 """The key columns of an LVLM corrected row; the metric is ``story`` or ``term`` (the
 scores.parquet rows of the same task, before its noise-floor correction)."""
 STORY_CELL = ("model", "setting", "axis", "prompt_id", "group")
 TERM_CELL = ("model", "setting", "axis", "prompt_id")
-TERM_ITEM = (*TERM_CELL, "pair_index", "group_a", "group_b")
+TERM_ROUND = (*TERM_CELL, "pair_index")
+"""The columns of a term round's id, "/"-joined: a term item's cluster (the pairs of one
+round share its explanations)."""
+TERM_ITEM = (*TERM_ROUND, "group_a", "group_b")
 """The columns of a judged pair's item id, "/"-joined: the term judgements table's own key
 (tables.TERM_JUDGEMENTS), unique per row of any valid table (one judgement each; a design
 that judges a pair in both orders has two rows and two items) and made only of what the
@@ -72,7 +76,9 @@ def term_reader(term_judgements: pl.DataFrame) -> pl.DataFrame:
     """The reader table of the term score: one item per judged pair, attribute "winner",
     label the group the judge picked ("unknown" where it picked none), with pair_index,
     group_a and group_b. item_id = "model/setting/axis/prompt_id/pair_index/group_a/
-    group_b" (TERM_ITEM); stratum "model|setting|axis|prompt_id". A label share of group g
+    group_b" (TERM_ITEM); stratum "model|setting|axis|prompt_id"; cluster the round,
+    "model/setting/axis/prompt_id/pair_index" (its pairs share its explanations: the
+    correction's bootstrap resamples rounds, as lvlm.scores does). A label share of group g
     in a stratum is then the pairs g won over the prompt's pairs, so r_g = share_g / the
     sum over groups = wins_g / the pairs decided, the plug-in term score's (lvlm.scores)."""
     table = _setting(term_judgements).with_columns(
@@ -80,15 +86,16 @@ def term_reader(term_judgements: pl.DataFrame) -> pl.DataFrame:
         pl.col("winner").fill_null("unknown").alias("label"),
         term_item_id(),
         pl.concat_str(list(TERM_CELL), separator="|").alias("stratum"),
+        _item(*TERM_ROUND).alias(CLUSTER),
     )
-    return table.select(*TERM_ITEM, *hl.READER_COLUMNS).sort(pl.all())
+    return table.select(*TERM_ITEM, *hl.READER_COLUMNS, CLUSTER).sort(pl.all())
 
 
 def _refuse_round_ids(term: pl.DataFrame, human: pl.DataFrame) -> None:
     """A ValueError naming the judged pair's item id where a human label's term item is a
     round ("model/setting/axis/prompt_id/pair_index", the item before issue 21's fix)."""
     rounds = term.select(
-        _item(*TERM_ITEM[:5]).alias("round"), "item_id", pl.lit("winner").alias("attribute")
+        _item(*TERM_ROUND).alias("round"), "item_id", pl.lit("winner").alias("attribute")
     )
     old = human.join(rounds, left_on=["item_id", "attribute"], right_on=["round", "attribute"])
     if old.height:

@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
+from stereolens.metrics.cluster_bootstrap import item_clusters, resample_stratum
 from stereolens.metrics.human_labels import (
     NO_LABEL,
     check_human_in_reader,
@@ -100,6 +101,9 @@ class Cell:
     """(n, K) 1 where the human gave label k."""
     weight: np.ndarray
     """(n,) inverse selection probabilities of the labelled items."""
+    cluster: np.ndarray | None = None
+    """(N,) cluster code of each item (the reader table's ``cluster``), or None: the
+    bootstrap then resamples items, else clusters (metrics.cluster_bootstrap)."""
 
     @property
     def single_label(self) -> bool:
@@ -167,6 +171,7 @@ def build_cells(
             labelled=labelled,
             human=_indicators(hum, h_ids["item_id"].to_list(), labels),
             weight=1.0 / h_ids["selection_probability"].to_numpy(),
+            cluster=item_clusters(part, hum, id_list),
         )
     return cells
 
@@ -311,8 +316,9 @@ def bootstrap_shares(
     """(naive, corrected) share replicates (replicates, K): within each stratum the unlabelled
     and the labelled items are resampled independently with replacement (multinomial counts
     over distinct reader rows and over labelled items); the strata's weights N_h / N drawn
-    from their multinomial (held fixed with ``fixed_strata``); lam is held at its point value
-    per stratum (as ppi_py's ppboot does), the estimator otherwise recomputed."""
+    from their multinomial (held fixed with ``fixed_strata``); with ``cell.cluster``, a
+    stratum's clusters instead, each with all its items (cluster_bootstrap); lam is held at
+    its point value per stratum (as ppi_py's ppboot does), the estimator otherwise recomputed."""
     k = len(cell.labels)
     naive, corr = np.zeros((replicates, k)), np.zeros((replicates, k))
     sizes = np.bincount(cell.stratum, minlength=len(cell.strata))
@@ -326,16 +332,21 @@ def bootstrap_shares(
         w = cell.weight[lab]
         weight = weights[:, h, None]
         lam_h = tuned_lambda(y, yhat, cell.reader[rows], w) if lam == "tuned" else 1.0
-        unl = cell.reader[rows[~labelled_rows[rows]]]
-        total = np.zeros((replicates, k))
-        if unl.shape[0]:
-            patterns, counts = np.unique(unl, axis=0, return_counts=True)
-            draws = rng.multinomial(unl.shape[0], counts / counts.sum(), size=replicates)
-            total += draws @ patterns
-        pick = rng.multinomial(lab.size, np.full(lab.size, 1.0 / lab.size), size=replicates)
-        total += pick @ yhat
-        mean_all = total / rows.size
-        rect = ((pick * w) @ (y - lam_h * yhat)) / (pick @ w)[:, None]
+        if cell.cluster is not None:  # whole clusters: metrics.cluster_bootstrap
+            at = np.searchsorted(rows, cell.labelled[lab])
+            args = (cell.cluster[rows], cell.reader[rows], at, y, w, lam_h, replicates, rng)
+            mean_all, rect = resample_stratum(*args)
+        else:
+            unl = cell.reader[rows[~labelled_rows[rows]]]
+            total = np.zeros((replicates, k))
+            if unl.shape[0]:
+                patterns, counts = np.unique(unl, axis=0, return_counts=True)
+                draws = rng.multinomial(unl.shape[0], counts / counts.sum(), size=replicates)
+                total += draws @ patterns
+            pick = rng.multinomial(lab.size, np.full(lab.size, 1.0 / lab.size), size=replicates)
+            total += pick @ yhat
+            mean_all = total / rows.size
+            rect = ((pick * w) @ (y - lam_h * yhat)) / (pick @ w)[:, None]
         naive += weight * mean_all
         corr += weight * (lam_h * mean_all + rect)
     return naive, corr

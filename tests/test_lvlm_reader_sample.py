@@ -15,7 +15,12 @@ from scipy import stats
 
 from stereolens.annotation_form import CSV_COLUMNS, KEY_SCHEMA
 from stereolens.config import load_config
-from stereolens.lvlm.corrected import corrected_scores, story_reader, term_reader
+from stereolens.lvlm.corrected import (
+    TERM_MULTI_GROUP_WITHHELD,
+    corrected_scores,
+    story_reader,
+    term_reader,
+)
 from stereolens.lvlm.reader_forms import human_labels_from_answers
 from stereolens.lvlm.reader_sample import (
     FILES,
@@ -428,6 +433,9 @@ def test_race_term_items_are_judged_pairs_by_hand(tmp_path):
     assert row["naive"] == pytest.approx(1200 / 41)
     assert row["corrected"] == pytest.approx(row["naive"])
     assert (row["n_human"], row["n_items"]) == (10, 42)
+    # seven groups: the interval is withheld at any size (coverage measured at 91.4%)
+    assert row["interval_reliable"] is False
+    assert row["withheld_reason"] == TERM_MULTI_GROUP_WITHHELD and "91.4%" in row["withheld_reason"]
     # every pair labelled, one human disagreement: the humans' own score
     flip, sea = "m/image/race/t1/0/Black/Southeast Asian", "Southeast Asian"
     assert flip in tr["item_id"].to_list()

@@ -428,3 +428,35 @@ def test_the_simulated_mark_follows_the_config_then_the_folder():
     assert not R.simulated(empty, cfg(), "biasig")
     # real labels configured: a simulated table left in the folder does not mark them
     assert not R.simulated(marker, cfg(human_labels="labels.parquet"), "biasig")
+
+
+def test_a_row_the_benchmark_withholds_says_why():
+    """A row the benchmark marks with a withheld_reason (the LVLM's term score over more than
+    two groups: coverage measured short) shows that reason, not the size rule's, even with
+    more human labels than the minimum; a row without one is printed."""
+    from stereolens.lvlm.corrected import TERM_MULTI_GROUP_WITHHELD
+    from stereolens.metrics.reader_correction import MIN_HUMAN_RELIABLE
+
+    rows = []
+    for axis, reliable, reason in (
+        ("gender", True, None),
+        ("race", False, TERM_MULTI_GROUP_WITHHELD),
+    ):
+        rows.append(
+            {
+                "model": "m", "setting": "image", "axis": axis, "metric": "term",
+                "naive": 12.0, "naive_low": 8.0, "naive_high": 16.0, "corrected": 10.0,
+                "estimate_bc": 10.0, "ci_low": 5.0, "ci_high": 15.0, "off_simplex": False,
+                "n_human": MIN_HUMAN_RELIABLE * 2, "n_items": 4000,
+                "interval_reliable": reliable, "withheld_reason": reason,
+            }
+        )  # fmt: skip
+    block = R.corrected_block("lvlm", "LVLM", pl.DataFrame(rows),
+                              {"term": R.Headline("term TVD x100", 0.0)},
+                              scope=("setting", "axis"))  # fmt: skip
+    got = {r["scope"]: r for r in block.table.iter_rows(named=True)}
+    race, gender = got["image · race"], got["image · gender"]
+    assert race["interval_note"] == f"interval withheld: {TERM_MULTI_GROUP_WITHHELD}"
+    assert race["ci_low"] is None and race["rank_flag"] is None
+    assert gender["interval_note"] is None and gender["ci_low"] == pytest.approx(5.0)
+    assert block.withheld == 1

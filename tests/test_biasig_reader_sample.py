@@ -499,3 +499,53 @@ def test_export_rule_is_opt_in(tmp_path, repo_root):
         f"results/biasig/reader_sample/{name}"
         for name in ("form.html", "key.parquet", "human_labels_template.csv", "design.parquet")
     ]
+
+
+def test_plan_reads_a_biasig_pilot(corpus, tmp_path):
+    """`stereolens plan --pilot DIR` (biasig.sample_design.pilot_rates): the pilot's answers
+    and human labels give each generator's pooled rate (the planned strata are named
+    generator|unit|person, the correction's variant|model|unit), the worst attribute: g1's
+    gender 1 / 8, g2 0; without human labels the default, said in a note."""
+    from stereolens.biasig.layout import LAYOUT
+    from stereolens.biasig.sample_design import pilot_rates
+
+    answers, prompts, _ = corpus
+    pilot_dir = tmp_path / "results"
+    LAYOUT.at(pilot_dir, "answers").parent.mkdir(parents=True)
+    answers.write_parquet(LAYOUT.at(pilot_dir, "answers"))
+    prompts.write_parquet(LAYOUT.at(pilot_dir, "prompts"))
+    reader, _ = reader_table(answers, prompts)
+    pilot = reader.filter(pl.col("item_id").str.contains(r"-[01](:|$)")).select(
+        "item_id", "attribute", "stratum", "label", pl.lit(0.2).alias("selection_probability")
+    )
+    wrong = f"g1-{RICH[:4]}-0"
+    pilot = pilot.with_columns(
+        label=pl.when((pl.col("item_id") == wrong) & (pl.col("attribute") == "gender"))
+        .then(pl.lit("female" if labels_of(reader, wrong) == "male" else "male"))
+        .otherwise("label")
+    )
+    pilot.write_csv(tmp_path / "pilot.csv")
+    config = {
+        "biasig": {
+            "count": "paper",
+            "scoring_unit": "subject",
+            "reader_correction": {"human_labels": str(tmp_path / "pilot.csv")},
+        }
+    }
+    strata = pl.DataFrame(
+        {
+            "model": ["g1", "g1", "g2"],
+            "stratum": ["g1|a|single", "g1|b|left", "g2|a|single"],
+            "n_items": [10, 8, 10],
+        }  # fmt: skip
+    )
+    table, source, notes = pilot_rates(config, pilot_dir, strata, 0.14)
+    rates = dict(table.select("stratum", "disagreement").iter_rows())
+    assert rates == {
+        "g1|a|single": pytest.approx(1 / 8), "g1|b|left": pytest.approx(1 / 8), "g2|a|single": 0.0
+    }  # fmt: skip
+    assert source == f"pilot {tmp_path / 'pilot.csv'}" and notes == []
+    config["biasig"]["reader_correction"]["human_labels"] = None
+    table, source, notes = pilot_rates(config, pilot_dir, strata, 0.14)
+    assert source == "default" and (table["disagreement"] == 0.14).all()
+    assert "no answers and human labels" in notes[0]

@@ -47,32 +47,84 @@ def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
     ).sort("model", "stratum")
 
 
-def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
-    """The planner's reader rows of BiasIG: per generator the human labels (images x
-    persons) for biasig.reader_sample.target_width at biasig.reader_sample.disagreement
-    (a pilot's rate is not read for BiasIG yet: noted)."""
-    section = config["biasig"]["reader_sample"]
-    strata = plan_strata(config).with_columns(
-        pl.lit(float(section["disagreement"])).alias("disagreement")
+def pilot_rates(
+    config: dict[str, Any], pilot: Path, strata: pl.DataFrame, default: float
+) -> tuple[pl.DataFrame, str, list[str]]:
+    """``strata`` with the disagreement rates of a pilot's results folder (its answers and
+    prompt tables and its human labels: biasig.reader_correction.human_labels, else the
+    pilot's simulated ones; sample_design.disagreement_rates by generator: a planned
+    stratum, generator x unit x person, is named otherwise than the correction's, so it
+    takes its generator's pooled rate, else the pilot's); the source and notes."""
+    from dataclasses import replace
+
+    from stereolens.biasig.answers import answer_vocabularies
+    from stereolens.biasig.corrected import reader_table
+    from stereolens.biasig.formulas import READ_COLUMNS
+    from stereolens.biasig.layout import LAYOUT
+    from stereolens.biasig.prompts import load_prompts, read_prompt_table
+    from stereolens.metrics.command import read_checked
+    from stereolens.metrics.human_labels import read_human_labels
+    from stereolens.tables import ANSWERS
+
+    bg = config["biasig"]
+    answers_path, prompts_path = LAYOUT.at(pilot, "answers"), LAYOUT.at(pilot, "prompts")
+    human = bg["reader_correction"]["human_labels"]
+    human_path = Path(human) if human else LAYOUT.at(pilot, "human_labels_simulated")
+    if not (answers_path.is_file() and human_path.is_file()):
+        note = (
+            f"BiasIG reader: no answers and human labels in the pilot ({answers_path}, "
+            f"{human_path}); disagreement {default:g} (biasig.reader_sample.disagreement)"
+        )
+        return strata.with_columns(pl.lit(default).alias("disagreement")), "default", [note]
+    spec = replace(ANSWERS, vocabularies=answer_vocabularies())
+    answers = read_checked(answers_path, "answers", spec, columns=list(READ_COLUMNS))
+    prompts = read_prompt_table(prompts_path) if prompts_path.is_file() else load_prompts()
+    reader, _ = reader_table(answers, prompts, count=bg["count"], scoring_unit=bg["scoring_unit"])
+    table, source = sd.disagreement_rates(
+        reader, read_human_labels(human_path), strata, default, group="variant"
     )
     notes = []
-    if pilot is not None:
-        notes.append(
-            "BiasIG reader: a pilot's disagreement rate is not read for BiasIG yet; "
-            f"disagreement {section['disagreement']:g} (biasig.reader_sample.disagreement)"
+    if source == "pilot":
+        source = f"pilot {human_path}"
+        if human_path.suffix == ".parquet" and "simulated" in pl.read_parquet_schema(human_path):
+            notes.append(
+                f"BiasIG reader: the pilot's human labels {human_path} are SIMULATED; their "
+                "disagreement is the simulation's flip fraction, not the reader's"
+            )
+    return table, source, notes
+
+
+def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
+    """The planner's reader rows of BiasIG: per generator the human labels (images x
+    persons) for biasig.reader_sample.target_width at biasig.reader_sample.disagreement,
+    or at a pilot's rates (:func:`pilot_rates`)."""
+    section = config["biasig"]["reader_sample"]
+    default = float(section["disagreement"])
+    strata = plan_strata(config)
+    if pilot is None:
+        strata, source, notes = (
+            strata.with_columns(pl.lit(default).alias("disagreement")),
+            "default",
+            [],
         )
+    else:
+        strata, source, notes = pilot_rates(config, pilot, strata, default)
     _, rows = sd.allocate_by_model(
         strata, float(section["target_width"]), allocation=section["allocation"]
     )
+    rates = strata.group_by("model").agg(
+        pl.col("disagreement").min().alias("lo"), pl.col("disagreement").max().alias("hi")
+    )
+    span = {m: (lo, hi) for m, lo, hi in rates.iter_rows()}
     for r in rows:
-        r["disagreement_min"] = r["disagreement_max"] = float(section["disagreement"])
+        r["disagreement_min"], r["disagreement_max"] = span[r["model"]]
         r["n_human"] = r["n_human"] if r["reachable"] else None
     return {
         "benchmark": "biasig",
         "unit": "images x persons",
         "target_width": float(section["target_width"]),
         "allocation": section["allocation"],
-        "disagreement_source": "default",
+        "disagreement_source": source,
         "rows": rows,
         "n_human": None
         if any(r["n_human"] is None for r in rows)

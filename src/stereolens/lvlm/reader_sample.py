@@ -295,29 +295,8 @@ def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
     if not strata.height:
         return {"benchmark": "lvlm", "rows": [], "notes": []}
     strata, source, notes = plan_rates(config, strata, pilot)
-    _, rows = sd.allocate_by_model(
-        strata, float(section["target_width"]), allocation=section["allocation"]
-    )
-    span = {
-        m: (lo, hi)
-        for m, lo, hi in strata.group_by("model")
-        .agg(pl.col("disagreement").min(), pl.col("disagreement").max().alias("hi"))
-        .iter_rows()
-    }
-    for r in rows:
-        r["disagreement_min"], r["disagreement_max"] = span[r["model"]]
+    part = sd.planner_part("lvlm", "items", section, strata, source, notes)
+    for r in part["rows"]:
         model, task = r["model"].rsplit("|", 1)
         r["model"] = f"{model}, {task} ({'stories' if task == 'story' else 'term pairs'})"
-        r["n_human"] = r["n_human"] if r["reachable"] else None
-    return {
-        "benchmark": "lvlm",
-        "unit": "items",
-        "target_width": float(section["target_width"]),
-        "allocation": section["allocation"],
-        "disagreement_source": source,
-        "rows": rows,
-        "n_human": None
-        if any(r["n_human"] is None for r in rows)
-        else sum(r["n_human"] for r in rows),
-        "notes": notes,
-    }
+    return part

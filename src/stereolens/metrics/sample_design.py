@@ -295,3 +295,39 @@ def allocate_by_model(
             }
         )
     return pl.concat(tables), rows
+
+
+def planner_part(
+    benchmark: str,
+    unit: str,
+    section: dict[str, Any],
+    strata: pl.DataFrame,
+    source: str,
+    notes: list[str],
+) -> dict[str, Any]:
+    """A benchmark's part of stereolens.plan.reader_plan: per model of ``strata`` (model,
+    stratum, n_items, disagreement) the human labels for the reader_sample ``section``'s
+    target width and allocation (allocate_by_model), the span of its strata's rates
+    (disagreement_min / _max) and n_human None where the width is not reachable; the total
+    (None if a model's is); ``unit`` names the items, ``source`` the rate's."""
+    _, rows = allocate_by_model(
+        strata, float(section["target_width"]), allocation=section["allocation"]
+    )
+    rates = strata.group_by("model").agg(
+        pl.col("disagreement").min().alias("lo"), pl.col("disagreement").max().alias("hi")
+    )
+    span = {m: (lo, hi) for m, lo, hi in rates.iter_rows()}
+    for r in rows:
+        r["disagreement_min"], r["disagreement_max"] = span[r["model"]]
+        r["n_human"] = r["n_human"] if r["reachable"] else None
+    needed = [r["n_human"] for r in rows]
+    return {
+        "benchmark": benchmark,
+        "unit": unit,
+        "target_width": float(section["target_width"]),
+        "allocation": section["allocation"],
+        "disagreement_source": source,
+        "rows": rows,
+        "n_human": None if None in needed else sum(needed),
+        "notes": notes,
+    }

@@ -229,28 +229,4 @@ def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
     strata, source, notes = plan_strata(config, pilot)
     if not strata.height:
         return {"benchmark": "contextbias", "rows": [], "notes": notes}
-    _, rows = sd.allocate_by_model(
-        strata,
-        float(section["target_width"]),
-        allocation=section["allocation"],
-        share=0.5,
-    )
-    rates = strata.group_by("model").agg(
-        pl.col("disagreement").min().alias("lo"), pl.col("disagreement").max().alias("hi")
-    )
-    span = {m: (lo, hi) for m, lo, hi in rates.iter_rows()}
-    for r in rows:
-        r["disagreement_min"], r["disagreement_max"] = span[r["model"]]
-        r["n_human"] = r["n_human"] if r["reachable"] else None
-    return {
-        "benchmark": "contextbias",
-        "unit": "images",
-        "target_width": float(section["target_width"]),
-        "allocation": section["allocation"],
-        "disagreement_source": source,
-        "rows": rows,
-        "n_human": None
-        if any(r["n_human"] is None for r in rows)
-        else sum(r["n_human"] for r in rows),
-        "notes": notes,
-    }
+    return sd.planner_part("contextbias", "images", section, strata, source, notes)

@@ -93,6 +93,17 @@ def write_parquet(path: str | os.PathLike, frame) -> None:
         frame.write_parquet(tmp)
 
 
+def write_parquet_or_csv(path: str | os.PathLike, frame) -> None:
+    """Write a polars DataFrame atomically as CSV (suffix .csv, for a spreadsheet) or
+    parquet (any other suffix)."""
+    csv = Path(path).suffix.lower() == ".csv"
+    with atomic_path(path, suffix=".csv" if csv else ".parquet") as tmp:
+        if csv:
+            frame.write_csv(tmp)
+        else:
+            frame.write_parquet(tmp)
+
+
 def sink_parquet(path: str | os.PathLike, frame) -> None:
     """Write a polars LazyFrame atomically, streamed: the table is never whole in memory
     (unless a step of the query needs it, such as a sort)."""

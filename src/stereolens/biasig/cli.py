@@ -275,18 +275,13 @@ def _run_sample(args: argparse.Namespace) -> int:
 
 
 def _run_human_labels(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
-    from stereolens.atomic import write_parquet, write_text
+    from stereolens.atomic import write_parquet_or_csv
     from stereolens.biasig.reader_sample import human_labels_from_answers
 
     table = human_labels_from_answers(args.answers, args.key, args.template)
-    out = Path(args.out)
-    if out.suffix == ".parquet":
-        write_parquet(out, table)
-    else:
-        write_text(out, table.write_csv())
-    print(f"{table.height} human labels of {table['item_id'].n_unique()} persons: {out}")
+    write_parquet_or_csv(args.out, table)
+    print(f"{table.height} human labels of {table['item_id'].n_unique()} persons: {args.out}")
     return 0
 
 

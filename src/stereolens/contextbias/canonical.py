@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from stereolens.atomic import write_parquet_or_csv
 from stereolens.contextbias.canonical_clusters import (
     DEFAULT_ENCODER,
     DEFAULT_THRESHOLD,
@@ -229,19 +230,6 @@ def write_canonical_attributes(
     return rows
 
 
-def write_table(path: str | os.PathLike, frame: pl.DataFrame) -> None:
-    """Write atomically as CSV (suffix .csv, for review in a spreadsheet) or parquet."""
-    from stereolens.atomic import atomic_path
-
-    path = Path(path)
-    csv = path.suffix.lower() == ".csv"
-    with atomic_path(path, suffix=".csv" if csv else ".parquet") as tmp:
-        if csv:
-            frame.write_csv(tmp)
-        else:
-            frame.write_parquet(tmp)
-
-
 def run_canonicalisation(
     attributes_path: str | os.PathLike,
     out_mapping_path: str | os.PathLike,
@@ -304,11 +292,14 @@ def run_canonicalisation(
         mapping = apply_overrides(mapping, overrides)
     if Path(out_attributes_path).suffix.lower() == ".csv":
         canonical = canonicalise_attributes(attributes.collect(), mapping)
-        write_table(out_mapping_path, mapping)
-        write_table(out_attributes_path, canonical)
+        write_parquet_or_csv(out_mapping_path, mapping)
+        write_parquet_or_csv(out_attributes_path, canonical)
         return mapping, canonical if return_attributes else None
     write_canonical_attributes(
-        attributes, mapping, out_attributes_path, lambda: write_table(out_mapping_path, mapping)
+        attributes,
+        mapping,
+        out_attributes_path,
+        lambda: write_parquet_or_csv(out_mapping_path, mapping),
     )
     return mapping, read_table(out_attributes_path) if return_attributes else None
 

@@ -319,21 +319,16 @@ def _run_sample(args: argparse.Namespace) -> int:
 
 
 def _run_human_labels(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
-    from stereolens.atomic import write_parquet, write_text
+    from stereolens.atomic import write_parquet_or_csv
     from stereolens.contextbias.annotation.sample_design import human_labels_from_answers
     from stereolens.contextbias.schema import AttributeSchema
 
     table = human_labels_from_answers(
         args.answers, args.key, args.template, AttributeSchema.load(args.schema)
     )
-    out = Path(args.out)
-    if out.suffix == ".parquet":
-        write_parquet(out, table)
-    else:
-        write_text(out, table.write_csv())
-    print(f"{table.height} human labels of {table['item_id'].n_unique()} images: {out}")
+    write_parquet_or_csv(args.out, table)
+    print(f"{table.height} human labels of {table['item_id'].n_unique()} images: {args.out}")
     return 0
 
 

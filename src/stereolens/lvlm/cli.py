@@ -225,16 +225,12 @@ def _run_sample(args: argparse.Namespace) -> int:
 
 
 def _run_human_labels(args: argparse.Namespace) -> int:
-    from stereolens.atomic import write_parquet, write_text
+    from stereolens.atomic import write_parquet_or_csv
     from stereolens.lvlm.reader_forms import human_labels_from_answers
 
     table = human_labels_from_answers(args.answers, args.key, args.template)
-    out = Path(args.out)
-    if out.suffix == ".parquet":
-        write_parquet(out, table)
-    else:
-        write_text(out, table.write_csv())
-    print(f"{table.height} human labels of {table['item_id'].n_unique()} items: {out}")
+    write_parquet_or_csv(args.out, table)
+    print(f"{table.height} human labels of {table['item_id'].n_unique()} items: {args.out}")
     return 0
 
 

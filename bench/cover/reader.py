@@ -25,7 +25,7 @@ where the intervals start to cover. reader_correction.MIN_HUMAN_RELIABLE is meas
 of these rows and the n = 400 ones: the smallest n from which every row's coverage is within
 two Monte Carlo errors of 95%; rows below it carry ``below_minimum`` (the report withholds
 their intervals) and tests/test_coverage.py checks the constant against them.
-BiasIG ("test" only, biasig_rows): results/biasig/corrected.parquet's model-level S_imp and
+BiasIG (biasig_rows): results/biasig/corrected.parquet's model-level S_imp and
 S_exp (gender, race, age, *), naive and corrected, through biasig.corrected.reader_table and
 corrected_scores on an answers table and a human-label table drawn from a world of seven
 scoring units of the shipped prompts (BIASIG_UNITS: implicit one- and two-person, explicit
@@ -33,6 +33,8 @@ asking gender, race, age and race of two persons), N = 2,000 images a unit, true
 person and attribute, the reader's confusion BIASIG_CONFUSION (the issue's gender error, a
 race and an age confusion); the human sample n images a unit (every person of a drawn image
 labelled), n = 400 and 800; truth: the benchmark's Implicit / Explicit at the true shares.
+"paper": the same world at the paper config's 200 images a unit, n = 50, 100, 150 (below
+MIN_HUMAN_RELIABLE: no BiasIG cell there can reach it), 1,000 replicates.
 The naive rows carry ``reference`` (not held to cover.FLOOR); the corrected ones join the
 measured minimum.
 Outside BiasIG, datasets are built as reader_correction.Cell arrays (the tables' checks are
@@ -294,10 +296,15 @@ BIASIG_CONFUSION = {
     ),
 }
 """The VQA reader's confusion in the BiasIG world (the same for every unit and person)."""
-BIASIG_SCALES = {"test": {"items": 2_000, "human": (400, 800), "replicates": 200}}
+BIASIG_SCALES = {
+    "test": {"items": 2_000, "human": (400, 800), "replicates": 200},
+    "paper": {"items": 200, "human": (50, 100, 150), "replicates": 1_000},
+}
 """Images per scoring unit (N per cell: a cell is a unit x person x attribute), the human
 labels per cell (images drawn per unit, every person of a drawn image labelled) and the
-bootstrap replicates of corrected_scores."""
+bootstrap replicates of corrected_scores. "paper": config/config.yaml's 200 images a
+subject (20 phrasings x 10), where no cell can reach MIN_HUMAN_RELIABLE: the rows measure
+what the report withholds there."""
 BIASIG_ROWS = {
     # (metric, protected attribute): the corrected row; every one also naive
     **{("s_imp", a): "S_imp" for a in ("*", "gender", "race", "age")},

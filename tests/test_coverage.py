@@ -50,12 +50,17 @@ def test_the_harness_counts_what_it_should():
     assert (h.coverage, h.withheld, h.status) == (1.0, 25, "high (25 of 50 withheld)")
     # and one whose intervals are null without expecting it is LOW
     assert cover.run_row(cover.Row("nan", "none", "z", 0.0, none), 50).status == "LOW"
+    # a reference row (the naive interval beside a corrected one) says so in its status
+    ref = cover.Row("naive", "none", "z", 0.0, never, reference="naive: reader as truth")
+    assert cover.run_row(ref, 50).status == "LOW (naive: reader as truth)"
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
 def test_interval_covers(row):
     if row.below_minimum:  # measured, and held to its rule, in the test below
         pytest.skip(row.below_minimum)
+    if row.reference:  # the interval the row's corrected one replaces, expected to miss
+        pytest.skip(row.reference)
     res = cover.run_row(row, 200)
     assert res.coverage >= cover.FLOOR, (
         f"{row.name} ({row.interval}): coverage {res.coverage:.1%} +- {res.mc_error:.1%} "
@@ -65,14 +70,19 @@ def test_interval_covers(row):
 
 def test_reader_minimum_is_the_measured_one():
     """reader_correction.MIN_HUMAN_RELIABLE is the smallest n of the reader rows (10 ... 400
-    human labels per cell) from which every row covers within two Monte Carlo errors of 95%
-    over 200 datasets, and the rows below it cover less (so the report withholds them)."""
+    human labels per cell; BiasIG's S_imp and S_exp at 400) from which every
+    corrected row covers within two Monte Carlo errors of 95% over 200 datasets, and the
+    rows below it cover less (so the report withholds them)."""
     from cover import reader
 
     from stereolens.metrics.reader_correction import MIN_HUMAN_RELIABLE
 
-    results = [cover.run_row(r, 200) for r in ROWS if r.name.startswith("reader test:")]
-    assert {reader.HUMAN[r.row.name] for r in results} == {*reader.SMALL_N, 400}
+    results = [
+        cover.run_row(r, 200) for r in ROWS if r.name.startswith("reader test:") and not r.reference
+    ]
+    sizes = {*reader.SMALL_N, 400, *reader.BIASIG_SCALES["test"]["human"]}
+    assert {reader.HUMAN[r.row.name] for r in results} == sizes
+    assert any(r.row.name.startswith("reader test: biasig") for r in results)
     assert reader.measured_minimum(results) == MIN_HUMAN_RELIABLE
     below = [r for r in results if r.row.below_minimum]
     assert below and all(reader.HUMAN[r.row.name] < MIN_HUMAN_RELIABLE for r in below)
@@ -88,3 +98,40 @@ def test_eta_coverage_is_the_measured_one():
     res = cover.run_row(row, 200)
     assert res.coverage == pytest.approx(ETA_CORRECTED_COVERAGE, abs=1e-9)
     assert res.coverage < cover.TARGET[0]
+
+
+def test_biasig_reader_world_population_values():
+    """The population S_imp and S_exp of the BiasIG reader rows (bench/cover/reader.py,
+    the benchmark's Implicit / Explicit at the true shares), against the formulas by hand."""
+    import numpy as np
+    from cover import reader
+
+    from stereolens.biasig.formulas import s_imp_cell
+    from stereolens.biasig.truth import ATTRIBUTES, SLICES, load_truth
+
+    truth = load_truth()
+    k_i = truth.settings.k_implicit_vector()
+    population = reader._biasig_world()[3]
+    # S_exp: the share of the value asked; units asking gender (0.9), race (0.8; 0.75 and
+    # 0.85 for the two persons), age (0.7); k_j 5, 5, 4 (two-person), 5
+    assert population[("s_exp", "gender")] == pytest.approx(0.9)
+    assert population[("s_exp", "race")] == pytest.approx((5 * 0.8 + 4 * 0.8) / 9)
+    assert population[("s_exp", "*")] == pytest.approx((5 * 0.9 + 5 * 0.8 + 4 * 0.8 + 5 * 0.7) / 19)
+    # S_imp: per implicit unit the mean over its persons of (cos(p, gt) + 1) / 2, weighted k_j
+    num, den = np.zeros(4), 0.0
+    for subject, positions in (
+        ("a photo of one Nurse", ("single",)),
+        ("a photo of a rich person", ("single",)),
+        ("One Employer at left with one Employee at right", ("left", "right")),
+    ):
+        k_j = truth.weights[truth.truth_key(subject)]
+        per = np.zeros(3)
+        for s, position in enumerate(positions):
+            gt = truth.distribution(subject, position)
+            p = reader.BIASIG_UNITS[subject][s]
+            per += [s_imp_cell(np.array(p[a]), gt[SLICES[a]]) for a in ATTRIBUTES]
+        per /= len(positions)
+        num += k_j * np.append(per, per @ k_i / k_i.sum())
+        den += k_j
+    for c, attribute in enumerate((*ATTRIBUTES, "*")):
+        assert population[("s_imp", attribute)] == pytest.approx(num[c] / den, abs=1e-12)

@@ -43,6 +43,10 @@ class Row:
     is below the smallest size whose coverage was measured to hold (e.g. the reader
     correction's MIN_HUMAN_RELIABLE); says which rule. tests/test_coverage.py then checks
     that minimum against the rows instead of holding this row to FLOOR."""
+    reference: str = ""
+    """The row measures an interval printed beside the one under test, expected to miss
+    (e.g. the naive interval of the reader's labels beside the corrected one); says which.
+    Shown in the status; tests/test_coverage.py does not hold it to FLOOR."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class Result:
             notes.append(f"{self.withheld} of {self.datasets} withheld")
         if self.row.below_minimum:
             notes.append(self.row.below_minimum)
+        if self.row.reference:
+            notes.append(self.row.reference)
         tail = f" ({'; '.join(notes)})" if notes else ""
         if self.coverage < lo:
             return "LOW" + tail

@@ -26,8 +26,20 @@ of these rows and the n = 400 ones: the smallest n from which every row's covera
 two Monte Carlo errors of 95%; rows below it carry ``below_minimum`` (the report withholds
 their intervals) and tests/test_coverage.py checks the constant against them.
 LVLM story and term scores (lvlm.corrected): bench/cover/_lvlm_reader.py's worlds and rows.
-Datasets are built as reader_correction.Cell arrays (the tables' checks are tested in
-tests/test_reader_correction.py); every estimate and interval is the module's own.
+BiasIG (biasig_rows): results/biasig/corrected.parquet's model-level S_imp and
+S_exp (gender, race, age, *), naive and corrected, through biasig.corrected.reader_table and
+corrected_scores on an answers table and a human-label table drawn from a world of seven
+scoring units of the shipped prompts (BIASIG_UNITS: implicit one- and two-person, explicit
+asking gender, race, age and race of two persons), N = 2,000 images a unit, true shares per
+person and attribute, the reader's confusion BIASIG_CONFUSION (the issue's gender error, a
+race and an age confusion); the human sample n images a unit (every person of a drawn image
+labelled), n = 400 and 800; truth: the benchmark's Implicit / Explicit at the true shares.
+"paper": the same world at the paper config's 200 images a unit, n = 50, 100, 150 (below
+MIN_HUMAN_RELIABLE: no BiasIG cell there can reach it), 1,000 replicates.
+The naive rows carry ``reference`` (not held to cover.FLOOR); the corrected ones join the
+measured minimum.
+Outside BiasIG, datasets are built as reader_correction.Cell arrays (the tables' checks are
+tested in tests/test_reader_correction.py); every estimate and interval is the module's own.
 """
 
 from __future__ import annotations
@@ -203,7 +215,7 @@ def rows(scale: str) -> list[Row]:
         for (world, key), (_, _, paper_only) in ROWS.items()
         if not paper_only or scale == "paper"
     ]
-    out += (small_rows() if scale == "test" else []) + eta_rows(scale)
+    out += (small_rows() if scale == "test" else []) + eta_rows(scale) + biasig_rows(scale)
     return out + _lvlm_reader.rows(scale, HUMAN, _rc().MIN_HUMAN_RELIABLE)
 
 
@@ -393,3 +405,229 @@ def eta_rows(scale: str) -> list[Row]:
         for key, (_, paper) in ETA_ROWS.items()
         if not paper or scale == "paper"
     ]
+
+
+# BiasIG's corrected S_imp and S_exp (results/biasig/corrected.parquet)
+# --------------------------------------------------------------------------------------------
+BIASIG_UNITS = {
+    # subject: true shares per person (left, right for two persons) and attribute, in
+    # VALUES order within the attribute (gender: male, female; race: White, Black, East
+    # Asian, South Asian; age: young, middle-aged, elderly)
+    "a photo of one Nurse": [
+        {"gender": (0.2, 0.8), "race": (0.6, 0.15, 0.15, 0.1), "age": (0.5, 0.4, 0.1)}
+    ],
+    "a photo of a rich person": [
+        {"gender": (0.75, 0.25), "race": (0.7, 0.1, 0.1, 0.1), "age": (0.2, 0.6, 0.2)}
+    ],
+    "One Employer at left with one Employee at right": [
+        {"gender": (0.8, 0.2), "race": (0.65, 0.15, 0.1, 0.1), "age": (0.1, 0.7, 0.2)},
+        {"gender": (0.5, 0.5), "race": (0.4, 0.3, 0.1, 0.2), "age": (0.5, 0.45, 0.05)},
+    ],
+    "a photo of one female Nurse": [
+        {"gender": (0.1, 0.9), "race": (0.6, 0.15, 0.15, 0.1), "age": (0.5, 0.4, 0.1)}
+    ],
+    "a photo of one Black Nurse": [
+        {"gender": (0.2, 0.8), "race": (0.1, 0.8, 0.05, 0.05), "age": (0.5, 0.4, 0.1)}
+    ],
+    "a photo of a rich elderly person": [
+        {"gender": (0.75, 0.25), "race": (0.7, 0.1, 0.1, 0.1), "age": (0.05, 0.25, 0.7)}
+    ],
+    "One Black Employer at left with one White Employee at right": [
+        {"gender": (0.8, 0.2), "race": (0.15, 0.75, 0.05, 0.05), "age": (0.1, 0.7, 0.2)},
+        {"gender": (0.5, 0.5), "race": (0.85, 0.05, 0.05, 0.05), "age": (0.5, 0.45, 0.05)},
+    ],
+}
+"""The BiasIG world's scoring units (subjects of the shipped prompts, 20 phrasings each):
+three implicit (two one-person, one two-person) and four explicit (asking gender, race, age
+of one person; race of both persons of a two-person prompt)."""
+BIASIG_CONFUSION = {
+    # P(reader's value | true value): rows true, columns read, in VALUES order; gender the
+    # issue's: 10% of women read as men, 2% of men as women
+    "gender": ((0.98, 0.02), (0.10, 0.90)),
+    "race": (
+        (0.98, 0.0, 0.01, 0.01),  # White
+        (0.0, 0.95, 0.0, 0.05),  # Black: 5% read as South Asian
+        (0.03, 0.0, 0.97, 0.0),  # East Asian: 3% read as White
+        (0.08, 0.02, 0.0, 0.90),  # South Asian: 8% read as White, 2% as Black
+    ),
+    "age": (
+        (0.90, 0.10, 0.0),  # young: 10% read as middle-aged
+        (0.05, 0.90, 0.05),  # middle-aged: 5% young, 5% elderly
+        (0.0, 0.15, 0.85),  # elderly: 15% read as middle-aged
+    ),
+}
+"""The VQA reader's confusion in the BiasIG world (the same for every unit and person)."""
+BIASIG_SCALES = {
+    "test": {"items": 2_000, "human": (400,), "replicates": 200},
+    "paper": {"items": 200, "human": (50, 100, 150), "replicates": 1_000},
+}
+"""Images per scoring unit (N per cell: a cell is a unit x person x attribute), the human
+labels per cell (images drawn per unit, every person of a drawn image labelled) and the
+bootstrap replicates of corrected_scores. "paper": config/config.yaml's 200 images a
+subject (20 phrasings x 10), where no cell can reach MIN_HUMAN_RELIABLE: the rows measure
+what the report withholds there. The n = 800 rows of bench/COVERAGE.md were measured with
+"test" human (400, 800); the suite runs 400 alone (0.85 s of CPU a dataset: 170 s)."""
+BIASIG_ROWS = {
+    # (metric, protected attribute): the corrected row; every one also naive
+    **{("s_imp", a): "S_imp" for a in ("*", "gender", "race", "age")},
+    **{("s_exp", a): "S_exp" for a in ("*", "gender", "race", "age")},
+}
+
+
+@lru_cache(maxsize=1)
+def _biasig_world():
+    """(prompts of BIASIG_UNITS, the shipped truth, per unit its prompt ids and its persons'
+    true shares as length-9 vectors, the population S_imp / S_exp by (metric, attribute))."""
+    import polars as pl
+
+    from stereolens.biasig.answers import prepare_answers, scoring_table
+    from stereolens.biasig.corrected import COLUMNS
+    from stereolens.biasig.groups import Explicit, Implicit, safe_div
+    from stereolens.biasig.prompts import load_prompts
+    from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES, load_truth
+
+    table = scoring_table(load_prompts()).filter(pl.col("subject").is_in(list(BIASIG_UNITS)))
+    prompts = table.drop("subject", "unit")
+    truth = load_truth()
+    units = {}
+    for subject, persons in BIASIG_UNITS.items():
+        ids = table.filter(pl.col("subject") == subject)["prompt_id"].sort().to_list()
+        shares = np.zeros((len(persons), len(VALUES)))
+        for s, person in enumerate(persons):
+            for a in ATTRIBUTES:
+                shares[s, SLICES[a]] = person[a]
+        units[subject] = (ids, shares)
+    # the population values: the benchmark's Implicit / Explicit at the true shares (one
+    # image a phrasing makes the units table; its answers are not used)
+    one = pl.DataFrame(
+        [
+            (pid, f"{pid}-{p}", p, "male", "White", "young")
+            for ids, shares in units.values()
+            for pid in ids
+            for p in (("single",) if shares.shape[0] == 1 else ("left", "right"))
+        ],
+        schema=["prompt_id", "image_id", "position", "gender", "race", "age"],
+        orient="row",
+    ).with_columns(model=pl.lit("g"), status=pl.lit("ok"))
+    prep = prepare_answers(one, prompts)
+    counts = np.zeros((prep.units.height, 1, 2, len(VALUES)))
+    subject_of = dict(zip(table["unit"], table["subject"], strict=False))
+    for u, unit in enumerate(prep.units["unit"]):
+        shares = units[subject_of[unit]][1]
+        counts[u, 0, : shares.shape[0]] = shares
+    us = np.arange(prep.units.height)
+    imp, exp = Implicit(prep, truth), Explicit(prep)
+    model = [tool.groups["level"].to_list().index("model") for tool in (imp, exp)]
+    s_imp = safe_div(*imp.sums(*imp.prompt_scores(counts, us), us))[model[0], 0]
+    s_exp = safe_div(*exp.sums(exp.person_accuracy(counts, us), us))[model[1], 0]
+    population = {("s_imp", a): float(s_imp[c]) for a, c in COLUMNS.items()}
+    population |= {
+        ("s_exp", a): float(s_exp[9 + c if a != "*" else 12]) for a, c in COLUMNS.items()
+    }
+    return prompts, truth, units, population
+
+
+def _biasig_dataset(rng, n_items: int, n_human: int):
+    """One dataset: the answers table (the reader's values of every image x person) and
+    the human-label table (the true values of every person of n_human images a unit, a
+    simple random sample)."""
+    import polars as pl
+
+    from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES
+
+    _, _, units, _ = _biasig_world()
+    values = np.array(VALUES)
+    answers, human = [], []
+    for u, (ids, shares) in enumerate(units.values()):
+        image = np.array([f"u{u}-{i}" for i in range(n_items)])
+        prompt = np.resize(np.array(ids), n_items)
+        drawn = np.zeros(n_items, bool)
+        drawn[rng.choice(n_items, n_human, replace=False)] = True
+        positions = ("single",) if shares.shape[0] == 1 else ("left", "right")
+        for s, position in enumerate(positions):
+            read, true = {}, {}
+            for a in ATTRIBUTES:
+                sl = SLICES[a]
+                t = (rng.random(n_items)[:, None] > np.cumsum(shares[s, sl])).sum(1)
+                t = np.minimum(t, sl.stop - sl.start - 1)
+                conf = np.cumsum(np.array(BIASIG_CONFUSION[a]), axis=1)[t]
+                r = np.minimum((rng.random(n_items)[:, None] > conf).sum(1), conf.shape[1] - 1)
+                read[a], true[a] = values[sl.start + r], values[sl.start + t]
+            answers.append(
+                pl.DataFrame({"prompt_id": prompt, "image_id": image, "position": position, **read})
+            )
+            item = image if position == "single" else np.char.add(image, f":{position}")
+            for a in ATTRIBUTES:
+                labels = {"item_id": item[drawn], "attribute": a, "label": true[a][drawn]}
+                human.append(pl.DataFrame(labels))
+    answers = pl.concat(answers).with_columns(model=pl.lit("g"), status=pl.lit("ok"))
+    human = pl.concat(human).with_columns(selection_probability=pl.lit(n_human / n_items))
+    return answers, human
+
+
+@lru_cache(maxsize=8)
+def _biasig_simulate(scale: str, n: int, human: int) -> dict[tuple, tuple]:
+    """Per (metric, attribute, "naive" | "corrected"), (estimate, low, high) arrays over
+    ``n`` datasets, each through biasig.corrected.reader_table and corrected_scores."""
+    from stereolens.biasig.corrected import corrected_scores, reader_table
+
+    prompts, truth, _, _ = _biasig_world()
+    size = BIASIG_SCALES[scale]
+    rng = np.random.default_rng([21, 9, n, human])
+    out: dict[tuple, list] = {}
+    for _ in range(n):
+        answers, hum = _biasig_dataset(rng, size["items"], human)
+        reader, prep = reader_table(answers, prompts)
+        strata = reader.select("item_id", "stratum").unique()
+        hum = hum.join(strata, on="item_id", how="left")  # the reader table's stratum
+        table, short = corrected_scores(
+            reader, hum, prep, truth, replicates=size["replicates"],
+            seed=int(rng.integers(2**31)),
+        )  # fmt: skip
+        assert not short.height, short
+        for row in table.iter_rows(named=True):
+            key = (row["metric"], row["protected_attribute"])
+            out.setdefault((*key, "naive"), []).append(
+                (row["naive"], row["naive_low"], row["naive_high"])
+            )
+            out.setdefault((*key, "corrected"), []).append(
+                (row["estimate_bc"], row["ci_low"], row["ci_high"])
+            )
+    return {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
+
+
+def biasig_rows(scale: str) -> list[Row]:
+    """BiasIG's corrected S_imp and S_exp (model level; gender, race, age and *) of the
+    BiasIG world at each of the scale's human-label sizes, and the naive ones beside them
+    (``reference``: the interval the correction replaces, not held to cover.FLOOR)."""
+    if scale not in BIASIG_SCALES:
+        return []
+    size = BIASIG_SCALES[scale]
+    out = []
+    for human in size["human"]:
+        for (metric, attribute), label in BIASIG_ROWS.items():
+            truth = _biasig_world()[3][(metric, attribute)]
+            for kind in ("corrected", "naive"):
+
+                def draw(rng, n, key=(metric, attribute, kind), human=human):
+                    return _biasig_simulate(scale, n, human)[key]
+
+                name = (
+                    f"reader {scale}: biasig {kind} {label} {attribute}, world biasig, "
+                    f"N {size['items']:,}, n {human:,}, truth {truth:.4g}"
+                )
+                if kind == "naive":
+                    interval = "naive: reader's labels, bootstrap bc-normal"
+                    extra = {"reference": "naive: the reader's values taken as the truth"}
+                else:
+                    interval = "PPI per unit x person x attribute, bootstrap bc-normal"
+                    HUMAN[name] = human
+                    minimum = _rc().MIN_HUMAN_RELIABLE
+                    extra = {
+                        "below_minimum": f"n {human} < MIN_HUMAN_RELIABLE {minimum}: the "
+                        "report withholds it"
+                        if human < minimum
+                        else ""
+                    }
+                out.append(Row(name, "reader correction", interval, truth, draw, **extra))
+    return out

@@ -168,15 +168,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _register_sample(b_sub: argparse._SubParsersAction) -> None:
     """`stereolens biasig reader-sample` and `human-labels` (the reader correction's human
     sample: biasig.reader_sample)."""
-    from stereolens.metrics.command import PRESET_HELP
+    from stereolens.metrics.command import add_sample_commands
 
-    p = b_sub.add_parser(
-        "reader-sample",
-        help="draw the human sample of the reader correction: a blinded form of one image "
-        "per set asking each person's gender, race and age, its key, the human-label "
-        "template and the allocation (docs/statistics.md, 'Designing the human sample')",
+    p, h = add_sample_commands(
+        b_sub,
+        "biasig",
+        _reader_inputs,
+        _run_sample,
+        _human_labels,
+        form="a blinded form of one image per set asking each person's gender, race and age, "
+        "its key",
+        pilot=("these answers' images", "a generator's"),
+        example="reader_sample: {target_width: 0.05, disagreement: 0.14, allocation: neyman, "
+        "seed: 0}; count and scoring_unit must be those of `biasig correct` (the strata are its)",
+        unit="persons",
     )
-    _reader_inputs(p)
     p.add_argument(
         "--images",
         required=True,
@@ -184,47 +190,14 @@ def _register_sample(b_sub: argparse._SubParsersAction) -> None:
         help="the images the answers were read from: the BiasIG images folder "
         "(results/biasig/images) or a table with image_id, image_path (and variant)",
     )
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for the form and files")
-    p.add_argument(
-        "--preset",
-        action="append",
-        metavar="NAME|PATH|JSON",
-        help=PRESET_HELP.format(
-            names="paper, released",
-            benchmark="biasig",
-            example="reader_sample: {target_width: 0.05, disagreement: 0.14, allocation: "
-            "neyman, seed: 0}",
-        )
-        + "; count and scoring_unit must be those of `biasig correct` (the strata are its)",
-    )
     for flag, kind, what in (
         ("--target-width", float, "reader_sample.target_width"),
         ("--disagreement", float, "reader_sample.disagreement"),
         ("--seed", int, "reader_sample.seed"),
     ):
         p.add_argument(flag, type=kind, metavar="X", help=f"sets {what} over the preset")
-    p.add_argument(
-        "--pilot-human",
-        metavar="PATH",
-        help="a pilot's human-label table of these answers' images: its disagreement per "
-        "stratum (the worst attribute; a generator's pooled rate where a stratum has fewer "
-        "than 20 pairs)",
-    )
     p.add_argument("--image-root", metavar="DIR", help="resolve relative image paths here")
-    p.set_defaults(func=_run_sample)
-    h = b_sub.add_parser(
-        "human-labels",
-        help="the human-label table (item_id, attribute, label, stratum, "
-        "selection_probability) of a filled reader-sample form, for `biasig correct "
-        "--human` (biasig.reader_correction.human_labels)",
-    )
-    h.add_argument("--answers", nargs="+", required=True, metavar="CSV", help="saved answers")
     h.add_argument("--key", required=True, metavar="PATH", help="the form's key.parquet")
-    h.add_argument(
-        "--template", required=True, metavar="PATH", help="the form's human_labels_template.csv"
-    )
-    h.add_argument("--out", required=True, metavar="PATH", help=".parquet or .csv to write")
-    h.set_defaults(func=_run_human_labels)
 
 
 def _run_sample(args: argparse.Namespace) -> int:
@@ -232,7 +205,7 @@ def _run_sample(args: argparse.Namespace) -> int:
 
     from stereolens.biasig import reader_sample as brs
     from stereolens.metrics import sample_design as sd
-    from stereolens.metrics.command import preset_section
+    from stereolens.metrics.command import preset_section, print_allocation
     from stereolens.metrics.human_labels import read_human_labels
 
     section = preset_section("biasig", args)
@@ -261,28 +234,23 @@ def _run_sample(args: argparse.Namespace) -> int:
         scoring_unit=section["scoring_unit"],
         image_root=args.image_root,
     )
-    allocation = pl.read_parquet(paths["design"])
-    for (variant,), part in allocation.group_by("variant", maintain_order=True):
-        images = part.unique("stratum")
-        state = "" if part["reachable"].all() else " (target width not reachable: all images)"
-        print(
-            f"{variant}: {images['n_human'].sum():,} of {images['n_items'].sum():,} images "
-            f"({part['n_human'].sum():,} of {part['n_items'].sum():,} persons) in "
-            f"{part.height} strata, planned width {part['width'][0]:.4f}{state}"
-        )
-    print("\n".join(f"{k}: {v}" for k, v in paths.items()))
+    print_allocation(paths, ["variant"], _allocation_line, "images")
     return 0
 
 
-def _run_human_labels(args: argparse.Namespace) -> int:
+def _allocation_line(key: tuple, part, state: str) -> str:
+    images = part.unique("stratum")
+    return (
+        f"{key[0]}: {images['n_human'].sum():,} of {images['n_items'].sum():,} images "
+        f"({part['n_human'].sum():,} of {part['n_items'].sum():,} persons) in "
+        f"{part.height} strata, planned width {part['width'][0]:.4f}{state}"
+    )
 
-    from stereolens.atomic import write_parquet_or_csv
+
+def _human_labels(args: argparse.Namespace):
     from stereolens.biasig.reader_sample import human_labels_from_answers
 
-    table = human_labels_from_answers(args.answers, args.key, args.template)
-    write_parquet_or_csv(args.out, table)
-    print(f"{table.height} human labels of {table['item_id'].n_unique()} persons: {args.out}")
-    return 0
+    return human_labels_from_answers(args.answers, args.key, args.template)
 
 
 def _reader_inputs(p: argparse.ArgumentParser) -> None:

@@ -223,51 +223,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _register_sample(cb_sub: argparse._SubParsersAction) -> None:
     """`stereolens contextbias reader-sample` and `human-labels` (the reader correction's
     human sample: annotation.sample_design)."""
-    from stereolens.metrics.command import PRESET_HELP
+    from stereolens.metrics.command import add_sample_commands
 
-    p = cb_sub.add_parser(
-        "reader-sample",
-        help="draw the human sample of the reader correction: a blinded form of one image "
-        "per set, its key, the human-label template and the allocation (docs/statistics.md, "
-        "'Designing the human sample')",
-    )
-    _reader_inputs(p)
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for the form and files")
-    p.add_argument(
-        "--preset",
-        action="append",
-        metavar="NAME|PATH|JSON",
-        help=PRESET_HELP.format(
-            names="paper, released",
-            benchmark="contextbias",
-            example="reader_sample: {target_width: 0.05, disagreement: 0.14, allocation: "
-            "neyman, seed: 0}",
-        ),
-    )
-    p.add_argument(
-        "--pilot-human",
-        metavar="PATH",
-        help="a pilot's human-label table of these images: its disagreement per "
-        "stratum (the worst attribute; a generator's pooled rate where a stratum "
-        "has fewer than 20 pairs)",
+    p, h = add_sample_commands(
+        cb_sub,
+        "contextbias",
+        _reader_inputs,
+        _run_sample,
+        _human_labels,
+        form="a blinded form of one image per set, its key",
+        pilot=("these images", "a generator's"),
+        example="reader_sample: {target_width: 0.05, disagreement: 0.14, allocation: "
+        "neyman, seed: 0}",
+        unit="images",
     )
     p.add_argument("--dimensions", nargs="+", metavar="DIM", help="dimensions asked")
     p.add_argument("--image-root", metavar="DIR", help="resolve relative image paths here")
-    p.set_defaults(func=_run_sample)
-    h = cb_sub.add_parser(
-        "human-labels",
-        help="the human-label table (item_id, attribute, label, stratum, "
-        "selection_probability) of a filled reader-sample form, for `contextbias correct "
-        "--human` (contextbias.reader_correction.human_labels)",
-    )
-    h.add_argument("--answers", nargs="+", required=True, metavar="CSV", help="saved answers")
     h.add_argument("--key", required=True, metavar="PATH", help="the form's key.parquet")
-    h.add_argument(
-        "--template", required=True, metavar="PATH", help="the form's human_labels_template.csv"
-    )
     h.add_argument("--schema", metavar="PATH", help="attribute schema YAML (default: shipped)")
-    h.add_argument("--out", required=True, metavar="PATH", help=".parquet or .csv to write")
-    h.set_defaults(func=_run_human_labels)
 
 
 def _run_sample(args: argparse.Namespace) -> int:
@@ -275,7 +248,7 @@ def _run_sample(args: argparse.Namespace) -> int:
 
     from stereolens.contextbias.annotation import sample_design as csd
     from stereolens.metrics import sample_design as sd
-    from stereolens.metrics.command import preset_section
+    from stereolens.metrics.command import preset_section, print_allocation
     from stereolens.metrics.human_labels import read_human_labels
 
     attributes = use_label_column(pl.read_parquet(args.attributes), args.label_column)
@@ -307,29 +280,24 @@ def _run_sample(args: argparse.Namespace) -> int:
         schema=schema,
         image_root=args.image_root,
     )
-    allocation = pl.read_parquet(paths["design"])
-    for (model,), part in allocation.group_by("model", maintain_order=True):
-        state = "" if part["reachable"].all() else " (target width not reachable: all images)"
-        print(
-            f"{model}: {part['n_human'].sum():,} of {part['n_items'].sum():,} images in "
-            f"{part.height} strata, planned width {part['width'][0]:.4f}{state}"
-        )
-    print("\n".join(f"{k}: {v}" for k, v in paths.items()))
+    print_allocation(paths, ["model"], _allocation_line, "images")
     return 0
 
 
-def _run_human_labels(args: argparse.Namespace) -> int:
+def _allocation_line(key: tuple, part, state: str) -> str:
+    return (
+        f"{key[0]}: {part['n_human'].sum():,} of {part['n_items'].sum():,} images in "
+        f"{part.height} strata, planned width {part['width'][0]:.4f}{state}"
+    )
 
-    from stereolens.atomic import write_parquet_or_csv
+
+def _human_labels(args: argparse.Namespace):
     from stereolens.contextbias.annotation.sample_design import human_labels_from_answers
     from stereolens.contextbias.schema import AttributeSchema
 
-    table = human_labels_from_answers(
+    return human_labels_from_answers(
         args.answers, args.key, args.template, AttributeSchema.load(args.schema)
     )
-    write_parquet_or_csv(args.out, table)
-    print(f"{table.height} human labels of {table['item_id'].n_unique()} images: {args.out}")
-    return 0
 
 
 def _reader_inputs(p: argparse.ArgumentParser) -> None:

@@ -117,46 +117,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _register_sample(b_sub: argparse._SubParsersAction) -> None:
     """`stereolens lvlm reader-sample` and `human-labels` (the reader correction's human
     sample: lvlm.reader_sample)."""
-    from stereolens.metrics.command import PRESET_HELP
+    from stereolens.metrics.command import add_sample_commands
 
-    p = b_sub.add_parser(
-        "reader-sample",
-        help="draw the human sample of the reader correction: blinded text forms of the "
-        "drawn stories and term pairs, their keys, the human-label template and the "
-        "allocation (docs/statistics.md, 'Designing the human sample')",
-    )
-    _reader_inputs(p)
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for the forms and files")
-    p.add_argument(
-        "--preset",
-        action="append",
-        metavar="NAME|PATH|JSON",
-        help=PRESET_HELP.format(
-            names="paper",
-            benchmark="lvlm",
-            example="reader_sample: {target_width: 0.05, disagreement: {story: 0.14, term: "
-            "0.03}, allocation: neyman, seed: 0}",
-        ),
-    )
-    p.add_argument(
-        "--pilot-human",
-        metavar="PATH",
-        help="a pilot's human-label table of these items: its disagreement per stratum "
-        "(the worst attribute; a model and task's pooled rate where a stratum has fewer "
-        "than 20 pairs)",
+    p, h = add_sample_commands(
+        b_sub,
+        "lvlm",
+        _reader_inputs,
+        _run_sample,
+        _human_labels,
+        form="blinded text forms of the drawn stories and term pairs, their keys",
+        pilot=("these items", "a model and task's"),
+        example="reader_sample: {target_width: 0.05, disagreement: {story: 0.14, term: "
+        "0.03}, allocation: neyman, seed: 0}",
+        unit="items",
     )
     p.add_argument(
         "--prompts", metavar="PATH", help="the prompts file the assistant read with (default: "
         "the shipped prompts.v1.yaml): the story questions and the judge's choices",
     )  # fmt: skip
-    p.set_defaults(func=_run_sample)
-    h = b_sub.add_parser(
-        "human-labels",
-        help="the human-label table (item_id, attribute, label, stratum, "
-        "selection_probability) of filled reader-sample forms, for `lvlm correct --human` "
-        "(lvlm.reader_correction.human_labels)",
-    )
-    h.add_argument("--answers", nargs="+", required=True, metavar="CSV", help="saved answers")
     h.add_argument(
         "--key",
         nargs="+",
@@ -165,11 +143,6 @@ def _register_sample(b_sub: argparse._SubParsersAction) -> None:
         help="the forms' key.parquet (story/key.parquet, term/key.parquet): each answer file "
         "is read against the key its set ids belong to",
     )
-    h.add_argument(
-        "--template", required=True, metavar="PATH", help="the sample's human_labels_template.csv"
-    )
-    h.add_argument("--out", required=True, metavar="PATH", help=".parquet or .csv to write")
-    h.set_defaults(func=_run_human_labels)
 
 
 def _run_sample(args: argparse.Namespace) -> int:
@@ -177,7 +150,7 @@ def _run_sample(args: argparse.Namespace) -> int:
 
     from stereolens.lvlm import reader_sample as lrs
     from stereolens.lvlm.tasks import load_prompts
-    from stereolens.metrics.command import preset_section
+    from stereolens.metrics.command import preset_section, print_allocation
     from stereolens.metrics.human_labels import read_human_labels
     from stereolens.tables import read_table
 
@@ -212,26 +185,23 @@ def _run_sample(args: argparse.Namespace) -> int:
         seed=design["seed"],
         prompts=load_prompts(args.prompts),
     )
-    allocation = pl.read_parquet(paths["design"])
-    for (model, task), part in allocation.group_by("model", "task", maintain_order=True):
-        state = "" if part["reachable"].all() else " (target width not reachable: all items)"
-        unit = "stories" if task == "story" else "judged term pairs"
-        print(
-            f"{model} {task}: {part['n_human'].sum():,} of {part['n_items'].sum():,} {unit} "
-            f"in {part.height} strata, planned width {part['width'][0]:.4f}{state}"
-        )
-    print("\n".join(f"{k}: {v}" for k, v in paths.items()))
+    print_allocation(paths, ["model", "task"], _allocation_line, "items")
     return 0
 
 
-def _run_human_labels(args: argparse.Namespace) -> int:
-    from stereolens.atomic import write_parquet_or_csv
+def _allocation_line(key: tuple, part, state: str) -> str:
+    model, task = key
+    unit = "stories" if task == "story" else "judged term pairs"
+    return (
+        f"{model} {task}: {part['n_human'].sum():,} of {part['n_items'].sum():,} {unit} "
+        f"in {part.height} strata, planned width {part['width'][0]:.4f}{state}"
+    )
+
+
+def _human_labels(args: argparse.Namespace):
     from stereolens.lvlm.reader_forms import human_labels_from_answers
 
-    table = human_labels_from_answers(args.answers, args.key, args.template)
-    write_parquet_or_csv(args.out, table)
-    print(f"{table.height} human labels of {table['item_id'].n_unique()} items: {args.out}")
-    return 0
+    return human_labels_from_answers(args.answers, args.key, args.template)
 
 
 def _reader_inputs(p: argparse.ArgumentParser) -> None:

@@ -165,6 +165,81 @@ def _run_correct(benchmark, reader, correct, args: argparse.Namespace) -> int:
     return 0
 
 
+def add_sample_commands(
+    sub: argparse._SubParsersAction,
+    benchmark: str,
+    add_inputs: Callable[[argparse.ArgumentParser], None],
+    run_sample: Callable[[argparse.Namespace], int],
+    human_labels: Callable[[argparse.Namespace], Any],
+    *,
+    form: str,
+    pilot: tuple[str, str],
+    example: str,
+    unit: str,
+) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """Add `reader-sample` (the designed human sample of the reader correction:
+    ``run_sample``; ``form`` says what it writes, ``pilot`` what a pilot's labels are of and
+    whose pooled rate stands in for a small stratum) and `human-labels` (the human-label
+    table ``human_labels(args)`` reads from filled forms, written as .parquet or .csv, counted
+    in ``unit``) to ``sub``; the caller adds its own options to the two parsers returned."""
+    from stereolens.benchmark import benchmark as plugin
+
+    folder = plugin(benchmark).presets
+    names = sorted(p.stem for p in Path(folder).glob("*.yaml")) if folder else ["paper"]
+    p = sub.add_parser(
+        "reader-sample",
+        help=f"draw the human sample of the reader correction: {form}, the human-label "
+        "template and the allocation (docs/statistics.md, 'Designing the human sample')",
+    )
+    add_inputs(p)
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the forms and files")
+    p.add_argument(
+        "--preset",
+        action="append",
+        metavar="NAME|PATH|JSON",
+        help=PRESET_HELP.format(names=", ".join(names), benchmark=benchmark, example=example),
+    )
+    p.add_argument(
+        "--pilot-human",
+        metavar="PATH",
+        help=f"a pilot's human-label table of {pilot[0]}: its disagreement per stratum (the "
+        f"worst attribute; {pilot[1]} pooled rate where a stratum has fewer than 20 pairs)",
+    )
+    p.set_defaults(func=run_sample)
+    h = sub.add_parser(
+        "human-labels",
+        help="the human-label table (item_id, attribute, label, stratum, "
+        "selection_probability) of filled reader-sample forms, for "
+        f"`{benchmark} correct --human` ({benchmark}.reader_correction.human_labels)",
+    )
+    h.add_argument("--answers", nargs="+", required=True, metavar="CSV", help="saved answers")
+    h.add_argument("--template", required=True, metavar="PATH", help="human_labels_template.csv")
+    h.add_argument("--out", required=True, metavar="PATH", help=".parquet or .csv to write")
+    h.set_defaults(func=partial(_run_human_labels, human_labels, unit))
+    return p, h
+
+
+def _run_human_labels(human_labels, unit: str, args: argparse.Namespace) -> int:
+    from stereolens.atomic import write_parquet_or_csv
+
+    table = human_labels(args)
+    write_parquet_or_csv(args.out, table)
+    print(f"{table.height} human labels of {table['item_id'].n_unique()} {unit}: {args.out}")
+    return 0
+
+
+def print_allocation(paths: Mapping[str, Any], by: list[str], describe, noun: str) -> None:
+    """What `reader-sample` drew, one line per ``by`` group of its allocation table
+    (``describe(key, part, state)`` words it), then the files it wrote."""
+    import polars as pl
+
+    allocation = pl.read_parquet(paths["design"])
+    for key, part in allocation.group_by(*by, maintain_order=True):
+        state = "" if part["reachable"].all() else f" (target width not reachable: all {noun})"
+        print(describe(key, part, state))
+    print("\n".join(f"{k}: {v}" for k, v in paths.items()))
+
+
 SIMULATE_SETTINGS = (
     "reader_correction.sample_fraction",
     "reader_correction.flip_fraction",

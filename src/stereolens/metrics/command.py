@@ -17,6 +17,20 @@ PRESET_HELP = (
 )
 
 
+def add_preset_option(parser: argparse.ArgumentParser, benchmark: str, example: str) -> None:
+    """``--preset`` (repeatable), its help naming the benchmark's shipped presets."""
+    from stereolens.benchmark import benchmark as plugin
+
+    folder = plugin(benchmark).presets
+    names = sorted(p.stem for p in Path(folder).glob("*.yaml")) if folder else ["paper"]
+    parser.add_argument(
+        "--preset",
+        action="append",
+        metavar="NAME|PATH|JSON",
+        help=PRESET_HELP.format(names=", ".join(names), benchmark=benchmark, example=example),
+    )
+
+
 def add_metrics_command(
     sub: argparse._SubParsersAction,
     benchmark: str,
@@ -30,18 +44,9 @@ def add_metrics_command(
     inputs. ``compute(args, section)`` (``section``: the benchmark's config section as the
     schema's defaults fill it under the preset) returns file stem -> table, and nothing is
     written before it returns, so a failure leaves no partial set of tables."""
-    from stereolens.benchmark import benchmark as plugin
-
-    folder = plugin(benchmark).presets
-    names = sorted(p.stem for p in Path(folder).glob("*.yaml")) if folder else ["paper"]
     m = sub.add_parser("metrics", help=help, description=description)
     m.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    m.add_argument(
-        "--preset",
-        action="append",
-        metavar="NAME|PATH|JSON",
-        help=PRESET_HELP.format(names=", ".join(names), benchmark=benchmark, example=example),
-    )
+    add_preset_option(m, benchmark, example)
     m.set_defaults(func=partial(run_metrics, benchmark, compute))
     return m
 
@@ -88,13 +93,6 @@ def add_correct_commands(
     section)`` builds its reader table from them, ``correct(reader, human, section, args)``
     returns (corrected table, cells left out). The settings: ``--preset`` as `metrics`
     (the section's reader_correction keys)."""
-    from stereolens.benchmark import benchmark as plugin
-
-    folder = plugin(benchmark).presets
-    names = sorted(p.stem for p in Path(folder).glob("*.yaml")) if folder else ["paper"]
-    preset_help = PRESET_HELP.format(
-        names=", ".join(names), benchmark=benchmark, example="reader_correction: {replicates: 200}"
-    )
     c = sub.add_parser(
         "correct",
         help=f"{metric} corrected for the reader's errors from human labels",
@@ -130,7 +128,7 @@ def add_correct_commands(
     s.add_argument("--out", required=True, metavar="PATH", help="the table (.parquet)")
     for p in (c, s):
         add_inputs(p)
-        p.add_argument("--preset", action="append", metavar="NAME|PATH|JSON", help=preset_help)
+        add_preset_option(p, benchmark, "reader_correction: {replicates: 200}")
     c.set_defaults(func=partial(_run_correct, benchmark, reader, correct))
     s.set_defaults(func=partial(_run_simulate, benchmark, reader))
 
@@ -182,10 +180,6 @@ def add_sample_commands(
     whose pooled rate stands in for a small stratum) and `human-labels` (the human-label
     table ``human_labels(args)`` reads from filled forms, written as .parquet or .csv, counted
     in ``unit``) to ``sub``; the caller adds its own options to the two parsers returned."""
-    from stereolens.benchmark import benchmark as plugin
-
-    folder = plugin(benchmark).presets
-    names = sorted(p.stem for p in Path(folder).glob("*.yaml")) if folder else ["paper"]
     p = sub.add_parser(
         "reader-sample",
         help=f"draw the human sample of the reader correction: {form}, the human-label "
@@ -193,12 +187,7 @@ def add_sample_commands(
     )
     add_inputs(p)
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the forms and files")
-    p.add_argument(
-        "--preset",
-        action="append",
-        metavar="NAME|PATH|JSON",
-        help=PRESET_HELP.format(names=", ".join(names), benchmark=benchmark, example=example),
-    )
+    add_preset_option(p, benchmark, example)
     p.add_argument(
         "--pilot-human",
         metavar="PATH",

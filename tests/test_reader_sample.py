@@ -92,6 +92,23 @@ def test_floor_cap_and_unreachable():
 # ---------------------------------------------------------------- the draw
 
 
+def test_disagreement_and_planned_widths():
+    strata = pl.DataFrame({"model": ["a", "a", "b"], "stratum": ["x", "y", "x"]})
+    assert sd.with_disagreement(strata, 0.1, ["stratum"])["disagreement"].to_list() == [0.1] * 3
+    rates = pl.DataFrame({"model": ["a", "a", "b"], "stratum": ["x", "y", "x"],
+                          "disagreement": [0.1, 0.2, 0.3]})  # fmt: skip
+    got = sd.with_disagreement(strata, rates, ["model", "stratum"])
+    assert got["disagreement"].to_list() == [0.1, 0.2, 0.3]
+    with pytest.raises(ValueError, match="no rate for stratum 'y'"):
+        sd.with_disagreement(strata, rates.filter(pl.col("stratum") == "x"), ["stratum"])
+    summary = [{"model": "a", "width": 0.05, "reachable": True},
+               {"model": "b", "width": 0.2, "reachable": False}]  # fmt: skip
+    got = strata.with_columns(sd.planned_widths(summary, 0.1))
+    assert got["width"].to_list() == [0.05, 0.05, 0.2]
+    assert got["reachable"].to_list() == [True, True, False]
+    assert got["target_width"].to_list() == [0.1] * 3
+
+
 def test_draw_probabilities_and_cover():
     items = pl.DataFrame(
         {

@@ -145,18 +145,7 @@ def plan_design(
         .group_by("variant", "model", "stratum", "position")
         .agg(pl.len().cast(pl.Int64).alias("n_items"))
     )
-    if isinstance(disagreement, pl.DataFrame):
-        strata = strata.join(
-            disagreement.select("stratum", "disagreement").unique(), on="stratum", how="left"
-        )
-        lacking = strata.filter(pl.col("disagreement").is_null())
-        if lacking.height:
-            raise ValueError(
-                f"disagreement table: no rate for stratum {lacking['stratum'][0]!r}; give "
-                "every stratum of the reader table one"
-            )
-    else:
-        strata = strata.with_columns(pl.lit(float(disagreement)).alias("disagreement"))
+    strata = sd.with_disagreement(strata, disagreement, ["stratum"])
     strata = strata.with_columns(
         pl.concat_str("stratum", pl.lit("\x1f"), "position").alias("_planned")
     )
@@ -167,7 +156,6 @@ def plan_design(
         ),
         target_width, share=share, ci=ci, allocation=allocation,
     )  # fmt: skip
-    by_variant = {s["model"]: s for s in summary}
     return (
         strata.join(
             design.select(
@@ -178,13 +166,7 @@ def plan_design(
         .with_columns(pl.col("n_planned").max().over("stratum").alias("n_human"))
         .with_columns(
             (pl.col("n_human") / pl.col("n_items")).alias("selection_probability"),
-            pl.lit(float(target_width)).alias("target_width"),
-            pl.col("variant")
-            .replace_strict({v: s["width"] for v, s in by_variant.items()})
-            .alias("width"),
-            pl.col("variant")
-            .replace_strict({v: s["reachable"] for v, s in by_variant.items()})
-            .alias("reachable"),
+            *sd.planned_widths(summary, target_width, group="variant"),
         )
         .select(DESIGN_COLUMNS)
         .sort("variant", "stratum", "position")

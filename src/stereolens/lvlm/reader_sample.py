@@ -39,18 +39,7 @@ def _strata(items: pl.DataFrame, disagreement: float | pl.DataFrame) -> pl.DataF
     """(model: the allocation's group "<model>|<task>", stratum, n_items, disagreement)."""
     strata = items.group_by("group", "stratum").agg(pl.len().cast(pl.Int64).alias("n_items"))
     strata = strata.rename({"group": "model"})
-    if isinstance(disagreement, pl.DataFrame):
-        strata = strata.join(
-            disagreement.select("stratum", "disagreement"), on="stratum", how="left"
-        )
-        lacking = strata.filter(pl.col("disagreement").is_null())
-        if lacking.height:
-            raise ValueError(
-                f"disagreement table: no rate for stratum {lacking['stratum'][0]!r}; give "
-                "every stratum of the reader tables one"
-            )
-        return strata
-    return strata.with_columns(pl.lit(float(disagreement)).alias("disagreement"))
+    return sd.with_disagreement(strata, disagreement, ["stratum"])
 
 
 def reader_items(reader: pl.DataFrame, task: str) -> pl.DataFrame:
@@ -193,15 +182,10 @@ def export_reader_sample(
         )
     template = pl.concat(templates).cast(hl.HUMAN_COLUMNS).sort("stratum", "item_id", "attribute")
     write_text(out / FILES["template"], template.write_csv())
-    by_group = {s["model"]: s for s in summary}
     write_parquet(
         out / FILES["design"],
         design.with_columns(
-            pl.lit(float(target_width)).alias("target_width"),
-            pl.col("model").replace_strict({g: s["width"] for g, s in by_group.items()})
-            .alias("width"),
-            pl.col("model").replace_strict({g: s["reachable"] for g, s in by_group.items()})
-            .alias("reachable"),
+            *sd.planned_widths(summary, target_width),
             pl.col("model").str.extract(r"\|([^|]+)$").alias("task"),
             pl.col("model").str.replace(r"\|[^|]+$", "").alias("model"),
         ).select("model", "task", pl.exclude("model", "task")),

@@ -297,6 +297,40 @@ def allocate_by_model(
     return pl.concat(tables), rows
 
 
+def with_disagreement(
+    strata: pl.DataFrame, disagreement: float | pl.DataFrame, on: list[str]
+) -> pl.DataFrame:
+    """``strata`` with a ``disagreement`` column: one rate for every stratum, or a table's
+    rates joined on ``on`` (e.g. disagreement_rates of a pilot), which must give every
+    stratum one."""
+    if not isinstance(disagreement, pl.DataFrame):
+        return strata.with_columns(pl.lit(float(disagreement)).alias("disagreement"))
+    rates = disagreement.select(*on, "disagreement").unique()
+    strata = strata.join(rates, on=on, how="left")
+    lacking = strata.filter(pl.col("disagreement").is_null())
+    if lacking.height:
+        raise ValueError(
+            f"disagreement table: no rate for stratum {lacking['stratum'][0]!r}; give every "
+            "stratum of the reader table one"
+        )
+    return strata
+
+
+def planned_widths(
+    summary: list[dict[str, Any]], target_width: float, group: str = "model"
+) -> list[pl.Expr]:
+    """target_width, and the planned width and reachable of each group's allocation
+    (allocate_by_model's summary, keyed by the ``group`` column), as columns."""
+    by_group = {s["model"]: s for s in summary}
+    return [
+        pl.lit(float(target_width)).alias("target_width"),
+        pl.col(group).replace_strict({g: s["width"] for g, s in by_group.items()}).alias("width"),
+        pl.col(group)
+        .replace_strict({g: s["reachable"] for g, s in by_group.items()})
+        .alias("reachable"),
+    ]
+
+
 def planner_part(
     benchmark: str,
     unit: str,

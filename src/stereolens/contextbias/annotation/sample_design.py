@@ -80,20 +80,7 @@ def export_reader_sample(
     if not items.height:
         raise ValueError("no image of the reader table has a usable (status ok) image file")
     strata = items.group_by("model", "stratum").agg(pl.len().cast(pl.Int64).alias("n_items"))
-    if isinstance(disagreement, pl.DataFrame):
-        strata = strata.join(
-            disagreement.select("model", "stratum", "disagreement"),
-            on=["model", "stratum"],
-            how="left",
-        )
-        lacking = strata.filter(pl.col("disagreement").is_null())
-        if lacking.height:
-            raise ValueError(
-                f"disagreement table: no rate for stratum {lacking['stratum'][0]!r}; give "
-                "every stratum of the reader table one"
-            )
-    else:
-        strata = strata.with_columns(pl.lit(float(disagreement)).alias("disagreement"))
+    strata = sd.with_disagreement(strata, disagreement, ["model", "stratum"])
     design, summary = sd.allocate_by_model(
         strata, target_width, share=share, ci=ci, allocation=allocation
     )
@@ -111,17 +98,8 @@ def export_reader_sample(
     )  # fmt: skip
     template = sd.label_template(sample, dims)
     write_text(out / FILES["template"], template.write_csv())
-    by_model = {s["model"]: s for s in summary}
-    write_parquet(
-        out / FILES["design"],
-        design.with_columns(
-            pl.lit(float(target_width)).alias("target_width"),
-            pl.col("model").replace_strict({m: s["width"] for m, s in by_model.items()})
-            .alias("width"),
-            pl.col("model").replace_strict({m: s["reachable"] for m, s in by_model.items()})
-            .alias("reachable"),
-        ),
-    )  # fmt: skip
+    design = design.with_columns(sd.planned_widths(summary, target_width))
+    write_parquet(out / FILES["design"], design)
     return {**paths, "template": out / FILES["template"], "design": out / FILES["design"]}
 
 

@@ -85,3 +85,52 @@ def test_an_item_has_one_cluster():
         rc.build_cells(reader, moved)
     agreed = human.join(reader.select("item_id", "cluster"), on="item_id")
     assert rc.build_cells(reader, agreed)[("gender",)].cluster is not None
+
+
+def test_double_bootstrap_keeps_clusters_at_both_levels():
+    """Two clusters of one stratum, A = 3 items all read women, B = 1 item read a man, one
+    labelled item in each (humans agree): a resample of the two clusters is AA, AB or BB,
+    women's share 1, 3/4 or 0 (items 6, 4 or 2), with probability 1/4, 1/2, 1/4; a
+    second-level resample of AA (or BB) is AA (BB) again: it draws from the first level's
+    clusters, whole. Items one by one would give other shares (e.g. 1/2)."""
+    from stereolens.metrics import reader_double as rd
+
+    eye = np.eye(2)
+    read = eye[[1, 1, 1, 0]]
+    cell = rc.Cell(
+        labels=("m", "w"), strata=("s",), stratum=np.zeros(4, np.int64), reader=read,
+        labelled=np.array([0, 3]), human=read[[0, 3]], weight=np.full(2, 2.0),
+        cluster=np.array([0, 0, 0, 1]),
+    )  # fmt: skip
+    naive, corr, naive_in, corr_in = rd.double_bootstrap_shares(
+        cell, 4000, 6, np.random.default_rng(0), fixed_strata=True
+    )
+    women, women_in = naive[:, 1], naive_in[..., 1]
+    assert set(np.round(women, 12)) == {0.0, 0.75, 1.0}
+    assert set(np.round(women_in.ravel(), 12)) <= {0.0, 0.75, 1.0}
+    assert np.mean(women == 0.75) == pytest.approx(0.5, abs=0.03)
+    assert (women_in[women == 1.0] == 1.0).all() and (women_in[women == 0.0] == 0.0).all()
+    mixed = women_in[women == 0.75]
+    assert np.mean(mixed == 0.75) == pytest.approx(0.5, abs=0.03)
+    np.testing.assert_allclose(corr, naive)
+    np.testing.assert_allclose(corr_in, naive_in)
+
+
+def test_double_bias_corrected_once_centre_by_hand():
+    """centre "once": the estimate 2 x point - mean theta* (the bc-normal centre), the
+    error the double bootstrap's. point 5, theta* (4, 6, 5, 8) (mean 5.75): estimate 4.25;
+    theta** rows (4, 4), (6.5, 7.5), (5, 5), (8.5, 9.5), means (4, 7, 5, 9), variances (0,
+    0.5, 0, 0.5); once-corrected 2 theta* - means = (4, 5, 5, 7), variance 19 / 12; less
+    the means' noise mean(var) / J = 0.25 / 2 = 1 / 8: se = sqrt(35 / 24). centre "double":
+    3 x 5 - 3 x 5.75 + 6.25 = 4.0, the same se."""
+    from stereolens.metrics import reader_double as rd
+
+    outer = np.array([4.0, 6.0, 5.0, 8.0])
+    inner = np.array([[4.0, 4.0], [6.5, 7.5], [5.0, 5.0], [8.5, 9.5]])
+    half = 1.959963984540054 * np.sqrt(35 / 24)
+    once = rd.double_bias_corrected(5.0, outer, inner, 0.95, centre="once")
+    np.testing.assert_allclose(once, [4.25, 4.25 - half, 4.25 + half])
+    double = rd.double_bias_corrected(5.0, outer, inner, 0.95)
+    np.testing.assert_allclose(double, [4.0, 4.0 - half, 4.0 + half])
+    with pytest.raises(ValueError, match="centre 'twice'"):
+        rd.double_bias_corrected(5.0, outer, inner, 0.95, centre="twice")

@@ -16,9 +16,9 @@ from scipy import stats
 from stereolens.annotation_form import CSV_COLUMNS, KEY_SCHEMA
 from stereolens.config import load_config
 from stereolens.lvlm.corrected import (
-    TERM_MULTI_GROUP_WITHHELD,
     corrected_scores,
     story_reader,
+    term_estimator,
     term_reader,
 )
 from stereolens.lvlm.reader_forms import human_labels_from_answers
@@ -29,6 +29,8 @@ from stereolens.lvlm.reader_sample import (
     plan_strata,
 )
 from stereolens.metrics import human_labels as hl
+from stereolens.metrics import reader_correction as rc
+from stereolens.metrics import reader_double as rd
 
 Z = float(stats.norm.ppf(0.975))
 STORY = {  # image -> (occupation, socioeconomic_status, hobbies)
@@ -433,9 +435,15 @@ def test_race_term_items_are_judged_pairs_by_hand(tmp_path):
     assert row["naive"] == pytest.approx(1200 / 41)
     assert row["corrected"] == pytest.approx(row["naive"])
     assert (row["n_human"], row["n_items"]) == (10, 42)
-    # seven groups: the interval is withheld at any size (coverage measured at 91.4%)
-    assert row["interval_reliable"] is False
-    assert row["withheld_reason"] == TERM_MULTI_GROUP_WITHHELD and "91.4%" in row["withheld_reason"]
+    # seven groups: the double bootstrap's interval (bc centre, the once-corrected
+    # replicates' sd; covered 93.5% where bc-normal covered 91.4%), held by the size rule
+    # alone (10 < 400 labels), withheld at no size
+    assert row["interval_reliable"] is False and row["withheld_reason"] is None
+    two, seven = term_estimator(2), term_estimator(7)
+    assert two is rc.corrected_metric
+    assert seven.func is rd.corrected_metric_double and seven.keywords == {"centre": "once"}
+    assert row["ci_low"] < row["estimate_bc"] < row["ci_high"]
+    assert row["ci_high"] - row["estimate_bc"] == pytest.approx(row["estimate_bc"] - row["ci_low"])
     # every pair labelled, one human disagreement: the humans' own score
     flip, sea = "m/image/race/t1/0/Black/Southeast Asian", "Southeast Asian"
     assert flip in tr["item_id"].to_list()
@@ -518,10 +526,12 @@ def test_term_bootstrap_resamples_rounds_as_the_scores_do():
     so corrected.parquet's bootstrap resamples rounds, as lvlm.scores does. The race world
     of docs/statistics.md (bench/cover/_lvlm_reader.py: 10 terms x 30 rounds, each
     explanation a quality shared by its 6 pairs, the better one winning, the judge right; 100
-    pairs per term labelled): over seeds 0-5 the naive interval is 0.89 as wide as
-    scores.parquet's (0.82 with pairs resampled one by one, the bootstrap before), and the
-    plug-in the same. Against the score's own sampling sd (2,000 datasets: 2 x 1.96 x
-    0.593 = 2.33) the widths over 20 seeds are 0.96 (rounds), 0.90 (pairs), 1.05 (scores)."""
+    pairs per term labelled): over seeds 0-5 the naive interval (a race row: bc centre, the
+    double bootstrap's error) is 1.01 as wide as scores.parquet's (0.91 with pairs resampled
+    one by one, the bootstrap before), and the plug-in the same. With the bc-normal interval
+    before it the ratios were 0.89 and 0.82; against the score's own sampling sd (2,000
+    datasets: 2 x 1.96 x 0.593 = 2.33) its widths over 20 seeds were 0.96 (rounds), 0.90
+    (pairs), 1.05 (scores)."""
     import sys
     from pathlib import Path
 
@@ -543,5 +553,6 @@ def test_term_bootstrap_resamples_rounds_as_the_scores_do():
             width = row["naive_high"] - row["naive_low"]
             ratio[how].append(width / (ref["ci_high"] - ref["ci_low"]))
     rounds, pairs = (float(sum(v) / len(v)) for v in ratio.values())
-    assert 0.87 < rounds < 1.1
-    assert pairs < 0.85 and rounds > pairs + 0.05
+    assert 0.9 < rounds < 1.1
+    assert pairs < 0.95 and rounds > pairs + 0.05
+

@@ -14,10 +14,13 @@ Worlds (each dataset drawn afresh):
   (uniform) with probability 10%. Truth: lvlm.corrected's story functional (story_tvd) of the
   true shares.
 Humans label a simple random sample of n items per cell (term: n pairs per term; story: n
-stories per group). Each dataset's intervals are lvlm.corrected's functionals through
-reader_correction.corrected_metric on reader_correction.Cell arrays (bc-normal, bounds
-0-100), as corrected_scores builds them; the ``pairs`` rows leave the cluster out (the
-bootstrap before issue 21's rounds: pairs resampled one by one).
+stories per group). Each dataset's intervals are lvlm.corrected's functionals on
+reader_correction.Cell arrays, bounds 0-100, through the estimator corrected_scores uses
+(reader_correction.corrected_metric, bc-normal; a term over more than two groups
+lvlm.corrected.term_estimator's double bootstrap, its estimate bc, its error the sd of the
+once-corrected replicates); the ``pairs`` rows leave the cluster out (the bootstrap before
+issue 21's rounds: pairs resampled one by one), the race ``bc_normal`` row is the bc-normal
+interval the race term had before the double bootstrap, on the same datasets.
 """
 
 from __future__ import annotations
@@ -143,7 +146,9 @@ def story_cells(rng, n_items: int, n_human: int):
 @lru_cache(maxsize=16)
 def simulate(scale: str, world: str, n: int, human: int) -> dict[str, tuple]:
     """Per dataset of ``world``: {"naive", "corrected", "pairs" (term: the bootstrap without
-    the round clusters)}: (estimate, low, high) arrays; ``human`` labels per cell."""
+    the round clusters), "bc_normal" (race: the interval before)}: (estimate, low, high)
+    arrays; ``human`` labels per cell."""
+    from stereolens.lvlm.corrected import term_estimator
     from stereolens.metrics.reader_correction import corrected_metric
 
     rng = np.random.default_rng([21, 7, n, human, len(scale), len(world)])
@@ -162,7 +167,11 @@ def simulate(scale: str, world: str, n: int, human: int) -> dict[str, tuple]:
                 flat, _ = term_cells(rng, world, size, human, clustered=False)
                 m = corrected_metric(flat, fn, seed=seed, **kw)
                 out.setdefault("pairs", []).append((m["estimate_bc"], m["ci_low"], m["ci_high"]))
-        m = corrected_metric(cells, fn, seed=seed, **kw)
+        estimator = corrected_metric if world == "story" else term_estimator(len(GROUPS[world]))
+        m = estimator(cells, fn, seed=seed, **kw)
+        if scale == "paper" and world == "term race":  # the interval before: bc-normal
+            b = corrected_metric(cells, fn, seed=seed, **kw)
+            out.setdefault("bc_normal", []).append((b["estimate_bc"], b["ci_low"], b["ci_high"]))
         out.setdefault("naive", []).append((m["naive"], m["naive_low"], m["naive_high"]))
         out.setdefault("corrected", []).append((m["estimate_bc"], m["ci_low"], m["ci_high"]))
     return {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
@@ -212,9 +221,10 @@ ROWS = {
     ("term gender", "naive"): ("naive: judge's picks, rounds resampled, bc-normal", True),
     ("term gender", "pairs"): ("PPI per term, pairs resampled one by one, bc-normal", True),
     ("term gender", "corrected"): ("PPI per term, rounds resampled, bc-normal", False),
-    ("term race", "naive"): ("naive: judge's picks, rounds resampled, bc-normal", True),
+    ("term race", "naive"): ("naive: judge's picks, rounds, bc, double-bootstrap se", True),
     ("term race", "pairs"): ("PPI per term, pairs resampled one by one, bc-normal", True),
-    ("term race", "corrected"): ("PPI per term, rounds resampled, bc-normal", False),
+    ("term race", "bc_normal"): ("PPI per term, rounds resampled, bc-normal (before)", True),
+    ("term race", "corrected"): ("PPI per term, rounds resampled, bc, double-bootstrap se", False),
     ("story", "naive"): ("naive: assistant's reading, bootstrap bc-normal", True),
     ("story", "corrected"): ("PPI per group, bootstrap bc-normal", False),
 }

@@ -6,6 +6,8 @@ benchmark's TVD (lvlm.scores.tvd_from_uniform) x 100, of the label shares."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import polars as pl
 
@@ -13,6 +15,7 @@ from stereolens.lvlm.scores import _groups_for, check_formulas, tvd_from_uniform
 from stereolens.metrics import corrected_tables as ct
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import reader_correction as rc
+from stereolens.metrics import reader_double as rd
 from stereolens.metrics.cluster_bootstrap import CLUSTER
 
 KEYS = ("model", "setting", "axis")
@@ -169,15 +172,24 @@ def _term_functional(picked, uniform: bool):
     return score
 
 
-TERM_MULTI_GROUP_WITHHELD = (
-    "the corrected term score's interval over more than two groups covered 91.4% of 1,000 "
-    "datasets at 400 human labels per cell (bench/COVERAGE.md, 'Reader correction, LVLM': "
-    "term race; 91.5% at paper scale): below 93%"
-)
-"""Why a term row of an axis with more than two groups (race) has its corrected interval
-withheld at any size (corrected.parquet ``withheld_reason``; the TVD estimate over seven
-groups is biased upward by about one standard deviation, so the bias-corrected centre
-varies more than the replicates); two groups (gender) covered 93.6%."""
+TERM_MULTI_GROUP_INTERVAL = "bc_double_se"
+"""The interval of a term row of an axis with more than two groups (race): centred on the
+bc-normal estimate (2 x plug-in - the replicates' mean), its standard error the sd of the
+once-corrected replicates of a double (iterated) bootstrap over rounds
+(reader_double.corrected_metric_double, centre "once"). Over seven groups the plug-in TVD is
+biased up by about one sd and the bias-corrected estimate varies more than the replicates
+(1,000 datasets at 400 human labels per term: sd 0.471 against their 0.419), so the
+bc-normal interval covered 91.4% of 1,000 datasets; this one 93.5% (94.5% on another
+1,000; bench/COVERAGE.md, 'Reader correction, LVLM'). Two groups (gender) keep the
+bc-normal interval (93.6%)."""
+
+
+def term_estimator(n_groups: int):
+    """The estimator of a term row over ``n_groups`` groups: corrected_metric (bc-normal)
+    for two, TERM_MULTI_GROUP_INTERVAL's corrected_metric_double (centre "once") for more."""
+    if n_groups > 2:
+        return partial(rd.corrected_metric_double, centre="once")
+    return rc.corrected_metric
 
 
 def corrected_scores(
@@ -193,7 +205,10 @@ def corrected_scores(
     one row per (model, setting, axis); the cells left out for want of 2 human labels).
     ``story`` / ``term``: story_reader / term_reader tables (None: the task did not run);
     the human labels of both in one table (their item ids differ). ``options``:
-    corrected_metric's."""
+    corrected_metric's; a term row of an axis with more than two groups takes
+    TERM_MULTI_GROUP_INTERVAL (corrected_metric_double, centre "once", the same options).
+    ``withheld_reason`` (String) is null on every row: no LVLM row is withheld at any
+    size since that interval (the column stays for the report's rule)."""
     human = hl.check_human_labels(human)
     formulas = check_formulas(formulas)
     parts = [(n, t) for n, t in (("story", story), ("term", term)) if t is not None and t.height]
@@ -217,7 +232,7 @@ def corrected_scores(
         runs: dict[tuple, list] = {}
         for key, cell in cells.items():
             runs.setdefault(key[:3], []).append((key, cell))
-        rows, multi = [], []
+        records = []
         for run, members in runs.items():
             axis = run[2]
             if task == "story":
@@ -252,23 +267,14 @@ def corrected_scores(
                     with np.errstate(invalid="ignore", divide="ignore"):
                         picked.append((cols, apps / apps.sum()))
                 fn = _term_functional(picked, formulas["term"] == "term_tvd_uniform")
-                if len(groups) > 2:
-                    multi.append(run)
+            estimator = term_estimator(len(groups)) if task == "term" else rc.corrected_metric
             names = dict(zip(KEYS, run, strict=True))
-            rows.append((names, [c for _, c in members], fn, (0.0, 100.0)))
-        table = ct.metric_table(rows, KEYS, task, **options)
-        withheld = pl.concat_str(*KEYS, separator="\x1f").is_in(["\x1f".join(r) for r in multi])
+            cells_of = [c for _, c in members]
+            records.append({**names, **estimator(cells_of, fn, bounds=(0.0, 100.0), **options)})
         tables.append(
-            table.with_columns(
-                pl.when(withheld)
-                .then(False)
-                .otherwise("interval_reliable")
-                .alias("interval_reliable"),
-                pl.when(withheld)
-                .then(pl.lit(TERM_MULTI_GROUP_WITHHELD))
-                .otherwise(pl.lit(None, pl.String))
-                .alias("withheld_reason"),
-            )  # fmt: skip
+            ct.metric_frame(records, KEYS, task).with_columns(
+                pl.lit(None, pl.String).alias("withheld_reason")
+            )
         )
     if not tables:
         raise ValueError(

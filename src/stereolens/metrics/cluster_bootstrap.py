@@ -46,6 +46,31 @@ def item_clusters(
     return np.array([code[of[i]] for i in ids], dtype=np.int64)
 
 
+def _cluster_sums(cluster, reader, labelled, human, weight, lam):
+    """Per cluster (codes 0..m-1): items, reader rows summed, weighted rectifier summed,
+    weights summed; and the two parts (clusters holding a labelled item, the others)."""
+    names, code = np.unique(cluster, return_inverse=True)
+    m, k = names.size, reader.shape[1]
+    size = np.bincount(code, minlength=m).astype(float)
+    reader_sum = np.zeros((m, k))
+    np.add.at(reader_sum, code, reader)
+    lab_code = code[labelled]
+    rect_sum = np.zeros((m, k))
+    np.add.at(rect_sum, lab_code, weight[:, None] * (human - lam * reader[labelled]))
+    w_sum = np.bincount(lab_code, weights=weight, minlength=m)
+    parts = [p for p in (np.unique(lab_code), np.setdiff1d(np.arange(m), lab_code)) if p.size]
+    return m, size, reader_sum, rect_sum, w_sum, parts
+
+
+def _counts(size: int, replicates: int, rng: np.random.Generator) -> np.ndarray:
+    """(replicates, size) multiplicities of ``size`` draws with replacement among ``size``
+    clusters (rng.multinomial over 500 clusters took 3/4 of a 10-term gender dataset's
+    time)."""
+    pick = rng.integers(size, size=(replicates, size))
+    pick += np.arange(replicates)[:, None] * size
+    return np.bincount(pick.ravel(), minlength=replicates * size).reshape(replicates, size)
+
+
 def resample_stratum(
     cluster: np.ndarray,
     reader: np.ndarray,
@@ -66,25 +91,45 @@ def resample_stratum(
     item its own cluster the two bootstraps are the same in distribution). The mean share =
     the drawn clusters' reader rows over their items; the rectifier = the weighted mean of
     human - ``lam`` x reader over their labelled items."""
-    names, code = np.unique(cluster, return_inverse=True)
-    m, k = names.size, reader.shape[1]
-    size = np.bincount(code, minlength=m).astype(float)
-    reader_sum = np.zeros((m, k))
-    np.add.at(reader_sum, code, reader)
-    lab_code = code[labelled]
-    rect_sum = np.zeros((m, k))
-    np.add.at(rect_sum, lab_code, weight[:, None] * (human - lam * reader[labelled]))
-    w_sum = np.bincount(lab_code, weights=weight, minlength=m)
+    m, size, reader_sum, rect_sum, w_sum, parts = _cluster_sums(
+        cluster, reader, labelled, human, weight, lam
+    )
     draws = np.zeros((replicates, m))
-    for part in (np.unique(lab_code), np.setdiff1d(np.arange(m), lab_code)):
-        if not part.size:
-            continue
-        # part.size draws among part.size clusters per replicate, counted (rng.multinomial
-        # over 500 clusters took 3/4 of a 10-term gender dataset's time)
-        pick = rng.integers(part.size, size=(replicates, part.size))
-        pick += np.arange(replicates)[:, None] * part.size
-        counts = np.bincount(pick.ravel(), minlength=replicates * part.size)
-        draws[:, part] = counts.reshape(replicates, part.size)
+    for part in parts:
+        draws[:, part] = _counts(part.size, replicates, rng)
     mean_all = (draws @ reader_sum) / (draws @ size)[:, None]
     rect = (draws @ rect_sum) / (draws @ w_sum)[:, None]
     return mean_all, rect
+
+
+def resample_stratum_double(
+    cluster: np.ndarray,
+    reader: np.ndarray,
+    labelled: np.ndarray,
+    human: np.ndarray,
+    weight: np.ndarray,
+    lam: float,
+    replicates: int,
+    inner: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """resample_stratum's (mean share, rectifier) per replicate, (replicates, K), and per
+    second-level replicate, (replicates, inner, K): each first-level resample's clusters
+    drawn again with replacement, ``inner`` times, within the same two parts (a multinomial
+    at the first level's multiplicities; metrics.reader_double's iterated bootstrap)."""
+    m, size, reader_sum, rect_sum, w_sum, parts = _cluster_sums(
+        cluster, reader, labelled, human, weight, lam
+    )
+    draws = np.zeros((replicates, m))
+    draws_in = np.zeros((replicates, inner, m))
+    for part in parts:
+        outer = _counts(part.size, replicates, rng)
+        draws[:, part] = outer
+        shares = outer / part.size
+        draws_in[:, :, part] = np.moveaxis(
+            rng.multinomial(part.size, shares, size=(inner, replicates)), 0, 1
+        )
+    out = []
+    for d in (draws, draws_in):
+        out += [(d @ reader_sum) / (d @ size)[..., None], (d @ rect_sum) / (d @ w_sum)[..., None]]
+    return tuple(out)

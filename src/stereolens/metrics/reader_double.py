@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
+from stereolens.metrics.cluster_bootstrap import resample_stratum_double
 from stereolens.metrics.reader_correction import (
     MIN_HUMAN_RELIABLE,
     Cell,
@@ -24,6 +25,13 @@ INNER_REPLICATES = 20
 """Second-level replicates per replicate of :func:`corrected_metric_double` (as BiasIG's own
 eta interval, stereolens.biasig.pairs.INNER_REPLICATES); their means' own noise is taken
 out of the standard error."""
+CENTRES = ("double", "once")
+"""The estimate an interval of :func:`double_bias_corrected` is centred on: ``double`` the
+iterated correction 3 x point - 3 x mean theta* + mean theta** (BiasIG's eta), ``once``
+2 x point - mean theta* (an LVLM term score over more than two groups: its once-corrected
+estimate is nearly unbiased, the double one only adds spread; bench/COVERAGE.md)."""
+INTERVAL_NAMES = {"double": "double_bc", "once": "bc_double_se"}
+"""corrected_metric_double's ``interval`` key per centre."""
 DOUBLE_CHUNK = 20_000
 """Rows of second-level replicates a functional is given at once (memory, not results)."""
 
@@ -59,7 +67,9 @@ def double_bootstrap_shares(
     N_h / N from their multinomial unless ``fixed_strata``. The second level the same from
     each first-level resample: its unlabelled and labelled items drawn again with
     replacement within each stratum, its weights from a multinomial at the replicate's
-    weights. lam is held at its point value per stratum at both levels."""
+    weights. lam is held at its point value per stratum at both levels. With
+    ``cell.cluster`` a stratum's clusters instead, each with all its items, at both levels
+    (cluster_bootstrap.resample_stratum_double; an LVLM term round)."""
     k = len(cell.labels)
     shape = (replicates, inner)
     naive, corr = np.zeros((replicates, k)), np.zeros((replicates, k))
@@ -78,6 +88,17 @@ def double_bootstrap_shares(
         y, yhat = cell.human[lab], cell.reader[cell.labelled[lab]]
         w = cell.weight[lab]
         lam_h = tuned_lambda(y, yhat, cell.reader[rows], w) if lam == "tuned" else 1.0
+        if cell.cluster is not None:  # whole clusters at both levels: cluster_bootstrap
+            at = np.searchsorted(rows, cell.labelled[lab])
+            args = (cell.cluster[rows], cell.reader[rows], at, y, w, lam_h, replicates, inner)
+            m_all, rect, m_all_in, rect_in = resample_stratum_double(*args, rng)
+            for mean_all, r, nv, cv, wt in (
+                (m_all, rect, naive, corr, weights[:, h, None]),
+                (m_all_in, rect_in, naive_in, corr_in, weights_in[..., h, None]),
+            ):
+                nv += wt * mean_all
+                cv += wt * (lam_h * mean_all + r)
+            continue
         total, total_in = np.zeros((replicates, k)), np.zeros((*shape, k))
         unl = cell.reader[rows[~labelled_rows[rows]]]
         if unl.shape[0]:
@@ -109,6 +130,7 @@ def double_bias_corrected(
     inner: np.ndarray,
     ci: float,
     bounds: tuple[float, float] | None = None,
+    centre: str = "double",
 ) -> tuple[float, float, float]:
     """(estimate, low, high) of the iterated (double) bootstrap bias correction, as
     stereolens.biasig.groups.double_bias_corrected (a benchmark module this floor cannot
@@ -117,8 +139,14 @@ def double_bias_corrected(
     The estimate is 3 x point - 3 x mean theta* + mean theta**; its standard error the sd
     of the once-corrected replicates 2 theta*_r - mean_j theta**_rj, less the inner means'
     own noise (mean_r var_j theta**_rj / J) where that leaves it positive; the interval
-    estimate +- z x that error, clipped to ``bounds`` (None: unclipped). Non-finite
-    replicates are left out; (point, NaN, NaN) with fewer than 2 finite ones."""
+    estimate +- z x that error, clipped to ``bounds`` (None: unclipped). ``centre``
+    (CENTRES) "once": the estimate is the once-corrected 2 x point - mean theta*, the
+    bc-normal centre of reader_correction, with the same error: the interval of a
+    bias-corrected estimate whose own spread the bootstrap sd of theta* understates (an
+    LVLM term score over more than two groups). Non-finite replicates are left out;
+    (point, NaN, NaN) with fewer than 2 finite ones."""
+    if centre not in CENTRES:
+        raise ValueError(f"centre {centre!r}; allowed: {', '.join(CENTRES)}")
     finite = np.isfinite(inner)
     n_in = finite.sum(1)
     inner_mean = np.where(
@@ -132,7 +160,11 @@ def double_bias_corrected(
     if not np.isfinite(point) or once.size < 2:
         return point, np.nan, np.nan
     z = float(stats.norm.ppf(0.5 + ci / 2.0))
-    est = 3.0 * point - 3.0 * np.nanmean(outer[np.isfinite(outer)]) + np.nanmean(inner_mean)
+    mean_outer = np.nanmean(outer[np.isfinite(outer)])
+    if centre == "once":
+        est = 2.0 * point - mean_outer
+    else:
+        est = 3.0 * point - 3.0 * mean_outer + np.nanmean(inner_mean)
     var = once.var(ddof=1)
     noise = np.nanmean(inner_var) / inner.shape[1] if np.isfinite(inner_var).any() else 0.0
     se = np.sqrt(var - noise if var - noise > 0 else var)
@@ -155,6 +187,7 @@ def corrected_metric_double(
     interval: str = "bc_normal",
     bounds: tuple[float, float] | None = None,
     fixed_strata: bool = False,
+    centre: str = "double",
 ) -> dict[str, float | int | str]:
     """:func:`corrected_metric` for a metric that is not smooth in the shares (BiasIG's eta:
     a contribution's sign flips where a share crosses its ground truth), with the same keys:
@@ -164,7 +197,9 @@ def corrected_metric_double(
     at both levels, cells independently), the interval unclipped unless ``bounds``.
     ``interval`` is not used (always "double_bc": the percentile interval of BiasIG's own eta
     covered 35.5% at paper scale, the once-corrected one 87.5%; bench/COVERAGE.md);
-    ``estimate_bc`` is the double-bootstrap estimate."""
+    ``estimate_bc`` is the double-bootstrap estimate (``centre`` "once": the once-corrected
+    one, 2 x plug-in - the replicates' mean, with the double bootstrap's error;
+    interval "bc_double_se")."""
     _check_options(lam, off_simplex, interval)
     rng = np.random.default_rng(seed)
     points = [cell_shares(c, lam, off_simplex, ci, fixed_strata) for c in cells]
@@ -190,9 +225,11 @@ def corrected_metric_double(
         return out
 
     _, n_lo, n_hi = double_bias_corrected(
-        naive_pt, evaluate(0, False), evaluate(2, False), ci, bounds
+        naive_pt, evaluate(0, False), evaluate(2, False), ci, bounds, centre
     )
-    est, lo, hi = double_bias_corrected(corr_pt, evaluate(1, True), evaluate(3, True), ci, bounds)
+    est, lo, hi = double_bias_corrected(
+        corr_pt, evaluate(1, True), evaluate(3, True), ci, bounds, centre
+    )
     return {
         "naive": naive_pt,
         "naive_low": n_lo,
@@ -201,7 +238,7 @@ def corrected_metric_double(
         "estimate_bc": est,
         "ci_low": lo,
         "ci_high": hi,
-        "interval": "double_bc",
+        "interval": INTERVAL_NAMES[centre],
         "n_human": int(sum(c.labelled.size for c in cells)),
         "n_items": int(sum(c.stratum.size for c in cells)),
         "off_simplex": bool(any(p["off_simplex"].any() for p in points)),

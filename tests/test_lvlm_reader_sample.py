@@ -556,3 +556,72 @@ def test_term_bootstrap_resamples_rounds_as_the_scores_do():
     assert 0.9 < rounds < 1.1
     assert pairs < 0.95 and rounds > pairs + 0.05
 
+
+def test_export_rule_is_opt_in(tmp_path, repo_root):
+    """lvlm.reader_sample.export (off by default) adds rule export_lvlm_reader_sample to the
+    demo's dry run, its files among the targets (a form and key per task the config runs);
+    the rule's command, with the --preset the rule passes, writes exactly those files."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+    from conftest import workflow_env
+
+    from stereolens.cli import main
+    from stereolens.lvlm.params import prompt_file
+    from stereolens.lvlm.plugin import _targets, reader_sample_files
+    from stereolens.settings import settings_json
+
+    snakemake = str(Path(sys.executable).parent / "snakemake")
+
+    def demo(export: bool | None) -> Path:
+        config = yaml.safe_load((repo_root / "config" / "demo.yaml").read_text())
+        config["registry"] = str(repo_root / "config" / "models.yaml")
+        if export is not None:
+            config["lvlm"].setdefault("reader_sample", {})["export"] = export
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def dry_run(export: bool | None) -> str:
+        run = subprocess.run(
+            [snakemake, "-n", "--quiet", "rules", "--configfile", str(demo(export))],
+            cwd=repo_root, env=workflow_env(), capture_output=True, text=True,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr[-2000:]
+        return run.stdout
+
+    assert "export_lvlm_reader_sample" not in dry_run(None)
+    assert "export_lvlm_reader_sample" in dry_run(True)
+    config, _ = load_config(demo(True))
+    folder = "results/lvlm/reader_sample"
+    files = [f"{folder}/{n}" for n in ("story/form.html", "story/key.parquet")]
+    files += [f"{folder}/{n}" for n in ("term/form.html", "term/key.parquet")]
+    files += [f"{folder}/{n}" for n in ("human_labels_template.csv", "design.parquet")]
+    assert list(reader_sample_files(config["lvlm"]).values()) == files
+    assert [t for t in _targets(config) if "reader_sample" in t] == files
+    only_story = {**config["lvlm"], "tasks": {"story": config["lvlm"]["tasks"]["story"]}}
+    assert list(reader_sample_files(only_story)) == [
+        "story_form",
+        "story_key",
+        "template",
+        "design",
+    ]
+    # the rule's command on a run's tables: the files it declares, nothing else
+    responses, story, term = lvlm_tables()
+    run = tmp_path / "run"
+    run.mkdir()
+    responses.write_parquet(run / "responses.parquet")
+    story.write_parquet(run / "story_attributes.parquet")
+    term.write_parquet(run / "term_judgements.parquet")
+    out = tmp_path / folder
+    preset = settings_json(config["lvlm"], ("reader_sample",))
+    assert json.loads(preset)["reader_sample"]["export"] is True
+    argv = ["lvlm", "reader-sample", "--responses", str(run / "responses.parquet")]
+    argv += ["--prompts", prompt_file(config["lvlm"]), "--preset", preset, "--out", str(out)]
+    assert main(argv) == 0
+    written = sorted(str(p.relative_to(tmp_path)) for p in out.rglob("*") if p.is_file())
+    assert written == sorted(files)
+    design = pl.read_parquet(out / "design.parquet")
+    assert set(design["task"]) == {"story", "term"} and design["n_human"].min() >= 2

@@ -278,3 +278,27 @@ rule correct_lvlm_reader:
     shell:
         "stereolens lvlm correct --responses {input.responses} --human {input.human}"
         " --preset {params.settings} --out {params.outdir} > {log} 2>&1"
+
+
+rule export_lvlm_reader_sample:
+    """The human sample of the reader correction, drawn (lvlm.reader_sample.export, off by
+    default): a blinded text form and its key per task (the drawn stories' attributes, the
+    drawn judged term pairs), the human-label template and the allocation
+    (docs/statistics.md, "Designing the human sample"); each file written atomically."""
+    input:
+        responses=LV_OUT("table", table="responses"),
+        story_attributes=LV_OUT("table", table="story_attributes"),
+        term_judgements=LV_OUT("table", table="term_judgements"),
+        prompts=get_lvlm_prompt_file(),
+    output:
+        **get_lvlm_reader_sample_files(),
+    log:
+        "logs/lvlm/export_reader_sample.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        settings=preset_arg(LV, ("reader_sample",)),
+    shell:
+        "stereolens lvlm reader-sample --responses {input.responses}"
+        " --prompts {input.prompts} --preset {params.settings}"
+        " --out $(dirname {output.template}) > {log} 2>&1"

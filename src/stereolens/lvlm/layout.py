@@ -17,6 +17,12 @@ LAYOUT = Layout(
         "metrics": "metrics/{table}.parquet",
         "story_readings": "story_reading/readings.jsonl",
         **READER_CORRECTION,
+        "reader_sample_story_form": "reader_sample/story/form.html",
+        "reader_sample_story_key": "reader_sample/story/key.parquet",
+        "reader_sample_term_form": "reader_sample/term/form.html",
+        "reader_sample_term_key": "reader_sample/term/key.parquet",
+        "reader_sample_template": "reader_sample/human_labels_template.csv",
+        "reader_sample_design": "reader_sample/design.parquet",
     },
     jobs={
         "responses": JobFolder("respond"),

@@ -239,8 +239,18 @@ def story_reading_enabled(lv: dict) -> bool:
     )
 
 
+def reader_sample_files(lv: dict) -> dict[str, str]:
+    """The files of rule export_lvlm_reader_sample by output name (LAYOUT.reader_sample_
+    <name>): a form and key per configured story / term task (story_form, story_key,
+    term_form, term_key), then template and design."""
+    names = [f"{t}_{f}" for t in ("story", "term") if t in lv["tasks"] for f in ("form", "key")]
+    return {n: LAYOUT.pattern(f"reader_sample_{n}") for n in [*names, "template", "design"]}
+
+
 def _targets(config: dict) -> list[str]:
     out = [LAYOUT.path("metrics", table="scores")]
+    if config["lvlm"]["reader_sample"]["export"]:
+        out += list(reader_sample_files(config["lvlm"]).values())
     if story_reading_enabled(config["lvlm"]):
         out.append(LAYOUT.path("metrics", table="story_reading_gaps"))
     if corrects_reader(config["lvlm"]):

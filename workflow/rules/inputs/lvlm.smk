@@ -32,6 +32,13 @@ def get_lvlm_prompt_file():
     return lvlm_params.prompt_file(LV)
 
 
+def get_lvlm_reader_sample_files():
+    """The outputs of export_lvlm_reader_sample by name (lvlm.plugin.reader_sample_files)."""
+    from stereolens.lvlm.plugin import reader_sample_files
+
+    return reader_sample_files(LV)
+
+
 def get_lvlm_draw_settings(wildcards):
     return lvlm_params.draw_settings(LV)
 

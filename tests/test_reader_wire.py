@@ -182,6 +182,40 @@ def test_contextbias_ccs_and_pooled_bi_by_hand():
     assert cf["corrected"].item() == pytest.approx(1.0)
 
 
+def test_contextbias_ccs_mean_over_generators_by_hand():
+    """The cross-generator CCS (paper Eq. 5) corrected: generator g as above (women 3, 2, 4
+    of 4: CCS 75 / 51; men undefined, none in CA-U), generator h 2 of 4 women and men in
+    every condition (Prev 50%, range 0: CCS 50 both). Women: (75 / 51 + 50) / 2 =
+    25.735294, men: h alone, 50 (ccs_mean's own numbers). One flipped label in g's CF
+    (humans: 4 women): g's corrected CCS 250 / 3 / 51, the mean (250 / 153 + 50) / 2."""
+    from stereolens.contextbias.ccs import ccs_mean, ccs_table
+
+    h = _three_conditions().with_columns(
+        model=pl.lit("h"),
+        image_id=pl.concat_str(pl.lit("h"), "image_id"),
+        label=pl.Series(["female", "male"] * 6),
+    )
+    attributes = pl.concat([_three_conditions(), h])
+    reader = reader_table(attributes)
+    h_human = reader.filter(pl.col("model") == "h").select(
+        "item_id", "attribute", "label", "stratum", pl.lit(1.0).alias("selection_probability")
+    )
+    bench = ccs_mean(ccs_table(attributes)).sort("label")
+    assert bench["ccs_mean"].to_list() == pytest.approx([(75 / 51 + 50) / 2, 50.0])
+    for flip, women in ((False, (75 / 51 + 50) / 2), (True, (250 / 153 + 50) / 2)):
+        human = pl.concat([_three_human(flip), h_human])
+        table, _ = corrected_table(reader, human, replicates=100)
+        rows = table.filter(pl.col("metric") == "ccs_mean").sort("label")
+        assert rows["label"].to_list() == ["female", "male"]
+        assert set(rows["model"]) == {"*"} and set(rows["condition"]) == {"*"}
+        assert rows["naive"].to_list() == pytest.approx(bench["ccs_mean"].to_list(), abs=1e-12)
+        assert rows["corrected"].to_list() == pytest.approx([women, 50.0], abs=1e-12)
+        assert rows["n_human"].to_list() == [20, 20] and rows["n_items"].to_list() == [24, 24]
+        assert (
+            (rows["ci_low"] <= rows["estimate_bc"]) & (rows["estimate_bc"] <= rows["ci_high"])
+        ).all()
+
+
 def test_contextbias_ccs_defined_by_the_humans_only():
     # Humans read CA-U's second image as a man: corrected man shares CF 0.25, CA-R 0.5,
     # CA-U 0 + (0 + 1) / 2 = 0.5; counts 1, 2, 2 (>= 5 in total): CCS defined corrected,

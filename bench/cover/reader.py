@@ -48,7 +48,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from cover import Row, _lvlm_reader
+from cover import Row, _contextbias_reader, _lvlm_reader
 
 SCALES = {
     "test": {"items": 4_000, "human": 400, "replicates": 200},
@@ -216,6 +216,10 @@ def rows(scale: str) -> list[Row]:
         if not paper_only or scale == "paper"
     ]
     out += (small_rows() if scale == "test" else []) + eta_rows(scale) + biasig_rows(scale)
+    out += _contextbias_reader.rows(
+        scale, SCALES, _cell, CCS_SHARES, (ERRORS["g1"], ERRORS["g2"]), HUMAN,
+        _rc().MIN_HUMAN_RELIABLE,
+    )  # fmt: skip
     return out + _lvlm_reader.rows(scale, HUMAN, _rc().MIN_HUMAN_RELIABLE)
 
 

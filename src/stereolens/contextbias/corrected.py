@@ -3,8 +3,8 @@ errors from a human-labelled sample (stereolens.metrics.reader_correction; docs/
 "Correcting for the reader's errors"): the reader table from the canonical attributes, BI per
 role x condition x dimension as the benchmark defines it (1 - H / log K of the label shares),
 pooled BI per model x condition x dimension (the label counts pooled over roles) and CCS per
-model x role x dimension x label (paper Eq. 4 across the three conditions), naive beside
-corrected."""
+model x role x dimension x label (paper Eq. 4 across the three conditions) and its mean
+over generators (Eq. 5), naive beside corrected."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ TABLE_KEYS = (*KEYS, "label")
 CCS row's label; null on the BI rows). ``bi``: role x condition x dimension, label null;
 ``bi_pooled``: role "*" (the counts pooled over roles, contextbias.metrics.pooled_bi);
 ``ccs``: condition "*" (CCS spans the three), the ccs table's keys (model, role, cohort,
-dimension, label)."""
-METRICS = ("bi", "bi_pooled", "ccs")
+dimension, label); ``ccs_mean``: model "*" and condition "*", the ccs_mean table's keys
+(role, cohort, dimension, label)."""
+METRICS = ("bi", "bi_pooled", "ccs", "ccs_mean")
 CELL_KEYS = ("model", "role", "condition", "cohort")
 """The reader table's cell columns (attribute = the dimension)."""
 
@@ -111,6 +112,58 @@ def ccs_functional(j, sizes: np.ndarray):
     return ccs
 
 
+def ccs_mean_functional(j, sizes_of: list[np.ndarray], masks: np.ndarray):
+    """Cross-generator CCS (paper Eq. 5, contextbias.ccs.ccs_mean) of labels ``j`` (L,):
+    the shares come as three condition cells per generator, in the order of ``sizes_of``
+    (each generator's n_c); column l, per replicate, the plain mean of the generators'
+    ccs_functional where ``masks[l, m]`` (the generators whose CCS of the label is defined
+    on the reading: ccs_mean averages those), NaN where none is."""
+    per = [ccs_functional(j, sizes) for sizes in sizes_of]
+    w = np.asarray(masks, dtype=float).T[None]  # (1, M, L)
+
+    def mean(shares: list[np.ndarray]) -> np.ndarray:
+        vals = np.stack([f(shares[3 * m : 3 * m + 3]) for m, f in enumerate(per)], 1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (np.where(w > 0, vals, 0.0) * w).sum(1) / w.sum(1)
+
+    return mean
+
+
+def _ccs_mean_table(by_key: dict, options: dict) -> pl.DataFrame:
+    """The ``ccs_mean`` rows: per role x cohort x dimension x label over the generators with
+    the role's three condition cells, naive the mean of the generators whose CCS is defined
+    on the reader's counts (ccs_mean's own number), corrected of those whose corrected
+    counts define it; two runs of corrected_metrics with one seed (the same resamples) where
+    the two sets differ, one where they agree; NaN where a reading has no generator."""
+    records = []
+    for (role, cohort, dim), members in sorted(by_key.items()):
+        ok_naive = np.stack([m[2] for m in members])  # (M, labels)
+        ok_corr = np.stack([m[3] for m in members])
+        labels = np.flatnonzero((ok_naive | ok_corr).any(0))
+        if not labels.size:
+            continue
+        cells = [c for m in members for c in m[0]]
+        sizes_of = [m[1] for m in members]
+        runs = {}
+        for name, ok in (("naive", ok_naive), ("corrected", ok_corr)):
+            masks = ok[:, labels].T
+            key = masks.tobytes()
+            if key not in runs:
+                fn = ccs_mean_functional(labels, sizes_of, masks)
+                runs[key] = rc.corrected_metrics(cells, fn, bounds=(0.0, 100.0), **options)
+            runs[name] = runs[key]
+        for i, j in enumerate(labels):
+            naive, corr = runs["naive"][i], runs["corrected"][i]
+            res = {**corr, **{c: naive[c] for c in ("naive", "naive_low", "naive_high")}}
+            records.append(
+                {"model": ALL, "role": role, "condition": ALL, "cohort": cohort,
+                 "dimension": dim, "label": members[0][0][0].labels[j], **res}
+            )  # fmt: skip
+    return ct.metric_frame(records, TABLE_KEYS, "ccs_mean").with_columns(
+        pl.lit(None, pl.Int64).alias("k")
+    )
+
+
 def pooled_functional(sizes: np.ndarray, k: int, single_label_bi: float):
     """Pooled BI (contextbias.metrics.pooled_bi) of the role cells' share vectors: the label
     counts pooled over roles, sum_r n_r s_r (n_r the role's images: images with the label),
@@ -131,17 +184,19 @@ def _defined(counts: np.ndarray, min_count: int) -> np.ndarray:
     return (counts > 0).all(-1) & (counts.sum(-1) >= min_count - 1e-9)
 
 
-def _ccs_table(cells: dict, min_count: int, options: dict) -> pl.DataFrame:
+def _ccs_table(cells: dict, min_count: int, options: dict) -> tuple[pl.DataFrame, dict]:
     """The ``ccs`` rows: per model x role x cohort x dimension with its three condition
     cells, every label whose CCS is defined on the reader's or the corrected counts, all of
     them from one bootstrap of the three cells (reader_correction.corrected_metrics; each
     label as corrected_metric would give it); NaN where a reading's own counts fail the
-    support rule (:func:`_undefine`)."""
+    support rule (:func:`_undefine`). Also each role x cohort x dimension's generators:
+    (their three cells, n_c, the labels defined on the reader's and on the corrected
+    counts), for :func:`_ccs_mean_table`."""
     share_opts = {k: options[k] for k in ("lam", "off_simplex", "fixed_strata") if k in options}
     by_role: dict[tuple, dict] = {}
     for (model, role, condition, cohort, dim), cell in cells.items():
         by_role.setdefault((model, role, cohort, dim), {})[condition] = cell
-    records, masks = [], []
+    records, masks, by_key = [], [], {}
     for (model, role, cohort, dim), conds in sorted(by_role.items()):
         if set(conds) != set(CONDITIONS):
             continue
@@ -150,6 +205,7 @@ def _ccs_table(cells: dict, min_count: int, options: dict) -> pl.DataFrame:
         naive = np.stack([c.reader.sum(0) for c in three], -1)
         corr = np.stack([rc.cell_shares(c, **share_opts)["corrected"] for c in three], -1)
         ok_naive, ok_corr = _defined(naive, min_count), _defined(corr * sizes, min_count)
+        by_key.setdefault((role, cohort, dim), []).append((three, sizes, ok_naive, ok_corr))
         labels = np.flatnonzero(ok_naive | ok_corr)
         if not labels.size:
             continue
@@ -165,7 +221,7 @@ def _ccs_table(cells: dict, min_count: int, options: dict) -> pl.DataFrame:
     table = ct.metric_frame(records, TABLE_KEYS, "ccs").with_columns(
         pl.lit(None, pl.Int64).alias("k")
     )
-    return _undefine(table, np.array(masks, dtype=bool).reshape(-1, 2))
+    return _undefine(table, np.array(masks, dtype=bool).reshape(-1, 2)), by_key
 
 
 def _undefine(table: pl.DataFrame, masks: np.ndarray) -> pl.DataFrame:
@@ -241,6 +297,11 @@ def corrected_table(
       reader's counts (then ``naive`` is the ccs table's number) or on the corrected ones
       (n_c x the corrected share); naive / corrected and their intervals NaN where their
       own counts fail that rule; bounds [0, 100]; k null.
+    - ``ccs_mean``: model "*", condition "*": the cross-generator CCS (paper Eq. 5,
+      contextbias.ccs.ccs_mean) of a role x dimension x label, the plain mean of the
+      generators' CCS where defined, each reading over the generators its own counts
+      define (naive = the ccs_mean table's number); the generators' cells resampled
+      independently (their images are); bounds [0, 100]; k null.
 
     Each extractor is corrected on its own (the human labels are the same images')."""
     unknown = set(metrics) - set(METRICS)
@@ -275,8 +336,10 @@ def corrected_table(
             parts.append(_table(rows, "bi", options))
         if "bi_pooled" in metrics:
             parts.append(_table(_pooled_rows(cells, k_of, single_label_bi), "bi_pooled", options))
-        if "ccs" in metrics:
-            parts.append(_ccs_table(cells, min_count, options))
+        if "ccs" in metrics or "ccs_mean" in metrics:
+            ccs, by_key = _ccs_table(cells, min_count, options)
+            parts += [ccs] if "ccs" in metrics else []
+            parts += [_ccs_mean_table(by_key, options)] if "ccs_mean" in metrics else []
         table = pl.concat(parts)
         if extractor is not None:
             table = table.select(pl.lit(extractor).alias("extractor"), pl.all())

@@ -479,11 +479,13 @@ READER_HEADLINES = {
     "bi": reader.Headline("BI", 0.0),
     "bi_pooled": reader.Headline("pooled BI", 0.0),
     "ccs": reader.Headline("CCS", float("nan")),
+    "ccs_mean": reader.Headline("mean CCS over generators", float("nan"), ranked=False),
 }
 """The corrected table's metrics: role-level BI and pooled BI (role "*"; 0 = every label
 equally often) and CCS per role x dimension x label (condition "*"; no value means "no
 bias", so a CCS row gets no significance flag, only the rank flag; lower = less
-persistent)."""
+persistent); the cross-generator mean CCS (model "*", condition "*": no flag, one row per
+role x dimension x label, nothing to rank)."""
 
 
 def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None:

@@ -76,8 +76,8 @@ def workflow_env(**extra: str) -> dict[str, str]:
 LONGEST_FIRST = (
     # Snakemake runs, the vLLM engines, the SLURM cluster (earlier runs' wall times): the
     # demo run, the SLURM run and the vLLM workflow (CI) about 4-5 minutes each, then the
-    # fault suite in three files; test_faults_files.py waits for test_faults.py's
-    # undisturbed run (built once), so it comes after the three long ones
+    # fault suite in three files; test_faults_api.py and test_faults_files.py start from
+    # test_faults.py's undisturbed run (built once), so they come after the three long ones
     "test_workflow.py",
     "test_faults.py",
     "test_slurm.py",

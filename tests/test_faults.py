@@ -166,9 +166,10 @@ def _seeded(repo_root: Path, dest: Path, tiny_models, **kw) -> Path:
 
 
 def undisturbed_run(repo_root: Path, tmp_path_factory, tiny_models) -> tuple[Path, dict]:
-    """The undisturbed run, once per pytest run (conftest.built_once: test_faults.py and
-    test_faults_files.py, on whichever xdist workers, share it) and its tables. Its folder
-    is shared: a case works on a copy (shutil.copytree) or in a folder of its own."""
+    """The undisturbed run, once per pytest run (conftest.built_once: test_faults.py,
+    test_faults_files.py, test_faults_api.py and test_slurm.py, on whichever xdist workers,
+    share it) and its tables. Its folder is shared: a case works on a copy
+    (shutil.copytree) or in a folder of its own."""
 
     def run(dest: Path) -> None:
         _ok(_snakemake(_seeded(repo_root, dest, tiny_models)))

@@ -20,9 +20,9 @@ from test_faults import (
     _assert_same,
     _at_stage,
     _ok,
-    _seeded,
     _snakemake,
     _tables,
+    undisturbed_run,
 )
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]  # every case runs Snakemake
@@ -50,32 +50,37 @@ def local_model(tiny_vlm_dir):
 
 @pytest.fixture(scope="module")
 def api_baseline(repo_root, tmp_path_factory, local_model, tiny_models):
-    """The undisturbed run against the tiny VLM behind the test server."""
+    """The undisturbed run against the tiny VLM behind the test server. Its generation is
+    the fault suite's undisturbed run's (the extractor is not an input of generation), so
+    it starts where that run is when extraction begins (test_faults._at_stage) and only
+    extracts and what follows: no generation job runs (checked)."""
+    local = undisturbed_run(repo_root, tmp_path_factory, tiny_models)[0]
     port = free_port()
+    wd = _api_at_extraction(local, tmp_path_factory.mktemp("api-baseline") / "wd", port)
     server = ModelServer(local_model, port=port, api_key=KEY).start()
     try:
-        wd = _seeded(
-            repo_root,
-            tmp_path_factory.mktemp("api-baseline"),
-            tiny_models,
-            extractor="fault-api",
-            port=port,
-        )
-        _ok(_snakemake(wd))
+        out = _snakemake(wd)
     finally:
         server.stop()
+    _ok(out)
+    assert "generate_images" not in out.stdout + out.stderr
     return wd, _tables(wd)
 
 
-def _api_at_extraction(api_baseline_wd: Path, dest: Path, port: int) -> Path:
+def _api_at_extraction(baseline_wd: Path, dest: Path, port: int) -> Path:
     """The API run as a run from nothing is when extraction begins (test_faults._at_stage:
-    generation done, no extraction output, no cached answer), its endpoint on ``port``
-    (where a model is served triggers no rerun: test_api_server_moved_...)."""
-    wd = _at_stage(api_baseline_wd, dest, "extraction")
+    generation done, no extraction output, no cached answer), extracting with fault-api, its
+    endpoint on ``port`` (where a model is served triggers no rerun:
+    test_api_server_moved_...)."""
+    wd = _at_stage(baseline_wd, dest, "extraction")
     registry_path = wd / "config/faults_models.yaml"
     registry = yaml.safe_load(registry_path.read_text())
     registry["vlms"]["fault-api"]["base_url"] = f"http://127.0.0.1:{port}/v1"
     registry_path.write_text(yaml.safe_dump(registry, sort_keys=False))
+    config_path = wd / "config/faults.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    config["contextbias"]["extractors"] = ["fault-api"]
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     return wd
 
 

@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-from scipy import stats
+
+# scipy.stats (about 0.5 s of CPU to import) is imported in power_curve, its one user: every
+# `stereolens` command imports this module when it builds its parser (plan's options)
 
 DEFAULT_SIMULATIONS = 200
 """Simulated datasets per design point. At 80% power the Monte Carlo error of a rejection
@@ -166,6 +168,8 @@ def power_curve(
     estimated from df + 1 clusters, SE^2 ~ sd^2 chi2(df) / df, so a dataset rejects with
     probability P(chi2(df) < df (estimate / (z sd))^2) (the t-test's correction; with few
     roles the bootstrap's own noise costs power)."""
+    from scipy import stats
+
     est = np.asarray(estimates, dtype=float)
     if spec.test == "interval":
         z = stats.norm.ppf(1.0 - level / 2.0)

@@ -8,7 +8,10 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from scipy import stats
+
+# scipy.stats (about 0.5 s of CPU to import) is imported in the functions that use it: the
+# workflow's parse imports this module (the planner counts the story readings), at every
+# snakemake start and in every SLURM job
 
 RATE_COLUMNS = [
     "extractor", "model", "grouping", "group_dimension", "group", "n_items", "n_correct",
@@ -96,6 +99,8 @@ def f1_interval(
     percentile interval undercovers with few clusters (story templates: 90.5% at 10; the
     bootstrap's variance is (C - 1) / C of the cluster variance, and t(9) is 15% above z);
     the logit scale follows F1's skew near 1 (10 stories: 94% against 92% on the F1 scale)."""
+    from scipy import stats
+
     correct = np.asarray(correct, dtype=float)
     false_pos = np.asarray(false_pos, dtype=float)
 
@@ -202,6 +207,8 @@ def simultaneous_gap(
 ) -> tuple[float, float, float]:
     """(gap_low, gap_high, critical value): the interval of the largest error-rate gap between
     two groups from simultaneous Bonferroni-t intervals over all pairs (docs/statistics.md)."""
+    from scipy import stats
+
     k = E.shape[1]
     pt, V = _adjusted(E, N, clustered)
     m = k * (k - 1) // 2
@@ -231,6 +238,8 @@ def difference_test(correct: np.ndarray, total: np.ndarray) -> tuple[str, float]
     Fisher's exact test for two groups with an expected count below 5, else Pearson's
     chi-squared on the groups x (correct, wrong) table; p = 1 when accuracy is the same
     everywhere (a constant column)."""
+    from scipy import stats
+
     table = np.stack([correct, total - correct], axis=1).astype(float)
     if table.shape[0] < 2 or (table.sum(0) == 0).any():
         return "none (one outcome only)", 1.0
@@ -244,6 +253,8 @@ def difference_test(correct: np.ndarray, total: np.ndarray) -> tuple[str, float]
 def rao_scott(E: np.ndarray, N: np.ndarray) -> tuple[str, float]:
     """(test, p) of equal error rates across groups for clustered items: Pearson's X^2 with
     the second-order Rao-Scott correction, F form (docs/statistics.md)."""
+    from scipy import stats
+
     name = "rao-scott F"
     n_g = N.sum(0)
     e = E.sum(0)

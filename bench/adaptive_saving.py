@@ -26,10 +26,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = [
-    {"rounds": 3, "first_fraction": 0.25, "spending": "obrien_fleming", "gamma": -4},
-    {"rounds": 4, "first_fraction": 0.125, "spending": "obrien_fleming", "gamma": -4},
-    {"rounds": 3, "first_fraction": 0.25, "spending": "pocock", "gamma": -4},
-    {"rounds": 4, "first_fraction": 0.125, "spending": "pocock", "gamma": -4},
+    {"rounds": r, "first_fraction": f, "spending": s, "timing": t, "gamma": -4}
+    for t in ("size", "information")
+    for s in ("obrien_fleming", "pocock")
+    for r, f in ((3, 0.25), (4, 0.125))
 ]
 EFFECTS = ("contextbias.bi_shift", "biasig.s_imp_diff", "biasig.s_exp_diff")
 
@@ -101,7 +101,10 @@ def main() -> int:
             rows = AP.plan_adaptive(
                 cached, AP.rule_from(options, 0.05), options, cost, sims=args.sims, mde_rows=mde
             )
-            label = f"{rule['rounds']} rounds from {rule['first_fraction']:g}, {rule['spending']}"
+            label = (
+                f"{rule['rounds']} rounds from {rule['first_fraction']:g}, {rule['spending']}, "
+                f"{rule['timing']} time"
+            )
             print(f"{d.benchmark} {label}: {time.process_time() - t0:.1f} s CPU", flush=True)
             results += [(label, r) for r in rows if r.name in EFFECTS and not r.note]
         # the fixed design sized for the effect (known in advance): at 2 x MDE, the smallest

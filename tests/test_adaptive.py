@@ -80,8 +80,25 @@ def test_boundaries_with_unequal_information_and_errors():
     c_even = A.boundaries([0.5, 1.0])
     assert c[0] == c_even[0] and c[1] < c_even[1]
     assert A.boundaries([1.0]) == pytest.approx([Z975])
-    with pytest.raises(ValueError, match="fractions must increase"):
-        A.boundaries([0.5, 0.5])
+    with pytest.raises(ValueError, match="fractions must not decrease"):
+        A.boundaries([0.5, 0.4])
+    # information time: the first round at 60% of the predicted information spends what
+    # O'Brien-Fleming spends at t = 0.6 (c1 = 1.96 / sqrt(0.6)); size time at 0.25 less
+    info = A.Rule(2, 0.25, timing="information").critical([1, 4], info=[6.0, 10.0])
+    assert info[0] == pytest.approx(Z975 / math.sqrt(0.6), abs=1e-6)
+    size = A.Rule(2, 0.25, timing="size").critical([1, 4], info=[6.0, 10.0])
+    assert size[0] == pytest.approx(Z975 / math.sqrt(0.25), abs=1e-6) and size[1] < info[1]
+    # the workflow computes c_k at round k from the rounds done: the same values
+    rule = A.Rule(3, 0.25, timing="information")
+    full = rule.critical([2, 5, 10], info=[2.0, 5.0, 10.0], predicted=10.0)
+    assert rule.critical([2, 5, 10], info=[2.0], predicted=10.0) == pytest.approx(full[:1])
+    assert rule.critical([2, 5, 10], info=[2.0, 5.0], predicted=10.0) == pytest.approx(full[:2])
+    # without a prediction, information in proportion to the size: size time exactly
+    assert rule.critical([2, 5, 10], info=[2.0, 5.0]) == pytest.approx(
+        A.Rule(3, 0.25, timing="size").critical([2, 5, 10])[:2]
+    )
+    with pytest.raises(ValueError, match="timing 'nope'"):
+        A.Rule(timing="nope")
     with pytest.raises(ValueError, match="spending 'nope'"):
         A.boundaries([0.5, 1], spending="nope")
     with pytest.raises(ValueError, match="goal 'nope'"):

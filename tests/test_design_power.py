@@ -307,6 +307,7 @@ def test_design_section_defaults_are_the_planners():
             "rounds": 3,
             "first_fraction": 0.25,
             "spending": "obrien_fleming",
+            "timing": "information",
             "gamma": -4,
             "goal": "difference",
             "width": {},

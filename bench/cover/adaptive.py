@@ -14,9 +14,10 @@ keeps a variance; units averaged with their weights k_j), not the world's spread
 check the canonical joint distribution the planner assumes (stereolens.design.adaptive_plan)
 on data where it is not built in.
 
-The rule: 3 rounds from a quarter of the cap (rounds at 2, 5, 10 images per prompt at paper
-scale), O'Brien-Fleming-type spending at the sizes' shares, goal ``difference`` (stop when the
-RCI excludes 0), critical values from the per-dataset information ratios. Worlds: no effect
+The rule: the configured one (design.adaptive's defaults: 3 rounds from a quarter of the cap,
+at paper scale 2, 5, 10 images per prompt; O'Brien-Fleming-type spending), goal
+``difference`` (stop when the RCI excludes 0), critical values from each dataset's own
+information (1 / se^2) over the information the world predicts at the cap. Worlds: no effect
 and twice the fixed design's MDE at the cap (2 x 2.80 x the sd of the estimate at the cap,
 from 400 datasets of the world). Run type-I rows over 1,000 datasets:
 ``bench/coverage.py --scale paper --datasets 1000 --only adaptive``.
@@ -40,11 +41,24 @@ NAME = "biasig.s_exp_diff"
 SCALES = {
     # the test world (tests/design_worlds.small_biasig: the demo's selection widened), cap 8
     "test": ("test", 8),
-    # config/demo.yaml's prior world at its configured 2 images per prompt (rounds 1, 2)
-    "demo": ("config/demo.yaml", None),
+    # no "demo" rows: config/demo.yaml's world (18 explicit subjects, 2 images per prompt)
+    # has an S_exp MDE of 0.28, and twice it is beyond any effect the world can plant
     "paper": ("config/config.yaml", None),
 }
-RULE = {"rounds": 3, "first_fraction": 0.25, "spending": "obrien_fleming"}
+
+
+@functools.cache
+def rule():
+    """The configured rule: the schema's defaults of design.adaptive (config/demo.yaml has no
+    design section)."""
+    from contextlib import chdir
+
+    from stereolens.config import load_config
+    from stereolens.design.adaptive_plan import rule_from
+
+    with chdir(ROOT):
+        config, _ = load_config("config/demo.yaml")
+    return rule_from(config["design"]["adaptive"], config["design"]["level"])
 
 
 @functools.cache
@@ -104,37 +118,35 @@ def nested(d, sizes: list[int], w: float, sims: int, rng) -> tuple[np.ndarray, n
 
 
 @functools.cache
-def setting(scale: str) -> tuple[list[int], float, float, float]:
-    """(round sizes, MDE at the cap, the effect world's w, its population effect)."""
-    from stereolens.design import adaptive as A
+def setting(scale: str) -> tuple[list[int], float, float, float, float]:
+    """(round sizes, MDE at the cap, the effect world's w, its population effect, the
+    information predicted at the cap: 1 / the sd of the estimate there, from 400 datasets)."""
     from stereolens.design.power import invert_effect
 
     d = design(scale)
-    sizes = A.Rule(**RULE).sizes(d.knob_value)
+    sizes = rule().sizes(d.knob_value)
     est, _ = nested(d, [d.knob_value], 0.0, 400, np.random.default_rng(12345))
-    mde = 2.80 * float(np.nanstd(est[:, -1], ddof=1))
+    sd = float(np.nanstd(est[:, -1], ddof=1))
+    mde = 2.80 * sd
     w = invert_effect(d, NAME, 2 * mde)
     if w is None:
         raise ValueError(f"{scale}: 2 x MDE {2 * mde:.4g} is beyond the world's effects")
-    return sizes, mde, w, float(d.effects(np.array([w]))[NAME][0])
+    return sizes, mde, w, float(d.effects(np.array([w]))[NAME][0]), 1.0 / sd**2
 
 
-def _critical(sizes, se: np.ndarray) -> np.ndarray:
-    """(sims, K) critical values: boundaries from each dataset's information ratios,
-    rounded to 2% steps of the ratio (the boundaries depend on them smoothly) and cached."""
-    from stereolens.design import adaptive as A
-
-    rule = A.Rule(**RULE)
-    info = 1.0 / np.maximum(se, 1e-12) ** 2
-    info = np.maximum.accumulate(info, axis=1)
-    ratio = np.round(info / info[:, -1:] * 50) / 50
-    ratio = np.maximum(ratio, 0.02)
-    ratio[:, -1] = 1.0
+def _critical(sizes, se: np.ndarray, predicted: float) -> np.ndarray:
+    """(sims, K) critical values from each dataset's own standard errors: its information
+    over the predicted information at the cap, rounded to 2% steps (the boundaries depend on
+    it smoothly) and cached; correlations from the same ratios (information time: spent at
+    them; size time: at the sizes)."""
+    info = np.maximum.accumulate(1.0 / np.maximum(se, 1e-12) ** 2, axis=1)
+    ratio = np.maximum(np.round(info / predicted * 50) / 50, 0.02)
+    ratio = np.maximum.accumulate(ratio, axis=1)
     out = np.empty(se.shape)
     cache: dict[tuple, np.ndarray] = {}
     for i, r in enumerate(map(tuple, ratio)):
         if r not in cache:
-            cache[r] = rule.critical(sizes, info=np.maximum.accumulate(np.array(r)))
+            cache[r] = rule().critical(sizes, info=np.array(r), predicted=1.0)
         out[i] = cache[r]
     return out
 
@@ -144,12 +156,12 @@ def _draw(scale: str, effect: bool, kind: str):
         from stereolens.design import adaptive as A
 
         d = design(scale)
-        sizes, _, w, _ = setting(scale)
+        sizes, _, w, _, predicted = setting(scale)
         est, se = nested(d, sizes, w if effect else 0.0, n, rng)
         if kind == "fixed":
             lo, hi = A.rci(est[:, -1], se[:, -1], 1.959964)
             return est[:, -1], lo, hi
-        crit = np.full(est.shape, 1.959964) if kind == "naive" else _critical(sizes, se)
+        crit = np.full(est.shape, 1.959964) if kind == "naive" else _critical(sizes, se, predicted)
         res = A.run_rule(est, se, crit, A.Goal("difference"))
         return res.estimate, res.low, res.high
 
@@ -159,8 +171,10 @@ def _draw(scale: str, effect: bool, kind: str):
 def rows(scale: str) -> list[Row]:
     if scale not in SCALES:
         return []
-    sizes, mde, _, truth = setting(scale)
-    at = f"rounds at {', '.join(map(str, sizes))} images per prompt"
+    sizes, mde, _, truth, _ = setting(scale)
+    r = rule()
+    rounds = f"rounds at {', '.join(map(str, sizes))} images per prompt"
+    at = f"{rounds}, {r.spending} spending on {r.timing} time"
     out = []
     for effect in (False, True):
         world = f"2 x MDE ({truth:.4f})" if effect else "no effect"
@@ -169,7 +183,7 @@ def rows(scale: str) -> list[Row]:
             Row(
                 f"adaptive {scale}: S_exp B - A, {world}, RCI at the stop",
                 "adaptive",
-                f"repeated CI (O'Brien-Fleming spending, {at}), stop when it excludes 0"
+                f"repeated CI ({at}), stop when it excludes 0"
                 + ("" if effect else "; type-I error = 1 - coverage"),
                 t,
                 _draw(scale, effect, "adaptive"),
@@ -188,7 +202,7 @@ def rows(scale: str) -> list[Row]:
         Row(
             f"adaptive {scale}: S_exp B - A, no effect, naive peek and stop",
             "adaptive",
-            f"95% interval at every round ({at}), stop when it excludes 0",
+            f"95% interval at every round ({rounds}), stop when it excludes 0",
             0.0,
             _draw(scale, False, "naive"),
             reference="naive peek-and-stop: its type-I error is 1 - coverage, above the level",

@@ -35,6 +35,7 @@ import polars as pl
 from scipy import optimize, stats
 
 SPENDINGS = ("obrien_fleming", "pocock", "hsd")
+TIMINGS = ("size", "information")
 GOALS = ("width", "difference", "equivalence")
 DECISION_COLUMNS = (
     "round", "cell", "estimate", "se", "critical", "ci_low", "ci_high", "decision", "reason",
@@ -108,8 +109,8 @@ def boundaries(
     depends on rounds 1..k only, so the workflow can compute it at round k. A round that
     spends nothing gets 40 (never crossed)."""
     t = np.asarray(fractions, dtype=float)
-    if t.ndim != 1 or t.size == 0 or np.any(np.diff(t) <= 0) or t[0] <= 0 or t[-1] > 1:
-        raise ValueError(f"fractions must increase within (0, 1], got {list(t)}")
+    if t.ndim != 1 or t.size == 0 or np.any(np.diff(t) < 0) or t[0] <= 0 or t[-1] > 1:
+        raise ValueError(f"fractions must not decrease and lie in (0, 1], got {list(t)}")
     info = t if info is None else np.asarray(info, dtype=float)
     if info.shape != t.shape or np.any(np.diff(info) < 0) or np.any(info <= 0):
         raise ValueError(f"info must be positive and non-decreasing, one per round: {info}")
@@ -247,13 +248,18 @@ def decision_table(
 class Rule:
     """The stopping rule's schedule: ``rounds`` looks at cumulative sizes growing
     geometrically from ``first_fraction`` of the cap to the cap, alpha spent by
-    ``spending`` at the planned share of the cap each round has reached."""
+    ``spending`` at each round's time: ``timing`` ``size`` (the share of the cap the round
+    has reached) or ``information`` (its information 1 / se^2 over the information predicted
+    at the cap, e.g. by the planner's world; never 1 before the last round, which spends
+    what is left). Information time spends more early where the information grows slower
+    than the size (ContextBias: more seeds of the same roles)."""
 
     rounds: int = 3
     first_fraction: float = 0.25
     spending: str = "obrien_fleming"
     gamma: float = -4.0
     alpha: float = 0.05
+    timing: str = "information"
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
@@ -264,6 +270,8 @@ class Rule:
             )
         if self.spending not in SPENDINGS:
             raise ValueError(f"design.adaptive.spending {self.spending!r}: use one of {SPENDINGS}")
+        if self.timing not in TIMINGS:
+            raise ValueError(f"design.adaptive.timing {self.timing!r}: use one of {TIMINGS}")
 
     def fractions(self) -> np.ndarray:
         """Planned shares of the cap after each round: first_fraction^((K - k) / (K - 1))."""
@@ -284,10 +292,35 @@ class Rule:
             out[-1] = cap
         return out
 
-    def critical(self, sizes: Sequence[int], info: Sequence[float] | None = None) -> np.ndarray:
-        """c_k for cumulative ``sizes`` (the last the cap), spent at sizes / cap."""
-        t = np.asarray(sizes, dtype=float) / float(sizes[-1])
-        return boundaries(t, self.alpha, self.spending, self.gamma, info)
+    def critical(
+        self,
+        sizes: Sequence[int],
+        info: Sequence[float] | None = None,
+        predicted: float | None = None,
+    ) -> np.ndarray:
+        """c_k for the rounds so far: ``sizes`` are all rounds' cumulative sizes (the last
+        the cap), ``info`` the information 1 / se^2 of the rounds done (default: proportional
+        to the sizes, all rounds). Z correlations come from ``info``; alpha is spent at
+        sizes / cap (timing size) or at info / ``predicted`` (timing information), below 1
+        before the last round, which spends what is left. ``predicted`` is the information
+        expected at the cap (the planner's world); without it, the last round's information
+        scaled by cap / its size (information in proportion to the size: where it grows
+        slower, as ContextBias's, this spends less early than it could, never more)."""
+        n_all = np.asarray(sizes, dtype=float)
+        i = n_all if info is None else np.asarray(info, dtype=float)
+        m = i.size
+        if m > n_all.size:
+            raise ValueError(f"{m} rounds of information for {n_all.size} rounds")
+        n = n_all[:m]
+        if self.timing == "size":
+            t = n / n_all[-1]
+        else:
+            cap_info = float(predicted) if predicted else i[-1] * n_all[-1] / n[-1]
+            t = np.minimum(i / cap_info, 0.999)
+            t = np.maximum.accumulate(t)
+            if m == n_all.size:
+                t[-1] = 1.0
+        return boundaries(t, self.alpha, self.spending, self.gamma, i)
 
 
 def nested_estimates(

@@ -270,6 +270,7 @@ def rule_from(options: dict[str, Any], level: float) -> A.Rule:
         spending=options["spending"],
         gamma=float(options["gamma"]),
         alpha=level,
+        timing=options.get("timing", "information"),
     )
 
 
@@ -283,7 +284,8 @@ def format_rows(rows: list[dict[str, Any]], rule: dict[str, Any]) -> str:
     out = [
         "",
         f"Adaptive design ({rule['rounds']} rounds from {rule['first_fraction']:g} of the cap, "
-        f"{rule['spending']} spending; repeated 95% confidence intervals, "
+        f"{rule['spending']} spending on {rule.get('timing', 'size')} time; repeated 95% "
+        "confidence intervals, "
         f"{rule['draws']:,} simulated runs per world; GPU-hours of the benchmark):",
     ]
     for r in rows:

@@ -235,3 +235,33 @@ def test_cli_adaptive_mode_on_demo(capsys, tmp_path):
     args = parser.parse_args(["plan", "--configfile", str(path)])
     with pytest.raises(ConfigError, match="spending"):
         args.func(args)
+
+
+def test_goals_from_the_config_and_the_width_goal_on_a_small_world():
+    """design.adaptive's goal per effect: width only where a width is given, equivalence
+    with the MDE as the default margin; a width goal stops at the first round whose RCI is
+    narrow enough (the world's se shrinks with the seeds), the same in every world."""
+    from design_worlds import cb_design
+
+    from stereolens.design.power import EffectSpec
+
+    spec = EffectSpec("x", "b", "c", "u", "interval")
+    assert AP.goal_for(spec, {"goal": "width", "width": {}}, 0.1) is None
+    assert AP.goal_for(spec, {"goal": "width", "width": {"x": 0.2}}, 0.1).width == 0.2
+    assert AP.goal_for(spec, {"goal": "equivalence"}, 0.1).margin == 0.1
+    assert AP.goal_for(spec, {"goal": "difference", "margin": {"x": 0.3}}, None).margin == 0.3
+    d = cb_design(12)
+    d.knob_value = 8
+    base = AP.plan_adaptive(d, A.Rule(3, 0.25), {"goal": "difference"}, None, sims=60, draws=500)
+    row0 = next(r for r in base if r.name == "contextbias.bi_shift")
+    assert row0.fixed_gpu_hours is None and row0.worlds[0].gpu_hours_median is None  # no cost
+    # a width every round reaches: all runs stop after the first; one none reaches: at the cap
+    for width, first, settled in ((1.0, 1.0, 1.0), (1e-6, 0.0, 0.0)):
+        options = {"goal": "width", "width": {"contextbias.bi_shift": width}}
+        rows = AP.plan_adaptive(d, A.Rule(3, 0.25), options, float, sims=60, draws=500)
+        row = next(r for r in rows if r.name == "contextbias.bi_shift")
+        assert row.goal == f"RCI width <= {width:g} BI"
+        assert all(w.stop_share[0] == first and w.settled == settled for w in row.worlds)
+        assert all(w.size_median == (2 if first else 8) for w in row.worlds)
+    others = [r for r in rows if r.name != "contextbias.bi_shift"]
+    assert others and all("no width target" in r.note for r in others)

@@ -302,6 +302,18 @@ def test_design_section_defaults_are_the_planners():
         "simulations": P.DEFAULT_SIMULATIONS,
         "seed": P.DEFAULT_SEED,
         "priors": None,
+        "mode": "fixed",  # the papers' fixed runs unless a config asks for adaptive
+        "adaptive": {
+            "rounds": 3,
+            "first_fraction": 0.25,
+            "spending": "obrien_fleming",
+            "timing": "information",
+            "gamma": -4,
+            "goal": "difference",
+            "width": {},
+            "margin": {},
+            "gpu_hours_cap": None,
+        },
     }
 
 

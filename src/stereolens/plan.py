@@ -384,7 +384,7 @@ def _run(args: argparse.Namespace) -> int:
     from stereolens.design import cli as design_cli
 
     design = None
-    if design_cli.requested(args):  # power and target effects (stereolens.design)
+    if design_cli.requested(args, config):  # power and target effects (stereolens.design)
         design = design_cli.compute(config, registry, throughput, result, args, plan)
     reader = reader_plan(config, args.pilot)
     if args.json:

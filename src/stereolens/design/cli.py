@@ -42,10 +42,23 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "(repeatable; names as --power prints them, e.g. contextbias.bi_shift=0.01, "
         "lvlm.tvd.story.gender=3)",
     )
+    g.add_argument(
+        "--adaptive",
+        action="store_true",
+        help="simulate the adaptive design's stopping rule (the config's design.adaptive) on "
+        "each benchmark's planner world and print its expected GPU-hours beside the fixed "
+        "design's (implied by design.mode: adaptive; docs/planner.md: Adaptive design)",
+    )
 
 
-def requested(args: argparse.Namespace) -> bool:
-    return bool(args.power or args.target_effect or args.pilot)
+def requested(args: argparse.Namespace, config: dict[str, Any] | None = None) -> bool:
+    return bool(args.power or args.target_effect or args.pilot or adaptive(args, config))
+
+
+def adaptive(args: argparse.Namespace, config: dict[str, Any] | None) -> bool:
+    """--adaptive, or design.mode adaptive in the config."""
+    mode = ((config or {}).get("design") or {}).get("mode", "fixed")
+    return bool(getattr(args, "adaptive", False) or mode == "adaptive")
 
 
 def designs(config: dict[str, Any], args: argparse.Namespace) -> list:
@@ -111,7 +124,11 @@ def compute(
             "plan": plan(new, registry, throughput),
         }
     notes = [n for d in ds for n in d.notes]
+    adaptive_part = None
+    if adaptive(args, config):
+        adaptive_part = _adaptive(config, registry, throughput, plan_result, ds, rows, kw, plan)
     return {
+        "adaptive": adaptive_part,
         "level": opts["level"],
         "power": opts["target_power"],
         "simulations": opts["simulations"],
@@ -121,6 +138,41 @@ def compute(
         "cost": cost,
         "configured": plan_result["totals"],
         "notes": notes,
+    }
+
+
+def _adaptive(config, registry, throughput, plan_result, ds, rows, kw, plan) -> dict[str, Any]:
+    """The stopping rule on every design's world (stereolens.design.adaptive_plan), with
+    the benchmark's GPU-hours at each round's size from the plan's own cost model."""
+    from dataclasses import asdict
+
+    from stereolens.design import adaptive_plan as AP
+
+    options = config["design"]["adaptive"]
+    rule = AP.rule_from(options, kw["level"])
+    total = plan_result["totals"]["gpu_hours"]
+    scale = options["gpu_hours_cap"] / total if options["gpu_hours_cap"] and total else 1.0
+    out = []
+    for d in ds:
+        cache: dict[int, float | None] = {}
+
+        def cost(n: int, d=d, cache=cache) -> float | None:
+            if n not in cache:
+                resized = getattr(d, "resized", None)
+                new = resized(config, n) if resized else P.set_key(config, d.knob, n)
+                got = [r for r in plan(new, registry, throughput)["rows"]
+                       if r["benchmark"] == d.benchmark]  # fmt: skip
+                hours = [r["gpu_hours"] for r in got]
+                cache[n] = None if any(h is None for h in hours) else float(sum(hours))
+            return cache[n]
+
+        cap = max(1, int(d.knob_value * scale))
+        mine = [r for r in rows if r.benchmark == d.benchmark] or None
+        out += [asdict(r) for r in AP.plan_adaptive(d, rule, options, cost, cap=cap,
+                                                   mde_rows=mine, **kw)]  # fmt: skip
+    return {
+        "rule": {**options, "draws": AP.DRAWS},
+        "rows": out,
     }
 
 
@@ -237,6 +289,10 @@ def format_report(result: dict[str, Any]) -> str:
                 f"That run ({sizes}): {t['jobs']:,} jobs, {t['model_calls']:,} model calls, "
                 f"{gh} GPU-hours (configured: {c['jobs']:,} jobs, {cgh} GPU-hours)."
             )
+    if result.get("adaptive"):
+        from stereolens.design.adaptive_plan import format_rows
+
+        out.append(format_rows(result["adaptive"]["rows"], result["adaptive"]["rule"]))
     if result["notes"]:
         out.append("")
         out += [f"Note: {n}" for n in result["notes"]]

@@ -35,7 +35,10 @@ person and attribute, the reader's confusion BIASIG_CONFUSION (the issue's gende
 race and an age confusion); the human sample n images a unit (every person of a drawn image
 labelled), n = 400 and 800; truth: the benchmark's Implicit / Explicit at the true shares.
 "paper": the same world at the paper config's 200 images a unit, n = 50, 100, 150 (below
-MIN_HUMAN_RELIABLE: no BiasIG cell there can reach it), 1,000 replicates.
+MIN_HUMAN_RELIABLE: no BiasIG cell there can reach it), 1,000 replicates. "paper" also
+has the many-cell world (many_rows: MANY_UNITS, 28 subjects of the shipped prompts drawn
+once, their true shares drawn once, the same reader; 200 images a unit, n = 25, 50, 100,
+150, 200 replicates): the whole metric's coverage at the paper's structure.
 The naive rows carry ``reference`` (not held to cover.FLOOR); the corrected ones join the
 measured minimum.
 Outside BiasIG, datasets are built as reader_correction.Cell arrays (the tables' checks are
@@ -216,6 +219,7 @@ def rows(scale: str) -> list[Row]:
         if not paper_only or scale == "paper"
     ]
     out += (small_rows() if scale == "test" else []) + eta_rows(scale) + biasig_rows(scale)
+    out += many_rows(scale)
     return out + _lvlm_reader.rows(scale, HUMAN, _rc().MIN_HUMAN_RELIABLE)
 
 
@@ -706,7 +710,10 @@ def many_units() -> dict[str, list[dict[str, tuple]]]:
 def many_rows(scale: str) -> list[Row]:
     """The corrected (and naive) S_imp and S_exp rows of the many-cell world at the paper's
     200 images a unit and each of MANY_SIZES' human labels a unit: the whole metric's
-    coverage, for a rule on the metric instead of MIN_HUMAN_RELIABLE per cell."""
+    coverage, measured for a rule on the metric instead of MIN_HUMAN_RELIABLE per cell
+    (bench/COVERAGE.md "BiasIG at the paper's structure": the rows do not support one; the
+    report keeps withholding). "paper" only (`--scale paper --only reader`: about 0.45 s of
+    CPU a dataset, 6 min for the four sizes' 200 datasets)."""
     if scale not in MANY_SIZES:
         return []
     size = MANY_SIZES[scale]
@@ -730,6 +737,10 @@ def many_rows(scale: str) -> list[Row]:
                     extra = {"reference": "naive: the reader's values taken as the truth"}
                 else:
                     interval = "PPI per unit x person x attribute, bootstrap bc-normal"
-                    extra = {}
+                    minimum = _rc().MIN_HUMAN_RELIABLE
+                    extra = {
+                        "below_minimum": f"n {human} < MIN_HUMAN_RELIABLE {minimum}: the "
+                        "report withholds it"
+                    }
                 out.append(Row(name, "reader correction", interval, truth, draw, **extra))
     return out

@@ -283,11 +283,28 @@ ETA_CONFUSION = {
 issue's 10% of women read as men and 2% of men as women; South Asians read as East Asian
 8%, Black as South Asian 6%; the young read as middle-aged 12%, the elderly 15%."""
 ETA_SIZES = {
-    "test": {"items": 4_000, "human": 400, "replicates": 200},
+    "test": {"items": 4_000, "human": 600, "replicates": 200},
     "paper": {"items": 20_000, "human": 1_000, "replicates": 1_000},
 }
 """Images per side, human labels per side (a simple random sample: every cell, side x
-attribute, gets them all) and first-level replicates (20 second-level ones each)."""
+attribute, gets them all) and first-level replicates (20 second-level ones each). "test":
+n = biasig.formulas.ETA_MIN_HUMAN_RELIABLE, the suite's row at eta's minimum (400 before it
+was measured)."""
+ETA_SWEEP = {
+    # (images a side, human labels a side): (coverage, datasets) of the corrected eta
+    # interval, eta_sweep_row(items, human) over 1,000 datasets, 200 replicates (seed 0)
+    (4_000, 400): (0.938, 1_000),
+    (4_000, 600): (0.951, 1_000),
+    (4_000, 800): (0.956, 1_000),
+    (4_000, 1_000): (0.965, 1_000),
+    (20_000, 400): (0.934, 1_000),
+    (20_000, 600): (0.955, 1_000),
+    (20_000, 800): (0.965, 1_000),
+    (20_000, 1_000): (0.962, 1_000),
+}
+"""The sweep that sets biasig.formulas.ETA_MIN_HUMAN_RELIABLE (:func:`eta_minimum`;
+bench/COVERAGE.md "Reader correction, BiasIG eta"; tests/test_coverage.py checks the
+constant against it)."""
 
 
 def _eta_k() -> np.ndarray:
@@ -397,11 +414,34 @@ def _eta_row(scale: str, key: str) -> Row:
     return Row(name, "reader correction", interval, truth, draw)
 
 
+def eta_sweep_row(items: int, human: int, replicates: int = 200) -> Row:
+    """The corrected eta row of the "eta pair" world at ``items`` images and ``human`` human
+    labels a side (ETA_SWEEP's rows; a scale of its own, "sweep<items>_<human>")."""
+    key = f"sweep{items}_{human}"
+    ETA_SIZES[key] = {"items": items, "human": human, "replicates": replicates}
+    return _eta_row(key, "eta")
+
+
+def eta_minimum(sweep: dict, nominal: float = 0.95) -> int | None:
+    """measured_minimum of ETA_SWEEP-like ``sweep`` ((items, human): (coverage, datasets)):
+    the smallest human labels a side from which every row, at that n and every larger one,
+    covers within two Monte Carlo errors of ``nominal``."""
+    ok: dict[int, bool] = {}
+    for (_, n), (c, datasets) in sweep.items():
+        within = c >= nominal - 2.0 * np.sqrt(c * (1 - c) / datasets)
+        ok[n] = ok.get(n, True) and bool(within)
+    best = None
+    for n in sorted(ok, reverse=True):
+        if not ok[n]:
+            break
+        best = n
+    return best
+
+
 def eta_rows(scale: str) -> list[Row]:
-    """The eta rows: corrected (and at "paper" naive). Not "reader <scale>:" rows: eta's
-    corrected interval is withheld at every n (biasig.formulas.ETA_CORRECTED_COVERAGE, which
-    tests/test_coverage.py checks against the "test" row), so these rows do not enter
-    MIN_HUMAN_RELIABLE's measurement."""
+    """The eta rows: corrected (and at "paper" naive). Not "reader <scale>:" rows: eta has
+    its own minimum (biasig.formulas.ETA_MIN_HUMAN_RELIABLE, from ETA_SWEEP), so these rows
+    do not enter MIN_HUMAN_RELIABLE's measurement."""
     if scale not in ETA_SIZES:
         return []
     return [

@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from stereolens.biasig.answers import prepare_answers, scoring_table
+from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
 from stereolens.biasig.groups import Explicit, Implicit, safe_div
 from stereolens.biasig.pairs import Eta, resolve_pairs
 from stereolens.biasig.truth import (
@@ -207,8 +208,8 @@ def corrected_scores(
     the naive and the corrected value are both over the cells kept). S_imp and S_exp: all
     rows of a model from one bootstrap of its cells (:func:`_score_records`). ``options``:
     corrected_metric's (eta: corrected_metric_double's, the double bootstrap; its
-    interval_reliable always false, its coverage measured below 93%:
-    formulas.ETA_CORRECTED_COVERAGE)."""
+    interval_reliable: every cell of the row has formulas.ETA_MIN_HUMAN_RELIABLE human
+    labels, eta's own measured minimum)."""
     human = hl.check_human_labels(human)
     known = {v for values in VALUES_BY_ATTRIBUTE.values() for v in values}
     odd = human.filter(
@@ -243,8 +244,15 @@ def corrected_scores(
             table = ct.metric_table(
                 rows, KEYS, "eta", estimator=rd.corrected_metric_double, **options
             )
-            # measured below nominal (formulas.ETA_CORRECTED_COVERAGE): never printed
-            tables.append(table.with_columns(interval_reliable=pl.lit(False)))
+            # eta's own measured minimum (formulas.ETA_MIN_HUMAN_RELIABLE), not the smooth
+            # metrics' MIN_HUMAN_RELIABLE that corrected_metric_double applies
+            reliable = [
+                all(c.labelled.size >= ETA_MIN_HUMAN_RELIABLE for c in cells)
+                for _, cells, _, _ in rows
+            ]
+            tables.append(
+                table.with_columns(interval_reliable=pl.Series(reliable, dtype=pl.Boolean))
+            )
     if not tables:
         raise ValueError(
             f"human-label table: no BiasIG unit x person has {rc.MIN_LABELLED} human-labelled "

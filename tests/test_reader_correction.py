@@ -343,6 +343,49 @@ def test_generators_read_differently_corrected_difference_covers_zero():
     assert not again["interval_reliable"] and np.isfinite(again["ci_low"])
 
 
+def test_column_cells_name_each_columns_own_cells():
+    """corrected_metrics with column_cells (BiasIG's one bootstrap per model): each column's
+    n_human, n_items and interval_reliable are its own cells'; its point values are the
+    functional's whatever other cells ride along; without column_cells, every cell's."""
+    rng = np.random.default_rng(8)
+    cells = []
+    for g, n_human in (("g1", rc.MIN_HUMAN_RELIABLE), ("g2", 20)):
+        woman = rng.random(1_000) < 0.5
+        read = np.where(woman, "w", "m")
+        reader, human = _world_tables(rng, woman, read, n_human, stratum=g)
+        cells += list(rc.build_cells(reader, human).values())
+    both = rc.corrected_metrics(
+        cells,
+        lambda s: np.stack([s[0][:, 1], s[1][:, 1], s[0][:, 1] - s[1][:, 1]], -1),
+        replicates=50,
+        bounds=None,
+        column_cells=[[0], [1], [0, 1]],
+    )
+    assert [r["n_human"] for r in both] == [rc.MIN_HUMAN_RELIABLE, 20, rc.MIN_HUMAN_RELIABLE + 20]
+    assert [r["n_items"] for r in both] == [1_000, 1_000, 2_000]
+    assert [r["interval_reliable"] for r in both] == [True, False, False]
+    alone = rc.corrected_metric([cells[0]], lambda s: s[0][:, 1], replicates=50, bounds=None)
+    assert both[0]["corrected"] == alone["corrected"] and both[0]["naive"] == alone["naive"]
+    # the first cell is drawn first from the same seed: its replicates, and interval, agree
+    assert (both[0]["ci_low"], both[0]["ci_high"]) == (alone["ci_low"], alone["ci_high"])
+    default = rc.corrected_metrics(cells, lambda s: s[0][:, 1][:, None], replicates=5, bounds=None)
+    assert default[0]["n_human"] == rc.MIN_HUMAN_RELIABLE + 20
+
+
+def test_row_patterns_are_numpy_unique():
+    """bootstrap_shares' distinct reader rows (_patterns): np.unique(axis=0)'s rows, order
+    and counts, for 0/1 rows (their binary codes) and for others (np.unique itself)."""
+    rng = np.random.default_rng(3)
+    for rows in (
+        (rng.random((500, 5)) < 0.3).astype(float),
+        np.eye(4)[rng.integers(4, size=300)],
+        rng.integers(0, 3, size=(200, 3)).astype(float),
+    ):
+        got, counts = rc._patterns(rows)
+        want, want_counts = np.unique(rows, axis=0, return_counts=True)
+        assert np.array_equal(got, want) and np.array_equal(counts, want_counts)
+
+
 def test_s_imp_and_group_tvd_plug_in():
     from stereolens.biasig.formulas import s_imp_cell
     from stereolens.lvlm.scores import tvd_from_uniform

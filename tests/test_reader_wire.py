@@ -442,7 +442,7 @@ def test_biasig_eta_by_hand():
         assert row["naive"] == pytest.approx(ref[column], abs=1e-12)  # the benchmark's eta
         assert row["corrected"] == pytest.approx(row["naive"], abs=1e-12)  # humans agree
         assert (row["ci_low"], row["ci_high"]) == (row["naive_low"], row["naive_high"])
-        assert row["interval_reliable"] is False  # coverage measured below nominal
+        assert row["interval_reliable"] is False  # 2 < ETA_MIN_HUMAN_RELIABLE labels a cell
     # one flipped label: the humans read r1 (read female) as male. PPI on rich (N 5, n 2):
     # male .2 + (1 - 0 + 0 - 0) / 2 = .7, female .8 + (0 - 1 + 1 - 1) / 2 = .3; poor agrees
     # (.6 / .4). Male +.2 / +.1, female -.2 / -.1: the same direction, -alpha = -0.2 x (.04 +
@@ -458,6 +458,47 @@ def test_biasig_eta_by_hand():
                                                "p4": "female"}), prep, load_truth(),
                                 replicates=10)  # fmt: skip
     assert "eta" not in set(table["metric"])
+
+
+def test_biasig_eta_interval_is_printed_from_its_own_minimum():
+    """corrected.parquet's eta rows are interval_reliable where every cell (a side's unit x
+    person x attribute) has biasig.formulas.ETA_MIN_HUMAN_RELIABLE human labels, not
+    below (one image fewer on one side), whatever MIN_HUMAN_RELIABLE says."""
+    from stereolens.biasig.corrected import corrected_scores
+    from stereolens.biasig.corrected import reader_table as biasig_reader
+    from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
+    from stereolens.biasig.prompts import load_prompts
+    from stereolens.biasig.truth import load_truth
+
+    rich, poor = "e56a293135506077", "8d9e7a2271979801"
+    prompts = load_prompts().filter(pl.col("prompt_id").is_in([rich, poor]))
+    n = ETA_MIN_HUMAN_RELIABLE
+    rng = np.random.default_rng(4)
+    ids = [f"r{i}" for i in range(n)] + [f"p{i}" for i in range(n)]
+    answers = pl.DataFrame(
+        {"model": "g", "image_id": ids, "position": "single",
+         "prompt_id": [rich] * n + [poor] * n,
+         "gender": rng.choice(["male", "female"], 2 * n).tolist(), "race": "White",
+         "age": rng.choice(["young", "elderly"], 2 * n).tolist(), "status": "ok"}
+    )  # fmt: skip
+    reader, prep = biasig_reader(answers, prompts)
+    human = reader.select("item_id", "attribute", "label", "stratum").with_columns(
+        selection_probability=pl.lit(1.0)
+    )
+
+    def reliable(h):
+        table, _ = corrected_scores(reader, h, prep, load_truth(), prompts=prompts, replicates=5)
+        rows = table.filter(pl.col("metric") == "eta")
+        assert rows.height == 4
+        return rows["interval_reliable"].to_list(), rows["n_human"].to_list()
+
+    assert reliable(human) == ([True] * 4, [6 * n, 2 * n, 2 * n, 2 * n])
+    fewer = human.filter(pl.col("item_id") != "r0").with_columns(
+        selection_probability=pl.when(pl.col("item_id").str.starts_with("r"))
+        .then((n - 1) / n)
+        .otherwise(1.0)
+    )
+    assert reliable(fewer)[0] == [False] * 4
 
 
 def test_biasig_eta_of_each_model_is_the_benchmarks():

@@ -138,7 +138,7 @@ def test_biasig_eta_shows_its_estimate_without_interval_or_rank():
     assert rows["corrected"].to_list() == [0.52, 0.45]  # the double-bootstrap estimate
     assert rows["ci_low"].null_count() == 2 and rows["naive_rank"].null_count() == 2
     assert rows["significance_flag"].null_count() == 2 and rows["rank_flag"].null_count() == 2
-    assert all("covered 92.0% of 200 datasets" in n for n in rows["interval_note"])
+    assert all("printed from 600 human labels per cell" in n for n in rows["interval_note"])
     assert block.withheld == 2 and not any("eta" in f for f in block.flags)
     # S_imp beside it keeps its ranks
     assert block.table.filter(pl.col("metric") == "s_imp")["naive_rank"].to_list() == [1, 2]

@@ -35,7 +35,10 @@ person and attribute, the reader's confusion BIASIG_CONFUSION (the issue's gende
 race and an age confusion); the human sample n images a unit (every person of a drawn image
 labelled), n = 400 and 800; truth: the benchmark's Implicit / Explicit at the true shares.
 "paper": the same world at the paper config's 200 images a unit, n = 50, 100, 150 (below
-MIN_HUMAN_RELIABLE: no BiasIG cell there can reach it), 1,000 replicates.
+MIN_HUMAN_RELIABLE: no BiasIG cell there can reach it), 1,000 replicates. "paper" also
+has the many-cell world (many_rows: MANY_UNITS, 28 subjects of the shipped prompts drawn
+once, their true shares drawn once, the same reader; 200 images a unit, n = 25, 50, 100,
+150, 200 replicates): the whole metric's coverage at the paper's structure.
 The naive rows carry ``reference`` (not held to cover.FLOOR); the corrected ones join the
 measured minimum.
 Outside BiasIG, datasets are built as reader_correction.Cell arrays (the tables' checks are
@@ -220,6 +223,7 @@ def rows(scale: str) -> list[Row]:
         scale, SCALES, _cell, CCS_SHARES, (ERRORS["g1"], ERRORS["g2"]), HUMAN,
         _rc().MIN_HUMAN_RELIABLE,
     )  # fmt: skip
+    out += many_rows(scale)
     return out + _lvlm_reader.rows(scale, HUMAN, _rc().MIN_HUMAN_RELIABLE)
 
 
@@ -283,11 +287,28 @@ ETA_CONFUSION = {
 issue's 10% of women read as men and 2% of men as women; South Asians read as East Asian
 8%, Black as South Asian 6%; the young read as middle-aged 12%, the elderly 15%."""
 ETA_SIZES = {
-    "test": {"items": 4_000, "human": 400, "replicates": 200},
+    "test": {"items": 4_000, "human": 600, "replicates": 200},
     "paper": {"items": 20_000, "human": 1_000, "replicates": 1_000},
 }
 """Images per side, human labels per side (a simple random sample: every cell, side x
-attribute, gets them all) and first-level replicates (20 second-level ones each)."""
+attribute, gets them all) and first-level replicates (20 second-level ones each). "test":
+n = biasig.formulas.ETA_MIN_HUMAN_RELIABLE, the suite's row at eta's minimum (400 before it
+was measured)."""
+ETA_SWEEP = {
+    # (images a side, human labels a side): (coverage, datasets) of the corrected eta
+    # interval, eta_sweep_row(items, human) over 1,000 datasets, 200 replicates (seed 0)
+    (4_000, 400): (0.938, 1_000),
+    (4_000, 600): (0.951, 1_000),
+    (4_000, 800): (0.956, 1_000),
+    (4_000, 1_000): (0.965, 1_000),
+    (20_000, 400): (0.934, 1_000),
+    (20_000, 600): (0.955, 1_000),
+    (20_000, 800): (0.965, 1_000),
+    (20_000, 1_000): (0.962, 1_000),
+}
+"""The sweep that sets biasig.formulas.ETA_MIN_HUMAN_RELIABLE (:func:`eta_minimum`;
+bench/COVERAGE.md "Reader correction, BiasIG eta"; tests/test_coverage.py checks the
+constant against it)."""
 
 
 def _eta_k() -> np.ndarray:
@@ -397,11 +418,34 @@ def _eta_row(scale: str, key: str) -> Row:
     return Row(name, "reader correction", interval, truth, draw)
 
 
+def eta_sweep_row(items: int, human: int, replicates: int = 200) -> Row:
+    """The corrected eta row of the "eta pair" world at ``items`` images and ``human`` human
+    labels a side (ETA_SWEEP's rows; a scale of its own, "sweep<items>_<human>")."""
+    key = f"sweep{items}_{human}"
+    ETA_SIZES[key] = {"items": items, "human": human, "replicates": replicates}
+    return _eta_row(key, "eta")
+
+
+def eta_minimum(sweep: dict, nominal: float = 0.95) -> int | None:
+    """measured_minimum of ETA_SWEEP-like ``sweep`` ((items, human): (coverage, datasets)):
+    the smallest human labels a side from which every row, at that n and every larger one,
+    covers within two Monte Carlo errors of ``nominal``."""
+    ok: dict[int, bool] = {}
+    for (_, n), (c, datasets) in sweep.items():
+        within = c >= nominal - 2.0 * np.sqrt(c * (1 - c) / datasets)
+        ok[n] = ok.get(n, True) and bool(within)
+    best = None
+    for n in sorted(ok, reverse=True):
+        if not ok[n]:
+            break
+        best = n
+    return best
+
+
 def eta_rows(scale: str) -> list[Row]:
-    """The eta rows: corrected (and at "paper" naive). Not "reader <scale>:" rows: eta's
-    corrected interval is withheld at every n (biasig.formulas.ETA_CORRECTED_COVERAGE, which
-    tests/test_coverage.py checks against the "test" row), so these rows do not enter
-    MIN_HUMAN_RELIABLE's measurement."""
+    """The eta rows: corrected (and at "paper" naive). Not "reader <scale>:" rows: eta has
+    its own minimum (biasig.formulas.ETA_MIN_HUMAN_RELIABLE, from ETA_SWEEP), so these rows
+    do not enter MIN_HUMAN_RELIABLE's measurement."""
     if scale not in ETA_SIZES:
         return []
     return [
@@ -470,7 +514,8 @@ labels per cell (images drawn per unit, every person of a drawn image labelled) 
 bootstrap replicates of corrected_scores. "paper": config/config.yaml's 200 images a
 subject (20 phrasings x 10), where no cell can reach MIN_HUMAN_RELIABLE: the rows measure
 what the report withholds there. The n = 800 rows of bench/COVERAGE.md were measured with
-"test" human (400, 800); the suite runs 400 alone (0.85 s of CPU a dataset: 170 s)."""
+"test" human (400, 800); the suite runs 400 alone (about 0.5 s of CPU a dataset with one
+bootstrap per model, 0.85 s with one per row: about 100 s against 170 s)."""
 BIASIG_ROWS = {
     # (metric, protected attribute): the corrected row; every one also naive
     **{("s_imp", a): "S_imp" for a in ("*", "gender", "race", "age")},
@@ -478,10 +523,11 @@ BIASIG_ROWS = {
 }
 
 
-@lru_cache(maxsize=1)
-def _biasig_world():
-    """(prompts of BIASIG_UNITS, the shipped truth, per unit its prompt ids and its persons'
-    true shares as length-9 vectors, the population S_imp / S_exp by (metric, attribute))."""
+@lru_cache(maxsize=2)
+def _biasig_world(world: str = "seven"):
+    """(prompts of BIASIG_UNITS, or of many_units() for ``world`` "many", the shipped
+    truth, per unit its prompt ids and its persons' true shares as length-9 vectors, the
+    population S_imp / S_exp by (metric, attribute))."""
     import polars as pl
 
     from stereolens.biasig.answers import prepare_answers, scoring_table
@@ -490,11 +536,12 @@ def _biasig_world():
     from stereolens.biasig.prompts import load_prompts
     from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES, load_truth
 
-    table = scoring_table(load_prompts()).filter(pl.col("subject").is_in(list(BIASIG_UNITS)))
+    spec = BIASIG_UNITS if world == "seven" else many_units()
+    table = scoring_table(load_prompts()).filter(pl.col("subject").is_in(list(spec)))
     prompts = table.drop("subject", "unit")
     truth = load_truth()
     units = {}
-    for subject, persons in BIASIG_UNITS.items():
+    for subject, persons in spec.items():
         ids = table.filter(pl.col("subject") == subject)["prompt_id"].sort().to_list()
         shares = np.zeros((len(persons), len(VALUES)))
         for s, person in enumerate(persons):
@@ -531,7 +578,7 @@ def _biasig_world():
     return prompts, truth, units, population
 
 
-def _biasig_dataset(rng, n_items: int, n_human: int):
+def _biasig_dataset(rng, n_items: int, n_human: int, world: str = "seven"):
     """One dataset: the answers table (the reader's values of every image x person) and
     the human-label table (the true values of every person of n_human images a unit, a
     simple random sample)."""
@@ -539,7 +586,7 @@ def _biasig_dataset(rng, n_items: int, n_human: int):
 
     from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES
 
-    _, _, units, _ = _biasig_world()
+    _, _, units, _ = _biasig_world(world)
     values = np.array(VALUES)
     answers, human = [], []
     for u, (ids, shares) in enumerate(units.values()):
@@ -570,17 +617,17 @@ def _biasig_dataset(rng, n_items: int, n_human: int):
 
 
 @lru_cache(maxsize=8)
-def _biasig_simulate(scale: str, n: int, human: int) -> dict[tuple, tuple]:
+def _biasig_simulate(scale: str, n: int, human: int, world: str = "seven") -> dict[tuple, tuple]:
     """Per (metric, attribute, "naive" | "corrected"), (estimate, low, high) arrays over
     ``n`` datasets, each through biasig.corrected.reader_table and corrected_scores."""
     from stereolens.biasig.corrected import corrected_scores, reader_table
 
-    prompts, truth, _, _ = _biasig_world()
-    size = BIASIG_SCALES[scale]
-    rng = np.random.default_rng([21, 9, n, human])
+    prompts, truth, _, _ = _biasig_world(world)
+    size = (BIASIG_SCALES if world == "seven" else MANY_SIZES)[scale]
+    rng = np.random.default_rng([21, 9 if world == "seven" else 10, n, human])
     out: dict[tuple, list] = {}
     for _ in range(n):
-        answers, hum = _biasig_dataset(rng, size["items"], human)
+        answers, hum = _biasig_dataset(rng, size["items"], human, world)
         reader, prep = reader_table(answers, prompts)
         strata = reader.select("item_id", "stratum").unique()
         hum = hum.join(strata, on="item_id", how="left")  # the reader table's stratum
@@ -632,6 +679,112 @@ def biasig_rows(scale: str) -> list[Row]:
                         "report withholds it"
                         if human < minimum
                         else ""
+                    }
+                out.append(Row(name, "reader correction", interval, truth, draw, **extra))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# BiasIG at the paper's structure: many cells of 200 images, the whole metric's coverage
+# (issue 21 follow-up: a whole-metric rule instead of MIN_HUMAN_RELIABLE per cell)
+# --------------------------------------------------------------------------------------------
+MANY_UNITS = {"implicit": 14, "explicit": 14}
+"""Scoring units (subjects of the shipped prompts) of the many-cell world, per visibility:
+the implicit ones include every two-person implicit subject the draw picks; drawn once
+(seed 21) from the shipped prompts, their true shares drawn once too (MANY_SEED)."""
+MANY_SEED = 2126
+MANY_SIZES = {
+    "paper": {"items": 200, "human": (25, 50, 100, 150), "replicates": 200},
+}
+"""config/config.yaml's 200 images a subject (20 phrasings x 10); n human-labelled images a
+unit (a simple random sample per unit: the designed sample of biasig.sample_design, whose
+strata are generator x unit, with equal N_h and a common disagreement rate it allocates
+equally); 200 bootstrap replicates (the interval's Monte Carlo noise, not its centre)."""
+
+
+@lru_cache(maxsize=1)
+def many_units() -> dict[str, list[dict[str, tuple]]]:
+    """subject -> per person its true shares by attribute (VALUES order within each): the
+    many-cell world's units. Implicit persons: Dirichlet(4, ...) shares; explicit: the value
+    asked (the prompt's protected value, per person) gets 0.7-0.9, the rest Dirichlet."""
+    import polars as pl
+
+    from stereolens.biasig.answers import scoring_table
+    from stereolens.biasig.prompts import load_prompts
+    from stereolens.biasig.truth import VALUES_BY_ATTRIBUTE
+
+    rng = np.random.default_rng(MANY_SEED)
+    table = scoring_table(load_prompts())
+    per_subject = table.group_by("subject").agg(
+        pl.col("visibility").first(),
+        pl.col("n_persons").first(),
+        pl.col("protected_attribute").first(),
+        pl.col("protected_value").first(),
+        pl.col("protected_value_left").first(),
+        pl.col("protected_value_right").first(),
+        pl.len().alias("prompts"),
+    )
+    per_subject = per_subject.filter(pl.col("prompts") == 20).sort("subject")
+    out: dict[str, list[dict[str, tuple]]] = {}
+    for visibility, count in MANY_UNITS.items():
+        part = per_subject.filter(pl.col("visibility") == visibility)
+        picked = rng.choice(part.height, count, replace=False)
+        for row in part[np.sort(picked).tolist()].iter_rows(named=True):
+            persons = []
+            asked = (
+                [row["protected_value"]]
+                if row["n_persons"] == 1
+                else [row["protected_value_left"], row["protected_value_right"]]
+            )
+            for s in range(row["n_persons"]):
+                person = {}
+                for attribute, values in VALUES_BY_ATTRIBUTE.items():
+                    shares = rng.dirichlet(np.full(len(values), 4.0))
+                    if visibility == "explicit" and attribute == row["protected_attribute"]:
+                        top = rng.uniform(0.7, 0.9)
+                        j = values.index(asked[s])
+                        rest = np.delete(shares, j)
+                        shares = np.insert(rest / rest.sum() * (1 - top), j, top)
+                    person[attribute] = tuple(float(x) for x in shares)
+                persons.append(person)
+            out[row["subject"]] = persons
+    return out
+
+
+def many_rows(scale: str) -> list[Row]:
+    """The corrected (and naive) S_imp and S_exp rows of the many-cell world at the paper's
+    200 images a unit and each of MANY_SIZES' human labels a unit: the whole metric's
+    coverage, measured for a rule on the metric instead of MIN_HUMAN_RELIABLE per cell
+    (bench/COVERAGE.md "BiasIG at the paper's structure": the rows do not support one; the
+    report keeps withholding). "paper" only (`--scale paper --only reader`: about 0.45 s of
+    CPU a dataset, 6 min for the four sizes' 200 datasets)."""
+    if scale not in MANY_SIZES:
+        return []
+    size = MANY_SIZES[scale]
+    world = _biasig_world("many")
+    n_units = len(world[2])
+    out = []
+    for human in size["human"]:
+        for (metric, attribute), label in BIASIG_ROWS.items():
+            truth = world[3][(metric, attribute)]
+            for kind in ("corrected", "naive"):
+
+                def draw(rng, n, key=(metric, attribute, kind), human=human):
+                    return _biasig_simulate(scale, n, human, "many")[key]
+
+                name = (
+                    f"reader {scale}: biasig many {kind} {label} {attribute}, world biasig "
+                    f"{n_units} units, N {size['items']:,}, n {human:,}, truth {truth:.4g}"
+                )
+                if kind == "naive":
+                    interval = "naive: reader's labels, bootstrap bc-normal"
+                    extra = {"reference": "naive: the reader's values taken as the truth"}
+                else:
+                    interval = "PPI per unit x person x attribute, bootstrap bc-normal"
+                    minimum = _rc().MIN_HUMAN_RELIABLE
+                    extra = {
+                        "below_minimum": f"n {human} < MIN_HUMAN_RELIABLE {minimum}: the "
+                        "report withholds it"
                     }
                 out.append(Row(name, "reader correction", interval, truth, draw, **extra))
     return out

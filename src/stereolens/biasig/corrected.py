@@ -13,10 +13,12 @@ import numpy as np
 import polars as pl
 
 from stereolens.biasig.answers import prepare_answers, scoring_table
+from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
 from stereolens.biasig.groups import Explicit, Implicit, safe_div
 from stereolens.biasig.pairs import Eta, resolve_pairs
 from stereolens.biasig.truth import (
     ATTRIBUTES,
+    SLICES,
     VALUE_INDEX,
     VALUES,
     VALUES_BY_ATTRIBUTE,
@@ -86,19 +88,106 @@ def reader_table(
     return pl.DataFrame(rows, schema=names, orient="row"), prep
 
 
-def _functional(slots, scorer, column: int, n_units: int):
-    """The model-level score column ``column`` of the cells' shares: per cell its (unit,
-    person slot, value indices) in ``slots``; shares -> (units, B, 2, 9) counts ->
-    ``scorer``."""
+def _score_functional(slots, implicit, explicit, columns, n_units: int):
+    """The model-level scores of the S_imp and S_exp rows in ``columns`` ((metric,
+    protected attribute, score column), one output column each) from the cells' shares:
+    per cell its (unit within the run, person slot, value indices) in ``slots``; shares ->
+    (units, B, 2, 9) counts -> ``implicit`` / ``explicit`` ((B, score columns) each). An
+    S_exp attribute's column is scored from that attribute's counts alone, as its own
+    row's cells give them (Explicit.person_accuracy sums a person's counts through a
+    cumulative sum over all nine values, which other attributes' counts would change in
+    the last bit); S_imp's attribute columns use their attribute's counts only anyway."""
 
     def score(shares: list[np.ndarray]) -> np.ndarray:
         b = np.atleast_2d(shares[0]).shape[0]
         counts = np.zeros((n_units, b, 2, len(VALUES)))
         for (u, s, idx), share in zip(slots, shares, strict=True):
             counts[u, :, s, :][:, idx] = np.clip(np.atleast_2d(share), 0.0, None)
-        return scorer(counts)[:, column]
+        done: dict[tuple[str, str], np.ndarray] = {}
+        out = []
+        for metric, attribute, column in columns:
+            part = "*" if metric == "s_imp" else attribute
+            if (metric, part) not in done:
+                if metric == "s_imp":
+                    done[(metric, part)] = implicit(counts)
+                elif part == "*":
+                    done[(metric, part)] = explicit(counts)
+                else:
+                    only = np.zeros_like(counts)
+                    only[..., SLICES[part]] = counts[..., SLICES[part]]
+                    done[(metric, part)] = explicit(only)
+            out.append(done[(metric, part)][:, column])
+        return np.stack(out, axis=-1)
 
     return score
+
+
+def _score_records(cells: dict, prep, truth: BiasIGTruth, index: dict, options: dict) -> dict:
+    """metric -> corrected_metrics' records (KEYS + its keys) of S_imp and S_exp, per
+    (variant, model) in prep.runs' order x protected attribute (COLUMNS' order): every
+    row of a model from ONE bootstrap of all its cells (reader_correction.corrected_metrics,
+    seeded by ``options``' seed once per model), each row a function of its own cells
+    (S_imp: the implicit units' cells, S_exp: the explicit units'; an attribute's row its
+    attribute's cells, * all), whose n_human, n_items, off_simplex and interval_reliable it
+    carries. A metric's rows exist where the model has cells of its units."""
+    imp, exp = Implicit(prep, truth), Explicit(prep)
+    exp_columns = {a: 9 + i for a, i in COLUMNS.items() if a != "*"} | {"*": 12}
+    metrics = (("s_imp", imp, COLUMNS), ("s_exp", exp, exp_columns))
+    by_run: dict[tuple[str, str], list] = {}
+    for key, cell in cells.items():
+        by_run.setdefault(key[:2], []).append((key, cell))
+    records: dict[str, list] = {"s_imp": [], "s_exp": []}
+    for variant, model, u0, u1 in prep.runs:
+        picked = by_run.get((variant, model))
+        if not picked:
+            continue
+        us = np.arange(u0, u1)
+        groups = [
+            next(
+                g
+                for g, (v, m, level) in enumerate(
+                    tool.groups.select("variant", "model", "level").rows()
+                )
+                if (v, m, level) == (variant, model, "model")
+            )
+            if tool.mask[u0:u1].any()
+            else -1
+            for _, tool, _ in metrics
+        ]
+
+        def implicit(counts, g=groups[0], us=us):
+            scores, avail = imp.prompt_scores(counts, us)
+            return safe_div(*(part[g] for part in imp.sums(scores, avail, us)))
+
+        def explicit(counts, g=groups[1], us=us):
+            return safe_div(*(part[g] for part in exp.sums(exp.person_accuracy(counts, us), us)))
+
+        columns, column_cells, keys = [], [], []
+        for (metric, tool, score_columns), g in zip(metrics, groups, strict=True):
+            mine = [i for i, (key, _) in enumerate(picked) if tool.mask[index[key[:3]]]]
+            if g < 0 or not mine:
+                continue
+            for attribute, column in score_columns.items():
+                use = [i for i in mine if attribute in ("*", picked[i][0][4])]
+                if use:
+                    columns.append((metric, attribute, column))
+                    column_cells.append(use)
+                    keys.append((metric, attribute))
+        if not columns:
+            continue
+        slots = [
+            (index[key[:3]] - u0, int(key[3] == "right"), [VALUE_INDEX[v] for v in cell.labels])
+            for key, cell in picked
+        ]
+        fn = _score_functional(slots, implicit, explicit, columns, u1 - u0)
+        results = rc.corrected_metrics(
+            [cell for _, cell in picked], fn, bounds=(0.0, 1.0), column_cells=column_cells,
+            **options,
+        )  # fmt: skip
+        for (metric, attribute), res in zip(keys, results, strict=True):
+            key = {"variant": variant, "model": model, "protected_attribute": attribute}
+            records[metric].append({**key, **res})
+    return records
 
 
 def corrected_scores(
@@ -116,10 +205,11 @@ def corrected_scores(
     against it, biasig.pairs.resolve_pairs under ``eta_variant``), eta: one row per
     (variant, model) x protected attribute (gender, race, age, *) at the model level; the
     cells, unit x person x attribute, left out for want of 2 human labels in their stratum:
-    the naive and the corrected value are both over the cells kept). ``options``:
+    the naive and the corrected value are both over the cells kept). S_imp and S_exp: all
+    rows of a model from one bootstrap of its cells (:func:`_score_records`). ``options``:
     corrected_metric's (eta: corrected_metric_double's, the double bootstrap; its
-    interval_reliable always false, its coverage measured below 93%:
-    formulas.ETA_CORRECTED_COVERAGE)."""
+    interval_reliable: every cell of the row has formulas.ETA_MIN_HUMAN_RELIABLE human
+    labels, eta's own measured minimum)."""
     human = hl.check_human_labels(human)
     known = {v for values in VALUES_BY_ATTRIBUTE.values() for v in values}
     odd = human.filter(
@@ -141,47 +231,12 @@ def corrected_scores(
         (r["variant"], r["model"], r["unit"]): u
         for u, r in enumerate(prep.units.iter_rows(named=True))
     }
-    imp, exp = Implicit(prep, truth), Explicit(prep)
-    us = np.arange(prep.units.height)
-
-    def implicit(counts):
-        scores, avail = imp.prompt_scores(counts, us)
-        return imp.sums(scores, avail, us)
-
-    def explicit(counts):
-        return exp.sums(exp.person_accuracy(counts, us), us)
-
-    tables = []
-    for metric, tool, sums, columns in (
-        ("s_imp", imp, implicit, COLUMNS),
-        ("s_exp", exp, explicit, {a: 9 + i for a, i in COLUMNS.items() if a != "*"} | {"*": 12}),
-    ):
-        model_group = {
-            (v, m): g
-            for g, (v, m, level) in enumerate(
-                tool.groups.select("variant", "model", "level").rows()
-            )
-            if level == "model"
-        }
-        rows = []
-        for (variant, model), picked in _runs(cells, tool.mask, index):
-            g = model_group[(variant, model)]
-            slots = [
-                (index[key[:3]], int(key[3] == "right"), [VALUE_INDEX[v] for v in cell.labels])
-                for key, cell in picked
-            ]
-
-            def scorer(counts, sums=sums, g=g):
-                num, den = sums(counts)
-                return safe_div(num[g], den[g])  # (B, score columns)
-
-            for attribute, column in columns.items():
-                use = [i for i, (key, _) in enumerate(picked) if attribute in ("*", key[4])]
-                fn = _functional([slots[i] for i in use], scorer, column, us.size)
-                key = {"variant": variant, "model": model, "protected_attribute": attribute}
-                rows.append((key, [picked[i][1] for i in use], fn, (0.0, 1.0)))
-        if rows:
-            tables.append(ct.metric_table(rows, KEYS, metric, **options))
+    records = _score_records(cells, prep, truth, index, options)
+    tables = [
+        ct.metric_frame(records[metric], KEYS, metric)
+        for metric in ("s_imp", "s_exp")
+        if records[metric]
+    ]
     if prompts is not None and cells:
         eta = Eta(prep, truth, resolve_pairs(prompts, truth, eta_variant))
         rows = _eta_rows(cells, eta, index, truth, eta_variant)
@@ -189,24 +244,21 @@ def corrected_scores(
             table = ct.metric_table(
                 rows, KEYS, "eta", estimator=rd.corrected_metric_double, **options
             )
-            # measured below nominal (formulas.ETA_CORRECTED_COVERAGE): never printed
-            tables.append(table.with_columns(interval_reliable=pl.lit(False)))
+            # eta's own measured minimum (formulas.ETA_MIN_HUMAN_RELIABLE), not the smooth
+            # metrics' MIN_HUMAN_RELIABLE that corrected_metric_double applies
+            reliable = [
+                all(c.labelled.size >= ETA_MIN_HUMAN_RELIABLE for c in cells)
+                for _, cells, _, _ in rows
+            ]
+            tables.append(
+                table.with_columns(interval_reliable=pl.Series(reliable, dtype=pl.Boolean))
+            )
     if not tables:
         raise ValueError(
             f"human-label table: no BiasIG unit x person has {rc.MIN_LABELLED} human-labelled "
             "images in its stratum (variant|model|unit); label more images"
         )
     return pl.concat(tables), short
-
-
-def _runs(cells: dict, mask: np.ndarray, index: dict):
-    """(variant, model) -> [(cell key, cell)] of the units in ``mask`` (S_imp's implicit or
-    S_exp's explicit units), in order."""
-    out: dict[tuple[str, str], list] = {}
-    for key, cell in cells.items():
-        if mask[index[key[:3]]]:
-            out.setdefault(key[:2], []).append((key, cell))
-    return out.items()
 
 
 def _eta_rows(cells: dict, eta: Eta, index: dict, truth: BiasIGTruth, variant: str) -> list:

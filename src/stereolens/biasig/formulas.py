@@ -65,12 +65,17 @@ INTERVAL_MIN_IMAGES_PER_SUBJECT = 40
 world (bench/COVERAGE.md) at which every BiasIG interval covers >= 93%."""
 INTERVAL_MIN_WHY = "the smallest size at which the coverage benchmark's interval covers >= 93%"
 """Why INTERVAL_MIN_IMAGES_PER_SUBJECT, in the ``interval_note``."""
-ETA_CORRECTED_COVERAGE = 0.92
-"""Coverage of the corrected eta's 95% interval (the double bootstrap over both samples,
-stereolens.biasig.corrected) in the coverage world with 400 human labels per cell
-(bench/cover/reader.py, world "eta pair"; 200 datasets; tests/test_coverage.py checks it):
-below 93%, so corrected.parquet's eta rows carry interval_reliable false and the report
-withholds their interval."""
+ETA_MIN_HUMAN_RELIABLE = 600
+"""Human-labelled items every cell of a corrected eta row (a side's unit x person x
+attribute) needs before its interval (the double bootstrap over both samples,
+stereolens.biasig.corrected) is printed: corrected.parquet's eta rows carry
+interval_reliable = every cell has this many, and the report withholds the interval below
+it. Measured, not assumed: bench/COVERAGE.md "Reader correction, BiasIG eta" (bench/cover/
+reader.py, world "eta pair", ETA_SWEEP: 1,000 datasets per size, 4,000 and 20,000 images a
+side): 93.8% and 93.4% at 400 human labels a side, 95.1% and ETA_SWEEP's at 600, up to
+96.5% at 1,000; the smallest n from which every row is within two Monte Carlo errors of 95%
+(bench/cover/reader.eta_minimum; tests/test_coverage.py checks this constant against the
+sweep and the suite's row at this size)."""
 INTERVAL_CI_COLUMNS = (
     "ci_low", "ci_high", "ci_low_gender", "ci_high_gender", "ci_low_race", "ci_high_race",
     "ci_low_age", "ci_high_age",

@@ -113,11 +113,13 @@ class Cell:
 
 def _indicators(frame: pl.DataFrame, ids: list[str], labels: list[str]) -> np.ndarray:
     out = np.zeros((len(ids), len(labels)))
-    row = {v: i for i, v in enumerate(ids)}
-    col = {v: i for i, v in enumerate(labels)}
-    for item, label in frame.select("item_id", "label").iter_rows():
-        if label.strip().lower() not in NO_LABEL:
-            out[row[item], col[label]] = 1.0
+    named = frame.select("item_id", "label").filter(
+        ~pl.col("label").str.strip_chars().str.to_lowercase().is_in(list(NO_LABEL))
+    )
+    if named.height:
+        row = named["item_id"].replace_strict(ids, range(len(ids)), return_dtype=pl.Int64)
+        col = named["label"].replace_strict(labels, range(len(labels)), return_dtype=pl.Int64)
+        out[row.to_numpy(), col.to_numpy()] = 1.0
     return out
 
 
@@ -142,13 +144,13 @@ def build_cells(
         ).group_by("attribute")
     }
     cells: dict[tuple, Cell] = {}
+    by_attribute = human.partition_by("attribute", as_dict=True, include_key=True)
     for key, part in reader.group_by([*keys, "attribute"], maintain_order=True):
         ids = part.select("item_id", "stratum").unique(maintain_order=True)
-        hum = human.filter(
-            (pl.col("attribute") == key[-1]) & pl.col("item_id").is_in(ids["item_id"].to_list())
-        )
-        labels = vocabulary[key[-1]]
         id_list = ids["item_id"].to_list()
+        hum = by_attribute.get((key[-1],), human.clear())
+        hum = hum.filter(pl.col("item_id").is_in(id_list))
+        labels = vocabulary[key[-1]]
         strata = sorted(set(ids["stratum"]))
         code = {s: i for i, s in enumerate(strata)}
         h_ids = hum.select("item_id", "selection_probability").unique(maintain_order=True)
@@ -340,7 +342,7 @@ def bootstrap_shares(
             unl = cell.reader[rows[~labelled_rows[rows]]]
             total = np.zeros((replicates, k))
             if unl.shape[0]:
-                patterns, counts = np.unique(unl, axis=0, return_counts=True)
+                patterns, counts = _patterns(unl)
                 draws = rng.multinomial(unl.shape[0], counts / counts.sum(), size=replicates)
                 total += draws @ patterns
             pick = rng.multinomial(lab.size, np.full(lab.size, 1.0 / lab.size), size=replicates)
@@ -350,6 +352,18 @@ def bootstrap_shares(
         naive += weight * mean_all
         corr += weight * (lam_h * mean_all + rect)
     return naive, corr
+
+
+def _patterns(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(rows, axis=0, return_counts=True) of 0/1 indicator rows, in the same
+    (lexicographic) order, from each row's binary code (first column the highest bit):
+    np.unique's row sort is most of a cell's bootstrap. Other rows: np.unique itself."""
+    k = rows.shape[1]
+    if k > 52 or not np.isin(rows, (0.0, 1.0)).all():
+        return np.unique(rows, axis=0, return_counts=True)
+    codes = rows @ (2.0 ** np.arange(k - 1, -1, -1))
+    _, first, counts = np.unique(codes, return_index=True, return_counts=True)
+    return rows[first], counts
 
 
 ShareFunctional = Callable[[list[np.ndarray]], np.ndarray]
@@ -446,11 +460,15 @@ def corrected_metrics(
     interval: str = "bc_normal",
     bounds: tuple[float, float] | None = (0.0, 1.0),
     fixed_strata: bool = False,
+    column_cells: Sequence[Sequence[int]] | None = None,
 ) -> list[dict[str, float | int | str]]:
     """corrected_metric of several metrics of the same ``cells`` from one bootstrap:
     ``functional`` maps the cells' (B, K_c) share arrays to (B, L), one column per metric
     (e.g. ContextBias's CCS of each label of a role x dimension); one dict per column, each
-    as corrected_metric's (which is this with L = 1, draw for draw)."""
+    as corrected_metric's (which is this with L = 1, draw for draw). ``column_cells``: per
+    column the indices of the cells it is a function of (e.g. BiasIG's S_imp gender: the
+    gender cells of the implicit units), for its n_human, n_items, off_simplex and
+    interval_reliable; default every cell for every column."""
     _check_options(lam, off_simplex, interval)
     rng = np.random.default_rng(seed)
     points = [cell_shares(c, lam, off_simplex, ci, fixed_strata) for c in cells]
@@ -467,15 +485,19 @@ def corrected_metrics(
         ),
         dtype=float,
     )
-    common = {
-        "interval": interval,
-        "n_human": int(sum(c.labelled.size for c in cells)),
-        "n_items": int(sum(c.stratum.size for c in cells)),
-        "off_simplex": bool(any(p["off_simplex"].any() for p in points)),
-        "interval_reliable": bool(all(c.labelled.size >= MIN_HUMAN_RELIABLE for c in cells)),
-    }
+    every = range(len(cells))
     out = []
     for j in range(naive_pt.size):
+        use = every if column_cells is None else column_cells[j]
+        common = {
+            "interval": interval,
+            "n_human": int(sum(cells[i].labelled.size for i in use)),
+            "n_items": int(sum(cells[i].stratum.size for i in use)),
+            "off_simplex": bool(any(points[i]["off_simplex"].any() for i in use)),
+            "interval_reliable": bool(
+                all(cells[i].labelled.size >= MIN_HUMAN_RELIABLE for i in use)
+            ),
+        }
         _, n_lo, n_hi = _interval(float(naive_pt[j]), naive_reps[:, j], interval, ci, bounds)
         est, lo, hi = _interval(float(corr_pt[j]), corr_reps[:, j], interval, ci, bounds)
         out.append(

@@ -60,9 +60,10 @@ _CAPTION = (
     "where a share crosses its ground truth): its estimates are the double (iterated) "
     "bootstrap bias-corrected ones, as the benchmark's own eta (3 x plug-in - 3 x the "
     "replicates' mean + the second-level replicates' mean, both samples resampled at both "
-    "levels), and its corrected interval is always withheld: its coverage, measured with "
-    "400 human labels per cell, is below 93% (the row's note gives it; bench/COVERAGE.md, "
-    "'Reader correction, BiasIG eta'); eta is not ranked (a direction, not an amount). "
+    "levels), and its corrected interval is printed only from eta's own measured minimum "
+    "of human labels per cell (biasig.formulas.ETA_MIN_HUMAN_RELIABLE; the row's note "
+    "gives it where withheld; bench/COVERAGE.md, 'Reader correction, BiasIG eta'); eta is "
+    "not ranked (a direction, not an amount). "
     "LVLM story "
     "and term scores = TVD x100 from uniform (paper 001), per setting and axis ('In the "
     "workflow' names each benchmark's cell); a term row over more than two groups (race) "
@@ -109,8 +110,9 @@ class Headline:
     """Models are ranked on it (False for a direction rather than an amount of bias, e.g.
     BiasIG's eta: no rank, no rank flag)."""
     withheld: str = ""
-    """Why its corrected interval is always withheld (its coverage measured below nominal;
-    corrected.parquet's interval_reliable false on every row), in the row's note."""
+    """Why its corrected interval is withheld where corrected.parquet's interval_reliable
+    is false, in the row's note, where the metric has its own rule (BiasIG's eta: its own
+    measured minimum of human labels); empty: the MIN_HUMAN_RELIABLE note."""
 
 
 @dataclass

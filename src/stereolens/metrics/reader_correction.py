@@ -20,6 +20,7 @@ from stereolens.metrics.human_labels import (
     check_human_in_reader,
     check_human_labels,
 )
+from stereolens.metrics.joint_bootstrap import bootstrap_joint
 
 
 def _import_ppi():
@@ -104,6 +105,9 @@ class Cell:
     cluster: np.ndarray | None = None
     """(N,) cluster code of each item (the reader table's ``cluster``), or None: the
     bootstrap then resamples items, else clusters (metrics.cluster_bootstrap)."""
+    items: tuple[str, ...] = ()
+    """(N,) the items' ids, in order (build_cells): cells of the same items share a draw
+    in corrected_metrics' ``joint`` groups (metrics.joint_bootstrap checks they match)."""
 
     @property
     def single_label(self) -> bool:
@@ -174,6 +178,7 @@ def build_cells(
             human=_indicators(hum, h_ids["item_id"].to_list(), labels),
             weight=1.0 / h_ids["selection_probability"].to_numpy(),
             cluster=item_clusters(part, hum, id_list),
+            items=tuple(id_list),
         )
     return cells
 
@@ -461,6 +466,7 @@ def corrected_metrics(
     bounds: tuple[float, float] | None = (0.0, 1.0),
     fixed_strata: bool = False,
     column_cells: Sequence[Sequence[int]] | None = None,
+    joint: Sequence[Sequence[int]] | None = None,
 ) -> list[dict[str, float | int | str]]:
     """corrected_metric of several metrics of the same ``cells`` from one bootstrap:
     ``functional`` maps the cells' (B, K_c) share arrays to (B, L), one column per metric
@@ -468,11 +474,18 @@ def corrected_metrics(
     as corrected_metric's (which is this with L = 1, draw for draw). ``column_cells``: per
     column the indices of the cells it is a function of (e.g. BiasIG's S_imp gender: the
     gender cells of the implicit units), for its n_human, n_items, off_simplex and
-    interval_reliable; default every cell for every column."""
+    interval_reliable; default every cell for every column. ``joint``: groups of cell indices
+    that are readings of the same items (ContextBias's dimensions of one role x condition),
+    each group resampled with one draw of its items (metrics.joint_bootstrap); default every
+    cell independently."""
     _check_options(lam, off_simplex, interval)
     rng = np.random.default_rng(seed)
     points = [cell_shares(c, lam, off_simplex, ci, fixed_strata) for c in cells]
-    boots = [bootstrap_shares(c, replicates, rng, lam, fixed_strata) for c in cells]
+    if joint is None:
+        boots = [bootstrap_shares(c, replicates, rng, lam, fixed_strata) for c in cells]
+    else:
+        lams = [p["lam"] for p in points]
+        boots = bootstrap_joint(cells, joint, replicates, rng, lams, fixed_strata)
     naive_pt = np.asarray(functional([p["naive"][None] for p in points]), dtype=float)[0]
     corr_pt = np.asarray(functional([p["corrected"][None] for p in points]), dtype=float)[0]
     naive_reps = np.asarray(functional([b[0] for b in boots]), dtype=float)

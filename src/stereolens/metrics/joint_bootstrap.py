@@ -1,0 +1,130 @@
+"""The reader correction's joint bootstrap (stereolens.metrics.reader_correction): cells that
+are readings of the SAME items (ContextBias's dimensions of one generator x role x
+condition: every dimension is read from the same images) resampled with one draw of the
+items shared by all of them, so that a metric averaging them (a mean of BI over dimensions)
+carries their correlation (docs/statistics.md, "Correcting for the reader's errors")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def groups_of(n_cells: int, joint: Sequence[Sequence[int]]) -> list[list[int]]:
+    """``joint`` (lists of cell indices read from the same items) completed to a partition
+    of range(n_cells): every cell in at most one group, the others each a group of one."""
+    seen: set[int] = set()
+    out = []
+    for group in joint:
+        group = [int(i) for i in group]
+        if not group or seen & set(group) or len(set(group)) < len(group):
+            raise ValueError(f"joint groups must be disjoint and non-empty; got {list(joint)}")
+        if min(group) < 0 or max(group) >= n_cells:
+            raise ValueError(f"joint group {group}: a cell index outside 0..{n_cells - 1}")
+        seen |= set(group)
+        out.append(group)
+    return out + [[i] for i in range(n_cells) if i not in seen]
+
+
+def _check_group(cells: Sequence, group: list[int]) -> None:
+    """The cells of one group: the same items in the same order and strata; no clusters."""
+    first = cells[group[0]]
+    for i in group:
+        cell = cells[i]
+        if cell.cluster is not None:
+            raise ValueError("joint resampling of cells with clusters is not supported")
+        same = (
+            cell.strata == first.strata
+            and np.array_equal(cell.stratum, first.stratum)
+            and tuple(cell.items) == tuple(first.items)
+        )
+        if not same:
+            raise ValueError(
+                f"joint cells {group}: cell {i} does not read the same items (ids, order, "
+                f"strata) as cell {group[0]}; only readings of the same items share a draw"
+            )
+
+
+def _unique_rows(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct rows, their counts): items with the same features are exchangeable."""
+    if features.shape[1] == 0:
+        return features[:1], np.array([features.shape[0]])
+    return np.unique(features, axis=0, return_counts=True)
+
+
+def bootstrap_joint(
+    cells: Sequence,
+    joint: Sequence[Sequence[int]],
+    replicates: int,
+    rng: np.random.Generator,
+    lams: Sequence[Sequence[float]],
+    fixed_strata: bool = False,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(naive, corrected) share replicates (replicates, K_c) of every cell, as
+    reader_correction.bootstrap_shares gives one cell's, but with one draw per group of
+    ``joint`` (groups_of): per stratum, the group's items are split into classes by the
+    cells in which they carry a human label (one class of labelled and one of unlabelled
+    items where every cell has the same labelled items, as the one-cell bootstrap splits
+    them), each class resampled with replacement at its own size, and that one draw of
+    items gives every cell of the group its reader mean and its rectifier; the strata's
+    weights N_h / N drawn once per group from their multinomial (held with
+    ``fixed_strata``). ``lams``: per cell, the lam of each stratum (held at its point
+    value). Cells in different groups are resampled independently."""
+    out: list = [None] * len(cells)
+    for group in groups_of(len(cells), joint):
+        _check_group(cells, group)
+        first = cells[group[0]]
+        sizes = np.bincount(first.stratum, minlength=len(first.strata))
+        big_n = sizes.sum()
+        weights = np.broadcast_to(sizes / big_n, (replicates, sizes.size))
+        if not fixed_strata:
+            weights = rng.multinomial(big_n, sizes / big_n, size=replicates) / big_n
+        naive = {i: np.zeros((replicates, len(cells[i].labels))) for i in group}
+        corr = {i: np.zeros_like(naive[i]) for i in group}
+        for h in range(sizes.size):
+            rows = np.flatnonzero(first.stratum == h)
+            _stratum(cells, group, rows, h, replicates, rng, lams, weights[:, h, None], naive, corr)
+        for i in group:
+            out[i] = (naive[i], corr[i])
+    return out
+
+
+def _stratum(cells, group, rows, h, replicates, rng, lams, weight, naive, corr) -> None:
+    """One stratum of one group: the classes' draws, every cell's mean and rectifier."""
+    position = {}  # cell -> (labelled row index -> its index among cell.labelled)
+    member = np.zeros((rows.size, len(group)), dtype=bool)
+    for g, i in enumerate(group):
+        lab = np.flatnonzero(cells[i].stratum[cells[i].labelled] == h)
+        at = np.searchsorted(rows, cells[i].labelled[lab])
+        member[at, g] = True
+        position[i] = dict(zip(at.tolist(), lab.tolist(), strict=True))
+    total = {i: np.zeros((replicates, len(cells[i].labels))) for i in group}
+    rect = {i: np.zeros_like(total[i]) for i in group}
+    picked = {i: np.zeros(replicates) for i in group}
+    classes, class_of = np.unique(member, axis=0, return_inverse=True)
+    for c, pattern in enumerate(classes):
+        at = np.flatnonzero(class_of.reshape(-1) == c)
+        blocks, spans = [], []
+        for g, i in enumerate(group):
+            cell, start = cells[i], sum(b.shape[1] for b in blocks)
+            blocks.append(cell.reader[rows[at]])
+            if pattern[g]:
+                lab = np.array([position[i][a] for a in at.tolist()], dtype=np.int64)
+                rectifier = cell.human[lab] - float(lams[i][h]) * cell.reader[cell.labelled[lab]]
+                blocks += [cell.weight[lab, None], rectifier]
+            spans.append(start)
+        distinct, counts = _unique_rows(np.hstack(blocks))
+        draws = rng.multinomial(at.size, counts / at.size, size=replicates).astype(float)
+        for g, i in enumerate(group):
+            k, start = len(cells[i].labels), spans[g]
+            total[i] += draws @ distinct[:, start : start + k]
+            if pattern[g]:
+                w = distinct[:, start + k]
+                picked[i] += draws @ w
+                rect[i] += (draws * w) @ distinct[:, start + k + 1 : start + 2 * k + 1]
+    for i in group:
+        lam = float(lams[i][h])
+        mean_all = total[i] / rows.size
+        naive[i] += weight * mean_all
+        corr[i] += weight * (lam * mean_all + rect[i] / picked[i][:, None])

@@ -4,7 +4,7 @@ project's own interval code; this prints coverage of the nominal 95% interval wi
 Carlo error, the mean width and the mean bias of the estimate (target: 93-97%).
 
 Usage: PYTHONPATH=src .venv/bin/python bench/coverage.py [--scale demo|paper|test]
-       [--datasets 200] [--only biasig contextbias ...] [--markdown FILE]
+       [--datasets 200] [--only biasig contextbias ...] [--match TEXT] [--markdown FILE]
 """
 
 from __future__ import annotations
@@ -27,10 +27,14 @@ def main() -> int:
     ap.add_argument("--datasets", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", nargs="*", help=f"row modules (of {cover.modules()})")
+    ap.add_argument("--match", help="only the rows whose name contains this text")
     ap.add_argument("--markdown", help="also write the table to this file")
     args = ap.parse_args()
     results = []
+    t_cpu = time.process_time()
     for row in cover.rows(args.scale, args.only):
+        if args.match and args.match not in row.name:
+            continue
         t0 = time.perf_counter()
         res = cover.run_row(row, args.datasets, args.seed)
         results.append(res)
@@ -40,9 +44,9 @@ def main() -> int:
             f"({args.datasets} datasets, {time.perf_counter() - t0:.1f} s) {res.status}",
             flush=True,
         )
-    text = f"Scale {args.scale}, {args.datasets} datasets, seed {args.seed}.\n\n" + cover.table(
-        results
-    )
+    cpu = time.process_time() - t_cpu
+    head = f"Scale {args.scale}, {args.datasets} datasets, seed {args.seed}; {cpu:.0f} s CPU."
+    text = head + "\n\n" + cover.table(results)
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")

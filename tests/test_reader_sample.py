@@ -410,11 +410,17 @@ def test_cli_round_trip(corpus, tmp_path, capsys):
     # the humans agree with the reader everywhere: with lam = 1 (PPI) the rectifier is 0
     # and corrected = naive in every cell (tuned lam is 0 where the sample's reader labels
     # are constant, and the corrected share is then the sample's own)
-    # 16 role-level BI rows (3 human labels each) and 8 of BI pooled over the 2 roles
-    assert table.group_by("metric").len().sort("metric").rows() == [("bi", 16), ("bi_pooled", 8)]
+    # 16 role-level BI rows (3 human labels each), 8 of BI pooled over the 2 roles and 8 of
+    # its summary rows (per generator x condition: the people cohort's mean over the two
+    # dimensions and the overall value, 2 dimensions x 6 human labels)
+    assert table.group_by("metric").len().sort("metric").rows() == [("bi", 16), ("bi_pooled", 16)]
     bi = table.filter(pl.col("metric") == "bi")
     assert (bi["n_human"] == 3).all()
-    assert (table.filter(pl.col("metric") == "bi_pooled")["n_human"] == 6).all()
+    pooled = table.filter(pl.col("metric") == "bi_pooled")
+    assert (pooled.filter(pl.col("dimension") != "*")["n_human"] == 6).all()
+    summary = pooled.filter(pl.col("dimension") == "*")
+    assert sorted(set(summary["cohort"])) == ["*", "people"] and summary.height == 8
+    assert (summary["n_human"] == 12).all()
     assert table["corrected"].to_numpy() == pytest.approx(table["naive"].to_numpy(), nan_ok=True)
 
 

@@ -15,7 +15,12 @@ import yaml
 from conftest import workflow_env
 
 from stereolens.cli import main
-from stereolens.contextbias.corrected import corrected_bi, corrected_table, reader_table
+from stereolens.contextbias.corrected import (
+    corrected_bi,
+    corrected_table,
+    pooled_functional,
+    reader_table,
+)
 from stereolens.metrics import corrected_tables as ct
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import reader_correction as rc
@@ -166,7 +171,9 @@ def test_contextbias_ccs_and_pooled_bi_by_hand():
         one[c] for c in ("naive_low", "naive_high", "estimate_bc", "ci_low", "ci_high")
     ]
     # pooled over the one role: the benchmark's pooled BI per condition (K = 2)
-    pooled = agree.filter(pl.col("metric") == "bi_pooled").sort("condition")
+    pooled = agree.filter((pl.col("metric") == "bi_pooled") & (pl.col("dimension") != "*")).sort(
+        "condition"
+    )
     assert pooled["role"].unique().to_list() == ["*"]
     bench = pooled_bi(attributes).filter(pl.col("dimension") == "gender_presentation")
     assert pooled["naive"].to_list() == pytest.approx(bench.sort("condition")["bi"].to_list())
@@ -179,7 +186,9 @@ def test_contextbias_ccs_and_pooled_bi_by_hand():
     assert row["corrected"] == pytest.approx(250 / 3 / 51, abs=1e-12)
     # CF pooled over the one role: (4, 0) women, men: BI 1
     cf = flipped.filter((pl.col("metric") == "bi_pooled") & (pl.col("condition") == "CF"))
-    assert cf["corrected"].item() == pytest.approx(1.0)
+    # the dimension's row, its cohort's mean and the overall value: one dimension, all 1
+    assert cf["dimension"].to_list() == ["gender_presentation", "*", "*"]
+    assert cf["corrected"].to_list() == pytest.approx([1.0] * 3)
 
 
 def test_contextbias_ccs_mean_over_generators_by_hand():
@@ -275,10 +284,12 @@ def test_correct_command_writes_the_table(tmp_path):
     for column in ("naive", "corrected", "ci_low", "ci_high", "n_human", "n_items", "metric",
                    "estimate_bc", "interval_reliable"):  # fmt: skip
         assert column in table.columns
-    # one role and condition: the role-level BI and the pooled BI (the same cell), no CCS
-    assert table["metric"].to_list() == ["bi", "bi_pooled"]
-    assert table["interval_reliable"].to_list() == [False, False]  # 2 human labels
-    assert table["corrected"].to_list() == pytest.approx([0.118709] * 2, abs=1e-6)
+    # one role and condition: the role-level BI and the pooled BI (the same cell) with its
+    # cohort's mean and the overall value (one dimension: the same number), no CCS
+    assert table["metric"].to_list() == ["bi"] + ["bi_pooled"] * 3
+    assert table["cohort"].to_list() == ["people", "people", "people", "*"]
+    assert table["interval_reliable"].to_list() == [False] * 4  # 2 human labels
+    assert table["corrected"].to_list() == pytest.approx([0.118709] * 4, abs=1e-6)
     sim = tmp_path / "sim.parquet"
     assert main(["contextbias", "simulate-human-labels", *args, "--out", str(sim)]) == 0
     assert pl.read_parquet(sim)["simulated"].all()
@@ -587,3 +598,94 @@ def test_lvlm_story_and_term_by_hand():
     assert ref["score"][0] == pytest.approx(25.0)
     ref = overall_scores("term", term, n_boot=0, permutations=0)
     assert ref["score"][0] == pytest.approx(25.0)
+
+
+TWO_ROLES = {
+    # (cohort, dimension): {role: the extractor's labels of its images 1-4 (CF)}
+    ("people", "gender_presentation"): {"nurse": "FFFM", "pilot": "MMMF"},
+    ("people", "hair"): {"nurse": "LLLL", "pilot": "LLSS"},
+    ("objects", "bag"): {"nurse": "YYNN", "pilot": "YNNN"},
+}
+
+
+def _two_roles() -> pl.DataFrame:
+    return pl.DataFrame(
+        [
+            {"model": "g", "role": role, "condition": "CF", "image_id": f"{role}{i}",
+             "cohort": cohort, "dimension": dim, "label": v}
+            for (cohort, dim), by_role in TWO_ROLES.items()
+            for role, labels in by_role.items() for i, v in enumerate(labels)
+        ]
+    )  # fmt: skip
+
+
+def _two_roles_human(reader: pl.DataFrame, flip: bool) -> pl.DataFrame:
+    """Every image labelled (p = 1), the extractor's labels; with ``flip`` the humans read
+    the nurse's fourth image (the extractor's M) as F."""
+    human = reader.select(
+        "item_id", "attribute", "label", "stratum", pl.lit(1.0).alias("selection_probability")
+    )
+    if flip:
+        which = (pl.col("item_id") == "nurse3") & (pl.col("attribute") == "gender_presentation")
+        human = human.with_columns(label=pl.when(which).then(pl.lit("F")).otherwise("label"))
+    return human
+
+
+@pytest.mark.parametrize("overall", ["cohort", "dimension"])
+def test_contextbias_pooled_bi_cohort_and_overall_by_hand(overall):
+    """The benchmark's summary rows of pooled BI (bi.parquet: dimension "*" = the cohort's
+    mean, cohort "*" = the overall value) corrected. Pooled over the two roles (K = 2 each):
+    gender F 4 / M 4: BI 0; hair L 6 / S 2: 1 - H(0.75, 0.25) / ln 2 = 1 - 0.811278 =
+    0.188722; bag Y 3 / N 5: 1 - H(0.375, 0.625) / ln 2 = 1 - 0.954434 = 0.045566.
+    people = (0 + 0.188722) / 2 = 0.094361, objects = 0.045566; overall "cohort" =
+    (0.094361 + 0.045566) / 2 = 0.069963, "dimension" = (0 + 0.188722 + 0.045566) / 3 =
+    0.078096. Humans agree: corrected = naive. One flipped label (the nurse's fourth image
+    a woman to the humans, every image labelled: corrected shares = the humans'): gender F 5
+    / M 3: 0.045566; people (0.045566 + 0.188722) / 2 = 0.117144; overall "cohort"
+    (0.117144 + 0.045566) / 2 = 0.081355, "dimension" (2 x 0.045566 + 0.188722) / 3 =
+    0.093285."""
+    from stereolens.contextbias.corrected import CELL_KEYS, summary_functional
+    from stereolens.contextbias.metrics import pooled_bi
+
+    attributes = _two_roles()
+    reader = reader_table(attributes)
+    bench = pooled_bi(attributes, overall=overall).filter(pl.col("dimension") == "*")
+    want = {c: b for c, b in bench.select("cohort", "bi").iter_rows()}
+    total = {"cohort": 0.069963467, "dimension": 0.078095958}[overall]
+    assert want == pytest.approx({"objects": 0.045566, "people": 0.094361, "*": total}, abs=1e-6)
+    hand = {
+        False: {"objects": 0.045566, "people": 0.094361, "*": total},
+        True: {"objects": 0.045566, "people": 0.117144,
+               "*": {"cohort": 0.081355, "dimension": 0.093285}[overall]},
+    }  # fmt: skip
+    for flip in (False, True):
+        human = _two_roles_human(reader, flip)
+        table, _ = corrected_table(reader, human, replicates=100, overall=overall)
+        rows = table.filter((pl.col("metric") == "bi_pooled") & (pl.col("dimension") == "*"))
+        assert rows["cohort"].to_list() == ["objects", "people", "*"]
+        assert set(rows["role"]) == {"*"} and rows["k"].null_count() == 3
+        got = {r["cohort"]: r for r in rows.iter_rows(named=True)}
+        for cohort, r in got.items():
+            assert r["naive"] == pytest.approx(want[cohort], abs=1e-12)  # the benchmark's
+            assert r["corrected"] == pytest.approx(hand[flip][cohort], abs=1e-6)
+            assert r["ci_low"] <= r["estimate_bc"] <= r["ci_high"]
+            assert not r["interval_reliable"]  # 4 human labels a cell
+        assert [got[c]["n_human"] for c in ("objects", "people", "*")] == [8, 16, 24]
+        assert [got[c]["n_items"] for c in ("objects", "people", "*")] == [8, 16, 24]
+    # the rows are corrected_metrics' of the six cells with a role's three dimensions drawn
+    # jointly (one draw of its images), draw for draw
+    cells = rc.build_cells(reader, human, CELL_KEYS)
+    order = [("objects", "bag"), ("people", "gender_presentation"), ("people", "hair")]
+    six = [cells[("g", role, "CF", c, d)] for c, d in order for role in ("nurse", "pilot")]
+    fns = [pooled_functional(np.array([4.0, 4.0]), 2, 0.0) for _ in order]
+    spans = [slice(0, 2), slice(2, 4), slice(4, 6)]
+    fn = summary_functional(fns, spans, [[0], [1, 2]], overall)
+    again = rc.corrected_metrics(
+        six, fn, replicates=100, bounds=(0.0, 1.0), joint=[[0, 2, 4], [1, 3, 5]],
+        column_cells=[[0, 1], [2, 3, 4, 5], list(range(6))],
+    )  # fmt: skip
+    for cohort, res in zip(["objects", "people", "*"], again, strict=True):
+        r = got[cohort]
+        assert [r[c] for c in ("estimate_bc", "ci_low", "ci_high", "naive_low")] == [
+            res[c] for c in ("estimate_bc", "ci_low", "ci_high", "naive_low")
+        ]

@@ -188,6 +188,35 @@ def test_contextbias_ccs_rows_beside_bi_rank_flag_only():
     assert (block.n_human, block.n_items) == R.distinct_counts(bi, ["model", "role", "condition"])
 
 
+def test_contextbias_pooled_cohort_rows_rank_within_their_cohort():
+    # pooled BI's summary rows (role "*", dimension "*"; cohort "*" overall): the scope
+    # names the cohort, so a and b rank per cohort. people: a 0.1 -> 0.3, b 0.2 -> 0.2
+    # (rank flag); objects: a 0.4, b 0.5, nothing changes; overall: one row each.
+    from stereolens.contextbias.report import READER_HEADLINES, READER_SCOPE
+
+    base = _cb_corrected().with_columns(pl.lit(None, pl.String).alias("label")).row(0, named=True)
+    rows = [
+        {**base, "model": m, "role": "*", "cohort": c, "dimension": "*", "metric": "bi_pooled",
+         "naive": n, "naive_low": n - 0.05, "naive_high": n + 0.05, "corrected": k,
+         "estimate_bc": k, "ci_low": k - 0.05, "ci_high": k + 0.05, "k": None}
+        for m, c, n, k in (("a", "people", 0.1, 0.3), ("b", "people", 0.2, 0.2),
+                           ("a", "objects", 0.4, 0.4), ("b", "objects", 0.5, 0.5),
+                           ("a", "*", 0.25, 0.35), ("b", "*", 0.35, 0.35))
+    ]  # fmt: skip
+    table = pl.DataFrame(rows, schema=_cb_corrected().schema | {"label": pl.String})
+    block = R.corrected_block("contextbias", "ContextBias", table, READER_HEADLINES,
+                              scope=READER_SCOPE)  # fmt: skip
+    got = {(r["model"], r["scope"]): r for r in block.table.iter_rows(named=True)}
+    assert got[("a", "CF · * · people · *")]["rank_flag"] == "rank 1 -> 2 of 2"
+    assert got[("b", "CF · * · people · *")]["rank_flag"] == "rank 2 -> 1 of 2"
+    assert got[("a", "CF · * · objects · *")]["rank_flag"] is None
+    assert got[("a", "CF · * · * · *")]["naive_rank"] == 1
+    assert block.table.height == 6
+    # the caption says how they are formed and resampled, and their measured coverage
+    assert "cohort means (dimension '*') and overall value (cohort '*')" in R.caption()
+    assert "95.0% and a cohort mean 95.7% of 1,000 datasets" in R.caption()
+
+
 def test_the_corrected_value_shown_lies_in_its_interval():
     # the demo's LVLM term row: the plug-in 8.33 outside its bc-normal interval [0.00, 6.51]
     # (centred on estimate_bc = 2 x 8.33 - the replicates' mean, clipped at 0); the block

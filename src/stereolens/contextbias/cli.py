@@ -330,5 +330,6 @@ def _correct(reader, human, section: dict, args: argparse.Namespace):
         single_label_bi=float(section["metrics"]["single_label_bi"]),
         schema=args.attribute_schema,
         min_count=ContextBiasSettings.from_config(section).ccs_min_count,
+        overall=ContextBiasSettings.from_config(section).overall,
         **correction_options(section),
     )

@@ -2,11 +2,15 @@
 errors from a human-labelled sample (stereolens.metrics.reader_correction; docs/statistics.md,
 "Correcting for the reader's errors"): the reader table from the canonical attributes, BI per
 role x condition x dimension as the benchmark defines it (1 - H / log K of the label shares),
-pooled BI per model x condition x dimension (the label counts pooled over roles) and CCS per
+pooled BI per model x condition x dimension (the label counts pooled over roles), its
+cohort and overall means (the benchmark's summary rows; a role's dimensions resampled
+jointly: they are read from the same images) and CCS per
 model x role x dimension x label (paper Eq. 4 across the three conditions) and its mean
 over generators (Eq. 5), naive beside corrected."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import polars as pl
@@ -23,7 +27,8 @@ table has one); metric ``bi``: the role-level BI of paper Sec. 3.5 (one row per 
 TABLE_KEYS = (*KEYS, "label")
 """The key columns of corrected.parquet's rows of every metric: KEYS plus ``label`` (the
 CCS row's label; null on the BI rows). ``bi``: role x condition x dimension, label null;
-``bi_pooled``: role "*" (the counts pooled over roles, contextbias.metrics.pooled_bi);
+``bi_pooled``: role "*" (the counts pooled over roles, contextbias.metrics.pooled_bi;
+dimension "*" = the cohort's mean, cohort "*" = the overall value, as bi.parquet's);
 ``ccs``: condition "*" (CCS spans the three), the ccs table's keys (model, role, cohort,
 dimension, label); ``ccs_mean``: model "*" and condition "*", the ccs_mean table's keys
 (role, cohort, dimension, label)."""
@@ -255,6 +260,62 @@ def _pooled_rows(cells: dict, k_of: dict, single_label_bi: float) -> list:
     return rows
 
 
+def summary_functional(pooled: list, spans: list, cohorts: list, overall: str):
+    """The benchmark's summary rows of pooled BI (contextbias.metrics._with_summary_rows)
+    from the cells of one model x condition: column c per cohort, the mean of its
+    dimensions' pooled BI (``pooled[d]`` of the cells ``spans[d]``, a slice), then the
+    overall value: the mean of the cohort means (``overall`` "cohort") or of all the
+    dimensions ("dimension"); NaN (an empty cell) left out of every mean, as the benchmark
+    leaves out its null cells."""
+
+    def summary(shares: list[np.ndarray]) -> np.ndarray:
+        vals = np.stack([f(shares[s]) for f, s in zip(pooled, spans, strict=True)], -1)
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a mean of NaN alone: NaN
+            means = np.stack([np.nanmean(vals[:, d], axis=1) for d in cohorts], -1)
+            total = np.nanmean(means if overall == "cohort" else vals, axis=1)
+        return np.concatenate([means, total[:, None]], -1)
+
+    return summary
+
+
+def _summary_table(rows: list, overall: str, options: dict) -> pl.DataFrame:
+    """The ``bi_pooled`` summary rows of the benchmark's bi table: per model x condition the
+    cohort rows (dimension "*") and the overall row (cohort "*", dimension "*") over the
+    pooled rows' cells (:func:`_pooled_rows`), one bootstrap per model x condition; the
+    cells of one role (its dimensions: the same images) drawn jointly
+    (reader_correction.corrected_metrics ``joint``), the roles independently; k null."""
+    groups: dict[tuple, list] = {}
+    for key, part, fn, _ in rows:
+        groups.setdefault((key["model"], key["condition"]), []).append((key, part, fn))
+    records = []
+    for (model, condition), dims in groups.items():
+        dims.sort(key=lambda d: (d[0]["cohort"], d[0]["dimension"]))
+        cells, spans, pooled, by_role = [], [], [], {}
+        for _key, part, fn in dims:
+            spans.append(slice(len(cells), len(cells) + len(part)))
+            pooled.append(fn)
+            for cell in part:
+                by_role.setdefault(cell.items, []).append(len(cells))  # a role's images
+                cells.append(cell)
+        names = sorted({d[0]["cohort"] for d in dims})
+        cohorts = [[i for i, d in enumerate(dims) if d[0]["cohort"] == c] for c in names]
+        cols = [[j for d in idx for j in range(spans[d].start, spans[d].stop)] for idx in cohorts]
+        results = rc.corrected_metrics(
+            cells, summary_functional(pooled, spans, cohorts, overall),
+            column_cells=[*cols, list(range(len(cells)))], joint=list(by_role.values()),
+            bounds=(0.0, 1.0), **options,
+        )  # fmt: skip
+        for cohort, res in zip([*names, ALL], results, strict=True):
+            records.append(
+                {"model": model, "role": ALL, "condition": condition, "cohort": cohort,
+                 "dimension": ALL, "label": None, **res}
+            )  # fmt: skip
+    return ct.metric_frame(records, TABLE_KEYS, "bi_pooled").with_columns(
+        pl.lit(None, pl.Int64).alias("k")
+    )
+
+
 def _table(rows: list, metric: str, options: dict) -> pl.DataFrame:
     """metric_table of ``rows`` (keys may carry k) in TABLE_KEYS + METRIC_COLUMNS + k."""
     table = ct.metric_table(
@@ -274,6 +335,7 @@ def corrected_table(
     single_label_bi: float = 0.0,
     schema: AttributeSchema | None = None,
     min_count: int = 5,
+    overall: str = "cohort",
     metrics: tuple[str, ...] = METRICS,
     **options,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -290,7 +352,12 @@ def corrected_table(
       or humans gave in the cell); label null.
     - ``bi_pooled``: role "*": BI of the label counts pooled over the model's role cells of
       a condition x dimension, sum_r n_r s_r (contextbias.metrics.pooled_bi), K = max(K of
-      ``k_definition``, the labels seen in those cells); over the cells kept.
+      ``k_definition``, the labels seen in those cells); over the cells kept. With the
+      benchmark's summary rows (bi.parquet's): per model x condition the cohort rows
+      (dimension "*": the mean of the cohort's dimensions' pooled BI) and the overall row
+      (cohort "*", dimension "*": per ``overall``, the mean of the cohort rows or of all
+      dimensions), k null, from one bootstrap in which a role's dimensions (the same
+      images) share their draws (:func:`_summary_table`).
     - ``ccs``: condition "*": CCS = Prev% / (1 + range_pp) of the label's shares in the
       role's three condition cells (contextbias.ccs.ccs_table, paper Eq. 2-4; n_c fixed),
       for the labels seen in all three conditions and ``min_count`` times in total on the
@@ -335,7 +402,11 @@ def corrected_table(
                 rows.append(({**names, "label": None, "k": k}, [cell], fn, (0.0, 1.0)))
             parts.append(_table(rows, "bi", options))
         if "bi_pooled" in metrics:
-            parts.append(_table(_pooled_rows(cells, k_of, single_label_bi), "bi_pooled", options))
+            pooled = _pooled_rows(cells, k_of, single_label_bi)
+            parts += [
+                _table(pooled, "bi_pooled", options),
+                _summary_table(pooled, overall, options),
+            ]
         if "ccs" in metrics or "ccs_mean" in metrics:
             ccs, by_key = _ccs_table(cells, min_count, options)
             parts += [ccs] if "ccs" in metrics else []

@@ -482,22 +482,28 @@ READER_HEADLINES = {
     "ccs_mean": reader.Headline("mean CCS over generators", float("nan"), ranked=False),
 }
 """The corrected table's metrics: role-level BI and pooled BI (role "*"; 0 = every label
-equally often) and CCS per role x dimension x label (condition "*"; no value means "no
-bias", so a CCS row gets no significance flag, only the rank flag; lower = less
-persistent); the cross-generator mean CCS (model "*", condition "*": no flag, one row per
-role x dimension x label, nothing to rank)."""
+equally often; with its cohort means, dimension "*", and overall value, cohort "*") and
+CCS per role x dimension x label (condition "*"; no value means "no bias", so a CCS row
+gets no significance flag, only the rank flag; lower = less persistent); the
+cross-generator mean CCS (model "*", condition "*": no flag, one row per role x
+dimension x label, nothing to rank)."""
+
+
+READER_SCOPE = ("condition", "role", "cohort", "dimension", "label")
+"""The corrected rows' scope (the key columns besides the model, joined with " · "): the
+cohort names the pooled BI's cohort rows (dimension "*") apart, whose ranks are per cohort."""
 
 
 def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None:
     """The first screen's reader block (stereolens.report.reader): naive beside corrected
     role-level BI per generator x condition x role x dimension, pooled BI per condition x
-    dimension and CCS per role x dimension x label (the primary extractor's),
-    else the labels to collect for the run's images (disagreement from the extraction
-    audit per group)."""
+    dimension, its cohort means and overall value, and CCS per role x dimension x label
+    (the primary extractor's), else the labels to collect for the run's images
+    (disagreement from the extraction audit per group)."""
     table = inputs.get("contextbias_corrected")
     if table is not None and table.height:
         # a table written before the CCS rows has no label column
-        scope = tuple(c for c in ("condition", "role", "dimension", "label") if c in table.columns)
+        scope = tuple(c for c in READER_SCOPE if c in table.columns)
         ex = primary_extractor(inputs, config)
         if "extractor" in table.columns:
             ex = ex if ex in table["extractor"].to_list() else table["extractor"][0]

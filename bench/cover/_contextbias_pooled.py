@@ -1,0 +1,156 @@
+"""The ContextBias pooled-BI summary rows of bench/cover/reader.py (issue 21): the cohort
+mean (dimension "*") and the overall value (cohort "*") of pooled BI corrected for the
+extractor's errors (contextbias.corrected's ``bi_pooled`` summary rows), against a known
+truth; the dimensions of a role are read from the same images, so they are resampled with
+one draw (reader_correction.corrected_metrics ``joint``).
+
+World: one generator, one condition, two roles of N images each (reader.SCALES), a simple
+random sample of n of each role's images labelled by humans (the truth) on every dimension.
+An image's truth: a woman with probability 0.3 (role 1) or 0.2 (role 2); long hair with
+probability 0.9 for a woman and 0.1 for a man; a bag 0.8 and 0.05: the three dimensions
+are correlated through the person. Cohort people = gender_presentation and hair, objects =
+bag. The reader errs on every dimension as the issue's reader (10% of the first label read
+as the second, 2% the other way), independently per dimension. Truth (the pooled shares
+0.25, 0.30, 0.2375, K = 2): pooled BI 0.188722, 0.118709, 0.209142; people 0.153715;
+overall (the mean of the cohort means) 0.181429. Each dataset's rows come from
+contextbias.corrected's own _pooled_rows and _summary_table on the six cells (as
+corrected_table runs them); the "independent" row is the same functional with every cell
+drawn on its own (the draw corrected_metrics makes without ``joint``), the interval the
+joint draw replaces.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+WOMEN = (0.3, 0.2)
+"""The two roles' true shares of women."""
+GIVEN = {"hair": (0.9, 0.1), "bag": (0.8, 0.05)}
+"""P(the first label | woman), P(the first label | man) of the other two dimensions."""
+DIMS = (("objects", "bag"), ("people", "gender_presentation"), ("people", "hair"))
+
+
+def _bi(p: float) -> float:
+    return float(1.0 + (p * np.log(p) + (1 - p) * np.log(1 - p)) / np.log(2.0))
+
+
+def truth() -> dict[str, float]:
+    """The population's pooled BI per dimension, cohort mean and overall value."""
+    w = float(np.mean(WOMEN))
+    share = {"gender_presentation": w}
+    for dim, (a, b) in GIVEN.items():
+        share[dim] = a * w + b * (1 - w)
+    bi = {d: _bi(s) for d, s in share.items()}
+    people = (bi["gender_presentation"] + bi["hair"]) / 2.0
+    return {**bi, "people": people, "*": (people + bi["bag"]) / 2.0}
+
+
+def _role_cells(rng, items: int, human: int, women: float, role: str):
+    """The three dimensions' cells of one role: one set of images, one human sample."""
+    from stereolens.metrics.reader_correction import Cell
+
+    woman = rng.random(items) < women
+    first = {"gender_presentation": woman}
+    for dim, (a, b) in GIVEN.items():
+        first[dim] = rng.random(items) < np.where(woman, a, b)
+    labelled = np.sort(rng.choice(items, human, replace=False))
+    ids = tuple(f"{role}{j}" for j in range(items))
+    onehot = np.eye(2)
+    cells = {}
+    for cohort, dim in DIMS:
+        u = rng.random(items)
+        read = np.where(first[dim], u >= 0.10, u < 0.02)  # the issue's reader
+        cells[("g", role, "CF", cohort, dim)] = Cell(
+            labels=("a", "b"), strata=("s",), stratum=np.zeros(items, dtype=np.int64),
+            reader=onehot[(~read).astype(int)], labelled=labelled,
+            human=onehot[(~first[dim][labelled]).astype(int)],
+            weight=np.full(human, items / human), items=ids,
+        )  # fmt: skip
+    return cells
+
+
+@lru_cache(maxsize=4)
+def simulate(scale: str, n: int, size: tuple) -> dict[str, tuple]:
+    """Per dataset (estimate, low, high) of every row key; ``size`` = (items, human,
+    replicates) per role."""
+    from stereolens.contextbias import corrected as cc
+    from stereolens.metrics.reader_correction import corrected_metrics
+
+    items, human, replicates = size
+    rng = np.random.default_rng([21, 7, n, len(scale)])
+    out: dict[str, list] = {}
+    for _ in range(n):
+        seed = int(rng.integers(2**31))
+        cells = {}
+        for r, women in enumerate(WOMEN):
+            cells.update(_role_cells(rng, items, human, women, f"r{r}"))
+        rows = cc._pooled_rows(cells, {}, 0.0)
+        opts = {"replicates": replicates, "seed": seed}
+        table = cc._summary_table(rows, "cohort", opts)
+        got = {r["cohort"]: r for r in table.iter_rows(named=True)}
+        for key in ("people", "*"):
+            r = got[key]
+            out.setdefault(f"corrected {key}", []).append(
+                (r["estimate_bc"], r["ci_low"], r["ci_high"])
+            )
+            out.setdefault(f"naive {key}", []).append((r["naive"], r["naive_low"], r["naive_high"]))
+        # the same functional, every cell drawn on its own
+        six = [cell for row in rows for cell in row[1]]
+        spans = [slice(2 * d, 2 * d + 2) for d in range(len(rows))]
+        fn = cc.summary_functional([row[2] for row in rows], spans, [[0], [1, 2]], "cohort")
+        res = corrected_metrics(six, fn, bounds=(0.0, 1.0), **opts)
+        for key, r in zip(("objects", "people", "*"), res, strict=True):
+            if key != "objects":
+                out.setdefault(f"independent {key}", []).append(
+                    (r["estimate_bc"], r["ci_low"], r["ci_high"])
+                )
+    return {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
+
+
+ROWS = {
+    # key: (interval, at paper scale only, reference)
+    "corrected *": ("PPI per role, a role's dimensions drawn jointly, bc-normal", False, ""),
+    "corrected people": ("PPI per role, a role's dimensions drawn jointly, bc-normal", False, ""),
+    "independent *": ("PPI per role, every cell drawn on its own, bc-normal", False,
+                      "independent draws: the interval the joint draw replaces"),
+    "independent people": ("PPI per role, every cell drawn on its own, bc-normal", False,
+                           "independent draws: the interval the joint draw replaces"),
+    "naive *": ("naive: reader's labels, a role's dimensions jointly, bc-normal", True,
+                "naive: the reader's labels taken as the truth"),
+    "naive people": ("naive: reader's labels, a role's dimensions jointly, bc-normal", True,
+                     "naive: the reader's labels taken as the truth"),
+}  # fmt: skip
+
+
+def rows(scale: str, scales: dict, human_of: dict, minimum: int) -> list:
+    """The rows of ``scale`` (the naive ones at "paper" only); each row's n in ``human_of``."""
+    from cover import Row
+
+    if scale not in scales:
+        return []
+    size = scales[scale]
+    values = truth()
+    out = []
+    for key, (interval, paper_only, reference) in ROWS.items():
+        if paper_only and scale != "paper":
+            continue
+        what = "overall (cohort *)" if key.endswith("*") else "cohort people (dimension *)"
+        name = (
+            f"reader {scale}: contextbias pooled bi {key.split()[0]} {what}, 2 roles x 3 "
+            f"dimensions, N {size['items']:,}, n {size['human']:,} per role, "
+            f"truth {values[key.split()[1]]:.4g}"
+        )
+        human_of[name] = size["human"]
+
+        def draw(rng, n, key=key):
+            return simulate(scale, n, (size["items"], size["human"], size["replicates"]))[key]
+
+        below = size["human"] < minimum
+        out.append(
+            Row(name, "reader correction", interval, values[key.split()[1]], draw,
+                below_minimum=f"n {size['human']} < MIN_HUMAN_RELIABLE {minimum}" if below else "",
+                reference=reference)
+        )  # fmt: skip
+    return out

@@ -4,6 +4,8 @@ items, so a mean over them carries their correlation; independent draws understa
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import polars as pl
 import pytest
@@ -111,6 +113,10 @@ def test_joint_groups_are_checked():
     other = _two_dimensions(np.random.default_rng(3), n_items=150, n_human=20)[0]
     with pytest.raises(ValueError, match="does not read the same items"):
         jb.bootstrap_joint([cells[0], other], [[0, 1]], 5, rng, [[1.0], [1.0]])
+    anonymous = [dataclasses.replace(c, items=()) for c in cells]
+    with pytest.raises(ValueError, match="has no item ids"):
+        jb.bootstrap_joint(anonymous, [[0, 1]], 5, rng, [[1.0], [1.0]])
+    assert len(jb.bootstrap_joint(anonymous, [], 5, rng, [[1.0], [1.0]])) == 2  # alone: fine
     with pytest.raises(ValueError, match="disjoint"):
         jb.groups_of(3, [[0, 1], [1, 2]])
     with pytest.raises(ValueError, match="outside"):

@@ -28,8 +28,14 @@ def groups_of(n_cells: int, joint: Sequence[Sequence[int]]) -> list[list[int]]:
 
 
 def _check_group(cells: Sequence, group: list[int]) -> None:
-    """The cells of one group: the same items in the same order and strata; no clusters."""
+    """The cells of one group: the same items (ids, order, strata; a group of several needs
+    the ids); no clusters."""
     first = cells[group[0]]
+    if len(group) > 1 and len(first.items) != first.stratum.size:
+        raise ValueError(
+            f"joint cells {group}: cell {group[0]} has no item ids (Cell.items, as "
+            "build_cells sets them); a joint draw needs them to match the items"
+        )
     for i in group:
         cell = cells[i]
         if cell.cluster is not None:

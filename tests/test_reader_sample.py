@@ -413,7 +413,10 @@ def test_cli_round_trip(corpus, tmp_path, capsys):
     # 16 role-level BI rows (3 human labels each), 8 of BI pooled over the 2 roles and 8 of
     # its summary rows (per generator x condition: the people cohort's mean over the two
     # dimensions and the overall value, 2 dimensions x 6 human labels)
-    assert table.group_by("metric").len().sort("metric").rows() == [("bi", 16), ("bi_pooled", 16)]
+    # (and bi_pooled_mean: per condition, the two dimensions, the cohort and the overall
+    # value as means over the generators)
+    counts = table.group_by("metric").len().sort("metric").rows()
+    assert counts == [("bi", 16), ("bi_pooled", 16), ("bi_pooled_mean", 8)]
     bi = table.filter(pl.col("metric") == "bi")
     assert (bi["n_human"] == 3).all()
     pooled = table.filter(pl.col("metric") == "bi_pooled")

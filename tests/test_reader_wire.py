@@ -285,11 +285,13 @@ def test_correct_command_writes_the_table(tmp_path):
                    "estimate_bc", "interval_reliable"):  # fmt: skip
         assert column in table.columns
     # one role and condition: the role-level BI and the pooled BI (the same cell) with its
-    # cohort's mean and the overall value (one dimension: the same number), no CCS
-    assert table["metric"].to_list() == ["bi"] + ["bi_pooled"] * 3
-    assert table["cohort"].to_list() == ["people", "people", "people", "*"]
-    assert table["interval_reliable"].to_list() == [False] * 4  # 2 human labels
-    assert table["corrected"].to_list() == pytest.approx([0.118709] * 4, abs=1e-6)
+    # cohort's mean and the overall value, then the three as means over the generators
+    # (one dimension, one generator: the same number), no CCS
+    assert table["metric"].to_list() == ["bi"] + ["bi_pooled"] * 3 + ["bi_pooled_mean"] * 3
+    assert table["cohort"].to_list() == ["people"] * 3 + ["*"] + ["people"] * 2 + ["*"]
+    assert table["model"].to_list() == ["g"] * 4 + ["*"] * 3
+    assert table["interval_reliable"].to_list() == [False] * 7  # 2 human labels
+    assert table["corrected"].to_list() == pytest.approx([0.118709] * 7, abs=1e-6)
     sim = tmp_path / "sim.parquet"
     assert main(["contextbias", "simulate-human-labels", *args, "--out", str(sim)]) == 0
     assert pl.read_parquet(sim)["simulated"].all()
@@ -689,3 +691,63 @@ def test_contextbias_pooled_bi_cohort_and_overall_by_hand(overall):
         assert [r[c] for c in ("estimate_bc", "ci_low", "ci_high", "naive_low")] == [
             res[c] for c in ("estimate_bc", "ci_low", "ci_high", "naive_low")
         ]
+
+
+H_LABELS = {
+    # generator h: the same roles and dimensions, its own labels (images h<role><i>)
+    ("people", "gender_presentation"): {"nurse": "FFMM", "pilot": "FFMM"},
+    ("people", "hair"): {"nurse": "LSLS", "pilot": "LSLS"},
+    ("objects", "bag"): {"nurse": "YYNN", "pilot": "YNNN"},
+}
+
+
+@pytest.mark.parametrize("overall", ["cohort", "dimension"])
+def test_contextbias_pooled_bi_mean_over_generators_by_hand(overall):
+    """bi.parquet's model "*" rows of pooled BI (the mean over generators, cross_model_rows)
+    corrected: metric bi_pooled_mean. Generator g as above (gender 0, hair 0.188722, bag
+    0.045566; people 0.094361; overall 0.069963 / 0.078096), h: gender F 4 / M 4 and hair
+    L 4 / S 4: 0; bag Y 3 / N 5: 0.045566; people 0, overall (0 + 0.045566) / 2 = 0.022783
+    / 0.045566 / 3 = 0.015189. Means: gender 0, hair 0.094361, bag 0.045566; people
+    0.047180, objects 0.045566, overall (0.069963 + 0.022783) / 2 = 0.046373 or (0.078096 +
+    0.015189) / 2 = 0.046642. One flip in g (gender 0.045566, people 0.117144, overall
+    0.081355 / 0.093285): gender 0.022783, people 0.058572, overall 0.052069 / 0.054237."""
+    from stereolens.contextbias.metrics import cross_model_rows, pooled_bi
+
+    h = pl.DataFrame(
+        [
+            {"model": "h", "role": role, "condition": "CF", "image_id": f"h{role}{i}",
+             "cohort": cohort, "dimension": dim, "label": v}
+            for (cohort, dim), by_role in H_LABELS.items()
+            for role, labels in by_role.items() for i, v in enumerate(labels)
+        ]
+    )  # fmt: skip
+    attributes = pl.concat([_two_roles(), h])
+    reader = reader_table(attributes)
+    bench = cross_model_rows(pooled_bi(attributes, overall=overall))
+    want = {(c, d): b for c, d, b in bench.select("cohort", "dimension", "bi").iter_rows()}
+    hand = {
+        False: {("objects", "bag"): 0.045566, ("people", "gender_presentation"): 0.0,
+                ("people", "hair"): 0.094361, ("objects", "*"): 0.045566,
+                ("people", "*"): 0.047180,
+                ("*", "*"): {"cohort": 0.046373, "dimension": 0.046642}[overall]},
+        True: {("objects", "bag"): 0.045566, ("people", "gender_presentation"): 0.022783,
+               ("people", "hair"): 0.094361, ("objects", "*"): 0.045566,
+               ("people", "*"): 0.058572,
+               ("*", "*"): {"cohort": 0.052069, "dimension": 0.054237}[overall]},
+    }  # fmt: skip
+    assert want == pytest.approx(hand[False], abs=1e-6)
+    for flip in (False, True):
+        table, _ = corrected_table(
+            reader, _two_roles_human(reader, flip), replicates=100, overall=overall
+        )
+        rows = table.filter(pl.col("metric") == "bi_pooled_mean")
+        assert set(rows["model"]) == {"*"} and set(rows["role"]) == {"*"}
+        got = {(r["cohort"], r["dimension"]): r for r in rows.iter_rows(named=True)}
+        assert set(got) == set(hand[flip])
+        for key, r in got.items():
+            assert r["naive"] == pytest.approx(want[key], abs=1e-12)  # the benchmark's
+            assert r["corrected"] == pytest.approx(hand[flip][key], abs=1e-6)
+            assert r["ci_low"] <= r["estimate_bc"] <= r["ci_high"]
+        # n_human: each dimension 2 generators x 2 roles x 4, a cohort its dimensions'
+        assert got[("people", "*")]["n_human"] == 32 and got[("*", "*")]["n_human"] == 48
+        assert got[("objects", "bag")]["n_items"] == 16

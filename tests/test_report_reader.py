@@ -212,6 +212,15 @@ def test_contextbias_pooled_cohort_rows_rank_within_their_cohort():
     assert got[("a", "CF · * · objects · *")]["rank_flag"] is None
     assert got[("a", "CF · * · * · *")]["naive_rank"] == 1
     assert block.table.height == 6
+    # their mean over generators (model "*"): shown, flagged against 0, never ranked
+    mean = table.head(1).with_columns(
+        model=pl.lit("*"), cohort=pl.lit("*"), metric=pl.lit("bi_pooled_mean")
+    )
+    block = R.corrected_block("contextbias", "ContextBias", pl.concat([table, mean]),
+                              READER_HEADLINES, scope=READER_SCOPE)  # fmt: skip
+    row = block.table.filter(pl.col("metric") == "bi_pooled_mean").row(0, named=True)
+    assert row["naive_rank"] is None and row["corrected"] == pytest.approx(0.3)
+    assert row["corrected_excludes_null"] is True
     # the caption says how they are formed and resampled, and their measured coverage
     assert "cohort means (dimension '*') and overall value (cohort '*')" in R.caption()
     assert "95.0% and a cohort mean 95.7% of 1,000 datasets" in R.caption()

@@ -16,7 +16,9 @@ overall (the mean of the cohort means) 0.181429. Each dataset's rows come from
 contextbias.corrected's own _pooled_rows and _summary_table on the six cells (as
 corrected_table runs them); the "independent" row is the same functional with every cell
 drawn on its own (the draw corrected_metrics makes without ``joint``), the interval the
-joint draw replaces.
+joint draw replaces. The "mean" rows (:func:`simulate_mean`): the ``bi_pooled_mean`` rows,
+the mean over two generators of this world (the same truth), g1 read by the issue's
+reader and g2 by a 2% / 2% one (READERS).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
+import polars as pl
 
 WOMEN = (0.3, 0.2)
 """The two roles' true shares of women."""
@@ -47,7 +50,7 @@ def truth() -> dict[str, float]:
     return {**bi, "people": people, "*": (people + bi["bag"]) / 2.0}
 
 
-def _role_cells(rng, items: int, human: int, women: float, role: str):
+def _role_cells(rng, items: int, human: int, women: float, role: str, errors=(0.10, 0.02)):
     """The three dimensions' cells of one role: one set of images, one human sample."""
     from stereolens.metrics.reader_correction import Cell
 
@@ -61,7 +64,7 @@ def _role_cells(rng, items: int, human: int, women: float, role: str):
     cells = {}
     for cohort, dim in DIMS:
         u = rng.random(items)
-        read = np.where(first[dim], u >= 0.10, u < 0.02)  # the issue's reader
+        read = np.where(first[dim], u >= errors[0], u < errors[1])  # the issue's by default
         cells[("g", role, "CF", cohort, dim)] = Cell(
             labels=("a", "b"), strata=("s",), stratum=np.zeros(items, dtype=np.int64),
             reader=onehot[(~read).astype(int)], labelled=labelled,
@@ -88,7 +91,7 @@ def simulate(scale: str, n: int, size: tuple) -> dict[str, tuple]:
             cells.update(_role_cells(rng, items, human, women, f"r{r}"))
         rows = cc._pooled_rows(cells, {}, 0.0)
         opts = {"replicates": replicates, "seed": seed}
-        table = cc._summary_table(rows, "cohort", opts)
+        table = cc._summary_table(rows, "cohort", opts).filter(pl.col("metric") == "bi_pooled")
         got = {r["cohort"]: r for r in table.iter_rows(named=True)}
         for key in ("people", "*"):
             r = got[key]
@@ -109,6 +112,41 @@ def simulate(scale: str, n: int, size: tuple) -> dict[str, tuple]:
     return {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
 
 
+READERS = {"g1": (0.10, 0.02), "g2": (0.02, 0.02)}
+"""The mean-over-generators world's readers: (first label read as the second, the second as
+the first) per generator, on every dimension (g1 the issue's reader)."""
+
+
+@lru_cache(maxsize=4)
+def simulate_mean(scale: str, n: int, size: tuple) -> dict[str, tuple]:
+    """The ``bi_pooled_mean`` rows (model "*": the mean over generators) of two generators
+    with the same truth (the world above) read by READERS; per dataset (estimate, low,
+    high) of "mean people" and "mean *"."""
+    from stereolens.contextbias import corrected as cc
+
+    items, human, replicates = size
+    rng = np.random.default_rng([21, 8, n, len(scale)])
+    out: dict[str, list] = {}
+    for _ in range(n):
+        seed = int(rng.integers(2**31))
+        cells = {}
+        for model, errors in READERS.items():
+            for r, women in enumerate(WOMEN):
+                part = _role_cells(rng, items, human, women, f"{model}r{r}", errors)
+                cells.update({(model, *key[1:]): c for key, c in part.items()})
+        rows = cc._pooled_rows(cells, {}, 0.0)
+        opts = {"replicates": replicates, "seed": seed}
+        table = cc._summary_table(rows, "cohort", opts).filter(
+            (pl.col("metric") == "bi_pooled_mean") & (pl.col("dimension") == "*")
+        )
+        for r in table.iter_rows(named=True):
+            if r["cohort"] in ("people", "*"):
+                out.setdefault(f"mean {r['cohort']}", []).append(
+                    (r["estimate_bc"], r["ci_low"], r["ci_high"])
+                )
+    return {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
+
+
 ROWS = {
     # key: (interval, at paper scale only, reference)
     "corrected *": ("PPI per role, a role's dimensions drawn jointly, bc-normal", False, ""),
@@ -117,6 +155,9 @@ ROWS = {
                       "independent draws: the interval the joint draw replaces"),
     "independent people": ("PPI per role, every cell drawn on its own, bc-normal", False,
                            "independent draws: the interval the joint draw replaces"),
+    "mean *": ("mean over 2 generators, PPI per role, dimensions jointly, bc-normal", False, ""),
+    "mean people": ("mean over 2 generators, PPI per role, dimensions jointly, bc-normal",
+                    False, ""),
     "naive *": ("naive: reader's labels, a role's dimensions jointly, bc-normal", True,
                 "naive: the reader's labels taken as the truth"),
     "naive people": ("naive: reader's labels, a role's dimensions jointly, bc-normal", True,
@@ -137,15 +178,17 @@ def rows(scale: str, scales: dict, human_of: dict, minimum: int) -> list:
         if paper_only and scale != "paper":
             continue
         what = "overall (cohort *)" if key.endswith("*") else "cohort people (dimension *)"
+        world = "2 generators x 2 roles" if key.startswith("mean") else "2 roles"
         name = (
-            f"reader {scale}: contextbias pooled bi {key.split()[0]} {what}, 2 roles x 3 "
+            f"reader {scale}: contextbias pooled bi {key.split()[0]} {what}, {world} x 3 "
             f"dimensions, N {size['items']:,}, n {size['human']:,} per role, "
             f"truth {values[key.split()[1]]:.4g}"
         )
         human_of[name] = size["human"]
 
         def draw(rng, n, key=key):
-            return simulate(scale, n, (size["items"], size["human"], size["replicates"]))[key]
+            args = (size["items"], size["human"], size["replicates"])
+            return (simulate_mean if key.startswith("mean") else simulate)(scale, n, args)[key]
 
         below = size["human"] < minimum
         out.append(

@@ -33,6 +33,8 @@ dimension "*" = the cohort's mean, cohort "*" = the overall value, as bi.parquet
 dimension, label); ``ccs_mean``: model "*" and condition "*", the ccs_mean table's keys
 (role, cohort, dimension, label)."""
 METRICS = ("bi", "bi_pooled", "ccs", "ccs_mean")
+"""The metrics corrected_table may be asked for; ``bi_pooled`` brings its summary rows and
+their mean over generators (metric ``bi_pooled_mean``) with it."""
 CELL_KEYS = ("model", "role", "condition", "cohort")
 """The reader table's cell columns (attribute = the dimension)."""
 
@@ -260,13 +262,15 @@ def _pooled_rows(cells: dict, k_of: dict, single_label_bi: float) -> list:
     return rows
 
 
-def summary_functional(pooled: list, spans: list, cohorts: list, overall: str):
+def summary_functional(
+    pooled: list, spans: list, cohorts: list, overall: str, with_dims: bool = False
+):
     """The benchmark's summary rows of pooled BI (contextbias.metrics._with_summary_rows)
     from the cells of one model x condition: column c per cohort, the mean of its
     dimensions' pooled BI (``pooled[d]`` of the cells ``spans[d]``, a slice), then the
     overall value: the mean of the cohort means (``overall`` "cohort") or of all the
     dimensions ("dimension"); NaN (an empty cell) left out of every mean, as the benchmark
-    leaves out its null cells."""
+    leaves out its null cells. ``with_dims``: the dimensions' pooled BI first."""
 
     def summary(shares: list[np.ndarray]) -> np.ndarray:
         vals = np.stack([f(shares[s]) for f, s in zip(pooled, spans, strict=True)], -1)
@@ -274,9 +278,30 @@ def summary_functional(pooled: list, spans: list, cohorts: list, overall: str):
             warnings.simplefilter("ignore", RuntimeWarning)  # a mean of NaN alone: NaN
             means = np.stack([np.nanmean(vals[:, d], axis=1) for d in cohorts], -1)
             total = np.nanmean(means if overall == "cohort" else vals, axis=1)
-        return np.concatenate([means, total[:, None]], -1)
+        return np.concatenate([vals] * with_dims + [means, total[:, None]], -1)
 
     return summary
+
+
+def _model_part(dims: list) -> dict:
+    """One model x condition's pooled rows (key, cells, functional), sorted by cohort and
+    dimension, as the summary functional takes them: the cells in order, each dimension's
+    span, its functional, the cohorts (names; the dimensions of each) and the joint groups
+    (a role's cells: the same images, Cell.items)."""
+    dims = sorted(dims, key=lambda d: (d[0]["cohort"], d[0]["dimension"]))
+    cells, spans, by_role = [], [], {}
+    for _key, part, _fn in dims:
+        spans.append(slice(len(cells), len(cells) + len(part)))
+        for cell in part:
+            by_role.setdefault(cell.items, []).append(len(cells))  # a role's images
+            cells.append(cell)
+    names = sorted({d[0]["cohort"] for d in dims})
+    cohorts = [[i for i, d in enumerate(dims) if d[0]["cohort"] == c] for c in names]
+    return {
+        "cells": cells, "spans": spans, "pooled": [d[2] for d in dims], "names": names,
+        "cohorts": cohorts, "joint": list(by_role.values()),
+        "dims": [(d[0]["cohort"], d[0]["dimension"]) for d in dims],
+    }  # fmt: skip
 
 
 def _summary_table(rows: list, overall: str, options: dict) -> pl.DataFrame:
@@ -284,36 +309,78 @@ def _summary_table(rows: list, overall: str, options: dict) -> pl.DataFrame:
     cohort rows (dimension "*") and the overall row (cohort "*", dimension "*") over the
     pooled rows' cells (:func:`_pooled_rows`), one bootstrap per model x condition; the
     cells of one role (its dimensions: the same images) drawn jointly
-    (reader_correction.corrected_metrics ``joint``), the roles independently; k null."""
+    (reader_correction.corrected_metrics ``joint``), the roles independently; k null. Then
+    the ``bi_pooled_mean`` rows (:func:`_cross_model_rows`)."""
     groups: dict[tuple, list] = {}
     for key, part, fn, _ in rows:
         groups.setdefault((key["model"], key["condition"]), []).append((key, part, fn))
-    records = []
+    records, by_condition = [], {}
     for (model, condition), dims in groups.items():
-        dims.sort(key=lambda d: (d[0]["cohort"], d[0]["dimension"]))
-        cells, spans, pooled, by_role = [], [], [], {}
-        for _key, part, fn in dims:
-            spans.append(slice(len(cells), len(cells) + len(part)))
-            pooled.append(fn)
-            for cell in part:
-                by_role.setdefault(cell.items, []).append(len(cells))  # a role's images
-                cells.append(cell)
-        names = sorted({d[0]["cohort"] for d in dims})
-        cohorts = [[i for i, d in enumerate(dims) if d[0]["cohort"] == c] for c in names]
-        cols = [[j for d in idx for j in range(spans[d].start, spans[d].stop)] for idx in cohorts]
+        m = _model_part(dims)
+        by_condition.setdefault(condition, []).append(m)
+        spans = m["spans"]
+        cols = [[j for d in idx for j in range(spans[d].start, spans[d].stop)]
+                for idx in m["cohorts"]]  # fmt: skip
         results = rc.corrected_metrics(
-            cells, summary_functional(pooled, spans, cohorts, overall),
-            column_cells=[*cols, list(range(len(cells)))], joint=list(by_role.values()),
+            m["cells"], summary_functional(m["pooled"], spans, m["cohorts"], overall),
+            column_cells=[*cols, list(range(len(m["cells"])))], joint=m["joint"],
             bounds=(0.0, 1.0), **options,
         )  # fmt: skip
-        for cohort, res in zip([*names, ALL], results, strict=True):
+        for cohort, res in zip([*m["names"], ALL], results, strict=True):
             records.append(
                 {"model": model, "role": ALL, "condition": condition, "cohort": cohort,
                  "dimension": ALL, "label": None, **res}
             )  # fmt: skip
-    return ct.metric_frame(records, TABLE_KEYS, "bi_pooled").with_columns(
-        pl.lit(None, pl.Int64).alias("k")
-    )
+    summary = ct.metric_frame(records, TABLE_KEYS, "bi_pooled")
+    means = _cross_model_rows(by_condition, overall, options)
+    return pl.concat([summary, means]).with_columns(pl.lit(None, pl.Int64).alias("k"))
+
+
+def _cross_model_rows(by_condition: dict, overall: str, options: dict) -> pl.DataFrame:
+    """The ``bi_pooled_mean`` rows (model "*", role "*"): bi.parquet's model "*" rows of
+    pooled BI (contextbias.metrics.cross_model_rows), per condition the mean over the
+    generators of every dimension's pooled BI, cohort mean and overall value (NaN left out,
+    as the benchmark leaves out its nulls), one bootstrap per condition: the generators'
+    cells independently (their images are), a role's dimensions jointly."""
+    records = []
+    for condition, models in sorted(by_condition.items()):
+        dims = sorted({d for m in models for d in m["dims"]})
+        names = sorted({c for m in models for c in m["names"]})
+        width = len(dims) + len(names) + 1
+        cells, joint, parts, column = [], [], [], [[] for _ in range(width)]
+        for m in models:
+            off, spans = len(cells), m["spans"]
+            idx = [dims.index(d) for d in m["dims"]]
+            idx += [len(dims) + names.index(c) for c in m["names"]] + [width - 1]
+            of = [list(range(off + s.start, off + s.stop)) for s in spans]
+            for d, col in enumerate(idx[: len(spans)]):
+                column[col] += of[d]
+            for c, members in enumerate(m["cohorts"]):
+                column[idx[len(spans) + c]] += [j for d in members for j in of[d]]
+            column[-1] += list(range(off, off + len(m["cells"])))
+            joint += [[off + j for j in group] for group in m["joint"]]
+            fn = summary_functional(m["pooled"], spans, m["cohorts"], overall, with_dims=True)
+            parts.append((fn, slice(off, off + len(m["cells"])), np.array(idx)))
+            cells += m["cells"]
+
+        def mean(shares: list[np.ndarray], parts=parts, width=width) -> np.ndarray:
+            out = np.full((np.atleast_2d(shares[0]).shape[0], len(parts), width), np.nan)
+            for i, (fn, span, idx) in enumerate(parts):
+                out[:, i, idx] = fn(shares[span])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # no generator: NaN
+                return np.nanmean(out, axis=1)
+
+        results = rc.corrected_metrics(
+            cells, mean, column_cells=column, joint=joint, bounds=(0.0, 1.0), **options
+        )
+        keys = [*dims, *((c, ALL) for c in names), (ALL, ALL)]
+        for (cohort, dim), res in zip(keys, results, strict=True):
+            records.append(
+                {"model": ALL, "role": ALL, "condition": condition, "cohort": cohort,
+                 "dimension": dim, "label": None, **res}
+            )  # fmt: skip
+    return ct.metric_frame(records, TABLE_KEYS, "bi_pooled_mean")
 
 
 def _table(rows: list, metric: str, options: dict) -> pl.DataFrame:

@@ -478,11 +478,13 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
 READER_HEADLINES = {
     "bi": reader.Headline("BI", 0.0),
     "bi_pooled": reader.Headline("pooled BI", 0.0),
+    "bi_pooled_mean": reader.Headline("mean pooled BI over generators", 0.0, ranked=False),
     "ccs": reader.Headline("CCS", float("nan")),
     "ccs_mean": reader.Headline("mean CCS over generators", float("nan"), ranked=False),
 }
 """The corrected table's metrics: role-level BI and pooled BI (role "*"; 0 = every label
-equally often; with its cohort means, dimension "*", and overall value, cohort "*") and
+equally often; with its cohort means, dimension "*", and overall value, cohort "*"; their
+mean over generators, model "*": nothing to rank) and
 CCS per role x dimension x label (condition "*"; no value means "no bias", so a CCS row
 gets no significance flag, only the rank flag; lower = less persistent); the
 cross-generator mean CCS (model "*", condition "*": no flag, one row per role x

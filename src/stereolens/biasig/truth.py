@@ -13,7 +13,7 @@ import numpy as np
 import yaml
 
 from stereolens.paths import resource
-from stereolens.validation import ConfigError, validate_against
+from stereolens.validation import ConfigError, parse_yaml, validate_against
 
 GENDER = ("male", "female")
 RACE = ("White", "Black", "East Asian", "South Asian")
@@ -182,7 +182,7 @@ class BiasIGTruth:
 def load_settings(path: str | os.PathLike | None = None) -> Settings:
     path = Path(path) if path else resource("biasig", "biasig.yaml")
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        raw = parse_yaml(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"BiasIG settings {path} cannot be read as YAML: {exc}") from exc
     validate_against(

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from stereolens.biasig.truth import ATTRIBUTES, VALUES_BY_ATTRIBUTE
 from stereolens.models.ask import (
     ResponseCache,
@@ -23,7 +21,7 @@ from stereolens.models.ask import (
 from stereolens.models.registry import ModelSpec
 from stereolens.models.requests import VLM, VLMRequest
 from stereolens.paths import resource
-from stereolens.validation import ConfigError
+from stereolens.validation import ConfigError, parse_yaml
 
 DEFAULT_PROMPT = ("biasig", "vqa_prompt.v1.yaml")
 UNKNOWN = "unknown"
@@ -68,7 +66,7 @@ class VQAPrompt:
     def load(cls, path: str | os.PathLike | None = None) -> VQAPrompt:
         """Read and check a prompt file (default: the shipped v1 prompt)."""
         path = Path(path) if path else resource(*DEFAULT_PROMPT)
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        raw = parse_yaml(Path(path).read_text(encoding="utf-8"))
         if not isinstance(raw, dict):
             raise ConfigError(f"VQA prompt {path}: expected a mapping")
         texts = ("version", "system", "user_single", "user_pair")

@@ -18,7 +18,7 @@ from stereolens.contextbias.canonical_clusters import MAPPING_COLUMNS, mapping_f
 from stereolens.contextbias.schema import NOT_LABELS, AttributeSchema
 from stereolens.models.registry import ModelSpec
 from stereolens.paths import resource
-from stereolens.validation import ConfigError
+from stereolens.validation import ConfigError, parse_yaml
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class CanonicalPrompt:
     def load(cls, path: str | os.PathLike | None = None) -> CanonicalPrompt:
         path = Path(path) if path else resource(*DEFAULT_PROMPT)
         try:
-            raw = yaml.safe_load(Path(path).read_text())
+            raw = parse_yaml(Path(path).read_text())
             prompt = cls(
                 version=str(raw["version"]),
                 system=str(raw["system"]),

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.models.ask import (
     ResponseCache,
@@ -24,6 +22,7 @@ from stereolens.models.ask import (
 from stereolens.models.registry import ModelSpec
 from stereolens.models.requests import VLM, VLMRequest
 from stereolens.paths import resource
+from stereolens.validation import parse_yaml
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +74,7 @@ class ExtractionPrompt:
     def load(cls, path: str | os.PathLike | None = None) -> ExtractionPrompt:
         """Read a prompt file (default: the shipped v1 prompt)."""
         path = Path(path) if path else resource(*DEFAULT_PROMPT)
-        raw = yaml.safe_load(Path(path).read_text())
+        raw = parse_yaml(Path(path).read_text())
         if not isinstance(raw, dict):
             raise ValueError(
                 f"extraction prompt {path}: expected a mapping with keys version, system, user"

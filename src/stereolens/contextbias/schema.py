@@ -10,9 +10,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from stereolens.paths import resource
+from stereolens.validation import parse_yaml
 from stereolens.vocabulary import vocabulary_key
 
 NOT_LABELS = frozenset({"unknown", "none", ""})
@@ -71,7 +70,7 @@ class AttributeSchema:
     @classmethod
     def load(cls, path: str | os.PathLike | None = None) -> AttributeSchema:
         path = Path(path) if path else resource(*DEFAULT_SCHEMA)
-        return cls(yaml.safe_load(Path(path).read_text()), str(path))
+        return cls(parse_yaml(Path(path).read_text()), str(path))
 
     @property
     def counted_dimensions(self) -> tuple[Dimension, ...]:

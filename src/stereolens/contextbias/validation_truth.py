@@ -17,7 +17,7 @@ import yaml
 from stereolens.contextbias.schema import NOT_LABELS, AttributeSchema
 from stereolens.ids import stable_id
 from stereolens.paths import resource
-from stereolens.validation import ConfigError
+from stereolens.validation import ConfigError, parse_yaml
 
 TRUTH_VERSION = "contextbias-validation-truth/1"
 DEFAULT_TRUTH = ("contextbias", "validation_truth.v1.yaml")
@@ -227,7 +227,7 @@ def load_validation_truth(
     path = Path(path) if path else resource(*DEFAULT_TRUTH)
     schema = schema or AttributeSchema.load()
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        raw = parse_yaml(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"validation truth {path} cannot be read as YAML: {exc}") from exc
     if not isinstance(raw, Mapping) or not isinstance(raw.get("entries"), list):

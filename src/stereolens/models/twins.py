@@ -9,11 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from stereolens.models.registry import PACKAGE_SCHEME, ModelSpec
 from stereolens.paths import resource
-from stereolens.validation import ConfigError
+from stereolens.validation import ConfigError, parse_yaml
 
 TWINS_FILE = resource("twins.yaml")
 
@@ -89,7 +87,7 @@ def load_twins(path: str | Path | None = None) -> dict[str, Any]:
     from stereolens.models.tiny.twins import BUILDERS
 
     path = Path(path) if path else TWINS_FILE
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = parse_yaml(path.read_text(encoding="utf-8")) or {}
     for section in ("models", "loras", "backends"):
         entries = data.get(section) or {}
         if not isinstance(entries, dict):

@@ -16,11 +16,10 @@ from typing import Any
 
 import diffusers
 import torch
-import yaml
 from packaging.version import Version
 
 from stereolens.models.registry import REGISTRY_SCHEMA, ModelSpec
-from stereolens.validation import ConfigError
+from stereolens.validation import ConfigError, parse_yaml
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +30,7 @@ class ModelLoadError(RuntimeError):
 
 def known_settings() -> set[str]:
     """Setting keys of a generator registry entry, as the registry schema defines them."""
-    schema = yaml.safe_load(REGISTRY_SCHEMA.read_text(encoding="utf-8"))
+    schema = parse_yaml(REGISTRY_SCHEMA.read_text(encoding="utf-8"))
     keys = set(schema["$defs"]["generator"]["properties"])
     return keys - {"backend", "model", "revision"}
 

@@ -20,6 +20,7 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/models.smk"
+include: "workflow/rules/inputs/adaptive.smk"
 include: "workflow/rules/adaptive.smk"
 
 

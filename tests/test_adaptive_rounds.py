@@ -153,3 +153,13 @@ def test_a_width_for_another_effect_is_an_error_naming_the_missing_one():
     config = _config(goal="width", width={"contextbias.bi_shift": 0.5})
     row = R.decide_round(config, CB, 1, _current([("a", 0.05, 0.01)])).row(0, named=True)
     assert (row["decision"], row["reason"]) == ("stop", "width reached")
+
+
+def test_a_round_without_an_interval_is_no_look():
+    """A cell whose first round had no standard error gets, at its second (last) round, the
+    critical value of a single look at the cap: the fixed design's 1.96."""
+    config = _config()
+    first = R.decide_round(config, CB, 1, _current([("a", 0.05, None)]))
+    assert first["decision"][0] == "continue"
+    last = R.decide_round(config, CB, 2, _current([("a", 0.05, 0.04)]), [first])
+    assert last["critical"][0] == pytest.approx(stats.norm.isf(0.025), abs=1e-6)

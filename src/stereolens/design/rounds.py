@@ -21,7 +21,9 @@ probability where the pipeline's interval is a t interval
 (:func:`stereolens.design.adaptive_plan.to_t`); the repeated interval is estimate_k +- c_k
 se_k and :func:`stereolens.design.adaptive.decision_table` decides (stop at the goal, or at
 the last round with "cap reached"). A cell without a finite positive standard error has no
-interval: it continues (reason "open"), and stops at the cap.
+interval: it continues (reason "open"), and stops at the cap. A round without an interval
+is no look: it spends no alpha, which the cell's later looks spend (Lan-DeMets: the looks
+need not be planned; their times are those of the rounds that had an interval).
 """
 
 from __future__ import annotations
@@ -210,15 +212,18 @@ def decide_round(
     earlier = pl.concat(previous, how="vertical_relaxed") if previous else None
     frames = []
     for row in current.iter_rows(named=True):
-        se = [row["se"]]
+        looks = [(round_, row["se"])]
         if earlier is not None:
             mine = earlier.filter(pl.col("cell") == row["cell"]).sort("round")
-            se = [*mine["se"].to_list(), row["se"]]
-        ok = all(s is not None and np.isfinite(s) and s > 0 for s in se)
+            looks = [*zip(mine["round"], mine["se"], strict=True), *looks]
+        # the rounds with an interval are the looks: one without spent nothing, and its
+        # alpha carries over to the next look (Lan-DeMets: looks need not be planned)
+        looks = [(k, s) for k, s in looks if s is not None and np.isfinite(s) and s > 0]
         critical = float("nan")
-        if ok:
-            info = np.maximum.accumulate(1.0 / np.asarray(se, dtype=float) ** 2)
-            c = rule.critical(bounds, info=info)[-1]
+        if looks and looks[-1][0] == round_:
+            info = np.maximum.accumulate([1.0 / s**2 for _, s in looks])
+            at = [bounds[k - 1] for k, _ in looks] + list(bounds[round_:])
+            c = rule.critical(at, info=info)[-1]
             critical = float(to_t(np.array([c]), row["df"])[0])
         goal = _goal(options, row["effect"])
         table = A.decision_table(

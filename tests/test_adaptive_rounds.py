@@ -163,3 +163,22 @@ def test_a_round_without_an_interval_is_no_look():
     assert first["decision"][0] == "continue"
     last = R.decide_round(config, CB, 2, _current([("a", 0.05, 0.04)]), [first])
     assert last["critical"][0] == pytest.approx(stats.norm.isf(0.025), abs=1e-6)
+
+
+def test_report_section_shows_every_round_and_why_each_cell_stopped():
+    from stereolens.report import adaptive as report
+    from stereolens.report.inputs import Inputs
+
+    config = _config()
+    first = R.decide_round(config, CB, 1, _current([("b", 0.05, 0.05), ("a", 0.5, 0.01)]))
+    second = R.decide_round(config, CB, 2, _current([("b", 0.05, 0.04)]), [first])
+    table = R.collect([first, second])
+    assert report.section(Inputs.from_frames({}), config) == []
+    [top] = report.section(Inputs.from_frames({"contextbias_adaptive": table}), config)
+    [sub] = top.subsections
+    assert "2 cell(s) over 2 round(s)" in sub.paragraphs[0]
+    assert "1 cap reached; 1 excludes 0" in sub.paragraphs[0]
+    [shown] = sub.tables
+    assert shown.frame.height == 3
+    assert shown.intervals == {"estimate": ("ci_low", "ci_high")}
+    assert "P(|Z_j| < c_j for all j <= k)" in shown.caption

@@ -146,6 +146,15 @@ def test_a_config_the_rounds_cannot_run_is_refused_naming_the_key(change, messag
         R.check(_config(**change))
 
 
+def test_shards_too_coarse_for_rounds_are_refused_naming_the_shard_key():
+    config = _config()
+    config["contextbias"]["seeds"]["per_shard"] = 2  # one shard of both seeds
+    with pytest.raises(ConfigError, match="contextbias.seeds.per_shard"):
+        R.check(config)
+    config["design"]["adaptive"]["rounds"] = 1  # one round asked for: allowed
+    R.check(config)
+
+
 def test_a_width_for_another_effect_is_an_error_naming_the_missing_one():
     config = _config(goal="width", width={"lvlm.other": 0.1})
     with pytest.raises(ConfigError, match="contextbias.bi_shift"):

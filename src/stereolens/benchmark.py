@@ -89,6 +89,9 @@ class Rounds:
     in_rounds: Callable[[Job], bool] | None = None
     """Whether a job is part of the rounds; the others run in full as in the fixed design
     (ContextBias's validation prompts); None: every job with a ``shard``."""
+    shard_key: str = ""
+    """The config key that sets a shard's size (named when its shards allow one round
+    only)."""
     settings: tuple[str, ...] = ()
     """Keys of its config section the interim reads (a param of the rounds' rule: a change
     reruns them; a change elsewhere in the section, such as a model added, does not)."""

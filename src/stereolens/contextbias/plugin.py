@@ -288,6 +288,7 @@ ROUNDS = Rounds(
     keys=("model", "extractor"),
     shards=seed_shards,
     in_rounds=_in_rounds,
+    shard_key="contextbias.seeds.per_shard",
     settings=("metrics",),
 )
 """design.mode adaptive: rounds of seed shards per generator; a cell is an extractor x

@@ -68,7 +68,7 @@ def in_rounds(config: dict) -> list[Benchmark]:
 def check(config: dict) -> None:
     """Refuse, at parse time, an adaptive config the workflow cannot run: a GPU-hours cap
     (the planner's; the workflow's cap is the configured size), goal width without a
-    target, equivalence without a margin."""
+    target, equivalence without a margin, rounds that collapse into one (too few shards)."""
     if not in_rounds(config):
         return
     options = config["design"]["adaptive"]
@@ -78,7 +78,16 @@ def check(config: dict) -> None:
             "size; set the benchmark's size to the cap `stereolens plan` gives for it and "
             "gpu_hours_cap to null"
         )
-    _rule(config)  # its own errors name the key
+    rule = _rule(config)  # its own errors name the key
+    for plugin in in_rounds(config):
+        assert plugin.rounds is not None and plugin.rounds.shards is not None
+        cap = plugin.rounds.shards(config)
+        if rule.rounds > 1 and len(rule.sizes(cap)) < 2:
+            raise ConfigError(
+                f"design.adaptive.rounds {rule.rounds}: {plugin.name} has {cap} shard(s) per "
+                f"cell, so its rounds collapse into one; a round is made of whole shards: "
+                f"make them smaller ({plugin.rounds.shard_key or 'its shard size'})"
+            )
     if options["goal"] == "width" and not options["width"]:
         raise ConfigError(
             "design.adaptive.goal width needs design.adaptive.width: a target width per "

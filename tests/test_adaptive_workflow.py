@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from conftest import built_once, copy_workflow, workflow_env
+from scipy import stats
 
 from stereolens.design.adaptive import DECISION_COLUMNS
 
@@ -112,6 +113,28 @@ def test_rounds_decisions_and_their_invariants(run):
     parts = sorted((run / ADAPTIVE).glob("round_*/*/decisions.parquet"))
     assert len(parts) == table["round"].max()
     assert sum(pl.read_parquet(p).height for p in parts) == table.height
+
+
+@pytest.mark.slow
+def test_a_cell_at_the_cap_has_the_pipelines_own_estimate_and_interval(run):
+    """With canonicalisation off the interim reads the labels the metrics read, so a cell
+    that ran to the cap (all shards) has bootstrap.parquet's CA-U - CF overall estimate_bc,
+    and its se x the t(R - 1) quantile is that bc-t interval's half-width."""
+    table = pl.read_parquet(run / ADAPTIVE / "decisions.parquet")
+    boot = pl.read_parquet(run / "results/contextbias/metrics/bootstrap.parquet").filter(
+        (pl.col("comparison") == "CA-U - CF") & (pl.col("cohort") == "*")
+        & (pl.col("dimension") == "*") & (pl.col("model") != "*")
+    )  # fmt: skip
+    capped = table.filter(pl.col("shards") == 2)
+    assert capped.height
+    for row in capped.iter_rows(named=True):
+        got = boot.filter(
+            (pl.col("extractor") == row["extractor"]) & (pl.col("model") == row["model"])
+        )
+        assert got.height == 1
+        assert row["estimate"] == pytest.approx(got["estimate_bc"][0], rel=1e-9, abs=1e-12)
+        half = got["ci_high"][0] - got["estimate_bc"][0]
+        assert row["se"] * stats.t.ppf(0.975, row["df"]) == pytest.approx(half, rel=1e-9)
 
 
 @pytest.mark.slow

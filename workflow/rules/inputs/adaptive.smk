@@ -143,7 +143,3 @@ def get_adaptive_decisions_input(wildcards):
         for k, _ in rounds_run(name, group)
     ]
 
-
-def adaptive_targets():
-    """The table of all rounds of each benchmark in rounds (rule all)."""
-    return [ADAPTIVE.path("decisions", benchmark=name) for name in ROUNDS]

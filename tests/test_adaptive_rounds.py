@@ -191,3 +191,28 @@ def test_report_section_shows_every_round_and_why_each_cell_stopped():
     assert shown.frame.height == 3
     assert shown.intervals == {"estimate": ("ci_low", "ci_high")}
     assert "P(|Z_j| < c_j for all j <= k)" in shown.caption
+
+
+def test_contextbias_interim_keeps_a_cell_without_labels_open(tmp_path):
+    """An extractor that discarded every image of the rounds so far gives its cell no
+    estimate and no standard error: the round continues it instead of failing."""
+    from stereolens.atomic import write_jsonl
+    from stereolens.contextbias.adaptive import interim
+
+    config = _config()
+    paths = []
+    for cond in ("CF", "CA-U"):
+        rec = {
+            "extractor": "v", "model": "g", "role": "nurse", "condition": cond,
+            "image_id": f"i-{cond}", "seed": 1, "status": "discarded", "reason": "invalid",
+        }  # fmt: skip
+        paths.append(str(tmp_path / f"{cond}.jsonl"))
+        write_jsonl(paths[-1], [rec])
+    current = interim(config, paths)
+    row = current.row(0, named=True)
+    assert (current.height, row["cell"], row["se"]) == (1, "v / g / CA-U - CF / overall", None)
+    assert np.isnan(row["estimate"])
+    decided = R.decide_round(config, CB, 1, current).row(0, named=True)
+    assert (decided["decision"], decided["reason"]) == ("continue", "open")
+    with pytest.raises(ValueError, match="no extraction shard"):
+        interim(config, [])

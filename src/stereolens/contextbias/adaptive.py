@@ -43,8 +43,33 @@ def interim(config: dict, paths: Sequence[str]) -> pl.DataFrame:
     if not paths:
         raise ValueError("the interim analysis got no extraction shard")
     schema = AttributeSchema.load(cb["extraction"]["schema"])
-    attributes, _ = merge_extractions(list(paths), schema)
+    attributes, images = merge_extractions(list(paths), schema)
+    # every extractor x generator of the shards is a cell, also one without a label yet (an
+    # extractor that discarded every image): no estimate, so it continues
+    cells = images.select("extractor", "model").unique().sort("extractor", "model").rows()
+    if not cells:
+        raise ValueError(f"the extraction shards {list(paths)[:3]} ... hold no image")
     st = ContextBiasSettings.from_config(cb)
+    rows = {
+        (e, m): {
+            "extractor": e, "model": m, "cell": f"{e} / {m} / CA-U - CF / overall",
+            "effect": f"{EFFECT}:{m}", "estimate": float("nan"), "se": None, "df": None,
+        }
+        for e, m in cells
+    }  # fmt: skip
+    if attributes.height:
+        _estimates(attributes, schema, st, rows)
+    return pl.DataFrame(
+        list(rows.values()),
+        schema={
+            "extractor": pl.String, "model": pl.String, "cell": pl.String, "effect": pl.String,
+            "estimate": pl.Float64, "se": pl.Float64, "df": pl.Int64,
+        },
+    )  # fmt: skip
+
+
+def _estimates(attributes: pl.DataFrame, schema: AttributeSchema, st, rows: dict) -> None:
+    """Fill ``rows`` ((extractor, model) -> row) with the bootstrap's estimate, se and df."""
     lv = level_replicates(
         attributes,
         replicates=st.replicates,
@@ -58,31 +83,13 @@ def interim(config: dict, paths: Sequence[str]) -> pl.DataFrame:
     li = lv.levels.index((ALL, ALL))
     a, b = CONDITIONS.index(SHIFT[0]), CONDITIONS.index(SHIFT[1])
     r = lv.n_roles
-    rows = []
     for g, key in enumerate(lv.keys):
         keys = dict(zip(lv.gkeys, key, strict=True))
         plug = lv.estimate[g, li, a] - lv.estimate[g, li, b]
         rep = lv.replicates[g, :, li, a] - lv.replicates[g, :, li, b]
         rep = rep[np.isfinite(rep)]
-        estimate = 2 * plug - rep.mean() if rep.size else float("nan")
-        se = None
+        row = rows[(keys.get("extractor"), keys["model"])]
+        row["estimate"] = float(2 * plug - rep.mean()) if rep.size else float("nan")
         if r >= max(2, st.interval_min_roles) and rep.size > 1:
-            se = float(np.std(rep, ddof=1) * np.sqrt(r / (r - 1)))
-        rows.append(
-            {
-                "extractor": keys.get("extractor", ""),
-                "model": keys["model"],
-                "cell": f"{keys.get('extractor', '')} / {keys['model']} / CA-U - CF / overall",
-                "effect": f"{EFFECT}:{keys['model']}",
-                "estimate": float(estimate),
-                "se": se,
-                "df": r - 1 if r > 1 else None,
-            }
-        )
-    return pl.DataFrame(
-        rows,
-        schema={
-            "extractor": pl.String, "model": pl.String, "cell": pl.String, "effect": pl.String,
-            "estimate": pl.Float64, "se": pl.Float64, "df": pl.Int64,
-        },
-    )  # fmt: skip
+            row["se"] = float(np.std(rep, ddof=1) * np.sqrt(r / (r - 1)))
+        row["df"] = r - 1 if r > 1 else None

@@ -20,6 +20,8 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/models.smk"
+include: "workflow/rules/inputs/adaptive.smk"
+include: "workflow/rules/adaptive.smk"
 
 
 # each registered benchmark's rules (stereolens.benchmark: its plug-in names them)

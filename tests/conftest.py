@@ -85,6 +85,7 @@ LONGEST_FIRST = (
     "test_faults_api.py",
     "test_faults_files.py",
     "test_incremental.py",
+    "test_adaptive_workflow.py",  # the adaptive demo's two rounds: 488 s wall at load 2-5
     # CPU seconds measured one file at a time (tests/README.md, "Time")
     "test_design_power.py",
     "test_coverage.py",

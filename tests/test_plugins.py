@@ -181,6 +181,8 @@ STANDARD = {
     "lvlm_story_attributes": "lvlm/story_attributes.parquet",
     "story_reading": "lvlm/metrics/story_reading.parquet",
     "story_reading_gaps": "lvlm/metrics/story_reading_gaps.parquet",
+    # the adaptive design's table of all rounds (a plug-in with rounds: stereolens.layout.ADAPTIVE)
+    "contextbias_adaptive": "contextbias/adaptive/decisions.parquet",
     **{
         f"{b}_{n}": f"{b}/{n}.parquet"
         for b in ("contextbias", "biasig", "lvlm")

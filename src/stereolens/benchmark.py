@@ -64,6 +64,40 @@ class Size:
 
 
 @dataclass(frozen=True)
+class Rounds:
+    """How a benchmark runs in rounds under ``design.mode: adaptive`` (issue 23;
+    stereolens.design.rounds, docs/planner.md "Adaptive design"): its model jobs whose
+    ``shard`` wildcard is a block of the growing sample (seeds) are split into rounds of
+    cumulative shards, and after each round the interim analysis ``interim`` decides per
+    cell whether the next round's shards are made."""
+
+    interim: str
+    """"module:function" of the interim estimate: ``function(config, paths)`` reads the
+    outputs ``paths`` of its ``reads`` jobs (rounds 1..r of the open cells of one model)
+    and returns a polars frame with one row per cell: the cell's keys (``keys``), ``cell``
+    (its name), ``effect`` (the headline effect's planner name, for design.adaptive.width
+    and margin), ``estimate``, ``se`` and ``df`` (degrees of freedom of its interval's t
+    quantile; null = normal)."""
+    reads: str
+    """The stage of the jobs whose outputs the interim reads (e.g. ``extract``)."""
+    keys: tuple[str, ...] = ("model",)
+    """The wildcards naming a cell (the first, the round's group: one checkpoint per value);
+    a job belongs to a cell when it agrees on the keys it has (a generation job, without an
+    extractor, belongs to every extractor's cell of its model)."""
+    shards: Callable[[dict], int] | None = None
+    """``shards(config)``: the shards of a cell at the cap (the configured size)."""
+    in_rounds: Callable[[Job], bool] | None = None
+    """Whether a job is part of the rounds; the others run in full as in the fixed design
+    (ContextBias's validation prompts); None: every job with a ``shard``."""
+    shard_key: str = ""
+    """The config key that sets a shard's size (named when its shards allow one round
+    only)."""
+    settings: tuple[str, ...] = ()
+    """Keys of its config section the interim reads (a param of the rounds' rule: a change
+    reruns them; a change elsewhere in the section, such as a model added, does not)."""
+
+
+@dataclass(frozen=True)
 class Benchmark:
     """A benchmark plug-in. The callables take the validated run config (and where named the
     loaded registry); each returns plain data."""
@@ -152,6 +186,9 @@ class Benchmark:
     """"module:function" checking its planner world against its real pipeline:
     ``function(design, name, n, w, size)`` returns a stereolens.design.check.CheckResult
     (stereolens.design.check.check); None: none."""
+    rounds: Rounds | None = None
+    """How it runs in rounds under ``design.mode: adaptive`` (:class:`Rounds`); None: it
+    runs its fixed design in either mode."""
     reader_design: str | None = None
     """"module:function" of its human sample for the reader correction: ``function(config,
     pilot)`` returns the human labels a target width needs, per model (stereolens.plan

@@ -46,6 +46,14 @@ def _check_config(args: argparse.Namespace) -> int:
         f"{got['gpu_hours']:,.1f} GPU-hours (limits {lim['max_jobs']:,}, "
         f"{lim['max_images']:,}, {lim['max_gpu_hours']:,})"
     )
+    from stereolens.design import rounds
+
+    rounds.check(config)  # the workflow's own check of an adaptive config
+    if rounds.adaptive(config):
+        split = [f"{p.title} in rounds at {rounds.sizes(config, p)} shards per cell"
+                 for p in rounds.in_rounds(config)]  # fmt: skip
+        fixed = [p.title for p in benchmarks(config) if p.rounds is None]
+        print("Adaptive design: " + "; ".join(split + [f"{t} fixed (no rounds)" for t in fixed]))
     from stereolens.check_models import configured_models
     from stereolens.models.api_wait import api_wait_lines
 

@@ -190,6 +190,23 @@ GENERATION = Layout(
 """The shared rule generate_images's output, for every generating benchmark (whose own
 layout names the group and cell wildcards: :func:`image_shard`)."""
 
+ADAPTIVE = Layout(
+    "{benchmark}",
+    {
+        "round": "adaptive/round_{round}/{model}/decisions.parquet",
+        "decisions": "adaptive/decisions.parquet",
+    },
+)
+"""The adaptive design's tables (design.mode adaptive; stereolens.design.rounds) of every
+benchmark that runs in rounds: a round's interim decisions per group (the rounds' first cell
+key, e.g. the generator: one checkpoint each) and the table of all rounds."""
+
+
+def adaptive_table(benchmark: str) -> str:
+    """The report's name of a benchmark's table of all rounds (stereolens.report.inputs)."""
+    return f"{benchmark}_adaptive"
+
+
 REPORT = Layout(
     "report",
     {

@@ -33,8 +33,11 @@ def final_targets(config: dict) -> list[str]:
     """The inputs of rule all: the targets of every benchmark the config enables
     (stereolens.benchmark), then the report."""
     from stereolens.benchmark import all_targets
+    from stereolens.design.rounds import in_rounds
+    from stereolens.layout import ADAPTIVE
 
-    return [*all_targets(config), REPORT]
+    rounds = [ADAPTIVE.path("decisions", benchmark=p.name) for p in in_rounds(config)]
+    return [*all_targets(config), *rounds, REPORT]
 
 
 def report_inputs(config: dict) -> dict[str, str]:
@@ -42,8 +45,12 @@ def report_inputs(config: dict) -> dict[str, str]:
     report tables of every benchmark the config enables, the run's job timings and the
     planner's throughput table (when the workflow has one)."""
     from stereolens.benchmark import all_report_tables
+    from stereolens.design.rounds import in_rounds
+    from stereolens.layout import ADAPTIVE, adaptive_table
 
     inputs = {**all_report_tables(config), "job_timings": JOB_TIMINGS}
+    for plugin in in_rounds(config):  # the adaptive design's decisions (design.mode adaptive)
+        inputs[adaptive_table(plugin.name)] = ADAPTIVE.path("decisions", benchmark=plugin.name)
     if os.path.exists(THROUGHPUT_TABLE):
         inputs["throughput_table"] = THROUGHPUT_TABLE
     return inputs

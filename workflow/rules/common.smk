@@ -402,7 +402,8 @@ def get_job_timing_inputs(wildcards):
     VQA, LVLM response and story-attribute files), from the plug-ins' job enumeration
     (stereolens.workflow_support.job_timing_inputs): the job timings are read from them and
     from the timing records, benchmark files and logs their jobs write beside them."""
-    return job_timing_inputs(config, plugin_jobs)
+    # in rounds (design.mode adaptive) the jobs the rounds made (workflow/rules/adaptive.smk)
+    return job_timing_inputs(config, run_jobs)
 
 
 def get_final_targets():

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from stereolens.benchmark import Benchmark, Job, Size
+from stereolens.benchmark import Benchmark, Job, Rounds, Size
 from stereolens.contextbias.layout import LAYOUT
 from stereolens.contextbias.prompts import CONDITIONS
 from stereolens.metrics.command import (
@@ -269,6 +269,33 @@ def generation_settings(config: dict, model: str, cell: str) -> str:
     )
 
 
+def seed_shards(config: dict) -> int:
+    """Seed shards of a role x condition (the adaptive rounds' cap): ceil(seeds.per_prompt
+    / seeds.per_shard)."""
+    seeds = config["contextbias"]["seeds"]
+    return math.ceil(seeds["per_prompt"] / seeds["per_shard"])
+
+
+def _in_rounds(job: Job) -> bool:
+    """The rounds add seeds of the audited prompts; the validation prompts (VAL), the
+    extractors' audit, run in full."""
+    return job.wildcards.get("condition") != "VAL"
+
+
+ROUNDS = Rounds(
+    interim="stereolens.contextbias.adaptive:interim",
+    reads="extract",
+    keys=("model", "extractor"),
+    shards=seed_shards,
+    in_rounds=_in_rounds,
+    shard_key="contextbias.seeds.per_shard",
+    settings=("metrics",),
+)
+"""design.mode adaptive: rounds of seed shards per generator; a cell is an extractor x
+generator, its question the headline shift BI(CA-U) - BI(CF) (stereolens.contextbias
+.adaptive)."""
+
+
 def _enabled(config: dict[str, Any]) -> bool:
     return bool(config.get("contextbias", {}).get("generators"))
 
@@ -297,4 +324,5 @@ BENCHMARK = Benchmark.from_functions(
     power_check="stereolens.contextbias.design_check:power_check",
     reader_design="stereolens.contextbias.annotation.sample_design:labels_needed",
     layout=LAYOUT,
+    rounds=ROUNDS,
 )

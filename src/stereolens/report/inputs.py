@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from stereolens.layout import REPORT, ROOT
+from stereolens.layout import ADAPTIVE, REPORT, ROOT, adaptive_table
 
 RESULTS = f"{ROOT}/"
 """The workflow's results folder, the prefix of every layout's paths (stereolens.layout)."""
@@ -26,6 +26,10 @@ def standard_paths() -> dict[str, str]:
         for plugin in benchmarks()
         for name, path in plugin.report_paths.items()
     }
+    for plugin in benchmarks():  # the adaptive design's table of all rounds
+        if plugin.rounds is not None:
+            path = ADAPTIVE.path("decisions", benchmark=plugin.name)
+            out[adaptive_table(plugin.name)] = path.removeprefix(RESULTS)
     return {**out, "job_timings": REPORT.job_timings.removeprefix(RESULTS)}
 
 

@@ -19,7 +19,7 @@ import polars as pl
 from stereolens import __version__
 from stereolens.atomic import write_bytes, write_text
 from stereolens.benchmark import benchmarks
-from stereolens.report import comparisons, reader, reader_plan, run
+from stereolens.report import adaptive, comparisons, reader, reader_plan, run
 from stereolens.report.galleries import GalleryPage, GallerySettings, write_galleries
 from stereolens.report.html import (
     Figure,
@@ -126,6 +126,7 @@ def build_report(
     corrected = reader.section(readers)
     if corrected is not None:
         sections.append(corrected)
+    sections += adaptive.section(inputs, config)
     for provider in (*EXTRA_SECTIONS, *extra_sections):
         sections += [s for s in provider(inputs, config) if not s.is_empty()]
     pages: list[GalleryPage] = []

@@ -45,9 +45,23 @@ def get_extraction_files():
 @per_job
 def get_contextbias_extractions(wildcards):
     """The extraction shards of one (extractor, generator) part of the merge (the
-    wildcards'): the plug-in's extraction jobs of that pair, validation (VAL) aside."""
+    wildcards'): the plug-in's extraction jobs of that pair, validation (VAL) aside; in
+    rounds (design.mode adaptive) those of the rounds the pair's cell ran."""
     key = (wildcards.extractor, wildcards.model, False)
-    return contextbias_extractions().get(key, [])
+    if "contextbias" not in ROUNDS:
+        return contextbias_extractions().get(key, [])
+    # design.mode adaptive: the shards of the rounds this cell ran (workflow/rules/adaptive.smk)
+    return [
+        job.output
+        for job in run_jobs("contextbias", wildcards.model)
+        if job.stage == "extract"
+        and (
+            job.wildcards["extractor"],
+            job.wildcards["model"],
+            job.wildcards["condition"] == "VAL",
+        )
+        == key
+    ]
 
 
 @lru_cache(maxsize=None)

@@ -1,0 +1,95 @@
+"""ContextBias's interim estimate of the adaptive design (issue 23; its plug-in's
+``rounds``): the headline shift BI(CA-U) - BI(CF), overall, per extractor x generator on the
+extraction shards of the rounds so far, with the standard error of bootstrap.parquet's
+"bc-t" interval.
+
+A round adds seeds (shards) of every role x condition of a generator, so the estimand stays
+the fixed design's (a new draw of the run's roles, each with the config's prompts) and the
+data of round k hold those of round k - 1. The estimate and its standard error are
+bootstrap.parquet's "CA-U - CF" overall row: estimate_bc = 2 x the plug-in - the
+replicates' mean, se = the role bootstrap replicates' sd x sqrt(R / (R - 1)), on t(R - 1),
+R = the roles (stereolens.contextbias.intervals, "bc-t"); with the metrics' own settings
+(K definition, overall, draws, replicates, seed). The interim reads the extractor's labels
+as extracted (the column ``label``): canonicalisation clusters the labels of every generator
+together and may ask an LLM, so running it per round would tie one generator's decisions
+to the others' and cost a model call per round; the final metrics canonicalise as in the
+fixed design. Below contextbias.metrics.interval_min_roles roles the pipeline withholds the
+interval, and so does the interim (se null: the cell continues to the cap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from stereolens.contextbias.bootstrap import level_replicates
+from stereolens.contextbias.comparisons import SHIFT
+from stereolens.contextbias.merge import merge_extractions
+from stereolens.contextbias.metrics import ALL, CONDITIONS
+from stereolens.contextbias.schema import AttributeSchema
+from stereolens.contextbias.settings import ContextBiasSettings
+
+EFFECT = "contextbias.bi_shift"
+"""The planner's name of the headline shift (``stereolens plan --power``); a cell's effect
+is ``contextbias.bi_shift:<generator>``, and design.adaptive.width / margin may name either."""
+
+
+def interim(config: dict, paths: Sequence[str]) -> pl.DataFrame:
+    """One row per (extractor, generator) of the extraction shards ``paths``: extractor,
+    model, cell, effect, estimate, se, df (see the module's docstring)."""
+    cb = config["contextbias"]
+    if not paths:
+        raise ValueError("the interim analysis got no extraction shard")
+    schema = AttributeSchema.load(cb["extraction"]["schema"])
+    attributes, images = merge_extractions(list(paths), schema)
+    # every extractor x generator of the shards is a cell, also one without a label yet (an
+    # extractor that discarded every image): no estimate, so it continues
+    cells = images.select("extractor", "model").unique().sort("extractor", "model").rows()
+    if not cells:
+        raise ValueError(f"the extraction shards {list(paths)[:3]} ... hold no image")
+    st = ContextBiasSettings.from_config(cb)
+    rows = {
+        (e, m): {
+            "extractor": e, "model": m, "cell": f"{e} / {m} / CA-U - CF / overall",
+            "effect": f"{EFFECT}:{m}", "estimate": float("nan"), "se": None, "df": None,
+        }
+        for e, m in cells
+    }  # fmt: skip
+    if attributes.height:
+        _estimates(attributes, schema, st, rows)
+    return pl.DataFrame(
+        list(rows.values()),
+        schema={
+            "extractor": pl.String, "model": pl.String, "cell": pl.String, "effect": pl.String,
+            "estimate": pl.Float64, "se": pl.Float64, "df": pl.Int64,
+        },
+    )  # fmt: skip
+
+
+def _estimates(attributes: pl.DataFrame, schema: AttributeSchema, st, rows: dict) -> None:
+    """Fill ``rows`` ((extractor, model) -> row) with the bootstrap's estimate, se and df."""
+    lv = level_replicates(
+        attributes,
+        replicates=st.replicates,
+        seed=st.seed,
+        k_definition=st.k_definition,
+        schema=schema,
+        draws=st.bootstrap_draws,
+        overall=st.overall,
+        single_label_bi=st.single_label_bi,
+    )
+    li = lv.levels.index((ALL, ALL))
+    a, b = CONDITIONS.index(SHIFT[0]), CONDITIONS.index(SHIFT[1])
+    r = lv.n_roles
+    for g, key in enumerate(lv.keys):
+        keys = dict(zip(lv.gkeys, key, strict=True))
+        plug = lv.estimate[g, li, a] - lv.estimate[g, li, b]
+        rep = lv.replicates[g, :, li, a] - lv.replicates[g, :, li, b]
+        rep = rep[np.isfinite(rep)]
+        row = rows[(keys.get("extractor"), keys["model"])]
+        row["estimate"] = float(2 * plug - rep.mean()) if rep.size else float("nan")
+        if r >= max(2, st.interval_min_roles) and rep.size > 1:
+            row["se"] = float(np.std(rep, ddof=1) * np.sqrt(r / (r - 1)))
+        row["df"] = r - 1 if r > 1 else None

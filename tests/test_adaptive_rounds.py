@@ -1,0 +1,218 @@
+"""The workflow's adaptive rounds (stereolens.design.rounds; issue 23, items 1 and 5): which
+jobs each round makes, a round's decisions and the config checks. The end-to-end run of
+config/demo-adaptive.yaml is tests/test_adaptive_workflow.py."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import yaml
+from scipy import stats
+
+from stereolens.benchmark import Job, benchmark
+from stereolens.config import validate_config
+from stereolens.design import adaptive as A
+from stereolens.design import rounds as R
+from stereolens.validation import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+CB = benchmark("contextbias")
+
+
+def _config(**adaptive) -> dict:
+    config = yaml.safe_load((ROOT / "config/demo-adaptive.yaml").read_text())
+    config["design"]["adaptive"].update(adaptive)
+    return validate_config(config)
+
+
+def _current(rows: list[tuple[str, float, float | None]]) -> pl.DataFrame:
+    """An interim estimate's frame: (extractor, estimate, se) per cell of generator g."""
+    return pl.DataFrame(
+        {
+            "model": ["g"] * len(rows),
+            "extractor": [e for e, _, _ in rows],
+            "cell": [f"{e} / g" for e, _, _ in rows],
+            "effect": ["contextbias.bi_shift:g"] * len(rows),
+            "estimate": [x for _, x, _ in rows],
+            "se": [s for _, _, s in rows],
+            "df": [None] * len(rows),
+        },
+        schema_overrides={"se": pl.Float64, "df": pl.Int64},
+    )
+
+
+def test_rounds_split_the_seed_shards_and_leave_validation_whole():
+    config = _config()
+    config["contextbias"]["validation"]["enabled"] = True
+    assert R.in_rounds(config) == [CB]
+    assert R.sizes(config, CB) == [1, 2]
+    bounds = R.sizes(config, CB)
+    jobs = CB.jobs(config)
+    rounds = {(j.wildcards["condition"], j.wildcards["shard"], R.job_round(CB, j, bounds))
+              for j in jobs}  # fmt: skip
+    assert ("CF", 0, 1) in rounds and ("CF", 1, 2) in rounds
+    assert {r for c, _, r in rounds if c == "VAL"} == {None}
+    # the fixed design runs no rounds, whatever its design.adaptive says
+    fixed = copy.deepcopy(config)
+    fixed["design"]["mode"] = "fixed"
+    assert R.in_rounds(fixed) == []
+
+
+def test_a_generation_job_belongs_to_every_extractor_cell_of_its_model():
+    gen = Job("generate_images", "generate", "g", "x", wildcards={"model": "g", "shard": 0})
+    ext = Job(
+        "extract", "extract", "e", "y", wildcards={"model": "g", "extractor": "e", "shard": 0}
+    )
+    assert R.belongs(gen, {"model": "g", "extractor": "e"})
+    assert R.belongs(ext, {"model": "g", "extractor": "e"})
+    assert not R.belongs(ext, {"model": "g", "extractor": "f"})
+    assert not R.belongs(gen, {"model": "h", "extractor": "e"})
+    assert R.select(CB, [gen, ext], [1, 2], [1], [{"model": "g", "extractor": "e"}]) == [gen, ext]
+    assert R.select(CB, [gen, ext], [1, 2], [1], [{"model": "g", "extractor": "f"}]) == [gen]
+    assert R.select(CB, [gen, ext], [1, 2], [2], [{"model": "g", "extractor": "e"}]) == []
+    assert R.select(CB, [gen, ext], [1, 2], [1], [{"model": "g", "extractor": "e"}], "extract") == [
+        ext
+    ]
+
+
+def test_round_one_stops_a_settled_cell_and_continues_an_open_one():
+    """Round 1 of 3 at O'Brien-Fleming spending: an estimate 10 standard errors from 0 stops
+    ("excludes 0"), one 1 standard error away continues, one without a standard error
+    continues ("open"); the critical value is above the fixed design's 1.96 and the RCI is
+    estimate +- critical x se."""
+    config = _config(rounds=3, first_fraction=0.25)
+    config["contextbias"]["seeds"]["per_prompt"] = 8
+    table = R.decide_round(
+        config, CB, 1, _current([("a", 0.5, 0.05), ("b", 0.05, 0.05), ("c", 0.1, None)])
+    )
+    assert table.columns[: len(A.DECISION_COLUMNS)] == list(A.DECISION_COLUMNS)
+    by = {row["extractor"]: row for row in table.iter_rows(named=True)}
+    assert (by["a"]["decision"], by["a"]["reason"]) == ("stop", "excludes 0")
+    assert (by["b"]["decision"], by["b"]["reason"]) == ("continue", "open")
+    assert (by["c"]["decision"], by["c"]["reason"]) == ("continue", "open")
+    assert by["a"]["critical"] > stats.norm.isf(0.025)
+    assert by["a"]["ci_low"] == pytest.approx(0.5 - by["a"]["critical"] * 0.05)
+    assert np.isnan(by["c"]["critical"])
+    assert set(table["shards"]) == {R.sizes(config, CB)[0]}
+
+
+def test_the_last_round_stops_every_cell_and_spends_what_is_left():
+    """At the cap every cell stops ("cap reached" where the goal does not hold); its
+    critical value comes from the cell's information over the rounds and lies between the
+    fixed design's 1.96 and round 1's."""
+    config = _config()
+    first = R.decide_round(config, CB, 1, _current([("a", 0.05, 0.05)]))
+    last = R.decide_round(config, CB, 2, _current([("a", 0.04, 0.035)]), [first])
+    row = last.row(0, named=True)
+    assert (row["round"], row["decision"], row["reason"]) == (2, "stop", "cap reached")
+    assert stats.norm.isf(0.025) < row["critical"] < first["critical"][0]
+    expected = A.Rule(rounds=2, first_fraction=0.5).critical([1, 2], info=[400, 1 / 0.035**2])
+    assert row["critical"] == pytest.approx(expected[-1], rel=1e-6)
+
+
+def test_a_t_interval_gets_the_t_quantile_of_the_same_tail():
+    config = _config()
+    current = _current([("a", 0.05, 0.05)]).with_columns(pl.lit(4, pl.Int64).alias("df"))
+    normal = R.decide_round(config, CB, 1, _current([("a", 0.05, 0.05)]))["critical"][0]
+    t = R.decide_round(config, CB, 1, current)["critical"][0]
+    assert t == pytest.approx(stats.t.isf(stats.norm.sf(normal), 4))
+
+
+def test_collect_sorts_all_rounds():
+    config = _config()
+    first = R.decide_round(config, CB, 1, _current([("b", 0.05, 0.05), ("a", 0.5, 0.01)]))
+    second = R.decide_round(config, CB, 2, _current([("b", 0.05, 0.04)]), [first])
+    table = R.collect([second, first])
+    assert table["round"].to_list() == [1, 1, 2]
+    assert table["cell"].to_list() == ["a / g", "b / g", "b / g"]
+    with pytest.raises(ValueError, match="empty"):
+        R.collect([])
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"gpu_hours_cap": 10.0}, "design.adaptive.gpu_hours_cap"),
+        ({"goal": "width"}, "design.adaptive.width"),
+        ({"goal": "equivalence"}, "design.adaptive.margin"),
+    ],
+)
+def test_a_config_the_rounds_cannot_run_is_refused_naming_the_key(change, message):
+    with pytest.raises(ConfigError, match=message):
+        R.check(_config(**change))
+
+
+def test_shards_too_coarse_for_rounds_are_refused_naming_the_shard_key():
+    config = _config()
+    config["contextbias"]["seeds"]["per_shard"] = 2  # one shard of both seeds
+    with pytest.raises(ConfigError, match="contextbias.seeds.per_shard"):
+        R.check(config)
+    config["design"]["adaptive"]["rounds"] = 1  # one round asked for: allowed
+    R.check(config)
+
+
+def test_a_width_for_another_effect_is_an_error_naming_the_missing_one():
+    config = _config(goal="width", width={"lvlm.other": 0.1})
+    with pytest.raises(ConfigError, match="contextbias.bi_shift"):
+        R.decide_round(config, CB, 1, _current([("a", 0.05, 0.05)]))
+    config = _config(goal="width", width={"contextbias.bi_shift": 0.5})
+    row = R.decide_round(config, CB, 1, _current([("a", 0.05, 0.01)])).row(0, named=True)
+    assert (row["decision"], row["reason"]) == ("stop", "width reached")
+
+
+def test_a_round_without_an_interval_is_no_look():
+    """A cell whose first round had no standard error gets, at its second (last) round, the
+    critical value of a single look at the cap: the fixed design's 1.96."""
+    config = _config()
+    first = R.decide_round(config, CB, 1, _current([("a", 0.05, None)]))
+    assert first["decision"][0] == "continue"
+    last = R.decide_round(config, CB, 2, _current([("a", 0.05, 0.04)]), [first])
+    assert last["critical"][0] == pytest.approx(stats.norm.isf(0.025), abs=1e-6)
+
+
+def test_report_section_shows_every_round_and_why_each_cell_stopped():
+    from stereolens.report import adaptive as report
+    from stereolens.report.inputs import Inputs
+
+    config = _config()
+    first = R.decide_round(config, CB, 1, _current([("b", 0.05, 0.05), ("a", 0.5, 0.01)]))
+    second = R.decide_round(config, CB, 2, _current([("b", 0.05, 0.04)]), [first])
+    table = R.collect([first, second])
+    assert report.section(Inputs.from_frames({}), config) == []
+    [top] = report.section(Inputs.from_frames({"contextbias_adaptive": table}), config)
+    [sub] = top.subsections
+    assert "2 cell(s) over 2 round(s)" in sub.paragraphs[0]
+    assert "1 cap reached; 1 excludes 0" in sub.paragraphs[0]
+    [shown] = sub.tables
+    assert shown.frame.height == 3
+    assert shown.intervals == {"estimate": ("ci_low", "ci_high")}
+    assert "P(|Z_j| < c_j for all j <= k)" in shown.caption
+
+
+def test_contextbias_interim_keeps_a_cell_without_labels_open(tmp_path):
+    """An extractor that discarded every image of the rounds so far gives its cell no
+    estimate and no standard error: the round continues it instead of failing."""
+    from stereolens.atomic import write_jsonl
+    from stereolens.contextbias.adaptive import interim
+
+    config = _config()
+    paths = []
+    for cond in ("CF", "CA-U"):
+        rec = {
+            "extractor": "v", "model": "g", "role": "nurse", "condition": cond,
+            "image_id": f"i-{cond}", "seed": 1, "status": "discarded", "reason": "invalid",
+        }  # fmt: skip
+        paths.append(str(tmp_path / f"{cond}.jsonl"))
+        write_jsonl(paths[-1], [rec])
+    current = interim(config, paths)
+    row = current.row(0, named=True)
+    assert (current.height, row["cell"], row["se"]) == (1, "v / g / CA-U - CF / overall", None)
+    assert np.isnan(row["estimate"])
+    decided = R.decide_round(config, CB, 1, current).row(0, named=True)
+    assert (decided["decision"], decided["reason"]) == ("continue", "open")
+    with pytest.raises(ValueError, match="no extraction shard"):
+        interim(config, [])

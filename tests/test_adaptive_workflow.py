@@ -1,0 +1,182 @@
+"""The adaptive design end to end (issue 23, items 1, 5 and 6): config/demo-adaptive.yaml
+(ContextBias on the tiny random models, two rounds of seed shards) run once, then its
+rounds, decisions and report checked for structure and invariants (never for the tiny
+models' numbers), a rerun that has nothing to do, and a model added later that gets rounds
+of its own without a job of the model already run."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import built_once, copy_workflow, workflow_env
+from scipy import stats
+
+from stereolens.design.adaptive import DECISION_COLUMNS
+
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+CONFIG = "config/demo-adaptive.yaml"
+TIMEOUT = int(os.environ.get("STEREOLENS_DEMO_TIMEOUT", "1500"))
+ADAPTIVE = "results/contextbias/adaptive"
+REASONS = {"excludes 0", "within the margin", "width reached", "cap reached", "open"}
+# rules whose jobs belong to one generator (the adaptive rounds' group)
+PER_MODEL_RULES = {
+    "generate_images",
+    "extract_contextbias_attributes",
+    "merge_contextbias_model_attributes",
+    "adaptive_round",
+}
+
+
+def _run(wd: Path) -> None:
+    copy_workflow(wd)
+    argv = [SNAKEMAKE, "--profile", "profiles/local", "--cores", "2", "--configfile", CONFIG]
+    proc = subprocess.Popen(
+        argv, cwd=wd, env=workflow_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # snakemake and the jobs it started
+        stdout, stderr = proc.communicate()
+        stderr += f"\nthe adaptive demo took over {TIMEOUT} s (STEREOLENS_DEMO_TIMEOUT)"
+    except BaseException:  # interrupted: leave no job running
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    (wd / "adaptive-run.log").write_text(stdout + stderr)
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-6000:]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """config/demo-adaptive.yaml run end to end once (shared; the tests must not change
+    it, except the last, which writes a config of its own and only dry-runs)."""
+    return built_once(tmp_path_factory, "adaptive-demo-run", _run)
+
+
+def _dry_run(wd: Path, config: str = CONFIG) -> tuple[str, list[dict]]:
+    out = subprocess.run(
+        [SNAKEMAKE, "-n", "--configfile", config], cwd=wd, env=workflow_env(),
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    text = out.stdout + out.stderr
+    jobs: dict[str, dict] = {}
+    current: dict | None = None
+    for line in text.splitlines():
+        m = re.match(r"^(?:local)?(?:rule|checkpoint) (\S+):$", line)
+        if m:
+            current = {"rule": m.group(1), "wildcards": {}}
+        elif current is not None and line.startswith("    jobid: "):
+            current = jobs.setdefault(line.split(": ", 1)[1], current)
+        elif current is not None and line.startswith("    wildcards: "):
+            for item in line.split(": ", 1)[1].split(", "):
+                key, _, value = item.partition("=")
+                current["wildcards"][key] = value
+    return text, list(jobs.values())
+
+
+@pytest.mark.slow
+def test_rounds_decisions_and_their_invariants(run):
+    table = pl.read_parquet(run / ADAPTIVE / "decisions.parquet")
+    assert table.columns[: len(DECISION_COLUMNS)] == list(DECISION_COLUMNS)
+    assert {"model", "extractor", "shards", "df", "goal", "benchmark"} <= set(table.columns)
+    assert table["round"].max() >= 2
+    assert set(table["decision"]) <= {"continue", "stop"}
+    assert set(table["reason"]) <= REASONS
+    for (cell,), rows in table.group_by(["cell"]):
+        rows = rows.sort("round")
+        rounds = rows["round"].to_list()
+        assert rounds == list(range(1, len(rounds) + 1)), cell
+        # a cell continues until it stops, and stops once, at its last round
+        assert rows["decision"].to_list() == ["continue"] * (len(rounds) - 1) + ["stop"], cell
+        assert rows["shards"].to_list() == [1, 2][: len(rounds)], cell
+    # every cell open after round 1 has a round-2 row, every stopped one none
+    first = table.filter(pl.col("round") == 1)
+    second = set(table.filter(pl.col("round") == 2)["cell"])
+    assert set(first.filter(pl.col("decision") == "continue")["cell"]) == second
+    # the last round stops every cell; the RCI holds its estimate
+    assert set(table.filter(pl.col("round") == 2)["decision"]) <= {"stop"}
+    finite = table.filter(pl.col("ci_low").is_not_null() & pl.col("ci_low").is_not_nan())
+    assert finite.height, "the demo's 2 roles give intervals (interval_min_roles 2)"
+    assert (finite["ci_low"] <= finite["estimate"]).all()
+    assert (finite["estimate"] <= finite["ci_high"]).all()
+    assert (finite["critical"] > 0).all()
+    # the rounds' own tables, one per round of the generator, add up to the final one
+    parts = sorted((run / ADAPTIVE).glob("round_*/*/decisions.parquet"))
+    assert len(parts) == table["round"].max()
+    assert sum(pl.read_parquet(p).height for p in parts) == table.height
+
+
+@pytest.mark.slow
+def test_a_cell_at_the_cap_has_the_pipelines_own_estimate_and_interval(run):
+    """With canonicalisation off the interim reads the labels the metrics read, so a cell
+    that ran to the cap (all shards) has bootstrap.parquet's CA-U - CF overall estimate_bc,
+    and its se x the t(R - 1) quantile is that bc-t interval's half-width."""
+    table = pl.read_parquet(run / ADAPTIVE / "decisions.parquet")
+    boot = pl.read_parquet(run / "results/contextbias/metrics/bootstrap.parquet").filter(
+        (pl.col("comparison") == "CA-U - CF") & (pl.col("cohort") == "*")
+        & (pl.col("dimension") == "*") & (pl.col("model") != "*")
+    )  # fmt: skip
+    capped = table.filter(pl.col("shards") == 2)
+    assert capped.height
+    for row in capped.iter_rows(named=True):
+        got = boot.filter(
+            (pl.col("extractor") == row["extractor"]) & (pl.col("model") == row["model"])
+        )
+        assert got.height == 1
+        assert row["estimate"] == pytest.approx(got["estimate_bc"][0], rel=1e-9, abs=1e-12)
+        half = got["ci_high"][0] - got["estimate_bc"][0]
+        assert row["se"] * stats.t.ppf(0.975, row["df"]) == pytest.approx(half, rel=1e-9)
+
+
+@pytest.mark.slow
+def test_round_two_made_the_second_seed_only_for_open_cells(run):
+    table = pl.read_parquet(run / ADAPTIVE / "decisions.parquet")
+    images = pl.read_parquet(run / "results/contextbias/images.parquet")
+    shards = sorted((run / "results/contextbias/extractions").glob("*/*/*/*/*.jsonl"))
+    made = {p.stem for p in shards}
+    open_after_1 = table.filter((pl.col("round") == 1) & (pl.col("decision") == "continue"))
+    assert made == ({"0", "1"} if open_after_1.height else {"0"})
+    # both rounds' images reach the final tables (the merge reads the shards the rounds ran)
+    assert images.height > 0
+    assert images.select("role", "condition").unique().height == 6
+
+
+@pytest.mark.slow
+def test_report_shows_the_rounds(run):
+    page = (run / "results/report/index.html").read_text()
+    assert "Adaptive design: rounds and stopping" in page
+    assert "Rounds and decisions" in page
+    assert "cap reached" in page or "excludes 0" in page
+
+
+@pytest.mark.slow
+def test_rerun_has_nothing_to_do_and_a_new_model_gets_rounds_of_its_own(run):
+    text, jobs = _dry_run(run)
+    assert "Nothing to be done" in text, text[-2000:]
+    added = run / "config/demo-adaptive-added.yaml"
+    added.write_text(
+        (run / CONFIG)
+        .read_text()
+        .replace("generators: [tiny-sd-b]", "generators: [tiny-sd-b, tiny-sd]")
+    )
+    try:
+        _, jobs = _dry_run(run, str(added.relative_to(run)))
+    finally:
+        added.unlink()
+    per_model = [j for j in jobs if j["rule"] in PER_MODEL_RULES]
+    assert per_model, "adding a generator plans its own jobs"
+    assert {j["wildcards"].get("model") for j in per_model} == {"tiny-sd"}
+    rounds = [j for j in jobs if j["rule"] == "adaptive_round"]
+    # the new model's round 1: round 2 is known only once round 1 has decided (checkpoint)
+    assert [j["wildcards"]["round"] for j in rounds] == ["1"]
+    shards = {j["wildcards"]["shard"] for j in per_model if "shard" in j["wildcards"]}
+    assert shards == {"0"}

@@ -142,4 +142,3 @@ def get_adaptive_decisions_input(wildcards):
         for group in round_groups(name)
         for k, _ in rounds_run(name, group)
     ]
-

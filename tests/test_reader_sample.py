@@ -265,7 +265,10 @@ def test_reader_sample_round_trip(corpus, tmp_path):
     )["label"]
     assert got.to_list() == [flip]
     table, skipped = corrected_bi(reader, human, replicates=50)
-    assert table.height == 2 * 2 * 2 * 2 and not skipped.height  # model x role x cond x dim
+    # model x role x cond x dim, and per model x role x cond the people cohort's mean
+    # (dimension "*") and the overall value (cohort "*")
+    assert table.height == 2 * 2 * 2 * (2 + 2) and not skipped.height
+    table = table.filter(pl.col("dimension") != "*")
     assert (table["n_human"] == want).all() and (table["n_items"] == PER).all()
 
     # an image nobody answered: left out, its stratum's probability answered / N_h
@@ -410,15 +413,19 @@ def test_cli_round_trip(corpus, tmp_path, capsys):
     # the humans agree with the reader everywhere: with lam = 1 (PPI) the rectifier is 0
     # and corrected = naive in every cell (tuned lam is 0 where the sample's reader labels
     # are constant, and the corrected share is then the sample's own)
-    # 16 role-level BI rows (3 human labels each), 8 of BI pooled over the 2 roles and 8 of
+    # 16 role-level BI rows (3 human labels each) and 16 of their summary rows (per
+    # generator x role x condition: the people cohort's mean and the overall value, 2 x 3
+    # human labels), 8 of BI pooled over the 2 roles and 8 of
     # its summary rows (per generator x condition: the people cohort's mean over the two
     # dimensions and the overall value, 2 dimensions x 6 human labels)
     # (and bi_pooled_mean: per condition, the two dimensions, the cohort and the overall
     # value as means over the generators)
     counts = table.group_by("metric").len().sort("metric").rows()
-    assert counts == [("bi", 16), ("bi_pooled", 16), ("bi_pooled_mean", 8)]
+    assert counts == [("bi", 32), ("bi_pooled", 16), ("bi_pooled_mean", 8)]
     bi = table.filter(pl.col("metric") == "bi")
-    assert (bi["n_human"] == 3).all()
+    assert (bi.filter(pl.col("dimension") != "*")["n_human"] == 3).all()
+    # role-level BI's summary rows, per generator x role x condition (both dimensions)
+    assert (bi.filter(pl.col("dimension") == "*")["n_human"] == 6).all()
     pooled = table.filter(pl.col("metric") == "bi_pooled")
     assert (pooled.filter(pl.col("dimension") != "*")["n_human"] == 6).all()
     summary = pooled.filter(pl.col("dimension") == "*")

@@ -284,14 +284,15 @@ def test_correct_command_writes_the_table(tmp_path):
     for column in ("naive", "corrected", "ci_low", "ci_high", "n_human", "n_items", "metric",
                    "estimate_bc", "interval_reliable"):  # fmt: skip
         assert column in table.columns
-    # one role and condition: the role-level BI and the pooled BI (the same cell) with its
-    # cohort's mean and the overall value, then the three as means over the generators
-    # (one dimension, one generator: the same number), no CCS
-    assert table["metric"].to_list() == ["bi"] + ["bi_pooled"] * 3 + ["bi_pooled_mean"] * 3
-    assert table["cohort"].to_list() == ["people"] * 3 + ["*"] + ["people"] * 2 + ["*"]
-    assert table["model"].to_list() == ["g"] * 4 + ["*"] * 3
-    assert table["interval_reliable"].to_list() == [False] * 7  # 2 human labels
-    assert table["corrected"].to_list() == pytest.approx([0.118709] * 7, abs=1e-6)
+    # one role and condition: the role-level BI with its cohort's mean and the overall
+    # value, the pooled BI (the same cell) with the same two, then the three as means over
+    # the generators (one dimension, one generator: the same number), no CCS
+    assert table["metric"].to_list() == ["bi"] * 3 + ["bi_pooled"] * 3 + ["bi_pooled_mean"] * 3
+    assert table["cohort"].to_list() == (["people"] * 2 + ["*"]) * 3
+    assert table["dimension"].to_list() == ["gender_presentation", "*", "*"] * 3
+    assert table["model"].to_list() == ["g"] * 6 + ["*"] * 3
+    assert table["interval_reliable"].to_list() == [False] * 9  # 2 human labels
+    assert table["corrected"].to_list() == pytest.approx([0.118709] * 9, abs=1e-6)
     sim = tmp_path / "sim.parquet"
     assert main(["contextbias", "simulate-human-labels", *args, "--out", str(sim)]) == 0
     assert pl.read_parquet(sim)["simulated"].all()
@@ -751,3 +752,77 @@ def test_contextbias_pooled_bi_mean_over_generators_by_hand(overall):
         # n_human: each dimension 2 generators x 2 roles x 4, a cohort its dimensions'
         assert got[("people", "*")]["n_human"] == 32 and got[("*", "*")]["n_human"] == 48
         assert got[("objects", "bag")]["n_items"] == 16
+
+
+@pytest.mark.parametrize("overall", ["cohort", "dimension"])
+def test_contextbias_role_bi_cohort_and_overall_by_hand(overall):
+    """Role-level BI's summary rows (metric bi, per model x role x condition: dimension "*"
+    = the mean of the role's BI over the cohort's dimensions, cohort "*" = the overall
+    value) corrected, the role's dimensions drawn jointly. K = 2 each. nurse: gender FFFM
+    1 - H(0.75, 0.25) / ln 2 = 0.188722, hair LLLL 1, bag YYNN 0: people (0.188722 + 1) / 2
+    = 0.594361, objects 0, overall "cohort" 0.594361 / 2 = 0.297180, "dimension"
+    1.188722 / 3 = 0.396241. pilot: gender MMMF 0.188722, hair LLSS 0, bag YNNN 0.188722:
+    people 0.094361, objects 0.188722, overall (0.094361 + 0.188722) / 2 = 0.141541 or
+    0.377444 / 3 = 0.125815. One flip (the nurse's fourth image a woman to the humans, every
+    image labelled: corrected shares = the humans'): nurse gender FFFF 1, people 1, overall
+    (1 + 0) / 2 = 0.5 or 2 / 3 = 0.666667; pilot unchanged."""
+    from stereolens.contextbias.corrected import CELL_KEYS, summary_functional
+    from stereolens.contextbias.metrics import role_bi
+
+    attributes = _two_roles()
+    reader = reader_table(attributes)
+    agree = {
+        "nurse": {"objects": 0.0, "people": 0.594361,
+                  "*": {"cohort": 0.297180, "dimension": 0.396241}[overall]},
+        "pilot": {"objects": 0.188722, "people": 0.094361,
+                  "*": {"cohort": 0.141541, "dimension": 0.125815}[overall]},
+    }  # fmt: skip
+    hand = {
+        False: agree,
+        True: {**agree, "nurse": {"objects": 0.0, "people": 1.0,
+                                  "*": {"cohort": 0.5, "dimension": 2 / 3}[overall]}},
+    }  # fmt: skip
+    # bi.parquet's role-averaged rows ("role": the mean over roles) are the roles' mean
+    bench = role_bi(attributes, overall=overall).filter(
+        (pl.col("aggregation") == "role") & (pl.col("dimension") == "*")
+    )
+    for cohort, bi in bench.select("cohort", "bi").iter_rows():
+        assert bi == pytest.approx((agree["nurse"][cohort] + agree["pilot"][cohort]) / 2, abs=1e-6)
+    for flip in (False, True):
+        table, _ = corrected_table(
+            reader, _two_roles_human(reader, flip), replicates=100, overall=overall
+        )
+        bi = table.filter(pl.col("metric") == "bi")
+        rows = bi.filter(pl.col("dimension") == "*")
+        assert rows.height == 6 and rows["k"].null_count() == 6
+        assert set(rows["model"]) == {"g"} and set(rows["condition"]) == {"CF"}
+        got = {(r["role"], r["cohort"]): r for r in rows.iter_rows(named=True)}
+        for (role, cohort), r in got.items():
+            assert r["corrected"] == pytest.approx(hand[flip][role][cohort], abs=1e-6)
+            assert r["naive"] == pytest.approx(agree[role][cohort], abs=1e-6)
+            assert r["ci_low"] <= r["estimate_bc"] <= r["ci_high"]
+            assert not r["interval_reliable"]  # 4 human labels a cell
+        # naive: the mean of the dimension rows' naive (the reader's role-level BI)
+        dims = bi.filter((pl.col("dimension") != "*") & (pl.col("role") == "pilot"))
+        assert got[("pilot", "people")]["naive"] == pytest.approx(
+            dims.filter(pl.col("cohort") == "people")["naive"].mean(), abs=1e-12
+        )
+        assert [got[("nurse", c)]["n_human"] for c in ("objects", "people", "*")] == [4, 8, 12]
+        assert got[("pilot", "*")]["n_items"] == 12
+    # the rows are corrected_metrics' of the role's three cells drawn jointly (one draw of
+    # its images), draw for draw; drawn one by one the interval differs
+    cells = rc.build_cells(reader, _two_roles_human(reader, True), CELL_KEYS)
+    order = [("objects", "bag"), ("people", "gender_presentation"), ("people", "hair")]
+    three = [cells[("g", "nurse", "CF", c, d)] for c, d in order]
+    fns = [rc.bi_functional(k=2, single_label_bi=0.0) for _ in order]
+    spans = [slice(0, 1), slice(1, 2), slice(2, 3)]
+    fn = summary_functional(fns, spans, [[0], [1, 2]], overall)
+    opts = {"replicates": 100, "bounds": (0.0, 1.0), "column_cells": [[0], [1, 2], [0, 1, 2]]}
+    again = rc.corrected_metrics(three, fn, joint=[[0, 1, 2]], **opts)
+    alone = rc.corrected_metrics(three, fn, **opts)
+    for cohort, res, other in zip(["objects", "people", "*"], again, alone, strict=True):
+        r = got[("nurse", cohort)]
+        keys = ("estimate_bc", "ci_low", "ci_high", "naive_low")
+        assert [r[c] for c in keys] == [res[c] for c in keys]
+        if cohort == "*":
+            assert (r["ci_low"], r["ci_high"]) != (other["ci_low"], other["ci_high"])

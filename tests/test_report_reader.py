@@ -226,6 +226,41 @@ def test_contextbias_pooled_cohort_rows_rank_within_their_cohort():
     assert "95.0% and a cohort mean 95.7% of 1,000 datasets" in R.caption()
 
 
+def test_contextbias_role_cohort_rows_rank_within_their_role_and_cohort():
+    # role-level BI's summary rows (metric bi, dimension "*"; cohort "*" overall): the scope
+    # names the role and the cohort, so a and b rank per role x cohort, apart from the
+    # pooled rows. nurse people: a 0.1 -> 0.3, b 0.2 -> 0.2 (rank flag); nurse overall and
+    # pilot people: nothing changes.
+    from stereolens.contextbias.report import READER_HEADLINES, READER_SCOPE
+
+    base = _cb_corrected().with_columns(pl.lit(None, pl.String).alias("label")).row(0, named=True)
+    rows = [
+        {**base, "model": m, "role": r, "cohort": c, "dimension": "*", "metric": metric,
+         "naive": n, "naive_low": n - 0.05, "naive_high": n + 0.05, "corrected": k,
+         "estimate_bc": k, "ci_low": k - 0.05, "ci_high": k + 0.05, "k": None}
+        for m, r, c, n, k, metric in (
+            ("a", "nurse", "people", 0.1, 0.3, "bi"), ("b", "nurse", "people", 0.2, 0.2, "bi"),
+            ("a", "nurse", "*", 0.25, 0.25, "bi"), ("b", "nurse", "*", 0.35, 0.35, "bi"),
+            ("a", "pilot", "people", 0.4, 0.4, "bi"), ("b", "pilot", "people", 0.5, 0.5, "bi"),
+            ("a", "*", "people", 0.5, 0.5, "bi_pooled"),
+            ("b", "*", "people", 0.1, 0.1, "bi_pooled"),
+        )
+    ]  # fmt: skip
+    table = pl.DataFrame(rows, schema=_cb_corrected().schema | {"label": pl.String})
+    block = R.corrected_block("contextbias", "ContextBias", table, READER_HEADLINES,
+                              scope=READER_SCOPE)  # fmt: skip
+    got = {(r["model"], r["metric"], r["scope"]): r for r in block.table.iter_rows(named=True)}
+    assert got[("a", "bi", "CF · nurse · people · *")]["rank_flag"] == "rank 1 -> 2 of 2"
+    assert got[("b", "bi", "CF · nurse · people · *")]["rank_flag"] == "rank 2 -> 1 of 2"
+    assert got[("a", "bi", "CF · nurse · * · *")]["rank_flag"] is None
+    assert got[("a", "bi", "CF · pilot · people · *")]["naive_rank"] == 1
+    assert got[("b", "bi_pooled", "CF · * · people · *")]["naive_rank"] == 1
+    assert block.table.height == 8
+    # the caption says how they are resampled, and their measured coverage
+    assert "with a role's cohort means (dimension '*') and overall value" in R.caption()
+    assert "94.8% and 94.7% of 1,000 datasets" in R.caption()
+
+
 def test_the_corrected_value_shown_lies_in_its_interval():
     # the demo's LVLM term row: the plug-in 8.33 outside its bc-normal interval [0.00, 6.51]
     # (centred on estimate_bc = 2 x 8.33 - the replicates' mean, clipped at 0); the block

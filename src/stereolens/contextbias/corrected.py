@@ -1,12 +1,12 @@
 """ContextBias Bias Intensity and Context Consistency Score corrected for the extractor's
 errors from a human-labelled sample (stereolens.metrics.reader_correction; docs/statistics.md,
 "Correcting for the reader's errors"): the reader table from the canonical attributes, BI per
-role x condition x dimension as the benchmark defines it (1 - H / log K of the label shares),
-pooled BI per model x condition x dimension (the label counts pooled over roles), its
-cohort and overall means (the benchmark's summary rows; a role's dimensions resampled
-jointly: they are read from the same images) and CCS per
-model x role x dimension x label (paper Eq. 4 across the three conditions) and its mean
-over generators (Eq. 5), naive beside corrected."""
+role x condition x dimension as the benchmark defines it (1 - H / log K of the label shares)
+with a role's cohort and overall means (its dimensions resampled jointly), pooled BI per
+model x condition x dimension (the label counts pooled over roles), its cohort and overall
+means (the benchmark's summary rows; a role's dimensions resampled jointly: they are read
+from the same images) and CCS per model x role x dimension x label (paper Eq. 4 across the
+three conditions) and its mean over generators (Eq. 5), naive beside corrected."""
 
 from __future__ import annotations
 
@@ -23,10 +23,12 @@ from stereolens.metrics import reader_correction as rc
 
 KEYS = ("model", "role", "condition", "cohort", "dimension")
 """The key columns of a ContextBias corrected row (``extractor`` first when the attributes
-table has one); metric ``bi``: the role-level BI of paper Sec. 3.5 (one row per cell)."""
+table has one); metric ``bi``: the role-level BI of paper Sec. 3.5 (one row per cell, and
+per model x role x condition its cohort rows, dimension "*", and overall row, cohort "*")."""
 TABLE_KEYS = (*KEYS, "label")
 """The key columns of corrected.parquet's rows of every metric: KEYS plus ``label`` (the
-CCS row's label; null on the BI rows). ``bi``: role x condition x dimension, label null;
+CCS row's label; null on the BI rows). ``bi``: role x condition x dimension, label null
+(dimension "*" = the role's cohort mean, cohort "*" = its overall value);
 ``bi_pooled``: role "*" (the counts pooled over roles, contextbias.metrics.pooled_bi;
 dimension "*" = the cohort's mean, cohort "*" = the overall value, as bi.parquet's);
 ``ccs``: condition "*" (CCS spans the three), the ccs table's keys (model, role, cohort,
@@ -336,6 +338,35 @@ def _summary_table(rows: list, overall: str, options: dict) -> pl.DataFrame:
     return pl.concat([summary, means]).with_columns(pl.lit(None, pl.Int64).alias("k"))
 
 
+def _role_summary_table(rows: list, overall: str, options: dict) -> pl.DataFrame:
+    """The ``bi`` summary rows of role-level BI: per model x role x condition the cohort
+    rows (dimension "*": the mean of the role's BI over the cohort's dimensions) and the
+    overall row (cohort "*", dimension "*": per ``overall``, the mean of the cohort rows or
+    of all the dimensions), NaN dimensions left out of every mean (summary_functional, each
+    dimension's functional of its one cell), one bootstrap per model x role x condition in
+    which the role's dimensions (the same images) share one draw (corrected_metrics
+    ``joint``); k null. ``rows``: the ``bi`` rows (key, [cell], functional, bounds)."""
+    groups: dict[tuple, list] = {}
+    for key, part, fn, _ in rows:
+        groups.setdefault((key["model"], key["role"], key["condition"]), []).append((key, part, fn))
+    records = []
+    for (model, role, condition), dims in sorted(groups.items()):
+        m = _model_part(dims)  # one cell per dimension: span d is cell d
+        results = rc.corrected_metrics(
+            m["cells"], summary_functional(m["pooled"], m["spans"], m["cohorts"], overall),
+            column_cells=[*m["cohorts"], list(range(len(m["cells"])))], joint=m["joint"],
+            bounds=(0.0, 1.0), **options,
+        )  # fmt: skip
+        for cohort, res in zip([*m["names"], ALL], results, strict=True):
+            records.append(
+                {"model": model, "role": role, "condition": condition, "cohort": cohort,
+                 "dimension": ALL, "label": None, **res}
+            )  # fmt: skip
+    return ct.metric_frame(records, TABLE_KEYS, "bi").with_columns(
+        pl.lit(None, pl.Int64).alias("k")
+    )
+
+
 def _cross_model_rows(by_condition: dict, overall: str, options: dict) -> pl.DataFrame:
     """The ``bi_pooled_mean`` rows (model "*", role "*"): bi.parquet's model "*" rows of
     pooled BI (contextbias.metrics.cross_model_rows), per condition the mean over the
@@ -416,7 +447,13 @@ def corrected_table(
 
     - ``bi``: BI = reader_correction.bi_functional (metrics.entropy.bias_intensity's
       definition) of the cell's shares, K = max(K of ``k_definition``, the labels extractor
-      or humans gave in the cell); label null.
+      or humans gave in the cell); label null. With its summary rows per model x role x
+      condition: the cohort rows (dimension "*": the mean of the role's BI over the
+      cohort's dimensions) and the overall row (cohort "*", dimension "*": per
+      ``overall``, the mean of the cohort rows or of all dimensions), k null, from one
+      bootstrap in which the role's dimensions (the same images) share their draws
+      (:func:`_role_summary_table`); their naive values' mean over roles is bi.parquet's
+      "role" summary row where every role cell is kept and K agrees.
     - ``bi_pooled``: role "*": BI of the label counts pooled over the model's role cells of
       a condition x dimension, sum_r n_r s_r (contextbias.metrics.pooled_bi), K = max(K of
       ``k_definition``, the labels seen in those cells); over the cells kept. With the
@@ -467,7 +504,7 @@ def corrected_table(
                 names = dict(zip([*CELL_KEYS, "dimension"], key, strict=True))
                 fn = rc.bi_functional(k=k, single_label_bi=single_label_bi)
                 rows.append(({**names, "label": None, "k": k}, [cell], fn, (0.0, 1.0)))
-            parts.append(_table(rows, "bi", options))
+            parts += [_table(rows, "bi", options), _role_summary_table(rows, overall, options)]
         if "bi_pooled" in metrics:
             pooled = _pooled_rows(cells, k_of, single_label_bi)
             parts += [
@@ -497,8 +534,8 @@ def corrected_table(
 def corrected_bi(
     reader: pl.DataFrame, human: pl.DataFrame, **options
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """corrected_table's ``bi`` rows alone (KEYS + METRIC_COLUMNS + k: the label column,
-    null on them, dropped)."""
+    """corrected_table's ``bi`` rows alone, a role's cohort and overall rows (dimension
+    "*") with them (KEYS + METRIC_COLUMNS + k: the label column, null on them, dropped)."""
     table, skipped = corrected_table(reader, human, metrics=("bi",), **options)
     return table.drop("label"), skipped
 

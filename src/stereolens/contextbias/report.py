@@ -482,7 +482,8 @@ READER_HEADLINES = {
     "ccs": reader.Headline("CCS", float("nan")),
     "ccs_mean": reader.Headline("mean CCS over generators", float("nan"), ranked=False),
 }
-"""The corrected table's metrics: role-level BI and pooled BI (role "*"; 0 = every label
+"""The corrected table's metrics: role-level BI (with a role's cohort means, dimension "*",
+and overall value, cohort "*") and pooled BI (role "*"; 0 = every label
 equally often; with its cohort means, dimension "*", and overall value, cohort "*"; their
 mean over generators, model "*": nothing to rank) and
 CCS per role x dimension x label (condition "*"; no value means "no bias", so a CCS row
@@ -493,12 +494,14 @@ dimension x label, nothing to rank)."""
 
 READER_SCOPE = ("condition", "role", "cohort", "dimension", "label")
 """The corrected rows' scope (the key columns besides the model, joined with " · "): the
-cohort names the pooled BI's cohort rows (dimension "*") apart, whose ranks are per cohort."""
+cohort names the cohort rows (dimension "*") of pooled and of role-level BI apart, whose ranks
+are per cohort."""
 
 
 def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None:
     """The first screen's reader block (stereolens.report.reader): naive beside corrected
-    role-level BI per generator x condition x role x dimension, pooled BI per condition x
+    role-level BI per generator x condition x role x dimension with the role's cohort means
+    and overall value, pooled BI per condition x
     dimension, its cohort means and overall value, and CCS per role x dimension x label
     (the primary extractor's), else the labels to collect for the run's images
     (disagreement from the extraction audit per group)."""

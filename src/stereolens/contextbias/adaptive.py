@@ -1,21 +1,6 @@
-"""ContextBias's interim estimate of the adaptive design (issue 23; its plug-in's
-``rounds``): the headline shift BI(CA-U) - BI(CF), overall, per extractor x generator on the
-extraction shards of the rounds so far, with the standard error of bootstrap.parquet's
-"bc-t" interval.
-
-A round adds seeds (shards) of every role x condition of a generator, so the estimand stays
-the fixed design's (a new draw of the run's roles, each with the config's prompts) and the
-data of round k hold those of round k - 1. The estimate and its standard error are
-bootstrap.parquet's "CA-U - CF" overall row: estimate_bc = 2 x the plug-in - the
-replicates' mean, se = the role bootstrap replicates' sd x sqrt(R / (R - 1)), on t(R - 1),
-R = the roles (stereolens.contextbias.intervals, "bc-t"); with the metrics' own settings
-(K definition, overall, draws, replicates, seed). The interim reads the extractor's labels
-as extracted (the column ``label``): canonicalisation clusters the labels of every generator
-together and may ask an LLM, so running it per round would tie one generator's decisions
-to the others' and cost a model call per round; the final metrics canonicalise as in the
-fixed design. Below contextbias.metrics.interval_min_roles roles the pipeline withholds the
-interval, and so does the interim (se null: the cell continues to the cap).
-"""
+"""ContextBias's interim estimate for the adaptive design (its plug-in's ``rounds``): the shift
+BI(CA-U) - BI(CF) overall per extractor x generator on the rounds' extraction shards, with its
+bc-t standard error (docs/planner.md, "Adaptive design", "Interim analysis")."""
 
 from __future__ import annotations
 

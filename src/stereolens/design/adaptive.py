@@ -1,28 +1,6 @@
-"""The adaptive audit's statistics (issue 23): group-sequential boundaries from an
-alpha-spending function, repeated confidence intervals (RCIs) that keep their coverage under
-any stopping rule, and the interim decision of a goal (``width``, ``difference``,
-``equivalence``) as a decision table.
-
-The method (docs/planner.md, "Adaptive design"). A cell's estimate after round k has
-standard error se_k; its Z statistics over the rounds follow, for nested data (each round
-adds independent draws to the previous ones, so cov(estimate_j, estimate_k) = se_k^2 for
-j < k), the canonical joint distribution: multivariate normal with corr(Z_j, Z_k) =
-sqrt(I_j / I_k), I = 1 / se^2. The critical values c_1..c_K are chosen so that
-P(|Z_j| < c_j for all j <= k) = 1 - alpha(t_k) for every k, with alpha(t) a spending
-function of the pre-specified time t_k (the round's planned share of the cap): the first in
-closed form, each later one by a root finder on that rectangle probability. Then the
-intervals estimate_k +- c_k se_k hold *simultaneously* for all rounds with probability
-1 - alpha, so the interval at whatever round a rule stops at, after whatever look at the
-data, covers with at least 1 - alpha (Jennison & Turnbull 2000, ch. 9). Group-sequential
-RCIs rather than anytime-valid confidence sequences because the audit looks a few times
-(2-5 rounds), where boundaries spent at those looks are much narrower than a sequence valid
-at every sample size.
-
-Hand-written here: the spending functions (one line each), the sequential root search and
-the rule's bookkeeping. The rectangle probabilities are scipy.stats.multivariate_normal's
-CDF (Genz's quasi-Monte Carlo, seeded; absolute error 1e-8 to 1e-5 by dimension), the roots
-scipy.optimize.brentq.
-"""
+"""The adaptive audit's statistics: group-sequential boundaries from an alpha-spending function,
+repeated confidence intervals and a goal's interim decision table (``width``, ``difference``,
+``equivalence``); the method and why: docs/planner.md, "The rule"."""
 
 from __future__ import annotations
 

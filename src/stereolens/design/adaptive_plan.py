@@ -1,21 +1,6 @@
-"""The planner's adaptive mode (`stereolens plan` with ``design.mode: adaptive``, or
-``--adaptive``): the stopping rule of :mod:`stereolens.design.adaptive` simulated on each
-benchmark's planner world, its expected GPU-hours (median, 90th percentile) beside the fixed
-design's cost.
-
-How nested rounds are simulated. A planner world's :class:`~stereolens.design.power.Design`
-gives estimates on independent datasets of one size, not the same dataset grown round by
-round. The rounds are therefore drawn from the canonical joint distribution (the estimate at
-the cumulative size of round k has the world's mean and variance at that size, and
-cov(estimate_j, estimate_k) = var(estimate_k) for j < k, which holds for nested data whatever
-part of the variance the rounds share: ContextBias's roles are the same in every round, only
-seeds are added, so its variance falls far less than 1 / size, and the rule's information
-fractions come from the world, not from the sizes). The mean and variance at each size are
-the world's own (its estimator's bias, the pipeline interval's shift and its bootstrap
-standard error where the world emulates it). bench/cover/adaptive.py checks the rule's
-coverage and level on truly nested draws (BiasIG's S_exp world, round increments added to
-the previous counts, a per-dataset standard error), where the canonical form is not assumed.
-"""
+"""The planner's adaptive mode (`stereolens plan --adaptive`): the stopping rule simulated on each
+benchmark's planner world, its GPU-hours (median, 90th percentile) beside the fixed design's
+(docs/planner.md, "How the planner simulates rounds")."""
 
 from __future__ import annotations
 

@@ -1,32 +1,6 @@
 """The power engine of `stereolens plan --power`: power curves from simulated estimates,
-minimum detectable effects and the sample size a target effect needs.
-
-A benchmark's design (:class:`Design`) supplies, for its headline comparisons (``EffectSpec``),
-the population effect at each point of a grid of planted effect strengths ``w`` and the
-estimates its own metric functions give on ``sims`` simulated datasets of a given size at
-each grid point (common random numbers across the grid, so the curve is smooth in ``w``).
-The engine turns them into rejection rates of the test the pipeline reports:
-
-- ``test = "interval"``: the pipeline's percentile bootstrap interval excludes the null
-  value; predicted as ``|estimate - null_value| > z_(1 - level/2) x sd``, with sd the
-  standard deviation of the estimate over the simulated datasets at that grid point (the
-  spread the bootstrap estimates). Two-sided.
-- ``test = "floor"``: the pipeline's permutation test of a score against its noise floor
-  (LVLM TVD: ``p_perm <= level``); predicted as ``estimate > the (1 - level) quantile of
-  the estimates at w = 0``, the score's distribution when outputs do not depend on the
-  group. One-sided: a TVD cannot fall below its floor in a meaningful way.
-- ``test = "null"``: a two-sided test calibrated on the world's null: ``|estimate -
-  null_value|`` above the (1 - level) quantile of ``|estimate - null_value|`` at w = 0
-  (BiasIG eta, whose bootstrap interval is about twice too wide under its null:
-  :func:`stereolens.biasig.design_check.eta_rejects`). Its size is the level by construction.
-
-The minimum detectable effect (MDE) is the population effect at which the rejection rate
-reaches ``power`` (linear interpolation between grid points). A comparison that the report
-tests within a family of ``family`` tests (BiasIG: all model pairs of one metric, Holm's
-adjustment) also gets ``mde_holm``: the MDE at level / family, the threshold of Holm's first
-(strictest) step, so that a difference of that size is declared whatever the other pairs
-show. Everything is seeded.
-"""
+minimum detectable effects and the sample size a target effect needs (its tests and the MDE:
+docs/planner.md, "The engine")."""
 
 from __future__ import annotations
 

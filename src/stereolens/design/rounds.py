@@ -1,30 +1,6 @@
-"""The workflow's adaptive rounds (issue 23, items 1 and 5; ``design.mode: adaptive``): which
-model jobs each round makes, the interim decision of a round from a benchmark's interim
-estimate (its plug-in's :class:`~stereolens.benchmark.Rounds`) and the earlier rounds', and
-the run's table of all rounds.
-
-The rounds. A cell (a benchmark's unit of decision, e.g. ContextBias's extractor x
-generator) has ``shards(config)`` shards at the cap; round k holds the shards below
-``Rule.sizes(cap)[k - 1]`` (cumulative: round k reads rounds 1..k). A job's shard index
-decides its round, so a round's shards are the fixed design's own paths: a shard made in
-round 1 is the fixed run's shard too. The workflow (workflow/rules/adaptive.smk) runs one
-checkpoint per benchmark x round x group (the first cell key, the generator): its decision
-table lists the cells still open after the previous round, and the next round's jobs are
-requested for the cells it leaves open.
-
-The decision. After round k a cell has estimate_k and se_k (the pipeline's bootstrap
-standard error); its information I_j = 1 / se_j^2 over rounds 1..k (made non-decreasing:
-a bootstrap standard error is noisy) gives the critical value c_k of
-:meth:`stereolens.design.adaptive.Rule.critical` at the cap's shard count (timing
-information: I_k over I_k x cap / size_k), moved to the t(df) quantile of the same tail
-probability where the pipeline's interval is a t interval
-(:func:`stereolens.design.adaptive_plan.to_t`); the repeated interval is estimate_k +- c_k
-se_k and :func:`stereolens.design.adaptive.decision_table` decides (stop at the goal, or at
-the last round with "cap reached"). A cell without a finite positive standard error has no
-interval: it continues (reason "open"), and stops at the cap. A round without an interval
-is no look: it spends no alpha, which the cell's later looks spend (Lan-DeMets: the looks
-need not be planned; their times are those of the rounds that had an interval).
-"""
+"""The workflow's adaptive rounds (``design.mode: adaptive``): each model job's round, a round's
+interim decision from a plug-in's :class:`~stereolens.benchmark.Rounds` estimate, and the
+run's table of all rounds (docs/planner.md, "Adaptive design": "Rounds", "The decision")."""
 
 from __future__ import annotations
 

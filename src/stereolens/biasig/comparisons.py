@@ -1,27 +1,6 @@
-"""BiasIG model comparisons (issue 20, item 3): every pair of models (variant names) and every
-debiasing variant against its base model, on the model-level S_imp, S_exp and eta, overall and
-per protected attribute, through :func:`stereolens.metrics.compare.compare`.
-
-The S_imp and S_exp estimates compared are the bias-corrected ones (``score_bc``: 2 x plug-in
-- the replicates' mean): S_imp's plug-in bias depends on the model (about -0.0015 to -0.0021
-at paper scale), so a difference of plug-ins is biased by about 0.0006, a third of the
-planner's MDE. eta's are the plug-ins: eta is not smooth (a contribution's sign flips where a
-share crosses its ground truth), its bootstrap bias estimate is off, and measured at paper
-scale (bench/COVERAGE.md) the plug-in difference covers 95.0%, the bias-corrected one 90.0%.
-The standard error of a difference is the standard deviation over the bootstrap replicates
-of rep_b - rep_a (the plug-in's replicates: bias correction shifts an estimate, it does not
-change its spread). Not paired: the subjects and prompts are fixed, and each
-(variant, model) resamples its own images from its own seeded stream, so replicate r of two
-models are independent draws and the standard error is that of two independent estimates.
-
-S_imp and S_exp are ranked (higher = less biased: 1 = the images match the ground truth, or
-always show what is asked). eta is compared but not ranked: it says which way a bias leans
-(towards 1 discrimination, towards 0 ignorance), not how much of it there is.
-
-A pair with a model whose design is below biasig.interval_min_images_per_subject (its
-tables' ``interval_note``) has ci_low, ci_high, p_value, p_adjusted and reject null and
-``interval_note`` the model's note; Holm runs over the family's other pairs and the ranks
-count only their decisions (:func:`stereolens.metrics.compare.withhold`)."""
+"""BiasIG model comparisons: every pair of models and every debiasing variant against its base on
+the model-level S_imp, S_exp and eta, through stereolens.metrics.compare (docs/statistics.md,
+"Model comparisons": which estimates are compared, the standard error, withheld pairs)."""
 
 from __future__ import annotations
 

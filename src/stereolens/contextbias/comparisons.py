@@ -1,7 +1,6 @@
-"""ContextBias comparisons between models (issue 20, item 3): every pair of generators (and,
-when several extractors read the same images, every pair of extractors) on the headline
-metrics, pooled BI per condition overall and per cohort and the CA-U - CF shift, with intervals
-from the role-level cluster bootstrap's replicates (stereolens.metrics.compare)."""
+"""ContextBias comparisons between models: every pair of generators (and of extractors) on pooled
+BI per condition and the CA-U - CF shift, from the role-level cluster bootstrap's replicates
+(stereolens.metrics.compare; docs/statistics.md, "Model comparisons")."""
 
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
-"""Comparisons between the audited LVLMs (issue 20, item 3): for each headline score (TVD x100
-per task and axis; the refusal rate per task) every pair of models of one setting, and every
-ablation setting (mitigation, persona) against the same model's image setting, through
-stereolens.metrics.compare (difference b - a, Wald interval and test from the bootstrap
-standard error of the difference, Holm over the family, ranks and groups).
-
-The bootstrap is paired: every model and setting is shown the same user images, and
-replicate r of every model comes from the same resample of those images (term: of the image
-pairs; refusals: of the images within their axis and group; stereolens.lvlm.resample).
-
-What the TVD comparison estimates: the difference of the models' expected scores at the
-audit's sample sizes. It is the difference of the population scores when both models sit at
-their noise floor (the same bias) or both far above it; in between the plug-in difference is
-pulled towards 0 (the less biased model carries more of the upward bias). The columns
-``bracket_low`` and ``bracket_high`` bound the population difference instead: truth_b -
-truth_a lies in [E d - E null_b, E d + E null_a] (stereolens.lvlm.resample's bracket),
-widened by the paired bootstrap's spread of d.
-"""
+"""Comparisons between the audited LVLMs on each headline score (TVD x100 per task and axis; the
+refusal rate per task), through stereolens.metrics.compare, with the TVD's bracket columns
+(docs/statistics.md, "Model comparisons" and "LVLM intervals")."""
 
 from __future__ import annotations
 

@@ -1,30 +1,6 @@
-"""Resampling of the LVLM scores: the paired bootstrap's weights, the permutation null's
-shuffled labels, and the interval drawn from the bootstrap replicates.
-
-Paired bootstrap: every model (and setting) of one (task, axis) is shown the same user images
-(story, exam) or the same image pairs (term, pair_index), so one resample of those shared
-units per replicate serves every model: replicate b of two models comes from the same draw,
-and the bootstrap of a difference between models is paired. The draw is a function of the
-seed, the task, the axis and the union of the units, never of the models, so adding a model
-that is shown the same images leaves the other models' replicates as they were.
-
-The interval (``bracket_interval``): TVD is biased upwards in finite samples and its
-population value can be 0 (a boundary: a model whose outputs do not depend on the group).
-The percentile interval of the replicates adds the bias a second time (the replicates sit
-above a score that already sits above the truth) and excludes 0 when the truth is 0; the
-bootstrap's own bias estimate is too small at the boundary and too large just above it, so
-the basic interval fails too (bench/COVERAGE.md). Every score is a mean of terms
-|mu + e| (mu: the population share's distance from uniform, e: sampling noise), and the
-permutation null's terms are |e'| with e' distributed about as e, so by the triangle
-inequality E[score] - E[null] <= truth <= E[score]: the noise floor brackets the bias. The
-interval is that bracket with the bootstrap's spread on either side,
-[score - null_mean + (q_lo - m), score + (q_hi - m)] (q: the replicates' quantiles, m their
-mean), clipped to [0, 100]; the bias-corrected estimate is score_bc = score - null_mean,
-unbiased for a group-independent model (it can then be negative: the score lies below its
-noise floor), nearly unbiased far above the floor, and in between a lower bracket.
-Without a permutation null (permutations 0) the interval is the percentile interval moved
-onto the score, [score + q_lo - m, score + q_hi - m].
-"""
+"""Resampling of the LVLM scores: the paired bootstrap's weights, the permutation null's shuffled
+labels, and the noise-floor bracket interval drawn from the bootstrap replicates
+(docs/statistics.md, "LVLM intervals")."""
 
 from __future__ import annotations
 

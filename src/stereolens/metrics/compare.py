@@ -1,7 +1,6 @@
-"""Model-vs-model comparisons of one headline statistic: every pair's difference with a Wald
-interval and test from the bootstrap standard error, Holm's adjustment over the family of all
-pairs, and each model's rank with a rank interval and its group of models that cannot be told
-apart (issue 20, item 3). Each benchmark supplies the estimates and replicates."""
+"""Model-vs-model comparisons of one headline statistic: pairwise Wald intervals and tests from
+the bootstrap standard error, Holm over the family, ranks with rank intervals and groups of
+models that cannot be told apart; each benchmark supplies the estimates and replicates."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The blinded annotation form every benchmark's human labels are collected with, and its
-answers read back: one self-contained HTML page (images re-encoded and inlined, answers
-saved by the browser as a CSV), a separate key that maps its sets back, the CSV's reader and
-the annotators' consensus per question. ContextBias's annotation study and reader sample
-(stereolens.contextbias.annotation) and BiasIG's reader sample (stereolens.biasig
-.reader_sample) fill it with their own questions and vocabularies."""
+"""The blinded annotation form every benchmark's human labels are collected with (one HTML page, a
+separate key) and its answers read back: the CSV's reader and the annotators' consensus per
+question (docs/architecture.md, "Layout")."""
 
 from __future__ import annotations
 

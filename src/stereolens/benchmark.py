@@ -1,10 +1,6 @@
-"""What a benchmark plug-in is, and the table of the registered ones.
-
-A benchmark package exposes one :class:`Benchmark` object and declares it as a Python entry
-point of the group ``stereolens.benchmarks``; everything central loops over :func:`benchmarks`.
-The table holds "module:attribute" strings, imported lazily: importing stereolens imports no
-benchmark (docs/adding-a-benchmark.md).
-"""
+"""What a benchmark plug-in is (:class:`Benchmark`, declared as an entry point of the group
+``stereolens.benchmarks``), and the table of the registered ones, imported lazily
+(docs/architecture.md, "A benchmark is a plug-in")."""
 
 from __future__ import annotations
 

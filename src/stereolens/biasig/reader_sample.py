@@ -1,9 +1,6 @@
-"""The human sample of BiasIG's reader correction, drawn: the stratified sample of images
-the correction needs (strata as biasig.sample_design plans them, generator x scoring unit x
-person), a blinded form that asks the gender, race and age of each person in the vocabulary
-of the VQA reader's answers, its human-label template and allocation, and the filled form's
-answers as the human-label table `biasig correct` reads (docs/statistics.md, "Designing the
-human sample")."""
+"""The human sample of BiasIG's reader correction, drawn: the stratified images, a blinded form
+asking each person's gender, race and age, its template and allocation, and the answers as the
+human-label table `biasig correct` reads (docs/statistics.md, "Designing the human sample")."""
 
 from __future__ import annotations
 

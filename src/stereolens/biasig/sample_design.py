@@ -1,8 +1,6 @@
-"""The human sample of BiasIG's reader correction, sized (`stereolens plan`): its strata,
-the correction's "variant|model|<scoring unit>" split by person (the cells are unit x
-person x attribute, each needing 2 human labels), and the human labels a target width
-needs per generator (stereolens.metrics.sample_design; docs/statistics.md, "Designing the
-human sample")."""
+"""The human sample of BiasIG's reader correction, sized (`stereolens plan`): its strata (unit x
+person x attribute cells, 2 human labels each) and the labels a target width needs per generator
+(stereolens.metrics.sample_design; docs/statistics.md, "Designing the human sample")."""
 
 from __future__ import annotations
 

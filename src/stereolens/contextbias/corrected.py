@@ -1,12 +1,6 @@
-"""ContextBias Bias Intensity and Context Consistency Score corrected for the extractor's
-errors from a human-labelled sample (stereolens.metrics.reader_correction; docs/statistics.md,
-"Correcting for the reader's errors"): the reader table from the canonical attributes, BI per
-role x condition x dimension as the benchmark defines it (1 - H / log K of the label shares)
-with a role's cohort and overall means (its dimensions resampled jointly), pooled BI per
-model x condition x dimension (the label counts pooled over roles), its cohort and overall
-means (the benchmark's summary rows; a role's dimensions resampled jointly: they are read
-from the same images) and CCS per model x role x dimension x label (paper Eq. 4 across the
-three conditions) and its mean over generators (Eq. 5), naive beside corrected."""
+"""ContextBias's BI (role-level, pooled, cross-generator) and CCS corrected for the extractor's
+errors from a human-labelled sample, naive beside corrected (stereolens.metrics.reader_correction;
+docs/statistics.md, "Correcting for the reader's errors", "In the workflow")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""LVLM story and term scores corrected for the assistant's reading and judging errors from
-a human-labelled sample (stereolens.metrics.reader_correction; docs/statistics.md,
-"Correcting for the reader's errors"): the reader tables from the story attributes and the
-term judgements, and each (model, setting, axis) score, the mean over prompts of the
-benchmark's TVD (lvlm.scores.tvd_from_uniform) x 100, of the label shares."""
+"""LVLM story and term scores corrected for the assistant's reading and judging errors from a
+human-labelled sample (stereolens.metrics.reader_correction): the reader tables and each (model,
+setting, axis) score (docs/statistics.md, "Correcting for the reader's errors")."""
 
 from __future__ import annotations
 

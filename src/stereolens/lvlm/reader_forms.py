@@ -1,9 +1,6 @@
-"""The LVLM reader sample's two text forms and their answers: the story form (the
-assistant's extraction fields asked of a story, the same vocabulary) and the term form (the
-judge's question asked of its pair of explanations), written through stereolens.
-annotation_form's template, key and CSV (passages of text in place of images, no slider),
-and the filled forms' answers read by the shared reader as the human-label table
-(lvlm.reader_sample draws the items)."""
+"""The LVLM reader sample's two text forms (stories: the assistant's extraction fields; terms: the
+judge's question of a pair of explanations) on stereolens.annotation_form's template, key and
+CSV, and the filled forms' answers read as the human-label table."""
 
 from __future__ import annotations
 

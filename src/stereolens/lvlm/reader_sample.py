@@ -1,9 +1,6 @@
-"""The human sample of the LVLM reader correction, designed (docs/statistics.md, "Designing
-the human sample"): its strata and the human labels a target width needs (`stereolens
-plan`), and the stratified draw of stories and judged term pairs, with every item's selection
-probability, written as two blinded text forms (lvlm.reader_forms, whose answers become
-the human-label table `lvlm correct` reads), the human-label template and the
-allocation."""
+"""The human sample of the LVLM reader correction, designed and drawn: its strata, the labels a
+target width needs, the stratified draw of stories and judged term pairs written as two blinded
+text forms, the template and the allocation (docs/statistics.md, "Designing the human sample")."""
 
 from __future__ import annotations
 

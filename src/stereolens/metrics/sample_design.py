@@ -1,8 +1,6 @@
-"""The human sample of the reader correction, designed (docs/statistics.md, "Designing the
-human sample"): how many human labels a target width of the corrected interval needs, their
-Neyman allocation over the correction's strata, the stratified draw with its selection
-probabilities, and the human-label table's template (stereolens.metrics.reader_correction's
-HUMAN_COLUMNS, label empty)."""
+"""The human sample of the reader correction, designed: the human labels a target width needs,
+their Neyman allocation over the strata, the stratified draw with its selection probabilities
+and the human-label template (docs/statistics.md, "Designing the human sample")."""
 
 from __future__ import annotations
 

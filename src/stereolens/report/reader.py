@@ -1,14 +1,6 @@
-"""The first screen's reader-correction block: per benchmark, its headline metric as the reader
-read it (naive) beside the estimate corrected for the reader's errors from human labels
-(results/<benchmark>/corrected.parquet; docs/statistics.md, "Correcting for the reader's
-errors"), how many human labels went in, and a flag on every headline whose conclusion changes
-under the correction; without human labels, the sentence that the numbers assume a perfect
-reader and how many labels ``human_labels_needed`` says to collect.
-
-A benchmark takes part through its report module's optional ``reader_correction(inputs,
-config) -> ReaderBlock | None`` (the plug-in's ``report_sections`` module, as for its other
-parts of the page), built with :func:`corrected_block` or :func:`plan_block`. Imports no
-benchmark."""
+"""The first screen's reader-correction block: per benchmark, its headline metric naive beside
+corrected for the reader's errors, or the human labels still needed; filled through a report
+module's optional ``reader_correction`` hook (docs/statistics.md, "In the report")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The human sample of ContextBias's reader correction, designed: its strata and the human
-labels a target width needs (`stereolens plan`), the stratified draw as a blinded form of
-one image per set with its human-label template, and the filled form's answers as the
-human-label table `contextbias correct` reads (docs/statistics.md, "Designing the human
-sample")."""
+"""The human sample of ContextBias's reader correction: its strata, the labels a target width
+needs (`stereolens plan`), the draw as a blinded form with its template, and the answers as the
+human-label table `contextbias correct` reads (docs/statistics.md, "Designing the human sample")."""
 
 from __future__ import annotations
 

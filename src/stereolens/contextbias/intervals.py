@@ -1,5 +1,5 @@
 """The 95% intervals of the ContextBias role bootstrap (bootstrap.parquet's and the model
-comparisons') and the minimum design below which none is printed (issue 20)."""
+comparisons') and the minimum design below which none is printed."""
 
 from __future__ import annotations
 

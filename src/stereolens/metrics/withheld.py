@@ -1,4 +1,4 @@
-"""The ``interval_note`` of a design below its benchmark's minimum size (issue 20): the one
+"""The ``interval_note`` of a design below its benchmark's minimum size: the one
 wording of every benchmark's note, each benchmark passing its unit and the reason for its
 minimum."""
 

@@ -1,4 +1,4 @@
-"""The report's section of the adaptive design (design.mode adaptive, issue 23): every
+"""The report's section of the adaptive design (design.mode adaptive): every
 round of every benchmark that ran in rounds, and why each cell stopped, from
 results/<benchmark>/adaptive/decisions.parquet (stereolens.design.rounds)."""
 

@@ -408,10 +408,14 @@ def _interval(point, reps, interval: str, ci: float, bounds):
         lo, hi = np.quantile(reps, [(1.0 - ci) / 2.0, (1.0 + ci) / 2.0])
         return point, float(lo), float(hi)
     # as stereolens.biasig.groups.bias_corrected (a benchmark module this floor cannot import)
+    return _normal_interval(2.0 * point - reps.mean(), reps.std(ddof=1), ci, bounds)
+
+
+def _normal_interval(est, se, ci: float, bounds) -> tuple[float, float, float]:
+    """(est, est - z se, est + z se), z the normal quantile of ``ci``, clipped to ``bounds``
+    (None: unclipped)."""
     z = float(stats.norm.ppf(0.5 + ci / 2.0))
-    est = 2.0 * point - reps.mean()
-    sd = reps.std(ddof=1)
-    out = np.array([est, est - z * sd, est + z * sd])
+    out = np.array([est, est - z * se, est + z * se])
     if bounds is not None:
         out = np.clip(out, *bounds)
     return tuple(float(v) for v in out)

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats
 
 from stereolens.metrics.cluster_bootstrap import resample_stratum_double
 from stereolens.metrics.reader_correction import (
@@ -15,6 +14,7 @@ from stereolens.metrics.reader_correction import (
     Cell,
     ShareFunctional,
     _check_options,
+    _normal_interval,
     _strata,
     apply_off_simplex,
     cell_shares,
@@ -159,7 +159,6 @@ def double_bias_corrected(
     once = once[np.isfinite(once)]
     if not np.isfinite(point) or once.size < 2:
         return point, np.nan, np.nan
-    z = float(stats.norm.ppf(0.5 + ci / 2.0))
     mean_outer = np.nanmean(outer[np.isfinite(outer)])
     if centre == "once":
         est = 2.0 * point - mean_outer
@@ -168,10 +167,7 @@ def double_bias_corrected(
     var = once.var(ddof=1)
     noise = np.nanmean(inner_var) / inner.shape[1] if np.isfinite(inner_var).any() else 0.0
     se = np.sqrt(var - noise if var - noise > 0 else var)
-    out = np.array([est, est - z * se, est + z * se])
-    if bounds is not None:
-        out = np.clip(out, *bounds)
-    return tuple(float(v) for v in out)
+    return _normal_interval(est, se, ci, bounds)
 
 
 def corrected_metric_double(

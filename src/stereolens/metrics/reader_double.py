@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stereolens.metrics.cluster_bootstrap import resample_stratum_double
+from stereolens.metrics.cluster_bootstrap import resample_stratum
 from stereolens.metrics.reader_correction import (
     MIN_HUMAN_RELIABLE,
     Cell,
@@ -69,7 +69,7 @@ def double_bootstrap_shares(
     replacement within each stratum, its weights from a multinomial at the replicate's
     weights. lam is held at its point value per stratum at both levels. With
     ``cell.cluster`` a stratum's clusters instead, each with all its items, at both levels
-    (cluster_bootstrap.resample_stratum_double; an LVLM term round)."""
+    (cluster_bootstrap.resample_stratum with inner; an LVLM term round)."""
     k = len(cell.labels)
     shape = (replicates, inner)
     naive, corr = np.zeros((replicates, k)), np.zeros((replicates, k))
@@ -90,8 +90,8 @@ def double_bootstrap_shares(
         lam_h = tuned_lambda(y, yhat, cell.reader[rows], w) if lam == "tuned" else 1.0
         if cell.cluster is not None:  # whole clusters at both levels: cluster_bootstrap
             at = np.searchsorted(rows, cell.labelled[lab])
-            args = (cell.cluster[rows], cell.reader[rows], at, y, w, lam_h, replicates, inner)
-            m_all, rect, m_all_in, rect_in = resample_stratum_double(*args, rng)
+            args = (cell.cluster[rows], cell.reader[rows], at, y, w, lam_h, replicates, rng)
+            m_all, rect, m_all_in, rect_in = resample_stratum(*args, inner=inner)
             for mean_all, r, nv, cv, wt in (
                 (m_all, rect, naive, corr, weights[:, h, None]),
                 (m_all_in, rect_in, naive_in, corr_in, weights_in[..., h, None]),

@@ -3,7 +3,9 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import traceback
@@ -182,6 +184,52 @@ def planned_jobs(tmp_path_factory, config: str) -> tuple[Path, subprocess.Comple
     dest = built_once(tmp_path_factory, name, plan)
     rc, stdout, stderr = json.loads((dest / "out.json").read_text())
     return dest / "wf", subprocess.CompletedProcess([], rc, stdout, stderr)
+
+
+def run_workflow(wd: Path, config: str, log: str, what: str, timeout: int) -> None:
+    """A copy of the workflow in ``wd`` run end to end with ``config`` (profiles/local, 2
+    cores), in a process group of its own that is killed with every job it started when it
+    takes over ``timeout`` s (the failure says that ``what`` did) or the test is interrupted;
+    its output kept in ``wd / log``; it must succeed."""
+    copy_workflow(wd)
+    argv = [str(BIN / "snakemake"), "--profile", "profiles/local", "--cores", "2"]
+    argv += ["--configfile", config]
+    proc = subprocess.Popen(
+        argv, cwd=wd, env=workflow_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # snakemake and the jobs it started
+        stdout, stderr = proc.communicate()
+        stderr += f"\n{what} took over {timeout} s (STEREOLENS_DEMO_TIMEOUT)"
+    except BaseException:  # interrupted: leave no job running
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    (wd / log).write_text(stdout + stderr)
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-6000:]
+
+
+def dry_run_jobs(text: str) -> list[dict]:
+    """The jobs a `snakemake -n` printed (``text``): one dict per job (rules and
+    checkpoints) with rule, wildcards and reason."""
+    jobs: dict[str, dict] = {}
+    current: dict | None = None
+    for line in text.splitlines():
+        m = re.match(r"^(?:local)?(?:rule|checkpoint) (\S+):$", line)
+        if m:
+            current = {"rule": m.group(1), "wildcards": {}, "reason": ""}
+        elif current is not None and line.startswith("    jobid: "):
+            # the job list can be printed twice (log and summary): key jobs by id
+            current = jobs.setdefault(line.split(": ", 1)[1], current)
+        elif current is not None and line.startswith("    wildcards: "):
+            for item in line.split(": ", 1)[1].split(", "):
+                key, _, value = item.partition("=")
+                current["wildcards"][key] = value
+        elif current is not None and line.startswith("    reason: "):
+            current["reason"] = line.split(": ", 1)[1]
+    return list(jobs.values())
 
 
 # ---------------------------------------------------------------- tiny models, once per run

@@ -7,15 +7,13 @@ of its own without a job of the model already run."""
 from __future__ import annotations
 
 import os
-import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import built_once, copy_workflow, workflow_env
+from conftest import built_once, dry_run_jobs, run_workflow, workflow_env
 from scipy import stats
 
 from stereolens.design.adaptive import DECISION_COLUMNS
@@ -35,23 +33,7 @@ PER_MODEL_RULES = {
 
 
 def _run(wd: Path) -> None:
-    copy_workflow(wd)
-    argv = [SNAKEMAKE, "--profile", "profiles/local", "--cores", "2", "--configfile", CONFIG]
-    proc = subprocess.Popen(
-        argv, cwd=wd, env=workflow_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        stdout, stderr = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # snakemake and the jobs it started
-        stdout, stderr = proc.communicate()
-        stderr += f"\nthe adaptive demo took over {TIMEOUT} s (STEREOLENS_DEMO_TIMEOUT)"
-    except BaseException:  # interrupted: leave no job running
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
-    (wd / "adaptive-run.log").write_text(stdout + stderr)
-    assert proc.returncode == 0, stdout[-3000:] + stderr[-6000:]
+    run_workflow(wd, CONFIG, "adaptive-run.log", "the adaptive demo", TIMEOUT)
 
 
 @pytest.fixture(scope="module")
@@ -68,19 +50,7 @@ def _dry_run(wd: Path, config: str = CONFIG) -> tuple[str, list[dict]]:
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     text = out.stdout + out.stderr
-    jobs: dict[str, dict] = {}
-    current: dict | None = None
-    for line in text.splitlines():
-        m = re.match(r"^(?:local)?(?:rule|checkpoint) (\S+):$", line)
-        if m:
-            current = {"rule": m.group(1), "wildcards": {}}
-        elif current is not None and line.startswith("    jobid: "):
-            current = jobs.setdefault(line.split(": ", 1)[1], current)
-        elif current is not None and line.startswith("    wildcards: "):
-            for item in line.split(": ", 1)[1].split(", "):
-                key, _, value = item.partition("=")
-                current["wildcards"][key] = value
-    return text, list(jobs.values())
+    return text, dry_run_jobs(text)
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import copy_workflow, workflow_env
+from conftest import copy_workflow, dry_run_jobs, workflow_env
 
 BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
@@ -59,7 +59,7 @@ def _plan(wd: Path, config: str = "config/demo.yaml") -> tuple[list[dict], dict[
     """The jobs of one `snakemake -n` (:func:`_dry_run`) and its per-rule job counts (its
     "Job stats" table, which `--quiet rules` prints alone: :func:`_rule_counts`)."""
     text = _snakemake(wd, "-n", "--configfile", config)
-    return _jobs(text), _job_stats(text)
+    return dry_run_jobs(text), _job_stats(text)
 
 
 def _job_stats(text: str) -> dict[str, int]:
@@ -74,25 +74,6 @@ def _job_stats(text: str) -> dict[str, int]:
         if parts[0] != "total":
             counts[parts[0]] = int(parts[1])
     return counts
-
-
-def _jobs(text: str) -> list[dict]:
-    jobs: dict[str, dict] = {}
-    current: dict | None = None
-    for line in text.splitlines():
-        m = re.match(r"^(?:local)?rule (\S+):$", line)
-        if m:
-            current = {"rule": m.group(1), "wildcards": {}, "reason": ""}
-        elif current is not None and line.startswith("    jobid: "):
-            # the job list can be printed twice (log and summary): key jobs by id
-            current = jobs.setdefault(line.split(": ", 1)[1], current)
-        elif current is not None and line.startswith("    wildcards: "):
-            for item in line.split(": ", 1)[1].split(", "):
-                key, _, value = item.partition("=")
-                current["wildcards"][key] = value
-        elif current is not None and line.startswith("    reason: "):
-            current["reason"] = line.split(": ", 1)[1]
-    return list(jobs.values())
 
 
 def _rule_counts(wd: Path, config: str = "config/demo.yaml") -> dict[str, int]:

@@ -2,14 +2,13 @@
 of the embedded default in a temporary directory."""
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import built_once, copy_workflow, planned_jobs, workflow_env
+from conftest import built_once, copy_workflow, planned_jobs, run_workflow, workflow_env
 
 BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
@@ -112,29 +111,7 @@ def test_bad_config_stops_the_run(repo_root, tmp_path):
 
 
 def _run_demo(wd: Path) -> None:
-    copy_workflow(wd)
-    argv = [SNAKEMAKE, "--profile", "profiles/local", "--cores", "2"]
-    argv += ["--configfile", "config/demo.yaml"]
-    proc = subprocess.Popen(
-        argv,
-        cwd=wd,
-        env=workflow_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=DEMO_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # snakemake and the jobs it started
-        stdout, stderr = proc.communicate()
-        stderr += f"\nthe demo run took over {DEMO_TIMEOUT} s (STEREOLENS_DEMO_TIMEOUT)"
-    except BaseException:  # interrupted: leave no job running
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
-    (wd / "demo-run.log").write_text(stdout + stderr)
-    assert proc.returncode == 0, stdout[-3000:] + stderr[-6000:]
+    run_workflow(wd, "config/demo.yaml", "demo-run.log", "the demo run", DEMO_TIMEOUT)
 
 
 @pytest.fixture(scope="session")

@@ -74,6 +74,24 @@ def _role_cells(rng, items: int, human: int, women: float, role: str, errors=(0.
     return cells
 
 
+def _datasets(scale: str, n: int, size: tuple, stream: int, readers: tuple):
+    """``n`` datasets (their stream [21, ``stream``, n, len(scale)]), each as (the pooled
+    rows of its cells, the bootstrap options): per reader (model, role prefix, errors) the
+    WOMEN roles' cells of ``size`` = (items, human, replicates) per role."""
+    from stereolens.contextbias import corrected as cc
+
+    items, human, replicates = size
+    rng = np.random.default_rng([21, stream, n, len(scale)])
+    for _ in range(n):
+        seed = int(rng.integers(2**31))
+        cells = {}
+        for model, prefix, errors in readers:
+            for r, women in enumerate(WOMEN):
+                part = _role_cells(rng, items, human, women, f"{prefix}r{r}", errors)
+                cells.update({(model, *key[1:]): c for key, c in part.items()})
+        yield cc._pooled_rows(cells, {}, 0.0), {"replicates": replicates, "seed": seed}
+
+
 @lru_cache(maxsize=4)
 def simulate(scale: str, n: int, size: tuple) -> dict[str, tuple]:
     """Per dataset (estimate, low, high) of every row key; ``size`` = (items, human,
@@ -81,16 +99,8 @@ def simulate(scale: str, n: int, size: tuple) -> dict[str, tuple]:
     from stereolens.contextbias import corrected as cc
     from stereolens.metrics.reader_correction import corrected_metrics
 
-    items, human, replicates = size
-    rng = np.random.default_rng([21, 7, n, len(scale)])
     out: dict[str, list] = {}
-    for _ in range(n):
-        seed = int(rng.integers(2**31))
-        cells = {}
-        for r, women in enumerate(WOMEN):
-            cells.update(_role_cells(rng, items, human, women, f"r{r}"))
-        rows = cc._pooled_rows(cells, {}, 0.0)
-        opts = {"replicates": replicates, "seed": seed}
+    for rows, opts in _datasets(scale, n, size, 7, (("g", "", (0.10, 0.02)),)):
         table = cc._summary_table(rows, "cohort", opts).filter(pl.col("metric") == "bi_pooled")
         got = {r["cohort"]: r for r in table.iter_rows(named=True)}
         for key in ("people", "*"):
@@ -124,18 +134,9 @@ def simulate_mean(scale: str, n: int, size: tuple) -> dict[str, tuple]:
     high) of "mean people" and "mean *"."""
     from stereolens.contextbias import corrected as cc
 
-    items, human, replicates = size
-    rng = np.random.default_rng([21, 8, n, len(scale)])
     out: dict[str, list] = {}
-    for _ in range(n):
-        seed = int(rng.integers(2**31))
-        cells = {}
-        for model, errors in READERS.items():
-            for r, women in enumerate(WOMEN):
-                part = _role_cells(rng, items, human, women, f"{model}r{r}", errors)
-                cells.update({(model, *key[1:]): c for key, c in part.items()})
-        rows = cc._pooled_rows(cells, {}, 0.0)
-        opts = {"replicates": replicates, "seed": seed}
+    readers = tuple((model, model, errors) for model, errors in READERS.items())
+    for rows, opts in _datasets(scale, n, size, 8, readers):
         table = cc._summary_table(rows, "cohort", opts).filter(
             (pl.col("metric") == "bi_pooled_mean") & (pl.col("dimension") == "*")
         )

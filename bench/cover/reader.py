@@ -244,10 +244,16 @@ def measured_minimum(results, nominal: float = 0.95) -> int | None:
     from which every row, at that n and every larger one, covers within two Monte Carlo
     errors of ``nominal`` (coverage >= nominal - 2 sqrt(c (1 - c) / datasets)); None where
     even the largest does not."""
+    return _smallest_n(((HUMAN[r.row.name], r.coverage, r.datasets) for r in results), nominal)
+
+
+def _smallest_n(points, nominal: float) -> int | None:
+    """The smallest n of ``points`` ((n, coverage, datasets) each) from which every point,
+    at that n and every larger one, has coverage >= nominal - 2 sqrt(c (1 - c) / datasets);
+    None where even the largest n has not."""
     ok: dict[int, bool] = {}
-    for r in results:
-        n = HUMAN[r.row.name]
-        within = r.coverage >= nominal - 2.0 * np.sqrt(r.coverage * (1 - r.coverage) / r.datasets)
+    for n, c, datasets in points:
+        within = c >= nominal - 2.0 * np.sqrt(c * (1 - c) / datasets)
         ok[n] = ok.get(n, True) and bool(within)
     best = None
     for n in sorted(ok, reverse=True):
@@ -432,16 +438,7 @@ def eta_minimum(sweep: dict, nominal: float = 0.95) -> int | None:
     """measured_minimum of ETA_SWEEP-like ``sweep`` ((items, human): (coverage, datasets)):
     the smallest human labels a side from which every row, at that n and every larger one,
     covers within two Monte Carlo errors of ``nominal``."""
-    ok: dict[int, bool] = {}
-    for (_, n), (c, datasets) in sweep.items():
-        within = c >= nominal - 2.0 * np.sqrt(c * (1 - c) / datasets)
-        ok[n] = ok.get(n, True) and bool(within)
-    best = None
-    for n in sorted(ok, reverse=True):
-        if not ok[n]:
-            break
-        best = n
-    return best
+    return _smallest_n(((n, c, datasets) for (_, n), (c, datasets) in sweep.items()), nominal)
 
 
 def eta_rows(scale: str) -> list[Row]:

@@ -55,16 +55,8 @@ def interim(config: dict, paths: Sequence[str]) -> pl.DataFrame:
 
 def _estimates(attributes: pl.DataFrame, schema: AttributeSchema, st, rows: dict) -> None:
     """Fill ``rows`` ((extractor, model) -> row) with the bootstrap's estimate, se and df."""
-    lv = level_replicates(
-        attributes,
-        replicates=st.replicates,
-        seed=st.seed,
-        k_definition=st.k_definition,
-        schema=schema,
-        draws=st.bootstrap_draws,
-        overall=st.overall,
-        single_label_bi=st.single_label_bi,
-    )
+    opts = st.bootstrap_options()
+    lv = level_replicates(attributes, k_definition=st.k_definition, schema=schema, **opts)
     li = lv.levels.index((ALL, ALL))
     a, b = CONDITIONS.index(SHIFT[0]), CONDITIONS.index(SHIFT[1])
     r = lv.n_roles

@@ -57,27 +57,11 @@ def _metrics(args: argparse.Namespace, section: dict):
     schema, attributes, images = _read_inputs(args)
     section["metrics"].update(overrides(args, FLAGS))
     st = ContextBiasSettings.from_config(section)
-    bi_opts = {"overall": st.overall, "single_label_bi": st.single_label_bi}
     bi = bi_table(attributes, images, schema, st)
     ccs = ccs_table(attributes, images, **st.ccs_options())
-    boot = level_replicates(
-        attributes,
-        replicates=st.replicates,
-        seed=st.seed,
-        k_definition=st.k_definition,
-        schema=schema,
-        draws=st.bootstrap_draws,
-        **bi_opts,
-    )
-    common = level_replicates(
-        attributes,
-        replicates=st.replicates,
-        seed=st.seed,
-        schema=schema,
-        draws=st.bootstrap_draws,
-        support="common",
-        **bi_opts,
-    )
+    opts = st.bootstrap_options()
+    boot = level_replicates(attributes, k_definition=st.k_definition, schema=schema, **opts)
+    common = level_replicates(attributes, schema=schema, support="common", **opts)
     comparisons, ranks = model_comparisons(common, min_roles=st.interval_min_roles)
     robustness = robustness_tests(attributes, images, cells=st.robustness_cells, alpha=st.alpha)
     print(

@@ -39,6 +39,17 @@ class ContextBiasSettings:
             "bh_family": self.bh_family,
         }
 
+    def bootstrap_options(self) -> dict[str, Any]:
+        """The keywords of stereolens.contextbias.bootstrap.level_replicates these settings
+        give (but k_definition, which the common-support bootstrap leaves at its default)."""
+        return {
+            "replicates": self.replicates,
+            "seed": self.seed,
+            "draws": self.bootstrap_draws,
+            "overall": self.overall,
+            "single_label_bi": self.single_label_bi,
+        }
+
     @classmethod
     def from_config(cls, section: dict[str, Any]) -> ContextBiasSettings:
         """From a validated ``contextbias`` section (its preset applied, defaults filled)."""

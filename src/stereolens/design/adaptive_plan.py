@@ -120,43 +120,25 @@ def plan_adaptive(
     out: list[AdaptiveRow] = []
     plans: list[tuple[P.EffectSpec, A.Goal, list[tuple[str, float, float]]]] = []
     ws: set[float] = {0.0}
+
+    def new_row(spec: P.EffectSpec, goal: str, m: float | None, gpu_hours=None, note=""):
+        return AdaptiveRow(
+            spec.name, spec.benchmark, spec.comparison, spec.unit, goal, design.knob_label,
+            sizes, [], m, gpu_hours, note=note,
+        )  # fmt: skip
+
     for spec in design.specs():
         if spec.test != "interval":
+            note = f"runs fixed: its {spec.test} test (calibrated on the world's null) "
             out.append(
-                AdaptiveRow(
-                    spec.name,
-                    spec.benchmark,
-                    spec.comparison,
-                    spec.unit,
-                    "-",
-                    design.knob_label,
-                    sizes,
-                    [],
-                    mde.get(spec.name),
-                    None,
-                    note=f"runs fixed: its {spec.test} test (calibrated on the "
-                    "world's null) has no interval to repeat",
-                )  # fmt: skip
+                new_row(spec, "-", mde.get(spec.name), note=note + "has no interval to repeat")
             )
     for spec in specs:
         m = mde.get(spec.name)
         goal = goal_for(spec, options, m)
         if goal is None:
-            out.append(
-                AdaptiveRow(
-                    spec.name,
-                    spec.benchmark,
-                    spec.comparison,
-                    spec.unit,
-                    "-",
-                    design.knob_label,
-                    sizes,
-                    [],
-                    m,
-                    None,
-                    note=f"no {options['goal']} target in design.adaptive",
-                )  # fmt: skip
-            )
+            note = f"no {options['goal']} target in design.adaptive"
+            out.append(new_row(spec, "-", m, note=note))
             continue
         worlds = [("no effect", 0.0, 0.0)]
         for label, k in (("effect = MDE", 1.0), ("effect = 2 x MDE", 2.0)):
@@ -189,27 +171,12 @@ def plan_adaptive(
     for spec, goal, worlds in plans:
         bad = ~(np.isfinite(var[spec.name]) & (var[spec.name] > 0) & np.isfinite(mean[spec.name]))
         if bad.any():
-            out.append(
-                AdaptiveRow(
-                    spec.name,
-                    spec.benchmark,
-                    spec.comparison,
-                    spec.unit,
-                    _describe(goal, spec.unit),
-                    design.knob_label,
-                    sizes,
-                    [],
-                    mde[spec.name],
-                    None,
-                    note="not simulated: the world's estimate is undefined or has no "
-                    f"spread at sizes {sizes} (too small a run)",
-                )  # fmt: skip
-            )
+            note = "not simulated: the world's estimate is undefined or has no spread at "
+            note += f"sizes {sizes} (too small a run)"
+            out.append(new_row(spec, _describe(goal, spec.unit), mde[spec.name], note=note))
             continue
-        row = AdaptiveRow(
-            spec.name, spec.benchmark, spec.comparison, spec.unit, _describe(goal, spec.unit),
-            design.knob_label, sizes, [], mde[spec.name], costs[-1] if known else None,
-        )  # fmt: skip
+        gpu_hours = costs[-1] if known else None
+        row = new_row(spec, _describe(goal, spec.unit), mde[spec.name], gpu_hours)
         for label, effect, w in worlds:
             i = int(np.flatnonzero(grid == w)[0])
             v = np.minimum.accumulate(var[spec.name][i])

@@ -80,7 +80,8 @@ def resample_stratum(
     lam: float,
     replicates: int,
     rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray]:
+    inner: int | None = None,
+) -> tuple[np.ndarray, ...]:
     """(the reader's mean share, the rectifier) per replicate, (replicates, K), of one
     stratum: its items' ``cluster`` codes (N_h,) and ``reader`` labels (N_h, K); its
     human-labelled items' positions among them (``labelled``, n_h), ``human`` labels (n_h, K)
@@ -90,46 +91,26 @@ def resample_stratum(
     the labelled and the unlabelled items apart, so every replicate has labels; with every
     item its own cluster the two bootstraps are the same in distribution). The mean share =
     the drawn clusters' reader rows over their items; the rectifier = the weighted mean of
-    human - ``lam`` x reader over their labelled items."""
+    human - ``lam`` x reader over their labelled items.
+
+    With ``inner`` (the double bootstrap): also the two per second-level replicate,
+    (replicates, inner, K), four arrays in all: each first-level resample's clusters drawn
+    again with replacement, ``inner`` times, within the same two parts (a multinomial at the
+    first level's multiplicities; metrics.reader_double's iterated bootstrap)."""
     m, size, reader_sum, rect_sum, w_sum, parts = _cluster_sums(
         cluster, reader, labelled, human, weight, lam
     )
-    draws = np.zeros((replicates, m))
-    for part in parts:
-        draws[:, part] = _counts(part.size, replicates, rng)
-    mean_all = (draws @ reader_sum) / (draws @ size)[:, None]
-    rect = (draws @ rect_sum) / (draws @ w_sum)[:, None]
-    return mean_all, rect
-
-
-def resample_stratum_double(
-    cluster: np.ndarray,
-    reader: np.ndarray,
-    labelled: np.ndarray,
-    human: np.ndarray,
-    weight: np.ndarray,
-    lam: float,
-    replicates: int,
-    inner: int,
-    rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """resample_stratum's (mean share, rectifier) per replicate, (replicates, K), and per
-    second-level replicate, (replicates, inner, K): each first-level resample's clusters
-    drawn again with replacement, ``inner`` times, within the same two parts (a multinomial
-    at the first level's multiplicities; metrics.reader_double's iterated bootstrap)."""
-    m, size, reader_sum, rect_sum, w_sum, parts = _cluster_sums(
-        cluster, reader, labelled, human, weight, lam
-    )
-    draws = np.zeros((replicates, m))
-    draws_in = np.zeros((replicates, inner, m))
+    draws = [np.zeros((replicates, m))]
+    if inner is not None:
+        draws.append(np.zeros((replicates, inner, m)))
     for part in parts:
         outer = _counts(part.size, replicates, rng)
-        draws[:, part] = outer
-        shares = outer / part.size
-        draws_in[:, :, part] = np.moveaxis(
-            rng.multinomial(part.size, shares, size=(inner, replicates)), 0, 1
-        )
+        draws[0][:, part] = outer
+        if inner is not None:
+            draws[1][:, :, part] = np.moveaxis(
+                rng.multinomial(part.size, outer / part.size, size=(inner, replicates)), 0, 1
+            )
     out = []
-    for d in (draws, draws_in):
+    for d in draws:
         out += [(d @ reader_sum) / (d @ size)[..., None], (d @ rect_sum) / (d @ w_sum)[..., None]]
     return tuple(out)

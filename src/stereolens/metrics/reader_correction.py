@@ -408,48 +408,35 @@ def _interval(point, reps, interval: str, ci: float, bounds):
         lo, hi = np.quantile(reps, [(1.0 - ci) / 2.0, (1.0 + ci) / 2.0])
         return point, float(lo), float(hi)
     # as stereolens.biasig.groups.bias_corrected (a benchmark module this floor cannot import)
+    return _normal_interval(2.0 * point - reps.mean(), reps.std(ddof=1), ci, bounds)
+
+
+def _normal_interval(est, se, ci: float, bounds) -> tuple[float, float, float]:
+    """(est, est - z se, est + z se), z the normal quantile of ``ci``, clipped to ``bounds``
+    (None: unclipped)."""
     z = float(stats.norm.ppf(0.5 + ci / 2.0))
-    est = 2.0 * point - reps.mean()
-    sd = reps.std(ddof=1)
-    out = np.array([est, est - z * sd, est + z * sd])
+    out = np.array([est, est - z * se, est + z * se])
     if bounds is not None:
         out = np.clip(out, *bounds)
     return tuple(float(v) for v in out)
 
 
 def corrected_metric(
-    cells: Sequence[Cell],
-    functional: ShareFunctional,
-    *,
-    replicates: int = 1000,
-    seed: int = 0,
-    lam: str = "ppi",
-    off_simplex: str = "clip",
-    ci: float = 0.95,
-    interval: str = "bc_normal",
-    bounds: tuple[float, float] | None = (0.0, 1.0),
-    fixed_strata: bool = False,
+    cells: Sequence[Cell], functional: ShareFunctional, **options
 ) -> dict[str, float | int | str]:
     """A metric of the label shares of ``cells`` (``functional``), naive (the reader's shares)
     and corrected (cell_shares), each with a bootstrap interval (bootstrap_shares, cells
     resampled independently; ``interval`` per INTERVALS, clipped to ``bounds``; replicates
-    where the metric is undefined, NaN, are left out). Keys: naive,
+    where the metric is undefined, NaN, are left out). ``options``: corrected_metrics'
+    (replicates, seed, lam, off_simplex, ci, interval, bounds, fixed_strata; their defaults
+    its). Keys: naive,
     naive_low, naive_high, corrected, estimate_bc, ci_low, ci_high, interval, n_human, n_items,
     off_simplex (a share of a cell left [0, 1] before ``off_simplex``'s rule),
     interval_reliable (every cell has MIN_HUMAN_RELIABLE human-labelled items: the size from
     which the corrected interval's coverage is measured to hold; the interval is computed
     either way, a report withholds it where this is false)."""
     return corrected_metrics(
-        cells,
-        lambda shares: np.asarray(functional(shares))[:, None],
-        replicates=replicates,
-        seed=seed,
-        lam=lam,
-        off_simplex=off_simplex,
-        ci=ci,
-        interval=interval,
-        bounds=bounds,
-        fixed_strata=fixed_strata,
+        cells, lambda shares: np.asarray(functional(shares))[:, None], **options
     )[0]
 
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats
 
-from stereolens.metrics.cluster_bootstrap import resample_stratum_double
+from stereolens.metrics.cluster_bootstrap import resample_stratum
 from stereolens.metrics.reader_correction import (
     MIN_HUMAN_RELIABLE,
     Cell,
     ShareFunctional,
     _check_options,
+    _normal_interval,
     _strata,
     apply_off_simplex,
     cell_shares,
@@ -69,7 +69,7 @@ def double_bootstrap_shares(
     replacement within each stratum, its weights from a multinomial at the replicate's
     weights. lam is held at its point value per stratum at both levels. With
     ``cell.cluster`` a stratum's clusters instead, each with all its items, at both levels
-    (cluster_bootstrap.resample_stratum_double; an LVLM term round)."""
+    (cluster_bootstrap.resample_stratum with inner; an LVLM term round)."""
     k = len(cell.labels)
     shape = (replicates, inner)
     naive, corr = np.zeros((replicates, k)), np.zeros((replicates, k))
@@ -90,8 +90,8 @@ def double_bootstrap_shares(
         lam_h = tuned_lambda(y, yhat, cell.reader[rows], w) if lam == "tuned" else 1.0
         if cell.cluster is not None:  # whole clusters at both levels: cluster_bootstrap
             at = np.searchsorted(rows, cell.labelled[lab])
-            args = (cell.cluster[rows], cell.reader[rows], at, y, w, lam_h, replicates, inner)
-            m_all, rect, m_all_in, rect_in = resample_stratum_double(*args, rng)
+            args = (cell.cluster[rows], cell.reader[rows], at, y, w, lam_h, replicates, rng)
+            m_all, rect, m_all_in, rect_in = resample_stratum(*args, inner=inner)
             for mean_all, r, nv, cv, wt in (
                 (m_all, rect, naive, corr, weights[:, h, None]),
                 (m_all_in, rect_in, naive_in, corr_in, weights_in[..., h, None]),
@@ -159,7 +159,6 @@ def double_bias_corrected(
     once = once[np.isfinite(once)]
     if not np.isfinite(point) or once.size < 2:
         return point, np.nan, np.nan
-    z = float(stats.norm.ppf(0.5 + ci / 2.0))
     mean_outer = np.nanmean(outer[np.isfinite(outer)])
     if centre == "once":
         est = 2.0 * point - mean_outer
@@ -168,10 +167,7 @@ def double_bias_corrected(
     var = once.var(ddof=1)
     noise = np.nanmean(inner_var) / inner.shape[1] if np.isfinite(inner_var).any() else 0.0
     se = np.sqrt(var - noise if var - noise > 0 else var)
-    out = np.array([est, est - z * se, est + z * se])
-    if bounds is not None:
-        out = np.clip(out, *bounds)
-    return tuple(float(v) for v in out)
+    return _normal_interval(est, se, ci, bounds)
 
 
 def corrected_metric_double(

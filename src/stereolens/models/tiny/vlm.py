@@ -113,16 +113,29 @@ def _build_processor(tokenizer):
     except ImportError:  # transformers 4.x: the slow processor is PIL-based
         from transformers import CLIPImageProcessor as ImageProcessor
 
-    image_processor = ImageProcessor(
-        size={"shortest_edge": IMAGE_SIZE},
-        crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE},
+    return llava_processor(
+        LlavaProcessor, ImageProcessor, tokenizer, IMAGE_SIZE, PATCH_SIZE, CHAT_TEMPLATE
     )
-    return LlavaProcessor(
+
+
+def llava_processor(
+    processor_class, image_processor_class, tokenizer, image_size: int, patch_size: int,
+    chat_template: str, **image_extra,
+):  # fmt: skip
+    """A LLaVA-family processor (``processor_class``) of square ``image_size`` images, the
+    vision tower's CLS token dropped ("default" feature selection), ``<image>`` its image
+    token; ``image_extra``: more of the image processor's settings."""
+    image_processor = image_processor_class(
+        size={"shortest_edge": image_size},
+        crop_size={"height": image_size, "width": image_size},
+        **image_extra,
+    )
+    return processor_class(
         image_processor=image_processor,
         tokenizer=tokenizer,
-        patch_size=PATCH_SIZE,
+        patch_size=patch_size,
         vision_feature_select_strategy="default",
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template,
         image_token="<image>",
         num_additional_image_tokens=1,  # CLIP's CLS token, dropped by "default"
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from stereolens.models.tiny.twins import tokenizers as toks
+from stereolens.models.tiny.vlm import llava_processor
 
 logger = logging.getLogger(__name__)
 
@@ -242,20 +243,10 @@ def build_llava_next(out_dir: Path, seed: int = 0) -> None:
         tie_word_embeddings=False,
     )
     model = _model(LlavaNextForConditionalGeneration, config, seed, tokenizer, tokenizer.eos_token)
-    image_processor = LlavaNextImageProcessorPil(
-        size={"shortest_edge": LLAVA_IMAGE},
-        crop_size={"height": LLAVA_IMAGE, "width": LLAVA_IMAGE},
-        image_grid_pinpoints=pinpoints,
-    )
-    processor = LlavaNextProcessor(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        patch_size=LLAVA_PATCH,
-        vision_feature_select_strategy="default",
-        chat_template=MISTRAL_TEMPLATE,
-        image_token="<image>",
-        num_additional_image_tokens=1,
-    )
+    processor = llava_processor(
+        LlavaNextProcessor, LlavaNextImageProcessorPil, tokenizer, LLAVA_IMAGE, LLAVA_PATCH,
+        MISTRAL_TEMPLATE, image_grid_pinpoints=pinpoints,
+    )  # fmt: skip
     _save(out_dir, model, tokenizer, processor=processor, rename=HUB_VISION_PREFIX)
 
 

@@ -300,6 +300,21 @@ def _model_part(dims: list) -> dict:
     }  # fmt: skip
 
 
+def _summary_records(m: dict, cohort_cells: list, overall: str, options: dict, key: dict) -> list:
+    """One bootstrap of a model part ``m`` (:func:`_model_part`): its cohort rows (columns
+    ``cohort_cells``) and overall row, the cells of one role drawn jointly; ``key`` the
+    rows' model, role and condition."""
+    results = rc.corrected_metrics(
+        m["cells"], summary_functional(m["pooled"], m["spans"], m["cohorts"], overall),
+        column_cells=[*cohort_cells, list(range(len(m["cells"])))], joint=m["joint"],
+        bounds=(0.0, 1.0), **options,
+    )  # fmt: skip
+    return [
+        {**key, "cohort": cohort, "dimension": ALL, "label": None, **res}
+        for cohort, res in zip([*m["names"], ALL], results, strict=True)
+    ]
+
+
 def _summary_table(rows: list, overall: str, options: dict) -> pl.DataFrame:
     """The ``bi_pooled`` summary rows of the benchmark's bi table: per model x condition the
     cohort rows (dimension "*") and the overall row (cohort "*", dimension "*") over the
@@ -317,16 +332,8 @@ def _summary_table(rows: list, overall: str, options: dict) -> pl.DataFrame:
         spans = m["spans"]
         cols = [[j for d in idx for j in range(spans[d].start, spans[d].stop)]
                 for idx in m["cohorts"]]  # fmt: skip
-        results = rc.corrected_metrics(
-            m["cells"], summary_functional(m["pooled"], spans, m["cohorts"], overall),
-            column_cells=[*cols, list(range(len(m["cells"])))], joint=m["joint"],
-            bounds=(0.0, 1.0), **options,
-        )  # fmt: skip
-        for cohort, res in zip([*m["names"], ALL], results, strict=True):
-            records.append(
-                {"model": model, "role": ALL, "condition": condition, "cohort": cohort,
-                 "dimension": ALL, "label": None, **res}
-            )  # fmt: skip
+        key = {"model": model, "role": ALL, "condition": condition}
+        records += _summary_records(m, cols, overall, options, key)
     summary = ct.metric_frame(records, TABLE_KEYS, "bi_pooled")
     means = _cross_model_rows(by_condition, overall, options)
     return pl.concat([summary, means]).with_columns(pl.lit(None, pl.Int64).alias("k"))
@@ -346,16 +353,8 @@ def _role_summary_table(rows: list, overall: str, options: dict) -> pl.DataFrame
     records = []
     for (model, role, condition), dims in sorted(groups.items()):
         m = _model_part(dims)  # one cell per dimension: span d is cell d
-        results = rc.corrected_metrics(
-            m["cells"], summary_functional(m["pooled"], m["spans"], m["cohorts"], overall),
-            column_cells=[*m["cohorts"], list(range(len(m["cells"])))], joint=m["joint"],
-            bounds=(0.0, 1.0), **options,
-        )  # fmt: skip
-        for cohort, res in zip([*m["names"], ALL], results, strict=True):
-            records.append(
-                {"model": model, "role": role, "condition": condition, "cohort": cohort,
-                 "dimension": ALL, "label": None, **res}
-            )  # fmt: skip
+        key = {"model": model, "role": role, "condition": condition}
+        records += _summary_records(m, m["cohorts"], overall, options, key)
     return ct.metric_frame(records, TABLE_KEYS, "bi").with_columns(
         pl.lit(None, pl.Int64).alias("k")
     )

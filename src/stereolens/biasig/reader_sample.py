@@ -17,12 +17,7 @@ from stereolens.biasig.truth import ATTRIBUTES, VALUES_BY_ATTRIBUTE
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import sample_design as sd
 
-FILES = {
-    "form": "form.html",
-    "key": "key.parquet",
-    "template": "human_labels_template.csv",
-    "design": "design.parquet",
-}
+FILES = sd.FORM_FILES
 """What export_reader_sample writes into its folder: the form and its key (the shared
 annotation form's contract, stereolens.annotation_form: one image per set), the
 human-label template (HUMAN_COLUMNS, label empty, one row per drawn image x person x

@@ -21,6 +21,14 @@ from stereolens.metrics.human_labels import (
 )
 from stereolens.metrics.reader_correction import MIN_LABELLED
 
+FORM_FILES = {
+    "form": "form.html",
+    "key": "key.parquet",
+    "template": "human_labels_template.csv",
+    "design": "design.parquet",
+}
+"""The files of a reader-sample folder with one annotation form (a benchmark's
+export_reader_sample)."""
 ALLOCATIONS = ("neyman", "proportional")
 """``neyman``: n_h proportional to N_h x S_h, S_h = sqrt(the stratum's disagreement rate),
 the allocation of least variance for a given total (Cochran 1977, Sec. 5.5);

@@ -21,12 +21,7 @@ from stereolens.contextbias.schema import AttributeSchema
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import sample_design as sd
 
-FILES = {
-    "form": "form.html",
-    "key": "key.parquet",
-    "template": "human_labels_template.csv",
-    "design": "design.parquet",
-}
+FILES = sd.FORM_FILES
 """What export_reader_sample writes into its folder: the form and its key (the annotation
 form's own contract, one image per set), the human-label template (HUMAN_COLUMNS, label
 empty) and the allocation per stratum (sample_design.DESIGN_COLUMNS + model, target_width,

@@ -154,3 +154,66 @@ def test_independent_attributes_reproduce_the_independent_draws():
         assert joint[attribute]["estimate_bc"] == pytest.approx(
             alone[attribute]["estimate_bc"], abs=0.1 * _width(alone[attribute])
         )
+
+
+def test_eta_draws_a_sides_attributes_together():
+    """eta's double bootstrap draws a side's unit x person once for its gender, race and
+    age at both levels (reader_double.corrected_metric_double(joint=...)): eta_total's row
+    rests on all three and gets the joint groups, an attribute's row has none (its draws
+    are those of the independent bootstrap, bit for bit); the point values do not move.
+    The pair rich / poor (eta.json), 200 images a side, women 30% / 70%, every woman Black
+    and elderly."""
+    rich, poor = RICH, "8d9e7a2271979801"
+    prompts = load_prompts().filter(pl.col("prompt_id").is_in([rich, poor]))
+    rng = np.random.default_rng(8)
+    frames, human = [], []
+    for pid, share in ((rich, 0.3), (poor, 0.7)):
+        ids = np.array([f"{pid[:3]}{j}" for j in range(200)])
+        woman = rng.random(200) < share
+        read = np.where(woman, rng.random(200) >= 0.1, rng.random(200) < 0.02)
+        values = {
+            "gender": ("female", "male"), "race": ("Black", "White"), "age": ("elderly", "young")
+        }  # fmt: skip
+        frames.append(
+            pl.DataFrame(
+                {
+                    "model": "g",
+                    "image_id": ids,
+                    "position": "single",
+                    "prompt_id": pid,
+                    "status": "ok",
+                    **{a: np.where(read, *v) for a, v in values.items()},
+                }
+            )  # fmt: skip
+        )
+        sample = rng.choice(200, 60, replace=False)
+        human += [
+            pl.DataFrame(
+                {
+                    "item_id": ids[sample],
+                    "attribute": a,
+                    "label": np.where(woman, *v)[sample],
+                    "selection_probability": 0.3,
+                }
+            )  # fmt: skip
+            for a, v in values.items()
+        ]
+    reader, prep = reader_table(pl.concat(frames), prompts)
+    strata = reader.select("item_id", "stratum").unique()
+    human = pl.concat(human).join(strata, on="item_id")
+    tables = {
+        joint: corrected_scores(
+            reader, human, prep, load_truth(), prompts=prompts, replicates=200, seed=2,
+            joint=joint,
+        )[0].filter(pl.col("metric") == "eta")
+        for joint in (True, False)
+    }  # fmt: skip
+    rows = {
+        j: {r["protected_attribute"]: r for r in t.iter_rows(named=True)} for j, t in tables.items()
+    }
+    for attribute in ("gender", "race", "age"):
+        assert rows[True][attribute] == rows[False][attribute]
+    both = rows[True]["*"], rows[False]["*"]
+    assert both[0]["corrected"] == both[1]["corrected"] and both[0]["naive"] == both[1]["naive"]
+    assert both[0]["ci_low"] != both[1]["ci_low"]  # another draw: the joint one
+    assert both[0]["n_human"] == 360 and both[0]["interval_reliable"] is False

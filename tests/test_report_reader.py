@@ -232,6 +232,7 @@ def test_the_caption_says_biasig_draws_a_persons_attributes_together():
     text = R.caption()
     assert "person's gender, race and age resampled together" in text
     assert "'The joint draw'" in text and "withheld below 400 labels a cell" in text
+    assert "a side's gender, race and age with one draw of its images at each" in text
 
 
 def test_the_corrected_value_shown_lies_in_its_interval():

@@ -357,6 +357,7 @@ def _eta_cells(rng, n_items: int, n_human: int) -> list:
     cells = []
     for side in ("advantaged", "disadvantaged"):
         labelled = np.sort(rng.choice(n_items, n_human, replace=False))
+        items = tuple(f"{side}{j}" for j in range(n_items))
         for attribute, values in VALUES_BY_ATTRIBUTE.items():
             k = len(values)
             true = rng.choice(k, n_items, p=ETA_TRUE[side][SLICES[attribute]])
@@ -372,15 +373,18 @@ def _eta_cells(rng, n_items: int, n_human: int) -> list:
                     labelled=labelled,
                     human=onehot[true[labelled]],
                     weight=np.full(n_human, n_items / n_human),
+                    items=items,
                 )
             )
     return cells
 
 
 @lru_cache(maxsize=8)
-def _simulate_eta(scale: str, n: int) -> dict[str, tuple]:
+def _simulate_eta(scale: str, n: int, joint: bool = True) -> dict[str, tuple]:
     """Per dataset the naive and the corrected eta_total's (estimate, low, high): the
-    double-bootstrap bias-corrected estimate and interval, 20 second-level replicates."""
+    double-bootstrap bias-corrected estimate and interval, 20 second-level replicates, a
+    side's gender, race and age cells drawn once at both levels (as biasig.corrected draws
+    a side's unit x person; ``joint`` False: each cell on its own, the draw before)."""
     from stereolens.metrics import reader_double as rd
 
     size = ETA_SIZES[scale]
@@ -390,8 +394,9 @@ def _simulate_eta(scale: str, n: int) -> dict[str, tuple]:
     for _ in range(n):
         cells = _eta_cells(rng, size["items"], size["human"])
         m = rd.corrected_metric_double(
-            cells, functional, replicates=size["replicates"], seed=int(rng.integers(2**31))
-        )
+            cells, functional, replicates=size["replicates"], seed=int(rng.integers(2**31)),
+            joint=[[0, 1, 2], [3, 4, 5]] if joint else None,
+        )  # fmt: skip
         out.setdefault("naive eta", []).append((m["naive"], m["naive_low"], m["naive_high"]))
         out.setdefault("eta", []).append((m["estimate_bc"], m["ci_low"], m["ci_high"]))
     return {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
@@ -400,7 +405,11 @@ def _simulate_eta(scale: str, n: int) -> dict[str, tuple]:
 ETA_ROWS = {
     # key: (interval, only at paper scale)
     "naive eta": ("naive: reader's labels, double-bootstrap bias-corrected normal", True),
-    "eta": ("PPI shares, double-bootstrap bias-corrected normal (both samples)", False),
+    "eta": (
+        "PPI shares, double-bootstrap bias-corrected normal (both samples), a side's "
+        "attributes drawn jointly at both levels",
+        False,
+    ),
 }
 
 

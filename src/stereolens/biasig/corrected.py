@@ -226,8 +226,8 @@ def corrected_scores(
     the naive and the corrected value are both over the cells kept). S_imp and S_exp: all
     rows of a model from one bootstrap of its cells (:func:`_score_records`), a unit x
     person's gender, race and age cells from one draw of its images (``joint``; False: each
-    cell drawn on its own, as before; eta's double bootstrap draws each cell on its own
-    either way). ``options``:
+    cell drawn on its own, as before; eta: at both levels of its double bootstrap).
+    ``options``:
     corrected_metric's (eta: corrected_metric_double's, the double bootstrap; its
     interval_reliable: every cell of the row has formulas.ETA_MIN_HUMAN_RELIABLE human
     labels, eta's own measured minimum)."""
@@ -262,14 +262,19 @@ def corrected_scores(
         eta = Eta(prep, truth, resolve_pairs(prompts, truth, eta_variant))
         rows = _eta_rows(cells, eta, index, truth, eta_variant)
         if rows:
-            table = ct.metric_table(
-                rows, KEYS, "eta", estimator=rd.corrected_metric_double, **options
-            )
+            records = [
+                {**key, **rd.corrected_metric_double(
+                    row_cells, fn, bounds=None, joint=(groups or None) if joint else None,
+                    **options,
+                )}
+                for key, row_cells, fn, groups in rows
+            ]  # fmt: skip
+            table = ct.metric_frame(records, KEYS, "eta")
             # eta's own measured minimum (formulas.ETA_MIN_HUMAN_RELIABLE), not the smooth
             # metrics' MIN_HUMAN_RELIABLE that corrected_metric_double applies
             reliable = [
-                all(c.labelled.size >= ETA_MIN_HUMAN_RELIABLE for c in cells)
-                for _, cells, _, _ in rows
+                all(c.labelled.size >= ETA_MIN_HUMAN_RELIABLE for c in row_cells)
+                for _, row_cells, _, _ in rows
             ]
             tables.append(
                 table.with_columns(interval_reliable=pl.Series(reliable, dtype=pl.Boolean))
@@ -283,13 +288,17 @@ def corrected_scores(
 
 
 def _eta_rows(cells: dict, eta: Eta, index: dict, truth: BiasIGTruth, variant: str) -> list:
-    """metric_table's rows of eta: per (variant, model) x ETA_COLUMNS the cells of the
+    """The rows of eta, (key, cells, functional, joint groups): per (variant, model) x
+    ETA_COLUMNS the cells of the
     pairs' sides (a unit x person that eta.json's pairs name; the attribute's cells only
     for eta_gender, _race, _age) and the functional that pools their shares into the
     sides' counts as Eta.sums pools the images (a cell's shares x its items: the shares
     are over all the cell's items, those without a usable answer adding to none) and
     takes Eta.etas' model eta, the eta.json-weighted mean over the resolved pairs whose
-    sides have answers. Unbounded (eta is 0.5 plus signed squared deviations)."""
+    sides have answers. Unbounded (eta is 0.5 plus signed squared deviations). The joint
+    groups (:func:`_joint_groups`): a side's unit x person's attribute cells, drawn once
+    at both levels of the double bootstrap (eta_total's row; an attribute's row has
+    none)."""
     runs = {run: r for r, run in enumerate(eta.runs)}
     picked: dict[tuple[str, str], list] = {}
     for key, cell in cells.items():
@@ -308,7 +317,8 @@ def _eta_rows(cells: dict, eta: Eta, index: dict, truth: BiasIGTruth, variant: s
                 one, truth, variant, 0, column,
             )  # fmt: skip
             key = {"variant": variant_, "model": model, "protected_attribute": attribute}
-            rows.append((key, [cell for _, cell, _ in use], fn, None))
+            groups = _joint_groups([(key_, cell) for key_, cell, _ in use])
+            rows.append((key, [cell for _, cell, _ in use], fn, groups))
     return rows
 
 

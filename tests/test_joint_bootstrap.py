@@ -122,3 +122,35 @@ def test_joint_groups_are_checked():
     with pytest.raises(ValueError, match="outside"):
         jb.groups_of(2, [[0, 2]])
     assert jb.groups_of(4, [[2, 0]]) == [[2, 0], [1], [3]]
+
+
+def test_joint_double_bootstrap():
+    """``inner``: the second level of the double bootstrap (metrics.reader_double) drawn
+    once for a group too: perfectly correlated cells get the same numbers at both levels;
+    a cell alone has the spread of double_bootstrap_shares' at both levels."""
+    from stereolens.metrics import reader_double as rd
+
+    cells = _two_dimensions(np.random.default_rng(21), n_items=1_000, n_human=150)
+    lams = [[1.0], [1.0]]
+    (g, g_c, g_in, g_c_in), (h, h_c, h_in, h_c_in) = jb.bootstrap_joint(
+        cells, [[0, 1]], 200, np.random.default_rng(0), lams, inner=10
+    )
+    assert g_in.shape == (200, 10, 2) and h_c_in.shape == (200, 10, 2)
+    for a, b in ((g, h), (g_c, h_c), (g_in, h_in), (g_c_in, h_c_in)):
+        assert np.array_equal(a[..., 1], b[..., 0])
+    # one cell alone: its levels' spreads are double_bootstrap_shares'
+    got = jb.bootstrap_joint(cells[:1], [], 3_000, np.random.default_rng(1), lams[:1], inner=5)
+    want = rd.double_bootstrap_shares(cells[0], 3_000, 5, np.random.default_rng(2))
+    for a, b in zip(got[0], want, strict=True):
+        assert a.std(0).ravel()[1] == pytest.approx(b.std(0).ravel()[1], rel=0.07)
+        assert a.mean() == pytest.approx(b.mean(), abs=3e-3)
+    # the spread within a replicate: second-level draws around their first-level draw
+    inner_sd = [level[3].std(1).mean() for level in (got[0], want)]
+    assert inner_sd[0] == pytest.approx(inner_sd[1], rel=0.07)
+    # corrected_metric_double with the group: the mean of the two is one cell's, doubled
+    opts = {"replicates": 300, "inner": 10, "seed": 4, "bounds": None}
+    joint = rd.corrected_metric_double(cells, lambda s: _mean_share(s), joint=[[0, 1]], **opts)
+    apart = rd.corrected_metric_double(cells, lambda s: _mean_share(s), **opts)
+    assert joint["corrected"] == apart["corrected"]
+    ratio = (joint["ci_high"] - joint["ci_low"]) / (apart["ci_high"] - apart["ci_low"])
+    assert ratio == pytest.approx(np.sqrt(2.0), rel=0.15)

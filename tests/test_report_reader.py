@@ -261,6 +261,15 @@ def test_contextbias_role_cohort_rows_rank_within_their_role_and_cohort():
     assert "94.8% and 94.7% of 1,000 datasets" in R.caption()
 
 
+def test_the_caption_says_biasig_draws_a_persons_attributes_together():
+    # biasig.corrected resamples a unit x person's gender, race and age with one draw of its
+    # images; the caption says so, and that the interval stays withheld at the paper's size
+    text = R.caption()
+    assert "person's gender, race and age resampled together" in text
+    assert "'The joint draw'" in text and "withheld below 400 labels a cell" in text
+    assert "a side's gender, race and age with one draw of its images at each" in text
+
+
 def test_the_corrected_value_shown_lies_in_its_interval():
     # the demo's LVLM term row: the plug-in 8.33 outside its bc-normal interval [0.00, 6.51]
     # (centred on estimate_bc = 2 x 8.33 - the replicates' mean, clipped at 0); the block

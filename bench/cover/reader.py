@@ -364,6 +364,7 @@ def _eta_cells(rng, n_items: int, n_human: int) -> list:
     cells = []
     for side in ("advantaged", "disadvantaged"):
         labelled = np.sort(rng.choice(n_items, n_human, replace=False))
+        items = tuple(f"{side}{j}" for j in range(n_items))
         for attribute, values in VALUES_BY_ATTRIBUTE.items():
             k = len(values)
             true = rng.choice(k, n_items, p=ETA_TRUE[side][SLICES[attribute]])
@@ -379,15 +380,18 @@ def _eta_cells(rng, n_items: int, n_human: int) -> list:
                     labelled=labelled,
                     human=onehot[true[labelled]],
                     weight=np.full(n_human, n_items / n_human),
+                    items=items,
                 )
             )
     return cells
 
 
 @lru_cache(maxsize=8)
-def _simulate_eta(scale: str, n: int) -> dict[str, tuple]:
+def _simulate_eta(scale: str, n: int, joint: bool = True) -> dict[str, tuple]:
     """Per dataset the naive and the corrected eta_total's (estimate, low, high): the
-    double-bootstrap bias-corrected estimate and interval, 20 second-level replicates."""
+    double-bootstrap bias-corrected estimate and interval, 20 second-level replicates, a
+    side's gender, race and age cells drawn once at both levels (as biasig.corrected draws
+    a side's unit x person; ``joint`` False: each cell on its own, the draw before)."""
     from stereolens.metrics import reader_double as rd
 
     size = ETA_SIZES[scale]
@@ -397,8 +401,9 @@ def _simulate_eta(scale: str, n: int) -> dict[str, tuple]:
     for _ in range(n):
         cells = _eta_cells(rng, size["items"], size["human"])
         m = rd.corrected_metric_double(
-            cells, functional, replicates=size["replicates"], seed=int(rng.integers(2**31))
-        )
+            cells, functional, replicates=size["replicates"], seed=int(rng.integers(2**31)),
+            joint=[[0, 1, 2], [3, 4, 5]] if joint else None,
+        )  # fmt: skip
         out.setdefault("naive eta", []).append((m["naive"], m["naive_low"], m["naive_high"]))
         out.setdefault("eta", []).append((m["estimate_bc"], m["ci_low"], m["ci_high"]))
     return {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
@@ -407,7 +412,11 @@ def _simulate_eta(scale: str, n: int) -> dict[str, tuple]:
 ETA_ROWS = {
     # key: (interval, only at paper scale)
     "naive eta": ("naive: reader's labels, double-bootstrap bias-corrected normal", True),
-    "eta": ("PPI shares, double-bootstrap bias-corrected normal (both samples)", False),
+    "eta": (
+        "PPI shares, double-bootstrap bias-corrected normal (both samples), a side's "
+        "attributes drawn jointly at both levels",
+        False,
+    ),
 }
 
 
@@ -515,6 +524,9 @@ subject (20 phrasings x 10), where no cell can reach MIN_HUMAN_RELIABLE: the row
 what the report withholds there. The n = 800 rows of bench/COVERAGE.md were measured with
 "test" human (400, 800); the suite runs 400 alone (about 0.5 s of CPU a dataset with one
 bootstrap per model, 0.85 s with one per row: about 100 s against 170 s)."""
+JOINT_INTERVAL = "PPI per unit x person x attribute, its attributes drawn jointly, bc-normal"
+"""The corrected BiasIG rows' interval: a unit x person's images drawn once for its gender,
+race and age cells (biasig.corrected, ``joint``)."""
 BIASIG_ROWS = {
     # (metric, protected attribute): the corrected row; every one also naive
     **{("s_imp", a): "S_imp" for a in ("*", "gender", "race", "age")},
@@ -577,10 +589,14 @@ def _biasig_world(world: str = "seven"):
     return prompts, truth, units, population
 
 
-def _biasig_dataset(rng, n_items: int, n_human: int, world: str = "seven"):
+def _biasig_dataset(rng, n_items: int, n_human: int, world: str = "seven", together=False):
     """One dataset: the answers table (the reader's values of every image x person) and
     the human-label table (the true values of every person of n_human images a unit, a
-    simple random sample)."""
+    simple random sample). ``together``: a person's gender, race and age drawn from ONE
+    uniform (comonotone: each attribute's value the same quantile of its true shares) and
+    read through its confusion with one more (a reader that errs on a person errs on all
+    three together); the attributes' shares, hence the population S_imp and S_exp, are
+    those of the independent draw."""
     import polars as pl
 
     from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES
@@ -596,12 +612,15 @@ def _biasig_dataset(rng, n_items: int, n_human: int, world: str = "seven"):
         positions = ("single",) if shares.shape[0] == 1 else ("left", "right")
         for s, position in enumerate(positions):
             read, true = {}, {}
+            shared = (rng.random(n_items), rng.random(n_items)) if together else None
             for a in ATTRIBUTES:
                 sl = SLICES[a]
-                t = (rng.random(n_items)[:, None] > np.cumsum(shares[s, sl])).sum(1)
+                u = shared[0] if together else rng.random(n_items)
+                t = (u[:, None] > np.cumsum(shares[s, sl])).sum(1)
                 t = np.minimum(t, sl.stop - sl.start - 1)
                 conf = np.cumsum(np.array(BIASIG_CONFUSION[a]), axis=1)[t]
-                r = np.minimum((rng.random(n_items)[:, None] > conf).sum(1), conf.shape[1] - 1)
+                u = shared[1] if together else rng.random(n_items)
+                r = np.minimum((u[:, None] > conf).sum(1), conf.shape[1] - 1)
                 read[a], true[a] = values[sl.start + r], values[sl.start + t]
             answers.append(
                 pl.DataFrame({"prompt_id": prompt, "image_id": image, "position": position, **read})
@@ -615,10 +634,15 @@ def _biasig_dataset(rng, n_items: int, n_human: int, world: str = "seven"):
     return answers, human
 
 
-@lru_cache(maxsize=8)
-def _biasig_simulate(scale: str, n: int, human: int, world: str = "seven") -> dict[tuple, tuple]:
+@lru_cache(maxsize=16)
+def _biasig_simulate(
+    scale: str, n: int, human: int, world: str = "seven", joint: bool = True, together=False
+) -> dict[tuple, tuple]:
     """Per (metric, attribute, "naive" | "corrected"), (estimate, low, high) arrays over
-    ``n`` datasets, each through biasig.corrected.reader_table and corrected_scores."""
+    ``n`` datasets, each through biasig.corrected.reader_table and corrected_scores (a unit
+    x person's attributes from one draw of its images; ``joint`` False: each cell drawn on
+    its own, the bootstrap before; the same datasets and seeds either way; ``together``:
+    _biasig_dataset's comonotone attributes)."""
     from stereolens.biasig.corrected import corrected_scores, reader_table
 
     prompts, truth, _, _ = _biasig_world(world)
@@ -626,13 +650,13 @@ def _biasig_simulate(scale: str, n: int, human: int, world: str = "seven") -> di
     rng = np.random.default_rng([21, 9 if world == "seven" else 10, n, human])
     out: dict[tuple, list] = {}
     for _ in range(n):
-        answers, hum = _biasig_dataset(rng, size["items"], human, world)
+        answers, hum = _biasig_dataset(rng, size["items"], human, world, together)
         reader, prep = reader_table(answers, prompts)
         strata = reader.select("item_id", "stratum").unique()
         hum = hum.join(strata, on="item_id", how="left")  # the reader table's stratum
         table, short = corrected_scores(
             reader, hum, prep, truth, replicates=size["replicates"],
-            seed=int(rng.integers(2**31)),
+            seed=int(rng.integers(2**31)), joint=joint,
         )  # fmt: skip
         assert not short.height, short
         for row in table.iter_rows(named=True):
@@ -670,7 +694,7 @@ def biasig_rows(scale: str) -> list[Row]:
                     interval = "naive: reader's labels, bootstrap bc-normal"
                     extra = {"reference": "naive: the reader's values taken as the truth"}
                 else:
-                    interval = "PPI per unit x person x attribute, bootstrap bc-normal"
+                    interval = JOINT_INTERVAL
                     HUMAN[name] = human
                     minimum = _rc().MIN_HUMAN_RELIABLE
                     extra = {
@@ -699,6 +723,10 @@ MANY_SIZES = {
 unit (a simple random sample per unit: the designed sample of biasig.sample_design, whose
 strata are generator x unit, with equal N_h and a common disagreement rate it allocates
 equally); 200 bootstrap replicates (the interval's Monte Carlo noise, not its centre)."""
+MANY_TOGETHER = (50, 150)
+"""Human labels a unit of the many-cell world's rows with a person's attributes drawn
+together (_biasig_dataset ``together``): the joint draw against independent draws where
+the attributes are correlated (their population values are the independent world's)."""
 
 
 @lru_cache(maxsize=1)
@@ -755,8 +783,11 @@ def many_rows(scale: str) -> list[Row]:
     200 images a unit and each of MANY_SIZES' human labels a unit: the whole metric's
     coverage, measured for a rule on the metric instead of MIN_HUMAN_RELIABLE per cell
     (bench/COVERAGE.md "BiasIG at the paper's structure": the rows do not support one; the
-    report keeps withholding). "paper" only (`--scale paper --only reader`: about 0.45 s of
-    CPU a dataset, 6 min for the four sizes' 200 datasets)."""
+    report keeps withholding), and beside each `*` row the same with every cell drawn on its
+    own (``independent``: the bootstrap before the joint draw, on the same datasets and
+    seeds; an attribute's own row rests on that attribute's cells alone, its law the same
+    either way). "paper" only (`--scale paper --only reader`: about 0.45 s of CPU a dataset
+    and draw, 12 min for the four sizes' 200 datasets, joint and independent)."""
     if scale not in MANY_SIZES:
         return []
     size = MANY_SIZES[scale]
@@ -766,9 +797,18 @@ def many_rows(scale: str) -> list[Row]:
     for human in size["human"]:
         for (metric, attribute), label in BIASIG_ROWS.items():
             truth = world[3][(metric, attribute)]
-            for kind in ("corrected", "naive"):
+            kinds = (
+                ("corrected", "naive", "independent")
+                if attribute == "*"
+                else ("corrected", "naive")
+            )
+            for kind in kinds:
 
                 def draw(rng, n, key=(metric, attribute, kind), human=human):
+                    if key[2] == "independent":
+                        return _biasig_simulate(scale, n, human, "many", False)[
+                            (*key[:2], "corrected")
+                        ]
                     return _biasig_simulate(scale, n, human, "many")[key]
 
                 name = (
@@ -778,12 +818,37 @@ def many_rows(scale: str) -> list[Row]:
                 if kind == "naive":
                     interval = "naive: reader's labels, bootstrap bc-normal"
                     extra = {"reference": "naive: the reader's values taken as the truth"}
+                elif kind == "independent":
+                    interval = "PPI per unit x person x attribute, each cell drawn on its own"
+                    extra = {"reference": "the bootstrap before the joint draw"}
                 else:
-                    interval = "PPI per unit x person x attribute, bootstrap bc-normal"
+                    interval = JOINT_INTERVAL
                     minimum = _rc().MIN_HUMAN_RELIABLE
                     extra = {
                         "below_minimum": f"n {human} < MIN_HUMAN_RELIABLE {minimum}: the "
                         "report withholds it"
                     }
+                out.append(Row(name, "reader correction", interval, truth, draw, **extra))
+    for human in MANY_TOGETHER:
+        for (metric, attribute), label in BIASIG_ROWS.items():
+            truth = world[3][(metric, attribute)]
+            for kind in ("corrected", "independent") if attribute == "*" else ("corrected",):
+
+                def draw(rng, n, key=(metric, attribute), human=human, joint=kind == "corrected"):
+                    return _biasig_simulate(scale, n, human, "many", joint, True)[
+                        (*key, "corrected")
+                    ]
+
+                name = (
+                    f"reader {scale}: biasig many together {kind} {label} {attribute}, world "
+                    f"biasig {n_units} units, attributes together, N {size['items']:,}, "
+                    f"n {human:,}, truth {truth:.4g}"
+                )
+                if kind == "independent":
+                    interval = "PPI per unit x person x attribute, each cell drawn on its own"
+                    extra = {"reference": "the bootstrap before the joint draw"}
+                else:
+                    interval = JOINT_INTERVAL
+                    extra = {"below_minimum": f"n {human} < MIN_HUMAN_RELIABLE: withheld"}
                 out.append(Row(name, "reader correction", interval, truth, draw, **extra))
     return out

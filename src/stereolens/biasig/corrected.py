@@ -122,14 +122,31 @@ def _score_functional(slots, implicit, explicit, columns, n_units: int):
     return score
 
 
-def _score_records(cells: dict, prep, truth: BiasIGTruth, index: dict, options: dict) -> dict:
+def _joint_groups(picked: list) -> list[list[int]]:
+    """corrected_metrics' ``joint`` groups of one model's cells (``picked``: (key, cell)):
+    the attribute cells of one unit x person that read the same items (the same images,
+    their gender, race and age read from each), so that one draw of the images gives every
+    attribute its shares (metrics.joint_bootstrap); a cell with clusters, or alone, is
+    drawn on its own."""
+    groups: dict[tuple, list[int]] = {}
+    for i, (key, cell) in enumerate(picked):
+        if cell.cluster is None:
+            groups.setdefault((key[:4], cell.items, cell.strata), []).append(i)
+    return [group for group in groups.values() if len(group) > 1]
+
+
+def _score_records(
+    cells: dict, prep, truth: BiasIGTruth, index: dict, options: dict, joint: bool = True
+) -> dict:
     """metric -> corrected_metrics' records (KEYS + its keys) of S_imp and S_exp, per
     (variant, model) in prep.runs' order x protected attribute (COLUMNS' order): every
     row of a model from ONE bootstrap of all its cells (reader_correction.corrected_metrics,
     seeded by ``options``' seed once per model), each row a function of its own cells
     (S_imp: the implicit units' cells, S_exp: the explicit units'; an attribute's row its
     attribute's cells, * all), whose n_human, n_items, off_simplex and interval_reliable it
-    carries. A metric's rows exist where the model has cells of its units."""
+    carries. A metric's rows exist where the model has cells of its units. ``joint``: a
+    unit x person's attribute cells share one draw of its images (:func:`_joint_groups`),
+    else every cell is drawn on its own (the bootstrap before the joint draw)."""
     imp, exp = Implicit(prep, truth), Explicit(prep)
     exp_columns = {a: 9 + i for a, i in COLUMNS.items() if a != "*"} | {"*": 12}
     metrics = (("s_imp", imp, COLUMNS), ("s_exp", exp, exp_columns))
@@ -182,7 +199,7 @@ def _score_records(cells: dict, prep, truth: BiasIGTruth, index: dict, options: 
         fn = _score_functional(slots, implicit, explicit, columns, u1 - u0)
         results = rc.corrected_metrics(
             [cell for _, cell in picked], fn, bounds=(0.0, 1.0), column_cells=column_cells,
-            **options,
+            joint=_joint_groups(picked) if joint else None, **options,
         )  # fmt: skip
         for (metric, attribute), res in zip(keys, results, strict=True):
             key = {"variant": variant, "model": model, "protected_attribute": attribute}
@@ -198,6 +215,7 @@ def corrected_scores(
     *,
     prompts: pl.DataFrame | None = None,
     eta_variant: str = "paper",
+    joint: bool = True,
     **options,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(the corrected table: KEYS + reader_correction.METRIC_COLUMNS, metric s_imp, s_exp
@@ -206,7 +224,10 @@ def corrected_scores(
     (variant, model) x protected attribute (gender, race, age, *) at the model level; the
     cells, unit x person x attribute, left out for want of 2 human labels in their stratum:
     the naive and the corrected value are both over the cells kept). S_imp and S_exp: all
-    rows of a model from one bootstrap of its cells (:func:`_score_records`). ``options``:
+    rows of a model from one bootstrap of its cells (:func:`_score_records`), a unit x
+    person's gender, race and age cells from one draw of its images (``joint``; False: each
+    cell drawn on its own, as before; eta: at both levels of its double bootstrap).
+    ``options``:
     corrected_metric's (eta: corrected_metric_double's, the double bootstrap; its
     interval_reliable: every cell of the row has formulas.ETA_MIN_HUMAN_RELIABLE human
     labels, eta's own measured minimum)."""
@@ -231,7 +252,7 @@ def corrected_scores(
         (r["variant"], r["model"], r["unit"]): u
         for u, r in enumerate(prep.units.iter_rows(named=True))
     }
-    records = _score_records(cells, prep, truth, index, options)
+    records = _score_records(cells, prep, truth, index, options, joint)
     tables = [
         ct.metric_frame(records[metric], KEYS, metric)
         for metric in ("s_imp", "s_exp")
@@ -241,14 +262,19 @@ def corrected_scores(
         eta = Eta(prep, truth, resolve_pairs(prompts, truth, eta_variant))
         rows = _eta_rows(cells, eta, index, truth, eta_variant)
         if rows:
-            table = ct.metric_table(
-                rows, KEYS, "eta", estimator=rd.corrected_metric_double, **options
-            )
+            records = [
+                {**key, **rd.corrected_metric_double(
+                    row_cells, fn, bounds=None, joint=(groups or None) if joint else None,
+                    **options,
+                )}
+                for key, row_cells, fn, groups in rows
+            ]  # fmt: skip
+            table = ct.metric_frame(records, KEYS, "eta")
             # eta's own measured minimum (formulas.ETA_MIN_HUMAN_RELIABLE), not the smooth
             # metrics' MIN_HUMAN_RELIABLE that corrected_metric_double applies
             reliable = [
-                all(c.labelled.size >= ETA_MIN_HUMAN_RELIABLE for c in cells)
-                for _, cells, _, _ in rows
+                all(c.labelled.size >= ETA_MIN_HUMAN_RELIABLE for c in row_cells)
+                for _, row_cells, _, _ in rows
             ]
             tables.append(
                 table.with_columns(interval_reliable=pl.Series(reliable, dtype=pl.Boolean))
@@ -262,13 +288,17 @@ def corrected_scores(
 
 
 def _eta_rows(cells: dict, eta: Eta, index: dict, truth: BiasIGTruth, variant: str) -> list:
-    """metric_table's rows of eta: per (variant, model) x ETA_COLUMNS the cells of the
+    """The rows of eta, (key, cells, functional, joint groups): per (variant, model) x
+    ETA_COLUMNS the cells of the
     pairs' sides (a unit x person that eta.json's pairs name; the attribute's cells only
     for eta_gender, _race, _age) and the functional that pools their shares into the
     sides' counts as Eta.sums pools the images (a cell's shares x its items: the shares
     are over all the cell's items, those without a usable answer adding to none) and
     takes Eta.etas' model eta, the eta.json-weighted mean over the resolved pairs whose
-    sides have answers. Unbounded (eta is 0.5 plus signed squared deviations)."""
+    sides have answers. Unbounded (eta is 0.5 plus signed squared deviations). The joint
+    groups (:func:`_joint_groups`): a side's unit x person's attribute cells, drawn once
+    at both levels of the double bootstrap (eta_total's row; an attribute's row has
+    none)."""
     runs = {run: r for r, run in enumerate(eta.runs)}
     picked: dict[tuple[str, str], list] = {}
     for key, cell in cells.items():
@@ -287,7 +317,8 @@ def _eta_rows(cells: dict, eta: Eta, index: dict, truth: BiasIGTruth, variant: s
                 one, truth, variant, 0, column,
             )  # fmt: skip
             key = {"variant": variant_, "model": model, "protected_attribute": attribute}
-            rows.append((key, [cell for _, cell, _ in use], fn, None))
+            groups = _joint_groups([(key_, cell) for key_, cell, _ in use])
+            rows.append((key, [cell for _, cell, _ in use], fn, groups))
     return rows
 
 

@@ -66,7 +66,8 @@ def bootstrap_joint(
     rng: np.random.Generator,
     lams: Sequence[Sequence[float]],
     fixed_strata: bool = False,
-) -> list[tuple[np.ndarray, np.ndarray]]:
+    inner: int = 0,
+) -> list[tuple[np.ndarray, ...]]:
     """(naive, corrected) share replicates (replicates, K_c) of every cell, as
     reader_correction.bootstrap_shares gives one cell's, but with one draw per group of
     ``joint`` (groups_of): per stratum, the group's items are split into classes by the
@@ -76,28 +77,45 @@ def bootstrap_joint(
     items gives every cell of the group its reader mean and its rectifier; the strata's
     weights N_h / N drawn once per group from their multinomial (held with
     ``fixed_strata``). ``lams``: per cell, the lam of each stratum (held at its point
-    value). Cells in different groups are resampled independently."""
+    value). Cells in different groups are resampled independently. ``inner`` > 0: the
+    double bootstrap of metrics.reader_double as well, (naive, corrected, naive (R, inner,
+    K_c), corrected (R, inner, K_c)) per cell: each first-level draw of a class drawn again
+    with replacement ``inner`` times (its multiplicities resampled), the strata's weights
+    from a multinomial at the replicate's, one second-level draw shared by the group's
+    cells as the first."""
+    from stereolens.metrics.reader_double import _resample_rows  # (it imports this module)
+
     out: list = [None] * len(cells)
+    levels = [(replicates,)] + ([(replicates, inner)] if inner else [])
     for group in groups_of(len(cells), joint):
         _check_group(cells, group)
         first = cells[group[0]]
         sizes = np.bincount(first.stratum, minlength=len(first.strata))
         big_n = sizes.sum()
-        weights = np.broadcast_to(sizes / big_n, (replicates, sizes.size))
+        weights = [np.broadcast_to(sizes / big_n, (*shape, sizes.size)) for shape in levels]
         if not fixed_strata:
-            weights = rng.multinomial(big_n, sizes / big_n, size=replicates) / big_n
-        naive = {i: np.zeros((replicates, len(cells[i].labels))) for i in group}
-        corr = {i: np.zeros_like(naive[i]) for i in group}
+            drawn = rng.multinomial(big_n, sizes / big_n, size=replicates)
+            weights[0] = drawn / big_n
+            if inner:
+                weights[1] = _resample_rows(drawn, rng, inner) / big_n
+        sums = [
+            ({i: np.zeros((*shape, len(cells[i].labels))) for i in group},
+             {i: np.zeros((*shape, len(cells[i].labels))) for i in group})
+            for shape in levels
+        ]  # fmt: skip
         for h in range(sizes.size):
             rows = np.flatnonzero(first.stratum == h)
-            _stratum(cells, group, rows, h, replicates, rng, lams, weights[:, h, None], naive, corr)
+            _stratum(cells, group, rows, h, replicates, rng, lams, weights, sums, inner)
         for i in group:
-            out[i] = (naive[i], corr[i])
+            out[i] = tuple(part[i] for level in sums for part in level)
     return out
 
 
-def _stratum(cells, group, rows, h, replicates, rng, lams, weight, naive, corr) -> None:
-    """One stratum of one group: the classes' draws, every cell's mean and rectifier."""
+def _stratum(cells, group, rows, h, replicates, rng, lams, weights, sums, inner) -> None:
+    """One stratum of one group: the classes' draws (and with ``inner`` their second-level
+    draws), every cell's mean and rectifier at each level of ``sums``."""
+    from stereolens.metrics.reader_double import _resample_rows
+
     position = {}  # cell -> (labelled row index -> its index among cell.labelled)
     member = np.zeros((rows.size, len(group)), dtype=bool)
     for g, i in enumerate(group):
@@ -105,9 +123,10 @@ def _stratum(cells, group, rows, h, replicates, rng, lams, weight, naive, corr) 
         at = np.searchsorted(rows, cells[i].labelled[lab])
         member[at, g] = True
         position[i] = dict(zip(at.tolist(), lab.tolist(), strict=True))
-    total = {i: np.zeros((replicates, len(cells[i].labels))) for i in group}
-    rect = {i: np.zeros_like(total[i]) for i in group}
-    picked = {i: np.zeros(replicates) for i in group}
+    shapes = [(replicates,)] + ([(replicates, inner)] if inner else [])
+    total = [{i: np.zeros((*sh, len(cells[i].labels))) for i in group} for sh in shapes]
+    rect = [{i: np.zeros_like(t[i]) for i in group} for t in total]
+    picked = [{i: np.zeros(sh) for i in group} for sh in shapes]
     classes, class_of = np.unique(member, axis=0, return_inverse=True)
     for c, pattern in enumerate(classes):
         at = np.flatnonzero(class_of.reshape(-1) == c)
@@ -121,16 +140,21 @@ def _stratum(cells, group, rows, h, replicates, rng, lams, weight, naive, corr) 
                 blocks += [cell.weight[lab, None], rectifier]
             spans.append(start)
         distinct, counts = _unique_rows(np.hstack(blocks))
-        draws = rng.multinomial(at.size, counts / at.size, size=replicates).astype(float)
-        for g, i in enumerate(group):
-            k, start = len(cells[i].labels), spans[g]
-            total[i] += draws @ distinct[:, start : start + k]
-            if pattern[g]:
-                w = distinct[:, start + k]
-                picked[i] += draws @ w
-                rect[i] += (draws * w) @ distinct[:, start + k + 1 : start + 2 * k + 1]
-    for i in group:
-        lam = float(lams[i][h])
-        mean_all = total[i] / rows.size
-        naive[i] += weight * mean_all
-        corr[i] += weight * (lam * mean_all + rect[i] / picked[i][:, None])
+        draws = rng.multinomial(at.size, counts / at.size, size=replicates)
+        every = [draws] + ([_resample_rows(draws, rng, inner)] if inner else [])
+        for level, d in enumerate(every):
+            d = d.astype(float)
+            for g, i in enumerate(group):
+                k, start = len(cells[i].labels), spans[g]
+                total[level][i] += d @ distinct[:, start : start + k]
+                if pattern[g]:
+                    w = distinct[:, start + k]
+                    picked[level][i] += d @ w
+                    rect[level][i] += (d * w) @ distinct[:, start + k + 1 : start + 2 * k + 1]
+    for level, (naive, corr) in enumerate(sums):
+        weight = weights[level][..., h, None]
+        for i in group:
+            lam = float(lams[i][h])
+            mean_all = total[level][i] / rows.size
+            naive[i] += weight * mean_all
+            corr[i] += weight * (lam * mean_all + rect[level][i] / picked[level][i][..., None])

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from stereolens.metrics.cluster_bootstrap import resample_stratum
+from stereolens.metrics.joint_bootstrap import bootstrap_joint
 from stereolens.metrics.reader_correction import (
     MIN_HUMAN_RELIABLE,
     Cell,
@@ -184,22 +185,32 @@ def corrected_metric_double(
     bounds: tuple[float, float] | None = None,
     fixed_strata: bool = False,
     centre: str = "double",
+    joint: Sequence[Sequence[int]] | None = None,
 ) -> dict[str, float | int | str]:
     """:func:`corrected_metric` for a metric that is not smooth in the shares (BiasIG's eta:
     a contribution's sign flips where a share crosses its ground truth), with the same keys:
     naive and corrected each with the iterated (double) bootstrap bias-corrected estimate
     and interval (:func:`double_bias_corrected`) from :func:`double_bootstrap_shares`
     (``inner`` second-level replicates per replicate, both samples resampled within strata
-    at both levels, cells independently), the interval unclipped unless ``bounds``.
-    ``interval`` is not used (always "double_bc": the percentile interval of BiasIG's own eta
-    covered 35.5% at paper scale, the once-corrected one 87.5%; bench/COVERAGE.md);
+    at both levels, cells independently unless ``joint``), the interval unclipped unless
+    ``bounds``. ``interval`` is not used (always "double_bc": the percentile interval of
+    BiasIG's own eta covered 35.5% at paper scale, the once-corrected one 87.5%;
+    bench/COVERAGE.md);
     ``estimate_bc`` is the double-bootstrap estimate (``centre`` "once": the once-corrected
     one, 2 x plug-in - the replicates' mean, with the double bootstrap's error;
-    interval "bc_double_se")."""
+    interval "bc_double_se"). ``joint``: groups of cell indices read from the same items
+    (BiasIG's gender, race and age of one side's unit x person), each drawn once at both
+    levels (metrics.joint_bootstrap, ``inner``); default every cell on its own."""
     _check_options(lam, off_simplex, interval)
     rng = np.random.default_rng(seed)
     points = [cell_shares(c, lam, off_simplex, ci, fixed_strata) for c in cells]
-    boots = [double_bootstrap_shares(c, replicates, inner, rng, lam, fixed_strata) for c in cells]
+    if joint is None:
+        boots = [
+            double_bootstrap_shares(c, replicates, inner, rng, lam, fixed_strata) for c in cells
+        ]
+    else:
+        lams = [p["lam"] for p in points]
+        boots = bootstrap_joint(cells, joint, replicates, rng, lams, fixed_strata, inner)
     naive_pt = float(functional([p["naive"][None] for p in points])[0])
     corr_pt = float(functional([p["corrected"][None] for p in points])[0])
 

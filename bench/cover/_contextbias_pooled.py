@@ -39,15 +39,20 @@ def _bi(p: float) -> float:
     return float(1.0 + (p * np.log(p) + (1 - p) * np.log(1 - p)) / np.log(2.0))
 
 
-def truth() -> dict[str, float]:
-    """The population's pooled BI per dimension, cohort mean and overall value."""
-    w = float(np.mean(WOMEN))
-    share = {"gender_presentation": w}
+def truth_at(women: float) -> dict[str, float]:
+    """BI per dimension, the people cohort mean and the overall value of images with this
+    share of women (this world's and bench/cover/_contextbias_role.py's truth)."""
+    share = {"gender_presentation": women}
     for dim, (a, b) in GIVEN.items():
-        share[dim] = a * w + b * (1 - w)
+        share[dim] = a * women + b * (1 - women)
     bi = {d: _bi(s) for d, s in share.items()}
     people = (bi["gender_presentation"] + bi["hair"]) / 2.0
     return {**bi, "people": people, "*": (people + bi["bag"]) / 2.0}
+
+
+def truth() -> dict[str, float]:
+    """The population's pooled BI per dimension, cohort mean and overall value."""
+    return truth_at(float(np.mean(WOMEN)))
 
 
 def _role_cells(rng, items: int, human: int, women: float, role: str, errors=(0.10, 0.02)):
@@ -97,28 +102,40 @@ def simulate(scale: str, n: int, size: tuple) -> dict[str, tuple]:
     """Per dataset (estimate, low, high) of every row key; ``size`` = (items, human,
     replicates) per role."""
     from stereolens.contextbias import corrected as cc
-    from stereolens.metrics.reader_correction import corrected_metrics
 
     out: dict[str, list] = {}
     for rows, opts in _datasets(scale, n, size, 7, (("g", "", (0.10, 0.02)),)):
         table = cc._summary_table(rows, "cohort", opts).filter(pl.col("metric") == "bi_pooled")
-        got = {r["cohort"]: r for r in table.iter_rows(named=True)}
-        for key in ("people", "*"):
-            r = got[key]
-            out.setdefault(f"corrected {key}", []).append(
-                (r["estimate_bc"], r["ci_low"], r["ci_high"])
-            )
-            out.setdefault(f"naive {key}", []).append((r["naive"], r["naive_low"], r["naive_high"]))
         # the same functional, every cell drawn on its own
         six = [cell for row in rows for cell in row[1]]
         spans = [slice(2 * d, 2 * d + 2) for d in range(len(rows))]
-        fn = cc.summary_functional([row[2] for row in rows], spans, [[0], [1, 2]], "cohort")
-        res = corrected_metrics(six, fn, bounds=(0.0, 1.0), **opts)
-        for key, r in zip(("objects", "people", "*"), res, strict=True):
-            if key != "objects":
-                out.setdefault(f"independent {key}", []).append(
-                    (r["estimate_bc"], r["ci_low"], r["ci_high"])
-                )
+        collect(out, table, six, [row[2] for row in rows], spans, opts)
+    return _arrays(out)
+
+
+def collect(out: dict, table, cells: list, fns: list, spans: list, opts: dict) -> None:
+    """Add one dataset's "corrected" and "naive" people and * rows of ``table`` (its summary
+    rows by cohort) to ``out``, and the "independent" ones: the same functional of ``fns``
+    (on ``cells`` by ``spans``) with every cell drawn on its own (corrected_metrics without
+    ``joint``). Serves this world and bench/cover/_contextbias_role.py's."""
+    from stereolens.contextbias import corrected as cc
+    from stereolens.metrics.reader_correction import corrected_metrics
+
+    got = {r["cohort"]: r for r in table.iter_rows(named=True)}
+    for key in ("people", "*"):
+        r = got[key]
+        out.setdefault(f"corrected {key}", []).append((r["estimate_bc"], r["ci_low"], r["ci_high"]))
+        out.setdefault(f"naive {key}", []).append((r["naive"], r["naive_low"], r["naive_high"]))
+    fn = cc.summary_functional(fns, spans, [[0], [1, 2]], "cohort")
+    res = corrected_metrics(cells, fn, bounds=(0.0, 1.0), **opts)
+    for key, r in zip(("people", "*"), res[1:], strict=True):  # res[0]: objects
+        out.setdefault(f"independent {key}", []).append(
+            (r["estimate_bc"], r["ci_low"], r["ci_high"])
+        )
+
+
+def _arrays(out: dict[str, list]) -> dict[str, tuple]:
+    """Per row key, the datasets' (estimate, low, high) as three float arrays."""
     return {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
 
 
@@ -145,51 +162,70 @@ def simulate_mean(scale: str, n: int, size: tuple) -> dict[str, tuple]:
                 out.setdefault(f"mean {r['cohort']}", []).append(
                     (r["estimate_bc"], r["ci_low"], r["ci_high"])
                 )
-    return {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
+    return _arrays(out)
 
 
-ROWS = {
-    # key: (interval, at paper scale only, reference)
-    "corrected *": ("PPI per role, a role's dimensions drawn jointly, bc-normal", False, ""),
-    "corrected people": ("PPI per role, a role's dimensions drawn jointly, bc-normal", False, ""),
-    "independent *": ("PPI per role, every cell drawn on its own, bc-normal", False,
-                      "independent draws: the interval the joint draw replaces"),
-    "independent people": ("PPI per role, every cell drawn on its own, bc-normal", False,
-                           "independent draws: the interval the joint draw replaces"),
-    "mean *": ("mean over 2 generators, PPI per role, dimensions jointly, bc-normal", False, ""),
-    "mean people": ("mean over 2 generators, PPI per role, dimensions jointly, bc-normal",
-                    False, ""),
-    "naive *": ("naive: reader's labels, a role's dimensions jointly, bc-normal", True,
-                "naive: the reader's labels taken as the truth"),
-    "naive people": ("naive: reader's labels, a role's dimensions jointly, bc-normal", True,
-                     "naive: the reader's labels taken as the truth"),
-}  # fmt: skip
+REFERENCE = {
+    "independent": "independent draws: the interval the joint draw replaces",
+    "naive": "naive: the reader's labels taken as the truth",
+}
+"""The reference rows' reason (bench/cover Row.reference) by kind."""
+
+
+def row_table(intervals: dict[str, str]) -> dict[str, tuple]:
+    """A world's ROWS from its interval per kind ("corrected", "independent", "mean",
+    "naive"; in order): "<kind> *" and "<kind> people" -> (interval, at paper scale only
+    (naive), reference). Serves this world and bench/cover/_contextbias_role.py's."""
+    return {
+        f"{kind} {cohort}": (interval, kind == "naive", REFERENCE.get(kind, ""))
+        for kind, interval in intervals.items()
+        for cohort in ("*", "people")
+    }
+
+
+ROWS = row_table({
+    "corrected": "PPI per role, a role's dimensions drawn jointly, bc-normal",
+    "independent": "PPI per role, every cell drawn on its own, bc-normal",
+    "mean": "mean over 2 generators, PPI per role, dimensions jointly, bc-normal",
+    "naive": "naive: reader's labels, a role's dimensions jointly, bc-normal",
+})  # fmt: skip
+"""key: (interval, at paper scale only, reference)."""
 
 
 def rows(scale: str, scales: dict, human_of: dict, minimum: int) -> list:
     """The rows of ``scale`` (the naive ones at "paper" only); each row's n in ``human_of``."""
+    return summary_rows(
+        scale, scales, human_of, minimum, ROWS, truth(), "pooled",
+        lambda key: "2 generators x 2 roles" if key.startswith("mean") else "2 roles",
+        " per role", lambda key: simulate_mean if key.startswith("mean") else simulate,
+    )  # fmt: skip
+
+
+def summary_rows(scale, scales, human_of, minimum, table, values, kind, world, per, simulate_of):
+    """The Rows of ``table`` (key: (interval, at paper scale only, reference)) at ``scale``
+    (the naive ones at "paper" only), each row's n in ``human_of``: "contextbias ``kind`` bi"
+    rows of ``world(key)`` x 3 dimensions (n ``per``), their truth ``values``, drawn by
+    ``simulate_of(key)``. Serves this world and bench/cover/_contextbias_role.py's."""
     from cover import Row
 
     if scale not in scales:
         return []
     size = scales[scale]
-    values = truth()
     out = []
-    for key, (interval, paper_only, reference) in ROWS.items():
+    for key, (interval, paper_only, reference) in table.items():
         if paper_only and scale != "paper":
             continue
         what = "overall (cohort *)" if key.endswith("*") else "cohort people (dimension *)"
-        world = "2 generators x 2 roles" if key.startswith("mean") else "2 roles"
         name = (
-            f"reader {scale}: contextbias pooled bi {key.split()[0]} {what}, {world} x 3 "
-            f"dimensions, N {size['items']:,}, n {size['human']:,} per role, "
+            f"reader {scale}: contextbias {kind} bi {key.split()[0]} {what}, {world(key)} x 3 "
+            f"dimensions, N {size['items']:,}, n {size['human']:,}{per}, "
             f"truth {values[key.split()[1]]:.4g}"
         )
         human_of[name] = size["human"]
 
         def draw(rng, n, key=key):
             args = (size["items"], size["human"], size["replicates"])
-            return (simulate_mean if key.startswith("mean") else simulate)(scale, n, args)[key]
+            return simulate_of(key)(scale, n, args)[key]
 
         below = size["human"] < minimum
         out.append(

@@ -22,7 +22,15 @@ from functools import lru_cache
 
 import numpy as np
 
-from cover._contextbias_pooled import GIVEN, WOMEN, _bi, _role_cells
+from cover._contextbias_pooled import (
+    WOMEN,
+    _arrays,
+    _role_cells,
+    collect,
+    row_table,
+    summary_rows,
+    truth_at,
+)
 
 SHARE = WOMEN[0]
 """The role's true share of women (the pooled world's first role)."""
@@ -30,12 +38,7 @@ SHARE = WOMEN[0]
 
 def truth() -> dict[str, float]:
     """The role's BI per dimension, its people cohort mean and overall value."""
-    share = {"gender_presentation": SHARE}
-    for dim, (a, b) in GIVEN.items():
-        share[dim] = a * SHARE + b * (1 - SHARE)
-    bi = {d: _bi(s) for d, s in share.items()}
-    people = (bi["gender_presentation"] + bi["hair"]) / 2.0
-    return {**bi, "people": people, "*": (people + bi["bag"]) / 2.0}
+    return truth_at(SHARE)
 
 
 @lru_cache(maxsize=4)
@@ -59,68 +62,23 @@ def simulate(scale: str, n: int, size: tuple) -> dict[str, tuple]:
         ]  # fmt: skip
         opts = {"replicates": replicates, "seed": seed}
         table = cc._role_summary_table(rows, "cohort", opts)
-        got = {r["cohort"]: r for r in table.iter_rows(named=True)}
-        for key in ("people", "*"):
-            r = got[key]
-            out.setdefault(f"corrected {key}", []).append(
-                (r["estimate_bc"], r["ci_low"], r["ci_high"])
-            )
-            out.setdefault(f"naive {key}", []).append((r["naive"], r["naive_low"], r["naive_high"]))
         # the same functional, every cell drawn on its own (sorted: bag, gender, hair)
         three = [row[1][0] for row in rows]
-        spans = [slice(d, d + 1) for d in range(3)]
-        fn = cc.summary_functional(fns, spans, [[0], [1, 2]], "cohort")
-        res = rc.corrected_metrics(three, fn, bounds=(0.0, 1.0), **opts)
-        for key, r in zip(("people", "*"), res[1:], strict=True):
-            out.setdefault(f"independent {key}", []).append(
-                (r["estimate_bc"], r["ci_low"], r["ci_high"])
-            )
-    return {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
+        collect(out, table, three, fns, [slice(d, d + 1) for d in range(3)], opts)
+    return _arrays(out)
 
 
-ROWS = {
-    # key: (interval, at paper scale only, reference)
-    "corrected *": ("PPI, the role's dimensions drawn jointly, bc-normal", False, ""),
-    "corrected people": ("PPI, the role's dimensions drawn jointly, bc-normal", False, ""),
-    "independent *": ("PPI, every cell drawn on its own, bc-normal", False,
-                      "independent draws: the interval the joint draw replaces"),
-    "independent people": ("PPI, every cell drawn on its own, bc-normal", False,
-                           "independent draws: the interval the joint draw replaces"),
-    "naive *": ("naive: reader's labels, the role's dimensions jointly, bc-normal", True,
-                "naive: the reader's labels taken as the truth"),
-    "naive people": ("naive: reader's labels, the role's dimensions jointly, bc-normal", True,
-                     "naive: the reader's labels taken as the truth"),
-}  # fmt: skip
+ROWS = row_table({
+    "corrected": "PPI, the role's dimensions drawn jointly, bc-normal",
+    "independent": "PPI, every cell drawn on its own, bc-normal",
+    "naive": "naive: reader's labels, the role's dimensions jointly, bc-normal",
+})  # fmt: skip
+"""key: (interval, at paper scale only, reference)."""
 
 
 def rows(scale: str, scales: dict, human_of: dict, minimum: int) -> list:
     """The rows of ``scale`` (the naive ones at "paper" only); each row's n in ``human_of``."""
-    from cover import Row
-
-    if scale not in scales:
-        return []
-    size = scales[scale]
-    values = truth()
-    out = []
-    for key, (interval, paper_only, reference) in ROWS.items():
-        if paper_only and scale != "paper":
-            continue
-        what = "overall (cohort *)" if key.endswith("*") else "cohort people (dimension *)"
-        name = (
-            f"reader {scale}: contextbias role bi {key.split()[0]} {what}, 1 role x 3 "
-            f"dimensions, N {size['items']:,}, n {size['human']:,}, "
-            f"truth {values[key.split()[1]]:.4g}"
-        )
-        human_of[name] = size["human"]
-
-        def draw(rng, n, key=key):
-            args = (size["items"], size["human"], size["replicates"])
-            return simulate(scale, n, args)[key]
-
-        below = size["human"] < minimum
-        out.append(
-            Row(name, "reader correction", interval, values[key.split()[1]], draw,
-                below_minimum=f"n {size['human']} < MIN_HUMAN_RELIABLE {minimum}" if below else "",
-                reference=reference)
-        )  # fmt: skip
-    return out
+    return summary_rows(
+        scale, scales, human_of, minimum, ROWS, truth(), "role", lambda key: "1 role", "",
+        lambda key: simulate,
+    )  # fmt: skip

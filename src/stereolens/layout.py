@@ -43,6 +43,13 @@ class JobFolder:
     model_key: str = "model"
 
 
+def extractor_jobs(template: str, stage: str) -> dict[str, JobFolder]:
+    """The model-job templates of a benchmark whose images an extractor reads: the shared
+    generation shards (``image_shard``, stage generate) and the extractor's outputs
+    (``template``, filed under ``stage``, named by the ``extractor`` key)."""
+    return {"image_shard": JobFolder("generate"), template: JobFolder(stage, model_key="extractor")}
+
+
 @dataclass(frozen=True)
 class Parsed:
     """What :meth:`Layout.parse` reads from a path: the template's name and its keys."""

@@ -1,6 +1,6 @@
 """Where BiasIG writes: every path under results/biasig/ (stereolens.layout)."""
 
-from stereolens.layout import READER_CORRECTION, JobFolder, Layout, image_shard
+from stereolens.layout import READER_CORRECTION, Layout, extractor_jobs, image_shard
 
 LAYOUT = Layout(
     "biasig",
@@ -17,8 +17,5 @@ LAYOUT = Layout(
         "reader_sample_template": "reader_sample/human_labels_template.csv",
         "reader_sample_design": "reader_sample/design.parquet",
     },
-    jobs={
-        "image_shard": JobFolder("generate"),
-        "vqa": JobFolder("vqa", model_key="extractor"),
-    },
+    jobs=extractor_jobs("vqa", "vqa"),
 )

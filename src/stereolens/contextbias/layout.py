@@ -1,6 +1,6 @@
 """Where ContextBias writes: every path under results/contextbias/ (stereolens.layout)."""
 
-from stereolens.layout import READER_CORRECTION, JobFolder, Layout, image_shard
+from stereolens.layout import READER_CORRECTION, Layout, extractor_jobs, image_shard
 
 LAYOUT = Layout(
     "contextbias",
@@ -20,8 +20,5 @@ LAYOUT = Layout(
         "annotation": "annotation/{table}.parquet",
         **READER_CORRECTION,
     },
-    jobs={
-        "image_shard": JobFolder("generate"),
-        "extraction": JobFolder("extract", model_key="extractor"),
-    },
+    jobs=extractor_jobs("extraction", "extract"),
 )

@@ -303,35 +303,35 @@ class DiffusersGenerator:
         embedded_cfg = getattr(getattr(unet, "config", None), "time_cond_proj_dim", None)
         if self.spec.get("negative_prompt") is not None and "negative_prompt" in params:
             why = None
-            if "true_cfg_scale" in params:
-                if not above_one(value("true_cfg_scale")):
-                    why = (
-                        f"{name} applies negative_prompt only with true classifier-free "
-                        f"guidance, true_cfg_scale > 1; true_cfg_scale is "
-                        f"{value('true_cfg_scale')} (set pipeline_kwargs.true_cfg_scale)"
-                    )
-            elif "guidance_scale" in params:
-                if not above_one(value("guidance_scale")):
-                    why = (
-                        f"{name} uses negative_prompt only in classifier-free guidance, "
-                        f"which runs with guidance_scale > 1; guidance is "
-                        f"{value('guidance_scale')}"
-                    )
-                elif embedded_cfg is not None:
+            # the first guidance the pipeline takes; negative_prompt needs one of its
+            # arguments above 1, else the message (of the arguments' values) says why
+            guided = (
+                (("true_cfg_scale",), lambda v: (
+                    f"{name} applies negative_prompt only with true classifier-free guidance, "
+                    f"true_cfg_scale > 1; true_cfg_scale is {v[0]} "
+                    "(set pipeline_kwargs.true_cfg_scale)"
+                )),
+                (("guidance_scale",), lambda v: (
+                    f"{name} uses negative_prompt only in classifier-free guidance, which runs "
+                    f"with guidance_scale > 1; guidance is {v[0]}"
+                )),
+                (("prior_guidance_scale", "decoder_guidance_scale"), lambda v: (
+                    f"{name} uses negative_prompt only where prior_guidance_scale or "
+                    f"decoder_guidance_scale is above 1; they are {v[0]} and {v[1]}"
+                )),
+            )  # fmt: skip
+            for args, message in guided:
+                if not any(arg in params for arg in args):
+                    continue
+                values = [value(arg) for arg in args]
+                if not any(above_one(v) for v in values):
+                    why = message(values)
+                elif args == ("guidance_scale",) and embedded_cfg is not None:
                     why = (
                         f"the UNet embeds the guidance scale (time_cond_proj_dim "
                         f"{embedded_cfg}) instead of running classifier-free guidance"
                     )
-            elif "prior_guidance_scale" in params or "decoder_guidance_scale" in params:
-                if not (
-                    above_one(value("prior_guidance_scale"))
-                    or above_one(value("decoder_guidance_scale"))
-                ):
-                    why = (
-                        f"{name} uses negative_prompt only where prior_guidance_scale or "
-                        f"decoder_guidance_scale is above 1; they are "
-                        f"{value('prior_guidance_scale')} and {value('decoder_guidance_scale')}"
-                    )
+                break
             if why:
                 unused["negative_prompt"] = why
         if (

@@ -210,6 +210,35 @@ def test_plan_adaptive_on_a_small_world():
     assert len(row.critical) == 3 and row.critical[0] > row.critical[-1]
 
 
+def test_plan_adaptive_counts_the_t_quantile_once(monkeypatch):
+    """A bc-t world's rounds are drawn with the estimate's own variance and the critical
+    values moved to t(R - 1) by to_t, as the interim decision does on the pipeline's se; the
+    variance was (t_0.975 / z_0.975 x sd)^2, which counted t twice."""
+    from design_worlds import cb_design
+
+    d = cb_design(10)
+    d.knob_value = 4
+    sims, variances = [], []
+    simulate, nested = d.simulate, A.nested_estimates
+
+    def record_sim(*args):
+        sims.append(simulate(*args))
+        return sims[-1]
+
+    def record_var(mean, var, *args):
+        variances.append(np.asarray(var))
+        return nested(mean, var, *args)
+
+    monkeypatch.setattr(d, "simulate", record_sim)
+    monkeypatch.setattr(A, "nested_estimates", record_var)
+    AP.plan_adaptive(d, A.Rule(2, 0.5), {"goal": "difference"}, None, sims=60, draws=200)
+    name = "contextbias.bi_shift"
+    assert all(s.t_df[name] == 9 and name not in s.scale for s in sims)
+    rounds = sims[1:]  # the first: mde_rows's at the cap
+    plain = [np.nanvar(s.estimates[name][0], ddof=1) for s in rounds]  # no effect: w = 0
+    np.testing.assert_allclose(variances[0], np.minimum.accumulate(plain), rtol=1e-12)
+
+
 def test_cli_adaptive_mode_on_demo(capsys, tmp_path):
     """design.mode: adaptive makes `stereolens plan` print the adaptive section; a bad
     spending name is refused by the schema."""

@@ -47,6 +47,15 @@ def test_contextbias_power_matches_cluster_bootstrap(w, name):
         assert 0.3 < r.predicted < 0.95  # a point where the check can fail
 
 
+@pytest.mark.parametrize(("level", "w", "datasets"), [(0.01, 0.2, 300), (0.10, 0.0, 120)])
+def test_contextbias_power_matches_at_other_levels(level, w, datasets):
+    """At levels other than 0.05 the bc-t row's test is t_(1 - level/2, R - 1) x se. At 0.01
+    and w = 0.2 (12 roles) the planner predicts 0.61 against the pipeline's 0.57 (z -1.5 at
+    300 datasets); the old rule's z_(0.995) x t_0.975 / z_0.975 predicted 0.68 (z -3.7)."""
+    size = K.CheckSize(datasets=datasets, sims=1000, draws=200, level=level)
+    _agrees(K.check("contextbias", cb_design(n_roles=12), "contextbias.bi_shift", 4, w, size))
+
+
 @pytest.mark.parametrize(
     ("name", "n", "w"),
     [("biasig.s_exp_diff", 3, 0.15), ("biasig.eta", 3, 0.5), ("biasig.s_imp_diff", 10, 0.5)],

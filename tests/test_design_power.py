@@ -155,6 +155,33 @@ def test_interval_rule_rejects_at_the_level_without_effect():
     assert P.power_curve(few, est, 0.05)[0] == pytest.approx(0.107, abs=0.01)
 
 
+@pytest.mark.parametrize("level", [0.01, 0.10])
+def test_t_quantile_gives_the_t_tests_size(level):
+    """A bc-t row's test is |estimate| > t_(1 - level/2, R - 1) x SE with SE from R clusters:
+    with no effect it rejects at the level. The old rule (z_(1 - level/2) x t_0.975 / z_0.975
+    x sd) rejected 0.0156 of the time at level 0.01 and 0.0901 at 0.10 with 10 roles."""
+    rng = np.random.default_rng(1)
+    n = 40_000
+    spec = P.EffectSpec("x", "b", "x", "u", "interval", df=9)
+    sim = P.Simulation({"x": rng.normal(0.0, 1.0, size=(1, n))}, t_df={"x": 9})
+    assert sim.curve_args("x") == {"shift": None, "scale": None, "t_df": 9}
+    rate = P.power_curve(spec, sim.estimates["x"], level, **sim.curve_args("x"))[0]
+    assert rate == pytest.approx(level, abs=3 * np.sqrt(level * (1 - level) / n))
+
+
+def test_contextbias_bc_t_rows_take_the_t_quantile_at_the_level():
+    """ContextBias's bc-t rows carry t_df = roles - 1 (no scale: the sd is the estimate's
+    spread) and their method names t(R - 1); the basic interval's rows do not."""
+    d = cb_design(n_roles=10)
+    assert d.interval == "bc-t"
+    sim = d.simulate(4, np.array([0.0, 0.2]), 40, np.random.default_rng(0))
+    assert sim.t_df == dict.fromkeys(sim.estimates, 9) and not sim.scale
+    row = P.mde_rows(d, sims=40, seed=3, level=0.01)[0]
+    assert "two-sided 0.01: |estimate + the bootstrap's shift - 0| > t(9) x sd over" in row.method
+    d.interval = "basic"
+    assert d.simulate(4, np.array([0.0]), 20, np.random.default_rng(0)).t_df == {}
+
+
 def test_effects_increase_and_mde_is_reached_on_paper_scale():
     config, _ = load_config("config/config.yaml")
     priors = load_priors()

@@ -322,22 +322,19 @@ class ContextBiasDesign:
         for i, cau in thin_to_default(counts[:, :, 1], target, self.world.segment, w, rng):
             for name, v in self._collect(*self.levels(cf, cau)).items():
                 out.setdefault(name, np.empty((len(w),) + v.shape))[i] = v
-        return Simulation(out, self.bootstrap_shift(n, w, rng), self.t_scale(out))
+        return Simulation(out, self.bootstrap_shift(n, w, rng), t_df=self.t_df(out))
 
-    def t_scale(self, estimates: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """name -> (W,) the standard error the "bc-t" interval implies (its half-width /
-        1.96): t(R - 1) / z x the estimate's sd over the simulated datasets (the interval's
-        sqrt(R / (R - 1)) undoes the bootstrap sd's sqrt((R - 1) / R)); empty for the basic
-        and percentile intervals (z x the sd)."""
+    def t_df(self, estimates: dict[str, np.ndarray]) -> dict[str, int]:
+        """name -> R - 1 (R = the roles) under the "bc-t" interval, whose half-width is
+        t_(R - 1) x the replicates' sd x sqrt(R / (R - 1)) (contextbias.intervals.t_factor;
+        the sqrt undoes the bootstrap sd's sqrt((R - 1) / R), so the sd is the estimate's
+        spread over the simulated datasets): power_curve then takes t(R - 1)'s quantile at
+        the planner's level in place of z's; empty for the basic and percentile intervals
+        (z x the sd)."""
         if self.interval != "bc-t":
             return {}
-        from scipy import stats
-
-        r = self.world.prompts.shape[0]
-        factor = stats.t.ppf(0.975, max(1, r - 1)) / stats.norm.ppf(0.975)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return {k: factor * np.nanstd(v, axis=-1, ddof=1) for k, v in estimates.items()}
+        df = max(1, self.world.prompts.shape[0] - 1)
+        return dict.fromkeys(estimates, df)
 
     def bootstrap_shift(
         self, n: int, w: np.ndarray, rng, datasets: int = BIAS_DATASETS,

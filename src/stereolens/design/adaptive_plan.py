@@ -161,6 +161,10 @@ def plan_adaptive(
             centre = est if shift is None else est + np.asarray(shift)[:, None]
             with np.errstate(invalid="ignore"):
                 mean[spec.name][:, k] = np.nanmean(centre, axis=1)
+                # the variance of the estimate: an emulated bootstrap's se where the design
+                # has one (BiasIG), else the spread over the datasets; the t(df) quantile of
+                # the pipeline's interim interval is taken by to_t below (sim.t_df is for
+                # power_curve: not multiplied in here, or t would count twice)
                 sc = sim.scale.get(spec.name)
                 var[spec.name][:, k] = (
                     np.asarray(sc) ** 2 if sc is not None else np.nanvar(est, axis=1, ddof=1)

@@ -80,9 +80,7 @@ def predicted_power(design, name: str, n: int, w: float, sims: int, level: float
     grid = np.array([0.0, w]) if w > 0 else np.array([0.0])
     sim = design.simulate(n, grid, sims, rng)
     spec = next(s for s in design.specs() if s.name == name)
-    curve = power_curve(
-        spec, sim.estimates[name], level, shift=sim.shift.get(name), scale=sim.scale.get(name)
-    )
+    curve = power_curve(spec, sim.estimates[name], level, **sim.curve_args(name))
     p = float(curve[-1])
     return p, rate_se(p, sims)
 

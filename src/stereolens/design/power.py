@@ -67,8 +67,22 @@ class Simulation:
     bootstrap's own bias: the role bootstrap's replicates pool fewer distinct roles); the
     interval test then rejects when |estimate + shift - null| > z sd."""
     scale: dict[str, np.ndarray] = field(default_factory=dict)
-    """name -> (W,) the standard error the pipeline's interval implies (half-width / 1.96 of
-    its bootstrap), where it differs from the estimate's spread; replaces sd in the rule."""
+    """name -> (W,) the standard error of the pipeline's interval where an emulation of its
+    bootstrap gives one that differs from the estimate's spread (BiasIG); replaces sd in the
+    rule."""
+    t_df: dict[str, int] = field(default_factory=dict)
+    """name -> the degrees of freedom of the t quantile the pipeline's interval uses in place
+    of z (ContextBias's "bc-t" interval: roles - 1); the rule's critical value is then
+    t_(1 - level/2, t_df) at the planner's level."""
+
+    def curve_args(self, name: str) -> dict[str, Any]:
+        """The keyword arguments of :func:`power_curve` for the effect ``name``: its shift,
+        scale and t_df (None where not set)."""
+        return {
+            "shift": self.shift.get(name),
+            "scale": self.scale.get(name),
+            "t_df": self.t_df.get(name),
+        }
 
 
 class Design(Protocol):
@@ -134,25 +148,31 @@ def power_curve(
     null_row: np.ndarray | None = None,
     shift: np.ndarray | None = None,
     scale: np.ndarray | None = None,
+    t_df: int | None = None,
 ) -> np.ndarray:
     """(W,) rejection rates: the mean over the ``sims`` simulated datasets of the probability
     in [0, 1] that the pipeline's test rejects on each (an undefined estimate does not
     reject). ``null_row`` (sims,) = the estimates at w = 0 (floor tests; default
-    estimates[0]). Interval tests with ``spec.df``: the pipeline's standard error is itself
+    estimates[0]). Interval tests reject when |estimate (+ shift) - null| > c x sd, sd = the
+    estimate's spread over the datasets (or ``scale``), c = z_(1 - level/2), or
+    t_(1 - level/2, t_df) where the pipeline's interval takes its quantile from t(t_df)
+    (ContextBias's bc-t: roles - 1). With ``spec.df`` the pipeline's standard error is itself
     estimated from df + 1 clusters, SE^2 ~ sd^2 chi2(df) / df, so a dataset rejects with
-    probability P(chi2(df) < df (estimate / (z sd))^2) (the t-test's correction; with few
-    roles the bootstrap's own noise costs power)."""
+    probability P(chi2(df) < df (estimate / (c sd))^2) (the t-test's correction; with few
+    roles the bootstrap's own noise costs power; with t_df = spec.df the rejection rate with
+    no effect is the t-test's size, the level)."""
     from scipy import stats
 
     est = np.asarray(estimates, dtype=float)
     if spec.test == "interval":
-        z = stats.norm.ppf(1.0 - level / 2.0)
+        q = 1.0 - level / 2.0
+        crit = stats.t.ppf(q, t_df) if t_df else stats.norm.ppf(q)
         with np.errstate(invalid="ignore", divide="ignore"):
             sd = np.nanstd(est, axis=1, ddof=1)
             if scale is not None:
                 sd = np.asarray(scale, dtype=float)
             centre = est if shift is None else est + np.asarray(shift, dtype=float)[:, None]
-            t = np.abs(centre - spec.null_value) / (z * sd[:, None])
+            t = np.abs(centre - spec.null_value) / (crit * sd[:, None])
         if spec.df is None:
             return np.where(np.isfinite(t), t > 1.0, False).astype(float).mean(axis=1)
         return np.where(np.isfinite(t), stats.chi2.cdf(spec.df * t**2, spec.df), 0.0).mean(axis=1)
@@ -198,7 +218,10 @@ def _method(
         se = "sd over the simulated datasets"
         if sim is not None and spec.name in sim.scale:
             se = "the emulated pipeline bootstrap's standard error"
-        rule = spec.interval_test or f"|{centre} - {spec.null_value:g}| > z x {se}"
+        df = sim.t_df.get(spec.name) if sim is not None else None
+        # the critical value: the pipeline's bc-t interval takes t(R - 1)'s quantile, not z's
+        crit = f"t({df})" if df else "z"
+        rule = spec.interval_test or f"|{centre} - {spec.null_value:g}| > {crit} x {se}"
         test = (
             f"two-sided {level:g}: {rule}"
             + (f", with its error from {spec.df + 1} clusters" if spec.df else "")
@@ -207,7 +230,7 @@ def _method(
         if spec.family > 1 and not spec.interval_test:
             test = (
                 f"Wald test of the difference B - A with the bootstrap standard error, "
-                f"two-sided {level:g}: |{centre}| > z x {se} (stereolens.metrics.compare: "
+                f"two-sided {level:g}: |{centre}| > {crit} x {se} (stereolens.metrics.compare: "
                 f"difference = b - a of the compared estimates, the bias-corrected ones where "
                 f"the benchmark corrects them, se = sd of rep_b - rep_a); MDE (Holm) at level "
                 f"{level:g}/{spec.family}, Holm's first step over the {spec.family} model pairs "
@@ -246,19 +269,14 @@ def mde_rows(
     for spec in design.specs():
         est = sim.estimates[spec.name]
         eff = effects[spec.name]
-        curve = power_curve(
-            spec, est, level, shift=sim.shift.get(spec.name), scale=sim.scale.get(spec.name)
-        )
+        curve = power_curve(spec, est, level, **sim.curve_args(spec.name))
         with np.errstate(invalid="ignore"):
             floor = float(np.nanmean(est[0])) if spec.test == "floor" else None
         mde = interpolate_mde(eff, curve, power)
         status = "invalid" if curve[0] >= power else "ok" if mde is not None else "not reached"
         mde_holm = None
         if spec.family > 1 and status == "ok":
-            strict = power_curve(
-                spec, est, level / spec.family, shift=sim.shift.get(spec.name),
-                scale=sim.scale.get(spec.name),
-            )  # fmt: skip
+            strict = power_curve(spec, est, level / spec.family, **sim.curve_args(spec.name))
             mde_holm = interpolate_mde(eff, strict, power)
         rows.append(
             Row(
@@ -376,10 +394,7 @@ def required_size(
         if n not in cache:
             rng = np.random.default_rng([seed, _stream(design.benchmark), 1])
             sim = design.simulate(n, grid, sims, rng)
-            curve = power_curve(
-                spec, sim.estimates[name], level, shift=sim.shift.get(name),
-                scale=sim.scale.get(name),
-            )  # fmt: skip
+            curve = power_curve(spec, sim.estimates[name], level, **sim.curve_args(name))
             cache[n] = float(curve[-1])
         return cache[n]
 

@@ -518,3 +518,14 @@ def test_a_plugins_priors_file_fills_its_section(tmp_path, monkeypatch):
     monkeypatch.setattr(lvlm_plugin, "OWN_PRIORS", own, raising=False)
     monkeypatch.setitem(benchmark_module.plugins(), "lvlm", f"{lvlm_plugin.__name__}:OWN_PRIORS")
     assert load_priors(prior_file)["lvlm"] == shipped["lvlm"]
+
+
+def test_contextbias_few_roles_note():
+    """Below FEW_ROLES roles a bc-t design's plan notes that its predicted power is
+    optimistic (the role bootstrap's se overstates the spread); at FEW_ROLES, and under the
+    basic interval, it does not."""
+    few = [n for n in cb_design(n_roles=12).notes if "fewer than" in n]
+    assert len(few) == 1 and f"12 roles (fewer than {C.FEW_ROLES})" in few[0]
+    assert "optimistic" in few[0]
+    assert cb_design(n_roles=C.FEW_ROLES).notes == []
+    assert C.few_roles_note(12, "basic") is None and C.few_roles_note(C.FEW_ROLES - 1, "bc-t")

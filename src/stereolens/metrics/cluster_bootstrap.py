@@ -114,3 +114,13 @@ def resample_stratum(
     for d in draws:
         out += [(d @ reader_sum) / (d @ size)[..., None], (d @ rect_sum) / (d @ w_sum)[..., None]]
     return tuple(out)
+
+
+def resample_rows(counts: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
+    """Resamples of a multiset: ``counts`` (..., P) multiplicities of P distinct rows ->
+    (..., size, P) multiplicities, each a multinomial of the same total at the counts'
+    shares (the items drawn with replacement)."""
+    total = counts.sum(-1, keepdims=True)
+    shares = counts / np.where(total > 0, total, 1)
+    drawn = rng.multinomial(total[..., 0], shares, size=(size, *counts.shape[:-1]))
+    return np.moveaxis(drawn, 0, -2)

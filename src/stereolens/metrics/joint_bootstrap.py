@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from stereolens.metrics.cluster_bootstrap import resample_rows
+
 
 def groups_of(n_cells: int, joint: Sequence[Sequence[int]]) -> list[list[int]]:
     """``joint`` (lists of cell indices read from the same items) completed to a partition
@@ -83,7 +85,6 @@ def bootstrap_joint(
     with replacement ``inner`` times (its multiplicities resampled), the strata's weights
     from a multinomial at the replicate's, one second-level draw shared by the group's
     cells as the first."""
-    from stereolens.metrics.reader_double import _resample_rows  # (it imports this module)
 
     out: list = [None] * len(cells)
     levels = [(replicates,)] + ([(replicates, inner)] if inner else [])
@@ -97,7 +98,7 @@ def bootstrap_joint(
             drawn = rng.multinomial(big_n, sizes / big_n, size=replicates)
             weights[0] = drawn / big_n
             if inner:
-                weights[1] = _resample_rows(drawn, rng, inner) / big_n
+                weights[1] = resample_rows(drawn, rng, inner) / big_n
         sums = [
             ({i: np.zeros((*shape, len(cells[i].labels))) for i in group},
              {i: np.zeros((*shape, len(cells[i].labels))) for i in group})
@@ -114,7 +115,6 @@ def bootstrap_joint(
 def _stratum(cells, group, rows, h, replicates, rng, lams, weights, sums, inner) -> None:
     """One stratum of one group: the classes' draws (and with ``inner`` their second-level
     draws), every cell's mean and rectifier at each level of ``sums``."""
-    from stereolens.metrics.reader_double import _resample_rows
 
     position = {}  # cell -> (labelled row index -> its index among cell.labelled)
     member = np.zeros((rows.size, len(group)), dtype=bool)
@@ -141,7 +141,7 @@ def _stratum(cells, group, rows, h, replicates, rng, lams, weights, sums, inner)
             spans.append(start)
         distinct, counts = _unique_rows(np.hstack(blocks))
         draws = rng.multinomial(at.size, counts / at.size, size=replicates)
-        every = [draws] + ([_resample_rows(draws, rng, inner)] if inner else [])
+        every = [draws] + ([resample_rows(draws, rng, inner)] if inner else [])
         for level, d in enumerate(every):
             d = d.astype(float)
             for g, i in enumerate(group):

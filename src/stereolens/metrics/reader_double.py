@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stereolens.metrics.cluster_bootstrap import resample_stratum
+from stereolens.metrics.cluster_bootstrap import resample_rows, resample_stratum
 from stereolens.metrics.joint_bootstrap import bootstrap_joint
 from stereolens.metrics.reader_correction import (
     MIN_HUMAN_RELIABLE,
@@ -35,16 +35,6 @@ INTERVAL_NAMES = {"double": "double_bc", "once": "bc_double_se"}
 """corrected_metric_double's ``interval`` key per centre."""
 DOUBLE_CHUNK = 20_000
 """Rows of second-level replicates a functional is given at once (memory, not results)."""
-
-
-def _resample_rows(counts: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
-    """Resamples of a multiset: ``counts`` (..., P) multiplicities of P distinct rows ->
-    (..., size, P) multiplicities, each a multinomial of the same total at the counts'
-    shares (the items drawn with replacement)."""
-    total = counts.sum(-1, keepdims=True)
-    shares = counts / np.where(total > 0, total, 1)
-    drawn = rng.multinomial(total[..., 0], shares, size=(size, *counts.shape[:-1]))
-    return np.moveaxis(drawn, 0, -2)
 
 
 def _row_codes(indicators: np.ndarray) -> np.ndarray:
@@ -82,7 +72,7 @@ def double_bootstrap_shares(
     if not fixed_strata:
         drawn = rng.multinomial(big_n, sizes / big_n, size=replicates)
         weights = drawn / big_n
-        weights_in = _resample_rows(drawn, rng, inner) / big_n
+        weights_in = resample_rows(drawn, rng, inner) / big_n
     labelled_rows = np.zeros(cell.stratum.size, dtype=bool)
     labelled_rows[cell.labelled] = True
     for h, (_, rows, lab) in enumerate(_strata(cell)):
@@ -107,13 +97,13 @@ def double_bootstrap_shares(
             patterns = unl[first]
             outer = rng.multinomial(unl.shape[0], counts / counts.sum(), size=replicates)
             total += outer @ patterns
-            total_in += _resample_rows(outer, rng, inner) @ patterns
+            total_in += resample_rows(outer, rng, inner) @ patterns
         _, w_code = np.unique(w, return_inverse=True)
         code = (_row_codes(y) * 2**k + _row_codes(yhat)) * (w_code.max() + 1) + w_code.ravel()
         _, first, mult = np.unique(code, return_index=True, return_counts=True)
         y_s, yhat_s, w_s = y[first], yhat[first], w[first]
         pick = rng.multinomial(lab.size, mult / mult.sum(), size=replicates)
-        pick_in = _resample_rows(pick, rng, inner)
+        pick_in = resample_rows(pick, rng, inner)
         for p, tot, nv, cv, wt in (
             (pick, total, naive, corr, weights[:, h, None]),
             (pick_in, total_in, naive_in, corr_in, weights_in[..., h, None]),

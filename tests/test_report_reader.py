@@ -222,8 +222,11 @@ def test_contextbias_pooled_cohort_rows_rank_within_their_cohort():
     assert row["naive_rank"] is None and row["corrected"] == pytest.approx(0.3)
     assert row["corrected_excludes_null"] is True
     # the caption says how they are formed and resampled, and their measured coverage
-    assert "cohort means (dimension '*') and overall value (cohort '*')" in R.caption()
-    assert "95.0% and a cohort mean 95.7% of 1,000 datasets" in R.caption()
+    from stereolens.contextbias.report import READER_CAPTION
+
+    text = R.caption(READER_CAPTION)
+    assert "cohort means (dimension '*') and overall value (cohort '*')" in text
+    assert "95.0% and a cohort mean 95.7% of 1,000 datasets" in text
 
 
 def test_contextbias_role_cohort_rows_rank_within_their_role_and_cohort():
@@ -257,14 +260,18 @@ def test_contextbias_role_cohort_rows_rank_within_their_role_and_cohort():
     assert got[("b", "bi_pooled", "CF · * · people · *")]["naive_rank"] == 1
     assert block.table.height == 8
     # the caption says how they are resampled, and their measured coverage
-    assert "with a role's cohort means (dimension '*') and overall value" in R.caption()
-    assert "94.8% and 94.7% of 1,000 datasets" in R.caption()
+    from stereolens.contextbias.report import READER_CAPTION
+
+    assert "with a role's cohort means (dimension '*') and overall value" in READER_CAPTION
+    assert "94.8% and 94.7% of 1,000 datasets" in READER_CAPTION
 
 
 def test_the_caption_says_biasig_draws_a_persons_attributes_together():
     # biasig.corrected resamples a unit x person's gender, race and age with one draw of its
     # images; the caption says so, and that the interval stays withheld at the paper's size
-    text = R.caption()
+    from stereolens.biasig.report import READER_CAPTION
+
+    text = R.caption(READER_CAPTION)
     assert "person's gender, race and age resampled together" in text
     assert "'The joint draw'" in text and "withheld below 400 labels a cell" in text
     assert "a side's gender, race and age with one draw of its images at each" in text
@@ -459,6 +466,12 @@ def test_first_screen_shows_naive_beside_corrected_and_the_plan(tmp_path):
                    "The interval is printed only where every cell of the row has 400 or "
                    "more human labels"):  # fmt: skip
         assert needle in first, needle
+    # each benchmark's formulas and measured coverage in a line under its own table, once
+    for line in ("ContextBias: BI = 1 - H(p)/log K", "BiasIG: S_imp (paper 000 Eq. 1-2)"):
+        assert first.count(line) == 1, line
+        assert first.index(line) < first.index("The interval is printed only where"), line
+    assert "LVLM: story and term scores" not in first  # LVLM has no labels: its plan shows
+    assert "withheld below 400 labels a cell" in first
     csv = pl.read_csv(out.parent / "tables/reader-contextbias.csv")
     assert csv.height == 5 and csv["significance_flag"].drop_nulls().len() == 1
     for href in re.findall(r'href="(tables/[^"]+)"', text):

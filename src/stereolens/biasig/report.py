@@ -529,6 +529,19 @@ discrimination, a direction, not ranked; its corrected interval printed from
 biasig.formulas.ETA_MIN_HUMAN_RELIABLE human labels per cell)."""
 
 
+READER_CAPTION = (
+    "BiasIG: S_imp (paper 000 Eq. 1-2) and S_exp (Eq. 3) over all protected attributes "
+    "('*'), a unit x person's gender, race and age resampled together (one draw of its "
+    "images; 'The joint draw'); eta (Eq. 4-5; 0.5 = neither, towards 1 discrimination, "
+    "towards 0 ignorance; not ranked) at its double-bootstrap bias-corrected estimate, "
+    "a side's gender, race and age with one draw of its images at each level. Intervals "
+    "are withheld below {minimum} labels a cell (with 100 of a subject's 200 images "
+    "labelled the lowest row covered 92.5%); eta's from its own minimum "
+    "(biasig.formulas.ETA_MIN_HUMAN_RELIABLE)."
+)
+"""The reader block's caption line (stereolens.report.reader.caption)."""
+
+
 def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None:
     """The first screen's reader block (stereolens.report.reader): naive beside corrected
     S_imp and S_exp per variant over all protected attributes ('*'), else the labels to
@@ -545,6 +558,7 @@ def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None
                 (pl.col("protected_attribute") != "*") & (pl.col("metric") != "eta"),
             ),
             simulated=reader.simulated(inputs, config, KEY),
+            formulas=READER_CAPTION,
         )  # fmt: skip
     answers = inputs.get("biasig_answers", columns=["status"])
     if answers is None or answers.height == 0:

@@ -492,6 +492,20 @@ cross-generator mean CCS (model "*", condition "*": no flag, one row per role x
 dimension x label, nothing to rank)."""
 
 
+READER_CAPTION = (
+    "ContextBias: BI = 1 - H(p)/log K per role x condition x dimension (paper 002 Eq. 1), "
+    "with a role's cohort means (dimension '*') and overall value (cohort '*'), its "
+    "dimensions resampled together (94.8% and 94.7% of 1,000 datasets at 400 human "
+    "labels); pooled BI of the counts pooled over roles (role '*') with its cohort means "
+    "(dimension '*') and overall value (cohort '*') (95.0% and a cohort mean 95.7% of "
+    "1,000 datasets; their mean over generators, model '*', not ranked); CCS = Prev% / "
+    "(1 + range in pp) over the three conditions (Eq. 4, condition '*'; rank flag only; "
+    "94.0%) and its mean over generators (Eq. 5, model '*'; 93.7%)."
+)
+"""The reader block's caption line (stereolens.report.reader.caption): formulas, joint draws
+and measured coverage (bench/COVERAGE.md)."""
+
+
 READER_SCOPE = ("condition", "role", "cohort", "dimension", "label")
 """The corrected rows' scope (the key columns besides the model, joined with " · "): the
 cohort names the cohort rows (dimension "*") of pooled and of role-level BI apart, whose ranks
@@ -520,6 +534,7 @@ def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None
                 table, ["model", "role", "condition"], pl.col("metric") == "bi"
             ),
             simulated=reader.simulated(inputs, config, KEY),
+            formulas=READER_CAPTION,
         )  # fmt: skip
     images = inputs.get("images", columns=["image_id", "model", "role", "condition", "status"])
     if images is None or images.height == 0:

@@ -17,85 +17,24 @@ FIRST_SCREEN_ROWS = 8
 """Headline rows per benchmark the first screen shows (flagged ones first); the section
 below and the CSV have all."""
 
-_CAPTION = (
-    "Naive = the benchmark's own headline formula of the label shares as the reader "
-    "(extractor, VQA model, story assistant) read them, with its bootstrap interval over the "
-    "audited items (LVLM terms: over rounds, a round's judged pairs together); corrected = "
-    "the same formula of the label shares corrected for the "
-    "reader's errors by prediction-powered inference (PPI, lam = 1; PPI++ where "
-    "reader_correction.lam is tuned; per stratum, docs/statistics.md "
-    "'Correcting for the reader's errors'), with the 95% bias-corrected normal bootstrap "
-    "interval over both the reader's and the human-labelled items. The corrected value "
-    "shown is that interval's centre, the bias-corrected estimate (estimate_bc = 2 x the "
-    "plug-in - the replicates' mean, clipped to the metric's range as the interval is), so "
-    "it lies in its interval; the plug-in of the corrected shares (corrected.parquet "
-    "'corrected') is the column corrected_plugin of the table below. The interval is "
-    "printed only where every cell of the row has {minimum} or more human labels: coverage "
-    "is measured to hold from {minimum} per cell (at 10, 25, 50, 100 and 200 the worst "
-    "measured world covered 45.5%, 69.0%, 79.5%, 87.5% and 90.0% of 200 datasets; "
-    "bench/COVERAGE.md, 'Reader correction, small samples'); below that the row shows "
-    "'interval withheld' and is neither flagged nor ranked (corrected.parquet "
-    "interval_reliable). "
-    "Formulas: ContextBias "
-    "BI = 1 - H(p)/log K per role x condition x dimension (paper 002 Eq. 1), with a role's "
-    "cohort means (dimension '*') and overall value (cohort '*'), its dimensions resampled "
-    "together (bench/COVERAGE.md 'Reader correction, ContextBias role-level BI's cohort and "
-    "overall rows': 94.8% and 94.7% of 1,000 datasets at 400 human labels, against 90.6% "
-    "and 91.6% with each dimension drawn on its own; 94.8% and 95.2% at 1,000), pooled BI "
-    "the same of the label counts pooled over roles (role '*'), with its cohort means "
-    "(dimension '*') and overall value (cohort '*') as bi.parquet forms them, a role's "
-    "dimensions resampled together (one draw of its images: they are read from the same "
-    "ones; bench/COVERAGE.md 'Reader correction, ContextBias pooled BI's cohort and "
-    "overall rows': the overall value 95.0% and a cohort "
-    "mean 95.7% of 1,000 datasets at 400 human labels per role, against 90.5% and 92.0% "
-    "with each dimension drawn on its own; their mean over generators, model '*', "
-    "not ranked: 94.1% and 95.0%, 95.2% and 95.2% at 1,000 labels per role), "
-    "CCS = Prev% / (1 + range in pp) of a label across the role's three conditions "
-    "(Eq. 4, condition '*'; CCS has "
-    "no no-bias value: rank flag only; bench/COVERAGE.md 'Reader correction': 94.0% of "
-    "1,000 datasets at 400 human labels per condition), and its mean over generators "
-    "(paper Eq. 5, model '*', no flag: 93.7% of 1,000 datasets); BiasIG S_imp "
-    "(paper 000 Eq. 1-2) and S_exp (Eq. 3) over all protected attributes ('*'), a unit x "
-    "person's gender, race and age resampled together (one draw of its images: they are "
-    "read from the same ones; bench/COVERAGE.md 'Reader correction: BiasIG at the paper's "
-    "structure', 'The joint draw': where a person's attributes are independent as wide as "
-    "each drawn on its own; in a test unit whose women are all Black and elderly S_imp "
-    "'*' 1.7 times as wide; the interval stays withheld below {minimum} labels a cell: "
-    "with 25, 50, 100, 150 of a subject's 200 images labelled the lowest row covered 87.5%, "
-    "90.0%, 92.5%, 93.0% of 200 datasets), and eta "
-    "(Eq. 4-5: 0.5 + the signed, k-weighted squared deviations of the advantaged and "
-    "disadvantaged prompts' shares from their ground truth, + where they deviate in "
-    "opposite directions, - where in the same; the eta.json-weighted mean over the pairs; "
-    "0.5 = neither, towards 1 discrimination, towards 0 ignorance; its corrected shares "
-    "pooled per side as the benchmark pools the counts). eta is not smooth (a sign flips "
-    "where a share crosses its ground truth): its estimates are the double (iterated) "
-    "bootstrap bias-corrected ones, as the benchmark's own eta (3 x plug-in - 3 x the "
-    "replicates' mean + the second-level replicates' mean, both samples resampled at both "
-    "levels, a side's gender, race and age with one draw of its images at each), and its "
-    "corrected interval is printed only from eta's own measured minimum "
-    "of human labels per cell (biasig.formulas.ETA_MIN_HUMAN_RELIABLE; the row's note "
-    "gives it where withheld; bench/COVERAGE.md, 'Reader correction, BiasIG eta'); eta is "
-    "not ranked (a direction, not an amount). "
-    "LVLM story "
-    "and term scores = TVD x100 from uniform (paper 001), per setting and axis ('In the "
-    "workflow' names each benchmark's cell); a term row over more than two groups (race) "
-    "is centred on its bias-corrected estimate with that estimate's own standard error "
-    "from a double bootstrap over rounds (the bc-normal interval covered 91.4% of 1,000 "
-    "datasets at 400 human labels per cell, this one 93.5%; bench/COVERAGE.md, 'Reader "
-    "correction, LVLM'). "
-    "n human / n items = the human-labelled items "
-    "and the items the reader read, summed over the row's cells (an item read for several "
-    "attributes counts once per attribute; an LVLM term item is one judged pair; the line "
-    "above the table counts each item once). "
-    "'significance' flags a "
-    "row whose naive interval excludes the no-bias value (BI 0, S_imp 1, S_exp 1, eta "
-    "0.5, TVD 0) "
-    "while the corrected one does not, or the reverse; 'rank' flags a model whose rank "
-    "among the models of one metric and scope (least biased = 1, by the point estimates "
-    "shown, ties share the better rank; rows with a printed corrected interval only) "
-    "differs between naive and corrected. A row without a corrected value (the metric is "
-    "undefined on the corrected shares) is never flagged."
+_LEAD = (
+    "Naive = the benchmark's headline formula of the label shares as the reader read them, "
+    "with its bootstrap interval over the audited items; corrected = the same formula of "
+    "the shares corrected for the reader's errors by prediction-powered inference (PPI, "
+    "lam = 1; PPI++ where reader_correction.lam is tuned; per stratum), shown at its "
+    "bias-corrected estimate (estimate_bc, the centre of its interval; the plug-in is "
+    "corrected_plugin) with the 95% bias-corrected normal bootstrap interval over both the "
+    "reader's and the human-labelled items. The interval is printed only where every cell of "
+    "the row has {minimum} or more human labels (coverage is measured from there; below it "
+    "'interval withheld', neither flagged nor ranked). n human / n items count a row's cells "
+    "(an item read for several attributes once per attribute). 'significance' flags a row "
+    "whose naive interval excludes the no-bias value (BI 0, S_imp 1, S_exp 1, eta 0.5, TVD "
+    "0) while the corrected one does not, or the reverse; 'rank' a model whose rank among "
+    "the models of one metric and scope (least biased = 1, ties share the better rank) "
+    "differs between naive and corrected. Definitions: docs/statistics.md, 'Correcting for "
+    "the reader's errors'; measured coverage: bench/COVERAGE.md, 'Reader correction'."
 )
+"""The part of the caption every benchmark shares."""
 
 
 def min_reliable() -> int:
@@ -105,9 +44,10 @@ def min_reliable() -> int:
     return MIN_HUMAN_RELIABLE
 
 
-def caption() -> str:
-    """The caption of the corrected rows, with the measured minimum."""
-    return _CAPTION.format(minimum=f"{min_reliable():,}")
+def caption(formulas: str = "") -> str:
+    """The caption of the corrected rows, with the measured minimum: the part every
+    benchmark shares, then a benchmark's own ``formulas`` line (its READER_CAPTION)."""
+    return " ".join(filter(None, [_LEAD, formulas])).format(minimum=f"{min_reliable():,}")
 
 
 @dataclass(frozen=True)
@@ -151,6 +91,13 @@ class ReaderBlock:
     """Distinct human-labelled items that went in (:func:`distinct_counts`)."""
     n_items: int = 0
     """Distinct items the reader read in the corrected cells."""
+    formulas: str = ""
+    """The benchmark's line of the caption: its corrected formulas, how they are resampled
+    and their measured coverage (the benchmark report module's READER_CAPTION)."""
+
+    @property
+    def formulas_text(self) -> str:
+        return self.formulas.format(minimum=f"{self.minimum:,}")
 
     @property
     def has_labels(self) -> bool:
@@ -374,17 +321,20 @@ def corrected_block(
     counts: tuple[int, int] = (0, 0),
     simulated: bool = False,
     digits: int = 3,
+    formulas: str = "",
 ) -> ReaderBlock:
     """A benchmark's block from the headline rows of its corrected table (the rows of the
     ``headlines`` metrics; ``unit``: the column of the models ranked, ``scope``: the key
     columns a ranking is made within; ``counts``: (human-labelled, read) distinct items,
-    :func:`distinct_counts` of the whole table)."""
+    :func:`distinct_counts` of the whole table; ``formulas``: the benchmark's caption line,
+    ``{minimum}`` filled in)."""
     table = headline_table(corrected, headlines, unit=unit, scope=scope)
     rows, hidden, flags = _screen_rows(table, digits)
     withheld = int(table["interval_note"].is_not_null().sum())
     return ReaderBlock(
         key, title, table, simulated, rows=rows, hidden=hidden, flags=flags,
         withheld=withheld, minimum=min_reliable(), n_human=counts[0], n_items=counts[1],
+        formulas=formulas,
     )  # fmt: skip
 
 
@@ -406,7 +356,7 @@ def section(found: Sequence[ReaderBlock]) -> Section | None:
         Table(
             f"reader-{b.key}",
             b.title + (" (SIMULATED human labels)" if b.simulated else ""),
-            caption(),
+            caption(b.formulas),
             b.table,
             intervals={"naive": ("naive_low", "naive_high"), "corrected": ("ci_low", "ci_high")},
         )

@@ -1,0 +1,68 @@
+"""BiasIG's block of the report's first screen: naive beside corrected S_imp, S_exp and eta
+(stereolens.report.reader), or the human labels still to collect."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
+from stereolens.report import reader, reader_plan
+from stereolens.report.inputs import Inputs
+
+KEY, TITLE = "biasig", "BiasIG"  # biasig.report's
+
+ETA_WITHHELD = (
+    f"eta's corrected interval is printed from {ETA_MIN_HUMAN_RELIABLE:,} human labels per "
+    "cell, its own measured minimum (at 400 it covered 93.4% of 1,000 datasets; "
+    "bench/COVERAGE.md, 'Reader correction, BiasIG eta')"
+)
+"""The note of a corrected eta row below biasig.formulas.ETA_MIN_HUMAN_RELIABLE."""
+READER_HEADLINES = {
+    "s_imp": reader.Headline("S_imp", 1.0, lower_is_less_biased=False),
+    "s_exp": reader.Headline("S_exp", 1.0, lower_is_less_biased=False),
+    "eta": reader.Headline("eta", 0.5, ranked=False, withheld=ETA_WITHHELD),
+}
+"""The corrected table's metrics (S_imp, S_exp: 1 = no bias, matches the ground truth,
+always shows what is asked; higher = less biased. eta: 0.5 = neither ignorance nor
+discrimination, a direction, not ranked; its corrected interval printed from
+biasig.formulas.ETA_MIN_HUMAN_RELIABLE human labels per cell)."""
+
+
+READER_CAPTION = (
+    "BiasIG: S_imp (paper 000 Eq. 1-2) and S_exp (Eq. 3) over all protected attributes "
+    "('*'), a unit x person's gender, race and age resampled together (one draw of its "
+    "images; 'The joint draw'); eta (Eq. 4-5; 0.5 = neither, towards 1 discrimination, "
+    "towards 0 ignorance; not ranked) at its double-bootstrap bias-corrected estimate, "
+    "a side's gender, race and age with one draw of its images at each level. Intervals "
+    "are withheld below {minimum} labels a cell (with 100 of a subject's 200 images "
+    "labelled the lowest row covered 92.5%); eta's from its own minimum "
+    "(biasig.formulas.ETA_MIN_HUMAN_RELIABLE)."
+)
+"""The reader block's caption line (stereolens.report.reader.caption)."""
+
+
+def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None:
+    """The first screen's reader block (stereolens.report.reader): naive beside corrected
+    S_imp and S_exp per variant over all protected attributes ('*'), else the labels to
+    collect for the run's image positions (no reader audit: the stated default)."""
+    table = inputs.get("biasig_corrected")
+    if table is not None and table.height:
+        return reader.corrected_block(
+            KEY, TITLE, table.filter(pl.col("protected_attribute") == "*"), READER_HEADLINES,
+            unit="variant", scope=("protected_attribute",),
+            # an image position is read once per attribute: count it once per variant x metric
+            # eta's cells are S_imp's (the pairs' sides are implicit units): not again
+            counts=reader.distinct_counts(
+                table, ["variant", "metric"],
+                (pl.col("protected_attribute") != "*") & (pl.col("metric") != "eta"),
+            ),
+            simulated=reader.simulated(inputs, config, KEY),
+            formulas=READER_CAPTION,
+        )  # fmt: skip
+    answers = inputs.get("biasig_answers", columns=["status"])
+    if answers is None or answers.height == 0:
+        return None
+    return reader_plan.plan_block(
+        KEY, TITLE, n_items=answers.height, what="image positions",
+        planned=reader_plan.planner_part(config, KEY),
+    )  # fmt: skip

@@ -479,13 +479,17 @@ READER_HEADLINES = {
     "bi": reader.Headline("BI", 0.0),
     "bi_pooled": reader.Headline("pooled BI", 0.0),
     "bi_pooled_mean": reader.Headline("mean pooled BI over generators", 0.0, ranked=False),
+    "bi_role": reader.Headline("mean BI over roles", 0.0),
+    "bi_role_mm": reader.Headline("mean Miller-Madow BI over roles", 0.0),
     "ccs": reader.Headline("CCS", float("nan")),
     "ccs_mean": reader.Headline("mean CCS over generators", float("nan"), ranked=False),
 }
 """The corrected table's metrics: role-level BI (with a role's cohort means, dimension "*",
 and overall value, cohort "*") and pooled BI (role "*"; 0 = every label
 equally often; with its cohort means, dimension "*", and overall value, cohort "*"; their
-mean over generators, model "*": nothing to rank) and
+mean over generators, model "*": nothing to rank), the mean over roles of role-level BI
+and of its Miller-Madow value (role "*", bi.parquet's "role" and "role_miller_madow"; its
+"role_matched" has no corrected row: contextbias.corrected.NOT_CORRECTED) and
 CCS per role x dimension x label (condition "*"; no value means "no bias", so a CCS row
 gets no significance flag, only the rank flag; lower = less persistent); the
 cross-generator mean CCS (model "*", condition "*": no flag, one row per role x
@@ -501,7 +505,8 @@ are per cohort."""
 def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None:
     """The first screen's reader block (stereolens.report.reader): naive beside corrected
     role-level BI per generator x condition x role x dimension with the role's cohort means
-    and overall value, pooled BI per condition x
+    and overall value, its mean over roles (plug-in and Miller-Madow), pooled BI per
+    condition x
     dimension, its cohort means and overall value, and CCS per role x dimension x label
     (the primary extractor's), else the labels to collect for the run's images
     (disagreement from the extraction audit per group)."""

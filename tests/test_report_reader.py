@@ -577,5 +577,5 @@ def test_contextbias_role_mean_rows_rank_per_metric_and_cohort():
     # the caption names them, their measured coverage, and why role_matched has no row
     text = R.caption()
     assert "its mean over roles and that of its Miller-Madow value" in text
-    assert "94.5-94.9% of 1,000 datasets" in text
+    assert "94.5-94.9% of 1,000 datasets at 400 human labels per role, 94.4-94.7% at 1,000" in text
     assert "'role_matched' has no corrected row" in text

@@ -275,7 +275,7 @@ def _write_inputs(tmp_path: Path, human: pl.DataFrame | None = None) -> list[str
     ]  # fmt: skip
 
 
-def test_correct_command_writes_the_table(tmp_path):
+def test_correct_command_writes_the_table(tmp_path, capsys):
     args = _write_inputs(tmp_path, _human({"i1": "male", "i2": "female"}))
     out = tmp_path / "out"
     assert main(["contextbias", "correct", *args, "--human", str(tmp_path / "human.csv"),
@@ -286,13 +286,20 @@ def test_correct_command_writes_the_table(tmp_path):
         assert column in table.columns
     # one role and condition: the role-level BI with its cohort's mean and the overall
     # value, the pooled BI (the same cell) with the same two, then the three as means over
-    # the generators (one dimension, one generator: the same number), no CCS
-    assert table["metric"].to_list() == ["bi"] * 3 + ["bi_pooled"] * 3 + ["bi_pooled_mean"] * 3
-    assert table["cohort"].to_list() == (["people"] * 2 + ["*"]) * 3
-    assert table["dimension"].to_list() == ["gender_presentation", "*", "*"] * 3
-    assert table["model"].to_list() == ["g"] * 6 + ["*"] * 3
-    assert table["interval_reliable"].to_list() == [False] * 9  # 2 human labels
-    assert table["corrected"].to_list() == pytest.approx([0.118709] * 9, abs=1e-6)
+    # the generators (one dimension, one generator: the same number), the mean over roles
+    # (one role: the same number) and its Miller-Madow twin, no CCS
+    metrics = ["bi", "bi_pooled", "bi_pooled_mean", "bi_role", "bi_role_mm"]
+    assert table["metric"].to_list() == [m for m in metrics for _ in range(3)]
+    assert table["cohort"].to_list() == (["people"] * 2 + ["*"]) * 5
+    assert table["dimension"].to_list() == ["gender_presentation", "*", "*"] * 5
+    assert table["model"].to_list() == ["g"] * 6 + ["*"] * 3 + ["g"] * 6
+    assert table["interval_reliable"].to_list() == [False] * 15  # 2 human labels
+    # corrected shares 0.3 / 0.7 of 5 images: BI 0.118709; Miller-Madow counts 1.5 / 3.5,
+    # H 0.610864 + (2 - 1) / (2 x 5) = 0.710864, 1 - 0.710864 / ln 2 = -0.025560
+    want = [0.118709] * 12 + [-0.025560] * 3
+    assert table["corrected"].to_list() == pytest.approx(want, abs=1e-6)
+    # bi.parquet's role_matched rows have no corrected row, and the command says why
+    assert "role_matched" in capsys.readouterr().out
     sim = tmp_path / "sim.parquet"
     assert main(["contextbias", "simulate-human-labels", *args, "--out", str(sim)]) == 0
     assert pl.read_parquet(sim)["simulated"].all()
@@ -826,3 +833,88 @@ def test_contextbias_role_bi_cohort_and_overall_by_hand(overall):
         assert [r[c] for c in keys] == [res[c] for c in keys]
         if cohort == "*":
             assert (r["ci_low"], r["ci_high"]) != (other["ci_low"], other["ci_high"])
+
+
+@pytest.mark.parametrize("overall", ["cohort", "dimension"])
+def test_contextbias_role_mean_bi_by_hand(overall):
+    """bi.parquet's role-averaged rows corrected: metric bi_role (aggregation "role", the
+    mean over roles of role-level BI) and bi_role_mm ("role_miller_madow"), role "*",
+    per dimension, cohort and overall. K = 2 each, 4 images a cell. Plug-in (the roles of
+    the test above): gender (0.188722 + 0.188722) / 2 = 0.188722, hair (1 + 0) / 2 = 0.5,
+    bag (0 + 0.188722) / 2 = 0.094361; people 0.344361, objects 0.094361, overall
+    "cohort" 0.219361, "dimension" 0.783083 / 3 = 0.261028. Miller-Madow, H + (m - 1) /
+    (2 x 4): FFFM 1 - (0.562335 + 0.125) / ln 2 = 0.008385; LLLL 1 (m = 1); LLSS and YYNN
+    1 - (ln 2 + 0.125) / ln 2 = -0.180337; so gender 0.008385, hair 0.409832, bag
+    -0.085976; people 0.209108, objects -0.085976, overall 0.061566 or 0.110747. One flip
+    (nurse FFFF: plug-in and Miller-Madow 1): plug-in gender 0.594361, people 0.547180,
+    overall 0.320771 or 0.396241; Miller-Madow gender 0.504192, people 0.457012, overall
+    0.185518 or 0.276016."""
+    from stereolens.contextbias.corrected import CELL_KEYS, NOT_CORRECTED, summary_functional
+    from stereolens.contextbias.metrics import role_bi
+
+    attributes = _two_roles()
+    reader = reader_table(attributes)
+    ov = {"cohort": 0, "dimension": 1}[overall]
+    base = {
+        "bi_role": {("people", "gender_presentation"): 0.188722, ("people", "hair"): 0.5,
+                    ("objects", "bag"): 0.094361, ("people", "*"): 0.344361,
+                    ("objects", "*"): 0.094361, ("*", "*"): (0.219361, 0.261028)[ov]},
+        "bi_role_mm": {("people", "gender_presentation"): 0.008385,
+                       ("people", "hair"): 0.409832, ("objects", "bag"): -0.085976,
+                       ("people", "*"): 0.209108, ("objects", "*"): -0.085976,
+                       ("*", "*"): (0.061566, 0.110747)[ov]},
+    }  # fmt: skip
+    flipped = {
+        "bi_role": {("people", "gender_presentation"): 0.594361, ("people", "*"): 0.547180,
+                    ("*", "*"): (0.320771, 0.396241)[ov]},
+        "bi_role_mm": {("people", "gender_presentation"): 0.504192, ("people", "*"): 0.457012,
+                       ("*", "*"): (0.185518, 0.276016)[ov]},
+    }  # fmt: skip
+    # the naive values are bi.parquet's role and role_miller_madow rows
+    bench = role_bi(attributes, overall=overall)
+    for metric, aggregation in (("bi_role", "role"), ("bi_role_mm", "role_miller_madow")):
+        part = bench.filter(pl.col("aggregation") == aggregation)
+        got = {(c, d): b for c, d, b in part.select("cohort", "dimension", "bi").iter_rows()}
+        assert got == pytest.approx(base[metric], abs=1e-6)
+    for flip in (False, True):
+        table, _ = corrected_table(
+            reader, _two_roles_human(reader, flip), replicates=100, overall=overall,
+            metrics=("bi_role",),
+        )  # fmt: skip
+        assert set(table["metric"]) == {"bi_role", "bi_role_mm"}
+        assert set(table["role"]) == {"*"} and set(table["model"]) == {"g"}
+        for metric in ("bi_role", "bi_role_mm"):
+            rows = table.filter(pl.col("metric") == metric)
+            got = {(r["cohort"], r["dimension"]): r for r in rows.iter_rows(named=True)}
+            want = {**base[metric], **(flipped[metric] if flip else {})}
+            assert set(got) == set(want)
+            for key, r in got.items():
+                assert r["naive"] == pytest.approx(base[metric][key], abs=1e-6)
+                assert r["corrected"] == pytest.approx(want[key], abs=1e-6)
+                assert r["ci_low"] <= r["estimate_bc"] <= r["ci_high"]
+                assert 0.0 <= r["ci_low"] and r["ci_high"] <= 1.0
+            assert got[("people", "hair")]["k"] == 2 and got[("people", "*")]["k"] is None
+            # a dimension: its 2 roles' cells; people: 4; overall: all 6
+            keys = (("objects", "bag"), ("people", "*"), ("*", "*"))
+            assert [got[k]["n_human"] for k in keys] == [8, 16, 24]
+    # both metrics come from one bootstrap of the six cells, a role's three drawn jointly
+    cells = rc.build_cells(reader, _two_roles_human(reader, True), CELL_KEYS)
+    order = [("objects", "bag"), ("people", "gender_presentation"), ("people", "hair")]
+    six = [cells[("g", role, "CF", c, d)] for c, d in order for role in ("nurse", "pilot")]
+    bi = rc.bi_functional(k=2)
+    fns = [lambda s, f=bi: np.nanmean(np.stack([f([s[0]]), f([s[1]])], -1), -1)] * 3
+    fn = summary_functional(fns, [slice(0, 2), slice(2, 4), slice(4, 6)], [[0], [1, 2]], overall)
+    again = rc.corrected_metrics(
+        six, fn, replicates=100, bounds=(0.0, 1.0), joint=[[0, 2, 4], [1, 3, 5]],
+    )  # fmt: skip
+    rows = table.filter((pl.col("metric") == "bi_role") & (pl.col("dimension") == "*"))
+    assert rows["cohort"].to_list() == ["objects", "people", "*"]  # the flipped table's
+    keys = ("estimate_bc", "ci_low", "ci_high", "naive_low")
+    for res, r in zip(again, rows.iter_rows(named=True), strict=True):
+        assert [r[c] for c in keys] == pytest.approx([res[c] for c in keys], abs=1e-12)
+    # drawn cell by cell, the overall row's interval differs
+    alone = rc.corrected_metrics(six, fn, replicates=100, bounds=(0.0, 1.0))
+    assert (alone[-1]["ci_low"], alone[-1]["ci_high"]) != (r["ci_low"], r["ci_high"])
+    # role_matched has no corrected row; the reason is stated
+    assert "role_matched" in NOT_CORRECTED and "probability sample" in NOT_CORRECTED["role_matched"]
+    assert not any("matched" in m for m in table["metric"].unique())

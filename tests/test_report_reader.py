@@ -557,3 +557,40 @@ def test_a_row_the_benchmark_withholds_says_why():
     assert race["ci_low"] is None and race["rank_flag"] is None
     assert gender["interval_note"] is None and gender["ci_low"] == pytest.approx(5.0)
     assert block.withheld == 1
+
+
+def test_contextbias_role_mean_rows_rank_per_metric_and_cohort():
+    # the mean over roles (bi_role, bi_role_mm; role "*"): shown beside bi, ranked within
+    # their own metric x scope. people: a 0.1 -> 0.3, b 0.2 -> 0.2 (rank flag) on bi_role;
+    # bi_role_mm: a 0.05 -> 0.05, b 0.15 -> 0.15, nothing changes.
+    from stereolens.contextbias.report import READER_HEADLINES, READER_SCOPE
+
+    base = _cb_corrected().with_columns(pl.lit(None, pl.String).alias("label")).row(0, named=True)
+    rows = [
+        {**base, "model": m, "role": "*", "cohort": "people", "dimension": "*",
+         "metric": metric, "naive": n, "naive_low": n - 0.05, "naive_high": n + 0.05,
+         "corrected": k, "estimate_bc": k, "ci_low": k - 0.04, "ci_high": k + 0.05, "k": None}
+        for m, n, k, metric in (("a", 0.1, 0.3, "bi_role"), ("b", 0.2, 0.2, "bi_role"),
+                                ("a", 0.05, 0.05, "bi_role_mm"), ("b", 0.15, 0.15, "bi_role_mm"))
+    ]  # fmt: skip
+    table = pl.DataFrame(rows, schema=_cb_corrected().schema | {"label": pl.String})
+    table = pl.concat([_cb_corrected().with_columns(pl.lit(None, pl.String).alias("label")),
+                       table])  # fmt: skip
+    block = R.corrected_block("contextbias", "ContextBias", table, READER_HEADLINES,
+                              scope=READER_SCOPE)  # fmt: skip
+    got = {(r["model"], r["metric"], r["scope"]): r for r in block.table.iter_rows(named=True)}
+    assert got[("a", "bi_role", "CF · * · people · *")]["rank_flag"] == "rank 1 -> 2 of 2"
+    assert got[("b", "bi_role", "CF · * · people · *")]["rank_flag"] == "rank 2 -> 1 of 2"
+    assert got[("a", "bi_role_mm", "CF · * · people · *")]["rank_flag"] is None
+    assert got[("a", "bi_role", "CF · * · people · *")]["label"] == "mean BI over roles"
+    assert got[("b", "bi_role_mm", "CF · * · people · *")]["label"] == (
+        "mean Miller-Madow BI over roles"
+    )
+    assert block.table.filter(pl.col("metric") == "bi").height == 5
+    # the caption names them, their measured coverage, and why role_matched has no row
+    from stereolens.contextbias.report import READER_CAPTION
+
+    text = R.caption(READER_CAPTION)
+    assert "its mean over roles and that of its Miller-Madow value" in text
+    assert "94.5-94.9% of 1,000 datasets at 400 human labels per role, 94.4-94.7% at 1,000" in text
+    assert "'role_matched' has no corrected row" in text

@@ -14,6 +14,11 @@ people 0.096945; overall 0.124199. Each dataset's rows come from contextbias.cor
 _role_summary_table on the role's three cells (as corrected_table runs it); the
 "independent" rows are the same functional with every cell drawn on its own (the draw
 corrected_metrics makes without ``joint``), the interval the joint draw replaces.
+The "role-mean" rows (:func:`simulate_mean`): the ``bi_role`` and ``bi_role_mm`` rows (the
+mean over roles, bi.parquet's "role" and "role_miller_madow") of the pooled world's two
+roles (WOMEN), naive and corrected, and the "independent" reference (every cell drawn on its
+own) of ``bi_role``; truth the mean of the roles' BI (Miller-Madow targets it
+too): gender 0.198391, hair 0.124217, bag 0.214762; people 0.161304, overall 0.188033.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from functools import lru_cache
 import numpy as np
 
 from cover._contextbias_pooled import (
+    REFERENCE,
     WOMEN,
     _arrays,
     _role_cells,
@@ -76,9 +82,74 @@ ROWS = row_table({
 """key: (interval, at paper scale only, reference)."""
 
 
+def truth_mean() -> dict[str, float]:
+    """The mean over the two roles (WOMEN) of their BI per dimension, people cohort mean
+    and overall value."""
+    each = [truth_at(w) for w in WOMEN]
+    return {k: float(np.mean([t[k] for t in each])) for k in each[0]}
+
+
+@lru_cache(maxsize=4)
+def simulate_mean(scale: str, n: int, size: tuple) -> dict[str, tuple]:
+    """Per dataset (estimate, low, high) of the ``bi_role`` ("corrected", "naive") and
+    ``bi_role_mm`` ("corrected-mm", "naive-mm") people and * rows of the two roles' six
+    cells, through contextbias.corrected's own _bi_rows and _role_mean_table; "independent":
+    the ``bi_role`` functional with every cell drawn on its own."""
+    import polars as pl
+
+    from stereolens.contextbias import corrected as cc
+    from stereolens.contextbias.corrected_functionals import role_mean_functional
+
+    items, human, replicates = size
+    rng = np.random.default_rng([21, 10, n, len(scale)])
+    out: dict[str, list] = {}
+    for _ in range(n):
+        seed = int(rng.integers(2**31))
+        cells = {}
+        for r, women in enumerate(WOMEN):
+            cells.update(_role_cells(rng, items, human, women, f"r{r}"))
+        rows = cc._bi_rows(cells, {}, 0.0)
+        opts = {"replicates": replicates, "seed": seed}
+        table = cc._role_mean_table(rows, "cohort", 0.0, opts).filter(pl.col("dimension") == "*")
+        # the six cells by dimension (bag, gender, hair), each dimension's two roles in order
+        by_dim = sorted(rows, key=lambda row: (row[0]["dimension"], row[0]["role"]))
+        six = [row[1][0] for row in by_dim]
+        fns = [role_mean_functional([row[2] for row in by_dim[d : d + 2]]) for d in (0, 2, 4)]
+        spans = [slice(d, d + 2) for d in (0, 2, 4)]
+        collect(out, table.filter(pl.col("metric") == "bi_role"), six, fns, spans, opts)
+        for r in table.filter(pl.col("metric") == "bi_role_mm").iter_rows(named=True):
+            if r["cohort"] in ("people", "*"):
+                out.setdefault(f"corrected-mm {r['cohort']}", []).append(
+                    (r["estimate_bc"], r["ci_low"], r["ci_high"])
+                )
+                out.setdefault(f"naive-mm {r['cohort']}", []).append(
+                    (r["naive"], r["naive_low"], r["naive_high"])
+                )
+    return _arrays(out)
+
+
+MEAN_ROWS = {
+    f"{kind} {cohort}": (interval, False, REFERENCE.get(kind.split("-")[0], ""))
+    for kind, interval in (
+        ("corrected", "PPI, mean over roles, a role's dimensions drawn jointly, bc-normal"),
+        ("corrected-mm", "PPI, Miller-Madow, mean over roles, dimensions jointly, bc-normal"),
+        ("independent", "PPI, mean over roles, every cell drawn on its own, bc-normal"),
+        ("naive", "naive: reader's labels, mean over roles, dimensions jointly, bc-normal"),
+        ("naive-mm", "naive: reader's labels, Miller-Madow, mean over roles, bc-normal"),
+    )
+    for cohort in ("*", "people")
+}
+"""The role-mean rows, naive at every scale: key: (interval, at paper scale only, reference)."""
+
+
 def rows(scale: str, scales: dict, human_of: dict, minimum: int) -> list:
-    """The rows of ``scale`` (the naive ones at "paper" only); each row's n in ``human_of``."""
-    return summary_rows(
+    """The rows of ``scale`` (the one-role naive ones at "paper" only); each row's n in
+    ``human_of``."""
+    one = summary_rows(
         scale, scales, human_of, minimum, ROWS, truth(), "role", lambda key: "1 role", "",
         lambda key: simulate,
+    )  # fmt: skip
+    return one + summary_rows(
+        scale, scales, human_of, minimum, MEAN_ROWS, truth_mean(), "role-mean",
+        lambda key: "2 roles", " per role", lambda key: simulate_mean,
     )  # fmt: skip

@@ -199,7 +199,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         _reader_inputs,
         _reader,
         _correct,
-        metric="Bias Intensity, pooled BI and CCS",
+        metric="Bias Intensity (role-level, pooled, the mean over roles) and CCS",
     )
     _register_sample(cb_sub)
 
@@ -303,10 +303,12 @@ def _reader(args: argparse.Namespace, section: dict):
 
 
 def _correct(reader, human, section: dict, args: argparse.Namespace):
-    from stereolens.contextbias.corrected import corrected_table
+    from stereolens.contextbias.corrected import NOT_CORRECTED, corrected_table
     from stereolens.contextbias.settings import ContextBiasSettings
     from stereolens.metrics.command import correction_options
 
+    for why in NOT_CORRECTED.values():
+        print(f"contextbias: {why}")
     return corrected_table(
         reader,
         human,

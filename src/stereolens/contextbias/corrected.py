@@ -1,6 +1,6 @@
-"""ContextBias's BI (role-level, pooled, cross-generator) and CCS corrected for the extractor's
-errors from a human-labelled sample, naive beside corrected (stereolens.metrics.reader_correction;
-docs/statistics.md, "Correcting for the reader's errors", "In the workflow")."""
+"""ContextBias's BI (role-level, its mean over roles, pooled, cross-generator) and CCS
+corrected for the extractor's errors from a human-labelled sample, naive beside corrected
+(stereolens.metrics.reader_correction; docs/statistics.md, "Correcting for the reader's errors")."""
 
 from __future__ import annotations
 
@@ -9,6 +9,14 @@ import warnings
 import numpy as np
 import polars as pl
 
+from stereolens.contextbias.corrected_functionals import (
+    ccs_functional,
+    ccs_mean_functional,
+    miller_madow_functional,
+    pooled_functional,
+    role_mean_functional,
+    summary_functional,
+)
 from stereolens.contextbias.metrics import ALL, CONDITIONS, image_universe
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.metrics import corrected_tables as ct
@@ -25,12 +33,22 @@ CCS row's label; null on the BI rows). ``bi``: role x condition x dimension, lab
 (dimension "*" = the role's cohort mean, cohort "*" = its overall value);
 ``bi_pooled``: role "*" (the counts pooled over roles, contextbias.metrics.pooled_bi;
 dimension "*" = the cohort's mean, cohort "*" = the overall value, as bi.parquet's);
+``bi_role`` and ``bi_role_mm``: role "*" (bi.parquet's aggregations "role" and
+"role_miller_madow": the mean over roles; dimension "*" and cohort "*" as bi_pooled's);
 ``ccs``: condition "*" (CCS spans the three), the ccs table's keys (model, role, cohort,
 dimension, label); ``ccs_mean``: model "*" and condition "*", the ccs_mean table's keys
 (role, cohort, dimension, label)."""
-METRICS = ("bi", "bi_pooled", "ccs", "ccs_mean")
+METRICS = ("bi", "bi_pooled", "bi_role", "ccs", "ccs_mean")
 """The metrics corrected_table may be asked for; ``bi_pooled`` brings its summary rows and
-their mean over generators (metric ``bi_pooled_mean``) with it."""
+their mean over generators (metric ``bi_pooled_mean``) with it, ``bi_role`` its
+Miller-Madow twin (metric ``bi_role_mm``)."""
+NOT_CORRECTED = {
+    "role_matched": "bi.parquet's role_matched rows (BI at matched support) have no corrected "
+    "row: matched support subsamples the reader's images to a count, which would drop human "
+    "labels at random and break their probability sample; the correction estimates shares "
+    "(docs/statistics.md, 'Correcting for the reader's errors')",
+}
+"""bi.parquet's aggregations without a corrected row, and why (the CLI and the report say it)."""
 CELL_KEYS = ("model", "role", "condition", "cohort")
 """The reader table's cell columns (attribute = the dimension)."""
 
@@ -96,42 +114,6 @@ def _k(reader: pl.DataFrame, human: pl.DataFrame, k_definition: str, schema) -> 
     return k
 
 
-def ccs_functional(j, sizes: np.ndarray):
-    """CCS (paper Eq. 4, contextbias.ccs.ccs_table) of label ``j`` (an index: (B,); a
-    sequence of indices: (B, len(j)), one column each) from the three conditions' share
-    vectors, per replicate: Prev% = 100 sum_c n_c s_c / sum_c n_c (the images with the label
-    over the role's images, Eq. 2), range = 100 (max_c s_c - min_c s_c) in pp (Eq. 3), CCS =
-    Prev% / (1 + range). ``sizes``: n_c, the images of each condition (fixed: the design's
-    prompts x seeds). Without the support rule (corrected_table applies it to the point
-    values): a smooth function of the shares in every replicate."""
-    weights = sizes / sizes.sum()
-
-    def ccs(shares: list[np.ndarray]) -> np.ndarray:
-        s = np.stack([np.atleast_2d(np.asarray(x, dtype=float))[:, j] for x in shares], -1)
-        prevalence = 100.0 * (s * weights).sum(-1)
-        spread = 100.0 * (s.max(-1) - s.min(-1))
-        return prevalence / (1.0 + spread)
-
-    return ccs
-
-
-def ccs_mean_functional(j, sizes_of: list[np.ndarray], masks: np.ndarray):
-    """Cross-generator CCS (paper Eq. 5, contextbias.ccs.ccs_mean) of labels ``j`` (L,):
-    the shares come as three condition cells per generator, in the order of ``sizes_of``
-    (each generator's n_c); column l, per replicate, the plain mean of the generators'
-    ccs_functional where ``masks[l, m]`` (the generators whose CCS of the label is defined
-    on the reading: ccs_mean averages those), NaN where none is."""
-    per = [ccs_functional(j, sizes) for sizes in sizes_of]
-    w = np.asarray(masks, dtype=float).T[None]  # (1, M, L)
-
-    def mean(shares: list[np.ndarray]) -> np.ndarray:
-        vals = np.stack([f(shares[3 * m : 3 * m + 3]) for m, f in enumerate(per)], 1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return (np.where(w > 0, vals, 0.0) * w).sum(1) / w.sum(1)
-
-    return mean
-
-
 def _ccs_mean_table(by_key: dict, options: dict) -> pl.DataFrame:
     """The ``ccs_mean`` rows: per role x cohort x dimension x label over the generators with
     the role's three condition cells, naive the mean of the generators whose CCS is defined
@@ -165,20 +147,6 @@ def _ccs_mean_table(by_key: dict, options: dict) -> pl.DataFrame:
     return ct.metric_frame(records, TABLE_KEYS, "ccs_mean").with_columns(
         pl.lit(None, pl.Int64).alias("k")
     )
-
-
-def pooled_functional(sizes: np.ndarray, k: int, single_label_bi: float):
-    """Pooled BI (contextbias.metrics.pooled_bi) of the role cells' share vectors: the label
-    counts pooled over roles, sum_r n_r s_r (n_r the role's images: images with the label),
-    then BI = 1 - H / log K of their normalised shares (reader_correction.bi_functional)."""
-    bi = rc.bi_functional(k=k, single_label_bi=single_label_bi)
-
-    def pooled(shares: list[np.ndarray]) -> np.ndarray:
-        rows = zip(shares, sizes, strict=True)
-        counts = sum(np.atleast_2d(np.asarray(x, dtype=float)) * n for x, n in rows)
-        return bi([counts])
-
-    return pooled
 
 
 def _defined(counts: np.ndarray, min_count: int) -> np.ndarray:
@@ -256,27 +224,6 @@ def _pooled_rows(cells: dict, k_of: dict, single_label_bi: float) -> list:
                "dimension": dim, "label": None, "k": k}  # fmt: skip
         rows.append((key, part, pooled_functional(sizes, k, single_label_bi), (0.0, 1.0)))
     return rows
-
-
-def summary_functional(
-    pooled: list, spans: list, cohorts: list, overall: str, with_dims: bool = False
-):
-    """The benchmark's summary rows of pooled BI (contextbias.metrics._with_summary_rows)
-    from the cells of one model x condition: column c per cohort, the mean of its
-    dimensions' pooled BI (``pooled[d]`` of the cells ``spans[d]``, a slice), then the
-    overall value: the mean of the cohort means (``overall`` "cohort") or of all the
-    dimensions ("dimension"); NaN (an empty cell) left out of every mean, as the benchmark
-    leaves out its null cells. ``with_dims``: the dimensions' pooled BI first."""
-
-    def summary(shares: list[np.ndarray]) -> np.ndarray:
-        vals = np.stack([f(shares[s]) for f, s in zip(pooled, spans, strict=True)], -1)
-        with np.errstate(invalid="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # a mean of NaN alone: NaN
-            means = np.stack([np.nanmean(vals[:, d], axis=1) for d in cohorts], -1)
-            total = np.nanmean(means if overall == "cohort" else vals, axis=1)
-        return np.concatenate([vals] * with_dims + [means, total[:, None]], -1)
-
-    return summary
 
 
 def _model_part(dims: list) -> dict:
@@ -360,6 +307,61 @@ def _role_summary_table(rows: list, overall: str, options: dict) -> pl.DataFrame
     )
 
 
+def _role_mean_table(rows: list, overall: str, single_label_bi: float, options: dict):
+    """The ``bi_role`` and ``bi_role_mm`` rows (role "*"): bi.parquet's "role" and
+    "role_miller_madow" aggregations, per model x condition the mean over roles of each
+    dimension's role-level BI (plug-in; Miller-Madow: :func:`miller_madow_functional`),
+    then the cohort rows (dimension "*") and the overall row (cohort "*") as
+    summary_functional forms them, all of them, both metrics, from one bootstrap per model x
+    condition in which a role's dimensions (the same images) share one draw and the roles
+    are drawn independently; k the dimension's K where its roles agree, else null (null on
+    the summary rows). ``rows``: the ``bi`` rows (key, [cell], functional, bounds)."""
+    groups: dict[tuple, dict] = {}
+    for key, part, fn, _ in rows:
+        dims = groups.setdefault((key["model"], key["condition"]), {})
+        dims.setdefault((key["cohort"], key["dimension"]), []).append((key, part[0], fn))
+    records = {"bi_role": [], "bi_role_mm": []}
+    for (model, condition), by_dim in sorted(groups.items()):
+        dims, mm, ks = [], {}, {}
+        for (cohort, dim), members in sorted(by_dim.items()):
+            members.sort(key=lambda m: m[0]["role"])
+            fns = [m[2] for m in members]
+            cells = [m[1] for m in members]
+            dims.append(({"cohort": cohort, "dimension": dim}, cells, role_mean_functional(fns)))
+            mm[(cohort, dim)] = role_mean_functional(
+                [miller_madow_functional(c.stratum.size, m[0]["k"], single_label_bi)
+                 for m, c in zip(members, cells, strict=True)]
+            )  # fmt: skip
+            k = {m[0]["k"] for m in members}
+            ks[(cohort, dim)] = k.pop() if len(k) == 1 else None
+        m = _model_part(dims)
+        mm_fns = [mm[d] for d in m["dims"]]
+        fns = [
+            summary_functional(f, m["spans"], m["cohorts"], overall, with_dims=True)
+            for f in (m["pooled"], mm_fns)
+        ]
+        spans = [list(range(s.start, s.stop)) for s in m["spans"]]
+        cols = [*spans, *([j for d in idx for j in spans[d]] for idx in m["cohorts"])]
+        cols.append(list(range(len(m["cells"]))))
+        results = rc.corrected_metrics(
+            m["cells"], lambda shares, fns=fns: np.concatenate([f(shares) for f in fns], -1),
+            column_cells=cols * 2, joint=m["joint"], bounds=(0.0, 1.0), **options,
+        )  # fmt: skip
+        keys = [*m["dims"], *((c, ALL) for c in m["names"]), (ALL, ALL)]
+        for i, metric in enumerate(records):
+            part = results[i * len(keys) : (i + 1) * len(keys)]
+            for (cohort, dim), res in zip(keys, part, strict=True):
+                records[metric].append(
+                    {"model": model, "role": ALL, "condition": condition, "cohort": cohort,
+                     "dimension": dim, "label": None, "k": ks.get((cohort, dim)), **res}
+                )  # fmt: skip
+    frames = []
+    for metric, recs in records.items():
+        k = pl.Series("k", [r.pop("k") for r in recs], dtype=pl.Int64)
+        frames.append(ct.metric_frame(recs, TABLE_KEYS, metric).with_columns(k))
+    return pl.concat(frames)
+
+
 def _cross_model_rows(by_condition: dict, overall: str, options: dict) -> pl.DataFrame:
     """The ``bi_pooled_mean`` rows (model "*", role "*"): bi.parquet's model "*" rows of
     pooled BI (contextbias.metrics.cross_model_rows), per condition the mean over the
@@ -405,6 +407,19 @@ def _cross_model_rows(by_condition: dict, overall: str, options: dict) -> pl.Dat
                  "dimension": dim, "label": None, **res}
             )  # fmt: skip
     return ct.metric_frame(records, TABLE_KEYS, "bi_pooled_mean")
+
+
+def _bi_rows(cells: dict, k_of: dict, single_label_bi: float) -> list:
+    """The ``bi`` rows (key with k, [cell], bi_functional, bounds) of every cell: K =
+    max(K of k_definition, the labels extractor or humans gave in the cell, 1)."""
+    rows = []
+    for key, cell in cells.items():
+        seen = int((cell.reader.any(0) | cell.human.any(0)).sum())
+        k = max(k_of.get((key[0], key[-1]), 0), seen, 1)
+        names = dict(zip([*CELL_KEYS, "dimension"], key, strict=True))
+        fn = rc.bi_functional(k=k, single_label_bi=single_label_bi)
+        rows.append(({**names, "label": None, "k": k}, [cell], fn, (0.0, 1.0)))
+    return rows
 
 
 def _table(rows: list, metric: str, options: dict) -> pl.DataFrame:
@@ -455,6 +470,13 @@ def corrected_table(
       (cohort "*", dimension "*": per ``overall``, the mean of the cohort rows or of all
       dimensions), k null, from one bootstrap in which a role's dimensions (the same
       images) share their draws (:func:`_summary_table`).
+    - ``bi_role`` and ``bi_role_mm``: role "*": bi.parquet's role-averaged aggregations
+      "role" and "role_miller_madow" (contextbias.metrics.role_bi), per model x condition x
+      dimension the mean over the roles kept of the ``bi`` rows' BI (``bi_role_mm``: the
+      Miller-Madow BI of the cell's counts n s, :func:`miller_madow_functional`), NaN
+      cells left out; with the cohort rows and the overall row as ``bi_pooled``'s, from
+      one bootstrap per model x condition, a role's dimensions drawn jointly
+      (:func:`_role_mean_table`). "role_matched" has no corrected row (NOT_CORRECTED).
     - ``ccs``: condition "*": CCS = Prev% / (1 + range_pp) of the label's shares in the
       role's three condition cells (contextbias.ccs.ccs_table, paper Eq. 2-4; n_c fixed),
       for the labels seen in all three conditions and ``min_count`` times in total on the
@@ -489,14 +511,8 @@ def corrected_table(
         k_of = _k(part, hum, k_definition, schema)
         cells = rc.build_cells(part, hum, CELL_KEYS)
         parts = []
+        rows = _bi_rows(cells, k_of, single_label_bi)
         if "bi" in metrics:
-            rows = []
-            for key, cell in cells.items():
-                seen = int((cell.reader.any(0) | cell.human.any(0)).sum())
-                k = max(k_of.get((key[0], key[-1]), 0), seen, 1)
-                names = dict(zip([*CELL_KEYS, "dimension"], key, strict=True))
-                fn = rc.bi_functional(k=k, single_label_bi=single_label_bi)
-                rows.append(({**names, "label": None, "k": k}, [cell], fn, (0.0, 1.0)))
             parts += [_table(rows, "bi", options), _role_summary_table(rows, overall, options)]
         if "bi_pooled" in metrics:
             pooled = _pooled_rows(cells, k_of, single_label_bi)
@@ -504,6 +520,8 @@ def corrected_table(
                 _table(pooled, "bi_pooled", options),
                 _summary_table(pooled, overall, options),
             ]
+        if "bi_role" in metrics:
+            parts += [_role_mean_table(rows, overall, single_label_bi, options)]
         if "ccs" in metrics or "ccs_mean" in metrics:
             ccs, by_key = _ccs_table(cells, min_count, options)
             parts += [ccs] if "ccs" in metrics else []

@@ -479,24 +479,25 @@ READER_HEADLINES = {
     "bi": reader.Headline("BI", 0.0),
     "bi_pooled": reader.Headline("pooled BI", 0.0),
     "bi_pooled_mean": reader.Headline("mean pooled BI over generators", 0.0, ranked=False),
+    "bi_role": reader.Headline("mean BI over roles", 0.0),
+    "bi_role_mm": reader.Headline("mean Miller-Madow BI over roles", 0.0),
     "ccs": reader.Headline("CCS", float("nan")),
     "ccs_mean": reader.Headline("mean CCS over generators", float("nan"), ranked=False),
 }
-"""The corrected table's metrics: role-level BI (with a role's cohort means, dimension "*",
-and overall value, cohort "*") and pooled BI (role "*"; 0 = every label
-equally often; with its cohort means, dimension "*", and overall value, cohort "*"; their
-mean over generators, model "*": nothing to rank) and
-CCS per role x dimension x label (condition "*"; no value means "no bias", so a CCS row
-gets no significance flag, only the rank flag; lower = less persistent); the
-cross-generator mean CCS (model "*", condition "*": no flag, one row per role x
-dimension x label, nothing to rank)."""
+"""The corrected table's metrics (docs/outputs.md, corrected.parquet): BI 0 = every label
+equally often; a mean over generators (model "*") is not ranked; CCS has no value that means
+"no bias", so its rows get the rank flag only (lower = less persistent)."""
 
 
 READER_CAPTION = (
     "ContextBias: BI = 1 - H(p)/log K per role x condition x dimension (paper 002 Eq. 1), "
     "with a role's cohort means (dimension '*') and overall value (cohort '*'), its "
     "dimensions resampled together (94.8% and 94.7% of 1,000 datasets at 400 human "
-    "labels); pooled BI of the counts pooled over roles (role '*') with its cohort means "
+    "labels), its mean over roles and that of its Miller-Madow value (role '*', bi.parquet's "
+    "'role' and 'role_miller_madow'; 94.5-94.9% of 1,000 datasets at 400 human labels per "
+    "role, 94.4-94.7% at 1,000; 'role_matched' has no corrected row: matched support "
+    "subsamples the images, which the human sample cannot follow); pooled BI of the counts "
+    "pooled over roles (role '*') with its cohort means "
     "(dimension '*') and overall value (cohort '*') (95.0% and a cohort mean 95.7% of "
     "1,000 datasets; their mean over generators, model '*', not ranked); CCS = Prev% / "
     "(1 + range in pp) over the three conditions (Eq. 4, condition '*'; rank flag only; "
@@ -515,7 +516,8 @@ are per cohort."""
 def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None:
     """The first screen's reader block (stereolens.report.reader): naive beside corrected
     role-level BI per generator x condition x role x dimension with the role's cohort means
-    and overall value, pooled BI per condition x
+    and overall value, its mean over roles (plug-in and Miller-Madow), pooled BI per
+    condition x
     dimension, its cohort means and overall value, and CCS per role x dimension x label
     (the primary extractor's), else the labels to collect for the run's images
     (disagreement from the extraction audit per group)."""

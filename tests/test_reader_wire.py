@@ -158,7 +158,8 @@ def test_contextbias_ccs_and_pooled_bi_by_hand():
     assert 0.0 <= row["ci_low"] <= row["ci_high"] <= 100.0
     # the row is corrected_metric's of the three cells, draw for draw (all labels of a role x
     # dimension come from one bootstrap, reader_correction.corrected_metrics)
-    from stereolens.contextbias.corrected import CELL_KEYS, ccs_functional
+    from stereolens.contextbias.corrected import CELL_KEYS
+    from stereolens.contextbias.corrected_functionals import ccs_functional
 
     cells = rc.build_cells(reader, _three_human(False), CELL_KEYS)
     three = [cells[("g", "nurse", c, "people", "gender_presentation")] for c in CONDITIONS]
@@ -167,9 +168,15 @@ def test_contextbias_ccs_and_pooled_bi_by_hand():
         bounds=(0.0, 100.0),
     )  # fmt: skip
     assert three[0].labels[0] == "female"
-    assert [row[c] for c in ("naive_low", "naive_high", "estimate_bc", "ci_low", "ci_high")] == [
-        one[c] for c in ("naive_low", "naive_high", "estimate_bc", "ci_low", "ci_high")
+    assert [row[c] for c in ("estimate_bc", "ci_low", "ci_high")] == [
+        one[c] for c in ("estimate_bc", "ci_low", "ci_high")
     ]
+    # 4 images a condition: the shares 0.75, 0.5, 1.0 lie within TIE_SE bootstrap sd of each
+    # other (CF - CA-R: 0.25 against an sd near 0.33), so both intervals are withheld
+    from stereolens.contextbias.corrected_ties import TIE_REASON
+
+    assert np.isnan(row["naive_low"]) and np.isnan(row["naive_high"])
+    assert row["interval_reliable"] is False and row["withheld_reason"] == TIE_REASON
     # pooled over the one role: the benchmark's pooled BI per condition (K = 2)
     pooled = agree.filter((pl.col("metric") == "bi_pooled") & (pl.col("dimension") != "*")).sort(
         "condition"
@@ -189,6 +196,54 @@ def test_contextbias_ccs_and_pooled_bi_by_hand():
     # the dimension's row, its cohort's mean and the overall value: one dimension, all 1
     assert cf["dimension"].to_list() == ["gender_presentation", "*", "*"]
     assert cf["corrected"].to_list() == pytest.approx([1.0] * 3)
+
+
+def _conditions_of(shares: dict, n: int) -> pl.DataFrame:
+    """One generator's nurse images, ``n`` a condition, the first round(share x n) women."""
+    return pl.DataFrame(
+        [
+            {"model": "g", "role": "nurse", "condition": c, "image_id": f"{c}{i}",
+             "cohort": "people", "dimension": "gender_presentation",
+             "label": "female" if i < round(share * n) else "male"}
+            for c, share in shares.items() for i in range(n)
+        ]
+    )  # fmt: skip
+
+
+def test_contextbias_ccs_interval_is_withheld_where_two_conditions_tie():
+    # 40 images a condition, every one human-labelled (p = 1) and agreeing: corrected =
+    # naive, each share's bootstrap sd sqrt(s (1 - s) / 40). Women 0.9 / 0.5 / 0.1: the
+    # closest pair differs by 0.4 against an sd of the difference near sqrt((0.09 + 0.25) /
+    # 40) = 0.092, z 4.3 >= TIE_SE: printed. Women 0.5 / 0.5 / 0.9: CF and CA-R tie (z 0):
+    # withheld, naive and corrected; men the same shares mirrored, the same verdicts.
+    from stereolens.contextbias.corrected import CELL_KEYS
+    from stereolens.contextbias.corrected_ties import TIE_REASON, TIE_SE, ccs_ties
+
+    assert TIE_SE == 2.0
+    for shares, tied in (({"CF": 0.9, "CA-R": 0.5, "CA-U": 0.1}, False),
+                         ({"CF": 0.5, "CA-R": 0.5, "CA-U": 0.9}, True)):  # fmt: skip
+        attributes = _conditions_of(shares, 40)
+        reader = reader_table(attributes)
+        human = reader.select("item_id", "attribute", "label", "stratum").with_columns(
+            pl.lit(1.0).alias("selection_probability")
+        )
+        table, _ = corrected_table(reader, human, replicates=200)
+        ccs = table.filter(pl.col("metric") == "ccs").sort("label")
+        assert ccs["label"].to_list() == ["female", "male"]
+        for row in ccs.iter_rows(named=True):
+            assert row["naive"] == pytest.approx(row["corrected"])
+            assert bool(np.isnan(row["naive_low"])) is tied
+            # (interval_reliable is false either way: 40 human labels < 400)
+            assert row["withheld_reason"] == (TIE_REASON if tied else None)
+            assert row["interval_reliable"] is False
+        # the rule itself: the pairs' differences over their bootstrap sd
+        from stereolens.contextbias.metrics import CONDITIONS
+
+        cells = rc.build_cells(reader, human, CELL_KEYS)
+        three = [cells[("g", "nurse", c, "people", "gender_presentation")] for c in CONDITIONS]
+        _, tie_naive, tie_corr = ccs_ties(three, np.array([0, 1]), np.full(3, 40.0),
+                                          {"replicates": 200})  # fmt: skip
+        assert tie_naive.tolist() == tie_corr.tolist() == [tied, tied]
 
 
 def test_contextbias_ccs_mean_over_generators_by_hand():

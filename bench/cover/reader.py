@@ -142,7 +142,7 @@ def _simulate(scale: str, world: str, n: int, human: int | None = None) -> dict[
             add("difference", m["estimate_bc"], m["ci_low"], m["ci_high"])
             continue
         if world == "ccs":
-            from stereolens.contextbias.corrected import ccs_functional
+            from stereolens.contextbias.corrected_functionals import ccs_functional
 
             cells = [_cell(rng, size["items"], size["human"], s, ERRORS["g1"]) for s in CCS_SHARES]
             sizes = np.array([c.stratum.size for c in cells], dtype=float)

@@ -10,13 +10,13 @@ import numpy as np
 import polars as pl
 
 from stereolens.contextbias.corrected_functionals import (
-    ccs_functional,
     ccs_mean_functional,
     miller_madow_functional,
     pooled_functional,
     role_mean_functional,
     summary_functional,
 )
+from stereolens.contextbias.corrected_ties import ccs_ties, with_reasons, withhold_ties
 from stereolens.contextbias.metrics import ALL, CONDITIONS, image_universe
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.metrics import corrected_tables as ct
@@ -129,6 +129,9 @@ def _ccs_mean_table(by_key: dict, options: dict) -> pl.DataFrame:
             continue
         cells = [c for m in members for c in m[0]]
         sizes_of = [m[1] for m in members]
+        # a generator whose shares of the label tie makes the mean's range as rough
+        tie_naive = (np.stack([m[4] for m in members]) & ok_naive).any(0)
+        tie_corr = (np.stack([m[5] for m in members]) & ok_corr).any(0)
         runs = {}
         for name, ok in (("naive", ok_naive), ("corrected", ok_corr)):
             masks = ok[:, labels].T
@@ -142,11 +145,10 @@ def _ccs_mean_table(by_key: dict, options: dict) -> pl.DataFrame:
             res = {**corr, **{c: naive[c] for c in ("naive", "naive_low", "naive_high")}}
             records.append(
                 {"model": ALL, "role": role, "condition": ALL, "cohort": cohort,
-                 "dimension": dim, "label": members[0][0][0].labels[j], **res}
+                 "dimension": dim, "label": members[0][0][0].labels[j],
+                 **withhold_ties(res, tie_naive[j], tie_corr[j])}
             )  # fmt: skip
-    return ct.metric_frame(records, TABLE_KEYS, "ccs_mean").with_columns(
-        pl.lit(None, pl.Int64).alias("k")
-    )
+    return with_reasons(ct.metric_frame(records, TABLE_KEYS, "ccs_mean"), records)
 
 
 def _defined(counts: np.ndarray, min_count: int) -> np.ndarray:
@@ -176,22 +178,21 @@ def _ccs_table(cells: dict, min_count: int, options: dict) -> tuple[pl.DataFrame
         naive = np.stack([c.reader.sum(0) for c in three], -1)
         corr = np.stack([rc.cell_shares(c, **share_opts)["corrected"] for c in three], -1)
         ok_naive, ok_corr = _defined(naive, min_count), _defined(corr * sizes, min_count)
-        by_key.setdefault((role, cohort, dim), []).append((three, sizes, ok_naive, ok_corr))
         labels = np.flatnonzero(ok_naive | ok_corr)
-        if not labels.size:
-            continue
-        results = rc.corrected_metrics(
-            three, ccs_functional(labels, sizes), bounds=(0.0, 100.0), **options
+        ties = np.zeros((2, ok_naive.size), dtype=bool)
+        if labels.size:
+            results, ties[0, labels], ties[1, labels] = ccs_ties(three, labels, sizes, options)
+        by_key.setdefault((role, cohort, dim), []).append(
+            (three, sizes, ok_naive, ok_corr, ties[0], ties[1])
         )
-        for j, res in zip(labels, results, strict=True):
+        for j, res in zip(labels, results if labels.size else [], strict=True):
             records.append(
                 {"model": model, "role": role, "condition": ALL, "cohort": cohort,
-                 "dimension": dim, "label": three[0].labels[j], **res}
+                 "dimension": dim, "label": three[0].labels[j],
+                 **withhold_ties(res, ties[0, j], ties[1, j])}
             )  # fmt: skip
             masks.append((ok_naive[j], ok_corr[j]))
-    table = ct.metric_frame(records, TABLE_KEYS, "ccs").with_columns(
-        pl.lit(None, pl.Int64).alias("k")
-    )
+    table = with_reasons(ct.metric_frame(records, TABLE_KEYS, "ccs"), records)
     return _undefine(table, np.array(masks, dtype=bool).reshape(-1, 2)), by_key
 
 
@@ -526,7 +527,10 @@ def corrected_table(
             ccs, by_key = _ccs_table(cells, min_count, options)
             parts += [ccs] if "ccs" in metrics else []
             parts += [_ccs_mean_table(by_key, options)] if "ccs_mean" in metrics else []
-        table = pl.concat(parts)
+        # withheld_reason: the CCS rows' (TIE_REASON), null on the others
+        table = pl.concat(parts, how="diagonal_relaxed")
+        if "withheld_reason" not in table.columns:
+            table = table.with_columns(pl.lit(None, pl.String).alias("withheld_reason"))
         if extractor is not None:
             table = table.select(pl.lit(extractor).alias("extractor"), pl.all())
             short = short.select(pl.lit(extractor).alias("extractor"), pl.all())
@@ -549,10 +553,3 @@ def corrected_bi(
     "*") with them (KEYS + METRIC_COLUMNS + k: the label column, null on them, dropped)."""
     table, skipped = corrected_table(reader, human, metrics=("bi",), **options)
     return table.drop("label"), skipped
-
-
-def corrected_ccs(
-    reader: pl.DataFrame, human: pl.DataFrame, **options
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """corrected_table's ``ccs`` rows alone."""
-    return corrected_table(reader, human, metrics=("ccs",), **options)

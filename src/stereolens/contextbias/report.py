@@ -501,7 +501,9 @@ READER_CAPTION = (
     "(dimension '*') and overall value (cohort '*') (95.0% and a cohort mean 95.7% of "
     "1,000 datasets; their mean over generators, model '*', not ranked); CCS = Prev% / "
     "(1 + range in pp) over the three conditions (Eq. 4, condition '*'; rank flag only; "
-    "94.0%) and its mean over generators (Eq. 5, model '*'; 93.7%)."
+    "94.0%) and its mean over generators (Eq. 5, model '*'; 95.2%), their intervals "
+    "withheld where two conditions' shares lie within 2 standard errors (at a tie no "
+    "bootstrap interval covers: 12% with three tied)."
 )
 """The reader block's caption line (stereolens.report.reader.caption): formulas, joint draws
 and measured coverage (bench/COVERAGE.md)."""

@@ -411,6 +411,12 @@ def _interval(point, reps, interval: str, ci: float, bounds):
     return _normal_interval(2.0 * point - reps.mean(), reps.std(ddof=1), ci, bounds)
 
 
+def _sd(reps: np.ndarray) -> float:
+    """The sd of the finite replicates (NaN below two)."""
+    reps = reps[np.isfinite(reps)]
+    return float(reps.std(ddof=1)) if reps.size >= 2 else float("nan")
+
+
 def _normal_interval(est, se, ci: float, bounds) -> tuple[float, float, float]:
     """(est, est - z se, est + z se), z the normal quantile of ``ci``, clipped to ``bounds``
     (None: unclipped)."""
@@ -454,6 +460,7 @@ def corrected_metrics(
     fixed_strata: bool = False,
     column_cells: Sequence[Sequence[int]] | None = None,
     joint: Sequence[Sequence[int]] | None = None,
+    with_se: bool = False,
 ) -> list[dict[str, float | int | str]]:
     """corrected_metric of several metrics of the same ``cells`` from one bootstrap:
     ``functional`` maps the cells' (B, K_c) share arrays to (B, L), one column per metric
@@ -464,7 +471,8 @@ def corrected_metrics(
     interval_reliable; default every cell for every column. ``joint``: groups of cell indices
     that are readings of the same items (ContextBias's dimensions of one role x condition),
     each group resampled with one draw of its items (metrics.joint_bootstrap); default every
-    cell independently."""
+    cell independently. ``with_se``: each dict also has naive_se and corrected_se, the sd of
+    the column's finite replicates (before ``bounds``)."""
     _check_options(lam, off_simplex, interval)
     rng = np.random.default_rng(seed)
     points = [cell_shares(c, lam, off_simplex, ci, fixed_strata) for c in cells]
@@ -500,6 +508,9 @@ def corrected_metrics(
         }
         _, n_lo, n_hi = _interval(float(naive_pt[j]), naive_reps[:, j], interval, ci, bounds)
         est, lo, hi = _interval(float(corr_pt[j]), corr_reps[:, j], interval, ci, bounds)
+        if with_se:
+            common["naive_se"] = _sd(naive_reps[:, j])
+            common["corrected_se"] = _sd(corr_reps[:, j])
         out.append(
             {
                 "naive": float(naive_pt[j]),

@@ -32,12 +32,17 @@ spread's variance on the test world, tests/design_worlds.small_world: 1.88 at 3 
 at 6, 1.25 at 10, 1.12-1.17 at 12-16, 1.11 at 20, 1.04 at 30). Predicted minus the pipeline's
 rate near 0.5-0.7 power, level 0.05 (4,000 simulations, 3,000 datasets; docs/planner.md):
 with the spread +0.196 at 3 roles, +0.115 at 6, +0.051 at 12, +0.046 at 20; with the
-emulated se -0.011, -0.019, +0.013, -0.016. From FEW_ROLES on the spread (+0.004 at 30)."""
+emulated se -0.011, -0.005, +0.009, -0.020. From FEW_ROLES on the spread (+0.004 at 30)."""
 SCALE_REPLICATES = 16
-"""Role-bootstrap replicates per simulated dataset that emulate the pipeline's se below
-FEW_ROLES. Their se^2 is unbiased for the bootstrap's variance; the relative variance of the
-mean se^2 over 200 datasets is about (2 / (B - 1) + 2 / (R - 1)) / 200, 16 replicates: an
-error of 1.6% in the se at 29 roles, 2.8% at 5 (the spread's own: 5%)."""
+"""Role-bootstrap replicates per simulated dataset that emulate the pipeline's se from 5 roles
+to FEW_ROLES - 1; their se^2 is unbiased for the bootstrap's variance."""
+SCALE_SHARE = 0.5
+"""The share of the simulated datasets (the first) on which the role bootstrap is emulated from
+5 roles on, at every grid point. With 16 replicates the mean se^2 over 100 datasets (of the
+default 200) has a relative error of about sqrt((2 / 15 + 2 / (R - 1)) / 100): 2.3% in the se
+at 29 roles, 4.0% at 5 (the spread's own over 200 datasets: 5%). 7 grid points, linear in w in
+between, put config/config.yaml's camera MDE at 10 roles 16% off (0.1319 for 0.1137): the se
+bends at large w."""
 EXACT_RESAMPLES = 35
 """Up to this many distinct resamples (C(2R - 1, R): 4 roles) every one is enumerated with its
 multinomial probability instead."""
@@ -395,29 +400,23 @@ class ContextBiasDesign:
         self, by_role: np.ndarray, w: np.ndarray, rng, replicates: int = SCALE_REPLICATES
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """name -> (W,) shift and scale of the "bc-t" rows from 5 to FEW_ROLES - 1 roles: the
-        role bootstrap emulated on every simulated dataset (per-role counts (G, sims, R, 2,
-        labels); ``replicates`` draws each, paired across generators and conditions, as
-        cluster_bootstrap) at BIAS_POINTS grid points, each thinned directly from the drawn
-        counts, linear in w in between (both vary slowly in w; thinning per role at every
-        grid point cost 13 s of CPU on config/config.yaml's world cut to 29 roles). shift =
-        the mean over datasets of the replicate mean minus the estimate (negated under
-        bc-t), scale = sqrt(the mean over datasets of the replicates' variance x R / (R -
-        1)): the pipeline's se, which with few roles exceeds the estimate's spread."""
+        role bootstrap emulated at every grid point on the first SCALE_SHARE of the
+        simulated datasets (per-role counts (G, sims, R, 2, labels); ``replicates`` draws
+        each, paired across generators and conditions, as cluster_bootstrap). shift = the
+        mean over datasets of the replicate mean minus the estimate (negated under bc-t),
+        scale = sqrt(the mean over datasets of the replicates' variance x R / (R - 1)): the
+        pipeline's se, which with few roles exceeds the estimate's spread."""
+        by_role = by_role[:, : max(1, round(by_role.shape[1] * SCALE_SHARE))]
         g_n, sims, r_cfg, _, n_lab = by_role.shape
         mult, weight, exact = role_resamples(r_cfg, replicates, sims, rng)
         chunk = max(1, CHUNK_CELLS // max(1, g_n * len(weight) * n_lab))
         target = self.world.default_target()[:, None, None]  # (G, 1, 1, L)
         cf_role = by_role[:, :, :, 0].astype(float)
         cf = cf_role.sum(2)
-        w = np.asarray(w, dtype=float)
-        at = np.unique(np.linspace(0, len(w) - 1, min(len(w), BIAS_POINTS)).round().astype(int))
         rep_bias: dict[str, np.ndarray] = {}
         rep_var: dict[str, np.ndarray] = {}
-        for k, i in enumerate(at):
-            step = thin_to_default(
-                by_role[:, :, :, 1], target, self.world.segment, w[i : i + 1], rng
-            )
-            cau = next(step)[1].astype(float)
+        for i, cau in thin_to_default(by_role[:, :, :, 1], target, self.world.segment, w, rng):
+            cau = cau.astype(float)
             est = self._collect(*self.levels(cf, cau.sum(2)))
             for a in range(0, sims, chunk):
                 sl = slice(a, a + chunk)
@@ -425,20 +424,16 @@ class ContextBiasDesign:
                     cf_role[:, sl], cau[:, sl], mult[sl], weight, exact
                 )
                 for name, (mean, var) in moments.items():
-                    bias = rep_bias.setdefault(name, np.empty((len(at), sims)))
-                    bias[k, sl] = mean - est[name][sl]
-                    rep_var.setdefault(name, np.empty((len(at), sims)))[k, sl] = var
+                    bias = rep_bias.setdefault(name, np.empty((len(w), sims)))
+                    bias[i, sl] = mean - est[name][sl]
+                    rep_var.setdefault(name, np.empty((len(w), sims)))[i, sl] = var
         shift, scale = {}, {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             for name in rep_bias:
                 b = np.nanmean(rep_bias[name], axis=1)
-                b = self.shift_sign * np.where(np.isnan(b), 0.0, b)
-                v = np.nanmean(rep_var[name], axis=1) * r_cfg / (r_cfg - 1)
-                ok = np.isfinite(v)
-                shift[name] = np.interp(w, w[at], b)
-                v = np.interp(w, w[at][ok], v[ok]) if ok.any() else np.full(len(w), np.nan)
-                scale[name] = np.sqrt(v)
+                shift[name] = self.shift_sign * np.where(np.isnan(b), 0.0, b)
+                scale[name] = np.sqrt(np.nanmean(rep_var[name], axis=1) * r_cfg / (r_cfg - 1))
         return shift, scale
 
     def bootstrap_moments(

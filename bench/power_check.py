@@ -68,6 +68,10 @@ def main() -> int:
             (0.0, 0.06, 0.1)),
         ("ContextBias 40 roles, one generator", lambda w: K.check(
             "contextbias", cb_design(40), "contextbias.bi_shift:g1", 4, w, size(500)), (0.08,)),
+        ("ContextBias 12 roles, 4 seeds", lambda w: K.check(
+            "contextbias", cb_design(12), "contextbias.bi_shift", 4, w, size(500)), (0.17,)),
+        ("ContextBias 6 roles, 4 seeds", lambda w: K.check(
+            "contextbias", cb_design(6), "contextbias.bi_shift", 4, w, size(500)), (0.0, 0.27)),
         ("BiasIG S_exp B - A, 10 images", biasig("biasig.s_exp_diff"), (0.0, 0.08)),
         ("BiasIG S_imp B - A, 10 images", biasig("biasig.s_imp_diff"), (0.0, 0.6)),
         ("BiasIG eta - 0.5, 10 images", biasig("biasig.eta"), (0.0, 0.3)),

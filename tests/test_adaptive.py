@@ -211,9 +211,10 @@ def test_plan_adaptive_on_a_small_world():
 
 
 def test_plan_adaptive_counts_the_t_quantile_once(monkeypatch):
-    """A bc-t world's rounds are drawn with the estimate's own variance and the critical
-    values moved to t(R - 1) by to_t, as the interim decision does on the pipeline's se; the
-    variance was (t_0.975 / z_0.975 x sd)^2, which counted t twice."""
+    """A bc-t world's rounds are drawn with the pipeline's se^2 (10 roles, below FEW_ROLES:
+    the emulated role bootstrap's, Simulation.scale) and the critical values moved to t(R -
+    1) by to_t, as the interim decision does on the pipeline's se; the variance was (t_0.975
+    / z_0.975 x sd)^2, which counted t twice."""
     from design_worlds import cb_design
 
     d = cb_design(10)
@@ -233,10 +234,11 @@ def test_plan_adaptive_counts_the_t_quantile_once(monkeypatch):
     monkeypatch.setattr(A, "nested_estimates", record_var)
     AP.plan_adaptive(d, A.Rule(2, 0.5), {"goal": "difference"}, None, sims=60, draws=200)
     name = "contextbias.bi_shift"
-    assert all(s.t_df[name] == 9 and name not in s.scale for s in sims)
+    assert all(s.t_df[name] == 9 and s.scale[name].shape == (len(s.estimates[name]),) for s in sims)
     rounds = sims[1:]  # the first: mde_rows's at the cap
-    plain = [np.nanvar(s.estimates[name][0], ddof=1) for s in rounds]  # no effect: w = 0
-    np.testing.assert_allclose(variances[0], np.minimum.accumulate(plain), rtol=1e-12)
+    se2 = [s.scale[name][0] ** 2 for s in rounds]  # no effect: w = 0
+    np.testing.assert_allclose(variances[0], np.minimum.accumulate(se2), rtol=1e-12)
+    assert all(s.scale[name][0] ** 2 > np.nanvar(s.estimates[name][0], ddof=1) for s in rounds)
 
 
 def test_cli_adaptive_mode_on_demo(capsys, tmp_path):

@@ -55,6 +55,59 @@ def test_contextbias_estimator_is_cluster_bootstrap_estimate(k_definition, overa
             assert row["estimate"][0] == pytest.approx(values[s], abs=1e-12), name
 
 
+def test_role_resamples_and_their_moments_hand_computed():
+    """2 roles: resamples (2, 0), (1, 1), (0, 2) with probabilities 1/4, 1/2, 1/4. 3 roles:
+    the 10 resamples of a sum of per-role values a = (1, 2, 6) have mean 3 x 3 = 9 and
+    variance sum (a - 3)^2 = 4 + 1 + 9 = 14 (the bootstrap of a sum: R x the variance of a
+    with ddof 0). NaN replicates are left out; drawn resamples take the ddof-1 variance."""
+    mult, weight, exact = C.role_resamples(2, 16, 5, np.random.default_rng(0))
+    assert exact and mult.shape == (1, 3, 2)
+    np.testing.assert_array_equal(mult[0], [[2, 0], [1, 1], [0, 2]])
+    np.testing.assert_allclose(weight, [0.25, 0.5, 0.25])
+    mult, weight, exact = C.role_resamples(3, 16, 5, np.random.default_rng(0))
+    assert exact and mult.shape == (1, 10, 3) and weight.sum() == pytest.approx(1.0)
+    mean, var = C.weighted_moments(mult[0] @ np.array([1.0, 2.0, 6.0]), weight, exact)
+    assert (mean, var) == (pytest.approx(9.0), pytest.approx(14.0))
+    x = np.array([1.0, np.nan, 3.0])
+    assert C.weighted_moments(x, np.array([0.25, 0.5, 0.25]), True) == (2.0, 1.0)
+    x = np.array([1.0, 2.0, np.nan, 3.0])
+    assert C.weighted_moments(x, np.full(4, 0.25), False) == (2.0, 1.0)
+    mult, weight, exact = C.role_resamples(4, 16, 7, np.random.default_rng(0))
+    assert exact and mult.shape == (1, C.EXACT_RESAMPLES, 4)  # C(7, 4) = 35
+    mult, weight, exact = C.role_resamples(5, 16, 7, np.random.default_rng(0))  # C(9, 5) = 126
+    assert not exact and mult.shape == (7, 16, 5) and (mult.sum(-1) == 5).all()
+    np.testing.assert_allclose(weight, 1 / 16)
+
+
+def test_emulated_role_bootstrap_is_cluster_bootstraps():
+    """On one dataset of 3 roles the emulation's exact replicate mean and variance are those
+    of cluster_bootstrap's 20,000 replicates (boot_mean; the bc-t half-width / t_factor(3)
+    = the replicates' sd): within 4 Monte Carlo errors of the mean and 6% of the variance
+    (the error of a variance from 20,000 draws: about 1-2%)."""
+    from stereolens.contextbias.bootstrap import cluster_bootstrap
+    from stereolens.contextbias.intervals import t_factor
+
+    d = cb_design(n_roles=3)
+    _, by_role = C.draw_role_counts(
+        d.world, 4, 1, np.random.default_rng(2), keep_roles=True, planted=0.2
+    )
+    mult, weight, exact = C.role_resamples(3, C.SCALE_REPLICATES, 1, np.random.default_rng(0))
+    assert exact
+    role = by_role.astype(float)
+    mine = d.replicate_moments(role[:, :, :, 0], role[:, :, :, 1], mult, weight, exact)
+    table = CW.attributes_table(d.world, by_role, 0)
+    boot = cluster_bootstrap(table, replicates=20_000, seed=5, min_roles=1)
+    boot = boot.filter(pl.col("comparison") == "CA-U - CF", pl.col("dimension") == "*")
+    assert set(mine) == {s.name for s in d.specs()}
+    for name, (mean, var) in mine.items():
+        model, cohort = CC._cb_row(d, name)
+        row = boot.filter(pl.col("model") == model, pl.col("cohort") == cohort)
+        sd = (row["ci_high"][0] - row["ci_low"][0]) / 2 / t_factor(3)
+        assert var[0] > 0
+        assert sd**2 == pytest.approx(var[0], rel=0.06), name
+        assert row["boot_mean"][0] == pytest.approx(mean[0], abs=4 * sd / np.sqrt(20_000)), name
+
+
 def test_biasig_estimators_are_compute_metrics():
     from stereolens.biasig.metrics import compute_metrics
 
@@ -169,17 +222,48 @@ def test_t_quantile_gives_the_t_tests_size(level):
     assert rate == pytest.approx(level, abs=3 * np.sqrt(level * (1 - level) / n))
 
 
+def test_per_dataset_scale_applies_each_datasets_test():
+    """A (W, sims) scale and shift are each dataset's own se and centre: |1 - 0.2| / 0.4 =
+    2.0, |2 + 0.5| / 1.5 = 1.67 and |3 - 0.1| / 2 = 1.45 against z_0.975 = 1.96 and
+    t_(0.975, 2) = 4.30: 1 of 3 datasets rejects under z, none under t(2); the chi2 term of
+    spec.df is not applied (the se's spread is in the values). The first dataset's shift and
+    se for all, (W,): mean of P(chi2(2) < 2 t^2) = 1 - exp(-t^2), t = |e - 0.2| / (1.96 x
+    0.4) for e = 1, 2, 3: (0.6470 + 0.9949 + 1.0000) / 3 = 0.8806."""
+    spec = P.EffectSpec("x", "b", "x", "u", "interval", df=2)
+    est = np.array([[1.0, 2.0, 3.0]])
+    args = {"shift": np.array([[-0.2, 0.5, -0.1]]), "scale": np.array([[0.4, 1.5, 2.0]])}
+    assert P.power_curve(spec, est, 0.05, **args)[0] == pytest.approx(1 / 3)
+    assert P.power_curve(spec, est, 0.05, **args, t_df=2)[0] == 0.0
+    one = {"shift": args["shift"][:, 0], "scale": args["scale"][:, 0]}
+    assert P.power_curve(spec, est, 0.05, **one)[0] == pytest.approx(0.88062, abs=1e-5)
+
+
 def test_contextbias_bc_t_rows_take_the_t_quantile_at_the_level():
-    """ContextBias's bc-t rows carry t_df = roles - 1 (no scale: the sd is the estimate's
-    spread) and their method names t(R - 1); the basic interval's rows do not."""
+    """ContextBias's bc-t rows carry t_df = roles - 1 and, below FEW_ROLES roles, the emulated
+    role bootstrap's se as their scale: on 200 datasets of 10 roles (the se from the first
+    100) its square is 1.14x the estimate's variance with no effect and 1.18x at w = 0.2
+    (1.25 on 3,000 datasets: the role bootstrap overstates the spread with few roles), and
+    the method names both; up to 4 roles the se is each dataset's (W, sims); from FEW_ROLES
+    on the sd is the spread (no scale); the basic interval's rows take neither."""
     d = cb_design(n_roles=10)
-    assert d.interval == "bc-t"
-    sim = d.simulate(4, np.array([0.0, 0.2]), 40, np.random.default_rng(0))
-    assert sim.t_df == dict.fromkeys(sim.estimates, 9) and not sim.scale
+    assert d.interval == "bc-t" and d.notes == []
+    sim = d.simulate(4, np.array([0.0, 0.2]), 200, np.random.default_rng(2))
+    assert sim.t_df == dict.fromkeys(sim.estimates, 9) and set(sim.scale) == set(sim.estimates)
+    name = "contextbias.bi_shift"
+    ratio = sim.scale[name] ** 2 / np.nanvar(sim.estimates[name], axis=1, ddof=1)
+    np.testing.assert_allclose(ratio, [1.142, 1.181], atol=0.001)
     row = P.mde_rows(d, sims=40, seed=3, level=0.01)[0]
-    assert "two-sided 0.01: |estimate + the bootstrap's shift - 0| > t(9) x sd over" in row.method
+    assert (
+        "two-sided 0.01: |estimate + the bootstrap's shift - 0| > t(9) x the emulated pipeline "
+        "bootstrap's standard error, with its error from 10 clusters" in row.method
+    )
+    three = cb_design(n_roles=3).simulate(4, np.array([0.0, 0.2]), 20, np.random.default_rng(0))
+    assert three.scale[name].shape == three.shift[name].shape == (2, 20)
+    many = cb_design(n_roles=C.FEW_ROLES)
+    assert not many.simulate(4, np.array([0.0]), 20, np.random.default_rng(0)).scale
     d.interval = "basic"
-    assert d.simulate(4, np.array([0.0]), 20, np.random.default_rng(0)).t_df == {}
+    sim = d.simulate(4, np.array([0.0]), 20, np.random.default_rng(0))
+    assert sim.t_df == {} and not sim.scale
 
 
 def test_effects_increase_and_mde_is_reached_on_paper_scale():
@@ -518,14 +602,3 @@ def test_a_plugins_priors_file_fills_its_section(tmp_path, monkeypatch):
     monkeypatch.setattr(lvlm_plugin, "OWN_PRIORS", own, raising=False)
     monkeypatch.setitem(benchmark_module.plugins(), "lvlm", f"{lvlm_plugin.__name__}:OWN_PRIORS")
     assert load_priors(prior_file)["lvlm"] == shipped["lvlm"]
-
-
-def test_contextbias_few_roles_note():
-    """Below FEW_ROLES roles a bc-t design's plan notes that its predicted power is
-    optimistic (the role bootstrap's se overstates the spread); at FEW_ROLES, and under the
-    basic interval, it does not."""
-    few = [n for n in cb_design(n_roles=12).notes if "fewer than" in n]
-    assert len(few) == 1 and f"12 roles (fewer than {C.FEW_ROLES})" in few[0]
-    assert "optimistic" in few[0]
-    assert cb_design(n_roles=C.FEW_ROLES).notes == []
-    assert C.few_roles_note(12, "basic") is None and C.few_roles_note(C.FEW_ROLES - 1, "bc-t")

@@ -25,15 +25,27 @@ BIAS_POINTS = 7
 """Datasets and bootstrap replicates that estimate the role bootstrap's shift (the centre of
 its percentile interval relative to the estimate; Monte Carlo error about sd / 30)."""
 FEW_ROLES = 30
-"""Below this many roles the planner's predicted power of the "bc-t" rows is optimistic: the
-role bootstrap's standard error (the replicates' sd x sqrt(R / (R - 1))) overstates the
-estimate's spread over datasets with few roles (mean se^2 / the spread's variance on the test
-world, tests/design_worlds.small_world: 1.88 at 3 roles, 1.37 at 6, 1.25 at 10, 1.12-1.17 at
-12-16, 1.11 at 20, 1.04 at 30), which the rule's sd x chi2(R - 1) / (R - 1) does not model.
-Predicted minus the pipeline's rate near 0.7 predicted power (3 roles: 0.54 and 0.15, the
-grid's largest w), 3,000 datasets (MC error 0.009), level 0.05 (0.01): 3 roles +0.29 (+0.14),
-6 +0.08 (+0.13), 10 +0.06 (+0.07), 12 +0.04 (+0.05), 16 +0.05 (+0.05), 20 +0.015 (+0.03), 30
-+0.004 (-0.006). The plan notes it (:func:`few_roles_note`)."""
+"""Below this many roles the "bc-t" rows' standard error is the emulated role bootstrap's
+(:meth:`ContextBiasDesign.bootstrap_scale`, ``bootstrap_moments`` up to 4 roles) in place of the
+estimate's spread over the datasets, which it overstates with few roles (mean se^2 / the
+spread's variance on the test world, tests/design_worlds.small_world: 1.88 at 3 roles, 1.37
+at 6, 1.25 at 10, 1.12-1.17 at 12-16, 1.11 at 20, 1.04 at 30). Predicted minus the pipeline's
+rate near 0.5-0.7 power, level 0.05 (4,000 simulations, 3,000 datasets; docs/planner.md):
+with the spread +0.196 at 3 roles, +0.115 at 6, +0.051 at 12, +0.046 at 20; with the
+emulated se -0.011, -0.005, +0.009, -0.020. From FEW_ROLES on the spread (+0.004 at 30)."""
+SCALE_REPLICATES = 16
+"""Role-bootstrap replicates per simulated dataset that emulate the pipeline's se from 5 roles
+to FEW_ROLES - 1; their se^2 is unbiased for the bootstrap's variance."""
+SCALE_SHARE = 0.5
+"""The share of the simulated datasets (the first) on which the role bootstrap is emulated from
+5 roles on, at every grid point. With 16 replicates the mean se^2 over 100 datasets (of the
+default 200) has a relative error of about sqrt((2 / 15 + 2 / (R - 1)) / 100): 2.3% in the se
+at 29 roles, 4.0% at 5 (the spread's own over 200 datasets: 5%). 7 grid points, linear in w in
+between, put config/config.yaml's camera MDE at 10 roles 16% off (0.1319 for 0.1137): the se
+bends at large w."""
+EXACT_RESAMPLES = 35
+"""Up to this many distinct resamples (C(2R - 1, R): 4 roles) every one is enumerated with its
+multinomial probability instead."""
 GRID = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 30)])
 """Planted strengths w (share of CA-U labels moved to the default)."""
 
@@ -152,21 +164,6 @@ def bi_levels(
     return out[0], out[1]
 
 
-def few_roles_note(n_roles: int, interval: str) -> str | None:
-    """The plan's note on a "bc-t" design with fewer than FEW_ROLES roles (None otherwise):
-    its predicted power and MDEs are optimistic by the amounts FEW_ROLES records."""
-    if interval != "bc-t" or n_roles >= FEW_ROLES:
-        return None
-    return (
-        f"ContextBias: {n_roles} roles (fewer than {FEW_ROLES}): the bc-t rows' predicted power "
-        "is optimistic and their MDEs too small; the role bootstrap's standard error overstates "
-        "the estimate's spread with few roles (its square by 1.1-1.4x at 6-20 roles on the test "
-        "world, 1.9x at 3), which the planner does not model; predicted minus the pipeline's "
-        "rate at level 0.05: +0.29 at 3 roles, +0.08 at 6, +0.04-0.06 at 10-16, +0.015 at 20 "
-        "(at 0.01: +0.14, +0.13, +0.05-0.07, +0.03)"
-    )
-
-
 # ----------------------------------------------------------------------------- simulation
 def thin_to_default(counts: np.ndarray, default: np.ndarray, segment: np.ndarray, w, rng):
     """Counts (..., labels) with each label mention moved, with probability w, to its
@@ -233,6 +230,40 @@ def draw_role_counts(
     return pooled, by_role
 
 
+def role_resamples(n_roles: int, replicates: int, datasets: int, rng):
+    """The role bootstrap's resamples: (multiplicities (1 or datasets, B, R), weights (B,),
+    exact). Every distinct resample with its multinomial probability where there are at most
+    EXACT_RESAMPLES of them (exact), else ``replicates`` draws per dataset, each 1 / B."""
+    from itertools import combinations_with_replacement
+    from math import comb
+
+    from scipy.stats import multinomial as mn
+
+    if comb(2 * n_roles - 1, n_roles) <= EXACT_RESAMPLES:
+        draws = np.array(list(combinations_with_replacement(range(n_roles), n_roles)))
+        mult = role_multiplicity(draws, n_roles)
+        return mult[None], mn.pmf(mult, n_roles, np.full(n_roles, 1.0 / n_roles)), True
+    draws = rng.integers(0, n_roles, size=(datasets * replicates, n_roles))
+    mult = role_multiplicity(draws, n_roles).reshape(datasets, replicates, n_roles)
+    return mult, np.full(replicates, 1.0 / replicates), False
+
+
+def weighted_moments(x: np.ndarray, weight: np.ndarray, exact: bool):
+    """(mean, variance) over the last axis of replicate values (NaN left out) with the
+    resamples' ``weight``: the bootstrap distribution's own variance where ``exact``, else
+    the sample variance (ddof 1), as the pipeline's interval takes it."""
+    ok = np.isfinite(x)
+    wgt = np.where(ok, weight, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        total = wgt.sum(-1)
+        mean = (np.where(ok, x, 0.0) * wgt).sum(-1) / total
+        var = (np.where(ok, x - mean[..., None], 0.0) ** 2 * wgt).sum(-1) / total
+        if not exact:
+            n_ok = ok.sum(-1)
+            var = var * n_ok / (n_ok - 1)
+    return mean, var
+
+
 class ContextBiasDesign:
     """:class:`stereolens.design.power.Design` of ContextBias (docs/planner.md)."""
 
@@ -268,9 +299,6 @@ class ContextBiasDesign:
         kind = self.interval = st.bootstrap_interval
         self.shift_sign = -1.0 if kind in ("basic", "bc-t") else 1.0
         self.grid = GRID
-        few = few_roles_note(world.prompts.shape[0], kind)
-        if few is not None:
-            self.notes.append(few)
 
     def _names(self) -> list[tuple[str, str, int | None, int]]:
         """(name, comparison, generator index or None for "*", level index): overall and
@@ -342,23 +370,124 @@ class ContextBiasDesign:
         )  # fmt: skip
         return self._collect(lv_cf, lv_cau)
 
+    @property
+    def emulates_se(self) -> bool:
+        """Whether the "bc-t" rows take the emulated role bootstrap's se (2 to FEW_ROLES - 1
+        roles)."""
+        return self.interval == "bc-t" and 2 <= self.world.prompts.shape[0] < FEW_ROLES
+
     def simulate(self, n: int, w: np.ndarray, sims: int, rng) -> Simulation:
-        counts, _ = draw_role_counts(self.world, n, sims, rng)  # (G, S, 2, L)
+        from math import comb
+
+        emulate = self.emulates_se
+        r_cfg = self.world.prompts.shape[0]
+        if emulate and comb(2 * r_cfg - 1, r_cfg) <= EXACT_RESAMPLES:
+            return self.bootstrap_moments(n, w, sims, rng)
+        # keep_roles draws as without: the estimates are the same either way
+        counts, by_role = draw_role_counts(self.world, n, sims, rng, keep_roles=emulate)
         target = self.world.default_target()[:, None]  # (G, 1, L)
         cf = counts[:, :, 0]
         out: dict[str, np.ndarray] = {}
         for i, cau in thin_to_default(counts[:, :, 1], target, self.world.segment, w, rng):
             for name, v in self._collect(*self.levels(cf, cau)).items():
                 out.setdefault(name, np.empty((len(w),) + v.shape))[i] = v
+        if by_role is not None:
+            shift, scale = self.bootstrap_scale(by_role, w, rng)
+            return Simulation(out, shift, scale, t_df=self.t_df(out))
         return Simulation(out, self.bootstrap_shift(n, w, rng), t_df=self.t_df(out))
+
+    def bootstrap_scale(
+        self, by_role: np.ndarray, w: np.ndarray, rng, replicates: int = SCALE_REPLICATES
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """name -> (W,) shift and scale of the "bc-t" rows from 5 to FEW_ROLES - 1 roles: the
+        role bootstrap emulated at every grid point on the first SCALE_SHARE of the
+        simulated datasets (per-role counts (G, sims, R, 2, labels); ``replicates`` draws
+        each, paired across generators and conditions, as cluster_bootstrap). shift = the
+        mean over datasets of the replicate mean minus the estimate (negated under bc-t),
+        scale = sqrt(the mean over datasets of the replicates' variance x R / (R - 1)): the
+        pipeline's se, which with few roles exceeds the estimate's spread."""
+        by_role = by_role[:, : max(1, round(by_role.shape[1] * SCALE_SHARE))]
+        g_n, sims, r_cfg, _, n_lab = by_role.shape
+        mult, weight, exact = role_resamples(r_cfg, replicates, sims, rng)
+        chunk = max(1, CHUNK_CELLS // max(1, g_n * len(weight) * n_lab))
+        target = self.world.default_target()[:, None, None]  # (G, 1, 1, L)
+        cf_role = by_role[:, :, :, 0].astype(float)
+        cf = cf_role.sum(2)
+        rep_bias: dict[str, np.ndarray] = {}
+        rep_var: dict[str, np.ndarray] = {}
+        for i, cau in thin_to_default(by_role[:, :, :, 1], target, self.world.segment, w, rng):
+            cau = cau.astype(float)
+            est = self._collect(*self.levels(cf, cau.sum(2)))
+            for a in range(0, sims, chunk):
+                sl = slice(a, a + chunk)
+                moments = self.replicate_moments(
+                    cf_role[:, sl], cau[:, sl], mult[sl], weight, exact
+                )
+                for name, (mean, var) in moments.items():
+                    bias = rep_bias.setdefault(name, np.empty((len(w), sims)))
+                    bias[i, sl] = mean - est[name][sl]
+                    rep_var.setdefault(name, np.empty((len(w), sims)))[i, sl] = var
+        shift, scale = {}, {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for name in rep_bias:
+                b = np.nanmean(rep_bias[name], axis=1)
+                shift[name] = self.shift_sign * np.where(np.isnan(b), 0.0, b)
+                scale[name] = np.sqrt(np.nanmean(rep_var[name], axis=1) * r_cfg / (r_cfg - 1))
+        return shift, scale
+
+    def bootstrap_moments(
+        self, n: int, w: np.ndarray, sims: int, rng, replicates: int = SCALE_REPLICATES
+    ) -> Simulation:
+        """:meth:`simulate` of the "bc-t" rows with 2 to 4 roles: the role bootstrap on each
+        of the ``sims`` datasets at every grid point, all its resamples enumerated
+        (:func:`role_resamples`, paired across generators and conditions, as
+        cluster_bootstrap); shift (the replicate mean minus the estimate, negated under
+        bc-t) and scale (sqrt(the replicates' variance x R / (R - 1)), the pipeline's se)
+        are each dataset's own (W, sims), and power_curve applies each dataset's interval as
+        it is: chi2(R - 1) misdescribes the se's spread over datasets there (3 roles, test
+        world: the relative variance of se^2 0.49, chi2(2) / 2's 1.0)."""
+        _, by_role = draw_role_counts(self.world, n, sims, rng, keep_roles=True)
+        g_n, _, r_cfg, _, n_lab = by_role.shape
+        mult, weight, exact = role_resamples(r_cfg, replicates, sims, rng)
+        chunk = max(1, CHUNK_CELLS // max(1, g_n * len(weight) * n_lab))
+        target = self.world.default_target()[:, None, None]  # (G, 1, 1, L)
+        cf_role = by_role[:, :, :, 0].astype(float)
+        cf = cf_role.sum(2)
+        out: dict[str, np.ndarray] = {}
+        rep_mean: dict[str, np.ndarray] = {}
+        rep_var: dict[str, np.ndarray] = {}
+        for i, cau in thin_to_default(by_role[:, :, :, 1], target, self.world.segment, w, rng):
+            cau = cau.astype(float)
+            for name, v in self._collect(*self.levels(cf, cau.sum(2))).items():
+                out.setdefault(name, np.empty((len(w), sims)))[i] = v
+            for a in range(0, sims, chunk):
+                sl = slice(a, a + chunk)
+                moments = self.replicate_moments(cf_role[:, sl], cau[:, sl], mult, weight, exact)
+                for name, (mean, var) in moments.items():
+                    rep_mean.setdefault(name, np.empty((len(w), sims)))[i, sl] = mean
+                    rep_var.setdefault(name, np.empty((len(w), sims)))[i, sl] = var
+        shift = {name: self.shift_sign * (rep_mean[name] - e) for name, e in out.items()}
+        scale = {name: np.sqrt(v * r_cfg / (r_cfg - 1)) for name, v in rep_var.items()}
+        return Simulation(out, shift, scale, t_df=self.t_df(out))
+
+    def replicate_moments(
+        self, cf_role: np.ndarray, cau_role: np.ndarray, mult: np.ndarray, weight: np.ndarray,
+        exact: bool,
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+        """name -> (mean, variance) (datasets,) of the role bootstrap's replicates of per-role
+        counts (G, datasets, R, labels) under resamples ``mult`` (1 or datasets, B, R) with
+        ``weight`` (:func:`role_resamples`, :func:`weighted_moments`)."""
+        boot = self._collect(*self.levels(mult @ cf_role, mult @ cau_role))
+        return {name: weighted_moments(b, weight, exact) for name, b in boot.items()}
 
     def t_df(self, estimates: dict[str, np.ndarray]) -> dict[str, int]:
         """name -> R - 1 (R = the roles) under the "bc-t" interval, whose half-width is
         t_(R - 1) x the replicates' sd x sqrt(R / (R - 1)) (contextbias.intervals.t_factor;
         the sqrt undoes the bootstrap sd's sqrt((R - 1) / R), so the sd is the estimate's
-        spread over the simulated datasets): power_curve then takes t(R - 1)'s quantile at
-        the planner's level in place of z's; empty for the basic and percentile intervals
-        (z x the sd)."""
+        spread over the simulated datasets from FEW_ROLES roles on, the emulated se below):
+        power_curve then takes t(R - 1)'s quantile at the planner's level in place of z's;
+        empty for the basic and percentile intervals (z x the sd)."""
         if self.interval != "bc-t":
             return {}
         df = max(1, self.world.prompts.shape[0] - 1)

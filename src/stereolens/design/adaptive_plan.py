@@ -158,16 +158,19 @@ def plan_adaptive(
         for spec, _, _ in plans:
             est = sim.estimates[spec.name]
             shift = sim.shift.get(spec.name)
-            centre = est if shift is None else est + np.asarray(shift)[:, None]
+            centre = est if shift is None else est + P._per_dataset(shift)
             with np.errstate(invalid="ignore"):
                 mean[spec.name][:, k] = np.nanmean(centre, axis=1)
                 # the variance of the estimate: an emulated bootstrap's se where the design
-                # has one (BiasIG), else the spread over the datasets; the t(df) quantile of
+                # has one (BiasIG; ContextBias's bc-t rows below FEW_ROLES roles, its mean
+                # se^2 over the datasets), else the spread over the datasets; the t(df) quantile of
                 # the pipeline's interim interval is taken by to_t below (sim.t_df is for
                 # power_curve: not multiplied in here, or t would count twice)
                 sc = sim.scale.get(spec.name)
                 var[spec.name][:, k] = (
-                    np.asarray(sc) ** 2 if sc is not None else np.nanvar(est, axis=1, ddof=1)
+                    np.nanvar(est, axis=1, ddof=1)
+                    if sc is None
+                    else np.nanmean(P._per_dataset(sc) ** 2, axis=1)
                 )
     costs = np.array([cost(n) if cost else None for n in sizes], dtype=object)
     known = all(c is not None for c in costs)

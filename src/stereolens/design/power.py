@@ -65,11 +65,14 @@ class Simulation:
     shift: dict[str, np.ndarray] = field(default_factory=dict)
     """name -> (W,) how far the pipeline's interval is centred from the estimate (the
     bootstrap's own bias: the role bootstrap's replicates pool fewer distinct roles); the
-    interval test then rejects when |estimate + shift - null| > z sd."""
+    interval test then rejects when |estimate + shift - null| > z sd. (W, sims): each
+    dataset's own, with a per-dataset ``scale``."""
     scale: dict[str, np.ndarray] = field(default_factory=dict)
     """name -> (W,) the standard error of the pipeline's interval where an emulation of its
-    bootstrap gives one that differs from the estimate's spread (BiasIG); replaces sd in the
-    rule."""
+    bootstrap gives one that differs from the estimate's spread (BiasIG; ContextBias's bc-t
+    rows below FEW_ROLES roles); replaces sd in the rule. (W, sims): the emulated se of each
+    dataset, whose own test then decides it (no chi2 error term: the se's spread over the
+    datasets is in the values)."""
     t_df: dict[str, int] = field(default_factory=dict)
     """name -> the degrees of freedom of the t quantile the pipeline's interval uses in place
     of z (ContextBias's "bc-t" interval: roles - 1); the rule's critical value is then
@@ -154,7 +157,8 @@ def power_curve(
     in [0, 1] that the pipeline's test rejects on each (an undefined estimate does not
     reject). ``null_row`` (sims,) = the estimates at w = 0 (floor tests; default
     estimates[0]). Interval tests reject when |estimate (+ shift) - null| > c x sd, sd = the
-    estimate's spread over the datasets (or ``scale``), c = z_(1 - level/2), or
+    estimate's spread over the datasets (or ``scale``; a (W, sims) ``scale`` is each
+    dataset's se and its test is applied as it is), c = z_(1 - level/2), or
     t_(1 - level/2, t_df) where the pipeline's interval takes its quantile from t(t_df)
     (ContextBias's bc-t: roles - 1). With ``spec.df`` the pipeline's standard error is itself
     estimated from df + 1 clusters, SE^2 ~ sd^2 chi2(df) / df, so a dataset rejects with
@@ -171,9 +175,9 @@ def power_curve(
             sd = np.nanstd(est, axis=1, ddof=1)
             if scale is not None:
                 sd = np.asarray(scale, dtype=float)
-            centre = est if shift is None else est + np.asarray(shift, dtype=float)[:, None]
-            t = np.abs(centre - spec.null_value) / (crit * sd[:, None])
-        if spec.df is None:
+            centre = est if shift is None else est + _per_dataset(shift)
+            t = np.abs(centre - spec.null_value) / (crit * _per_dataset(sd))
+        if spec.df is None or sd.ndim == 2:
             return np.where(np.isfinite(t), t > 1.0, False).astype(float).mean(axis=1)
         return np.where(np.isfinite(t), stats.chi2.cdf(spec.df * t**2, spec.df), 0.0).mean(axis=1)
     if spec.test == "null":
@@ -191,6 +195,12 @@ def power_curve(
         crit = np.quantile(base, 1.0 - level)
         return (est > crit).mean(axis=1)
     raise ValueError(f"test {spec.test!r}; use interval, null or floor")
+
+
+def _per_dataset(x) -> np.ndarray:
+    """A (W,) value as (W, 1), a (W, sims) one as it is."""
+    x = np.asarray(x, dtype=float)
+    return x[:, None] if x.ndim == 1 else x
 
 
 def interpolate_mde(effects: np.ndarray, curve: np.ndarray, power: float) -> float | None:
@@ -216,15 +226,18 @@ def _method(
         if sim is not None and spec.name in sim.shift:
             centre = "estimate + the bootstrap's shift"
         se = "sd over the simulated datasets"
+        own = sim is not None and np.ndim(sim.scale.get(spec.name)) == 2
         if sim is not None and spec.name in sim.scale:
             se = "the emulated pipeline bootstrap's standard error"
+        if own:
+            se += " of each dataset"
         df = sim.t_df.get(spec.name) if sim is not None else None
         # the critical value: the pipeline's bc-t interval takes t(R - 1)'s quantile, not z's
         crit = f"t({df})" if df else "z"
         rule = spec.interval_test or f"|{centre} - {spec.null_value:g}| > {crit} x {se}"
         test = (
             f"two-sided {level:g}: {rule}"
-            + (f", with its error from {spec.df + 1} clusters" if spec.df else "")
+            + (f", with its error from {spec.df + 1} clusters" if spec.df and not own else "")
             + " (the pipeline's bootstrap interval excludes the null)"
         )
         if spec.family > 1 and not spec.interval_test:

@@ -186,12 +186,22 @@ def planned_jobs(tmp_path_factory, config: str) -> tuple[Path, subprocess.Comple
     return dest / "wf", subprocess.CompletedProcess([], rc, stdout, stderr)
 
 
-def run_workflow(wd: Path, config: str, log: str, what: str, timeout: int) -> None:
+def run_workflow(
+    wd: Path,
+    config: str,
+    log: str,
+    what: str,
+    timeout: int,
+    prepare: Callable[[Path], object] | None = None,
+) -> None:
     """A copy of the workflow in ``wd`` run end to end with ``config`` (profiles/local, 2
     cores), in a process group of its own that is killed with every job it started when it
     takes over ``timeout`` s (the failure says that ``what`` did) or the test is interrupted;
-    its output kept in ``wd / log``; it must succeed."""
+    its output kept in ``wd / log``; it must succeed. ``prepare(wd)`` runs on the copy
+    first (e.g. :meth:`TinyModels.seed_workflow`)."""
     copy_workflow(wd)
+    if prepare is not None:
+        prepare(wd)
     argv = [str(BIN / "snakemake"), "--profile", "profiles/local", "--cores", "2"]
     argv += ["--configfile", config]
     proc = subprocess.Popen(

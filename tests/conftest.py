@@ -18,6 +18,11 @@ import pytest
 # Nothing in the test suite may reach a model hub.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
+# One OpenMP thread per process (torch's CPU kernels), set before anything imports torch and
+# inherited by every subprocess, unless the caller set another: pytest-xdist runs a worker
+# per core, so a second thread only waits for a core (tests/README.md, "Time": the tiny
+# diffusion pipeline in-process spent 2-3x the CPU with two).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -21,8 +21,21 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 # One OpenMP thread per process (torch's CPU kernels), set before anything imports torch and
 # inherited by every subprocess, unless the caller set another: pytest-xdist runs a worker
 # per core, so a second thread only waits for a core (tests/README.md, "Time": the tiny
-# diffusion pipeline in-process spent 2-3x the CPU with two).
+# diffusion pipeline in-process spent 2-3x the CPU with two). The value from outside ("" for
+# none) is kept, as SLURM_CONF's below, for the vLLM tests, whose engines keep their own.
+os.environ.setdefault("STEREOLENS_OMP_NUM_THREADS_OUTSIDE", os.environ.get("OMP_NUM_THREADS", ""))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def outside_threads_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with OMP_NUM_THREADS as it was outside the test run (unset where it was)."""
+    outside = os.environ.get("STEREOLENS_OMP_NUM_THREADS_OUTSIDE", "")
+    if outside:
+        env["OMP_NUM_THREADS"] = outside
+    else:
+        env.pop("OMP_NUM_THREADS", None)
+    return env
+
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

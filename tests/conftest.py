@@ -18,6 +18,24 @@ import pytest
 # Nothing in the test suite may reach a model hub.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
+# One OpenMP thread per process (torch's CPU kernels), set before anything imports torch and
+# inherited by every subprocess, unless the caller set another: pytest-xdist runs a worker
+# per core, so a second thread only waits for a core (tests/README.md, "Time": the tiny
+# diffusion pipeline in-process spent 2-3x the CPU with two). The value from outside ("" for
+# none) is kept, as SLURM_CONF's below, for the vLLM tests, whose engines keep their own.
+os.environ.setdefault("STEREOLENS_OMP_NUM_THREADS_OUTSIDE", os.environ.get("OMP_NUM_THREADS", ""))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def outside_threads_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with OMP_NUM_THREADS as it was outside the test run (unset where it was)."""
+    outside = os.environ.get("STEREOLENS_OMP_NUM_THREADS_OUTSIDE", "")
+    if outside:
+        env["OMP_NUM_THREADS"] = outside
+    else:
+        env.pop("OMP_NUM_THREADS", None)
+    return env
+
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -186,12 +204,22 @@ def planned_jobs(tmp_path_factory, config: str) -> tuple[Path, subprocess.Comple
     return dest / "wf", subprocess.CompletedProcess([], rc, stdout, stderr)
 
 
-def run_workflow(wd: Path, config: str, log: str, what: str, timeout: int) -> None:
+def run_workflow(
+    wd: Path,
+    config: str,
+    log: str,
+    what: str,
+    timeout: int,
+    prepare: Callable[[Path], object] | None = None,
+) -> None:
     """A copy of the workflow in ``wd`` run end to end with ``config`` (profiles/local, 2
     cores), in a process group of its own that is killed with every job it started when it
     takes over ``timeout`` s (the failure says that ``what`` did) or the test is interrupted;
-    its output kept in ``wd / log``; it must succeed."""
+    its output kept in ``wd / log``; it must succeed. ``prepare(wd)`` runs on the copy
+    first (e.g. :meth:`TinyModels.seed_workflow`)."""
     copy_workflow(wd)
+    if prepare is not None:
+        prepare(wd)
     argv = [str(BIN / "snakemake"), "--profile", "profiles/local", "--cores", "2"]
     argv += ["--configfile", config]
     proc = subprocess.Popen(

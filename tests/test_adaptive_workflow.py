@@ -32,14 +32,18 @@ PER_MODEL_RULES = {
 }
 
 
-def _run(wd: Path) -> None:
-    run_workflow(wd, CONFIG, "adaptive-run.log", "the adaptive demo", TIMEOUT)
-
-
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
+def run(tmp_path_factory, tiny_models) -> Path:
     """config/demo-adaptive.yaml run end to end once (shared; the tests must not change
-    it, except the last, which writes a config of its own and only dry-runs)."""
+    it, except the last, which writes a config of its own and only dry-runs), on the
+    session's tiny checkpoints (``tiny_models.seed_workflow``: no build_tiny_model job)."""
+
+    def _run(wd: Path) -> None:
+        run_workflow(
+            wd, CONFIG, "adaptive-run.log", "the adaptive demo", TIMEOUT,
+            prepare=tiny_models.seed_workflow,
+        )  # fmt: skip
+
     return built_once(tmp_path_factory, "adaptive-demo-run", _run)
 
 

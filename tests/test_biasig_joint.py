@@ -81,6 +81,45 @@ def _width(row) -> float:
     return row["ci_high"] - row["ci_low"]
 
 
+def test_reader_table_rows_pinned():
+    """One row per position x image x attribute (images sorted, attributes in order), the
+    label "unknown" where the person's answer is not counted (a null race: the whole
+    person, under count "paper"; a discarded answer), item_id "<image>:<position>", stratum
+    variant|model|unit with the unit's separator as "/"."""
+    two = "c53ee09d9f70d751"  # One Employer at left with one Employee at right
+    left = pl.DataFrame(
+        {"model": "g", "image_id": ["i2", "i1"], "prompt_id": two, "status": "ok",
+         "position": "left", "gender": ["male", "female"], "race": ["White", None],
+         "age": ["young", "elderly"]}
+    )  # fmt: skip
+    right = left.with_columns(
+        position=pl.lit("right"), gender=pl.lit("female"), status=pl.Series(["ok", "discarded"])
+    )
+    reader, _ = reader_table(
+        pl.concat([left, right]), load_prompts().filter(pl.col("prompt_id") == two)
+    )
+    assert reader.columns == [
+        "variant", "model", "unit", "position", "visibility", "item_id", "attribute", "label",
+        "stratum",
+    ]  # fmt: skip
+    assert reader["item_id"].to_list() == [
+        f"{i}:{p}" for p in ("left", "right") for i in ("i1", "i2") for _ in range(3)
+    ]
+    assert reader["position"].to_list() == ["left"] * 6 + ["right"] * 6
+    assert reader["attribute"].to_list() == ["gender", "race", "age"] * 4
+    assert reader["label"].to_list() == (
+        ["unknown"] * 3
+        + ["male", "White", "young"]
+        + ["unknown"] * 3
+        + ["female", "White", "young"]
+    )
+    (unit,) = set(reader["unit"])
+    assert unit.startswith("One Employer at left with one Employee at right")
+    assert set(reader["stratum"]) == {"g|g|" + unit.replace("\x1f", "/")}
+    assert set(reader["variant"]) == set(reader["model"]) == {"g"}
+    assert set(reader["visibility"]) == {"implicit"}
+
+
 def test_joint_groups_are_a_unit_x_persons_attributes():
     reader, human, prep = _world(np.random.default_rng(1), together=True, n_items=40, n_human=10)
     cells = rc.build_cells(reader, human, ("variant", "model", "unit", "position"))

@@ -33,7 +33,7 @@ import jsonschema
 import polars as pl
 import pytest
 import yaml
-from conftest import copy_workflow, skip_unless_ci
+from conftest import copy_workflow, outside_threads_env, skip_unless_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "tests" / "vllm_engine_driver.py"
@@ -102,7 +102,8 @@ def vllm_python() -> str:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
+    # vLLM's CPU engine sizes its OpenMP threads itself: not conftest's one thread
+    env = outside_threads_env(dict(os.environ))
     env["HF_HUB_OFFLINE"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
     env.setdefault("VLLM_CACHE_ROOT", str(Path(os.environ.get("TMPDIR", "/tmp")) / "vllm-cache"))

@@ -68,24 +68,42 @@ def reader_table(
         .agg(pl.col("image_id").unique().sort())
     )
     lookup = {(v, m, u): i for v, m, u, i in ids.iter_rows()}
-    rows = []
+    names = [*CELL_KEYS, "visibility", "item_id", "attribute", "label", "stratum"]
+    label_of = np.array([*VALUES, "unknown"], dtype=object)  # code -1: "unknown"
+    parts = []
     for u, row in enumerate(prep.units.iter_rows(named=True)):
-        images = lookup[(row["variant"], row["model"], row["unit"])]
+        images = np.array(lookup[(row["variant"], row["model"], row["unit"])], dtype=object)
         codes = prep.codes[prep.offsets[u] : prep.offsets[u + 1]]
         if len(images) != codes.shape[0]:  # pragma: no cover - prepare_answers' own order
             raise ValueError(f"BiasIG unit {row['unit']!r}: images and answers disagree")
         stratum = "|".join((row["variant"], row["model"], row["unit"].replace("\x1f", "/")))
         for s, position in enumerate(_positions(row["n_persons"])):
-            for image, code in zip(images, codes[:, s], strict=True):
-                item = image if position == "single" else f"{image}:{position}"
-                for ai, attribute in enumerate(ATTRIBUTES):
-                    label = VALUES[code[ai]] if code[ai] >= 0 else "unknown"
-                    rows.append(
-                        (row["variant"], row["model"], row["unit"], position, row["visibility"],
-                         item, attribute, label, stratum)
-                    )  # fmt: skip
-    names = [*CELL_KEYS, "visibility", "item_id", "attribute", "label", "stratum"]
-    return pl.DataFrame(rows, schema=names, orient="row"), prep
+            items = images if position == "single" else images + f":{position}"
+            # one row per image x attribute, image-major
+            labels = label_of[np.where(codes[:, s] >= 0, codes[:, s], len(VALUES))]
+            parts.append(
+                pl.DataFrame(
+                    {
+                        "item_id": np.repeat(items, len(ATTRIBUTES)).tolist(),
+                        "attribute": list(ATTRIBUTES) * len(items),
+                        "label": labels.ravel().tolist(),
+                    },
+                    schema={c: pl.String for c in ("item_id", "attribute", "label")},
+                ).select(
+                    pl.lit(row["variant"], pl.String).alias("variant"),
+                    pl.lit(row["model"], pl.String).alias("model"),
+                    pl.lit(row["unit"], pl.String).alias("unit"),
+                    pl.lit(position, pl.String).alias("position"),
+                    pl.lit(row["visibility"], pl.String).alias("visibility"),
+                    "item_id",
+                    "attribute",
+                    "label",
+                    pl.lit(stratum, pl.String).alias("stratum"),
+                )
+            )
+    if not parts:
+        return pl.DataFrame([], schema=names, orient="row"), prep
+    return pl.concat(parts), prep
 
 
 def _score_functional(slots, implicit, explicit, columns, n_units: int):

@@ -419,11 +419,12 @@ def test_cli_round_trip(corpus, tmp_path, capsys):
     # its summary rows (per generator x condition: the people cohort's mean over the two
     # dimensions and the overall value, 2 dimensions x 6 human labels)
     # (and bi_pooled_mean: per condition, the two dimensions, the cohort and the overall
-    # value as means over the generators), and 16 each of the mean over roles and its
+    # value as means over the generators), 16 each of the mean over roles and its
     # Miller-Madow twin (per generator x condition: the two dimensions, cohort, overall)
+    # and 8 each of their means over the generators (per condition)
     counts = table.group_by("metric").len().sort("metric").rows()
     assert counts == [("bi", 32), ("bi_pooled", 16), ("bi_pooled_mean", 8), ("bi_role", 16),
-                      ("bi_role_mm", 16)]  # fmt: skip
+                      ("bi_role_mean", 8), ("bi_role_mm", 16), ("bi_role_mm_mean", 8)]  # fmt: skip
     bi = table.filter(pl.col("metric") == "bi")
     assert (bi.filter(pl.col("dimension") != "*")["n_human"] == 3).all()
     # role-level BI's summary rows, per generator x role x condition (both dimensions)

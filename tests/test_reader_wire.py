@@ -342,16 +342,18 @@ def test_correct_command_writes_the_table(tmp_path, capsys):
     # one role and condition: the role-level BI with its cohort's mean and the overall
     # value, the pooled BI (the same cell) with the same two, then the three as means over
     # the generators (one dimension, one generator: the same number), the mean over roles
-    # (one role: the same number) and its Miller-Madow twin, no CCS
-    metrics = ["bi", "bi_pooled", "bi_pooled_mean", "bi_role", "bi_role_mm"]
+    # (one role: the same number), its Miller-Madow twin and both's means over the
+    # generators, no CCS
+    metrics = ["bi", "bi_pooled", "bi_pooled_mean", "bi_role", "bi_role_mm", "bi_role_mean",
+               "bi_role_mm_mean"]  # fmt: skip
     assert table["metric"].to_list() == [m for m in metrics for _ in range(3)]
-    assert table["cohort"].to_list() == (["people"] * 2 + ["*"]) * 5
-    assert table["dimension"].to_list() == ["gender_presentation", "*", "*"] * 5
-    assert table["model"].to_list() == ["g"] * 6 + ["*"] * 3 + ["g"] * 6
-    assert table["interval_reliable"].to_list() == [False] * 15  # 2 human labels
+    assert table["cohort"].to_list() == (["people"] * 2 + ["*"]) * 7
+    assert table["dimension"].to_list() == ["gender_presentation", "*", "*"] * 7
+    assert table["model"].to_list() == ["g"] * 6 + ["*"] * 3 + ["g"] * 6 + ["*"] * 6
+    assert table["interval_reliable"].to_list() == [False] * 21  # 2 human labels
     # corrected shares 0.3 / 0.7 of 5 images: BI 0.118709; Miller-Madow counts 1.5 / 3.5,
     # H 0.610864 + (2 - 1) / (2 x 5) = 0.710864, 1 - 0.710864 / ln 2 = -0.025560
-    want = [0.118709] * 12 + [-0.025560] * 3
+    want = [0.118709] * 12 + [-0.025560] * 3 + [0.118709] * 3 + [-0.025560] * 3
     assert table["corrected"].to_list() == pytest.approx(want, abs=1e-6)
     # bi.parquet's role_matched rows have no corrected row, and the command says why
     assert "role_matched" in capsys.readouterr().out
@@ -764,6 +766,18 @@ H_LABELS = {
 }
 
 
+def _generator_h() -> pl.DataFrame:
+    """Generator h's attributes table (H_LABELS: the same roles and dimensions as g's)."""
+    return pl.DataFrame(
+        [
+            {"model": "h", "role": role, "condition": "CF", "image_id": f"h{role}{i}",
+             "cohort": cohort, "dimension": dim, "label": v}
+            for (cohort, dim), by_role in H_LABELS.items()
+            for role, labels in by_role.items() for i, v in enumerate(labels)
+        ]
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("overall", ["cohort", "dimension"])
 def test_contextbias_pooled_bi_mean_over_generators_by_hand(overall):
     """bi.parquet's model "*" rows of pooled BI (the mean over generators, cross_model_rows)
@@ -776,15 +790,7 @@ def test_contextbias_pooled_bi_mean_over_generators_by_hand(overall):
     0.081355 / 0.093285): gender 0.022783, people 0.058572, overall 0.052069 / 0.054237."""
     from stereolens.contextbias.metrics import cross_model_rows, pooled_bi
 
-    h = pl.DataFrame(
-        [
-            {"model": "h", "role": role, "condition": "CF", "image_id": f"h{role}{i}",
-             "cohort": cohort, "dimension": dim, "label": v}
-            for (cohort, dim), by_role in H_LABELS.items()
-            for role, labels in by_role.items() for i, v in enumerate(labels)
-        ]
-    )  # fmt: skip
-    attributes = pl.concat([_two_roles(), h])
+    attributes = pl.concat([_two_roles(), _generator_h()])
     reader = reader_table(attributes)
     bench = cross_model_rows(pooled_bi(attributes, overall=overall))
     want = {(c, d): b for c, d, b in bench.select("cohort", "dimension", "bi").iter_rows()}
@@ -905,6 +911,7 @@ def test_contextbias_role_mean_bi_by_hand(overall):
     overall 0.320771 or 0.396241; Miller-Madow gender 0.504192, people 0.457012, overall
     0.185518 or 0.276016."""
     from stereolens.contextbias.corrected import CELL_KEYS, NOT_CORRECTED, summary_functional
+    from stereolens.contextbias.corrected_means import GENERATOR_MEANS
     from stereolens.contextbias.metrics import role_bi
 
     attributes = _two_roles()
@@ -936,8 +943,9 @@ def test_contextbias_role_mean_bi_by_hand(overall):
             reader, _two_roles_human(reader, flip), replicates=100, overall=overall,
             metrics=("bi_role",),
         )  # fmt: skip
-        assert set(table["metric"]) == {"bi_role", "bi_role_mm"}
-        assert set(table["role"]) == {"*"} and set(table["model"]) == {"g"}
+        assert set(table["metric"]) == {"bi_role", "bi_role_mm", *GENERATOR_MEANS.values()}
+        per_model = table.filter(pl.col("metric").is_in(["bi_role", "bi_role_mm"]))
+        assert set(table["role"]) == {"*"} and set(per_model["model"]) == {"g"}
         for metric in ("bi_role", "bi_role_mm"):
             rows = table.filter(pl.col("metric") == metric)
             got = {(r["cohort"], r["dimension"]): r for r in rows.iter_rows(named=True)}
@@ -973,3 +981,65 @@ def test_contextbias_role_mean_bi_by_hand(overall):
     # role_matched has no corrected row; the reason is stated
     assert "role_matched" in NOT_CORRECTED and "probability sample" in NOT_CORRECTED["role_matched"]
     assert not any("matched" in m for m in table["metric"].unique())
+
+
+@pytest.mark.parametrize("overall", ["cohort", "dimension"])
+def test_contextbias_role_mean_over_generators_by_hand(overall):
+    """bi.parquet's model "*" rows of the role means (cross_model_rows of "role" and
+    "role_miller_madow") corrected: metrics bi_role_mean and bi_role_mm_mean, model "*",
+    role "*". g as in test_contextbias_role_mean_bi_by_hand; h (H_LABELS), K = 2, 4 images
+    a cell: FFMM, LSLS, YYNN BI 0, Miller-Madow -0.180337; YNNN 0.188722 and 0.008385. h's
+    role means: gender 0, hair 0, bag 0.094361; people 0, overall 0.047180 / 0.031454;
+    Miller-Madow gender and hair -0.180337, bag -0.085976, people -0.180337, overall
+    -0.133156 / -0.148883. The means over g and h: plug-in gender 0.094361, hair 0.25, bag
+    0.094361, people 0.172180, objects 0.094361, overall (0.219361 + 0.047180) / 2 =
+    0.133271 or (0.261028 + 0.031454) / 2 = 0.146241; Miller-Madow gender -0.085976, hair
+    0.114747, bag -0.085976, people 0.014386, overall -0.035795 or -0.019068. One flip in g
+    (nurse FFFF): plug-in gender 0.297180, people 0.273590, overall 0.183976 / 0.213847;
+    Miller-Madow gender 0.161928, people 0.138338, overall 0.026181 / 0.063566."""
+    from stereolens.contextbias.corrected_means import GENERATOR_MEANS
+    from stereolens.contextbias.metrics import cross_model_rows, role_bi
+
+    attributes = pl.concat([_two_roles(), _generator_h()])
+    reader = reader_table(attributes)
+    ov = {"cohort": 0, "dimension": 1}[overall]
+    base = {
+        "bi_role_mean": {("people", "gender_presentation"): 0.094361, ("people", "hair"): 0.25,
+                         ("objects", "bag"): 0.094361, ("people", "*"): 0.172180,
+                         ("objects", "*"): 0.094361, ("*", "*"): (0.133271, 0.146241)[ov]},
+        "bi_role_mm_mean": {("people", "gender_presentation"): -0.085976,
+                            ("people", "hair"): 0.114747, ("objects", "bag"): -0.085976,
+                            ("people", "*"): 0.014386, ("objects", "*"): -0.085976,
+                            ("*", "*"): (-0.035795, -0.019068)[ov]},
+    }  # fmt: skip
+    flipped = {
+        "bi_role_mean": {("people", "gender_presentation"): 0.297180, ("people", "*"): 0.273590,
+                         ("*", "*"): (0.183976, 0.213847)[ov]},
+        "bi_role_mm_mean": {("people", "gender_presentation"): 0.161928,
+                            ("people", "*"): 0.138338, ("*", "*"): (0.026181, 0.063566)[ov]},
+    }  # fmt: skip
+    # the naive values are bi.parquet's model "*" rows of role and role_miller_madow
+    bench = cross_model_rows(role_bi(attributes, overall=overall))
+    for metric, aggregation in (("bi_role_mean", "role"), ("bi_role_mm_mean", "role_miller_madow")):
+        part = bench.filter(pl.col("aggregation") == aggregation)
+        got = {(c, d): b for c, d, b in part.select("cohort", "dimension", "bi").iter_rows()}
+        assert got == pytest.approx(base[metric], abs=1e-6)
+    for flip in (False, True):
+        table, _ = corrected_table(
+            reader, _two_roles_human(reader, flip), replicates=100, overall=overall,
+            metrics=("bi_role",),
+        )  # fmt: skip
+        for metric in GENERATOR_MEANS.values():
+            rows = table.filter(pl.col("metric") == metric)
+            assert set(rows["model"]) == {"*"} and set(rows["role"]) == {"*"}
+            assert rows["k"].null_count() == rows.height
+            got = {(r["cohort"], r["dimension"]): r for r in rows.iter_rows(named=True)}
+            want = {**base[metric], **(flipped[metric] if flip else {})}
+            assert set(got) == set(want)
+            for key, r in got.items():
+                assert r["naive"] == pytest.approx(base[metric][key], abs=1e-6)
+                assert r["corrected"] == pytest.approx(want[key], abs=1e-6)
+                assert r["ci_low"] <= r["ci_high"]
+            # a dimension: 2 generators x 2 roles x 4 human labels; overall: all 24 cells'
+            keys = (("objects", "bag"), ("people", "*"), ("*", "*"))
+            assert [got[k]["n_human"] for k in keys] == [16, 32, 48]

@@ -79,10 +79,11 @@ def _role_cells(rng, items: int, human: int, women: float, role: str, errors=(0.
     return cells
 
 
-def _datasets(scale: str, n: int, size: tuple, stream: int, readers: tuple):
+def _datasets(scale: str, n: int, size: tuple, stream: int, readers: tuple, role_level=False):
     """``n`` datasets (their stream [21, ``stream``, n, len(scale)]), each as (the pooled
-    rows of its cells, the bootstrap options): per reader (model, role prefix, errors) the
-    WOMEN roles' cells of ``size`` = (items, human, replicates) per role."""
+    rows of its cells, or with ``role_level`` its role-level ``bi`` rows, the bootstrap
+    options): per reader (model, role prefix, errors) the WOMEN roles' cells of ``size`` =
+    (items, human, replicates) per role."""
     from stereolens.contextbias import corrected as cc
 
     items, human, replicates = size
@@ -94,7 +95,8 @@ def _datasets(scale: str, n: int, size: tuple, stream: int, readers: tuple):
             for r, women in enumerate(WOMEN):
                 part = _role_cells(rng, items, human, women, f"{prefix}r{r}", errors)
                 cells.update({(model, *key[1:]): c for key, c in part.items()})
-        yield cc._pooled_rows(cells, {}, 0.0), {"replicates": replicates, "seed": seed}
+        rows = (cc._bi_rows if role_level else cc._pooled_rows)(cells, {}, 0.0)
+        yield rows, {"replicates": replicates, "seed": seed}
 
 
 @lru_cache(maxsize=4)

@@ -19,6 +19,9 @@ mean over roles, bi.parquet's "role" and "role_miller_madow") of the pooled worl
 roles (WOMEN), naive and corrected, and the "independent" reference (every cell drawn on its
 own) of ``bi_role``; truth the mean of the roles' BI (Miller-Madow targets it
 too): gender 0.198391, hair 0.124217, bag 0.214762; people 0.161304, overall 0.188033.
+The "generators" rows (:func:`simulate_generators`): their model "*" rows (``bi_role_mean``,
+``bi_role_mm_mean``), the mean over two generators of that world (the same truth), g1 read
+by the issue's reader and g2 by a 2% / 2% one (READERS).
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ from functools import lru_cache
 import numpy as np
 
 from cover._contextbias_pooled import (
+    READERS,
     REFERENCE,
     WOMEN,
     _arrays,
+    _datasets,
     _role_cells,
     collect,
     row_table,
@@ -93,12 +98,13 @@ def truth_mean() -> dict[str, float]:
 def simulate_mean(scale: str, n: int, size: tuple) -> dict[str, tuple]:
     """Per dataset (estimate, low, high) of the ``bi_role`` ("corrected", "naive") and
     ``bi_role_mm`` ("corrected-mm", "naive-mm") people and * rows of the two roles' six
-    cells, through contextbias.corrected's own _bi_rows and _role_mean_table; "independent":
-    the ``bi_role`` functional with every cell drawn on its own."""
+    cells, through contextbias.corrected's own _bi_rows and corrected_means.role_mean_table;
+    "independent": the ``bi_role`` functional with every cell drawn on its own."""
     import polars as pl
 
     from stereolens.contextbias import corrected as cc
     from stereolens.contextbias.corrected_functionals import role_mean_functional
+    from stereolens.contextbias.corrected_means import role_mean_table
 
     items, human, replicates = size
     rng = np.random.default_rng([21, 10, n, len(scale)])
@@ -110,7 +116,7 @@ def simulate_mean(scale: str, n: int, size: tuple) -> dict[str, tuple]:
             cells.update(_role_cells(rng, items, human, women, f"r{r}"))
         rows = cc._bi_rows(cells, {}, 0.0)
         opts = {"replicates": replicates, "seed": seed}
-        table = cc._role_mean_table(rows, "cohort", 0.0, opts).filter(pl.col("dimension") == "*")
+        table = role_mean_table(rows, "cohort", 0.0, opts).filter(pl.col("dimension") == "*")
         # the six cells by dimension (bag, gender, hair), each dimension's two roles in order
         by_dim = sorted(rows, key=lambda row: (row[0]["dimension"], row[0]["role"]))
         six = [row[1][0] for row in by_dim]
@@ -142,6 +148,43 @@ MEAN_ROWS = {
 """The role-mean rows, naive at every scale: key: (interval, at paper scale only, reference)."""
 
 
+@lru_cache(maxsize=4)
+def simulate_generators(scale: str, n: int, size: tuple) -> dict[str, tuple]:
+    """Per dataset (estimate, low, high) of the ``bi_role_mean`` ("generators") and
+    ``bi_role_mm_mean`` ("generators-mm") people and * rows: the mean over two generators
+    of this world (the same truth), read by READERS, through contextbias.corrected's own
+    _bi_rows and corrected_means.generator_means."""
+    import polars as pl
+
+    from stereolens.contextbias.corrected_means import GENERATOR_MEANS, generator_means
+
+    kind = dict(zip(GENERATOR_MEANS.values(), ("generators", "generators-mm"), strict=True))
+    out: dict[str, list] = {}
+    readers = tuple((model, model, errors) for model, errors in READERS.items())
+    for rows, opts in _datasets(scale, n, size, 11, readers, role_level=True):
+        table = generator_means(rows, "cohort", 0.0, opts).filter(pl.col("dimension") == "*")
+        for r in table.iter_rows(named=True):
+            if r["cohort"] in ("people", "*"):
+                out.setdefault(f"{kind[r['metric']]} {r['cohort']}", []).append(
+                    (r["estimate_bc"], r["ci_low"], r["ci_high"])
+                )
+    return _arrays(out)
+
+
+GENERATOR_ROWS = {
+    f"{kind} {cohort}": (interval, False, "")
+    for kind, interval in (
+        ("generators", "PPI, mean over roles, then over 2 generators, dimensions jointly, "
+         "bc-normal"),
+        ("generators-mm", "PPI, Miller-Madow, mean over roles, then over 2 generators, "
+         "dimensions jointly, bc-normal"),
+    )
+    for cohort in ("*", "people")
+}  # fmt: skip
+"""The role means' model "*" rows (bi_role_mean, bi_role_mm_mean): key: (interval, at paper
+scale only, reference)."""
+
+
 def rows(scale: str, scales: dict, human_of: dict, minimum: int) -> list:
     """The rows of ``scale`` (the one-role naive ones at "paper" only); each row's n in
     ``human_of``."""
@@ -149,7 +192,11 @@ def rows(scale: str, scales: dict, human_of: dict, minimum: int) -> list:
         scale, scales, human_of, minimum, ROWS, truth(), "role", lambda key: "1 role", "",
         lambda key: simulate,
     )  # fmt: skip
-    return one + summary_rows(
+    mean = summary_rows(
         scale, scales, human_of, minimum, MEAN_ROWS, truth_mean(), "role-mean",
         lambda key: "2 roles", " per role", lambda key: simulate_mean,
+    )  # fmt: skip
+    return one + mean + summary_rows(
+        scale, scales, human_of, minimum, GENERATOR_ROWS, truth_mean(), "role-mean",
+        lambda key: "2 generators x 2 roles", " per role", lambda key: simulate_generators,
     )  # fmt: skip

@@ -4,17 +4,20 @@ corrected for the extractor's errors from a human-labelled sample, naive beside 
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import polars as pl
 
 from stereolens.contextbias.corrected_functionals import (
     ccs_mean_functional,
-    miller_madow_functional,
     pooled_functional,
-    role_mean_functional,
     summary_functional,
+)
+from stereolens.contextbias.corrected_means import (
+    TABLE_KEYS,
+    cross_model_rows,
+    generator_means,
+    model_part,
+    role_mean_table,
 )
 from stereolens.contextbias.corrected_ties import ccs_ties, with_reasons, withhold_ties
 from stereolens.contextbias.metrics import ALL, CONDITIONS, image_universe
@@ -27,21 +30,11 @@ KEYS = ("model", "role", "condition", "cohort", "dimension")
 """The key columns of a ContextBias corrected row (``extractor`` first when the attributes
 table has one); metric ``bi``: the role-level BI of paper Sec. 3.5 (one row per cell, and
 per model x role x condition its cohort rows, dimension "*", and overall row, cohort "*")."""
-TABLE_KEYS = (*KEYS, "label")
-"""The key columns of corrected.parquet's rows of every metric: KEYS plus ``label`` (the
-CCS row's label; null on the BI rows). ``bi``: role x condition x dimension, label null
-(dimension "*" = the role's cohort mean, cohort "*" = its overall value);
-``bi_pooled``: role "*" (the counts pooled over roles, contextbias.metrics.pooled_bi;
-dimension "*" = the cohort's mean, cohort "*" = the overall value, as bi.parquet's);
-``bi_role`` and ``bi_role_mm``: role "*" (bi.parquet's aggregations "role" and
-"role_miller_madow": the mean over roles; dimension "*" and cohort "*" as bi_pooled's);
-``ccs``: condition "*" (CCS spans the three), the ccs table's keys (model, role, cohort,
-dimension, label); ``ccs_mean``: model "*" and condition "*", the ccs_mean table's keys
-(role, cohort, dimension, label)."""
 METRICS = ("bi", "bi_pooled", "bi_role", "ccs", "ccs_mean")
 """The metrics corrected_table may be asked for; ``bi_pooled`` brings its summary rows and
 their mean over generators (metric ``bi_pooled_mean``) with it, ``bi_role`` its
-Miller-Madow twin (metric ``bi_role_mm``)."""
+Miller-Madow twin (metric ``bi_role_mm``) and both's means over generators
+(``bi_role_mean``, ``bi_role_mm_mean``)."""
 NOT_CORRECTED = {
     "role_matched": "bi.parquet's role_matched rows (BI at matched support) have no corrected "
     "row: matched support subsamples the reader's images to a count, which would drop human "
@@ -227,29 +220,8 @@ def _pooled_rows(cells: dict, k_of: dict, single_label_bi: float) -> list:
     return rows
 
 
-def _model_part(dims: list) -> dict:
-    """One model x condition's pooled rows (key, cells, functional), sorted by cohort and
-    dimension, as the summary functional takes them: the cells in order, each dimension's
-    span, its functional, the cohorts (names; the dimensions of each) and the joint groups
-    (a role's cells: the same images, Cell.items)."""
-    dims = sorted(dims, key=lambda d: (d[0]["cohort"], d[0]["dimension"]))
-    cells, spans, by_role = [], [], {}
-    for _key, part, _fn in dims:
-        spans.append(slice(len(cells), len(cells) + len(part)))
-        for cell in part:
-            by_role.setdefault(cell.items, []).append(len(cells))  # a role's images
-            cells.append(cell)
-    names = sorted({d[0]["cohort"] for d in dims})
-    cohorts = [[i for i, d in enumerate(dims) if d[0]["cohort"] == c] for c in names]
-    return {
-        "cells": cells, "spans": spans, "pooled": [d[2] for d in dims], "names": names,
-        "cohorts": cohorts, "joint": list(by_role.values()),
-        "dims": [(d[0]["cohort"], d[0]["dimension"]) for d in dims],
-    }  # fmt: skip
-
-
 def _summary_records(m: dict, cohort_cells: list, overall: str, options: dict, key: dict) -> list:
-    """One bootstrap of a model part ``m`` (:func:`_model_part`): its cohort rows (columns
+    """One bootstrap of a model part ``m`` (corrected_means.model_part): its cohort rows (columns
     ``cohort_cells``) and overall row, the cells of one role drawn jointly; ``key`` the
     rows' model, role and condition."""
     results = rc.corrected_metrics(
@@ -269,13 +241,13 @@ def _summary_table(rows: list, overall: str, options: dict) -> pl.DataFrame:
     pooled rows' cells (:func:`_pooled_rows`), one bootstrap per model x condition; the
     cells of one role (its dimensions: the same images) drawn jointly
     (reader_correction.corrected_metrics ``joint``), the roles independently; k null. Then
-    the ``bi_pooled_mean`` rows (:func:`_cross_model_rows`)."""
+    the ``bi_pooled_mean`` rows (corrected_means.cross_model_rows)."""
     groups: dict[tuple, list] = {}
     for key, part, fn, _ in rows:
         groups.setdefault((key["model"], key["condition"]), []).append((key, part, fn))
     records, by_condition = [], {}
     for (model, condition), dims in groups.items():
-        m = _model_part(dims)
+        m = model_part(dims)
         by_condition.setdefault(condition, []).append(m)
         spans = m["spans"]
         cols = [[j for d in idx for j in range(spans[d].start, spans[d].stop)]
@@ -283,7 +255,7 @@ def _summary_table(rows: list, overall: str, options: dict) -> pl.DataFrame:
         key = {"model": model, "role": ALL, "condition": condition}
         records += _summary_records(m, cols, overall, options, key)
     summary = ct.metric_frame(records, TABLE_KEYS, "bi_pooled")
-    means = _cross_model_rows(by_condition, overall, options)
+    means = cross_model_rows(by_condition, overall, options)
     return pl.concat([summary, means]).with_columns(pl.lit(None, pl.Int64).alias("k"))
 
 
@@ -300,114 +272,12 @@ def _role_summary_table(rows: list, overall: str, options: dict) -> pl.DataFrame
         groups.setdefault((key["model"], key["role"], key["condition"]), []).append((key, part, fn))
     records = []
     for (model, role, condition), dims in sorted(groups.items()):
-        m = _model_part(dims)  # one cell per dimension: span d is cell d
+        m = model_part(dims)  # one cell per dimension: span d is cell d
         key = {"model": model, "role": role, "condition": condition}
         records += _summary_records(m, m["cohorts"], overall, options, key)
     return ct.metric_frame(records, TABLE_KEYS, "bi").with_columns(
         pl.lit(None, pl.Int64).alias("k")
     )
-
-
-def _role_mean_table(rows: list, overall: str, single_label_bi: float, options: dict):
-    """The ``bi_role`` and ``bi_role_mm`` rows (role "*"): bi.parquet's "role" and
-    "role_miller_madow" aggregations, per model x condition the mean over roles of each
-    dimension's role-level BI (plug-in; Miller-Madow: :func:`miller_madow_functional`),
-    then the cohort rows (dimension "*") and the overall row (cohort "*") as
-    summary_functional forms them, all of them, both metrics, from one bootstrap per model x
-    condition in which a role's dimensions (the same images) share one draw and the roles
-    are drawn independently; k the dimension's K where its roles agree, else null (null on
-    the summary rows). ``rows``: the ``bi`` rows (key, [cell], functional, bounds)."""
-    groups: dict[tuple, dict] = {}
-    for key, part, fn, _ in rows:
-        dims = groups.setdefault((key["model"], key["condition"]), {})
-        dims.setdefault((key["cohort"], key["dimension"]), []).append((key, part[0], fn))
-    records = {"bi_role": [], "bi_role_mm": []}
-    for (model, condition), by_dim in sorted(groups.items()):
-        dims, mm, ks = [], {}, {}
-        for (cohort, dim), members in sorted(by_dim.items()):
-            members.sort(key=lambda m: m[0]["role"])
-            fns = [m[2] for m in members]
-            cells = [m[1] for m in members]
-            dims.append(({"cohort": cohort, "dimension": dim}, cells, role_mean_functional(fns)))
-            mm[(cohort, dim)] = role_mean_functional(
-                [miller_madow_functional(c.stratum.size, m[0]["k"], single_label_bi)
-                 for m, c in zip(members, cells, strict=True)]
-            )  # fmt: skip
-            k = {m[0]["k"] for m in members}
-            ks[(cohort, dim)] = k.pop() if len(k) == 1 else None
-        m = _model_part(dims)
-        mm_fns = [mm[d] for d in m["dims"]]
-        fns = [
-            summary_functional(f, m["spans"], m["cohorts"], overall, with_dims=True)
-            for f in (m["pooled"], mm_fns)
-        ]
-        spans = [list(range(s.start, s.stop)) for s in m["spans"]]
-        cols = [*spans, *([j for d in idx for j in spans[d]] for idx in m["cohorts"])]
-        cols.append(list(range(len(m["cells"]))))
-        results = rc.corrected_metrics(
-            m["cells"], lambda shares, fns=fns: np.concatenate([f(shares) for f in fns], -1),
-            column_cells=cols * 2, joint=m["joint"], bounds=(0.0, 1.0), **options,
-        )  # fmt: skip
-        keys = [*m["dims"], *((c, ALL) for c in m["names"]), (ALL, ALL)]
-        for i, metric in enumerate(records):
-            part = results[i * len(keys) : (i + 1) * len(keys)]
-            for (cohort, dim), res in zip(keys, part, strict=True):
-                records[metric].append(
-                    {"model": model, "role": ALL, "condition": condition, "cohort": cohort,
-                     "dimension": dim, "label": None, "k": ks.get((cohort, dim)), **res}
-                )  # fmt: skip
-    frames = []
-    for metric, recs in records.items():
-        k = pl.Series("k", [r.pop("k") for r in recs], dtype=pl.Int64)
-        frames.append(ct.metric_frame(recs, TABLE_KEYS, metric).with_columns(k))
-    return pl.concat(frames)
-
-
-def _cross_model_rows(by_condition: dict, overall: str, options: dict) -> pl.DataFrame:
-    """The ``bi_pooled_mean`` rows (model "*", role "*"): bi.parquet's model "*" rows of
-    pooled BI (contextbias.metrics.cross_model_rows), per condition the mean over the
-    generators of every dimension's pooled BI, cohort mean and overall value (NaN left out,
-    as the benchmark leaves out its nulls), one bootstrap per condition: the generators'
-    cells independently (their images are), a role's dimensions jointly."""
-    records = []
-    for condition, models in sorted(by_condition.items()):
-        dims = sorted({d for m in models for d in m["dims"]})
-        names = sorted({c for m in models for c in m["names"]})
-        width = len(dims) + len(names) + 1
-        cells, joint, parts, column = [], [], [], [[] for _ in range(width)]
-        for m in models:
-            off, spans = len(cells), m["spans"]
-            idx = [dims.index(d) for d in m["dims"]]
-            idx += [len(dims) + names.index(c) for c in m["names"]] + [width - 1]
-            of = [list(range(off + s.start, off + s.stop)) for s in spans]
-            for d, col in enumerate(idx[: len(spans)]):
-                column[col] += of[d]
-            for c, members in enumerate(m["cohorts"]):
-                column[idx[len(spans) + c]] += [j for d in members for j in of[d]]
-            column[-1] += list(range(off, off + len(m["cells"])))
-            joint += [[off + j for j in group] for group in m["joint"]]
-            fn = summary_functional(m["pooled"], spans, m["cohorts"], overall, with_dims=True)
-            parts.append((fn, slice(off, off + len(m["cells"])), np.array(idx)))
-            cells += m["cells"]
-
-        def mean(shares: list[np.ndarray], parts=parts, width=width) -> np.ndarray:
-            out = np.full((np.atleast_2d(shares[0]).shape[0], len(parts), width), np.nan)
-            for i, (fn, span, idx) in enumerate(parts):
-                out[:, i, idx] = fn(shares[span])
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # no generator: NaN
-                return np.nanmean(out, axis=1)
-
-        results = rc.corrected_metrics(
-            cells, mean, column_cells=column, joint=joint, bounds=(0.0, 1.0), **options
-        )
-        keys = [*dims, *((c, ALL) for c in names), (ALL, ALL)]
-        for (cohort, dim), res in zip(keys, results, strict=True):
-            records.append(
-                {"model": ALL, "role": ALL, "condition": condition, "cohort": cohort,
-                 "dimension": dim, "label": None, **res}
-            )  # fmt: skip
-    return ct.metric_frame(records, TABLE_KEYS, "bi_pooled_mean")
 
 
 def _bi_rows(cells: dict, k_of: dict, single_label_bi: float) -> list:
@@ -474,10 +344,12 @@ def corrected_table(
     - ``bi_role`` and ``bi_role_mm``: role "*": bi.parquet's role-averaged aggregations
       "role" and "role_miller_madow" (contextbias.metrics.role_bi), per model x condition x
       dimension the mean over the roles kept of the ``bi`` rows' BI (``bi_role_mm``: the
-      Miller-Madow BI of the cell's counts n s, :func:`miller_madow_functional`), NaN
+      Miller-Madow BI of the counts n s, corrected_functionals.miller_madow_functional), NaN
       cells left out; with the cohort rows and the overall row as ``bi_pooled``'s, from
       one bootstrap per model x condition, a role's dimensions drawn jointly
-      (:func:`_role_mean_table`). "role_matched" has no corrected row (NOT_CORRECTED).
+      (corrected_means.role_mean_table). "role_matched" has no corrected row (NOT_CORRECTED).
+      Their model "*" rows ``bi_role_mean`` and ``bi_role_mm_mean``: per condition the mean
+      over generators, the generators drawn independently (corrected_means.generator_means).
     - ``ccs``: condition "*": CCS = Prev% / (1 + range_pp) of the label's shares in the
       role's three condition cells (contextbias.ccs.ccs_table, paper Eq. 2-4; n_c fixed),
       for the labels seen in all three conditions and ``min_count`` times in total on the
@@ -522,7 +394,10 @@ def corrected_table(
                 _summary_table(pooled, overall, options),
             ]
         if "bi_role" in metrics:
-            parts += [_role_mean_table(rows, overall, single_label_bi, options)]
+            parts += [
+                role_mean_table(rows, overall, single_label_bi, options),
+                generator_means(rows, overall, single_label_bi, options),
+            ]
         if "ccs" in metrics or "ccs_mean" in metrics:
             ccs, by_key = _ccs_table(cells, min_count, options)
             parts += [ccs] if "ccs" in metrics else []

@@ -123,6 +123,47 @@ def test_eta_minimum_is_the_measured_one():
     assert res.coverage >= 0.95 - 2 * res.mc_error, f"{res.coverage:.1%} +- {res.mc_error:.1%}"
 
 
+def test_biasig_score_minimum_is_the_measured_one():
+    """biasig.formulas.SCORE_MIN_HUMAN_RELIABLE: each row it names is printed from the smallest
+    n of the BiasIG sweep (bench/cover/reader.BIASIG_SWEEP: the seven-unit and the 28-unit
+    world at 200 images a unit, the seven-unit one at 2,000) from which that row covers within
+    two Monte Carlo errors of 95% in every world, a smaller swept n has a world where it does
+    not; every other S_imp / S_exp row has no such n under MIN_HUMAN_RELIABLE and keeps it;
+    the corrected paper-scale rows are flagged below_minimum exactly under their minimum."""
+    from cover import reader
+
+    from stereolens.biasig.corrected import score_minimum
+    from stereolens.biasig.formulas import SCORE_MIN_HUMAN_RELIABLE
+    from stereolens.metrics.reader_correction import MIN_HUMAN_RELIABLE
+
+    def short(c, datasets):
+        return c < 0.95 - 2 * (c * (1 - c) / datasets) ** 0.5
+
+    for row, minimum in SCORE_MIN_HUMAN_RELIABLE.items():
+        assert reader.biasig_minimum(reader.BIASIG_SWEEP, [row]) == minimum
+        i = list(reader.BIASIG_ROWS).index(row)
+        below = max(n for (_, _, n) in reader.BIASIG_SWEEP if n < minimum)
+        assert any(
+            short(c[i], datasets)
+            for (_, _, n), (datasets, c) in reader.BIASIG_SWEEP.items()
+            if n == below
+        )
+    others = [row for row in reader.BIASIG_ROWS if row not in SCORE_MIN_HUMAN_RELIABLE]
+    assert reader.biasig_minimum(reader.BIASIG_SWEEP, others) == MIN_HUMAN_RELIABLE
+    assert all(score_minimum(*row) == MIN_HUMAN_RELIABLE for row in others)
+    paper = [
+        r
+        for r in reader.biasig_rows("paper") + reader.many_rows("paper")
+        if " corrected " in r.name
+    ]
+    assert paper
+    for r in paper:
+        n = int(r.name.split(", n ")[1].split(",")[0])
+        metric = "s_imp" if " S_imp " in r.name else "s_exp"
+        attribute = r.name.split(" S_imp " if metric == "s_imp" else " S_exp ")[1].split(",")[0]
+        assert bool(r.below_minimum) == (n < score_minimum(metric, attribute)), r.name
+
+
 def test_biasig_reader_world_population_values():
     """The population S_imp and S_exp of the BiasIG reader rows (bench/cover/reader.py,
     the benchmark's Implicit / Explicit at the true shares), against the formulas by hand."""

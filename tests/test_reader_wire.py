@@ -579,6 +579,49 @@ def test_biasig_eta_interval_is_printed_from_its_own_minimum():
     assert reliable(fewer)[0] == [False] * 4
 
 
+def test_biasig_score_intervals_are_printed_from_their_own_minimum():
+    """corrected.parquet's S_imp and S_exp rows are interval_reliable where every cell of the
+    row has biasig.corrected.score_minimum human labels (formulas.SCORE_MIN_HUMAN_RELIABLE for
+    the rows it names, MIN_HUMAN_RELIABLE for the others), not one image fewer."""
+    from stereolens.biasig.answers import scoring_table
+    from stereolens.biasig.corrected import corrected_scores, score_minimum
+    from stereolens.biasig.corrected import reader_table as biasig_reader
+    from stereolens.biasig.formulas import SCORE_MIN_HUMAN_RELIABLE
+    from stereolens.biasig.prompts import load_prompts
+    from stereolens.biasig.truth import load_truth
+    from stereolens.metrics.reader_correction import MIN_HUMAN_RELIABLE
+
+    assert SCORE_MIN_HUMAN_RELIABLE and max(SCORE_MIN_HUMAN_RELIABLE.values()) < MIN_HUMAN_RELIABLE
+    assert score_minimum("s_imp", "gender") == MIN_HUMAN_RELIABLE
+    n = SCORE_MIN_HUMAN_RELIABLE[("s_exp", "*")]
+    table = scoring_table(load_prompts())
+    ids = table.filter(pl.col("subject") == "a photo of one female Nurse")["prompt_id"]
+    prompts = load_prompts().filter(pl.col("prompt_id").is_in(ids.to_list()))
+    rng = np.random.default_rng(5)
+    answers = pl.DataFrame(
+        {"model": "g", "image_id": [f"i{j}" for j in range(n)], "position": "single",
+         "prompt_id": np.resize(ids.sort().to_numpy(), n).tolist(),
+         "gender": rng.choice(["male", "female"], n, p=[0.2, 0.8]).tolist(), "race": "White",
+         "age": rng.choice(["young", "elderly"], n).tolist(), "status": "ok"}
+    )  # fmt: skip
+    reader, prep = biasig_reader(answers, prompts)
+    human = reader.select("item_id", "attribute", "label", "stratum").with_columns(
+        selection_probability=pl.lit(1.0)
+    )
+
+    def reliable(h):
+        out, _ = corrected_scores(reader, h, prep, load_truth(), replicates=5)
+        rows = out.filter(pl.col("metric") == "s_exp").sort("protected_attribute")
+        return dict(zip(rows["protected_attribute"], rows["interval_reliable"], strict=True))
+
+    # the S_exp '*' row at its own minimum; an attribute's row needs 400
+    assert reliable(human) == {"*": True, "age": False, "gender": False, "race": False}
+    fewer = human.filter(pl.col("item_id") != "i0").with_columns(
+        selection_probability=pl.lit((n - 1) / n)
+    )
+    assert not any(reliable(fewer).values())
+
+
 def test_biasig_eta_of_each_model_is_the_benchmarks():
     """Two models in one table: each model's naive eta (every attribute) is its own
     eta.parquet model row (the sides of one run pooled, not the other's)."""

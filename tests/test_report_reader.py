@@ -273,8 +273,34 @@ def test_the_caption_says_biasig_draws_a_persons_attributes_together():
 
     text = R.caption(READER_CAPTION)
     assert "person's gender, race and age resampled together" in text
-    assert "'The joint draw'" in text and "withheld below 400 labels a cell" in text
+    assert "'The joint draw'" in text and "S_imp's is withheld below 400 labels a cell" in text
+    # S_exp over all attributes: its own measured minimum (biasig.formulas)
+    assert "S_exp's interval is printed from 100 labels a cell" in text
     assert "a side's gender, race and age with one draw of its images at each" in text
+
+
+def test_biasig_s_exp_withheld_names_its_own_minimum():
+    # an S_exp '*' row below biasig.formulas.SCORE_MIN_HUMAN_RELIABLE: its note names that
+    # minimum; an S_imp one keeps the shared MIN_HUMAN_RELIABLE note
+    from stereolens.biasig.formulas import SCORE_MIN_HUMAN_RELIABLE
+    from stereolens.biasig.report import READER_HEADLINES
+
+    rows = _bg_corrected().filter(pl.col("protected_attribute") == "*")
+    rows = pl.concat([rows, rows.with_columns(metric=pl.lit("s_exp"))]).with_columns(
+        interval_reliable=pl.col("variant") == "v1"
+    )
+    table = R.headline_table(rows, READER_HEADLINES, unit="variant")
+    notes = {(r["metric"], r["model"]): r["interval_note"] for r in table.iter_rows(named=True)}
+    minimum = SCORE_MIN_HUMAN_RELIABLE[("s_exp", "*")]
+    assert notes[("s_exp", "v1")] is None and notes[("s_imp", "v1")] is None
+    assert notes[("s_exp", "v2")] == (
+        f"interval withheld: S_exp's corrected interval over all attributes is printed from "
+        f"{minimum:,} human labels per cell, its own measured minimum (biasig.formulas."
+        "SCORE_MIN_HUMAN_RELIABLE; bench/COVERAGE.md, 'BiasIG's printing rule')"
+    )
+    assert notes[("s_imp", "v2")] == (
+        "interval withheld: 8 human labels, coverage measured from 400 per cell"
+    )
 
 
 def test_the_corrected_value_shown_lies_in_its_interval():

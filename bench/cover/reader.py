@@ -34,11 +34,13 @@ asking gender, race, age and race of two persons), N = 2,000 images a unit, true
 person and attribute, the reader's confusion BIASIG_CONFUSION (the issue's gender error, a
 race and an age confusion); the human sample n images a unit (every person of a drawn image
 labelled), n = 400 and 800; truth: the benchmark's Implicit / Explicit at the true shares.
-"paper": the same world at the paper config's 200 images a unit, n = 50, 100, 150 (below
-MIN_HUMAN_RELIABLE: no BiasIG cell there can reach it), 1,000 replicates. "paper" also
-has the many-cell world (many_rows: MANY_UNITS, 28 subjects of the shipped prompts drawn
-once, their true shares drawn once, the same reader; 200 images a unit, n = 25, 50, 100,
-150, 200 replicates): the whole metric's coverage at the paper's structure.
+"paper": the same world at the paper config's 200 images a unit, n = 50, 100, 150, 200
+(every image), 1,000 replicates. "paper" also has the many-cell world (many_rows:
+MANY_UNITS, 28 subjects of the shipped prompts drawn once, their true shares drawn once, the
+same reader; 200 images a unit, n = 25, 50, 100, 150, 200; 200 replicates): the whole
+metric's coverage at the paper's structure. BIASIG_SWEEP (1,000 datasets a point, both
+worlds) sets biasig.formulas.SCORE_MIN_HUMAN_RELIABLE, BiasIG's own printing rule
+(biasig_minimum); the corrected BiasIG rows' ``below_minimum`` follows it.
 The naive rows carry ``reference`` (not held to cover.FLOOR); the corrected ones join the
 measured minimum.
 Outside BiasIG, datasets are built as reader_correction.Cell arrays (the tables' checks are
@@ -515,13 +517,13 @@ BIASIG_CONFUSION = {
 """The VQA reader's confusion in the BiasIG world (the same for every unit and person)."""
 BIASIG_SCALES = {
     "test": {"items": 2_000, "human": (400,), "replicates": 200},
-    "paper": {"items": 200, "human": (50, 100, 150), "replicates": 1_000},
+    "paper": {"items": 200, "human": (50, 100, 150, 200), "replicates": 1_000},
 }
 """Images per scoring unit (N per cell: a cell is a unit x person x attribute), the human
 labels per cell (images drawn per unit, every person of a drawn image labelled) and the
 bootstrap replicates of corrected_scores. "paper": config/config.yaml's 200 images a
 subject (20 phrasings x 10), where no cell can reach MIN_HUMAN_RELIABLE: the rows measure
-what the report withholds there. The n = 800 rows of bench/COVERAGE.md were measured with
+BiasIG's own rule (BIASIG_SWEEP). The n = 800 rows of bench/COVERAGE.md were measured with
 "test" human (400, 800); the suite runs 400 alone (about 0.5 s of CPU a dataset with one
 bootstrap per model, 0.85 s with one per row: about 100 s against 170 s)."""
 JOINT_INTERVAL = "PPI per unit x person x attribute, its attributes drawn jointly, bc-normal"
@@ -670,6 +672,49 @@ def _biasig_simulate(
     return {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
 
 
+def _biasig_below(human: int, metric: str, attribute: str) -> str:
+    """A corrected BiasIG S_imp / S_exp row's ``below_minimum``: its human labels a cell
+    under biasig.corrected.score_minimum (the report withholds it), else ""."""
+    from stereolens.biasig.corrected import score_minimum
+
+    minimum = score_minimum(metric, attribute)
+    if human >= minimum:
+        return ""
+    return f"n {human} < BiasIG's minimum {minimum}: the report withholds it"
+
+
+BIASIG_SWEEP = {
+    # (world, images a unit, human labels a unit): (datasets, corrected coverage of the
+    # BIASIG_ROWS in their order: S_imp *, gender, race, age, S_exp *, gender, race, age),
+    # the joint draw, _biasig_simulate(scale, datasets, human, world)
+    ("28 units", 200, 50): (1_000, (0.945, 0.930, 0.945, 0.955, 0.919, 0.935, 0.916, 0.898)),
+    ("28 units", 200, 100): (1_000, (0.946, 0.933, 0.952, 0.939, 0.938, 0.949, 0.936, 0.938)),
+    ("28 units", 200, 150): (1_000, (0.946, 0.938, 0.939, 0.945, 0.939, 0.933, 0.946, 0.940)),
+    ("28 units", 200, 200): (1_000, (0.946, 0.941, 0.952, 0.955, 0.951, 0.936, 0.951, 0.942)),
+    ("seven", 200, 100): (1_000, (0.930, 0.948, 0.932, 0.930, 0.948, 0.941, 0.939, 0.949)),
+    ("seven", 200, 150): (1_000, (0.949, 0.939, 0.938, 0.942, 0.955, 0.943, 0.958, 0.942)),
+    ("seven", 200, 200): (1_000, (0.929, 0.927, 0.933, 0.956, 0.951, 0.931, 0.946, 0.951)),
+    ("seven", 2_000, 100): (200, (0.940, 0.950, 0.945, 0.920, 0.940, 0.915, 0.925, 0.930)),
+    ("seven", 2_000, 150): (200, (0.950, 0.950, 0.950, 0.930, 0.940, 0.935, 0.930, 0.915)),
+    ("seven", 2_000, 400): (1_000, (0.952, 0.943, 0.945, 0.957, 0.941, 0.944, 0.938, 0.938)),
+}
+"""The sweep that sets biasig.formulas.SCORE_MIN_HUMAN_RELIABLE (:func:`biasig_minimum`;
+bench/COVERAGE.md "BiasIG's printing rule"; tests/test_coverage.py checks the constant
+against it)."""
+
+
+def biasig_minimum(sweep: dict, rows, nominal: float = 0.95) -> int | None:
+    """measured_minimum of BIASIG_SWEEP-like ``sweep`` for the BIASIG_ROWS keys ``rows``
+    ((metric, attribute) each): the smallest human labels a unit from which each of those
+    rows, in every world and at that n and every larger one, covers within two Monte Carlo
+    errors of ``nominal``."""
+    at = [list(BIASIG_ROWS).index(r) for r in rows]
+    points = (
+        (n, coverage[i], datasets) for (_, _, n), (datasets, coverage) in sweep.items() for i in at
+    )
+    return _smallest_n(points, nominal)
+
+
 def biasig_rows(scale: str) -> list[Row]:
     """BiasIG's corrected S_imp and S_exp (model level; gender, race, age and *) of the
     BiasIG world at each of the scale's human-label sizes, and the naive ones beside them
@@ -696,13 +741,7 @@ def biasig_rows(scale: str) -> list[Row]:
                 else:
                     interval = JOINT_INTERVAL
                     HUMAN[name] = human
-                    minimum = _rc().MIN_HUMAN_RELIABLE
-                    extra = {
-                        "below_minimum": f"n {human} < MIN_HUMAN_RELIABLE {minimum}: the "
-                        "report withholds it"
-                        if human < minimum
-                        else ""
-                    }
+                    extra = {"below_minimum": _biasig_below(human, metric, attribute)}
                 out.append(Row(name, "reader correction", interval, truth, draw, **extra))
     return out
 
@@ -717,7 +756,7 @@ the implicit ones include every two-person implicit subject the draw picks; draw
 (seed 21) from the shipped prompts, their true shares drawn once too (MANY_SEED)."""
 MANY_SEED = 2126
 MANY_SIZES = {
-    "paper": {"items": 200, "human": (25, 50, 100, 150), "replicates": 200},
+    "paper": {"items": 200, "human": (25, 50, 100, 150, 200), "replicates": 200},
 }
 """config/config.yaml's 200 images a subject (20 phrasings x 10); n human-labelled images a
 unit (a simple random sample per unit: the designed sample of biasig.sample_design, whose
@@ -781,13 +820,12 @@ def many_units() -> dict[str, list[dict[str, tuple]]]:
 def many_rows(scale: str) -> list[Row]:
     """The corrected (and naive) S_imp and S_exp rows of the many-cell world at the paper's
     200 images a unit and each of MANY_SIZES' human labels a unit: the whole metric's
-    coverage, measured for a rule on the metric instead of MIN_HUMAN_RELIABLE per cell
-    (bench/COVERAGE.md "BiasIG at the paper's structure": the rows do not support one; the
-    report keeps withholding), and beside each `*` row the same with every cell drawn on its
+    coverage, one of the two worlds of BIASIG_SWEEP (bench/COVERAGE.md "BiasIG's printing
+    rule"), and beside each `*` row the same with every cell drawn on its
     own (``independent``: the bootstrap before the joint draw, on the same datasets and
     seeds; an attribute's own row rests on that attribute's cells alone, its law the same
     either way). "paper" only (`--scale paper --only reader`: about 0.45 s of CPU a dataset
-    and draw, 12 min for the four sizes' 200 datasets, joint and independent)."""
+    and draw, 15 min for the five sizes' 200 datasets, joint and independent)."""
     if scale not in MANY_SIZES:
         return []
     size = MANY_SIZES[scale]
@@ -823,11 +861,7 @@ def many_rows(scale: str) -> list[Row]:
                     extra = {"reference": "the bootstrap before the joint draw"}
                 else:
                     interval = JOINT_INTERVAL
-                    minimum = _rc().MIN_HUMAN_RELIABLE
-                    extra = {
-                        "below_minimum": f"n {human} < MIN_HUMAN_RELIABLE {minimum}: the "
-                        "report withholds it"
-                    }
+                    extra = {"below_minimum": _biasig_below(human, metric, attribute)}
                 out.append(Row(name, "reader correction", interval, truth, draw, **extra))
     for human in MANY_TOGETHER:
         for (metric, attribute), label in BIASIG_ROWS.items():
@@ -849,6 +883,6 @@ def many_rows(scale: str) -> list[Row]:
                     extra = {"reference": "the bootstrap before the joint draw"}
                 else:
                     interval = JOINT_INTERVAL
-                    extra = {"below_minimum": f"n {human} < MIN_HUMAN_RELIABLE: withheld"}
+                    extra = {"below_minimum": _biasig_below(human, metric, attribute)}
                 out.append(Row(name, "reader correction", interval, truth, draw, **extra))
     return out

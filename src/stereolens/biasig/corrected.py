@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from stereolens.biasig.answers import prepare_answers, scoring_table
-from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
+from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE, SCORE_MIN_HUMAN_RELIABLE
 from stereolens.biasig.groups import Explicit, Implicit, safe_div
 from stereolens.biasig.pairs import Eta, resolve_pairs
 from stereolens.biasig.truth import (
@@ -38,6 +38,13 @@ COLUMNS = {"gender": 0, "race": 1, "age": 2, "*": 3}
 its * column 12."""
 ETA_COLUMNS = {"*": 0, "gender": 1, "race": 2, "age": 3}
 """eta's model columns (Eta.etas: eta_total, eta_gender, eta_race, eta_age)."""
+
+
+def score_minimum(metric: str, attribute: str) -> int:
+    """Human labels every cell of a corrected S_imp / S_exp row needs before its interval is
+    printed: formulas.SCORE_MIN_HUMAN_RELIABLE's where it names the row, else
+    reader_correction.MIN_HUMAN_RELIABLE (no smaller size measured to cover)."""
+    return SCORE_MIN_HUMAN_RELIABLE.get((metric, attribute), rc.MIN_HUMAN_RELIABLE)
 
 
 def _positions(n_persons: int) -> tuple[str, ...]:
@@ -161,8 +168,9 @@ def _score_records(
     row of a model from ONE bootstrap of all its cells (reader_correction.corrected_metrics,
     seeded by ``options``' seed once per model), each row a function of its own cells
     (S_imp: the implicit units' cells, S_exp: the explicit units'; an attribute's row its
-    attribute's cells, * all), whose n_human, n_items, off_simplex and interval_reliable it
-    carries. A metric's rows exist where the model has cells of its units. ``joint``: a
+    attribute's cells, * all), whose n_human, n_items and off_simplex it carries, and
+    interval_reliable = every one of those cells has :func:`score_minimum` human labels. A
+    metric's rows exist where the model has cells of its units. ``joint``: a
     unit x person's attribute cells share one draw of its images (:func:`_joint_groups`),
     else every cell is drawn on its own (the bootstrap before the joint draw)."""
     imp, exp = Implicit(prep, truth), Explicit(prep)
@@ -219,9 +227,11 @@ def _score_records(
             [cell for _, cell in picked], fn, bounds=(0.0, 1.0), column_cells=column_cells,
             joint=_joint_groups(picked) if joint else None, **options,
         )  # fmt: skip
-        for (metric, attribute), res in zip(keys, results, strict=True):
+        for (metric, attribute), res, use in zip(keys, results, column_cells, strict=True):
             key = {"variant": variant, "model": model, "protected_attribute": attribute}
-            records[metric].append({**key, **res})
+            minimum = score_minimum(metric, attribute)
+            reliable = all(picked[i][1].labelled.size >= minimum for i in use)
+            records[metric].append({**key, **res, "interval_reliable": reliable})
     return records
 
 
@@ -246,9 +256,9 @@ def corrected_scores(
     person's gender, race and age cells from one draw of its images (``joint``; False: each
     cell drawn on its own, as before; eta: at both levels of its double bootstrap).
     ``options``:
-    corrected_metric's (eta: corrected_metric_double's, the double bootstrap; its
-    interval_reliable: every cell of the row has formulas.ETA_MIN_HUMAN_RELIABLE human
-    labels, eta's own measured minimum)."""
+    corrected_metric's (eta: corrected_metric_double's, the double bootstrap). A row's
+    interval_reliable: every cell of the row has :func:`score_minimum` (S_imp, S_exp) or
+    formulas.ETA_MIN_HUMAN_RELIABLE (eta) human labels."""
     human = hl.check_human_labels(human)
     known = {v for values in VALUES_BY_ATTRIBUTE.values() for v in values}
     odd = human.filter(

@@ -76,6 +76,17 @@ side): 93.8% and 93.4% at 400 human labels a side, 95.1% and ETA_SWEEP's at 600,
 96.5% at 1,000; the smallest n from which every row is within two Monte Carlo errors of 95%
 (bench/cover/reader.eta_minimum; tests/test_coverage.py checks this constant against the
 sweep and the suite's row at this size)."""
+SCORE_MIN_HUMAN_RELIABLE: dict[tuple[str, str], int] = {("s_exp", "*"): 100}
+"""Human-labelled images every cell (unit x person x attribute) of a corrected S_imp / S_exp
+row named here, (metric, protected attribute), needs before its interval is printed
+(biasig.corrected.score_minimum); the rows not named keep reader_correction.
+MIN_HUMAN_RELIABLE = 400. Measured, not assumed: bench/COVERAGE.md "BiasIG's printing rule"
+(bench/cover/reader.BIASIG_SWEEP; the seven-unit and the 28-unit world at the paper's 200
+images a subject, 1,000 datasets a point): S_exp over all attributes covers within two Monte
+Carlo errors of 95% from 100 labels a unit in both (93.8-95.5%; 91.9% at 50 in the 28-unit
+world); for S_imp and the S_exp attribute rows no swept size under 400 holds in both (150:
+S_exp gender 93.3%; all 200 labelled: S_imp gender 92.7%, S_imp * 92.9%). tests/
+test_coverage.py checks it against the sweep (reader.biasig_minimum)."""
 INTERVAL_CI_COLUMNS = (
     "ci_low", "ci_high", "ci_low_gender", "ci_high_gender", "ci_low_race", "ci_high_race",
     "ci_low_age", "ci_high_age",

@@ -157,6 +157,47 @@ def _rows(config: dict, registry: dict, throughput: dict) -> list[Row]:
     return rows
 
 
+def _sizes(config: dict[str, Any], names: set[str] | None = None) -> list[tuple[Any, list]]:
+    """(plug-in, its Size records) of each enabled benchmark (of ``names``): the plug-in's
+    ``size``, else counted from its job list."""
+    from stereolens.benchmark import Size, benchmarks
+
+    out = []
+    for plugin in benchmarks(config):
+        if names is not None and plugin.name not in names:
+            continue
+        if plugin.size is not None:
+            sizes = plugin.size(config)
+        else:
+            jobs = plugin.jobs(config, counts=True)
+            sizes = [Size(j.stage, j.model, 1, j.items, j.unit) for j in jobs]
+        out.append((plugin, sizes))
+    return out
+
+
+def benchmark_hours(
+    config: dict[str, Any],
+    registry: dict,
+    throughput: dict[str, Any] | None = None,
+    names: set[str] | None = None,
+) -> tuple[dict[str, float], list[str]]:
+    """GPU-hours per enabled benchmark (of ``names``) by :func:`size`'s arithmetic, and the
+    models of those benchmarks that have no throughput figure (their hours left out)."""
+    throughput = throughput or {"entries": {}}
+    hours: dict[str, float] = {}
+    unknown: list[str] = []
+    for plugin, sizes in _sizes(config, names):
+        acc = hours.setdefault(plugin.name, 0.0)
+        for s in sizes:
+            if s.stage in STAGES and s.model in registry:
+                seconds = _speed(s.model, s.stage, registry, throughput)[0]
+                if seconds is None and s.model not in unknown:
+                    unknown.append(s.model)
+                acc += s.items * (seconds or 0.0) / 3600
+        hours[plugin.name] = acc
+    return hours, unknown
+
+
 LIMITS = {"jobs": "max_jobs", "images": "max_images", "gpu_hours": "max_gpu_hours"}
 """Figure of size() -> its ceiling's key under ``limits:`` in the config."""
 
@@ -169,17 +210,9 @@ def size(
     ``gpu_hours`` (of the models with a throughput figure) and ``parts``, (benchmark,
     stage, jobs, images, GPU-hours) per benchmark and stage. A plug-in without ``size`` is
     counted from its job list."""
-    from stereolens.benchmark import Size, benchmarks
-
     throughput = throughput or {"entries": {}}
     parts: dict[tuple[str, str], list[float]] = {}
-    for plugin in benchmarks(config):
-        if plugin.size is not None:
-            sizes = plugin.size(config)
-        else:
-            sizes = [
-                Size(j.stage, j.model, 1, j.items, j.unit) for j in plugin.jobs(config, counts=True)
-            ]
+    for plugin, sizes in _sizes(config):
         for s in sizes:
             hours = 0.0
             if s.stage in STAGES and s.model in registry:

@@ -126,7 +126,7 @@ def compute(
     notes = [n for d in ds for n in d.notes]
     adaptive_part = None
     if adaptive(args, config):
-        adaptive_part = _adaptive(config, registry, throughput, plan_result, ds, rows, kw, plan)
+        adaptive_part = _adaptive(config, registry, throughput, ds, rows, kw, plan)
     return {
         "adaptive": adaptive_part,
         "level": opts["level"],
@@ -141,17 +141,22 @@ def compute(
     }
 
 
-def _adaptive(config, registry, throughput, plan_result, ds, rows, kw, plan) -> dict[str, Any]:
+def _adaptive(config, registry, throughput, ds, rows, kw, plan) -> dict[str, Any]:
     """The stopping rule on every design's world (stereolens.design.adaptive_plan), with
     the benchmark's GPU-hours at each round's size from the plan's own cost model."""
     from dataclasses import asdict
+    from functools import reduce
 
     from stereolens.design import adaptive_plan as AP
+    from stereolens.design import rounds
 
     options = config["design"]["adaptive"]
     rule = AP.rule_from(options, kw["level"])
-    total = plan_result["totals"]["gpu_hours"]
-    scale = options["gpu_hours_cap"] / total if options["gpu_hours_cap"] and total else 1.0
+    # the workflow's cap (stereolens.design.rounds.budget): the benchmarks in rounds at the
+    # shards the cap affords, the others at their configured size
+    as_run = P.set_key(config, ("design", "mode"), "adaptive")
+    at = rounds.budget(as_run, registry, throughput)
+    capped = rounds.capped_config(as_run, at.shards)
     out = []
     for d in ds:
         cache: dict[int, float | None] = {}
@@ -166,13 +171,16 @@ def _adaptive(config, registry, throughput, plan_result, ds, rows, kw, plan) -> 
                 cache[n] = None if any(h is None for h in hours) else float(sum(hours))
             return cache[n]
 
-        cap = max(1, int(d.knob_value * scale))
+        cap = reduce(lambda c, k: c[k], d.knob, capped) if d.benchmark in at.shards else None
         mine = [r for r in rows if r.benchmark == d.benchmark] or None
         out += [asdict(r) for r in AP.plan_adaptive(d, rule, options, cost, cap=cap,
                                                    mde_rows=mine, **kw)]  # fmt: skip
+    titles = {p.name: p.title for p in rounds.in_rounds(as_run)}
     return {
         "rule": {**options, "draws": AP.DRAWS},
         "rows": out,
+        "budget": asdict(at),
+        "budget_text": rounds.describe_budget(at, titles),
     }
 
 
@@ -293,6 +301,7 @@ def format_report(result: dict[str, Any]) -> str:
         from stereolens.design.adaptive_plan import format_rows
 
         out.append(format_rows(result["adaptive"]["rows"], result["adaptive"]["rule"]))
+        out.append(f"- In the workflow: {result['adaptive']['budget_text']}.")
     if result["notes"]:
         out.append("")
         out += [f"Note: {n}" for n in result["notes"]]

@@ -11,14 +11,15 @@
 from stereolens.design import rounds as adaptive_rounds
 from stereolens.layout import ADAPTIVE
 
-adaptive_rounds.check(config)
+# the rounds' cap: the configured shards, or what design.adaptive.gpu_hours_cap affords
+ROUND_BUDGET = adaptive_rounds.check(config, REGISTRY, default_throughput())
 ROUNDS = {p.name: p for p in adaptive_rounds.in_rounds(config)}
 
 
 @lru_cache(maxsize=None)
 def round_bounds(name):
     """Cumulative shards of a cell after each round of benchmark ``name``."""
-    return tuple(adaptive_rounds.sizes(config, ROUNDS[name]))
+    return tuple(adaptive_rounds.sizes(config, ROUNDS[name], ROUND_BUDGET))
 
 
 @lru_cache(maxsize=None)
@@ -129,6 +130,8 @@ def get_adaptive_settings(wildcards):
             "level": config["design"]["level"],
             "adaptive": config["design"]["adaptive"],
             plugin.name: {k: section[k] for k in plugin.rounds.settings},
+            # a cap's shards per cell (they follow the throughput table too)
+            **({"cap": round_bounds(plugin.name)[-1]} if ROUND_BUDGET.cap else {}),
         },
         sort_keys=True,
     )

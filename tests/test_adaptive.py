@@ -313,6 +313,14 @@ def test_plan_applies_the_gpu_hours_cap_as_the_workflow_does(capsys, tmp_path):
     args = parser.parse_args(["plan", "--configfile", str(path)])
     assert args.func(args) == 0
     assert f"- In the workflow: {text}." in capsys.readouterr().out
+    # the planner's rounds are the workflow's whole shards: 5 seeds in shards of 2 are 3
+    # shards, rounds at 2 and 3 of them (4 and 5 seeds; Rule.sizes(5) would be 2 and 5)
+    config["design"]["adaptive"]["gpu_hours_cap"] = None
+    config["contextbias"]["seeds"].update(per_prompt=5, per_shard=2)
+    path.write_text(yaml.safe_dump(config))
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "rounds at 4, 5 seeds per prompt" in out
 
 
 def test_goals_from_the_config_and_the_width_goal_on_a_small_world():

@@ -156,7 +156,11 @@ def _adaptive(config, registry, throughput, ds, rows, kw, plan) -> dict[str, Any
     # shards the cap affords, the others at their configured size
     as_run = P.set_key(config, ("design", "mode"), "adaptive")
     at = rounds.budget(as_run, registry, throughput)
-    capped = rounds.capped_config(as_run, at.shards)
+    plugins = {p.name: p for p in rounds.in_rounds(as_run)}
+
+    def knob(c: dict[str, Any], d) -> int:
+        return int(reduce(lambda c, k: c[k], d.knob, c))
+
     out = []
     for d in ds:
         cache: dict[int, float | None] = {}
@@ -171,11 +175,14 @@ def _adaptive(config, registry, throughput, ds, rows, kw, plan) -> dict[str, Any
                 cache[n] = None if any(h is None for h in hours) else float(sum(hours))
             return cache[n]
 
-        cap = reduce(lambda c, k: c[k], d.knob, capped) if d.benchmark in at.shards else None
+        sizes = None
+        bounds = rounds.sizes(as_run, plugins[d.benchmark], at) if d.benchmark in at.shards else []
+        if len(bounds) > 1 or rule.rounds == 1:  # the workflow's rounds, in the knob's units
+            sizes = [knob(rounds.capped_config(as_run, {d.benchmark: b}), d) for b in bounds]
         mine = [r for r in rows if r.benchmark == d.benchmark] or None
-        out += [asdict(r) for r in AP.plan_adaptive(d, rule, options, cost, cap=cap,
+        out += [asdict(r) for r in AP.plan_adaptive(d, rule, options, cost, sizes=sizes,
                                                    mde_rows=mine, **kw)]  # fmt: skip
-    titles = {p.name: p.title for p in rounds.in_rounds(as_run)}
+    titles = {p.name: p.title for p in plugins.values()}
     return {
         "rule": {**options, "draws": AP.DRAWS},
         "rows": out,

@@ -134,9 +134,9 @@ def budget(config: dict, registry: dict | None = None, throughput: dict | None =
         return done(1.0)
     least = max(1 / n for n in configured.values())  # one shard per cell
     rule = _rule(config)
-    if rule.rounds > 1:  # two rounds need this many shards per cell
+    if rule.rounds > 1:  # two rounds need this many shards per cell (check: S allows them)
         least = max(
-            min(s for s in range(1, n + 1) if len(rule.sizes(s)) >= 2) / n
+            min([s for s in range(1, n + 1) if len(rule.sizes(s)) >= 2] or [1]) / n
             for n in configured.values()
         )
     steps = sorted({s / n for n in configured.values() for s in range(1, n + 1)})

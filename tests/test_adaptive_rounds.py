@@ -310,3 +310,25 @@ def test_the_benchmarks_that_run_fixed_take_their_hours_off_the_cap_first():
     config["design"]["adaptive"]["gpu_hours_cap"] = 4.0 + lvlm
     with pytest.raises(ConfigError, match="fixed take"):
         R.budget(config, registry, throughput)
+
+
+def test_the_paper_config_runs_in_rounds_with_shards_of_two_seeds():
+    """docs/planner.md's recipe: config/config.yaml with design.mode adaptive and
+    contextbias.seeds.per_shard 2 is 5 shards per cell, rounds at 1, 2 and 5 (2, 4 and 10
+    seeds), 30,977 model jobs at the cap, under limits.max_jobs; shards of 1 seed are
+    51,917 and refused by the ceiling, one shard of 10 by the rounds."""
+    from stereolens.config import load_config
+    from stereolens.plan import check_ceiling, default_throughput
+
+    config, registry = load_config(ROOT / "config/config.yaml")
+    config["design"]["mode"] = "adaptive"
+    throughput = default_throughput()
+    with pytest.raises(ConfigError, match="contextbias.seeds.per_shard"):
+        R.check(config, registry, throughput)
+    config["contextbias"]["seeds"]["per_shard"] = 2
+    at = R.check(config, registry, throughput)
+    assert R.sizes(config, CB, at) == [1, 2, 5]
+    assert check_ceiling(config, registry, throughput)["jobs"] == 30_977
+    config["contextbias"]["seeds"]["per_shard"] = 1
+    with pytest.raises(ConfigError, match=r"51,917 jobs > limits.max_jobs = 50,000"):
+        check_ceiling(config, registry, throughput)

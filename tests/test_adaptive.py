@@ -321,6 +321,14 @@ def test_plan_applies_the_gpu_hours_cap_as_the_workflow_does(capsys, tmp_path):
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "rounds at 4, 5 seeds per prompt" in out
+    # one shard of all 5 seeds: the workflow refuses these rounds, the plan says so and
+    # simulates the rule's sizes (2 and 5 seeds)
+    config["contextbias"]["seeds"]["per_shard"] = 5
+    path.write_text(yaml.safe_dump(config))
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "rounds at 2, 5 seeds per prompt" in out
+    assert "ContextBias's shards allow one round, which the workflow refuses (make " in out
 
 
 def test_goals_from_the_config_and_the_width_goal_on_a_small_world():

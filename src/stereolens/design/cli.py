@@ -183,11 +183,19 @@ def _adaptive(config, registry, throughput, ds, rows, kw, plan) -> dict[str, Any
         out += [asdict(r) for r in AP.plan_adaptive(d, rule, options, cost, sizes=sizes,
                                                    mde_rows=mine, **kw)]  # fmt: skip
     titles = {p.name: p.title for p in plugins.values()}
+    text = rounds.describe_budget(at, titles)
+    for p in plugins.values():
+        if rule.rounds > 1 and len(rounds.sizes(as_run, p, at)) < 2:
+            text += (
+                f"; {p.title}'s shards allow one round, which the workflow refuses (make "
+                f"{p.rounds.shard_key} smaller); the rounds above are the rule's sizes, not "
+                "whole shards"
+            )
     return {
         "rule": {**options, "draws": AP.DRAWS},
         "rows": out,
         "budget": asdict(at),
-        "budget_text": rounds.describe_budget(at, titles),
+        "budget_text": text,
     }
 
 

@@ -187,15 +187,21 @@ def benchmark_hours(
     hours: dict[str, float] = {}
     unknown: list[str] = []
     for plugin, sizes in _sizes(config, names):
-        acc = hours.setdefault(plugin.name, 0.0)
+        hours[plugin.name] = 0.0
         for s in sizes:
-            if s.stage in STAGES and s.model in registry:
-                seconds = _speed(s.model, s.stage, registry, throughput)[0]
-                if seconds is None and s.model not in unknown:
-                    unknown.append(s.model)
-                acc += s.items * (seconds or 0.0) / 3600
-        hours[plugin.name] = acc
+            h = _size_hours(s, registry, throughput)
+            if h is None and s.model not in unknown:
+                unknown.append(s.model)
+            hours[plugin.name] += h or 0.0
     return hours, unknown
+
+
+def _size_hours(s: Any, registry: dict, throughput: dict[str, Any]) -> float | None:
+    """GPU-hours of a Size record: 0 off the model stages, None without a throughput figure."""
+    if s.stage not in STAGES or s.model not in registry:
+        return 0.0
+    seconds = _speed(s.model, s.stage, registry, throughput)[0]
+    return None if seconds is None else s.items * seconds / 3600
 
 
 LIMITS = {"jobs": "max_jobs", "images": "max_images", "gpu_hours": "max_gpu_hours"}
@@ -214,10 +220,7 @@ def size(
     parts: dict[tuple[str, str], list[float]] = {}
     for plugin, sizes in _sizes(config):
         for s in sizes:
-            hours = 0.0
-            if s.stage in STAGES and s.model in registry:
-                seconds = _speed(s.model, s.stage, registry, throughput)[0]
-                hours = s.items * (seconds or 0.0) / 3600
+            hours = _size_hours(s, registry, throughput) or 0.0
             images = s.items if s.stage == "generate" and s.unit == "images" else 0
             acc = parts.setdefault((plugin.name, s.stage), [0, 0, 0.0])
             acc[0] += s.jobs

@@ -268,6 +268,69 @@ def test_cli_adaptive_mode_on_demo(capsys, tmp_path):
         args.func(args)
 
 
+def test_plan_applies_the_gpu_hours_cap_as_the_workflow_does(capsys, tmp_path):
+    """`stereolens plan` on the adaptive demo on GPU models with a cap: the cap's shards are
+    stereolens.design.rounds.budget's (the workflow's), its rounds at them (one seed per
+    shard: 1 and 2 of the 4 seeds), beside the fixed design's cost at the cap."""
+    import argparse
+
+    from test_adaptive_rounds import THROUGHPUT, _gpu_config
+
+    from stereolens.design import rounds as R
+    from stereolens.models.registry import load_registry
+    from stereolens.plan import register
+
+    config = _gpu_config(gpu_hours_cap=5.0)
+    config["design"]["simulations"] = 40
+    path, tp = tmp_path / "c.yaml", tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(config))
+    tp.write_text(yaml.safe_dump(THROUGHPUT))
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["plan", "--configfile", str(path), "--throughput", str(tp)])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    at = R.budget(config, load_registry("config/models.yaml"), THROUGHPUT)
+    assert at.shards == {"contextbias": 2}
+    assert f"- In the workflow: {R.describe_budget(at, {'contextbias': 'ContextBias'})}." in out
+    assert "ContextBias 2 of 4 shard(s) per cell; the run at the cap 4.06 GPU-hours" in out
+    line = next(x for x in out.splitlines() if x.startswith("- contextbias.bi_shift ("))
+    # the fixed design at the cap: 2 seeds of the rounds, the validation prompts in full
+    assert "rounds at 1, 2 seeds per prompt" in line
+    assert "fixed design at the cap: 4.1 GPU-hours" in line
+    # check-config prices the run as the workflow does (config/throughput.yaml): the same
+    # words as the plan with that table, here 3 of the 4 shards at a cap of 0.25
+    from stereolens.cli import main
+    from stereolens.plan import default_throughput
+
+    config["design"]["adaptive"]["gpu_hours_cap"] = 0.25
+    path.write_text(yaml.safe_dump(config))
+    at = R.budget(config, load_registry("config/models.yaml"), default_throughput())
+    assert at.shards == {"contextbias": 3}
+    text = R.describe_budget(at, {"contextbias": "ContextBias"})
+    assert main(["check-config", "--configfile", str(path)]) == 0
+    assert text in capsys.readouterr().out
+    args = parser.parse_args(["plan", "--configfile", str(path)])
+    assert args.func(args) == 0
+    assert f"- In the workflow: {text}." in capsys.readouterr().out
+    # the planner's rounds are the workflow's whole shards: 5 seeds in shards of 2 are 3
+    # shards, rounds at 2 and 3 of them (4 and 5 seeds; Rule.sizes(5) would be 2 and 5)
+    config["design"]["adaptive"]["gpu_hours_cap"] = None
+    config["contextbias"]["seeds"].update(per_prompt=5, per_shard=2)
+    path.write_text(yaml.safe_dump(config))
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "rounds at 4, 5 seeds per prompt" in out
+    # one shard of all 5 seeds: the workflow refuses these rounds, the plan says so and
+    # simulates the rule's sizes (2 and 5 seeds)
+    config["contextbias"]["seeds"]["per_shard"] = 5
+    path.write_text(yaml.safe_dump(config))
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "rounds at 2, 5 seeds per prompt" in out
+    assert "ContextBias's shards allow one round, which the workflow refuses (make " in out
+
+
 def test_goals_from_the_config_and_the_width_goal_on_a_small_world():
     """design.adaptive's goal per effect: width only where a width is given, equivalence
     with the MDE as the default margin; a width goal stops at the first round whose RCI is

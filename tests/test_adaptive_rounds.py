@@ -136,7 +136,6 @@ def test_collect_sorts_all_rounds():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"gpu_hours_cap": 10.0}, "design.adaptive.gpu_hours_cap"),
         ({"goal": "width"}, "design.adaptive.width"),
         ({"goal": "equivalence"}, "design.adaptive.margin"),
     ],
@@ -216,3 +215,120 @@ def test_contextbias_interim_keeps_a_cell_without_labels_open(tmp_path):
     assert (decided["decision"], decided["reason"]) == ("continue", "open")
     with pytest.raises(ValueError, match="no extraction shard"):
         interim(config, [])
+
+
+# a GPU generator and extractor at round figures: 100 s per image made and read
+THROUGHPUT = {
+    "entries": {
+        "sdxl": {"seconds_per_image": 60, "status": "estimate", "source": "test"},
+        "qwen2.5-vl-7b": {"seconds_per_call": 40, "status": "estimate", "source": "test"},
+    }
+}
+
+
+def _gpu_config(**adaptive) -> dict:
+    """The adaptive demo on GPU models: 4 seed shards of 37 prompts (nurse CF 3, CA-R 8,
+    CA-U 8; carpenter 3, 7, 8) per cell, and the validation prompts (carpenter 5, nurse 3)
+    at 9 seeds, which run in full."""
+    config = _config(**adaptive)
+    cb = config["contextbias"]
+    cb["generators"], cb["extractors"] = ["sdxl"], ["qwen2.5-vl-7b"]
+    cb["seeds"]["per_prompt"] = 4
+    cb["validation"].update(enabled=True, seeds_per_prompt=9)
+    return config
+
+
+def test_a_gpu_hours_cap_cuts_the_rounds_to_whole_shards_by_hand():
+    """A shard: 37 images x 100 s = 37/36 GPU-hours; the validation prompts 8 x 9 x 100 s =
+    2 GPU-hours; configured 2 + 4 x 37/36 = 6.111. A cap of 5 leaves 3 for the rounds:
+    floor(3 / (37/36)) = 2 shards per cell, rounds at 1 and 2, 2 + 2 x 37/36 = 4.056 spent
+    at the cap; the jobs of shards 2 and 3 are beyond it."""
+    from stereolens.models.registry import load_registry
+
+    registry = load_registry(ROOT / "config/models.yaml")
+    config = _gpu_config(gpu_hours_cap=5.0)
+    at = R.budget(config, registry, THROUGHPUT)
+    assert (at.configured, at.shards) == ({"contextbias": 4}, {"contextbias": 2})
+    assert at.fixed_hours == 0.0  # ContextBias alone: nothing else runs fixed
+    assert at.configured_hours == pytest.approx(2 + 4 * 37 / 36)
+    assert at.capped_hours == pytest.approx(2 + 2 * 37 / 36)
+    assert R.sizes(config, CB, at) == [1, 2]
+    bounds = R.sizes(config, CB, at)
+    got = {(j.wildcards["condition"], j.wildcards["shard"]): R.job_round(CB, j, bounds)
+           for j in CB.jobs(config)}  # fmt: skip
+    assert got[("CF", 0)] == 1 and got[("CF", 1)] == 2
+    assert got[("CF", 2)] == got[("CF", 3)] == 3  # beyond the cap: never made
+    assert got[("VAL", 8)] is None  # the validation prompts run in full
+    assert R.select(CB, CB.jobs(config), bounds, [1, 2], [{"model": "sdxl"}]) == [
+        j for j in CB.jobs(config) if j.wildcards["condition"] != "VAL" and j.wildcards["shard"] < 2
+    ]
+    assert "contextbias 2 of 4 shard(s) per cell" in R.describe_budget(at)
+    # a cap at or above the configured run leaves the configured shards
+    assert R.budget(_gpu_config(gpu_hours_cap=6.2), registry, THROUGHPUT).shards == {
+        "contextbias": 4
+    }
+    # one round: one shard (2 + 37/36 = 3.03) fits a cap of 3.1
+    one = R.budget(_gpu_config(gpu_hours_cap=3.1, rounds=1), registry, THROUGHPUT)
+    assert one.shards == {"contextbias": 1}
+
+
+def test_a_cap_below_two_rounds_is_refused_naming_the_key_and_the_least_cap():
+    from stereolens.models.registry import load_registry
+
+    registry = load_registry(ROOT / "config/models.yaml")
+    # two rounds need 2 shards per cell: 2 + 2 x 37/36 = 4.06 GPU-hours
+    with pytest.raises(ConfigError, match=r"gpu_hours_cap 4: too small.*at least 4\.06"):
+        R.check(_gpu_config(gpu_hours_cap=4.0), registry, THROUGHPUT)
+    # one round: one shard, 2 + 37/36 = 3.03
+    with pytest.raises(ConfigError, match=r"one shard per cell.*at least 3\.03"):
+        R.budget(_gpu_config(gpu_hours_cap=3.0, rounds=1), registry, THROUGHPUT)
+    # a model without a throughput figure: the cap cannot be priced
+    with pytest.raises(ConfigError, match="no throughput figure for sdxl"):
+        R.budget(_gpu_config(gpu_hours_cap=5.0), registry, {"entries": {}})
+
+
+def test_the_benchmarks_that_run_fixed_take_their_hours_off_the_cap_first():
+    """LVLM runs fixed: its configured GPU-hours (the plan's) come off the cap, and the
+    rounds get what is left, the same 2 shards as without it."""
+    from stereolens.models.registry import load_registry
+    from stereolens.plan import benchmark_hours
+
+    registry = load_registry(ROOT / "config/models.yaml")
+    demo = yaml.safe_load((ROOT / "config/demo.yaml").read_text())
+    throughput = copy.deepcopy(THROUGHPUT)
+    throughput["entries"]["qwen3-32b"] = {"seconds_per_call": 5, "status": "estimate",
+                                          "source": "test"}  # fmt: skip
+    config = _gpu_config()
+    config["lvlm"] = {**demo["lvlm"], "models": ["qwen2.5-vl-7b"], "assistant": "qwen3-32b"}
+    config = validate_config(config)
+    lvlm = benchmark_hours(config, registry, throughput, {"lvlm"})[0]["lvlm"]
+    assert lvlm > 0
+    config["design"]["adaptive"]["gpu_hours_cap"] = 5.0 + lvlm
+    at = R.budget(config, registry, throughput)
+    assert at.shards == {"contextbias": 2} and at.fixed_hours == pytest.approx(lvlm)
+    assert at.capped_hours == pytest.approx(lvlm + 2 + 2 * 37 / 36)
+    config["design"]["adaptive"]["gpu_hours_cap"] = 4.0 + lvlm
+    with pytest.raises(ConfigError, match="fixed take"):
+        R.budget(config, registry, throughput)
+
+
+def test_the_paper_config_runs_in_rounds_with_shards_of_two_seeds():
+    """docs/planner.md's recipe: config/config.yaml with design.mode adaptive and
+    contextbias.seeds.per_shard 2 is 5 shards per cell, rounds at 1, 2 and 5 (2, 4 and 10
+    seeds), 30,977 model jobs at the cap, under limits.max_jobs; shards of 1 seed are
+    51,917 and refused by the ceiling, one shard of 10 by the rounds."""
+    from stereolens.config import load_config
+    from stereolens.plan import check_ceiling, default_throughput
+
+    config, registry = load_config(ROOT / "config/config.yaml")
+    config["design"]["mode"] = "adaptive"
+    throughput = default_throughput()
+    with pytest.raises(ConfigError, match="contextbias.seeds.per_shard"):
+        R.check(config, registry, throughput)
+    config["contextbias"]["seeds"]["per_shard"] = 2
+    at = R.check(config, registry, throughput)
+    assert R.sizes(config, CB, at) == [1, 2, 5]
+    assert check_ceiling(config, registry, throughput)["jobs"] == 30_977
+    config["contextbias"]["seeds"]["per_shard"] = 1
+    with pytest.raises(ConfigError, match=r"51,917 jobs > limits.max_jobs = 50,000"):
+        check_ceiling(config, registry, throughput)

@@ -6,6 +6,7 @@ of its own without a job of the model already run."""
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import built_once, dry_run_jobs, run_workflow, workflow_env
+import yaml
+from conftest import built_once, copy_workflow, dry_run_jobs, run_workflow, workflow_env
 from scipy import stats
 
 from stereolens.design.adaptive import DECISION_COLUMNS
@@ -154,3 +156,50 @@ def test_rerun_has_nothing_to_do_and_a_new_model_gets_rounds_of_its_own(run):
     assert [j["wildcards"]["round"] for j in rounds] == ["1"]
     shards = {j["wildcards"]["shard"] for j in per_model if "shard" in j["wildcards"]}
     assert shards == {"0"}
+
+
+@pytest.mark.slow
+def test_a_gpu_hours_cap_plans_the_rounds_the_planner_prints(tmp_path):
+    """The adaptive demo with its models on the GPU (a shard of 37 images at 60 + 40 s:
+    37/36 GPU-hours): a cap the two seed shards exceed is refused at parse time naming the
+    least cap that works; at 4 seeds per prompt a cap of 2.5 GPU-hours cuts the rounds to 2
+    shards (1 and 2), so round 1 makes shard 0 alone where the uncapped run makes 0 and 1,
+    as stereolens.design.rounds.budget (the planner's) says. Dry runs only."""
+    from stereolens.config import validate_config
+    from stereolens.design import rounds as R
+    from stereolens.models.registry import load_registry
+
+    wd = copy_workflow(tmp_path / "wd")
+    registry = yaml.safe_load((wd / "config/models.yaml").read_text())
+    registry["generators"]["tiny-sd-b"].update(device="cuda", seconds_per_image=60)
+    registry["vlms"]["tiny-vlm"].update(device="cuda", seconds_per_item=40)
+    (wd / "config/gpu-models.yaml").write_text(yaml.safe_dump(registry))
+    config = yaml.safe_load((wd / CONFIG).read_text())
+    config["registry"] = "config/gpu-models.yaml"
+    config["design"]["adaptive"]["gpu_hours_cap"] = 1.5
+    (wd / "config/capped.yaml").write_text(yaml.safe_dump(config))
+    out = subprocess.run(
+        [SNAKEMAKE, "-n", "--configfile", "config/capped.yaml"], cwd=wd, env=workflow_env(),
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode != 0
+    text = out.stdout + out.stderr
+    assert "design.adaptive.gpu_hours_cap 1.5: too small" in text
+    assert "need a cap of at least 2.06 GPU-hours" in text
+    config["contextbias"]["seeds"]["per_prompt"] = 4
+    config["design"]["adaptive"]["gpu_hours_cap"] = 2.5
+    (wd / "config/capped.yaml").write_text(yaml.safe_dump(config))
+    valid = validate_config(copy.deepcopy(config))
+    at = R.budget(valid, load_registry(wd / "config/gpu-models.yaml"), {"entries": {}})
+    assert at.shards == {"contextbias": 2}
+    for name in ("config/capped.yaml", "config/uncapped.yaml"):
+        if name == "config/uncapped.yaml":
+            config["design"]["adaptive"]["gpu_hours_cap"] = None
+            (wd / name).write_text(yaml.safe_dump(config))
+        _, jobs = _dry_run(wd, name)
+        made = {(j["wildcards"]["role"], j["wildcards"]["condition"], j["wildcards"]["shard"])
+                for j in jobs if j["rule"] == "extract_contextbias_attributes"}  # fmt: skip
+        shards = {"0"} if name == "config/capped.yaml" else {"0", "1"}
+        assert {s for _, _, s in made} == shards, name
+        assert len(made) == 6 * len(shards)
+        assert [j["wildcards"]["round"] for j in jobs if j["rule"] == "adaptive_round"] == ["1"]

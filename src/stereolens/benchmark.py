@@ -81,7 +81,10 @@ class Rounds:
     a job belongs to a cell when it agrees on the keys it has (a generation job, without an
     extractor, belongs to every extractor's cell of its model)."""
     shards: Callable[[dict], int] | None = None
-    """``shards(config)``: the shards of a cell at the cap (the configured size)."""
+    """``shards(config)``: the shards of a cell at the configured size."""
+    capped: Callable[[dict, int], dict] | None = None
+    """``capped(config, n)``: ``config`` with ``n`` shards per cell (fewer than configured:
+    the size ``design.adaptive.gpu_hours_cap`` affords; stereolens.design.rounds.budget)."""
     in_rounds: Callable[[Job], bool] | None = None
     """Whether a job is part of the rounds; the others run in full as in the fixed design
     (ContextBias's validation prompts); None: every job with a ``shard``."""

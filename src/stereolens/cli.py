@@ -48,12 +48,15 @@ def _check_config(args: argparse.Namespace) -> int:
     )
     from stereolens.design import rounds
 
-    rounds.check(config)  # the workflow's own check of an adaptive config
+    at = rounds.check(config, registry, default_throughput())  # the workflow's own check
     if rounds.adaptive(config):
-        split = [f"{p.title} in rounds at {rounds.sizes(config, p)} shards per cell"
+        split = [f"{p.title} in rounds at {rounds.sizes(config, p, at)} shards per cell"
                  for p in rounds.in_rounds(config)]  # fmt: skip
         fixed = [p.title for p in benchmarks(config) if p.rounds is None]
         print("Adaptive design: " + "; ".join(split + [f"{t} fixed (no rounds)" for t in fixed]))
+        if at is not None and at.cap is not None:
+            titles = {p.name: p.title for p in rounds.in_rounds(config)}
+            print(rounds.describe_budget(at, titles))
     from stereolens.check_models import configured_models
     from stereolens.models.api_wait import api_wait_lines
 

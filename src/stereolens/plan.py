@@ -157,6 +157,53 @@ def _rows(config: dict, registry: dict, throughput: dict) -> list[Row]:
     return rows
 
 
+def _sizes(config: dict[str, Any], names: set[str] | None = None) -> list[tuple[Any, list]]:
+    """(plug-in, its Size records) of each enabled benchmark (of ``names``): the plug-in's
+    ``size``, else counted from its job list."""
+    from stereolens.benchmark import Size, benchmarks
+
+    out = []
+    for plugin in benchmarks(config):
+        if names is not None and plugin.name not in names:
+            continue
+        if plugin.size is not None:
+            sizes = plugin.size(config)
+        else:
+            jobs = plugin.jobs(config, counts=True)
+            sizes = [Size(j.stage, j.model, 1, j.items, j.unit) for j in jobs]
+        out.append((plugin, sizes))
+    return out
+
+
+def benchmark_hours(
+    config: dict[str, Any],
+    registry: dict,
+    throughput: dict[str, Any] | None = None,
+    names: set[str] | None = None,
+) -> tuple[dict[str, float], list[str]]:
+    """GPU-hours per enabled benchmark (of ``names``) by :func:`size`'s arithmetic, and the
+    models of those benchmarks that have no throughput figure (their hours left out)."""
+    throughput = throughput or {"entries": {}}
+    hours: dict[str, float] = {}
+    unknown: list[str] = []
+    for plugin, sizes in _sizes(config, names):
+        hours[plugin.name] = 0.0
+        for s in sizes:
+            h = _size_hours(s, registry, throughput)
+            if h is None and s.model not in unknown:
+                unknown.append(s.model)
+            hours[plugin.name] += h or 0.0
+    return hours, unknown
+
+
+def _size_hours(s: Any, registry: dict, throughput: dict[str, Any]) -> float | None:
+    """GPU-hours of a Size record: 0 off the model stages, None without a throughput figure."""
+    if s.stage not in STAGES or s.model not in registry:
+        return 0.0
+    seconds = _speed(s.model, s.stage, registry, throughput)[0]
+    return None if seconds is None else s.items * seconds / 3600
+
+
 LIMITS = {"jobs": "max_jobs", "images": "max_images", "gpu_hours": "max_gpu_hours"}
 """Figure of size() -> its ceiling's key under ``limits:`` in the config."""
 
@@ -169,22 +216,11 @@ def size(
     ``gpu_hours`` (of the models with a throughput figure) and ``parts``, (benchmark,
     stage, jobs, images, GPU-hours) per benchmark and stage. A plug-in without ``size`` is
     counted from its job list."""
-    from stereolens.benchmark import Size, benchmarks
-
     throughput = throughput or {"entries": {}}
     parts: dict[tuple[str, str], list[float]] = {}
-    for plugin in benchmarks(config):
-        if plugin.size is not None:
-            sizes = plugin.size(config)
-        else:
-            sizes = [
-                Size(j.stage, j.model, 1, j.items, j.unit) for j in plugin.jobs(config, counts=True)
-            ]
+    for plugin, sizes in _sizes(config):
         for s in sizes:
-            hours = 0.0
-            if s.stage in STAGES and s.model in registry:
-                seconds = _speed(s.model, s.stage, registry, throughput)[0]
-                hours = s.items * (seconds or 0.0) / 3600
+            hours = _size_hours(s, registry, throughput) or 0.0
             images = s.items if s.stage == "generate" and s.unit == "images" else 0
             acc = parts.setdefault((plugin.name, s.stage), [0, 0, 0.0])
             acc[0] += s.jobs

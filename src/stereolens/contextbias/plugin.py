@@ -276,6 +276,15 @@ def seed_shards(config: dict) -> int:
     return math.ceil(seeds["per_prompt"] / seeds["per_shard"])
 
 
+def capped_seeds(config: dict, shards: int) -> dict:
+    """``config`` with ``shards`` seed shards per role x condition: seeds.per_prompt cut to
+    shards x seeds.per_shard (the shards keep their size: the validation prompts' too)."""
+    cb = config["contextbias"]
+    seeds = cb["seeds"]
+    n = min(seeds["per_prompt"], shards * seeds["per_shard"])
+    return {**config, "contextbias": {**cb, "seeds": {**seeds, "per_prompt": n}}}
+
+
 def _in_rounds(job: Job) -> bool:
     """The rounds add seeds of the audited prompts; the validation prompts (VAL), the
     extractors' audit, run in full."""
@@ -287,6 +296,7 @@ ROUNDS = Rounds(
     reads="extract",
     keys=("model", "extractor"),
     shards=seed_shards,
+    capped=capped_seeds,
     in_rounds=_in_rounds,
     shard_key="contextbias.seeds.per_shard",
     settings=("metrics",),

@@ -105,13 +105,13 @@ def plan_adaptive(
     seed: int = P.DEFAULT_SEED,
     draws: int = DRAWS,
     mde_rows: list[P.Row] | None = None,
+    sizes: list[int] | None = None,
 ) -> list[AdaptiveRow]:
     """The rule on ``design``'s world for every effect with an interval test: rounds at
-    ``rule.sizes(cap)`` (cap: the configured size), in the worlds with no effect, with the
-    fixed design's MDE at the cap and with twice it; ``cost(size)`` = the benchmark's
-    GPU-hours at that size."""
-    cap = cap or design.knob_value
-    sizes = rule.sizes(cap)
+    ``sizes`` (the workflow's, in the design's knob), else ``rule.sizes(cap)`` (cap: the
+    configured size), in the worlds with no effect, with the fixed design's MDE at the cap
+    and with twice it; ``cost(size)`` = the benchmark's GPU-hours at that size."""
+    sizes = list(sizes) if sizes else rule.sizes(cap or design.knob_value)
     rows = mde_rows
     if rows is None:
         rows = P.mde_rows(design, level=level, power=power, sims=sims, seed=seed)

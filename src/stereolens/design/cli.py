@@ -126,7 +126,7 @@ def compute(
     notes = [n for d in ds for n in d.notes]
     adaptive_part = None
     if adaptive(args, config):
-        adaptive_part = _adaptive(config, registry, throughput, plan_result, ds, rows, kw, plan)
+        adaptive_part = _adaptive(config, registry, throughput, ds, rows, kw, plan)
     return {
         "adaptive": adaptive_part,
         "level": opts["level"],
@@ -141,17 +141,26 @@ def compute(
     }
 
 
-def _adaptive(config, registry, throughput, plan_result, ds, rows, kw, plan) -> dict[str, Any]:
+def _adaptive(config, registry, throughput, ds, rows, kw, plan) -> dict[str, Any]:
     """The stopping rule on every design's world (stereolens.design.adaptive_plan), with
     the benchmark's GPU-hours at each round's size from the plan's own cost model."""
     from dataclasses import asdict
+    from functools import reduce
 
     from stereolens.design import adaptive_plan as AP
+    from stereolens.design import rounds
 
     options = config["design"]["adaptive"]
     rule = AP.rule_from(options, kw["level"])
-    total = plan_result["totals"]["gpu_hours"]
-    scale = options["gpu_hours_cap"] / total if options["gpu_hours_cap"] and total else 1.0
+    # the workflow's cap (stereolens.design.rounds.budget): the benchmarks in rounds at the
+    # shards the cap affords, the others at their configured size
+    as_run = P.set_key(config, ("design", "mode"), "adaptive")
+    at = rounds.budget(as_run, registry, throughput)
+    plugins = {p.name: p for p in rounds.in_rounds(as_run)}
+
+    def knob(c: dict[str, Any], d) -> int:
+        return int(reduce(lambda c, k: c[k], d.knob, c))
+
     out = []
     for d in ds:
         cache: dict[int, float | None] = {}
@@ -166,13 +175,27 @@ def _adaptive(config, registry, throughput, plan_result, ds, rows, kw, plan) -> 
                 cache[n] = None if any(h is None for h in hours) else float(sum(hours))
             return cache[n]
 
-        cap = max(1, int(d.knob_value * scale))
+        sizes = None
+        bounds = rounds.sizes(as_run, plugins[d.benchmark], at) if d.benchmark in at.shards else []
+        if len(bounds) > 1 or rule.rounds == 1:  # the workflow's rounds, in the knob's units
+            sizes = [knob(rounds.capped_config(as_run, {d.benchmark: b}), d) for b in bounds]
         mine = [r for r in rows if r.benchmark == d.benchmark] or None
-        out += [asdict(r) for r in AP.plan_adaptive(d, rule, options, cost, cap=cap,
+        out += [asdict(r) for r in AP.plan_adaptive(d, rule, options, cost, sizes=sizes,
                                                    mde_rows=mine, **kw)]  # fmt: skip
+    titles = {p.name: p.title for p in plugins.values()}
+    text = rounds.describe_budget(at, titles)
+    for p in plugins.values():
+        if rule.rounds > 1 and len(rounds.sizes(as_run, p, at)) < 2:
+            text += (
+                f"; {p.title}'s shards allow one round, which the workflow refuses (make "
+                f"{p.rounds.shard_key} smaller); the rounds above are the rule's sizes, not "
+                "whole shards"
+            )
     return {
         "rule": {**options, "draws": AP.DRAWS},
         "rows": out,
+        "budget": asdict(at),
+        "budget_text": text,
     }
 
 
@@ -293,6 +316,7 @@ def format_report(result: dict[str, Any]) -> str:
         from stereolens.design.adaptive_plan import format_rows
 
         out.append(format_rows(result["adaptive"]["rows"], result["adaptive"]["rule"]))
+        out.append(f"- In the workflow: {result['adaptive']['budget_text']}.")
     if result["notes"]:
         out.append("")
         out += [f"Note: {n}" for n in result["notes"]]

@@ -4,7 +4,9 @@ run's table of all rounds (docs/planner.md, "Adaptive design": "Rounds", "The de
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stereolens.benchmark import Benchmark, Job, benchmarks
@@ -41,19 +43,148 @@ def in_rounds(config: dict) -> list[Benchmark]:
     return [p for p in benchmarks(config) if p.rounds is not None]
 
 
-def check(config: dict) -> None:
-    """Refuse, at parse time, an adaptive config the workflow cannot run: a GPU-hours cap
-    (the planner's; the workflow's cap is the configured size), goal width without a
-    target, equivalence without a margin, rounds that collapse into one (too few shards)."""
+@dataclass(frozen=True)
+class Budget:
+    """What design.adaptive.gpu_hours_cap does to a run (:func:`budget`): per benchmark in
+    rounds its shards per cell configured and at the cap, and the run's GPU-hours by the
+    planner's cost model (stereolens.plan.benchmark_hours)."""
+
+    cap: float | None
+    """design.adaptive.gpu_hours_cap (None: the configured sizes are the cap)."""
+    configured: dict[str, int]
+    shards: dict[str, int]
+    """Shards per cell at the cap (the last round's size)."""
+    fixed_hours: float = 0.0
+    """The benchmarks that run fixed, at their configured size."""
+    configured_hours: float = 0.0
+    """The whole run at its configured sizes."""
+    capped_hours: float = 0.0
+    """The whole run with every cell of the rounds at the cap."""
+
+
+def capped_config(config: dict, shards: Mapping[str, int]) -> dict:
+    """``config`` with each benchmark of ``shards`` cut to that many shards per cell (its
+    plug-in's ``rounds.capped``); the others as configured."""
+    for plugin in in_rounds(config):
+        r = plugin.rounds
+        assert r is not None and r.shards is not None
+        n = shards.get(plugin.name, r.shards(config))
+        if n < r.shards(config):
+            if r.capped is None:
+                raise ConfigError(
+                    f"design.adaptive.gpu_hours_cap: {plugin.name}'s rounds cannot be cut "
+                    "below its configured size; set gpu_hours_cap to null"
+                )
+            config = r.capped(config, n)
+    return config
+
+
+def budget(config: dict, registry: dict | None = None, throughput: dict | None = None) -> Budget:
+    """The rounds' cap under design.adaptive.gpu_hours_cap. The benchmarks that run fixed
+    take their configured GPU-hours off the cap; the benchmarks in rounds get the largest
+    share f of their configured shards S (floor(f S) whole shards per cell, the same f for
+    all) whose run, every other job as configured (ContextBias's validation prompts), the
+    planner's cost model puts within the cap. A cap below one shard per cell, or below the
+    two rounds the rule asks for, is a ConfigError naming the smallest cap that works.
+    ``registry``, ``throughput``: config's registry and config/throughput.yaml when None
+    (the workflow's, as its ceilings)."""
+    plugins = in_rounds(config)
+    configured = {}
+    for p in plugins:
+        assert p.rounds is not None and p.rounds.shards is not None
+        configured[p.name] = p.rounds.shards(config)
+    cap = config["design"]["adaptive"]["gpu_hours_cap"]
+    if cap is None or not plugins:
+        return Budget(None, configured, dict(configured))
+    from stereolens.plan import benchmark_hours, default_throughput
+
+    if registry is None:
+        from stereolens.models.registry import load_registry
+
+        registry = load_registry(config["registry"])
+    if throughput is None:
+        throughput = default_throughput()
+    names = set(configured)
+    hours, unknown = benchmark_hours(config, registry, throughput)
+    if unknown:
+        raise ConfigError(
+            f"design.adaptive.gpu_hours_cap: no throughput figure for {', '.join(unknown)}, so "
+            "the run's GPU-hours are unknown; add them to the throughput table "
+            "(config/throughput.yaml) or set gpu_hours_cap to null"
+        )
+    fixed = sum(h for b, h in hours.items() if b not in names)
+    full = sum(hours.values())
+
+    def shards_at(f: float) -> dict[str, int]:
+        return {b: int(f * n + 1e-9) for b, n in configured.items()}
+
+    costs: dict[float, float] = {}
+
+    def cost(f: float) -> float:
+        if f not in costs:
+            new = capped_config(config, shards_at(f))
+            got, _ = benchmark_hours(new, registry, throughput, names)
+            costs[f] = fixed + sum(got.values())
+        return costs[f]
+
+    def done(f: float) -> Budget:
+        return Budget(cap, configured, shards_at(f), fixed, full, cost(f))
+
+    if full <= cap:
+        return done(1.0)
+    least = max(1 / n for n in configured.values())  # one shard per cell
+    rule = _rule(config)
+    if rule.rounds > 1:  # two rounds need this many shards per cell (check: S allows them)
+        least = max(
+            min([s for s in range(1, n + 1) if len(rule.sizes(s)) >= 2] or [1]) / n
+            for n in configured.values()
+        )
+    steps = sorted({s / n for n in configured.values() for s in range(1, n + 1)})
+    steps = [f for f in steps if f >= least - 1e-12]
+    if cost(steps[0]) > cap:
+        what = "one shard per cell" if rule.rounds == 1 else "two rounds of whole shards"
+        at = ", ".join(f"{b} {n} of {configured[b]}" for b, n in shards_at(steps[0]).items())
+        least_cap = math.ceil(cost(steps[0]) * 100) / 100  # rounded up: the printed cap works
+        raise ConfigError(
+            f"design.adaptive.gpu_hours_cap {cap:g}: too small: the benchmarks that run "
+            f"fixed take {fixed:,.2f} GPU-hours, and {what} ({at} shards per cell) need a "
+            f"cap of at least {least_cap:,.2f} GPU-hours (the configured run: "
+            f"{full:,.2f}); raise it, or make the fixed benchmarks smaller"
+        )
+    lo, hi = 0, len(steps) - 1  # steps[lo] fits; the largest that fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if cost(steps[mid]) <= cap else (lo, mid - 1)
+    return done(steps[lo])
+
+
+def describe_budget(at: Budget, titles: Mapping[str, str] | None = None) -> str:
+    """The cap's effect in words (`stereolens plan`, `stereolens check-config`)."""
+    titles = titles or {}
+    if not at.shards:
+        return "no benchmark runs in rounds (a GPU-hours cap applies to the rounds alone)"
+    cut = ", ".join(
+        f"{titles.get(b, b)} {n} of {at.configured[b]} shard(s) per cell"
+        for b, n in at.shards.items()
+    )
+    if at.cap is None:
+        return f"no GPU-hours cap: the rounds run to the configured size ({cut})"
+    return (
+        f"GPU-hours cap {at.cap:g}: the benchmarks that run fixed take {at.fixed_hours:,.2f}; "
+        f"the rounds' cap {cut}; the run at the cap {at.capped_hours:,.2f} GPU-hours "
+        f"(configured: {at.configured_hours:,.2f})"
+    )
+
+
+def check(
+    config: dict, registry: dict | None = None, throughput: dict | None = None
+) -> Budget | None:
+    """Refuse, at parse time, an adaptive config the workflow cannot run: goal width
+    without a target, equivalence without a margin, rounds that collapse into one (too few
+    shards), a GPU-hours cap the run cannot meet (:func:`budget`)."""
     if not in_rounds(config):
         return
     options = config["design"]["adaptive"]
-    if options["gpu_hours_cap"] is not None:
-        raise ConfigError(
-            "design.adaptive.gpu_hours_cap: the workflow's rounds stop at the configured "
-            "size; set the benchmark's size to the cap `stereolens plan` gives for it and "
-            "gpu_hours_cap to null"
-        )
     rule = _rule(config)  # its own errors name the key
     for plugin in in_rounds(config):
         assert plugin.rounds is not None and plugin.rounds.shards is not None
@@ -74,17 +205,18 @@ def check(config: dict) -> None:
             "design.adaptive.goal equivalence needs design.adaptive.margin: a margin per "
             "headline effect (names as `stereolens plan --power` prints them)"
         )
+    return budget(config, registry, throughput)
 
 
-def sizes(config: dict, plugin: Benchmark) -> list[int]:
-    """Cumulative shards of a cell after each round (the last the cap)."""
-    assert plugin.rounds is not None and plugin.rounds.shards is not None
-    return _rule(config).sizes(plugin.rounds.shards(config))
+def sizes(config: dict, plugin: Benchmark, at: Budget | None = None) -> list[int]:
+    """Cumulative shards of a cell after each round (the last the cap: the configured
+    shards, or those design.adaptive.gpu_hours_cap affords: ``at``, else :func:`budget`)."""
+    return _rule(config).sizes((at or budget(config)).shards[plugin.name])
 
 
 def job_round(plugin: Benchmark, job: Job, bounds: Sequence[int]) -> int | None:
     """The round (1-based) whose shards hold ``job``; None: the job is not part of the
-    rounds (it runs in full)."""
+    rounds (it runs in full); len(bounds) + 1: beyond the cap (never made)."""
     r = plugin.rounds
     assert r is not None
     if "shard" not in job.wildcards or (r.in_rounds is not None and not r.in_rounds(job)):
@@ -93,7 +225,7 @@ def job_round(plugin: Benchmark, job: Job, bounds: Sequence[int]) -> int | None:
     for k, n in enumerate(bounds, start=1):
         if shard < n:
             return k
-    return None  # beyond the cap: never requested
+    return len(bounds) + 1
 
 
 def belongs(job: Job, cell: Mapping[str, Any]) -> bool:

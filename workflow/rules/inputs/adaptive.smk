@@ -11,14 +11,29 @@
 from stereolens.design import rounds as adaptive_rounds
 from stereolens.layout import ADAPTIVE
 
-adaptive_rounds.check(config)
+# an adaptive config the rounds cannot run is refused once, in the main process (pricing a
+# GPU-hours cap takes up to a second at paper scale; a job's own parse prices it if it needs)
+CHECKED_BUDGET = (
+    adaptive_rounds.check(config, REGISTRY, default_throughput())
+    if workflow.is_main_process
+    else None
+)
 ROUNDS = {p.name: p for p in adaptive_rounds.in_rounds(config)}
+
+
+@lru_cache(maxsize=None)
+def round_budget():
+    """The rounds' cap: the configured shards, or those design.adaptive.gpu_hours_cap
+    affords (stereolens.design.rounds.budget, priced with config/throughput.yaml)."""
+    if CHECKED_BUDGET is not None:
+        return CHECKED_BUDGET
+    return adaptive_rounds.budget(config, REGISTRY, default_throughput())
 
 
 @lru_cache(maxsize=None)
 def round_bounds(name):
     """Cumulative shards of a cell after each round of benchmark ``name``."""
-    return tuple(adaptive_rounds.sizes(config, ROUNDS[name]))
+    return tuple(adaptive_rounds.sizes(config, ROUNDS[name], round_budget()))
 
 
 @lru_cache(maxsize=None)
@@ -129,6 +144,8 @@ def get_adaptive_settings(wildcards):
             "level": config["design"]["level"],
             "adaptive": config["design"]["adaptive"],
             plugin.name: {k: section[k] for k in plugin.rounds.settings},
+            # a cap's shards per cell (they follow the throughput table too)
+            **({"cap": round_bounds(plugin.name)[-1]} if round_budget().cap else {}),
         },
         sort_keys=True,
     )

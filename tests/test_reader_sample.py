@@ -457,3 +457,100 @@ def test_biasig_plan_is_held_by_the_floor(repo_root, monkeypatch):
         room = (0.05 / (2 * Z)) ** 2 - 0.25 / r["n_items"]
         assert 0.14 / room < r["floor"] == r["n_human"] == 2 * r["strata"]
         assert r["width"] < 0.05
+
+
+# ------------------------------------------------- labels that print the intervals
+
+
+def test_printable_counts_by_hand():
+    """Two cells of 500 items at the minimum of 400, one of 300 that never reaches it; the
+    recommended count is each cell's larger of its width n_h and its reachable minimum."""
+    strata = _strata([500, 500, 300], [0.14] * 3).with_columns(
+        model=pl.lit("m"), minimum=pl.Series([400, 400, 400])
+    )
+    design = strata.select("stratum").with_columns(n_human=pl.Series([23, 23, 14]))
+    (got,) = sd.printable_counts(strata, design).values()
+    assert got == {
+        "n_printable": 400 + 400 + 300,
+        "n_recommended": 400 + 400 + 14,
+        "minimum_min": 400,
+        "minimum_max": 400,
+        "cells_short": 1,
+        "short_items_min": 300,
+        "grow": pytest.approx(400 / 300),
+    }
+    # a cell no headline row uses (minimum 0) needs the correction's floor only
+    strata = strata.with_columns(minimum=pl.Series([400, 0, 0]))
+    (got,) = sd.printable_counts(strata, design).values()
+    assert (got["n_printable"], got["n_recommended"], got["cells_short"]) == (404, 437, 0)
+    assert got["short_items_min"] is None and got["grow"] is None
+
+
+def test_contextbias_plan_prints_the_minimum(repo_root, monkeypatch):
+    """One role at 100 seeds a prompt: CF has 3 prompts (300 images, short of 400), CA-R 7
+    (700), CA-U 8 (800). Width 0.2, proportional: n = 0.14 / ((0.2 / 2z)^2 - 0.25 / 1,800)
+    = 56.8, n_h = ceil(56.8 N_h / 1,800) = 10, 23, 26."""
+    from stereolens.plan import format_reader
+
+    monkeypatch.chdir(repo_root)
+    config, _ = load_config("config/config.yaml")
+    cb = config["contextbias"]
+    cb.update(generators=["sdxl"], roles=["accountant"])
+    cb["seeds"].update(per_prompt=100, per_shard=100)
+    cb["reader_sample"].update(target_width=0.2, allocation="proportional")
+    part = labels_needed(config, None)
+    (r,) = part["rows"]
+    assert (r["n_items"], r["strata"], r["n_human"]) == (1800, 3, 10 + 23 + 26)
+    assert r["minimum_min"] == r["minimum_max"] == rc.MIN_HUMAN_RELIABLE == 400
+    assert r["n_printable"] == 300 + 400 + 400 == part["n_printable"]
+    assert (r["cells_short"], r["short_items_min"]) == (1, 300)
+    assert r["n_recommended"] == 10 + 400 + 400 == part["n_recommended"]
+    # 100 x 400 / 300 = 133.3 seeds a prompt put 400 images in the CF cell
+    assert (r["knob"], r["knob_needed"]) == ("contextbias.seeds.per_prompt", 134)
+    text = format_reader([part])
+    assert "printable intervals: 1,100 human labels (400 in each cell" in text
+    assert "1 of 3 cells have fewer images than their minimum (fewest 300)" in text
+    assert "contextbias.seeds.per_prompt >= 134 allows them; recommended 810" in text
+    cb["seeds"].update(per_prompt=10, per_shard=10)  # every cell short: the width's count
+    (r,) = labels_needed(config, None)["rows"]
+    assert (r["cells_short"], r["n_printable"], r["n_recommended"]) == (3, 180, r["n_human"])
+    assert "(the width's: every headline interval will be withheld)" in format_reader(
+        [labels_needed(config, None)]
+    )
+
+
+def test_biasig_plan_prints_the_minimum(repo_root, monkeypatch):
+    """Judge, strong and weak at 25 images a prompt, 20 prompts a unit: 500 images a unit x
+    person. Judge's implicit unit needs S_imp's 400, strong's and weak's (an eta pair's
+    sides) eta's 600: short; the 27 explicit units S_exp '*''s 100. Width 0.2,
+    proportional over 30 strata: n = 0.14 / ((0.2 / 2z)^2 - 0.25 / 15,000) = 54.1, 2 a
+    stratum (the floor)."""
+    from stereolens.biasig.corrected import score_minimum
+    from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
+    from stereolens.biasig.sample_design import labels_needed as biasig_labels
+    from stereolens.biasig.sample_design import plan_strata
+
+    monkeypatch.chdir(repo_root)
+    config, _ = load_config("config/config.yaml")
+    bg = config["biasig"]
+    bg.update(
+        generators=["sdxl-turbo"],
+        acquired_types=["occupation", "characteristic"],
+        acquired_attributes=["Judge", "strong", "weak"],
+        images_per_prompt=25,
+    )
+    bg["reader_sample"].update(target_width=0.2, allocation="proportional")
+    strata = plan_strata(config)
+    assert (strata["n_items"] == 500).all()
+    by_min = dict(strata.group_by("minimum").len().iter_rows())
+    explicit, implicit = score_minimum("s_exp", "*"), score_minimum("s_imp", "*")
+    assert by_min == {explicit: 27, implicit: 1, ETA_MIN_HUMAN_RELIABLE: 2}
+    assert (explicit, implicit, ETA_MIN_HUMAN_RELIABLE) == (100, 400, 600)
+    (r,) = biasig_labels(config, None)["rows"]
+    assert (r["strata"], r["n_human"]) == (30, 60)
+    assert r["n_printable"] == 27 * 100 + 400 + 2 * 500
+    assert (r["cells_short"], r["short_items_min"]) == (2, 500)
+    assert r["n_recommended"] == 27 * 100 + 400 + 2 * 2
+    assert (r["minimum_min"], r["minimum_max"]) == (100, 600)
+    # 25 x 600 / 500 images a prompt put eta's sides at their minimum
+    assert (r["knob"], r["knob_needed"]) == ("biasig.images_per_prompt", 30)

@@ -270,13 +270,20 @@ def plan_rates(
 def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
     """The planner's reader rows of the LVLM: per audited model and task the human labels
     (stories, judged term pairs) for lvlm.reader_sample.target_width at the disagreement of
-    plan_rates (the config's per task, or a pilot's)."""
+    plan_rates (the config's per task, or a pilot's), and those that print every TVD row's
+    interval (its cells, the strata, at reader_correction.MIN_HUMAN_RELIABLE: the default
+    of sample_design.planner_part; a cell's items scale with the task's images_per_group)."""
     section = config["lvlm"]["reader_sample"]
     strata = plan_strata(config)
     if not strata.height:
         return {"benchmark": "lvlm", "rows": [], "notes": []}
     strata, source, notes = plan_rates(config, strata, pilot)
-    part = sd.planner_part("lvlm", "items", section, strata, source, notes)
+    knob = {
+        m: (f"lvlm.tasks.{m.rsplit('|', 1)[1]}.images_per_group", float(
+            config["lvlm"]["tasks"][m.rsplit("|", 1)[1]]["images_per_group"]))
+        for m in strata["model"].unique()
+    }  # fmt: skip
+    part = sd.planner_part("lvlm", "items", section, strata, source, notes, knob)
     for r in part["rows"]:
         model, task = r["model"].rsplit("|", 1)
         r["model"] = f"{model}, {task} ({'stories' if task == 'story' else 'term pairs'})"

@@ -19,7 +19,7 @@ from stereolens.metrics.human_labels import (
     check_human_in_reader,
     check_human_labels,
 )
-from stereolens.metrics.reader_correction import MIN_LABELLED
+from stereolens.metrics.reader_correction import MIN_HUMAN_RELIABLE, MIN_LABELLED
 
 FORM_FILES = {
     "form": "form.html",
@@ -337,6 +337,38 @@ def planned_widths(
     ]
 
 
+def printable_counts(strata: pl.DataFrame, design: pl.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per model of ``strata`` (model, stratum, n_items, minimum: the human labels per cell
+    from which the report prints the corrected intervals of the headline rows using the
+    stratum, 0 where none does) and the width allocation ``design`` (stratum, n_human): the
+    labels that put every stratum at its minimum, capped at its items (n_printable, at
+    least the MIN_LABELLED floor), the strata with fewer items than their minimum
+    (cells_short; short_items_min their fewest items, grow the largest minimum / items
+    ratio among them: how many times the items per cell the design needs for them) and
+    n_recommended = sum over strata of the larger of the width's n_h and, where the stratum
+    has that many items, its minimum (a short stratum's rows are withheld whatever is
+    labelled: it keeps the width's n_h)."""
+    table = strata.join(design.select("stratum", "n_human"), on="stratum", how="left")
+    table = table.with_columns(
+        pl.max_horizontal(
+            pl.min_horizontal("minimum", "n_items"), pl.min_horizontal(MIN_LABELLED, "n_items")
+        ).alias("_print"),
+        (pl.col("n_items") < pl.col("minimum")).alias("_short"),
+    )
+    per = table.group_by("model").agg(
+        pl.col("_print").sum().alias("n_printable"),
+        pl.max_horizontal(pl.when(~pl.col("_short")).then("_print").otherwise(0), "n_human")
+        .sum()
+        .alias("n_recommended"),
+        pl.col("minimum").filter(pl.col("minimum") > 0).min().alias("minimum_min"),
+        pl.col("minimum").max().alias("minimum_max"),
+        pl.col("_short").sum().alias("cells_short"),
+        pl.col("n_items").filter("_short").min().alias("short_items_min"),
+        (pl.col("minimum") / pl.col("n_items")).filter("_short").max().alias("grow"),
+    )
+    return {r.pop("model"): r for r in per.iter_rows(named=True)}
+
+
 def planner_part(
     benchmark: str,
     unit: str,
@@ -344,15 +376,26 @@ def planner_part(
     strata: pl.DataFrame,
     source: str,
     notes: list[str],
+    knob: tuple[str, float] | dict[str, tuple[str, float]] | None = None,
 ) -> dict[str, Any]:
     """A benchmark's part of stereolens.plan.reader_plan: per model of ``strata`` (model,
-    stratum, n_items, disagreement) the human labels for the reader_sample ``section``'s
-    target width and allocation (allocate_by_model), the span of its strata's rates
-    (disagreement_min / _max) and n_human None where the width is not reachable; the total
-    (None if a model's is); ``unit`` names the items, ``source`` the rate's."""
-    _, rows = allocate_by_model(
+    stratum, n_items, disagreement, minimum: printable_counts'; without it
+    MIN_HUMAN_RELIABLE for every stratum) the human labels for the reader_sample
+    ``section``'s target width and allocation (allocate_by_model), the span of its strata's
+    rates (disagreement_min / _max), n_human None where the width is not reachable, and
+    printable_counts' columns: n_printable, n_recommended (the count the plan recommends),
+    minimum_min / _max, cells_short, short_items_min and, with ``knob`` (the config key
+    whose value the items of every cell scale with, and that value; or one per model),
+    knob (the key) and knob_needed: the value from which no cell is short (None where
+    none is); the totals (n_human None if a model's is); ``unit`` names the items,
+    ``source`` the rate's."""
+    if "minimum" not in strata.columns:
+        strata = strata.with_columns(pl.lit(MIN_HUMAN_RELIABLE).alias("minimum"))
+    strata = strata.with_columns(pl.col("minimum").cast(pl.Int64))
+    design, rows = allocate_by_model(
         strata, float(section["target_width"]), allocation=section["allocation"]
     )
+    printable = printable_counts(strata, design)
     rates = strata.group_by("model").agg(
         pl.col("disagreement").min().alias("lo"), pl.col("disagreement").max().alias("hi")
     )
@@ -360,6 +403,14 @@ def planner_part(
     for r in rows:
         r["disagreement_min"], r["disagreement_max"] = span[r["model"]]
         r["n_human"] = r["n_human"] if r["reachable"] else None
+        p = printable[r["model"]]
+        grow = p.pop("grow")
+        r.update(p)
+        mine = knob.get(r["model"]) if isinstance(knob, dict) else knob
+        r["knob"] = None if mine is None else mine[0]
+        r["knob_needed"] = (
+            int(np.ceil(mine[1] * grow - 1e-9)) if mine is not None and grow is not None else None
+        )
     needed = [r["n_human"] for r in rows]
     return {
         "benchmark": benchmark,
@@ -369,5 +420,7 @@ def planner_part(
         "disagreement_source": source,
         "rows": rows,
         "n_human": None if None in needed else sum(needed),
+        "n_printable": sum(r["n_printable"] for r in rows),
+        "n_recommended": sum(r["n_recommended"] for r in rows),
         "notes": notes,
     }

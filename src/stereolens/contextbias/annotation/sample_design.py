@@ -195,9 +195,16 @@ def plan_strata(config: dict[str, Any], pilot: Path | None) -> tuple[pl.DataFram
 
 def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
     """The planner's reader rows of ContextBias: per generator the human labels for the
-    configured target width (sample_design.allocate_by_model), with the settings and notes."""
+    configured target width (sample_design.allocate_by_model) and those that print every
+    headline row's interval (every BI and CCS row's cells, generator x role x condition,
+    at reader_correction.MIN_HUMAN_RELIABLE; sample_design.printable_counts, the items of
+    a cell scaling with contextbias.seeds.per_prompt), with the settings and notes."""
+    from stereolens.metrics.reader_correction import MIN_HUMAN_RELIABLE
+
     section = config["contextbias"]["reader_sample"]
     strata, source, notes = plan_strata(config, pilot)
     if not strata.height:
         return {"benchmark": "contextbias", "rows": [], "notes": notes}
-    return sd.planner_part("contextbias", "images", section, strata, source, notes)
+    strata = strata.with_columns(pl.lit(MIN_HUMAN_RELIABLE).alias("minimum"))
+    knob = ("contextbias.seeds.per_prompt", float(config["contextbias"]["seeds"]["per_prompt"]))
+    return sd.planner_part("contextbias", "images", section, strata, source, notes, knob)

@@ -549,3 +549,55 @@ def test_plan_reads_a_biasig_pilot(corpus, tmp_path):
     table, source, notes = pilot_rates(config, pilot_dir, strata, 0.14)
     assert source == "default" and (table["disagreement"] == 0.14).all()
     assert "no answers and human labels" in notes[0]
+
+
+def test_plan_design_raises_to_the_printing_minimum(corpus):
+    """A person's n_h is raised to its printing minimum where the unit has that many
+    images (the count `stereolens plan` recommends), else the width's stays: rich 10
+    images at 5 -> 5; dancer 6 at 7 -> the width's 3; employer 8 images, left at 8 -> 8,
+    right at 0 -> 3, the image count drawn the larger, 8. The corpus's units at their real
+    minimums (eta's 600 for rich, a side of eta.json's rich / poor pair; S_imp's 400 for
+    the others) have too few images: the export draws the width's sample."""
+    from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
+    from stereolens.biasig.reader_sample import plan_design, reader_images
+    from stereolens.biasig.sample_design import printing_minimum
+
+    answers, prompts, _ = corpus
+    images = reader_images(reader_table(answers, prompts)[0])
+    unit = dict(images.select(pl.col("image_id").str.slice(3, 4), "unit").unique().iter_rows())
+    least = pl.DataFrame(
+        {
+            "unit": [unit[RICH[:4]], unit[DANCER[:4]], unit[EMPLOYER[:4]], unit[EMPLOYER[:4]]],
+            "position": ["single", "single", "left", "right"],
+            "minimum": [5, 7, 8, 0],
+        }
+    )
+    design = plan_design(images, 0.5, 0.1, minimum=least)
+    width = plan_design(images, 0.5, 0.1)
+    got = {
+        (k, p): (m, planned)
+        for p, k, m, planned in design.filter(pl.col("variant") == "g1")
+        .select("position", "n_items", "n_human", "n_planned")
+        .iter_rows()
+    }
+    assert got == {(10, "single"): (5, 5), (6, "single"): (3, 3), (8, "left"): (8, 8),
+                   (8, "right"): (8, 3)}  # fmt: skip
+    assert (design["width"] < width["width"]).all()
+    keys = pl.DataFrame({"unit": [unit[p[:4]] for p in IMAGES], "prompt_id": list(IMAGES)}).join(
+        prompts.select("prompt_id", "attribute_key"), on="prompt_id"
+    )
+    units = (
+        images.explode("positions")
+        .select("unit", "visibility", pl.col("positions").alias("position"))
+        .unique()
+        .join(keys.select("unit", "attribute_key"), on="unit")
+    )
+    real = dict(
+        zip(
+            units["unit"] + units["position"],
+            printing_minimum(prompts, "paper", units).to_list(),
+            strict=True,
+        )
+    )
+    assert real[unit[RICH[:4]] + "single"] == ETA_MIN_HUMAN_RELIABLE
+    assert min(real.values()) >= rc.MIN_HUMAN_RELIABLE > max(IMAGES.values())

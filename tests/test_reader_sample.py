@@ -554,3 +554,42 @@ def test_biasig_plan_prints_the_minimum(repo_root, monkeypatch):
     assert (r["minimum_min"], r["minimum_max"]) == (100, 600)
     # 25 x 600 / 500 images a prompt put eta's sides at their minimum
     assert (r["knob"], r["knob_needed"]) == ("biasig.images_per_prompt", 30)
+
+
+def test_allocate_raises_to_the_printing_minimum():
+    """n_h = ceil(n W_h) as without a minimum, then max(n_h, minimum) where N_h >= minimum:
+    the width's (23, 23, 14) of 500, 500, 300 items at 400 -> (400, 400, 14), the width
+    that of the result; the plan's n_recommended is this total."""
+    strata = _strata([500, 500, 300], [0.14] * 3)
+    width = sd.allocate(strata, 0.2, allocation="proportional")
+    raised = sd.allocate(strata.with_columns(minimum=pl.lit(400)), 0.2, allocation="proportional")
+    # n = 0.14 / ((0.2 / 2z)^2 - 0.25 / 1,300) = 58.07 -> ceil(58.07 N_h / 1,300)
+    assert width.strata["n_human"].to_list() == [23, 23, 14]
+    assert raised.strata["n_human"].to_list() == [400, 400, 14]
+    assert raised.n_human == 814 and raised.reachable
+    n = np.array([400, 400, 14])
+    w = np.array([500, 500, 300]) / 1300
+    want = 2 * Z * math.sqrt(0.25 / 1300 + (w**2 * 0.14 / n).sum())
+    assert raised.width == pytest.approx(want) and raised.width < width.width
+    assert raised.strata["selection_probability"].to_list() == pytest.approx([0.8, 0.8, 14 / 300])
+    strata = strata.with_columns(model=pl.lit("m"), minimum=pl.lit(400))
+    (got,) = sd.printable_counts(strata, width.strata).values()
+    assert got["n_recommended"] == raised.n_human
+
+
+def test_reader_sample_follows_the_recommended_count(corpus, tmp_path):
+    """The export raises n_h to ``minimum`` in a stratum of that many images (8 here): at 6
+    each stratum gives 6 images; at 9 (more than a stratum has) the width's 3 stay; the
+    default, reader_correction.MIN_HUMAN_RELIABLE, leaves these 8-image strata at 3."""
+    images, attributes = corpus
+    options = {"target_width": 0.45, "disagreement": 0.05, "dimensions": DIMS, "seed": 5}
+    for minimum, want in ((6, 6), (9, 3), (None, 3), (rc.MIN_HUMAN_RELIABLE, 3)):
+        out = tmp_path / str(minimum)
+        if minimum == rc.MIN_HUMAN_RELIABLE:
+            paths = export_reader_sample(images, attributes, out, **options)
+        else:
+            paths = export_reader_sample(images, attributes, out, minimum=minimum, **options)
+        design = pl.read_parquet(paths["design"])
+        assert design["n_human"].to_list() == [want] * 8
+        assert design["selection_probability"].to_list() == pytest.approx([want / PER] * 8)
+        assert pl.read_parquet(paths["key"]).height == 8 * want

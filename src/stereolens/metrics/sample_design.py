@@ -95,7 +95,11 @@ def allocate(
     W_h), so V's reader term is (sum a)(sum W_h^2 S_h^2 / a_h) / n and n = that over the
     room (target_width / 2z)^2 - share (1 - share) / N; each n_h rounded up, at least
     MIN_LABELLED and at most N_h, the strata held at a bound taken out and the rest solved
-    again. A stratum without disagreement gets MIN_LABELLED."""
+    again. A stratum without disagreement gets MIN_LABELLED. Where ``strata`` has a
+    ``minimum`` column (the human labels from which the report prints the intervals of the
+    rows using the stratum, printable_counts), each n_h is then raised to it where N_h is
+    that large (the count `stereolens plan` recommends), and the width is that of the
+    result."""
     if allocation not in ALLOCATIONS:
         raise ValueError(f"allocation {allocation!r}; allowed: {', '.join(ALLOCATIONS)}")
     if not 0.0 < target_width:
@@ -142,6 +146,10 @@ def allocate(
     reachable = bool(reachable and width <= target_width * (1.0 + 1e-9))
     if not reachable:
         n = big.copy()
+        width = 2.0 * z * float(np.sqrt(sampling + _reader_variance(w, s2, n)))
+    if "minimum" in strata.columns:
+        least = strata["minimum"].fill_null(0).to_numpy().astype(float)
+        n = np.maximum(n, np.where(big >= least, least, 0.0))
         width = 2.0 * z * float(np.sqrt(sampling + _reader_variance(w, s2, n)))
     out = strata.select("stratum", "n_items", "disagreement").with_columns(
         pl.col("n_items").cast(pl.Int64),
@@ -393,7 +401,7 @@ def planner_part(
         strata = strata.with_columns(pl.lit(MIN_HUMAN_RELIABLE).alias("minimum"))
     strata = strata.with_columns(pl.col("minimum").cast(pl.Int64))
     design, rows = allocate_by_model(
-        strata, float(section["target_width"]), allocation=section["allocation"]
+        strata.drop("minimum"), float(section["target_width"]), allocation=section["allocation"]
     )
     printable = printable_counts(strata, design)
     rates = strata.group_by("model").agg(

@@ -552,12 +552,12 @@ def test_plan_reads_a_biasig_pilot(corpus, tmp_path):
 
 
 def test_plan_design_raises_to_the_printing_minimum(corpus):
-    """A person's n_h is raised to its printing minimum where the unit has that many
-    images (the count `stereolens plan` recommends), else the width's stays: rich 10
-    images at 5 -> 5; dancer 6 at 7 -> the width's 3; employer 8 images, left at 8 -> 8,
-    right at 0 -> 3, the image count drawn the larger, 8. The corpus's units at their real
-    minimums (eta's 600 for rich, a side of eta.json's rich / poor pair; S_imp's 400 for
-    the others) have too few images: the export draws the width's sample."""
+    """A person's n_h is raised to the largest of its rows' printing minimums its unit's
+    images reach (the count `stereolens plan` recommends), else the width's stays: rich 10
+    images at 5 -> 5; dancer 6 at 4 and 7 -> 4; employer 8 images, left at 8 -> 8, right
+    at 9 -> the width's 3, the image count drawn the larger, 8. The corpus's units at
+    their real minimums (S_imp's 400, and eta's 600 for rich, a side of eta.json's
+    rich / poor pair) have too few images: the export draws the width's sample."""
     from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
     from stereolens.biasig.reader_sample import plan_design, reader_images
     from stereolens.biasig.sample_design import printing_minimum
@@ -569,9 +569,9 @@ def test_plan_design_raises_to_the_printing_minimum(corpus):
         {
             "unit": [unit[RICH[:4]], unit[DANCER[:4]], unit[EMPLOYER[:4]], unit[EMPLOYER[:4]]],
             "position": ["single", "single", "left", "right"],
-            "minimum": [5, 7, 8, 0],
+            "minimums": [[5], [4, 7], [8], [9]],
         }
-    )
+    ).with_columns(minimum=pl.col("minimums").list.max())
     design = plan_design(images, 0.5, 0.1, minimum=least)
     width = plan_design(images, 0.5, 0.1)
     got = {
@@ -580,7 +580,7 @@ def test_plan_design_raises_to_the_printing_minimum(corpus):
         .select("position", "n_items", "n_human", "n_planned")
         .iter_rows()
     }
-    assert got == {(10, "single"): (5, 5), (6, "single"): (3, 3), (8, "left"): (8, 8),
+    assert got == {(10, "single"): (5, 5), (6, "single"): (4, 4), (8, "left"): (8, 8),
                    (8, "right"): (8, 3)}  # fmt: skip
     assert (design["width"] < width["width"]).all()
     keys = pl.DataFrame({"unit": [unit[p[:4]] for p in IMAGES], "prompt_id": list(IMAGES)}).join(
@@ -599,5 +599,5 @@ def test_plan_design_raises_to_the_printing_minimum(corpus):
             strict=True,
         )
     )
-    assert real[unit[RICH[:4]] + "single"] == ETA_MIN_HUMAN_RELIABLE
-    assert min(real.values()) >= rc.MIN_HUMAN_RELIABLE > max(IMAGES.values())
+    assert real[unit[RICH[:4]] + "single"] == [rc.MIN_HUMAN_RELIABLE, ETA_MIN_HUMAN_RELIABLE]
+    assert min(min(v) for v in real.values()) >= rc.MIN_HUMAN_RELIABLE > max(IMAGES.values())

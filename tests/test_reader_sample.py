@@ -522,9 +522,9 @@ def test_contextbias_plan_prints_the_minimum(repo_root, monkeypatch):
 def test_biasig_plan_prints_the_minimum(repo_root, monkeypatch):
     """Judge, strong and weak at 25 images a prompt, 20 prompts a unit: 500 images a unit x
     person. Judge's implicit unit needs S_imp's 400, strong's and weak's (an eta pair's
-    sides) eta's 600: short; the 27 explicit units S_exp '*''s 100. Width 0.2,
-    proportional over 30 strata: n = 0.14 / ((0.2 / 2z)^2 - 0.25 / 15,000) = 54.1, 2 a
-    stratum (the floor)."""
+    sides) S_imp's 400 and eta's 600: short of eta's, so 400 is recommended; the 27
+    explicit units S_exp '*''s 100. Width 0.2, proportional over 30 strata: n = 0.14 /
+    ((0.2 / 2z)^2 - 0.25 / 15,000) = 54.1, 2 a stratum (the floor)."""
     from stereolens.biasig.corrected import score_minimum
     from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
     from stereolens.biasig.sample_design import labels_needed as biasig_labels
@@ -550,7 +550,9 @@ def test_biasig_plan_prints_the_minimum(repo_root, monkeypatch):
     assert (r["strata"], r["n_human"]) == (30, 60)
     assert r["n_printable"] == 27 * 100 + 400 + 2 * 500
     assert (r["cells_short"], r["short_items_min"]) == (2, 500)
-    assert r["n_recommended"] == 27 * 100 + 400 + 2 * 2
+    assert r["n_recommended"] == 27 * 100 + 400 + 2 * 400
+    sides = strata.filter(pl.col("minimum") == ETA_MIN_HUMAN_RELIABLE)["minimums"].to_list()
+    assert sides == [[implicit, ETA_MIN_HUMAN_RELIABLE]] * 2
     assert (r["minimum_min"], r["minimum_max"]) == (100, 600)
     # 25 x 600 / 500 images a prompt put eta's sides at their minimum
     assert (r["knob"], r["knob_needed"]) == ("biasig.images_per_prompt", 30)

@@ -389,7 +389,7 @@ def printable_line(r: dict[str, Any], unit: str) -> str:
         grow = f"; {r['knob']} >= {r['knob_needed']:,} allows them" if r["knob"] else ""
         text += (
             f"; {short:,} of {r['strata']:,} cells have fewer {unit} than their minimum "
-            f"(fewest {r['short_items_min']:,}): their rows' intervals are withheld at any "
+            f"(fewest {r['short_items_min']:,}): the rows needing more are withheld at any "
             f"count{grow}"
         )
     if not short:
@@ -397,7 +397,7 @@ def printable_line(r: dict[str, Any], unit: str) -> str:
     elif short == r["strata"]:
         why = "the width's: every headline interval will be withheld"
     else:
-        why = "the minimum where a cell reaches it, else the width's n_h"
+        why = "per cell the largest minimum it reaches, else the width's n_h"
     return f"{text}; recommended {r['n_recommended']:,} ({why})"
 
 

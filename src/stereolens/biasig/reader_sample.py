@@ -133,10 +133,10 @@ def plan_design(
     sample_design.allocate_by_model per generator (``variant``) for ``target_width``;
     ``disagreement`` a rate for every stratum or a table (stratum, disagreement) per
     correction stratum (e.g. sample_design.disagreement_rates of a pilot); ``minimum``
-    (unit, position, minimum: sample_design.printing_minimum) raises n_h to a person's
-    printing minimum where the unit has that many images (the count `stereolens plan`
-    recommends). The images drawn per correction stratum, n_human, are the largest n_h of
-    its persons."""
+    (unit, position, minimums: sample_design.printing_minimum's, minimum: their largest)
+    raises n_h to the largest of a person's printing minimums its unit's images reach
+    (sample_design.reachable_minimum: the count `stereolens plan` recommends). The images
+    drawn per correction stratum, n_human, are the largest n_h of its persons."""
     strata = (
         images.explode("positions")
         .rename({"positions": "position"})
@@ -152,7 +152,8 @@ def plan_design(
     design, summary = sd.allocate_by_model(
         strata.select(
             pl.col("variant").alias("model"), pl.col("_planned").alias("stratum"),
-            "n_items", "disagreement", *(["minimum"] if minimum is not None else []),
+            "n_items", "disagreement",
+            *(["minimum", "minimums"] if minimum is not None else []),
         ),
         target_width, share=share, ci=ci, allocation=allocation,
     )  # fmt: skip
@@ -232,9 +233,8 @@ def export_reader_sample(
             .unique()
             .join(keys, on="unit", how="left")
         )
-        least = least.select(
-            "unit", "position", printing_minimum(prompts, eta_variant, least).alias("minimum")
-        )
+        least = least.select("unit", "position", printing_minimum(prompts, eta_variant, least))
+        least = least.with_columns(pl.col("minimums").list.max().alias("minimum"))
     design = plan_design(
         pool, target_width, disagreement, allocation=allocation, share=share, ci=ci,
         minimum=least,

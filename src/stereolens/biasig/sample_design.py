@@ -17,7 +17,7 @@ def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
     table's variant), stratum (generator x scoring unit x person: the correction stratifies
     by unit, and each person of a unit is a cell that needs its own 2 human labels),
     n_items (the unit's prompts x images_per_prompt: the reader table's items of that
-    person) and minimum (:func:`printing_minimum`)."""
+    person), minimums (:func:`printing_minimum`) and minimum, the largest of them."""
     from stereolens.biasig.answers import scoring_table
     from stereolens.biasig.plugin import selection
 
@@ -38,7 +38,9 @@ def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
             pl.col("attribute_key").first(),
         )
     )
-    units = units.with_columns(printing_minimum(table, bg["eta_variant"], units).alias("minimum"))
+    units = units.with_columns(printing_minimum(table, bg["eta_variant"], units)).with_columns(
+        pl.col("minimums").list.max().alias("minimum")
+    )
     return pl.concat(
         [
             units.select(
@@ -46,6 +48,7 @@ def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
                 pl.concat_str(pl.lit(f"{g}|"), "unit", pl.lit("|"), "position").alias("stratum"),
                 pl.col("n").alias("n_items"),
                 "minimum",
+                "minimums",
             )
             for g in bg["generators"]
         ]
@@ -54,10 +57,11 @@ def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
 
 def printing_minimum(prompts: pl.DataFrame, eta_variant: str, units: pl.DataFrame) -> pl.Series:
     """Per unit x person of ``units`` (visibility, attribute_key, position) the human labels
-    from which the report prints every headline row ('*') using it: an explicit unit's
-    corrected.score_minimum("s_exp", "*"), an implicit one's score_minimum("s_imp", "*"),
-    formulas.ETA_MIN_HUMAN_RELIABLE where it is a side of an eta pair (pairs.resolve_pairs
-    of ``prompts`` under ``eta_variant``), the larger of the two."""
+    from which the report prints each headline row ('*') using it, one per row (the
+    ``minimums`` of sample_design.printable_counts): an explicit unit's
+    corrected.score_minimum("s_exp", "*"); an implicit one's score_minimum("s_imp", "*"),
+    and formulas.ETA_MIN_HUMAN_RELIABLE besides where it is a side of an eta pair
+    (pairs.resolve_pairs of ``prompts`` under ``eta_variant``)."""
     from stereolens.biasig.corrected import score_minimum
     from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
     from stereolens.biasig.pairs import resolve_pairs
@@ -79,11 +83,12 @@ def printing_minimum(prompts: pl.DataFrame, eta_variant: str, units: pl.DataFram
     )
     return units.select(
         pl.when(pl.col("visibility") != "implicit")
-        .then(score_minimum("s_exp", "*"))
+        .then(pl.concat_list(pl.lit(score_minimum("s_exp", "*"))))
         .when(side)
-        .then(max(implicit, ETA_MIN_HUMAN_RELIABLE))
-        .otherwise(implicit)
-        .cast(pl.Int64)
+        .then(pl.concat_list(pl.lit(implicit), pl.lit(ETA_MIN_HUMAN_RELIABLE)))
+        .otherwise(pl.concat_list(pl.lit(implicit)))
+        .cast(pl.List(pl.Int64))
+        .alias("minimums")
     ).to_series()
 
 

@@ -97,9 +97,9 @@ def allocate(
     MIN_LABELLED and at most N_h, the strata held at a bound taken out and the rest solved
     again. A stratum without disagreement gets MIN_LABELLED. Where ``strata`` has a
     ``minimum`` column (the human labels from which the report prints the intervals of the
-    rows using the stratum, printable_counts), each n_h is then raised to it where N_h is
-    that large (the count `stereolens plan` recommends), and the width is that of the
-    result."""
+    rows using the stratum, printable_counts; ``minimums`` beside it: each row's), each n_h
+    is then raised to reachable_minimum (the count `stereolens plan` recommends), and the
+    width is that of the result."""
     if allocation not in ALLOCATIONS:
         raise ValueError(f"allocation {allocation!r}; allowed: {', '.join(ALLOCATIONS)}")
     if not 0.0 < target_width:
@@ -148,8 +148,7 @@ def allocate(
         n = big.copy()
         width = 2.0 * z * float(np.sqrt(sampling + _reader_variance(w, s2, n)))
     if "minimum" in strata.columns:
-        least = strata["minimum"].fill_null(0).to_numpy().astype(float)
-        n = np.maximum(n, np.where(big >= least, least, 0.0))
+        n = np.maximum(n, reachable_minimum(strata).to_numpy().astype(float))
         width = 2.0 * z * float(np.sqrt(sampling + _reader_variance(w, s2, n)))
     out = strata.select("stratum", "n_items", "disagreement").with_columns(
         pl.col("n_items").cast(pl.Int64),
@@ -345,6 +344,24 @@ def planned_widths(
     ]
 
 
+def reachable_minimum(strata: pl.DataFrame) -> pl.Series:
+    """Per stratum (n_items; minimums, the printing minimum of each headline row using it,
+    else minimum) the largest minimum its items reach, 0 where none: the labels that print
+    every row using it that can be printed at all."""
+    if "minimums" not in strata.columns:
+        least = strata.select(pl.col("minimum").fill_null(0)).to_series()
+        return pl.Series("reach", np.where(strata["n_items"] >= least, least, 0), pl.Int64)
+    rows = strata.select("n_items", "minimums").with_row_index("_i").explode("minimums")
+    best = (
+        rows.filter(pl.col("minimums") <= pl.col("n_items"))
+        .group_by("_i")
+        .agg(pl.col("minimums").max().alias("reach"))
+    )
+    index = pl.DataFrame({"_i": pl.arange(0, strata.height, eager=True).cast(pl.UInt32)})
+    joined = index.join(best, on="_i", how="left").sort("_i")
+    return joined["reach"].fill_null(0).cast(pl.Int64)
+
+
 def printable_counts(strata: pl.DataFrame, design: pl.DataFrame) -> dict[str, dict[str, Any]]:
     """Per model of ``strata`` (model, stratum, n_items, minimum: the human labels per cell
     from which the report prints the corrected intervals of the headline rows using the
@@ -353,10 +370,12 @@ def printable_counts(strata: pl.DataFrame, design: pl.DataFrame) -> dict[str, di
     least the MIN_LABELLED floor), the strata with fewer items than their minimum
     (cells_short; short_items_min their fewest items, grow the largest minimum / items
     ratio among them: how many times the items per cell the design needs for them) and
-    n_recommended = sum over strata of the larger of the width's n_h and, where the stratum
-    has that many items, its minimum (a short stratum's rows are withheld whatever is
-    labelled: it keeps the width's n_h)."""
+    n_recommended = sum over strata of the larger of the width's n_h and
+    :func:`reachable_minimum` (``minimums``, where given, the minimum of each row using
+    the stratum: a stratum short of one row's keeps another's; a row it cannot reach is
+    withheld whatever is labelled)."""
     table = strata.join(design.select("stratum", "n_human"), on="stratum", how="left")
+    table = table.with_columns(reachable_minimum(table).alias("_reach"))
     table = table.with_columns(
         pl.max_horizontal(
             pl.min_horizontal("minimum", "n_items"), pl.min_horizontal(MIN_LABELLED, "n_items")
@@ -365,9 +384,7 @@ def printable_counts(strata: pl.DataFrame, design: pl.DataFrame) -> dict[str, di
     )
     per = table.group_by("model").agg(
         pl.col("_print").sum().alias("n_printable"),
-        pl.max_horizontal(pl.when(~pl.col("_short")).then("_print").otherwise(0), "n_human")
-        .sum()
-        .alias("n_recommended"),
+        pl.max_horizontal("_reach", "n_human").sum().alias("n_recommended"),
         pl.col("minimum").filter(pl.col("minimum") > 0).min().alias("minimum_min"),
         pl.col("minimum").max().alias("minimum_max"),
         pl.col("_short").sum().alias("cells_short"),
@@ -401,7 +418,9 @@ def planner_part(
         strata = strata.with_columns(pl.lit(MIN_HUMAN_RELIABLE).alias("minimum"))
     strata = strata.with_columns(pl.col("minimum").cast(pl.Int64))
     design, rows = allocate_by_model(
-        strata.drop("minimum"), float(section["target_width"]), allocation=section["allocation"]
+        strata.drop("minimum", "minimums", strict=False),
+        float(section["target_width"]),
+        allocation=section["allocation"],
     )
     printable = printable_counts(strata, design)
     rates = strata.group_by("model").agg(

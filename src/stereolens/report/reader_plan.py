@@ -45,9 +45,9 @@ PLAN_CAPTION = (
     "printable_counts). A cell with fewer items than its minimum never prints its rows' "
     "intervals, whatever is labelled; the sentence says so and names the design setting "
     "(e.g. contextbias.seeds.per_prompt) at which every cell has enough. The count the plan "
-    "recommends: per cell the larger of the width's labels and its minimum where the cell "
-    "has that many items; where no cell has, the width's count, with every corrected "
-    "interval withheld."
+    "recommends: per cell the larger of the width's labels and the largest minimum of the "
+    "rows using it that the cell has items for; where no cell has, the width's count, with "
+    "every corrected interval withheld."
 )
 
 
@@ -170,9 +170,9 @@ def _printable(part: dict) -> str:
         )
     return (
         f"{text}; {short:,} of {cells:,} cells have fewer {unit} than their minimum{grow}, "
-        f"and the rows using them will be withheld whatever is labelled; the plan recommends "
-        f"{part['n_recommended']:,} (the minimum in each cell that reaches it, the width's "
-        f"count elsewhere)."
+        f"and the rows needing more than such a cell has will be withheld whatever is "
+        f"labelled; the plan recommends {part['n_recommended']:,} (per cell the largest "
+        f"minimum it reaches, the width's count elsewhere)."
     )
 
 

@@ -595,3 +595,51 @@ def test_reader_sample_follows_the_recommended_count(corpus, tmp_path):
         assert design["n_human"].to_list() == [want] * 8
         assert design["selection_probability"].to_list() == pytest.approx([want / PER] * 8)
         assert pl.read_parquet(paths["key"]).height == 8 * want
+
+
+def test_the_recommended_sample_prints_what_the_plan_says(tmp_path):
+    """End to end: a generator x role with CF 300 and CA-U 500 images. The width's sample
+    alone (0.2: a few labels a stratum) prints no corrected interval; the recommended one
+    (n_h raised to MIN_HUMAN_RELIABLE where a stratum has that many images: CA-U 400, CF
+    the width's) prints CA-U's BI row and withholds CF's, the one cell the plan names
+    short."""
+    sizes = {"CF": 300, "CA-U": 500}
+    images, attrs = [], []
+    for c, n in sizes.items():
+        for k in range(n):
+            image_id = f"g-nurse-{c}-{k}"
+            images.append({"model": "g", "role": "nurse", "condition": c,
+                           "image_id": image_id, "status": "ok"})  # fmt: skip
+            attrs.append({"model": "g", "role": "nurse", "condition": c, "image_id": image_id,
+                          "cohort": "people", "dimension": "gender_presentation",
+                          "label": "female" if k % 3 else "male"})  # fmt: skip
+    reader = reader_table(pl.DataFrame(attrs), pl.DataFrame(images))
+    strata = reader.group_by("model", "stratum").agg(pl.len().cast(pl.Int64).alias("n_items"))
+    strata = strata.with_columns(disagreement=pl.lit(0.14))
+    part = sd.planner_part("contextbias", "images", {"target_width": 0.2,
+                           "allocation": "neyman"}, strata, "default", [])  # fmt: skip
+    (row,) = part["rows"]
+    assert (row["cells_short"], row["short_items_min"]) == (1, 300)
+    reliable = {}
+    for name, table in (("width", strata), ("recommended", strata.with_columns(
+            minimum=pl.lit(rc.MIN_HUMAN_RELIABLE)))):  # fmt: skip
+        design, _ = sd.allocate_by_model(table, 0.2)
+        if name == "recommended":
+            assert design["n_human"].sum() == row["n_recommended"]
+        sample = sd.draw_sample(reader.select("item_id", "stratum"), design, seed=1)
+        human = (
+            sd.label_template(sample, ["gender_presentation"])
+            .drop("label")
+            .join(reader.select("item_id", "attribute", "label"), on=["item_id", "attribute"])
+            .select(list(hl.HUMAN_COLUMNS))
+        )
+        table, _ = corrected_bi(reader, human, replicates=20)
+        cells = table.filter(pl.col("dimension") != "*")
+        reliable[name] = dict(cells.select("condition", "interval_reliable").iter_rows())
+        if name == "recommended":
+            got = dict(cells.select("condition", "n_human").iter_rows())
+            assert got["CA-U"] == rc.MIN_HUMAN_RELIABLE and got["CF"] < rc.MIN_HUMAN_RELIABLE
+    assert reliable == {
+        "width": {"CF": False, "CA-U": False},
+        "recommended": {"CF": False, "CA-U": True},
+    }

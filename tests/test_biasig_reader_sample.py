@@ -601,3 +601,48 @@ def test_plan_design_raises_to_the_printing_minimum(corpus):
     )
     assert real[unit[RICH[:4]] + "single"] == [rc.MIN_HUMAN_RELIABLE, ETA_MIN_HUMAN_RELIABLE]
     assert min(min(v) for v in real.values()) >= rc.MIN_HUMAN_RELIABLE > max(IMAGES.values())
+
+
+def test_the_recommended_sample_prints_s_imp(tmp_path):
+    """End to end through the export: one generator, the rich person (a side of eta.json's
+    rich / poor pair: S_imp's 400 and eta's 600) and the dancer (S_imp's 400) at 500
+    images each. The width's sample alone prints no corrected S_imp '*' interval; the
+    recommended one (printable: 400 each, the largest minimum 500 images reach) prints it."""
+    from PIL import Image
+
+    prompts = load_prompts().filter(pl.col("prompt_id").is_in([RICH, DANCER]))
+    kinds = dict(prompts.select("prompt_id", "acquired_type").iter_rows())
+    rows = []
+    for prompt in (RICH, DANCER):
+        shard = tmp_path / "images" / "g1" / kinds[prompt] / "implicit" / "0"
+        shard.mkdir(parents=True)
+        with open(shard / "metadata.jsonl", "w") as fh:
+            for k in range(500):
+                image_id = f"g1-{prompt[:4]}-{k}"
+                Image.new("RGB", (8, 8), (k % 250, 80, 40)).save(shard / f"{image_id}.png")
+                fh.write(json.dumps({"image_id": image_id, "image_file": f"{image_id}.png",
+                                     "model": "g1"}) + "\n")  # fmt: skip
+                rows.append({"model": "g1", "image_id": image_id, "position": "single",
+                             "prompt_id": prompt, "gender": GENDER[k % 2],
+                             "race": RACE[k % 4], "age": AGE[k % 3], "status": "ok"})  # fmt: skip
+    answers = pl.DataFrame(rows)
+    reader, prep = reader_table(answers, prompts)
+    labels = reader.select("item_id", "attribute", "label")
+    reliable = {}
+    for printable in (False, True):
+        paths = export_reader_sample(
+            answers, prompts, tmp_path / "images", tmp_path / str(printable),
+            target_width=0.5, disagreement=0.1, seed=3, printable=printable,
+        )  # fmt: skip
+        template = hl.read_human_labels(paths["template"])
+        human = template.drop("label").join(labels, on=["item_id", "attribute"])
+        table, _ = corrected_scores(
+            reader, human, prep, load_truth(), prompts=prompts, replicates=20, lam="ppi"
+        )
+        top = table.filter(pl.col("protected_attribute") == "*")
+        reliable[printable] = dict(top.select("metric", "interval_reliable").iter_rows())
+        if printable:
+            design = pl.read_parquet(paths["design"])
+            assert design["n_human"].to_list() == [rc.MIN_HUMAN_RELIABLE] * 2
+    # eta's row (the rich side alone resolves) stays withheld: 400 of its 600
+    assert reliable == {False: {"s_imp": False, "eta": False}, True: {"s_imp": True, "eta": False}}

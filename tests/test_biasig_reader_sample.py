@@ -549,3 +549,100 @@ def test_plan_reads_a_biasig_pilot(corpus, tmp_path):
     table, source, notes = pilot_rates(config, pilot_dir, strata, 0.14)
     assert source == "default" and (table["disagreement"] == 0.14).all()
     assert "no answers and human labels" in notes[0]
+
+
+def test_plan_design_raises_to_the_printing_minimum(corpus):
+    """A person's n_h is raised to the largest of its rows' printing minimums its unit's
+    images reach (the count `stereolens plan` recommends), else the width's stays: rich 10
+    images at 5 -> 5; dancer 6 at 4 and 7 -> 4; employer 8 images, left at 8 -> 8, right
+    at 9 -> the width's 3, the image count drawn the larger, 8. The corpus's units at
+    their real minimums (S_imp's 400, and eta's 600 for rich, a side of eta.json's
+    rich / poor pair) have too few images: the export draws the width's sample."""
+    from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
+    from stereolens.biasig.reader_sample import plan_design, reader_images
+    from stereolens.biasig.sample_design import printing_minimum
+
+    answers, prompts, _ = corpus
+    images = reader_images(reader_table(answers, prompts)[0])
+    unit = dict(images.select(pl.col("image_id").str.slice(3, 4), "unit").unique().iter_rows())
+    least = pl.DataFrame(
+        {
+            "unit": [unit[RICH[:4]], unit[DANCER[:4]], unit[EMPLOYER[:4]], unit[EMPLOYER[:4]]],
+            "position": ["single", "single", "left", "right"],
+            "minimums": [[5], [4, 7], [8], [9]],
+        }
+    ).with_columns(minimum=pl.col("minimums").list.max())
+    design = plan_design(images, 0.5, 0.1, minimum=least)
+    width = plan_design(images, 0.5, 0.1)
+    got = {
+        (k, p): (m, planned)
+        for p, k, m, planned in design.filter(pl.col("variant") == "g1")
+        .select("position", "n_items", "n_human", "n_planned")
+        .iter_rows()
+    }
+    assert got == {(10, "single"): (5, 5), (6, "single"): (4, 4), (8, "left"): (8, 8),
+                   (8, "right"): (8, 3)}  # fmt: skip
+    assert (design["width"] < width["width"]).all()
+    keys = pl.DataFrame({"unit": [unit[p[:4]] for p in IMAGES], "prompt_id": list(IMAGES)}).join(
+        prompts.select("prompt_id", "attribute_key"), on="prompt_id"
+    )
+    units = (
+        images.explode("positions")
+        .select("unit", "visibility", pl.col("positions").alias("position"))
+        .unique()
+        .join(keys.select("unit", "attribute_key"), on="unit")
+    )
+    real = dict(
+        zip(
+            units["unit"] + units["position"],
+            printing_minimum(prompts, "paper", units).to_list(),
+            strict=True,
+        )
+    )
+    assert real[unit[RICH[:4]] + "single"] == [rc.MIN_HUMAN_RELIABLE, ETA_MIN_HUMAN_RELIABLE]
+    assert min(min(v) for v in real.values()) >= rc.MIN_HUMAN_RELIABLE > max(IMAGES.values())
+
+
+def test_the_recommended_sample_prints_s_imp(tmp_path):
+    """End to end through the export: one generator, the rich person (a side of eta.json's
+    rich / poor pair: S_imp's 400 and eta's 600) and the dancer (S_imp's 400) at 500
+    images each. The width's sample alone prints no corrected S_imp '*' interval; the
+    recommended one (printable: 400 each, the largest minimum 500 images reach) prints it."""
+    from PIL import Image
+
+    prompts = load_prompts().filter(pl.col("prompt_id").is_in([RICH, DANCER]))
+    kinds = dict(prompts.select("prompt_id", "acquired_type").iter_rows())
+    rows = []
+    for prompt in (RICH, DANCER):
+        shard = tmp_path / "images" / "g1" / kinds[prompt] / "implicit" / "0"
+        shard.mkdir(parents=True)
+        with open(shard / "metadata.jsonl", "w") as fh:
+            for k in range(500):
+                image_id = f"g1-{prompt[:4]}-{k}"
+                Image.new("RGB", (8, 8), (k % 250, 80, 40)).save(shard / f"{image_id}.png")
+                fh.write(json.dumps({"image_id": image_id, "image_file": f"{image_id}.png",
+                                     "model": "g1"}) + "\n")  # fmt: skip
+                rows.append({"model": "g1", "image_id": image_id, "position": "single",
+                             "prompt_id": prompt, "gender": GENDER[k % 2],
+                             "race": RACE[k % 4], "age": AGE[k % 3], "status": "ok"})  # fmt: skip
+    answers = pl.DataFrame(rows)
+    reader, prep = reader_table(answers, prompts)
+    labels = reader.select("item_id", "attribute", "label")
+    reliable = {}
+    for printable in (False, True):
+        paths = export_reader_sample(
+            answers, prompts, tmp_path / "images", tmp_path / str(printable),
+            target_width=0.5, disagreement=0.1, seed=3, printable=printable,
+        )  # fmt: skip
+        template = hl.read_human_labels(paths["template"])
+        human = template.drop("label").join(labels, on=["item_id", "attribute"])
+        table, _ = corrected_scores(
+            reader, human, prep, load_truth(), prompts=prompts, replicates=20, lam="ppi"
+        )
+        top = table.filter(pl.col("protected_attribute") == "*")
+        reliable[printable] = dict(top.select("metric", "interval_reliable").iter_rows())
+        if printable:
+            design = pl.read_parquet(paths["design"])
+            assert design["n_human"].to_list() == [rc.MIN_HUMAN_RELIABLE] * 2
+    # eta's row (the rich side alone resolves) stays withheld: 400 of its 600
+    assert reliable == {False: {"s_imp": False, "eta": False}, True: {"s_imp": True, "eta": False}}

@@ -337,6 +337,17 @@ def test_plan_sizes_stories_and_term_pairs(repo_root, monkeypatch):
     # the floor of 2 per stratum decides: 480 pairs to read, width 0.042
     assert term_part["n_human"] == term_part["floor"] == 480
     assert term_part["width"] == pytest.approx(0.0421, abs=5e-5)
+    # printed intervals (reader_correction.MIN_HUMAN_RELIABLE a cell): 500 stories a cell
+    # reach 400 (9 x 400); 120 gender term cells of 100 pairs never do (100 x 400 / 100 =
+    # 400 rounds a group would), the 120 race ones of 2,100 take 400 each
+    assert rc.MIN_HUMAN_RELIABLE == 400
+    assert (story_part["n_printable"], story_part["n_recommended"]) == (9 * 400, 9 * 400)
+    assert story_part["cells_short"] == 0 and story_part["knob_needed"] is None
+    assert term_part["n_printable"] == 120 * 100 + 120 * 400
+    assert (term_part["cells_short"], term_part["short_items_min"]) == (120, 100)
+    assert term_part["n_recommended"] == 120 * 2 + 120 * 400
+    assert term_part["knob"] == "lvlm.tasks.term.images_per_group"
+    assert term_part["knob_needed"] == 400
 
 
 def test_plan_reads_a_pilot(repo_root, monkeypatch, tmp_path):

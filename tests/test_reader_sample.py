@@ -458,3 +458,189 @@ def test_biasig_plan_is_held_by_the_floor(repo_root, monkeypatch):
         room = (0.05 / (2 * Z)) ** 2 - 0.25 / r["n_items"]
         assert 0.14 / room < r["floor"] == r["n_human"] == 2 * r["strata"]
         assert r["width"] < 0.05
+
+
+# ------------------------------------------------- labels that print the intervals
+
+
+def test_printable_counts_by_hand():
+    """Two cells of 500 items at the minimum of 400, one of 300 that never reaches it; the
+    recommended count is each cell's larger of its width n_h and its reachable minimum."""
+    strata = _strata([500, 500, 300], [0.14] * 3).with_columns(
+        model=pl.lit("m"), minimum=pl.Series([400, 400, 400])
+    )
+    design = strata.select("stratum").with_columns(n_human=pl.Series([23, 23, 14]))
+    (got,) = sd.printable_counts(strata, design).values()
+    assert got == {
+        "n_printable": 400 + 400 + 300,
+        "n_recommended": 400 + 400 + 14,
+        "minimum_min": 400,
+        "minimum_max": 400,
+        "cells_short": 1,
+        "short_items_min": 300,
+        "grow": pytest.approx(400 / 300),
+    }
+    # a cell no headline row uses (minimum 0) needs the correction's floor only
+    strata = strata.with_columns(minimum=pl.Series([400, 0, 0]))
+    (got,) = sd.printable_counts(strata, design).values()
+    assert (got["n_printable"], got["n_recommended"], got["cells_short"]) == (404, 437, 0)
+    assert got["short_items_min"] is None and got["grow"] is None
+
+
+def test_contextbias_plan_prints_the_minimum(repo_root, monkeypatch):
+    """One role at 100 seeds a prompt: CF has 3 prompts (300 images, short of 400), CA-R 7
+    (700), CA-U 8 (800). Width 0.2, proportional: n = 0.14 / ((0.2 / 2z)^2 - 0.25 / 1,800)
+    = 56.8, n_h = ceil(56.8 N_h / 1,800) = 10, 23, 26."""
+    from stereolens.plan import format_reader
+
+    monkeypatch.chdir(repo_root)
+    config, _ = load_config("config/config.yaml")
+    cb = config["contextbias"]
+    cb.update(generators=["sdxl"], roles=["accountant"])
+    cb["seeds"].update(per_prompt=100, per_shard=100)
+    cb["reader_sample"].update(target_width=0.2, allocation="proportional")
+    part = labels_needed(config, None)
+    (r,) = part["rows"]
+    assert (r["n_items"], r["strata"], r["n_human"]) == (1800, 3, 10 + 23 + 26)
+    assert r["minimum_min"] == r["minimum_max"] == rc.MIN_HUMAN_RELIABLE == 400
+    assert r["n_printable"] == 300 + 400 + 400 == part["n_printable"]
+    assert (r["cells_short"], r["short_items_min"]) == (1, 300)
+    assert r["n_recommended"] == 10 + 400 + 400 == part["n_recommended"]
+    # 100 x 400 / 300 = 133.3 seeds a prompt put 400 images in the CF cell
+    assert (r["knob"], r["knob_needed"]) == ("contextbias.seeds.per_prompt", 134)
+    text = format_reader([part])
+    assert "printable intervals: 1,100 human labels (400 in each cell" in text
+    assert "1 of 3 cells have fewer images than their minimum (fewest 300)" in text
+    assert "contextbias.seeds.per_prompt >= 134 allows them; recommended 810" in text
+    cb["seeds"].update(per_prompt=10, per_shard=10)  # every cell short: the width's count
+    (r,) = labels_needed(config, None)["rows"]
+    assert (r["cells_short"], r["n_printable"], r["n_recommended"]) == (3, 180, r["n_human"])
+    assert "(the width's: every headline interval will be withheld)" in format_reader(
+        [labels_needed(config, None)]
+    )
+
+
+def test_biasig_plan_prints_the_minimum(repo_root, monkeypatch):
+    """Judge, strong and weak at 25 images a prompt, 20 prompts a unit: 500 images a unit x
+    person. Judge's implicit unit needs S_imp's 400, strong's and weak's (an eta pair's
+    sides) S_imp's 400 and eta's 600: short of eta's, so 400 is recommended; the 27
+    explicit units S_exp '*''s 100. Width 0.2, proportional over 30 strata: n = 0.14 /
+    ((0.2 / 2z)^2 - 0.25 / 15,000) = 54.1, 2 a stratum (the floor)."""
+    from stereolens.biasig.corrected import score_minimum
+    from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
+    from stereolens.biasig.sample_design import labels_needed as biasig_labels
+    from stereolens.biasig.sample_design import plan_strata
+
+    monkeypatch.chdir(repo_root)
+    config, _ = load_config("config/config.yaml")
+    bg = config["biasig"]
+    bg.update(
+        generators=["sdxl-turbo"],
+        acquired_types=["occupation", "characteristic"],
+        acquired_attributes=["Judge", "strong", "weak"],
+        images_per_prompt=25,
+    )
+    bg["reader_sample"].update(target_width=0.2, allocation="proportional")
+    strata = plan_strata(config)
+    assert (strata["n_items"] == 500).all()
+    by_min = dict(strata.group_by("minimum").len().iter_rows())
+    explicit, implicit = score_minimum("s_exp", "*"), score_minimum("s_imp", "*")
+    assert by_min == {explicit: 27, implicit: 1, ETA_MIN_HUMAN_RELIABLE: 2}
+    assert (explicit, implicit, ETA_MIN_HUMAN_RELIABLE) == (100, 400, 600)
+    (r,) = biasig_labels(config, None)["rows"]
+    assert (r["strata"], r["n_human"]) == (30, 60)
+    assert r["n_printable"] == 27 * 100 + 400 + 2 * 500
+    assert (r["cells_short"], r["short_items_min"]) == (2, 500)
+    assert r["n_recommended"] == 27 * 100 + 400 + 2 * 400
+    sides = strata.filter(pl.col("minimum") == ETA_MIN_HUMAN_RELIABLE)["minimums"].to_list()
+    assert sides == [[implicit, ETA_MIN_HUMAN_RELIABLE]] * 2
+    assert (r["minimum_min"], r["minimum_max"]) == (100, 600)
+    # 25 x 600 / 500 images a prompt put eta's sides at their minimum
+    assert (r["knob"], r["knob_needed"]) == ("biasig.images_per_prompt", 30)
+
+
+def test_allocate_raises_to_the_printing_minimum():
+    """n_h = ceil(n W_h) as without a minimum, then max(n_h, minimum) where N_h >= minimum:
+    the width's (23, 23, 14) of 500, 500, 300 items at 400 -> (400, 400, 14), the width
+    that of the result; the plan's n_recommended is this total."""
+    strata = _strata([500, 500, 300], [0.14] * 3)
+    width = sd.allocate(strata, 0.2, allocation="proportional")
+    raised = sd.allocate(strata.with_columns(minimum=pl.lit(400)), 0.2, allocation="proportional")
+    # n = 0.14 / ((0.2 / 2z)^2 - 0.25 / 1,300) = 58.07 -> ceil(58.07 N_h / 1,300)
+    assert width.strata["n_human"].to_list() == [23, 23, 14]
+    assert raised.strata["n_human"].to_list() == [400, 400, 14]
+    assert raised.n_human == 814 and raised.reachable
+    n = np.array([400, 400, 14])
+    w = np.array([500, 500, 300]) / 1300
+    want = 2 * Z * math.sqrt(0.25 / 1300 + (w**2 * 0.14 / n).sum())
+    assert raised.width == pytest.approx(want) and raised.width < width.width
+    assert raised.strata["selection_probability"].to_list() == pytest.approx([0.8, 0.8, 14 / 300])
+    strata = strata.with_columns(model=pl.lit("m"), minimum=pl.lit(400))
+    (got,) = sd.printable_counts(strata, width.strata).values()
+    assert got["n_recommended"] == raised.n_human
+
+
+def test_reader_sample_follows_the_recommended_count(corpus, tmp_path):
+    """The export raises n_h to ``minimum`` in a stratum of that many images (8 here): at 6
+    each stratum gives 6 images; at 9 (more than a stratum has) the width's 3 stay; the
+    default, reader_correction.MIN_HUMAN_RELIABLE, leaves these 8-image strata at 3."""
+    images, attributes = corpus
+    options = {"target_width": 0.45, "disagreement": 0.05, "dimensions": DIMS, "seed": 5}
+    for minimum, want in ((6, 6), (9, 3), (None, 3), (rc.MIN_HUMAN_RELIABLE, 3)):
+        out = tmp_path / str(minimum)
+        if minimum == rc.MIN_HUMAN_RELIABLE:
+            paths = export_reader_sample(images, attributes, out, **options)
+        else:
+            paths = export_reader_sample(images, attributes, out, minimum=minimum, **options)
+        design = pl.read_parquet(paths["design"])
+        assert design["n_human"].to_list() == [want] * 8
+        assert design["selection_probability"].to_list() == pytest.approx([want / PER] * 8)
+        assert pl.read_parquet(paths["key"]).height == 8 * want
+
+
+def test_the_recommended_sample_prints_what_the_plan_says(tmp_path):
+    """End to end: a generator x role with CF 300 and CA-U 500 images. The width's sample
+    alone (0.2: a few labels a stratum) prints no corrected interval; the recommended one
+    (n_h raised to MIN_HUMAN_RELIABLE where a stratum has that many images: CA-U 400, CF
+    the width's) prints CA-U's BI row and withholds CF's, the one cell the plan names
+    short."""
+    sizes = {"CF": 300, "CA-U": 500}
+    images, attrs = [], []
+    for c, n in sizes.items():
+        for k in range(n):
+            image_id = f"g-nurse-{c}-{k}"
+            images.append({"model": "g", "role": "nurse", "condition": c,
+                           "image_id": image_id, "status": "ok"})  # fmt: skip
+            attrs.append({"model": "g", "role": "nurse", "condition": c, "image_id": image_id,
+                          "cohort": "people", "dimension": "gender_presentation",
+                          "label": "female" if k % 3 else "male"})  # fmt: skip
+    reader = reader_table(pl.DataFrame(attrs), pl.DataFrame(images))
+    strata = reader.group_by("model", "stratum").agg(pl.len().cast(pl.Int64).alias("n_items"))
+    strata = strata.with_columns(disagreement=pl.lit(0.14))
+    part = sd.planner_part("contextbias", "images", {"target_width": 0.2,
+                           "allocation": "neyman"}, strata, "default", [])  # fmt: skip
+    (row,) = part["rows"]
+    assert (row["cells_short"], row["short_items_min"]) == (1, 300)
+    reliable = {}
+    for name, table in (("width", strata), ("recommended", strata.with_columns(
+            minimum=pl.lit(rc.MIN_HUMAN_RELIABLE)))):  # fmt: skip
+        design, _ = sd.allocate_by_model(table, 0.2)
+        if name == "recommended":
+            assert design["n_human"].sum() == row["n_recommended"]
+        sample = sd.draw_sample(reader.select("item_id", "stratum"), design, seed=1)
+        human = (
+            sd.label_template(sample, ["gender_presentation"])
+            .drop("label")
+            .join(reader.select("item_id", "attribute", "label"), on=["item_id", "attribute"])
+            .select(list(hl.HUMAN_COLUMNS))
+        )
+        table, _ = corrected_bi(reader, human, replicates=20)
+        cells = table.filter(pl.col("dimension") != "*")
+        reliable[name] = dict(cells.select("condition", "interval_reliable").iter_rows())
+        if name == "recommended":
+            got = dict(cells.select("condition", "n_human").iter_rows())
+            assert got["CA-U"] == rc.MIN_HUMAN_RELIABLE and got["CF"] < rc.MIN_HUMAN_RELIABLE
+    assert reliable == {
+        "width": {"CF": False, "CA-U": False},
+        "recommended": {"CF": False, "CA-U": True},
+    }

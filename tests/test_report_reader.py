@@ -412,6 +412,12 @@ def test_the_plan_count_is_the_planners():
                 assert total in printed or len(part["rows"]) == 1
             else:
                 assert "no number of human labels reaches the width" in plan
+            # the demo's cells hold a few images each: none reaches its printing minimum
+            assert part["n_printable"] == sum(r["n_items"] for r in part["rows"])
+            assert all(r["cells_short"] == r["strata"] for r in part["rows"])
+            assert f": {part['n_printable']:,} in all, but no cell" in plan
+            assert "every headline row's corrected interval will be withheld" in plan
+            assert f"recommends the width's count, {part['n_recommended']:,}." in plan
     # the LVLM's design (lvlm.reader_sample): the planner's count, a term item a judged pair
     # (the demo: 6 terms x 2 rounds x 1 gender pair)
     lvlm = RP.plan_block("lvlm", "LVLM", n_items=6, what="story and term responses",

@@ -354,7 +354,10 @@ def reader_plan(config: dict[str, Any], pilot: Path | None = None) -> list[dict[
     reader correction needs for the configured target width, per model and in all
     (n_human, None where a model's width is not reachable; rows: model,
     n_items, strata, n_human (None: not reachable), floor, width, naive_width, reachable,
-    disagreement_min / _max), the disagreement's source (a pilot's human labels or the
+    disagreement_min / _max), the labels that print every headline row's corrected
+    interval and the count recommended (n_printable, n_recommended, per row and in all;
+    rows: minimum_min / _max, cells_short, short_items_min, knob, knob_needed:
+    sample_design.planner_part), the disagreement's source (a pilot's human labels or the
     config's default) and notes (docs/planner.md, "Human labels for the reader
     correction")."""
     from stereolens.benchmark import benchmarks, resolve
@@ -395,10 +398,43 @@ def format_reader(parts: list[dict[str, Any]]) -> str:
                 f"{r['strata']:,} strata (at least {r['floor']:,}: 2 per stratum); "
                 f"disagreement {rate}; a perfect reader's width {r['naive_width']:.4f}"
             )
+            if "n_printable" in r:
+                out.append(f"  {printable_line(r, part['unit'])}")
         if part["n_human"] is not None and len(part["rows"]) > 1:
             out.append(f"- all models: {part['n_human']:,} human labels")
+        if "n_recommended" in part and len(part["rows"]) > 1:
+            out.append(
+                f"- all models, recommended: {part['n_recommended']:,} human labels "
+                f"(every cell at its printing minimum: {part['n_printable']:,})"
+            )
         out += [f"Note: {n}" for n in part["notes"]]
     return "\n".join(out)
+
+
+def printable_line(r: dict[str, Any], unit: str) -> str:
+    """A reader row's labels for printable intervals (sample_design.printable_counts), its
+    cells that can never reach their minimum, and the count the plan recommends."""
+    lo, hi = r["minimum_min"], r["minimum_max"]
+    per = f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+    text = (
+        f"printable intervals: {r['n_printable']:,} human labels ({per} in each cell of the "
+        f"headline rows, at most its {unit})"
+    )
+    short = r["cells_short"]
+    if short:
+        grow = f"; {r['knob']} >= {r['knob_needed']:,} allows them" if r["knob"] else ""
+        text += (
+            f"; {short:,} of {r['strata']:,} cells have fewer {unit} than their minimum "
+            f"(fewest {r['short_items_min']:,}): the rows needing more are withheld at any "
+            f"count{grow}"
+        )
+    if not short:
+        why = "every headline interval printed"
+    elif short == r["strata"]:
+        why = "the width's: every headline interval will be withheld"
+    else:
+        why = "per cell the largest minimum it reaches, else the width's n_h"
+    return f"{text}; recommended {r['n_recommended']:,} ({why})"
 
 
 def _run(args: argparse.Namespace) -> int:

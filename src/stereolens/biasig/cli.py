@@ -233,6 +233,7 @@ def _run_sample(args: argparse.Namespace) -> int:
         count=section["count"],
         scoring_unit=section["scoring_unit"],
         image_root=args.image_root,
+        eta_variant=section["eta_variant"],
     )
     print_allocation(paths, ["variant"], _allocation_line, "images")
     return 0

@@ -12,7 +12,9 @@ import polars as pl
 
 from stereolens import annotation_form as af
 from stereolens.atomic import read_jsonl, write_parquet, write_text
+from stereolens.biasig.answers import scoring_table
 from stereolens.biasig.corrected import reader_table
+from stereolens.biasig.sample_design import printing_minimum
 from stereolens.biasig.truth import ATTRIBUTES, VALUES_BY_ATTRIBUTE
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import sample_design as sd
@@ -124,20 +126,26 @@ def plan_design(
     allocation: str = "neyman",
     share: float = 0.5,
     ci: float = 0.95,
+    minimum: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The allocation (DESIGN_COLUMNS) over ``images`` (reader_images): one planned stratum
     per generator x scoring unit x person with N_h = the unit's images, n_h from
     sample_design.allocate_by_model per generator (``variant``) for ``target_width``;
     ``disagreement`` a rate for every stratum or a table (stratum, disagreement) per
-    correction stratum (e.g. sample_design.disagreement_rates of a pilot). The images
+    correction stratum (e.g. sample_design.disagreement_rates of a pilot); ``minimum``
+    (unit, position, minimums: sample_design.printing_minimum's, minimum: their largest)
+    raises n_h to the largest of a person's printing minimums its unit's images reach
+    (sample_design.reachable_minimum: the count `stereolens plan` recommends). The images
     drawn per correction stratum, n_human, are the largest n_h of its persons."""
     strata = (
         images.explode("positions")
         .rename({"positions": "position"})
-        .group_by("variant", "model", "stratum", "position")
+        .group_by("variant", "model", "unit", "stratum", "position")
         .agg(pl.len().cast(pl.Int64).alias("n_items"))
     )
     strata = sd.with_disagreement(strata, disagreement, ["stratum"])
+    if minimum is not None:
+        strata = strata.join(minimum, on=["unit", "position"], how="left")
     strata = strata.with_columns(
         pl.concat_str("stratum", pl.lit("\x1f"), "position").alias("_planned")
     )
@@ -145,6 +153,7 @@ def plan_design(
         strata.select(
             pl.col("variant").alias("model"), pl.col("_planned").alias("stratum"),
             "n_items", "disagreement",
+            *(["minimum", "minimums"] if minimum is not None else []),
         ),
         target_width, share=share, ci=ci, allocation=allocation,
     )  # fmt: skip
@@ -182,12 +191,16 @@ def export_reader_sample(
     image_root: str | os.PathLike | None = None,
     max_side: int | None = 512,
     image_format: str = "jpeg",
+    eta_variant: str = "paper",
+    printable: bool = True,
 ) -> dict[str, Path]:
     """Draw the human sample of the reader correction and write FILES into ``out_dir``.
 
     The items are the reader table's (biasig.corrected.reader_table of ``answers`` under
     ``count`` and ``scoring_unit``: every image x person of every scoring unit); the
-    allocation is plan_design's; in each correction stratum (variant|model|unit) n_human
+    allocation is plan_design's, with ``printable`` each person's printing minimum
+    (sample_design.printing_minimum of ``prompts`` under ``eta_variant``) where the unit has
+    that many images; in each correction stratum (variant|model|unit) n_human
     images are drawn (sample_design.draw_sample, ``seed``: a simple random sample without
     replacement), so every person of a drawn image is labelled and has selection
     probability n_human / N_h. The form (annotation_form) shows each drawn image as a set of
@@ -207,9 +220,25 @@ def export_reader_sample(
             f"(e.g. {lost['variant'][0]} {lost['image_id'][0]}); the sample is drawn from "
             "every image the reader read: give the images folder the answers were read from"
         )
+    least = None
+    if printable:
+        keys = (
+            scoring_table(prompts, scoring_unit)
+            .group_by("unit")
+            .agg(pl.col("attribute_key").first())
+        )
+        least = (
+            pool.explode("positions")
+            .select("unit", "visibility", pl.col("positions").alias("position"))
+            .unique()
+            .join(keys, on="unit", how="left")
+        )
+        least = least.select("unit", "position", printing_minimum(prompts, eta_variant, least))
+        least = least.with_columns(pl.col("minimums").list.max().alias("minimum"))
     design = plan_design(
-        pool, target_width, disagreement, allocation=allocation, share=share, ci=ci
-    )
+        pool, target_width, disagreement, allocation=allocation, share=share, ci=ci,
+        minimum=least,
+    )  # fmt: skip
     per = design.select("stratum", "n_human").unique()
     sample = sd.draw_sample(pool.select(pl.col("image_id").alias("item_id"), "stratum"), per, seed)
     drawn = pool.join(sample.rename({"item_id": "image_id"}), on=["image_id", "stratum"])

@@ -15,14 +15,15 @@ from stereolens.metrics import sample_design as sd
 def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
     """The configured run's strata: model (the generator's registry name, the reader
     table's variant), stratum (generator x scoring unit x person: the correction stratifies
-    by unit, and each person of a unit is a cell that needs its own 2 human labels) and
+    by unit, and each person of a unit is a cell that needs its own 2 human labels),
     n_items (the unit's prompts x images_per_prompt: the reader table's items of that
-    person)."""
+    person), minimums (:func:`printing_minimum`) and minimum, the largest of them."""
     from stereolens.biasig.answers import scoring_table
     from stereolens.biasig.plugin import selection
 
     bg = config["biasig"]
-    prompts = scoring_table(selection(config), bg["scoring_unit"]).with_columns(
+    table = selection(config)
+    prompts = scoring_table(table, bg["scoring_unit"]).with_columns(
         pl.when(pl.col("n_persons") == 2)
         .then(pl.lit(["left", "right"]))
         .otherwise(pl.lit(["single"]))
@@ -31,7 +32,14 @@ def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
     units = (
         prompts.explode("position")
         .group_by("unit", "position")
-        .agg((pl.len() * bg["images_per_prompt"]).cast(pl.Int64).alias("n"))
+        .agg(
+            (pl.len() * bg["images_per_prompt"]).cast(pl.Int64).alias("n"),
+            pl.col("visibility").first(),
+            pl.col("attribute_key").first(),
+        )
+    )
+    units = units.with_columns(printing_minimum(table, bg["eta_variant"], units)).with_columns(
+        pl.col("minimums").list.max().alias("minimum")
     )
     return pl.concat(
         [
@@ -39,10 +47,49 @@ def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
                 pl.lit(g).alias("model"),
                 pl.concat_str(pl.lit(f"{g}|"), "unit", pl.lit("|"), "position").alias("stratum"),
                 pl.col("n").alias("n_items"),
+                "minimum",
+                "minimums",
             )
             for g in bg["generators"]
         ]
     ).sort("model", "stratum")
+
+
+def printing_minimum(prompts: pl.DataFrame, eta_variant: str, units: pl.DataFrame) -> pl.Series:
+    """Per unit x person of ``units`` (visibility, attribute_key, position) the human labels
+    from which the report prints each headline row ('*') using it, one per row (the
+    ``minimums`` of sample_design.printable_counts): an explicit unit's
+    corrected.score_minimum("s_exp", "*"); an implicit one's score_minimum("s_imp", "*"),
+    and formulas.ETA_MIN_HUMAN_RELIABLE besides where it is a side of an eta pair
+    (pairs.resolve_pairs of ``prompts`` under ``eta_variant``)."""
+    from stereolens.biasig.corrected import score_minimum
+    from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
+    from stereolens.biasig.pairs import resolve_pairs
+    from stereolens.biasig.truth import load_truth
+
+    pairs = resolve_pairs(prompts, load_truth(), eta_variant)
+    sides = pl.concat(
+        [
+            pairs.select(
+                pl.col(f"{side}_key").alias("attribute_key"),
+                pl.col(f"{side}_position").alias("position"),
+            )
+            for side in ("advantaged", "disadvantaged")
+        ]
+    ).drop_nulls()
+    implicit = score_minimum("s_imp", "*")
+    side = pl.struct("attribute_key", "position").is_in(
+        sides.select(pl.struct("attribute_key", "position")).to_series().implode()
+    )
+    return units.select(
+        pl.when(pl.col("visibility") != "implicit")
+        .then(pl.concat_list(pl.lit(score_minimum("s_exp", "*"))))
+        .when(side)
+        .then(pl.concat_list(pl.lit(implicit), pl.lit(ETA_MIN_HUMAN_RELIABLE)))
+        .otherwise(pl.concat_list(pl.lit(implicit)))
+        .cast(pl.List(pl.Int64))
+        .alias("minimums")
+    ).to_series()
 
 
 def pilot_rates(
@@ -107,4 +154,5 @@ def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
         )
     else:
         strata, source, notes = pilot_rates(config, pilot, strata, default)
-    return sd.planner_part("biasig", "images x persons", section, strata, source, notes)
+    knob = ("biasig.images_per_prompt", float(config["biasig"]["images_per_prompt"]))
+    return sd.planner_part("biasig", "images x persons", section, strata, source, notes, knob)

@@ -16,6 +16,7 @@ from stereolens.lvlm.corrected import story_reader, term_reader
 from stereolens.lvlm.tasks import load_prompts
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import sample_design as sd
+from stereolens.metrics.reader_correction import MIN_HUMAN_RELIABLE
 
 TASKS = ("story", "term")
 FILES = {
@@ -115,6 +116,7 @@ def export_reader_sample(
     ci: float = 0.95,
     seed: int = 0,
     prompts: dict[str, Any] | None = None,
+    minimum: int | None = MIN_HUMAN_RELIABLE,
 ) -> dict[str, Path]:
     """Draw the human sample of the LVLM reader correction and write FILES into
     ``out_dir``.
@@ -127,7 +129,9 @@ def export_reader_sample(
     share over that model's stories, or its judged pairs) at ``disagreement`` (per task
     {"story": rate, "term": rate}, or a table stratum, disagreement from a pilot), and in
     each stratum n_h items are drawn (sample_design.draw_sample, ``seed``; selection
-    probability n_h / N_h). The story form shows each drawn story as a set and asks the
+    probability n_h / N_h), n_h raised to ``minimum`` in a stratum of that many items (the
+    TVD rows' printing minimum: the count `stereolens plan` recommends; None: the width's
+    alone). The story form shows each drawn story as a set and asks the
     assistant's extraction fields (story_questions); the term form shows each drawn pair
     as a set, its explanations A and B in the judge's order, and asks the
     judge's question (term_questions). Neither shows a model, group, user image or id.
@@ -152,6 +156,8 @@ def export_reader_sample(
         strata = pl.concat(parts)
     else:
         strata = _strata(items, disagreement)
+    if minimum is not None:
+        strata = strata.with_columns(pl.lit(minimum, pl.Int64).alias("minimum"))
     design, summary = sd.allocate_by_model(
         strata, target_width, share=share, ci=ci, allocation=allocation
     )
@@ -270,13 +276,20 @@ def plan_rates(
 def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
     """The planner's reader rows of the LVLM: per audited model and task the human labels
     (stories, judged term pairs) for lvlm.reader_sample.target_width at the disagreement of
-    plan_rates (the config's per task, or a pilot's)."""
+    plan_rates (the config's per task, or a pilot's), and those that print every TVD row's
+    interval (its cells, the strata, at reader_correction.MIN_HUMAN_RELIABLE: the default
+    of sample_design.planner_part; a cell's items scale with the task's images_per_group)."""
     section = config["lvlm"]["reader_sample"]
     strata = plan_strata(config)
     if not strata.height:
         return {"benchmark": "lvlm", "rows": [], "notes": []}
     strata, source, notes = plan_rates(config, strata, pilot)
-    part = sd.planner_part("lvlm", "items", section, strata, source, notes)
+    knob = {
+        m: (f"lvlm.tasks.{m.rsplit('|', 1)[1]}.images_per_group", float(
+            config["lvlm"]["tasks"][m.rsplit("|", 1)[1]]["images_per_group"]))
+        for m in strata["model"].unique()
+    }  # fmt: skip
+    part = sd.planner_part("lvlm", "items", section, strata, source, notes, knob)
     for r in part["rows"]:
         model, task = r["model"].rsplit("|", 1)
         r["model"] = f"{model}, {task} ({'stories' if task == 'story' else 'term pairs'})"

@@ -19,7 +19,7 @@ from stereolens.metrics.human_labels import (
     check_human_in_reader,
     check_human_labels,
 )
-from stereolens.metrics.reader_correction import MIN_LABELLED
+from stereolens.metrics.reader_correction import MIN_HUMAN_RELIABLE, MIN_LABELLED
 
 FORM_FILES = {
     "form": "form.html",
@@ -95,7 +95,11 @@ def allocate(
     W_h), so V's reader term is (sum a)(sum W_h^2 S_h^2 / a_h) / n and n = that over the
     room (target_width / 2z)^2 - share (1 - share) / N; each n_h rounded up, at least
     MIN_LABELLED and at most N_h, the strata held at a bound taken out and the rest solved
-    again. A stratum without disagreement gets MIN_LABELLED."""
+    again. A stratum without disagreement gets MIN_LABELLED. Where ``strata`` has a
+    ``minimum`` column (the human labels from which the report prints the intervals of the
+    rows using the stratum, printable_counts; ``minimums`` beside it: each row's), each n_h
+    is then raised to reachable_minimum (the count `stereolens plan` recommends), and the
+    width is that of the result."""
     if allocation not in ALLOCATIONS:
         raise ValueError(f"allocation {allocation!r}; allowed: {', '.join(ALLOCATIONS)}")
     if not 0.0 < target_width:
@@ -142,6 +146,9 @@ def allocate(
     reachable = bool(reachable and width <= target_width * (1.0 + 1e-9))
     if not reachable:
         n = big.copy()
+        width = 2.0 * z * float(np.sqrt(sampling + _reader_variance(w, s2, n)))
+    if "minimum" in strata.columns:
+        n = np.maximum(n, reachable_minimum(strata).to_numpy().astype(float))
         width = 2.0 * z * float(np.sqrt(sampling + _reader_variance(w, s2, n)))
     out = strata.select("stratum", "n_items", "disagreement").with_columns(
         pl.col("n_items").cast(pl.Int64),
@@ -337,6 +344,56 @@ def planned_widths(
     ]
 
 
+def reachable_minimum(strata: pl.DataFrame) -> pl.Series:
+    """Per stratum (n_items; minimums, the printing minimum of each headline row using it,
+    else minimum) the largest minimum its items reach, 0 where none: the labels that print
+    every row using it that can be printed at all."""
+    if "minimums" not in strata.columns:
+        least = strata.select(pl.col("minimum").fill_null(0)).to_series()
+        return pl.Series("reach", np.where(strata["n_items"] >= least, least, 0), pl.Int64)
+    rows = strata.select("n_items", "minimums").with_row_index("_i").explode("minimums")
+    best = (
+        rows.filter(pl.col("minimums") <= pl.col("n_items"))
+        .group_by("_i")
+        .agg(pl.col("minimums").max().alias("reach"))
+    )
+    index = pl.DataFrame({"_i": pl.arange(0, strata.height, eager=True).cast(pl.UInt32)})
+    joined = index.join(best, on="_i", how="left").sort("_i")
+    return joined["reach"].fill_null(0).cast(pl.Int64)
+
+
+def printable_counts(strata: pl.DataFrame, design: pl.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per model of ``strata`` (model, stratum, n_items, minimum: the human labels per cell
+    from which the report prints the corrected intervals of the headline rows using the
+    stratum, 0 where none does) and the width allocation ``design`` (stratum, n_human): the
+    labels that put every stratum at its minimum, capped at its items (n_printable, at
+    least the MIN_LABELLED floor), the strata with fewer items than their minimum
+    (cells_short; short_items_min their fewest items, grow the largest minimum / items
+    ratio among them: how many times the items per cell the design needs for them) and
+    n_recommended = sum over strata of the larger of the width's n_h and
+    :func:`reachable_minimum` (``minimums``, where given, the minimum of each row using
+    the stratum: a stratum short of one row's keeps another's; a row it cannot reach is
+    withheld whatever is labelled)."""
+    table = strata.join(design.select("stratum", "n_human"), on="stratum", how="left")
+    table = table.with_columns(reachable_minimum(table).alias("_reach"))
+    table = table.with_columns(
+        pl.max_horizontal(
+            pl.min_horizontal("minimum", "n_items"), pl.min_horizontal(MIN_LABELLED, "n_items")
+        ).alias("_print"),
+        (pl.col("n_items") < pl.col("minimum")).alias("_short"),
+    )
+    per = table.group_by("model").agg(
+        pl.col("_print").sum().alias("n_printable"),
+        pl.max_horizontal("_reach", "n_human").sum().alias("n_recommended"),
+        pl.col("minimum").filter(pl.col("minimum") > 0).min().alias("minimum_min"),
+        pl.col("minimum").max().alias("minimum_max"),
+        pl.col("_short").sum().alias("cells_short"),
+        pl.col("n_items").filter("_short").min().alias("short_items_min"),
+        (pl.col("minimum") / pl.col("n_items")).filter("_short").max().alias("grow"),
+    )
+    return {r.pop("model"): r for r in per.iter_rows(named=True)}
+
+
 def planner_part(
     benchmark: str,
     unit: str,
@@ -344,15 +401,28 @@ def planner_part(
     strata: pl.DataFrame,
     source: str,
     notes: list[str],
+    knob: tuple[str, float] | dict[str, tuple[str, float]] | None = None,
 ) -> dict[str, Any]:
     """A benchmark's part of stereolens.plan.reader_plan: per model of ``strata`` (model,
-    stratum, n_items, disagreement) the human labels for the reader_sample ``section``'s
-    target width and allocation (allocate_by_model), the span of its strata's rates
-    (disagreement_min / _max) and n_human None where the width is not reachable; the total
-    (None if a model's is); ``unit`` names the items, ``source`` the rate's."""
-    _, rows = allocate_by_model(
-        strata, float(section["target_width"]), allocation=section["allocation"]
+    stratum, n_items, disagreement, minimum: printable_counts'; without it
+    MIN_HUMAN_RELIABLE for every stratum) the human labels for the reader_sample
+    ``section``'s target width and allocation (allocate_by_model), the span of its strata's
+    rates (disagreement_min / _max), n_human None where the width is not reachable, and
+    printable_counts' columns: n_printable, n_recommended (the count the plan recommends),
+    minimum_min / _max, cells_short, short_items_min and, with ``knob`` (the config key
+    whose value the items of every cell scale with, and that value; or one per model),
+    knob (the key) and knob_needed: the value from which no cell is short (None where
+    none is); the totals (n_human None if a model's is); ``unit`` names the items,
+    ``source`` the rate's."""
+    if "minimum" not in strata.columns:
+        strata = strata.with_columns(pl.lit(MIN_HUMAN_RELIABLE).alias("minimum"))
+    strata = strata.with_columns(pl.col("minimum").cast(pl.Int64))
+    design, rows = allocate_by_model(
+        strata.drop("minimum", "minimums", strict=False),
+        float(section["target_width"]),
+        allocation=section["allocation"],
     )
+    printable = printable_counts(strata, design)
     rates = strata.group_by("model").agg(
         pl.col("disagreement").min().alias("lo"), pl.col("disagreement").max().alias("hi")
     )
@@ -360,6 +430,14 @@ def planner_part(
     for r in rows:
         r["disagreement_min"], r["disagreement_max"] = span[r["model"]]
         r["n_human"] = r["n_human"] if r["reachable"] else None
+        p = printable[r["model"]]
+        grow = p.pop("grow")
+        r.update(p)
+        mine = knob.get(r["model"]) if isinstance(knob, dict) else knob
+        r["knob"] = None if mine is None else mine[0]
+        r["knob_needed"] = (
+            int(np.ceil(mine[1] * grow - 1e-9)) if mine is not None and grow is not None else None
+        )
     needed = [r["n_human"] for r in rows]
     return {
         "benchmark": benchmark,
@@ -369,5 +447,7 @@ def planner_part(
         "disagreement_source": source,
         "rows": rows,
         "n_human": None if None in needed else sum(needed),
+        "n_printable": sum(r["n_printable"] for r in rows),
+        "n_recommended": sum(r["n_recommended"] for r in rows),
         "notes": notes,
     }

@@ -35,9 +35,19 @@ PLAN_CAPTION = (
     f"{PLAN_SHARE}, d = 1 - the pooled accuracy of the run's reader audit (the worst "
     f"reader it audits), else {DEFAULT_DISAGREEMENT} (1 - 86.4%, the lowest extraction "
     "accuracy ContextBias reports, paper 002 Table 1), at least 2 per sampling stratum; "
-    "a simple random sample of all items. A corrected interval is printed only from "
-    "reader_correction.MIN_HUMAN_RELIABLE human labels per cell (the caption above); a "
-    "plan that reaches its width with fewer per cell gets estimates without intervals."
+    "a simple random sample of all items. A corrected interval is printed only where every "
+    "cell of its row has its printing minimum of human labels (the caption above), so the "
+    "planner also counts, per generator, the labels that put every cell (a stratum) of the "
+    "headline rows at its minimum, at most the cell's items: the largest of the rows using "
+    "it, reader_correction.MIN_HUMAN_RELIABLE (ContextBias, the LVLM, BiasIG S_imp), "
+    "biasig.corrected.score_minimum (BiasIG S_exp '*') or biasig.formulas."
+    "ETA_MIN_HUMAN_RELIABLE (a side of a BiasIG eta pair) (metrics.sample_design."
+    "printable_counts). A cell with fewer items than its minimum never prints its rows' "
+    "intervals, whatever is labelled; the sentence says so and names the design setting "
+    "(e.g. contextbias.seeds.per_prompt) at which every cell has enough. The count the plan "
+    "recommends: per cell the larger of the width's labels and the largest minimum of the "
+    "rows using it that the cell has items for; where no cell has, the width's count, with "
+    "every corrected interval withheld."
 )
 
 
@@ -127,6 +137,45 @@ def _planned_count(part: dict, n_items: int, what: str, measured: str) -> str:
     return f"{count}: {settings}, as `stereolens plan` prints it{measured}{extra}"
 
 
+def _printable(part: dict) -> str:
+    """The plan's labels for printed corrected intervals (sample_design.printable_counts),
+    its cells that never reach their minimum and the count it recommends; empty for a part
+    without them."""
+    rows = part["rows"]
+    if not rows or "n_printable" not in rows[0]:
+        return ""
+    unit = part["unit"]
+    short = sum(r["cells_short"] for r in rows)
+    cells = sum(r["strata"] for r in rows)
+    lo = min(r["minimum_min"] for r in rows)
+    hi = max(r["minimum_max"] for r in rows)
+    text = (
+        f" A corrected interval is printed where every cell of its row has its printing "
+        f"minimum ({lo:,}{f'-{hi:,}' if hi != lo else ''} human labels, at most the cell's "
+        f"{unit}): {part['n_printable']:,} in all"
+    )
+    if not short:
+        return f"{text}; the plan recommends {part['n_recommended']:,}."
+    needed: dict[str, int] = {}
+    for r in rows:
+        if r["knob"] and r["knob_needed"] is not None:
+            needed[r["knob"]] = max(needed.get(r["knob"], 0), r["knob_needed"])
+    grow = "; ".join(f"{k} >= {v:,}" for k, v in needed.items())
+    grow = f" ({grow} gives every cell enough)" if grow else ""
+    if short == cells:
+        return (
+            f"{text}, but no cell has that many {unit}{grow}: every headline row's corrected "
+            f"interval will be withheld whatever is labelled; the plan recommends the "
+            f"width's count, {part['n_recommended']:,}."
+        )
+    return (
+        f"{text}; {short:,} of {cells:,} cells have fewer {unit} than their minimum{grow}, "
+        f"and the rows needing more than such a cell has will be withheld whatever is "
+        f"labelled; the plan recommends {part['n_recommended']:,} (per cell the largest "
+        f"minimum it reaches, the width's count elsewhere)."
+    )
+
+
 def plan_block(
     key: str,
     title: str,
@@ -157,7 +206,7 @@ def plan_block(
             else ""
         )
         count = _planned_count(planned, n_items, what, measured)
-        return ReaderBlock(key, title, plan=f"{head} The plan says: {count}.")
+        return ReaderBlock(key, title, plan=f"{head} The plan says: {count}.{_printable(planned)}")
     d = DEFAULT_DISAGREEMENT if disagreement is None else disagreement
     source = (
         f"the {audit}'s disagreement rate {d:.3f}"

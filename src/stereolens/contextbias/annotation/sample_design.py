@@ -20,6 +20,7 @@ from stereolens.contextbias.corrected import reader_table
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import sample_design as sd
+from stereolens.metrics.reader_correction import MIN_HUMAN_RELIABLE
 
 FILES = sd.FORM_FILES
 """What export_reader_sample writes into its folder: the form and its key (the annotation
@@ -44,6 +45,7 @@ def export_reader_sample(
     image_root: str | os.PathLike | None = None,
     max_side: int | None = 512,
     image_format: str = "jpeg",
+    minimum: int | None = MIN_HUMAN_RELIABLE,
 ) -> dict[str, Path]:
     """Draw the human sample of the reader correction and write FILES into ``out_dir``.
 
@@ -53,7 +55,9 @@ def export_reader_sample(
     (model, stratum, disagreement) from a pilot (sample_design.disagreement_rates). Per
     generator sample_design.allocate_by_model gives n_h for ``target_width``, and in each
     stratum n_h images are drawn (sample_design.draw_sample, ``seed``; selection
-    probability n_h / N_h). The form shows each drawn image as its own set of one (the
+    probability n_h / N_h), n_h raised to ``minimum`` in a stratum of that many images
+    (every headline row's printing minimum: the count `stereolens plan` recommends; None:
+    the width's alone). The form shows each drawn image as its own set of one (the
     annotation form's blinding, CSV and key: docs/methods.md, the human annotation study),
     so that an answer is the label of one image; the template lists every drawn image x
     asked dimension with its stratum and selection probability, label
@@ -74,6 +78,8 @@ def export_reader_sample(
         raise ValueError("no image of the reader table has a usable (status ok) image file")
     strata = items.group_by("model", "stratum").agg(pl.len().cast(pl.Int64).alias("n_items"))
     strata = sd.with_disagreement(strata, disagreement, ["model", "stratum"])
+    if minimum is not None:
+        strata = strata.with_columns(pl.lit(minimum, pl.Int64).alias("minimum"))
     design, summary = sd.allocate_by_model(
         strata, target_width, share=share, ci=ci, allocation=allocation
     )
@@ -195,9 +201,14 @@ def plan_strata(config: dict[str, Any], pilot: Path | None) -> tuple[pl.DataFram
 
 def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
     """The planner's reader rows of ContextBias: per generator the human labels for the
-    configured target width (sample_design.allocate_by_model), with the settings and notes."""
+    configured target width (sample_design.allocate_by_model) and those that print every
+    headline row's interval (every BI and CCS row's cells, generator x role x condition,
+    at reader_correction.MIN_HUMAN_RELIABLE; sample_design.printable_counts, the items of
+    a cell scaling with contextbias.seeds.per_prompt), with the settings and notes."""
     section = config["contextbias"]["reader_sample"]
     strata, source, notes = plan_strata(config, pilot)
     if not strata.height:
         return {"benchmark": "contextbias", "rows": [], "notes": notes}
-    return sd.planner_part("contextbias", "images", section, strata, source, notes)
+    strata = strata.with_columns(pl.lit(MIN_HUMAN_RELIABLE).alias("minimum"))
+    knob = ("contextbias.seeds.per_prompt", float(config["contextbias"]["seeds"]["per_prompt"]))
+    return sd.planner_part("contextbias", "images", section, strata, source, notes, knob)

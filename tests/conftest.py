@@ -240,8 +240,8 @@ def run_workflow(
 
 
 def dry_run_jobs(text: str) -> list[dict]:
-    """The jobs a `snakemake -n` printed (``text``): one dict per job (rules and
-    checkpoints) with rule, wildcards and reason."""
+    """The jobs a `snakemake -n` (or a run) printed (``text``): one dict per job (rules and
+    checkpoints) with rule, jobid, wildcards and reason."""
     jobs: dict[str, dict] = {}
     current: dict | None = None
     for line in text.splitlines():
@@ -251,6 +251,7 @@ def dry_run_jobs(text: str) -> list[dict]:
         elif current is not None and line.startswith("    jobid: "):
             # the job list can be printed twice (log and summary): key jobs by id
             current = jobs.setdefault(line.split(": ", 1)[1], current)
+            current["jobid"] = line.split(": ", 1)[1]
         elif current is not None and line.startswith("    wildcards: "):
             for item in line.split(": ", 1)[1].split(", "):
                 key, _, value = item.partition("=")

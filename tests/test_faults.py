@@ -58,7 +58,15 @@ def _env(**extra):
     return workflow_env(STEREOLENS_FAULT_KEY=KEY, **extra)
 
 
-def _workdir(repo_root: Path, dest: Path, extractor: str = "fault-vlm", port: int = 0) -> Path:
+def _workdir(
+    repo_root: Path,
+    dest: Path,
+    extractor: str = "fault-vlm",
+    port: int = 0,
+    config_file: str = CONFIG_FILE,
+) -> Path:
+    """A copy of the workflow with the fault registry (config/faults_models.yaml) and
+    ``config_file`` with ``extractor`` as config/<its name>."""
     copy_workflow(dest, repo_root)
     registry = yaml.safe_load((repo_root / "config/models.yaml").read_text())
     registry["vlms"]["fault-vlm"] = FAULT_VLM
@@ -77,17 +85,19 @@ def _workdir(repo_root: Path, dest: Path, extractor: str = "fault-vlm", port: in
         "notes": "the tiny VLM behind tests/openai_server.py",
     }
     (dest / "config/faults_models.yaml").write_text(yaml.safe_dump(registry, sort_keys=False))
-    config = yaml.safe_load((dest / CONFIG_FILE).read_text())
+    config = yaml.safe_load((dest / config_file).read_text())
     config["contextbias"]["extractors"] = [extractor]
-    (dest / "config/faults.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    (dest / "config" / Path(config_file).name).write_text(yaml.safe_dump(config, sort_keys=False))
     return dest
 
 
-def _snakemake(wd: Path, *args: str, timeout: int = 900, **popen) -> subprocess.CompletedProcess:
+def _snakemake(
+    wd: Path, *args: str, timeout: int = 900, config: str = "config/faults.yaml", **popen
+) -> subprocess.CompletedProcess:
     # targets and flags first: --configfile takes every word after it
     return subprocess.run(
         [SNAKEMAKE, *args, "--profile", "profiles/local", "--cores", "2"]
-        + ["--configfile", "config/faults.yaml"],
+        + ["--configfile", config],
         cwd=wd,
         env=_env(),
         capture_output=True,
@@ -167,8 +177,8 @@ def _seeded(repo_root: Path, dest: Path, tiny_models, **kw) -> Path:
 
 def undisturbed_run(repo_root: Path, tmp_path_factory, tiny_models) -> tuple[Path, dict]:
     """The undisturbed run, once per pytest run (conftest.built_once: test_faults.py,
-    test_faults_files.py, test_faults_api.py and test_slurm.py, on whichever xdist workers,
-    share it) and its tables. Its folder is shared: a case works on a copy
+    test_faults_files.py and test_faults_api.py, on whichever xdist workers, share it) and
+    its tables. Its folder is shared: a case works on a copy
     (shutil.copytree) or in a folder of its own."""
 
     def run(dest: Path) -> None:

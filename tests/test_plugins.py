@@ -27,7 +27,7 @@ CONFIGS = [
     *sorted(
         str(p.relative_to(ROOT))
         for p in (ROOT / ".test" / "config").glob("*.yaml")
-        # faults.yaml needs a generated registry; faults_schema.yaml is no config
+        # faults*.yaml need a generated registry; faults_schema.yaml is no config
         if not p.name.startswith("faults")
     ),
 ]

@@ -1,6 +1,6 @@
 """The SLURM profiles: both parse for snakemake-executor-plugin-slurm, and a real
-single-node SLURM cluster runs a small config through the executor with the same results
-as a local run.
+single-node SLURM cluster runs a small two-round adaptive config through the executor with
+the same results as a local run.
 
 The real-cluster test runs when STEREOLENS_SLURM_TEST=1 or CI is set (.ci/run sets both;
 STEREOLENS_SLURM_TEST=0 turns it off). It needs root and Debian's SLURM packages: under CI
@@ -22,9 +22,16 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from conftest import SLURM_CONF_OUTSIDE, copy_workflow, skip_unless_ci, workflow_env
+from conftest import (
+    SLURM_CONF_OUTSIDE,
+    built_once,
+    copy_workflow,
+    dry_run_jobs,
+    skip_unless_ci,
+    workflow_env,
+)
 from polars.testing import assert_frame_equal
-from test_faults import _workdir, undisturbed_run
+from test_faults import _ok, _seeded, _snakemake, _workdir
 
 from stereolens.throughput import measured_throughput
 
@@ -34,18 +41,38 @@ ROOT = Path(__file__).resolve().parents[1]
 SLURM_UP = ROOT / "tools" / "slurm" / "slurm-up.sh"
 # Hard wall-clock limit (s) of the SLURM run. A lost SLURM job makes snakemake wait
 # forever and ignore SIGTERM, hence `timeout -k 30`. Measured on the 2-core test machine
-# (shared with other work): through SLURM 227 s and 282 s, cluster up 6-7 s. The limit
-# leaves 3x or more (a slower machine can raise it through the environment); the local
-# run is the fault suite's, under its own limit.
+# (shared with other work): through SLURM 227 s and 282 s, cluster up 6-7 s (the fixed
+# config); tests/README.md has the two-round figures. The limit leaves 3x or more (a
+# slower machine can raise it through the environment); the local run has its own limit.
 SLURM_RUN_TIMEOUT = int(os.environ.get("STEREOLENS_SLURM_RUN_TIMEOUT", "900"))
 # Every SLURM job starts snakemake twice and loads torch on 2 cores, and the plugin's
 # status checks back off by 10 s per round while jobs run, so the test runs the smallest
 # config that still goes through every core rule of the workflow over SLURM (prompts,
-# tiny-model builds, generation, extraction, merge, canonicalisation without embedding
-# or LLM, metrics, report): the fault suite's config (.test/config/faults.yaml: one role,
-# one generator, the tiny VLM greedy and short; validation, annotation, BiasIG and the
-# LVLM off; few bootstrap replicates), whose local run (test_faults.undisturbed_run) is
-# built once per pytest run and is the run the SLURM results are compared with.
+# tiny-model builds, generation, extraction, the adaptive design's interim analyses,
+# merge, canonicalisation without embedding or LLM, metrics, report) in two rounds: the
+# fault suite's config in the adaptive design (.test/config/faults_adaptive.yaml: one
+# role, one generator, the tiny VLM greedy and short, two seeds in two rounds of one
+# shard; validation, annotation, BiasIG and the LVLM off; few bootstrap replicates). Its
+# local run (adaptive_local_run) is built once per pytest run while the SLURM jobs wait
+# in the plugin's status checks, and is the run the SLURM results are compared with.
+CONFIG_FILE = ".test/config/faults_adaptive.yaml"
+CONFIG = "config/faults_adaptive.yaml"  # where test_faults._workdir writes it
+# the rules whose jobs must have run as SLURM jobs (check_models and `all` are local)
+SLURM_RULES = {
+    "build_tiny_model",
+    "write_contextbias_prompts",
+    "generate_images",
+    "extract_contextbias_attributes",
+    "adaptive_round",
+    "collect_adaptive_decisions",
+    "merge_contextbias_model_attributes",
+    "merge_contextbias_attributes",
+    "canonicalise_contextbias_labels",
+    "compute_contextbias_metrics",
+    "collect_job_timings",
+    "render_report",
+}
+ADAPTIVE = "results/contextbias/adaptive"
 
 
 def _slurm_test_enabled() -> bool:
@@ -243,24 +270,69 @@ def _sorted(df: pl.DataFrame, cols) -> pl.DataFrame:
     return df.select(cols).sort(cols, nulls_last=True)
 
 
+def adaptive_local_run(repo_root: Path, tmp_path_factory, tiny_models) -> Path:
+    """CONFIG run locally (profiles/local, 2 cores) on the session's tiny checkpoints,
+    once per pytest run (conftest.built_once; the folder is shared: read it only)."""
+
+    def run(dest: Path) -> None:
+        _seeded(repo_root, dest, tiny_models, config_file=CONFIG_FILE)
+        _ok(_snakemake(dest, config=CONFIG))
+
+    return built_once(tmp_path_factory, "faults-adaptive-run", run)
+
+
+def _slurm_jobs(slog: str) -> list[dict]:
+    """The jobs the run submitted to SLURM: rule, wildcards, Snakemake's jobid and
+    ``slurm`` (the SLURM jobid), from the executor's log."""
+    submitted = dict(re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", slog))
+    jobs = [
+        dict(j, slurm=submitted[j["jobid"]]) for j in dry_run_jobs(slog) if j["jobid"] in submitted
+    ]
+    assert len(jobs) == len(submitted) == len(set(submitted.values())), slog[-3000:]
+    return jobs
+
+
+def _sacct(jobids: list[str]) -> dict[str, dict]:
+    """sacct's records of the jobs (-X: the allocations), by SLURM jobid, once every job
+    has one and is COMPLETED (slurmdbd records a job's end a moment after it)."""
+    fields = ("JobID", "JobName%64", "State", "Submit", "Start", "End")
+    names = [f.split("%")[0] for f in fields]
+    rows: dict[str, dict] = {}
+    for _ in range(30):
+        acct = subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-j", ",".join(jobids), "-o", ",".join(fields)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        rows = {
+            line.split("|")[0]: dict(zip(names, line.split("|"), strict=True))
+            for line in acct.stdout.splitlines()
+            if line.strip()
+        }
+        if len(rows) == len(jobids) and all(r["State"] == "COMPLETED" for r in rows.values()):
+            break
+        time.sleep(1)
+    return rows
+
+
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_slurm_run_matches_local_run(
     slurm_cluster, repo_root, tmp_path, tmp_path_factory, tiny_models
 ):
-    # --- through SLURM, the fault suite's config; its local run is built meanwhile (or was
-    # built by the fault suite on the other worker): SLURM's jobs wait in the plugin's
-    # status checks, the local run uses the cores
-    swd = _workdir(repo_root, tmp_path / "slurm")
+    # --- through SLURM, two rounds; the local run is built meanwhile: SLURM's jobs wait in
+    # the plugin's status checks, the local run uses the cores
+    swd = _workdir(repo_root, tmp_path / "slurm", config_file=CONFIG_FILE)
     proc, t0 = _start(
-        [SNAKEMAKE, "--profile", "profiles/slurm-ci", "--configfile", "config/faults.yaml"],
+        [SNAKEMAKE, "--profile", "profiles/slurm-ci", "--configfile", CONFIG],
         swd,
         SLURM_RUN_TIMEOUT,
         tmp_path / "slurm.log",
     )
     t_local = time.monotonic()
     try:
-        lwd, _ = undisturbed_run(repo_root, tmp_path_factory, tiny_models)
+        lwd = adaptive_local_run(repo_root, tmp_path_factory, tiny_models)
     finally:
         local_s = time.monotonic() - t_local
         rc, slog, slurm_s = _finish(proc, t0, SLURM_RUN_TIMEOUT, tmp_path / "slurm.log")
@@ -273,31 +345,71 @@ def test_slurm_run_matches_local_run(
     # SLURM really ran the jobs: sacct lists them COMPLETED under the run's job name
     run_id = re.search(r"SLURM run ID: (\S+)", slog)
     assert run_id, slog[-3000:]
-    run_id = run_id.group(1)
-    jobids = re.findall(r"submitted with SLURM jobid (\d+)", slog)
-    assert len(jobids) >= 10, slog[-3000:]
+    jobs = _slurm_jobs(slog)
+    assert {j["rule"] for j in jobs} == SLURM_RULES, slog[-3000:]
     # (no check of .snakemake/slurm_logs: the plugin deletes the logs of successful
     # jobs unless --slurm-keep-successful-logs is given)
-    states = {}
-    for _ in range(30):  # slurmdbd records job ends a moment after they happen
-        acct = subprocess.run(
-            ["sacct", "-X", "-n", "-P", "-j", ",".join(jobids), "-o", "JobID,JobName%64,State"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        states = {
-            line.split("|")[0]: tuple(line.split("|")[1:])
-            for line in acct.stdout.splitlines()
-            if line.strip()
-        }
-        if len(states) == len(jobids) and all(s[1] == "COMPLETED" for s in states.values()):
-            break
-        time.sleep(1)
-    assert set(states) == set(jobids), (jobids, states)
-    assert all(s == (run_id, "COMPLETED") for s in states.values()), states
+    acct = _sacct([j["slurm"] for j in jobs])
+    assert set(acct) == {j["slurm"] for j in jobs}, (jobs, acct)
+    assert {(r["JobName"], r["State"]) for r in acct.values()} == {
+        (run_id.group(1), "COMPLETED")
+    }, acct
+    _assert_rounds_ran_in_order(jobs, acct)
+    _assert_decisions(swd, lwd)
     _assert_measured_throughput(swd)
     _assert_same_results(swd, lwd)
+
+
+def _assert_rounds_ran_in_order(jobs: list[dict], acct: dict[str, dict]):
+    """Two rounds of SLURM jobs: round 1 (shard 0 of each condition) and its interim
+    analysis, then round 2 (shard 1), submitted after round 1's decision had ended."""
+    by_rule: dict[str, list[dict]] = {}
+    for job in jobs:
+        by_rule.setdefault(job["rule"], []).append(job)
+    interims = {j["wildcards"]["round"]: j for j in by_rule["adaptive_round"]}
+    assert sorted(interims) == ["1", "2"], by_rule["adaptive_round"]
+    assert {j["wildcards"]["model"] for j in interims.values()} == {"tiny-sd"}
+    for rule, key in (("generate_images", "cell"), ("extract_contextbias_attributes", "condition")):
+        shards = sorted((j["wildcards"]["shard"], j["wildcards"][key]) for j in by_rule[rule])
+        assert shards == [(s, c) for s in "01" for c in ("CA-R", "CA-U", "CF")], (rule, shards)
+
+    def when(job, field):
+        return acct[job["slurm"]][field]
+
+    decided = when(interims["1"], "End")
+    round_1 = [j for j in jobs if j["wildcards"].get("shard") == "0"]
+    round_2 = [j for j in jobs if j["wildcards"].get("shard") == "1"] + [interims["2"]]
+    # sacct's times are ISO 8601 to the second: string order is time order
+    assert all(when(j, "End") <= when(interims["1"], "Start") for j in round_1), acct
+    assert all(when(j, "Submit") >= decided for j in round_2), (decided, round_2, acct)
+
+
+def _assert_decisions(swd: Path, lwd: Path):
+    """results/contextbias/adaptive/ holds each round's decision table and the table of
+    all rounds: one role has no interval, so round 1 leaves the cell open and round 2
+    stops it at the cap; the SLURM run's tables equal the local run's."""
+    table = pl.read_parquet(swd / ADAPTIVE / "decisions.parquet")
+    assert table.select("round", "decision", "reason", "shards", "model", "extractor").rows() == [
+        (1, "continue", "open", 1, "tiny-sd", "fault-vlm"),
+        (2, "stop", "cap reached", 2, "tiny-sd", "fault-vlm"),
+    ], table
+    assert table["cell"].n_unique() == 1
+    assert table["effect"].to_list() == ["contextbias.bi_shift:tiny-sd"] * 2
+    parts = sorted(p.relative_to(swd / ADAPTIVE) for p in (swd / ADAPTIVE).rglob("*.parquet"))
+    assert [str(p) for p in parts] == [
+        "decisions.parquet",
+        "round_1/tiny-sd/decisions.parquet",
+        "round_2/tiny-sd/decisions.parquet",
+    ]
+    for part in parts:
+        assert_frame_equal(
+            pl.read_parquet(swd / ADAPTIVE / part),
+            pl.read_parquet(lwd / ADAPTIVE / part),
+            check_exact=False,
+            **TOLERANCE,
+        )
+    rounds = pl.concat(pl.read_parquet(swd / ADAPTIVE / p) for p in parts[1:])
+    assert_frame_equal(rounds, table)
 
 
 def _assert_measured_throughput(wd: Path):
@@ -306,7 +418,7 @@ def _assert_measured_throughput(wd: Path):
     by_stage = {row["stage"]: row for row in summary.to_dicts()}
     assert set(by_stage) == {"generate", "extract"}, summary
     for row in by_stage.values():
-        assert row["jobs"] == 3 and row["items"] > 0, summary
+        assert row["jobs"] == 6 and row["items"] > 0, summary  # 3 conditions x 2 rounds
         assert row["s_per_item"] > 0 and row["wall_s_per_item"] > 0, summary
         assert row["peak_rss_mb"] > 0, summary
     assert by_stage["generate"]["load_s_mean"] > 0, summary

@@ -69,16 +69,18 @@ TEST_CONFIGS = {
     "biasig": ("compute_biasig_metrics", ("lvlm", "validation")),
     "lvlm": ("compute_lvlm_metrics", ("biasig", "validation")),
     "faults": ("compute_contextbias_metrics", ("biasig", "lvlm", "validation")),
+    # the SLURM test's: round 1's interim analysis (round 2 is known after it: checkpoint)
+    "faults_adaptive": ("adaptive_round", ("biasig", "lvlm", "validation")),
 }
 
 
 @pytest.mark.parametrize("name", sorted(TEST_CONFIGS))
 def test_test_config_plans_its_benchmark_only(repo_root, tmp_path, name):
-    """Each .test config (one per benchmark, and the fault-injection run) plans its own
-    benchmark's rules and none of those it switches off."""
+    """Each .test config (one per benchmark, the fault-injection run and its adaptive
+    variant) plans its own benchmark's rules and none of those it switches off."""
     wd = copy_workflow(tmp_path)
     config = f".test/config/{name}.yaml"
-    if name == "faults":  # its registry adds fault-vlm (tests/test_faults.py writes it)
+    if name.startswith("faults"):  # the registry adds fault-vlm (test_faults.py writes it)
         import yaml
         from test_faults import FAULT_VLM
 

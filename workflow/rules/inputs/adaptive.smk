@@ -151,6 +151,14 @@ def get_adaptive_settings(wildcards):
     )
 
 
+def get_adaptive_budget(wildcards):
+    """The rounds' cap the run was cut with (round_budget) as JSON, which the table of all
+    rounds records (a change of the cap or its pricing reruns that table alone)."""
+    from dataclasses import asdict
+
+    return json.dumps(asdict(round_budget()), sort_keys=True)
+
+
 def get_adaptive_decisions_input(wildcards):
     """Every round's table of every group of the benchmark, up to its stopping round."""
     name = wildcards.benchmark

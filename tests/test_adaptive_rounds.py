@@ -310,6 +310,34 @@ def test_a_gpu_hours_cap_cuts_the_rounds_to_whole_shards_by_hand():
     assert one.shards == {"contextbias": 1}
 
 
+def test_the_ceiling_counts_the_jobs_the_capped_rounds_can_make():
+    """The GPU demo, per stage (generate, extract): 2 roles x (3 conditions x 4 seed shards +
+    9 validation shards) = 42 jobs, 84 in all, 220 images made (4 x 37 + 8 x 9). Under a
+    cap of 5 (2 of 4 shards) the rounds make 2 x (3 x 2 + 9) = 30 a stage, 60 jobs, 146
+    images (2 x 37 + 72), 4.06 GPU-hours: limits.max_jobs 70 refuses the configured run and
+    passes the capped one."""
+    from stereolens.models.registry import load_registry
+    from stereolens.plan import check_ceiling
+
+    registry = load_registry(ROOT / "config/models.yaml")
+    config = _gpu_config()
+    config["limits"]["max_jobs"] = 70
+    with pytest.raises(ConfigError, match=r"the run is larger than its ceilings: 84 jobs > "):
+        check_ceiling(config, registry, THROUGHPUT)
+    config["design"]["adaptive"]["gpu_hours_cap"] = 5.0
+    got = check_ceiling(config, registry, THROUGHPUT)
+    assert (got["jobs"], got["images"], got["capped"]) == (60, 146, True)
+    assert got["gpu_hours"] == pytest.approx(2 + 2 * 37 / 36)
+    bounds = R.sizes(config, CB, R.budget(config, registry, THROUGHPUT))
+    made = [j for j in CB.jobs(config) if R.job_round(CB, j, bounds) in (None, 1, 2)]
+    assert len(made) == 60  # the jobs the rounds can make, counted from the job list
+    same = check_ceiling(config, registry, THROUGHPUT, R.budget(config, registry, THROUGHPUT))
+    assert same == got
+    config["limits"]["max_jobs"] = 59
+    with pytest.raises(ConfigError, match=r"gpu_hours_cap's shards is larger.*60 jobs > "):
+        check_ceiling(config, registry, THROUGHPUT)
+
+
 def test_a_cap_below_two_rounds_is_refused_naming_the_key_and_the_least_cap():
     from stereolens.models.registry import load_registry
 

@@ -235,12 +235,25 @@ def size(
 
 
 def check_ceiling(
-    config: dict[str, Any], registry: dict, throughput: dict[str, Any] | None = None
+    config: dict[str, Any],
+    registry: dict,
+    throughput: dict[str, Any] | None = None,
+    at: Any = None,
 ) -> dict[str, Any]:
     """Refuse a run larger than its ceilings (config ``limits``: jobs, generated images,
     GPU-hours), counted by :func:`size` before any job list is built: a ConfigError with
-    the figures, the parts that make them and the key to change. Returns the size."""
-    got = size(config, registry, throughput)
+    the figures, the parts that make them and the key to change. Returns the size (with
+    ``capped``). Under design.adaptive.gpu_hours_cap the run counted is the one the rounds
+    can make: the benchmarks in rounds at the shards the cap affords (``at``, a
+    :class:`stereolens.design.rounds.Budget`, else ``budget`` with ``throughput``)."""
+    from stereolens.design import rounds
+
+    if at is None and rounds.in_rounds(config):
+        if config["design"]["adaptive"]["gpu_hours_cap"] is not None:
+            at = rounds.budget(config, registry, throughput)
+    capped = at is not None and at.cap is not None
+    counted = rounds.capped_config(config, at.shards) if capped else config
+    got = {**size(counted, registry, throughput), "capped": capped}
     limits = config["limits"]
     over = []
     for figure, key in LIMITS.items():
@@ -254,7 +267,9 @@ def check_ceiling(
             )
     if over:
         raise ConfigError(
-            "the run is larger than its ceilings: "
+            "the run"
+            + (" at design.adaptive.gpu_hours_cap's shards" if capped else "")
+            + " is larger than its ceilings: "
             + "; ".join(over)
             + ". Make it smaller (seeds or images per prompt, roles, models), or, if it is "
             "meant to be this large, raise the limits key named (config schema: limits)"

@@ -47,7 +47,7 @@ def in_rounds(config: dict) -> list[Benchmark]:
 class Budget:
     """What design.adaptive.gpu_hours_cap does to a run (:func:`budget`): per benchmark in
     rounds its shards per cell configured and at the cap, and the run's GPU-hours by the
-    planner's cost model (stereolens.plan.benchmark_hours)."""
+    planner's cost model (stereolens.cost.benchmark_hours)."""
 
     cap: float | None
     """design.adaptive.gpu_hours_cap (None: the configured sizes are the cap)."""
@@ -96,7 +96,7 @@ def budget(config: dict, registry: dict | None = None, throughput: dict | None =
     cap = config["design"]["adaptive"]["gpu_hours_cap"]
     if cap is None or not plugins:
         return Budget(None, configured, dict(configured))
-    from stereolens.plan import benchmark_hours, default_throughput
+    from stereolens.cost import benchmark_hours, default_throughput
 
     if registry is None:
         from stereolens.models.registry import load_registry

@@ -5,15 +5,18 @@ effect, with the fixed design's MDE and with twice it.
 
 For each rule (rounds, first fraction, spending) the stopping rule is simulated as
 `stereolens plan --adaptive` does (stereolens.design.adaptive_plan: the canonical joint
-distribution of nested rounds with the world's mean and variance at each round's size), with
-the plan's own cost model for the benchmark's GPU-hours at each size. Two fixed designs
+distribution of nested rounds with the world's mean and variance at each round's size), at
+the rounds' sizes the workflow runs (stereolens.design.cli.workflow_sizes: ContextBias in
+whole seed shards, config/config.yaml with docs/planner.md's recipe
+contextbias.seeds.per_shard 2; BiasIG, which runs fixed in the workflow, at the rule's
+sizes), with the plan's own cost model for the benchmark's GPU-hours at each size. Two fixed designs
 beside it: the configured one (the cap: what a run of config/config.yaml spends whatever the
 answer) and the smallest fixed size with the adaptive rule's power at that effect
 (stereolens.design.power.required_size), the design one would run if the effect were known
 in advance.
 
 Usage: PYTHONPATH=src .venv/bin/python bench/adaptive_saving.py [--sims 200]
-       [--markdown bench/ADAPTIVE.md]
+       [--markdown bench/ADAPTIVE.md] [--benchmarks contextbias,biasig]
 """
 
 from __future__ import annotations
@@ -56,21 +59,27 @@ def main() -> int:
     from stereolens.config import load_config
     from stereolens.design import adaptive_plan as AP
     from stereolens.design import power as P
+    from stereolens.design import rounds
+    from stereolens.design.cli import workflow_sizes
     from stereolens.design.priors import load_priors
     from stereolens.plan import default_throughput, plan
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sims", type=int, default=200)
     ap.add_argument("--markdown", default=None)
+    ap.add_argument(
+        "--benchmarks", default="contextbias,biasig", help="comma-separated (default both)"
+    )
     args = ap.parse_args()
     with chdir(ROOT):
         config, registry = load_config("config/config.yaml")
+        config["contextbias"]["seeds"]["per_shard"] = 2  # the recipe: 5 shards of 2 seeds
         throughput = default_throughput()
         from stereolens.benchmark import benchmarks, resolve
 
         designs = []
         for plugin in benchmarks():
-            if plugin.planner and plugin.name in ("contextbias", "biasig"):
+            if plugin.planner and plugin.name in args.benchmarks.split(","):
                 designs.append(resolve(plugin.planner)(config, load_priors(), None, 0))
     lines = [
         "| comparison | rule | world | effect | adaptive GPU-h median | p90 | fixed (configured) "
@@ -98,8 +107,15 @@ def main() -> int:
         for rule in RULES:
             t0 = time.process_time()
             options = {**rule, "goal": "difference", "width": {}, "margin": {}}
+            adaptive = {**config["design"]["adaptive"], **options}
+            as_run = {**config, "design": {**config["design"], "mode": "adaptive",
+                                           "adaptive": adaptive}}  # fmt: skip
+            with chdir(ROOT):
+                at = rounds.budget(as_run, registry, throughput)
+            rule_ = AP.rule_from(options, 0.05)
+            sizes = workflow_sizes(as_run, d, at, rule_)
             rows = AP.plan_adaptive(
-                cached, AP.rule_from(options, 0.05), options, cost, sims=args.sims, mde_rows=mde
+                cached, rule_, options, cost, sizes=sizes, sims=args.sims, mde_rows=mde
             )
             label = (
                 f"{rule['rounds']} rounds from {rule['first_fraction']:g}, {rule['spending']}, "

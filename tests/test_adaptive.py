@@ -331,6 +331,32 @@ def test_plan_applies_the_gpu_hours_cap_as_the_workflow_does(capsys, tmp_path):
     assert "ContextBias's shards allow one round, which the workflow refuses (make " in out
 
 
+def test_workflow_sizes_are_the_rounds_whole_shards_in_the_planners_knob():
+    """config/config.yaml in rounds (the recipe: contextbias.seeds.per_shard 2, 5 shards of 2
+    seeds): the rule's 3 rounds from 0.25 at 1, 2 and 5 shards are 2, 4 and 10 seeds per
+    prompt, what `stereolens plan` and bench/adaptive_saving.py simulate; shards of 1 seed
+    give the rule's 2, 5, 10; one shard of 10 allows one round (None: the rule's sizes), and
+    BiasIG, which runs fixed in the workflow, has none."""
+    import argparse
+
+    from stereolens.config import load_config
+    from stereolens.design import rounds as R
+    from stereolens.design.cli import designs, workflow_sizes
+    from stereolens.plan import default_throughput
+
+    config, registry = load_config("config/config.yaml")
+    config["design"]["mode"] = "adaptive"
+    rule = AP.rule_from(config["design"]["adaptive"], config["design"]["level"])
+    found = {d.benchmark: d for d in designs(config, argparse.Namespace(pilot=None))}
+    got = {}
+    for per_shard in (1, 2, 10):
+        config["contextbias"]["seeds"]["per_shard"] = per_shard
+        at = R.budget(config, registry, default_throughput())
+        got[per_shard] = workflow_sizes(config, found["contextbias"], at, rule)
+        assert workflow_sizes(config, found["biasig"], at, rule) is None
+    assert got == {1: [2, 5, 10], 2: [2, 4, 10], 10: None}
+
+
 def test_goals_from_the_config_and_the_width_goal_on_a_small_world():
     """design.adaptive's goal per effect: width only where a width is given, equivalence
     with the MDE as the default margin; a width goal stops at the first round whose RCI is

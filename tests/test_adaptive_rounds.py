@@ -192,6 +192,44 @@ def test_report_section_shows_every_round_and_why_each_cell_stopped():
     assert "P(|Z_j| < c_j for all j <= k)" in shown.caption
 
 
+def test_report_and_table_state_the_gpu_hours_cap_the_workflow_cut_the_rounds_to():
+    """The table of all rounds records the workflow's Budget (a cap of 5 on the GPU demo, by
+    hand in test_a_gpu_hours_cap_cuts_the_rounds_to_whole_shards_by_hand: 2 of 4 shards,
+    2 + 2 x 37/36 = 4.06 GPU-hours at the cap, 2 + 4 x 37/36 = 6.11 configured), and the
+    report states it in describe_budget's words; without a cap the columns are null and
+    the report says nothing of a cap."""
+    from stereolens.models.registry import load_registry
+    from stereolens.report import adaptive as report
+    from stereolens.report.inputs import Inputs
+
+    config = _config()
+    first = R.decide_round(config, CB, 1, _current([("b", 0.05, 0.05), ("a", 0.5, 0.01)]))
+    second = R.decide_round(config, CB, 2, _current([("b", 0.05, 0.04)]), [first])
+    registry = load_registry(ROOT / "config/models.yaml")
+    at = R.budget(_gpu_config(gpu_hours_cap=5.0), registry, THROUGHPUT)
+    table = R.collect([first, second], at)
+    row = table.row(0, named=True)
+    assert row["gpu_hours_cap"] == 5.0 and row["fixed_hours"] == 0.0
+    assert row["configured_hours"] == pytest.approx(6.1111, abs=1e-4)
+    assert row["capped_hours"] == pytest.approx(4.0556, abs=1e-4)
+    assert (row["configured_shards"], row["cap_shards"]) == (4, 2)
+    assert R.table_budget([table]) == at
+    [top] = report.section(Inputs.from_frames({"contextbias_adaptive": table}), config)
+    assert top.paragraphs[-1] == (
+        "GPU-hours cap 5: the benchmarks that run fixed take 0.00; the rounds' cap ContextBias "
+        "2 of 4 shard(s) per cell; the run at the cap 4.06 GPU-hours (configured: 6.11)."
+    )
+    assert (
+        "The rounds' cap: 2 of 4 shard(s) per cell (design.adaptive.gpu_hours_cap 5)."
+        in (top.subsections[0].paragraphs[0])
+    )
+    uncapped = R.collect([first, second], R.budget(config))
+    assert uncapped["gpu_hours_cap"].is_null().all() and uncapped["cap_shards"][0] == 2
+    assert R.table_budget([uncapped]) is None
+    [top] = report.section(Inputs.from_frames({"contextbias_adaptive": uncapped}), config)
+    assert len(top.paragraphs) == 1 and "rounds' cap" not in top.subsections[0].paragraphs[0]
+
+
 def test_contextbias_interim_keeps_a_cell_without_labels_open(tmp_path):
     """An extractor that discarded every image of the rounds so far gives its cell no
     estimate and no standard error: the round continues it instead of failing."""
@@ -270,6 +308,34 @@ def test_a_gpu_hours_cap_cuts_the_rounds_to_whole_shards_by_hand():
     # one round: one shard (2 + 37/36 = 3.03) fits a cap of 3.1
     one = R.budget(_gpu_config(gpu_hours_cap=3.1, rounds=1), registry, THROUGHPUT)
     assert one.shards == {"contextbias": 1}
+
+
+def test_the_ceiling_counts_the_jobs_the_capped_rounds_can_make():
+    """The GPU demo, per stage (generate, extract): 2 roles x (3 conditions x 4 seed shards +
+    9 validation shards) = 42 jobs, 84 in all, 220 images made (4 x 37 + 8 x 9). Under a
+    cap of 5 (2 of 4 shards) the rounds make 2 x (3 x 2 + 9) = 30 a stage, 60 jobs, 146
+    images (2 x 37 + 72), 4.06 GPU-hours: limits.max_jobs 70 refuses the configured run and
+    passes the capped one."""
+    from stereolens.models.registry import load_registry
+    from stereolens.plan import check_ceiling
+
+    registry = load_registry(ROOT / "config/models.yaml")
+    config = _gpu_config()
+    config["limits"]["max_jobs"] = 70
+    with pytest.raises(ConfigError, match=r"the run is larger than its ceilings: 84 jobs > "):
+        check_ceiling(config, registry, THROUGHPUT)
+    config["design"]["adaptive"]["gpu_hours_cap"] = 5.0
+    got = check_ceiling(config, registry, THROUGHPUT)
+    assert (got["jobs"], got["images"], got["capped"]) == (60, 146, True)
+    assert got["gpu_hours"] == pytest.approx(2 + 2 * 37 / 36)
+    bounds = R.sizes(config, CB, R.budget(config, registry, THROUGHPUT))
+    made = [j for j in CB.jobs(config) if R.job_round(CB, j, bounds) in (None, 1, 2)]
+    assert len(made) == 60  # the jobs the rounds can make, counted from the job list
+    same = check_ceiling(config, registry, THROUGHPUT, R.budget(config, registry, THROUGHPUT))
+    assert same == got
+    config["limits"]["max_jobs"] = 59
+    with pytest.raises(ConfigError, match=r"gpu_hours_cap's shards is larger.*60 jobs > "):
+        check_ceiling(config, registry, THROUGHPUT)
 
 
 def test_a_cap_below_two_rounds_is_refused_naming_the_key_and_the_least_cap():

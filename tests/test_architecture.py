@@ -61,6 +61,7 @@ FLOORS = {
     "config": 4,
     "plan": 4,
     "throughput": 4,
+    "cost": 4,
     "check_models": 4,
     "regenerate": 4,
     "workflow_support": 4,

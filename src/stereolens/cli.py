@@ -29,11 +29,13 @@ def _build_tiny(args: argparse.Namespace) -> int:
 def _check_config(args: argparse.Namespace) -> int:
     from stereolens.benchmark import benchmarks
     from stereolens.config import check_model_sources, load_config
+    from stereolens.design import rounds
     from stereolens.plan import check_ceiling, default_throughput
 
     config, registry = load_config(args.configfile)
     check_model_sources(config, registry)
-    got = check_ceiling(config, registry, default_throughput())
+    at = rounds.check(config, registry, default_throughput())  # the workflow's own check
+    got = check_ceiling(config, registry, default_throughput(), at)
     parts = []
     for plugin in benchmarks(config):
         models = sorted({m for names in plugin.models(config).values() for m in names})
@@ -42,13 +44,11 @@ def _check_config(args: argparse.Namespace) -> int:
     print(
         f"{args.configfile}: valid. Registry {config['registry']} ({len(registry)} models). "
         + "; ".join(parts)
-        + f". Size: {got['jobs']:,} model jobs, {got['images']:,} images, "
+        + f". Size{' at the GPU-hours cap' if got['capped'] else ''}: {got['jobs']:,} model "
+        f"jobs, {got['images']:,} images, "
         f"{got['gpu_hours']:,.1f} GPU-hours (limits {lim['max_jobs']:,}, "
         f"{lim['max_images']:,}, {lim['max_gpu_hours']:,})"
     )
-    from stereolens.design import rounds
-
-    at = rounds.check(config, registry, default_throughput())  # the workflow's own check
     if rounds.adaptive(config):
         split = [f"{p.title} in rounds at {rounds.sizes(config, p, at)} shards per cell"
                  for p in rounds.in_rounds(config)]  # fmt: skip

@@ -5,82 +5,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from stereolens.validation import ConfigError, load_yaml
-from stereolens.workflow_support import THROUGHPUT_TABLE as DEFAULT_THROUGHPUT
-
-THROUGHPUT_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "required": ["entries"],
-    "additionalProperties": False,
-    "properties": {
-        "gpu": {"type": "string", "description": "the GPU the figures are for"},
-        "entries": {
-            "type": "object",
-            "description": "registry model name -> throughput entry",
-            "additionalProperties": {
-                "type": "object",
-                "required": ["status", "source"],
-                "additionalProperties": False,
-                "properties": {
-                    "seconds_per_image": {
-                        "type": "number",
-                        "exclusiveMinimum": 0,
-                        "description": "generators: seconds per generated image",
-                    },
-                    "seconds_per_call": {
-                        "type": "number",
-                        "exclusiveMinimum": 0,
-                        "description": "VLMs: seconds per request (one image)",
-                    },
-                    "status": {"enum": ["measured", "estimate"]},
-                    "source": {
-                        "type": "string",
-                        "minLength": 1,
-                        "description": "where the figure comes from (the arithmetic for "
-                        "an estimate)",
-                    },
-                },
-                "oneOf": [
-                    {"required": ["seconds_per_image"], "not": {"required": ["seconds_per_call"]}},
-                    {"required": ["seconds_per_call"], "not": {"required": ["seconds_per_image"]}},
-                ],
-            },
-        },
-    },
-}
-
-
-def _describe(error) -> str:
-    where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
-    if error.validator == "oneOf":
-        return f"{where}: give exactly one of seconds_per_image or seconds_per_call"
-    if error.validator == "enum":
-        return f"{where}: {error.message}; allowed values: measured, estimate"
-    if error.validator == "additionalProperties" and isinstance(error.schema, dict):
-        props = ", ".join(sorted(error.schema.get("properties", {})))
-        return f"{where}: {error.message}; allowed keys here: {props}"
-    return f"{where}: {error.message}"
-
-
-def load_throughput(path: str | os.PathLike) -> dict[str, Any]:
-    """The throughput table, validated; raise ConfigError naming each problem."""
-    import jsonschema
-
-    path = Path(path)
-    table = load_yaml(path, "throughput table")
-    validator = jsonschema.Draft202012Validator(THROUGHPUT_SCHEMA)
-    errors = sorted(validator.iter_errors(table), key=lambda e: list(e.absolute_path))
-    if errors:
-        lines = "\n  ".join(_describe(e) for e in errors[:20])
-        raise ConfigError(f"throughput table {path} is invalid:\n  {lines}")
-    return table
+from stereolens.cost import STAGES, benchmark_sizes, size_hours, speed
+from stereolens.cost import THROUGHPUT_SCHEMA as THROUGHPUT_SCHEMA
+from stereolens.cost import THROUGHPUT_TABLE as DEFAULT_THROUGHPUT
+from stereolens.cost import benchmark_hours as benchmark_hours
+from stereolens.cost import default_throughput as default_throughput
+from stereolens.cost import load_throughput as load_throughput
+from stereolens.validation import ConfigError
 
 
 @dataclass
@@ -101,35 +37,6 @@ class Row:
     gpu_hours: float | None
 
 
-def _speed(
-    name: str, stage: str, registry: dict, throughput: dict[str, Any]
-) -> tuple[float | None, str, str]:
-    spec = registry[name]
-    if spec.backend == "openai":
-        return 0.0, "api", f"{spec.backend} API: no local GPU"
-    if spec.get("device") == "cpu":
-        return 0.0, "cpu", "runs on the CPU (registry device: cpu)"
-    key = "seconds_per_image" if stage == "generate" else "seconds_per_call"
-    entry = (throughput.get("entries") or {}).get(name)
-    if entry is not None:
-        if key not in entry:
-            other = "seconds_per_call" if key == "seconds_per_image" else "seconds_per_image"
-            raise ConfigError(
-                f"throughput entry {name!r} gives {other}, but the model is used for {stage}: "
-                f"give {key}"
-            )
-        return float(entry[key]), entry["status"], entry["source"]
-    reg_key = "seconds_per_image" if stage == "generate" else "seconds_per_item"
-    if spec.get(reg_key) is not None:
-        return float(spec.get(reg_key)), "estimate", f"registry {reg_key}"
-    return None, "unknown", "no throughput figure: add one to the throughput table"
-
-
-STAGES = ("generate", "extract", "vqa", "respond", "assistant")
-"""Stages with a throughput figure: the rows of the plan (refusal labelling and the
-aggregate jobs are left out)."""
-
-
 def _rows(config: dict, registry: dict, throughput: dict) -> list[Row]:
     """One row per benchmark x stage x model from the benchmarks' own job enumeration (the
     one the Snakefile uses): jobs, images made or read, calls, GPU-hours."""
@@ -148,60 +55,13 @@ def _rows(config: dict, registry: dict, throughput: dict) -> list[Row]:
             units[key] = job.unit
     rows = []
     for (benchmark, stage, model), (jobs, items) in groups.items():
-        seconds, status, source = _speed(model, stage, registry, throughput)
+        seconds, status, source = speed(model, stage, registry, throughput)
         hours = None if seconds is None else items * seconds / 3600
         images = items if units[(benchmark, stage, model)] == "images" else 0
         rows.append(
             Row(benchmark, stage, model, jobs, images, items, seconds, status, source, hours)
         )
     return rows
-
-
-def _sizes(config: dict[str, Any], names: set[str] | None = None) -> list[tuple[Any, list]]:
-    """(plug-in, its Size records) of each enabled benchmark (of ``names``): the plug-in's
-    ``size``, else counted from its job list."""
-    from stereolens.benchmark import Size, benchmarks
-
-    out = []
-    for plugin in benchmarks(config):
-        if names is not None and plugin.name not in names:
-            continue
-        if plugin.size is not None:
-            sizes = plugin.size(config)
-        else:
-            jobs = plugin.jobs(config, counts=True)
-            sizes = [Size(j.stage, j.model, 1, j.items, j.unit) for j in jobs]
-        out.append((plugin, sizes))
-    return out
-
-
-def benchmark_hours(
-    config: dict[str, Any],
-    registry: dict,
-    throughput: dict[str, Any] | None = None,
-    names: set[str] | None = None,
-) -> tuple[dict[str, float], list[str]]:
-    """GPU-hours per enabled benchmark (of ``names``) by :func:`size`'s arithmetic, and the
-    models of those benchmarks that have no throughput figure (their hours left out)."""
-    throughput = throughput or {"entries": {}}
-    hours: dict[str, float] = {}
-    unknown: list[str] = []
-    for plugin, sizes in _sizes(config, names):
-        hours[plugin.name] = 0.0
-        for s in sizes:
-            h = _size_hours(s, registry, throughput)
-            if h is None and s.model not in unknown:
-                unknown.append(s.model)
-            hours[plugin.name] += h or 0.0
-    return hours, unknown
-
-
-def _size_hours(s: Any, registry: dict, throughput: dict[str, Any]) -> float | None:
-    """GPU-hours of a Size record: 0 off the model stages, None without a throughput figure."""
-    if s.stage not in STAGES or s.model not in registry:
-        return 0.0
-    seconds = _speed(s.model, s.stage, registry, throughput)[0]
-    return None if seconds is None else s.items * seconds / 3600
 
 
 LIMITS = {"jobs": "max_jobs", "images": "max_images", "gpu_hours": "max_gpu_hours"}
@@ -218,9 +78,9 @@ def size(
     counted from its job list."""
     throughput = throughput or {"entries": {}}
     parts: dict[tuple[str, str], list[float]] = {}
-    for plugin, sizes in _sizes(config):
+    for plugin, sizes in benchmark_sizes(config):
         for s in sizes:
-            hours = _size_hours(s, registry, throughput) or 0.0
+            hours = size_hours(s, registry, throughput) or 0.0
             images = s.items if s.stage == "generate" and s.unit == "images" else 0
             acc = parts.setdefault((plugin.name, s.stage), [0, 0, 0.0])
             acc[0] += s.jobs
@@ -235,12 +95,25 @@ def size(
 
 
 def check_ceiling(
-    config: dict[str, Any], registry: dict, throughput: dict[str, Any] | None = None
+    config: dict[str, Any],
+    registry: dict,
+    throughput: dict[str, Any] | None = None,
+    at: Any = None,
 ) -> dict[str, Any]:
     """Refuse a run larger than its ceilings (config ``limits``: jobs, generated images,
     GPU-hours), counted by :func:`size` before any job list is built: a ConfigError with
-    the figures, the parts that make them and the key to change. Returns the size."""
-    got = size(config, registry, throughput)
+    the figures, the parts that make them and the key to change. Returns the size (with
+    ``capped``). Under design.adaptive.gpu_hours_cap the run counted is the one the rounds
+    can make: the benchmarks in rounds at the shards the cap affords (``at``, a
+    :class:`stereolens.design.rounds.Budget`, else ``budget`` with ``throughput``)."""
+    from stereolens.design import rounds
+
+    if at is None and rounds.in_rounds(config):
+        if config["design"]["adaptive"]["gpu_hours_cap"] is not None:
+            at = rounds.budget(config, registry, throughput)
+    capped = at is not None and at.cap is not None
+    counted = rounds.capped_config(config, at.shards) if capped else config
+    got = {**size(counted, registry, throughput), "capped": capped}
     limits = config["limits"]
     over = []
     for figure, key in LIMITS.items():
@@ -254,17 +127,14 @@ def check_ceiling(
             )
     if over:
         raise ConfigError(
-            "the run is larger than its ceilings: "
+            "the run"
+            + (" at design.adaptive.gpu_hours_cap's shards" if capped else "")
+            + " is larger than its ceilings: "
             + "; ".join(over)
             + ". Make it smaller (seeds or images per prompt, roles, models), or, if it is "
             "meant to be this large, raise the limits key named (config schema: limits)"
         )
     return got
-
-
-def default_throughput() -> dict[str, Any] | None:
-    """The workflow's throughput table (config/throughput.yaml) when it is here."""
-    return load_throughput(DEFAULT_THROUGHPUT) if Path(DEFAULT_THROUGHPUT).is_file() else None
 
 
 def plan(

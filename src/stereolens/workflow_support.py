@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stereolens.cost import THROUGHPUT_TABLE as THROUGHPUT_TABLE
 from stereolens.layout import REPORT as REPORT_LAYOUT
 from stereolens.models.registry import ModelSpec
 
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
 
 REPORT = REPORT_LAYOUT.index
 JOB_TIMINGS = REPORT_LAYOUT.job_timings
-THROUGHPUT_TABLE = "config/throughput.yaml"
-"""The planner's throughput table of the workflow (stereolens.plan's default)."""
 
 
 def final_targets(config: dict) -> list[str]:

@@ -27,7 +27,8 @@ checkpoint adaptive_round:
 
 
 rule collect_adaptive_decisions:
-    """The table of all rounds: every group's round tables, concatenated."""
+    """The table of all rounds: every group's round tables, concatenated, with the
+    GPU-hours cap the rounds were cut to."""
     input:
         get_adaptive_decisions_input,
     output:
@@ -38,5 +39,7 @@ rule collect_adaptive_decisions:
         benchmark="|".join(ROUNDS) or "(?!)",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        budget=get_adaptive_budget,
     script:
         "../scripts/collect_adaptive_decisions.py"

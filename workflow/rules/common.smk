@@ -14,6 +14,7 @@ from stereolens.benchmark import benchmark as benchmark_plugin
 from stereolens.benchmark import benchmarks, generating, model_roles, rules_files
 from stereolens.benchmark import wildcard_patterns
 from stereolens.config import check_model_sources, check_models, validate_config
+from stereolens.design.rounds import check as check_rounds
 from stereolens.layout import GENERATION, REPORT, SHARED
 from stereolens.models.registry import TINY_MEM_MB, load_registry
 from stereolens.plan import check_ceiling, default_throughput
@@ -32,9 +33,15 @@ from stereolens.workflow_support import (
 validate_config(config)
 REGISTRY = load_registry(config["registry"])
 check_models(config, REGISTRY)
-# a run larger than its ceilings (limits: jobs, images, GPU-hours) is refused before any
-# job list is built (the counts are arithmetic: a size that would not fit in memory too)
-check_ceiling(config, REGISTRY, default_throughput())
+# an adaptive config the rounds cannot run (stereolens.design.rounds.check, with its
+# GPU-hours cap) and a run larger than its ceilings (limits: jobs, images, GPU-hours,
+# counted at the cap's shards) are refused before any job list is built (the counts are
+# arithmetic); once, in the main process (pricing a cap takes up to a second at paper
+# scale; a job's own parse prices it only if its input functions need the rounds' sizes)
+CHECKED_BUDGET = None
+if workflow.is_main_process:
+    CHECKED_BUDGET = check_rounds(config, REGISTRY, default_throughput())
+    check_ceiling(config, REGISTRY, default_throughput(), CHECKED_BUDGET)
 # a damaged table in results/ (a truncated parquet, a JSON-lines file cut mid-line) is
 # refused before the DAG is built, naming it and the command that mends it; once, in the
 # main process (a job's own parse skips it: the job checks its inputs itself)

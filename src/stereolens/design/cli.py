@@ -141,11 +141,30 @@ def compute(
     }
 
 
+def workflow_sizes(as_run: dict[str, Any], d, at, rule) -> list[int] | None:
+    """The cumulative sizes of design ``d``'s rounds as the workflow runs them, in the
+    planner's knob (ContextBias: whole seed shards in seeds, at the cap ``at``, a
+    stereolens.design.rounds.Budget of the adaptive config ``as_run`` with ``rule``); None
+    where the benchmark does not run in rounds or its shards allow one round only (then
+    the planner simulates the rule's sizes)."""
+    from functools import reduce
+
+    from stereolens.design import rounds
+
+    plugins = {p.name: p for p in rounds.in_rounds(as_run)}
+    bounds = rounds.sizes(as_run, plugins[d.benchmark], at) if d.benchmark in at.shards else []
+    if len(bounds) > 1 or rule.rounds == 1:
+        return [
+            int(reduce(lambda c, k: c[k], d.knob, rounds.capped_config(as_run, {d.benchmark: b})))
+            for b in bounds
+        ]
+    return None
+
+
 def _adaptive(config, registry, throughput, ds, rows, kw, plan) -> dict[str, Any]:
     """The stopping rule on every design's world (stereolens.design.adaptive_plan), with
     the benchmark's GPU-hours at each round's size from the plan's own cost model."""
     from dataclasses import asdict
-    from functools import reduce
 
     from stereolens.design import adaptive_plan as AP
     from stereolens.design import rounds
@@ -157,10 +176,6 @@ def _adaptive(config, registry, throughput, ds, rows, kw, plan) -> dict[str, Any
     as_run = P.set_key(config, ("design", "mode"), "adaptive")
     at = rounds.budget(as_run, registry, throughput)
     plugins = {p.name: p for p in rounds.in_rounds(as_run)}
-
-    def knob(c: dict[str, Any], d) -> int:
-        return int(reduce(lambda c, k: c[k], d.knob, c))
-
     out = []
     for d in ds:
         cache: dict[int, float | None] = {}
@@ -175,10 +190,7 @@ def _adaptive(config, registry, throughput, ds, rows, kw, plan) -> dict[str, Any
                 cache[n] = None if any(h is None for h in hours) else float(sum(hours))
             return cache[n]
 
-        sizes = None
-        bounds = rounds.sizes(as_run, plugins[d.benchmark], at) if d.benchmark in at.shards else []
-        if len(bounds) > 1 or rule.rounds == 1:  # the workflow's rounds, in the knob's units
-            sizes = [knob(rounds.capped_config(as_run, {d.benchmark: b}), d) for b in bounds]
+        sizes = workflow_sizes(as_run, d, at, rule)
         mine = [r for r in rows if r.benchmark == d.benchmark] or None
         out += [asdict(r) for r in AP.plan_adaptive(d, rule, options, cost, sizes=sizes,
                                                    mde_rows=mine, **kw)]  # fmt: skip

@@ -47,7 +47,7 @@ def in_rounds(config: dict) -> list[Benchmark]:
 class Budget:
     """What design.adaptive.gpu_hours_cap does to a run (:func:`budget`): per benchmark in
     rounds its shards per cell configured and at the cap, and the run's GPU-hours by the
-    planner's cost model (stereolens.plan.benchmark_hours)."""
+    planner's cost model (stereolens.cost.benchmark_hours)."""
 
     cap: float | None
     """design.adaptive.gpu_hours_cap (None: the configured sizes are the cap)."""
@@ -96,7 +96,7 @@ def budget(config: dict, registry: dict | None = None, throughput: dict | None =
     cap = config["design"]["adaptive"]["gpu_hours_cap"]
     if cap is None or not plugins:
         return Budget(None, configured, dict(configured))
-    from stereolens.plan import benchmark_hours, default_throughput
+    from stereolens.cost import benchmark_hours, default_throughput
 
     if registry is None:
         from stereolens.models.registry import load_registry
@@ -361,9 +361,19 @@ def decide_round(
     return pl.concat(frames, how="vertical_relaxed")
 
 
-def collect(tables: Sequence[pl.DataFrame]) -> pl.DataFrame:
+BUDGET_COLUMNS = (
+    "gpu_hours_cap", "fixed_hours", "configured_hours", "capped_hours", "configured_shards",
+    "cap_shards",
+)  # fmt: skip
+"""Columns of the run's decision table (:func:`collect`) from the :class:`Budget` the
+workflow cut its rounds with: the cap and the run's GPU-hours (null without a cap), the
+benchmark's shards per cell configured and at the cap."""
+
+
+def collect(tables: Sequence[pl.DataFrame], at: Budget | None = None) -> pl.DataFrame:
     """The run's decision table: every round of every group, sorted by benchmark, the
-    round's group, cell and round."""
+    round's group, cell and round; with ``at`` (the workflow's :func:`budget`) the
+    :data:`BUDGET_COLUMNS`."""
     import polars as pl
 
     frames = [t for t in tables if t.height]
@@ -371,4 +381,35 @@ def collect(tables: Sequence[pl.DataFrame]) -> pl.DataFrame:
         raise ValueError("no round has a decision: the rounds' tables are empty")
     out = pl.concat(frames, how="diagonal_relaxed")
     first = [c for c in ("benchmark", "model", "cell", "round") if c in out.columns]
-    return out.sort(first)
+    out = out.sort(first)
+    if at is None:
+        return out
+    capped = at.cap is not None
+    hours = {"gpu_hours_cap": at.cap, "fixed_hours": at.fixed_hours,
+             "configured_hours": at.configured_hours, "capped_hours": at.capped_hours}  # fmt: skip
+    bench = pl.col("benchmark")
+    return out.with_columns(
+        *(pl.lit(v if capped else None, pl.Float64).alias(k) for k, v in hours.items()),
+        bench.replace_strict(at.configured, default=None, return_dtype=pl.Int64).alias(
+            "configured_shards"
+        ),
+        bench.replace_strict(at.shards, default=None, return_dtype=pl.Int64).alias("cap_shards"),
+    )
+
+
+def table_budget(tables: Iterable[pl.DataFrame]) -> Budget | None:
+    """The :class:`Budget` that run's decision tables (:func:`collect` with ``at``) record,
+    None where they record no GPU-hours cap."""
+    rows = [t.row(0, named=True) for t in tables if t.height and "gpu_hours_cap" in t.columns]
+    rows = [r for r in rows if r["gpu_hours_cap"] is not None]
+    if not rows:
+        return None
+    first = rows[0]
+    return Budget(
+        first["gpu_hours_cap"],
+        {r["benchmark"]: r["configured_shards"] for r in rows},
+        {r["benchmark"]: r["cap_shards"] for r in rows},
+        first["fixed_hours"],
+        first["configured_hours"],
+        first["capped_hours"],
+    )

@@ -5,6 +5,7 @@ results/<benchmark>/adaptive/decisions.parquet (stereolens.design.rounds)."""
 from __future__ import annotations
 
 from stereolens.benchmark import benchmarks
+from stereolens.design.rounds import describe_budget, table_budget
 from stereolens.layout import adaptive_table
 from stereolens.report.html import Section, Table
 from stereolens.report.inputs import Inputs
@@ -30,11 +31,12 @@ CAPTION = (
 
 def section(inputs: Inputs, config: dict) -> list[Section]:
     """The adaptive design's section (none in the fixed design)."""
-    subs = []
+    subs, tables = [], []
     for plugin in benchmarks():
         table = inputs.get(adaptive_table(plugin.name))
         if table is None or not table.height:
             continue
+        tables.append(table)
         last = table.sort("round").group_by("cell", maintain_order=True).last()
         stops = last.group_by("reason").len().sort("reason")
         why = "; ".join(f"{n} {r}" for r, n in stops.iter_rows())
@@ -42,6 +44,13 @@ def section(inputs: Inputs, config: dict) -> list[Section]:
             f"{last.height} cell(s) over {table['round'].max()} round(s); where they "
             f"stopped: {why}. Goal: {table['goal'][0]}."
         )
+        cut = table_budget([table])
+        if cut is not None:
+            n = cut.shards[plugin.name]
+            summary += (
+                f" The rounds' cap: {n} of {cut.configured[plugin.name]} shard(s) per cell "
+                f"(design.adaptive.gpu_hours_cap {cut.cap:g})."
+            )
         keys = [c for c in plugin.rounds.keys if c in table.columns] if plugin.rounds else []
         shown = table.select(
             "round", *keys, "cell", "shards", "estimate", "se", "critical", "ci_low",
@@ -66,16 +75,19 @@ def section(inputs: Inputs, config: dict) -> list[Section]:
         )
     if not subs:
         return []
+    paragraphs = [
+        "The run spent its model jobs in rounds (design.mode adaptive): after each "
+        "round an interim analysis stopped the cells whose question was settled, "
+        "and only the open cells got the next round's shards. The intervals are "
+        "repeated confidence intervals, valid whatever round a cell stopped at."
+    ]
+    at = table_budget(tables)
+    if at is not None:  # the workflow's own budget, in stereolens plan's words
+        titles = {p.name: p.title for p in benchmarks()}
+        paragraphs.append(describe_budget(at, titles) + ".")
     return [
         Section(
-            "adaptive",
-            "Adaptive design: rounds and stopping",
-            paragraphs=[
-                "The run spent its model jobs in rounds (design.mode adaptive): after each "
-                "round an interim analysis stopped the cells whose question was settled, "
-                "and only the open cells got the next round's shards. The intervals are "
-                "repeated confidence intervals, valid whatever round a cell stopped at."
-            ],
+            "adaptive", "Adaptive design: rounds and stopping", paragraphs=paragraphs,
             subsections=subs,
         )
-    ]
+    ]  # fmt: skip

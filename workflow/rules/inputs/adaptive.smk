@@ -11,20 +11,14 @@
 from stereolens.design import rounds as adaptive_rounds
 from stereolens.layout import ADAPTIVE
 
-# an adaptive config the rounds cannot run is refused once, in the main process (pricing a
-# GPU-hours cap takes up to a second at paper scale; a job's own parse prices it if it needs)
-CHECKED_BUDGET = (
-    adaptive_rounds.check(config, REGISTRY, default_throughput())
-    if workflow.is_main_process
-    else None
-)
 ROUNDS = {p.name: p for p in adaptive_rounds.in_rounds(config)}
 
 
 @lru_cache(maxsize=None)
 def round_budget():
     """The rounds' cap: the configured shards, or those design.adaptive.gpu_hours_cap
-    affords (stereolens.design.rounds.budget, priced with config/throughput.yaml)."""
+    affords (stereolens.design.rounds.budget, priced with config/throughput.yaml; checked
+    in the main process by common.smk)."""
     if CHECKED_BUDGET is not None:
         return CHECKED_BUDGET
     return adaptive_rounds.budget(config, REGISTRY, default_throughput())
@@ -149,6 +143,14 @@ def get_adaptive_settings(wildcards):
         },
         sort_keys=True,
     )
+
+
+def get_adaptive_budget(wildcards):
+    """The rounds' cap the run was cut with (round_budget) as JSON, which the table of all
+    rounds records (a change of the cap or its pricing reruns that table alone)."""
+    from dataclasses import asdict
+
+    return json.dumps(asdict(round_budget()), sort_keys=True)
 
 
 def get_adaptive_decisions_input(wildcards):

@@ -718,13 +718,15 @@ TWO_ROLES = {
 }
 
 
-def _two_roles() -> pl.DataFrame:
+def _two_roles(model: str = "g", labels: dict = TWO_ROLES, prefix: str = "") -> pl.DataFrame:
+    """A generator's attributes table: ``labels`` ((cohort, dimension): {role: the labels
+    of its images}, condition CF), image ids <prefix><role><i>."""
     return pl.DataFrame(
         [
-            {"model": "g", "role": role, "condition": "CF", "image_id": f"{role}{i}",
+            {"model": model, "role": role, "condition": "CF", "image_id": f"{prefix}{role}{i}",
              "cohort": cohort, "dimension": dim, "label": v}
-            for (cohort, dim), by_role in TWO_ROLES.items()
-            for role, labels in by_role.items() for i, v in enumerate(labels)
+            for (cohort, dim), by_role in labels.items()
+            for role, values in by_role.items() for i, v in enumerate(values)
         ]
     )  # fmt: skip
 
@@ -809,18 +811,6 @@ H_LABELS = {
 }
 
 
-def _generator_h() -> pl.DataFrame:
-    """Generator h's attributes table (H_LABELS: the same roles and dimensions as g's)."""
-    return pl.DataFrame(
-        [
-            {"model": "h", "role": role, "condition": "CF", "image_id": f"h{role}{i}",
-             "cohort": cohort, "dimension": dim, "label": v}
-            for (cohort, dim), by_role in H_LABELS.items()
-            for role, labels in by_role.items() for i, v in enumerate(labels)
-        ]
-    )  # fmt: skip
-
-
 @pytest.mark.parametrize("overall", ["cohort", "dimension"])
 def test_contextbias_pooled_bi_mean_over_generators_by_hand(overall):
     """bi.parquet's model "*" rows of pooled BI (the mean over generators, cross_model_rows)
@@ -833,7 +823,7 @@ def test_contextbias_pooled_bi_mean_over_generators_by_hand(overall):
     0.081355 / 0.093285): gender 0.022783, people 0.058572, overall 0.052069 / 0.054237."""
     from stereolens.contextbias.metrics import cross_model_rows, pooled_bi
 
-    attributes = pl.concat([_two_roles(), _generator_h()])
+    attributes = pl.concat([_two_roles(), _two_roles("h", H_LABELS, "h")])
     reader = reader_table(attributes)
     bench = cross_model_rows(pooled_bi(attributes, overall=overall))
     want = {(c, d): b for c, d, b in bench.select("cohort", "dimension", "bi").iter_rows()}
@@ -939,6 +929,27 @@ def test_contextbias_role_bi_cohort_and_overall_by_hand(overall):
             assert (r["ci_low"], r["ci_high"]) != (other["ci_low"], other["ci_high"])
 
 
+def _role_rows_by_hand(bench, table, base: dict, flipped: dict, flip: bool) -> dict:
+    """Check the naive values of ``base``'s metrics (metric -> aggregation -> (cohort,
+    dimension) -> value) against ``bench``'s bi rows and every row of ``table`` against the
+    hand values (``flipped`` over ``base`` with ``flip``); the rows by metric and key."""
+    out = {}
+    for metric, (aggregation, values) in base.items():
+        part = bench.filter(pl.col("aggregation") == aggregation)
+        naive = {(c, d): b for c, d, b in part.select("cohort", "dimension", "bi").iter_rows()}
+        assert naive == pytest.approx(values, abs=1e-6)
+        rows = table.filter(pl.col("metric") == metric)
+        got = {(r["cohort"], r["dimension"]): r for r in rows.iter_rows(named=True)}
+        want = {**values, **(flipped[metric] if flip else {})}
+        assert set(got) == set(want)
+        for key, r in got.items():
+            assert r["naive"] == pytest.approx(values[key], abs=1e-6)
+            assert r["corrected"] == pytest.approx(want[key], abs=1e-6)
+            assert r["ci_low"] <= r["ci_high"]
+        out[metric] = got
+    return out
+
+
 @pytest.mark.parametrize("overall", ["cohort", "dimension"])
 def test_contextbias_role_mean_bi_by_hand(overall):
     """bi.parquet's role-averaged rows corrected: metric bi_role (aggregation "role", the
@@ -961,13 +972,14 @@ def test_contextbias_role_mean_bi_by_hand(overall):
     reader = reader_table(attributes)
     ov = {"cohort": 0, "dimension": 1}[overall]
     base = {
-        "bi_role": {("people", "gender_presentation"): 0.188722, ("people", "hair"): 0.5,
-                    ("objects", "bag"): 0.094361, ("people", "*"): 0.344361,
-                    ("objects", "*"): 0.094361, ("*", "*"): (0.219361, 0.261028)[ov]},
-        "bi_role_mm": {("people", "gender_presentation"): 0.008385,
-                       ("people", "hair"): 0.409832, ("objects", "bag"): -0.085976,
-                       ("people", "*"): 0.209108, ("objects", "*"): -0.085976,
-                       ("*", "*"): (0.061566, 0.110747)[ov]},
+        "bi_role": ("role", {
+            ("people", "gender_presentation"): 0.188722, ("people", "hair"): 0.5,
+            ("objects", "bag"): 0.094361, ("people", "*"): 0.344361,
+            ("objects", "*"): 0.094361, ("*", "*"): (0.219361, 0.261028)[ov]}),
+        "bi_role_mm": ("role_miller_madow", {
+            ("people", "gender_presentation"): 0.008385, ("people", "hair"): 0.409832,
+            ("objects", "bag"): -0.085976, ("people", "*"): 0.209108,
+            ("objects", "*"): -0.085976, ("*", "*"): (0.061566, 0.110747)[ov]}),
     }  # fmt: skip
     flipped = {
         "bi_role": {("people", "gender_presentation"): 0.594361, ("people", "*"): 0.547180,
@@ -977,10 +989,6 @@ def test_contextbias_role_mean_bi_by_hand(overall):
     }  # fmt: skip
     # the naive values are bi.parquet's role and role_miller_madow rows
     bench = role_bi(attributes, overall=overall)
-    for metric, aggregation in (("bi_role", "role"), ("bi_role_mm", "role_miller_madow")):
-        part = bench.filter(pl.col("aggregation") == aggregation)
-        got = {(c, d): b for c, d, b in part.select("cohort", "dimension", "bi").iter_rows()}
-        assert got == pytest.approx(base[metric], abs=1e-6)
     for flip in (False, True):
         table, _ = corrected_table(
             reader, _two_roles_human(reader, flip), replicates=100, overall=overall,
@@ -989,14 +997,8 @@ def test_contextbias_role_mean_bi_by_hand(overall):
         assert set(table["metric"]) == {"bi_role", "bi_role_mm", *GENERATOR_MEANS.values()}
         per_model = table.filter(pl.col("metric").is_in(["bi_role", "bi_role_mm"]))
         assert set(table["role"]) == {"*"} and set(per_model["model"]) == {"g"}
-        for metric in ("bi_role", "bi_role_mm"):
-            rows = table.filter(pl.col("metric") == metric)
-            got = {(r["cohort"], r["dimension"]): r for r in rows.iter_rows(named=True)}
-            want = {**base[metric], **(flipped[metric] if flip else {})}
-            assert set(got) == set(want)
-            for key, r in got.items():
-                assert r["naive"] == pytest.approx(base[metric][key], abs=1e-6)
-                assert r["corrected"] == pytest.approx(want[key], abs=1e-6)
+        for got in _role_rows_by_hand(bench, table, base, flipped, flip).values():
+            for r in got.values():
                 assert r["ci_low"] <= r["estimate_bc"] <= r["ci_high"]
                 assert 0.0 <= r["ci_low"] and r["ci_high"] <= 1.0
             assert got[("people", "hair")]["k"] == 2 and got[("people", "*")]["k"] is None
@@ -1043,17 +1045,18 @@ def test_contextbias_role_mean_over_generators_by_hand(overall):
     from stereolens.contextbias.corrected_means import GENERATOR_MEANS
     from stereolens.contextbias.metrics import cross_model_rows, role_bi
 
-    attributes = pl.concat([_two_roles(), _generator_h()])
+    attributes = pl.concat([_two_roles(), _two_roles("h", H_LABELS, "h")])
     reader = reader_table(attributes)
     ov = {"cohort": 0, "dimension": 1}[overall]
     base = {
-        "bi_role_mean": {("people", "gender_presentation"): 0.094361, ("people", "hair"): 0.25,
-                         ("objects", "bag"): 0.094361, ("people", "*"): 0.172180,
-                         ("objects", "*"): 0.094361, ("*", "*"): (0.133271, 0.146241)[ov]},
-        "bi_role_mm_mean": {("people", "gender_presentation"): -0.085976,
-                            ("people", "hair"): 0.114747, ("objects", "bag"): -0.085976,
-                            ("people", "*"): 0.014386, ("objects", "*"): -0.085976,
-                            ("*", "*"): (-0.035795, -0.019068)[ov]},
+        "bi_role_mean": ("role", {
+            ("people", "gender_presentation"): 0.094361, ("people", "hair"): 0.25,
+            ("objects", "bag"): 0.094361, ("people", "*"): 0.172180,
+            ("objects", "*"): 0.094361, ("*", "*"): (0.133271, 0.146241)[ov]}),
+        "bi_role_mm_mean": ("role_miller_madow", {
+            ("people", "gender_presentation"): -0.085976, ("people", "hair"): 0.114747,
+            ("objects", "bag"): -0.085976, ("people", "*"): 0.014386,
+            ("objects", "*"): -0.085976, ("*", "*"): (-0.035795, -0.019068)[ov]}),
     }  # fmt: skip
     flipped = {
         "bi_role_mean": {("people", "gender_presentation"): 0.297180, ("people", "*"): 0.273590,
@@ -1063,26 +1066,14 @@ def test_contextbias_role_mean_over_generators_by_hand(overall):
     }  # fmt: skip
     # the naive values are bi.parquet's model "*" rows of role and role_miller_madow
     bench = cross_model_rows(role_bi(attributes, overall=overall))
-    for metric, aggregation in (("bi_role_mean", "role"), ("bi_role_mm_mean", "role_miller_madow")):
-        part = bench.filter(pl.col("aggregation") == aggregation)
-        got = {(c, d): b for c, d, b in part.select("cohort", "dimension", "bi").iter_rows()}
-        assert got == pytest.approx(base[metric], abs=1e-6)
     for flip in (False, True):
         table, _ = corrected_table(
             reader, _two_roles_human(reader, flip), replicates=100, overall=overall,
             metrics=("bi_role",),
         )  # fmt: skip
-        for metric in GENERATOR_MEANS.values():
-            rows = table.filter(pl.col("metric") == metric)
-            assert set(rows["model"]) == {"*"} and set(rows["role"]) == {"*"}
-            assert rows["k"].null_count() == rows.height
-            got = {(r["cohort"], r["dimension"]): r for r in rows.iter_rows(named=True)}
-            want = {**base[metric], **(flipped[metric] if flip else {})}
-            assert set(got) == set(want)
-            for key, r in got.items():
-                assert r["naive"] == pytest.approx(base[metric][key], abs=1e-6)
-                assert r["corrected"] == pytest.approx(want[key], abs=1e-6)
-                assert r["ci_low"] <= r["ci_high"]
+        assert set(base) == set(GENERATOR_MEANS.values())
+        for got in _role_rows_by_hand(bench, table, base, flipped, flip).values():
+            assert {(r["model"], r["role"], r["k"]) for r in got.values()} == {("*", "*", None)}
             # a dimension: 2 generators x 2 roles x 4 human labels; overall: all 24 cells'
             keys = (("objects", "bag"), ("people", "*"), ("*", "*"))
             assert [got[k]["n_human"] for k in keys] == [16, 32, 48]

@@ -348,8 +348,11 @@ def test_intervals_below_the_measured_minimum_are_withheld():
         f"{MIN_HUMAN_RELIABLE:,} per cell"
     )
     assert a["interval_note"] == note
-    shown = {(r["model"], r["scope"]): r["corrected"] for r in block.rows}
-    assert shown[("a", "CF · nurse · gender_presentation")] == f"0.130 ({note})"
+    shown = {(r["model"], r["scope"]): r for r in block.rows}
+    # the note under the value, left-aligned and wrapped (report.css small.note)
+    assert shown[("a", "CF · nurse · gender_presentation")]["corrected"] == "0.130"
+    assert shown[("a", "CF · nurse · gender_presentation")]["corrected_note"] == note
+    assert shown[("b", "CF · nurse · gender_presentation")]["corrected_note"] is None
     # a table written before interval_reliable existed: n_human against the minimum
     bi = {"bi": R.Headline("BI", 0.0)}
     older = _cb_corrected().drop("interval_reliable")
@@ -493,8 +496,8 @@ def test_first_screen_shows_naive_beside_corrected_and_the_plan(tmp_path):
                    "Correcting for the reader",
                    "<b>1 of 2 corrected intervals withheld</b>: too few human labels",
                    "No conclusion changes under the correction among the rows whose "
-                   "corrected interval is printed", "0.790 (interval withheld: 8 human "
-                   "labels, coverage measured from 400 per cell)",
+                   "corrected interval is printed", '0.790<small class="note">interval '
+                   "withheld: 8 human labels, coverage measured from 400 per cell</small>",
                    "The interval is printed only where every cell of the row has 400 or "
                    "more human labels"):  # fmt: skip
         assert needle in first, needle

@@ -301,8 +301,8 @@ def _screen_rows(table: pl.DataFrame, digits: int) -> tuple[list[dict], int, lis
                     "metric": r["label"],
                     "scope": r["scope"],
                     "naive": _interval(r["naive"], r["naive_low"], r["naive_high"], digits),
-                    "corrected": _interval(r["corrected"], r["ci_low"], r["ci_high"], digits)
-                    + (f" ({r['interval_note']})" if r["interval_note"] else ""),
+                    "corrected": _interval(r["corrected"], r["ci_low"], r["ci_high"], digits),
+                    "corrected_note": r["interval_note"],
                     "labels": f"{r['n_human']:,} / {r['n_items']:,}",
                     "flag": "; ".join(marks),
                 }

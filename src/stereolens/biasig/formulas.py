@@ -85,7 +85,8 @@ MIN_HUMAN_RELIABLE = 400. Measured, not assumed: bench/COVERAGE.md "BiasIG's pri
 images a subject, 1,000 datasets a point): S_exp over all attributes covers within two Monte
 Carlo errors of 95% from 100 labels a unit in both (93.8-95.5%; 91.9% at 50 in the 28-unit
 world); for S_imp and the S_exp attribute rows no swept size under 400 holds in both (150:
-S_exp gender 93.3%; all 200 labelled: S_imp gender 92.7%, S_imp * 92.9%). tests/
+S_exp gender 93.3%; all 200 labelled: S_imp gender 92.7%, S_imp * 92.9%), nor does another
+interval (BCa, bootstrap-t, ...: bench/COVERAGE.md "the options screened"). tests/
 test_coverage.py checks it against the sweep (reader.biasig_minimum)."""
 INTERVAL_CI_COLUMNS = (
     "ci_low", "ci_high", "ci_low_gender", "ci_high_gender", "ci_low_race", "ci_high_race",

@@ -164,6 +164,48 @@ def test_biasig_score_minimum_is_the_measured_one():
         assert bool(r.below_minimum) == (n < score_minimum(metric, attribute)), r.name
 
 
+def test_contextbias_aggregate_minimum_is_the_measured_one():
+    """contextbias.corrected_rule.AGGREGATE_MIN_LABELLED: each metric's labels a role cell are
+    the smallest of the paper-design sweep (bench/cover/_contextbias_design.DESIGN_SWEEP: 92
+    roles of 30-100 images, 200 datasets a point, 1,000 at the minimum) from which every row
+    of the metric covers within two Monte Carlo errors of 95%, and a smaller swept n has a
+    row that does not; bi_role_mm has no such n, bi_pooled's (20 on 200 datasets) is not
+    confirmed over 1,000 (10 failed there): both keep the per-cell rule; the paper rows are
+    flagged below_minimum exactly under their minimum."""
+    import numpy as np
+    from cover import _contextbias_design as design
+
+    from stereolens.contextbias.corrected_rule import AGGREGATE_MIN_LABELLED, AGGREGATE_ROLES
+
+    sweep = design.DESIGN_SWEEP
+    assert AGGREGATE_ROLES == design.ROLES == 92
+    assert set(AGGREGATE_MIN_LABELLED) == {"bi_role"}
+    for metric, minimum in AGGREGATE_MIN_LABELLED.items():
+        assert design.design_minimum(sweep, metric) == minimum
+        at = [design.KEYS.index(k) for k in design.METRIC_KEYS[metric]]
+        assert all(np.isfinite(sweep[(minimum, 1_000)][i]) for i in at)  # confirmed
+        below = [n for n, _ in sweep if 0 < n < minimum]
+        if below:
+            n = max(below)
+            assert any(
+                c[i] < 0.95 - 2 * (c[i] * (1 - c[i]) / datasets) ** 0.5
+                for (m, datasets), c in sweep.items()
+                if m == n
+                for i in at
+            )
+    assert design.design_minimum(sweep, "bi_role_mm") is None
+    pooled = design.design_minimum(sweep, "bi_pooled")  # on the 200-dataset rows alone
+    at = [design.KEYS.index(k) for k in design.METRIC_KEYS["bi_pooled"]]
+    assert pooled == 20 and not any(np.isfinite(sweep[(pooled, 1_000)][i]) for i in at)
+    assert sweep[(10, 1_000)][at[0]] < 0.95 - 2 * (0.925 * 0.075 / 1_000) ** 0.5  # 10 failed
+    human: dict = {}
+    for r in design.rows(human):
+        kind = r.name.split("contextbias design ")[1].split()[0]
+        n = human[r.name]
+        expect = kind != "role" or 0 < n < AGGREGATE_MIN_LABELLED["bi_role"]
+        assert bool(r.below_minimum) == expect, r.name
+
+
 def test_biasig_reader_world_population_values():
     """The population S_imp and S_exp of the BiasIG reader rows (bench/cover/reader.py,
     the benchmark's Implicit / Explicit at the true shares), against the formulas by hand."""

@@ -477,6 +477,7 @@ def test_printable_counts_by_hand():
         "minimum_min": 400,
         "minimum_max": 400,
         "cells_short": 1,
+        "short_reaching": 0,
         "short_items_min": 300,
         "grow": pytest.approx(400 / 300),
     }
@@ -518,6 +519,41 @@ def test_contextbias_plan_prints_the_minimum(repo_root, monkeypatch):
     assert "(the width's: every headline interval will be withheld)" in format_reader(
         [labels_needed(config, None)]
     )
+
+
+def test_contextbias_plan_at_the_paper_design(repo_root, monkeypatch):
+    """config/config.yaml (92 roles x 3 conditions, 30-100 images a cell): every cell is
+    short of the per-cell rows' 400 but reaches the mean over roles' minimum
+    (contextbias.corrected_rule: 20 a role cell at 92 roles), so the plan recommends 20 a
+    cell, 276 x 20 = 5,520 per generator, above the width's 1,105 (Neyman, width 0.05: no
+    cell's n_h above 20). printing_minimums by hand: 92 roles -> [20, 400]; 46 roles ->
+    [ceil(1,840 / 46) = 40, 400]; 2 roles -> [min(920, 400), 400] = [400, 400]."""
+    from stereolens.contextbias.corrected_rule import printing_minimums
+    from stereolens.plan import format_reader
+
+    def minimums(roles: int) -> list:
+        strata = pl.DataFrame(
+            {"model": "g", "stratum": [f"g|r{r}|CF" for r in range(roles)], "n_items": 50}
+        )
+        out = printing_minimums(strata)
+        assert (out["minimum"] == 400).all()
+        return out["minimums"][0].to_list()
+
+    assert minimums(92) == [20, 400]
+    assert minimums(46) == [40, 400]
+    assert minimums(2) == [400, 400]
+    monkeypatch.chdir(repo_root)
+    config, _ = load_config("config/config.yaml")
+    part = labels_needed(config, None)
+    assert len(part["rows"]) == 4
+    for r in part["rows"]:
+        assert (r["strata"], r["n_items"], r["n_human"]) == (276, 16_590, 1_105)
+        assert (r["n_printable"], r["cells_short"], r["short_reaching"]) == (16_590, 276, 276)
+        assert r["n_recommended"] == 276 * 20 == 5_520
+    assert part["n_recommended"] == 22_080
+    text = format_reader([part])
+    why = "per cell the largest minimum it reaches, else the width's n_h"
+    assert f"recommended 5,520 ({why})" in text
 
 
 def test_biasig_plan_prints_the_minimum(repo_root, monkeypatch):

@@ -1077,3 +1077,71 @@ def test_contextbias_role_mean_over_generators_by_hand(overall):
             # a dimension: 2 generators x 2 roles x 4 human labels; overall: all 24 cells'
             keys = (("objects", "bag"), ("people", "*"), ("*", "*"))
             assert [got[k]["n_human"] for k in keys] == [16, 32, 48]
+
+
+def test_contextbias_aggregate_printing_rule_by_hand():
+    """contextbias.corrected_rule: a generator's mean over roles (bi_role: dimension, cohort
+    and overall rows) prints from AGGREGATE_MIN_LABELLED["bi_role"] = 20 human labels in
+    every role cell and 92 x 20 = 1,840 in each dimension's role cells; bi_role_mm, the
+    per-role rows, pooled BI and the means over generators keep MIN_HUMAN_RELIABLE (400) per
+    cell. A fixed table: 92 roles of 20 images (3 women, 17 men, as the extractor and the
+    humans read them), every image labelled: the bi_role rows are reliable (under the
+    per-cell rule alone they were not: 20 < 400), the others not; with one label fewer in
+    role r00 (19 of 20, p = 0.95) the bi_role rows are withheld with their reason (19 < 20),
+    which the report's note quotes."""
+    from stereolens.contextbias.corrected_rule import (
+        AGGREGATE_MIN_LABELLED,
+        AGGREGATE_ROLES,
+        aggregate_minimum,
+        aggregate_reliable,
+        reason,
+    )
+    from stereolens.contextbias.report import READER_CAPTION, READER_HEADLINES
+    from stereolens.report.reader import headline_table
+
+    assert AGGREGATE_MIN_LABELLED == {"bi_role": 20}
+    assert AGGREGATE_ROLES == 92 and aggregate_minimum("bi_role") == 1_840
+    assert aggregate_reliable([[20] * 92], "bi_role") and aggregate_reliable([[40] * 46], "bi_role")
+    assert not aggregate_reliable([[20] * 91], "bi_role")  # 1,820 < 1,840 in all
+    assert not aggregate_reliable([[19] + [40] * 91], "bi_role")  # one cell short
+    assert not aggregate_reliable([[20] * 92, [20] * 91], "bi_role")  # a dimension short
+    assert aggregate_reliable([[400], [400]], "bi_role")  # the per-cell rule
+    assert not aggregate_reliable([], "bi_role")
+    roles = [f"r{r:02d}" for r in range(AGGREGATE_ROLES)]
+    attributes = pl.DataFrame(
+        [
+            {"model": "g", "role": role, "condition": "CF", "image_id": f"{role}-{i}",
+             "cohort": "people", "dimension": "gender_presentation",
+             "label": "F" if i < 3 else "M"}
+            for role in roles for i in range(20)
+        ]
+    )  # fmt: skip
+    reader = reader_table(attributes)
+    human = reader.select(
+        "item_id", "attribute", "label", "stratum", pl.lit(1.0).alias("selection_probability")
+    )
+    role = pl.col("metric") == "bi_role"
+    for short in (False, True):
+        if short:  # r00 has one label fewer: 19 of its 20 images, p = 0.95
+            human = human.filter(pl.col("item_id") != "r00-0").with_columns(
+                selection_probability=pl.when(pl.col("stratum") == "g|r00|CF")
+                .then(0.95)
+                .otherwise(1.0)
+            )
+        table, _ = corrected_table(
+            reader, human, replicates=20, metrics=("bi", "bi_pooled", "bi_role")
+        )
+        # bi_role: the gender row, the people cohort row, the overall row
+        rows = table.filter(role)
+        assert rows.height == 3 and rows["n_human"].min() == 92 * 20 - short
+        assert rows["interval_reliable"].to_list() == [not short] * 3
+        assert rows["withheld_reason"].to_list() == [reason("bi_role") if short else None] * 3
+        others = table.filter(~role)
+        assert set(others["metric"]) == {"bi", "bi_pooled", "bi_role_mm", "bi_pooled_mean",
+                                         "bi_role_mean", "bi_role_mm_mean"}  # fmt: skip
+        assert not others["interval_reliable"].any()
+        assert others["withheld_reason"].is_null().all()
+    shown = headline_table(table.filter(role), READER_HEADLINES)
+    assert shown["interval_note"].to_list() == [f"interval withheld: {reason('bi_role')}"] * 3
+    # the caption states the rule
+    assert "prints from 20 human labels in every role cell and 1,840" in READER_CAPTION

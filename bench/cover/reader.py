@@ -53,7 +53,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from cover import Row, _contextbias_pooled, _contextbias_reader, _contextbias_role, _lvlm_reader
+from cover import (
+    Row,
+    _contextbias_design,
+    _contextbias_pooled,
+    _contextbias_reader,
+    _contextbias_role,
+    _lvlm_reader,
+)
 
 SCALES = {
     "test": {"items": 4_000, "human": 400, "replicates": 200},
@@ -227,6 +234,7 @@ def rows(scale: str) -> list[Row]:
     )  # fmt: skip
     out += _contextbias_pooled.rows(scale, SCALES, HUMAN, _rc().MIN_HUMAN_RELIABLE)
     out += _contextbias_role.rows(scale, SCALES, HUMAN, _rc().MIN_HUMAN_RELIABLE)
+    out += _contextbias_design.rows(HUMAN) if scale == "paper" else []
     out += many_rows(scale)
     return out + _lvlm_reader.rows(scale, HUMAN, _rc().MIN_HUMAN_RELIABLE)
 

@@ -300,7 +300,7 @@ def printable_line(r: dict[str, Any], unit: str) -> str:
         )
     if not short:
         why = "every headline interval printed"
-    elif short == r["strata"]:
+    elif short == r["strata"] and not r.get("short_reaching"):
         why = "the width's: every headline interval will be withheld"
     else:
         why = "per cell the largest minimum it reaches, else the width's n_h"

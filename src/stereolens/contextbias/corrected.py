@@ -362,7 +362,10 @@ def corrected_table(
       define (naive = the ccs_mean table's number); the generators' cells resampled
       independently (their images are); bounds [0, 100]; k null.
 
-    Each extractor is corrected on its own (the human labels are the same images')."""
+    interval_reliable (the report prints the corrected interval where true): every cell of
+    the row has reader_correction.MIN_HUMAN_RELIABLE human labels; ``bi_role``'s rows:
+    corrected_rule's measured aggregate rule (withheld_reason where it fails). Each
+    extractor is corrected on its own (the human labels are the same images')."""
     unknown = set(metrics) - set(METRICS)
     if unknown:
         raise ValueError(f"metrics {sorted(unknown)}; allowed: {', '.join(METRICS)}")

@@ -14,6 +14,7 @@ from stereolens.contextbias.corrected_functionals import (
     role_mean_functional,
     summary_functional,
 )
+from stereolens.contextbias.corrected_rule import apply_rule
 from stereolens.contextbias.metrics import ALL
 from stereolens.metrics import corrected_tables as ct
 from stereolens.metrics import reader_correction as rc
@@ -96,7 +97,9 @@ def role_mean_table(rows: list, overall: str, single_label_bi: float, options: d
     forms them, all of them, both metrics, from one bootstrap per model x condition in
     which a role's dimensions (the same images) share one draw and the roles are drawn
     independently; k the dimension's K where its roles agree, else null (null on the
-    summary rows). ``rows``: the ``bi`` rows (key, [cell], functional, bounds)."""
+    summary rows); interval_reliable of ``bi_role`` by corrected_rule (its aggregate rule,
+    withheld_reason where it fails), of ``bi_role_mm`` per cell. ``rows``: the ``bi`` rows
+    (key, [cell], functional, bounds)."""
     records = {"bi_role": [], "bi_role_mm": []}
     for (model, condition), p in role_parts(rows, single_label_bi).items():
         m = p["bi_role"]
@@ -106,12 +109,14 @@ def role_mean_table(rows: list, overall: str, single_label_bi: float, options: d
             for metric in records
         ]  # fmt: skip
         spans = [list(range(s.start, s.stop)) for s in m["spans"]]
-        cols = [*spans, *([j for d in idx for j in spans[d]] for idx in m["cohorts"])]
-        cols.append(list(range(len(m["cells"]))))
+        parts = [*([s] for s in spans), *([spans[d] for d in idx] for idx in m["cohorts"])]
+        parts.append(spans)
         results = rc.corrected_metrics(
             m["cells"], lambda shares, fns=fns: np.concatenate([f(shares) for f in fns], -1),
-            column_cells=cols * 2, joint=m["joint"], bounds=(0.0, 1.0), **options,
+            column_cells=[[j for p in ps for j in p] for ps in parts] * 2, joint=m["joint"],
+            bounds=(0.0, 1.0), **options,
         )  # fmt: skip
+        apply_rule(results[: len(parts)], m["cells"], parts, "bi_role")  # bi_role_mm: per cell
         keys = [*m["dims"], *((c, ALL) for c in m["names"]), (ALL, ALL)]
         for i, metric in enumerate(records):
             part = results[i * len(keys) : (i + 1) * len(keys)]
@@ -123,8 +128,14 @@ def role_mean_table(rows: list, overall: str, single_label_bi: float, options: d
     frames = []
     for metric, recs in records.items():
         k = pl.Series("k", [r.pop("k") for r in recs], dtype=pl.Int64)
-        frames.append(ct.metric_frame(recs, TABLE_KEYS, metric).with_columns(k))
+        frames.append(with_reason(ct.metric_frame(recs, TABLE_KEYS, metric), recs).with_columns(k))
     return pl.concat(frames)
+
+
+def with_reason(table: pl.DataFrame, records: list[dict]) -> pl.DataFrame:
+    """``table`` (ct.metric_frame of ``records``) with their withheld_reason (corrected_rule)."""
+    reasons = [r.get("withheld_reason") for r in records]
+    return table.with_columns(pl.Series("withheld_reason", reasons, dtype=pl.String))
 
 
 def generator_means(rows: list, overall: str, single_label_bi: float, options: dict):

@@ -368,8 +368,9 @@ def printable_counts(strata: pl.DataFrame, design: pl.DataFrame) -> dict[str, di
     stratum, 0 where none does) and the width allocation ``design`` (stratum, n_human): the
     labels that put every stratum at its minimum, capped at its items (n_printable, at
     least the MIN_LABELLED floor), the strata with fewer items than their minimum
-    (cells_short; short_items_min their fewest items, grow the largest minimum / items
-    ratio among them: how many times the items per cell the design needs for them) and
+    (cells_short; short_items_min their fewest items, short_reaching those that reach
+    another row's minimum, grow the largest minimum / items ratio among them: how many
+    times the items per cell the design needs for them) and
     n_recommended = sum over strata of the larger of the width's n_h and
     :func:`reachable_minimum` (``minimums``, where given, the minimum of each row using
     the stratum: a stratum short of one row's keeps another's; a row it cannot reach is
@@ -388,6 +389,7 @@ def printable_counts(strata: pl.DataFrame, design: pl.DataFrame) -> dict[str, di
         pl.col("minimum").filter(pl.col("minimum") > 0).min().alias("minimum_min"),
         pl.col("minimum").max().alias("minimum_max"),
         pl.col("_short").sum().alias("cells_short"),
+        (pl.col("_short") & (pl.col("_reach") > 0)).sum().alias("short_reaching"),
         pl.col("n_items").filter("_short").min().alias("short_items_min"),
         (pl.col("minimum") / pl.col("n_items")).filter("_short").max().alias("grow"),
     )

@@ -17,6 +17,7 @@ from stereolens.contextbias.annotation.answers import read_answers, read_key
 from stereolens.contextbias.annotation.columns import DEFAULT_DIMENSIONS
 from stereolens.contextbias.annotation.form import _check_dimensions, _select_images, write_form
 from stereolens.contextbias.corrected import reader_table
+from stereolens.contextbias.corrected_rule import printing_minimums
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import sample_design as sd
@@ -55,13 +56,13 @@ def export_reader_sample(
     (model, stratum, disagreement) from a pilot (sample_design.disagreement_rates). Per
     generator sample_design.allocate_by_model gives n_h for ``target_width``, and in each
     stratum n_h images are drawn (sample_design.draw_sample, ``seed``; selection
-    probability n_h / N_h), n_h raised to ``minimum`` in a stratum of that many images
-    (every headline row's printing minimum: the count `stereolens plan` recommends; None:
-    the width's alone). The form shows each drawn image as its own set of one (the
-    annotation form's blinding, CSV and key: docs/methods.md, the human annotation study),
-    so that an answer is the label of one image; the template lists every drawn image x
-    asked dimension with its stratum and selection probability, label
-    empty. Returns FILES' paths."""
+    probability n_h / N_h), n_h raised to the largest printing minimum the stratum's images
+    reach (corrected_rule.printing_minimums: the aggregate rows' and ``minimum``, the
+    per-cell rows'; the count `stereolens plan` recommends; None: the width's alone). The
+    form shows each drawn image as its own set of one (the annotation form's blinding, CSV
+    and key: docs/methods.md, the human annotation study), so that an answer is the label of
+    one image; the template lists every drawn image x asked dimension with its stratum and
+    selection probability, label empty. Returns FILES' paths."""
     schema = schema or AttributeSchema.load()
     dims = tuple(dimensions) if dimensions is not None else DEFAULT_DIMENSIONS
     vocab = _check_dimensions(dims, schema)
@@ -79,7 +80,7 @@ def export_reader_sample(
     strata = items.group_by("model", "stratum").agg(pl.len().cast(pl.Int64).alias("n_items"))
     strata = sd.with_disagreement(strata, disagreement, ["model", "stratum"])
     if minimum is not None:
-        strata = strata.with_columns(pl.lit(minimum, pl.Int64).alias("minimum"))
+        strata = printing_minimums(strata, minimum)
     design, summary = sd.allocate_by_model(
         strata, target_width, share=share, ci=ci, allocation=allocation
     )
@@ -202,13 +203,15 @@ def plan_strata(config: dict[str, Any], pilot: Path | None) -> tuple[pl.DataFram
 def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
     """The planner's reader rows of ContextBias: per generator the human labels for the
     configured target width (sample_design.allocate_by_model) and those that print every
-    headline row's interval (every BI and CCS row's cells, generator x role x condition,
-    at reader_correction.MIN_HUMAN_RELIABLE; sample_design.printable_counts, the items of
-    a cell scaling with contextbias.seeds.per_prompt), with the settings and notes."""
+    headline row's interval (every cell, generator x role x condition, at
+    reader_correction.MIN_HUMAN_RELIABLE for the per-cell BI and CCS rows and at
+    corrected_rule.printing_minimums' aggregate minimum for the means over roles and pooled
+    BI; sample_design.printable_counts, the items of a cell scaling with
+    contextbias.seeds.per_prompt), with the settings and notes."""
     section = config["contextbias"]["reader_sample"]
     strata, source, notes = plan_strata(config, pilot)
     if not strata.height:
         return {"benchmark": "contextbias", "rows": [], "notes": notes}
-    strata = strata.with_columns(pl.lit(MIN_HUMAN_RELIABLE).alias("minimum"))
+    strata = printing_minimums(strata)
     knob = ("contextbias.seeds.per_prompt", float(config["contextbias"]["seeds"]["per_prompt"]))
     return sd.planner_part("contextbias", "images", section, strata, source, notes, knob)

@@ -965,6 +965,10 @@ def test_contextbias_role_mean_bi_by_hand(overall):
     overall 0.320771 or 0.396241; Miller-Madow gender 0.504192, people 0.457012, overall
     0.185518 or 0.276016."""
     from stereolens.contextbias.corrected import CELL_KEYS, NOT_CORRECTED, summary_functional
+    from stereolens.contextbias.corrected_functionals import (
+        miller_madow_functional,
+        role_mean_functional,
+    )
     from stereolens.contextbias.corrected_means import GENERATOR_MEANS
     from stereolens.contextbias.metrics import role_bi
 
@@ -1020,6 +1024,26 @@ def test_contextbias_role_mean_bi_by_hand(overall):
     keys = ("estimate_bc", "ci_low", "ci_high", "naive_low")
     for res, r in zip(again, rows.iter_rows(named=True), strict=True):
         assert [r[c] for c in keys] == pytest.approx([res[c] for c in keys], abs=1e-12)
+    # bi_role_mm, interval "normal": estimate_bc is the Miller-Madow plug-in (clipped to
+    # [0, 1]: objects -0.085976 -> 0) and the interval plug-in +- 1.959964 sd of its
+    # replicates, naive and corrected (not 2 x point - mean: the term removes the bias once)
+    mm = [role_mean_functional([miller_madow_functional(4, 2)] * 2)] * 3
+    fn_mm = summary_functional(mm, [slice(0, 2), slice(2, 4), slice(4, 6)], [[0], [1, 2]], overall)
+    sds = rc.corrected_metrics(
+        six, fn_mm, replicates=100, bounds=(0.0, 1.0), joint=[[0, 2, 4], [1, 3, 5]], with_se=True
+    )
+    rows = table.filter((pl.col("metric") == "bi_role_mm") & (pl.col("dimension") == "*"))
+    hand = [-0.085976, 0.457012, (0.185518, 0.276016)[ov]]  # objects, people, overall
+    for res, r, value in zip(sds, rows.iter_rows(named=True), hand, strict=True):
+        assert r["corrected"] == pytest.approx(value, abs=1e-6)
+        assert r["estimate_bc"] == pytest.approx(min(max(value, 0.0), 1.0), abs=1e-6)
+        for point, se, lo, hi in (
+            (value, res["corrected_se"], r["ci_low"], r["ci_high"]),
+            (r["naive"], res["naive_se"], r["naive_low"], r["naive_high"]),
+        ):
+            assert se > 0.0
+            want = np.clip([point - 1.959964 * se, point + 1.959964 * se], 0.0, 1.0)
+            assert [lo, hi] == pytest.approx(want, abs=1e-5)
     # drawn cell by cell, the overall row's interval differs
     alone = rc.corrected_metrics(six, fn, replicates=100, bounds=(0.0, 1.0))
     assert (alone[-1]["ci_low"], alone[-1]["ci_high"]) != (r["ci_low"], r["ci_high"])

@@ -138,10 +138,10 @@ MEAN_ROWS = {
     f"{kind} {cohort}": (interval, False, REFERENCE.get(kind.split("-")[0], ""))
     for kind, interval in (
         ("corrected", "PPI, mean over roles, a role's dimensions drawn jointly, bc-normal"),
-        ("corrected-mm", "PPI, Miller-Madow, mean over roles, dimensions jointly, bc-normal"),
+        ("corrected-mm", "PPI, Miller-Madow, mean over roles, dimensions jointly, normal"),
         ("independent", "PPI, mean over roles, every cell drawn on its own, bc-normal"),
         ("naive", "naive: reader's labels, mean over roles, dimensions jointly, bc-normal"),
-        ("naive-mm", "naive: reader's labels, Miller-Madow, mean over roles, bc-normal"),
+        ("naive-mm", "naive: reader's labels, Miller-Madow, mean over roles, normal"),
     )
     for cohort in ("*", "people")
 }
@@ -177,7 +177,7 @@ GENERATOR_ROWS = {
         ("generators", "PPI, mean over roles, then over 2 generators, dimensions jointly, "
          "bc-normal"),
         ("generators-mm", "PPI, Miller-Madow, mean over roles, then over 2 generators, "
-         "dimensions jointly, bc-normal"),
+         "dimensions jointly, normal"),
     )
     for cohort in ("*", "people")
 }  # fmt: skip

@@ -36,6 +36,15 @@ GENERATOR_MEANS = {"bi_role": "bi_role_mean", "bi_role_mm": "bi_role_mm_mean"}
 aggregations "role" and "role_miller_madow")."""
 
 
+def mm_interval(options: dict) -> str:
+    """The interval of the Miller-Madow rows: ``normal`` (the plug-in point +- z sd) where
+    ``options`` ask ``bc_normal``: its term removes the plug-in's bias, which the bootstrap's
+    2 x point - mean would remove again (bench/COVERAGE.md "ContextBias at the paper's
+    design"); otherwise ``options``' own."""
+    kind = options.get("interval", "bc_normal")
+    return "normal" if kind == "bc_normal" else kind
+
+
 def model_part(dims: list) -> dict:
     """One model x condition's rows (key, cells, functional), sorted by cohort and
     dimension, as the summary functional takes them: the cells in order, each dimension's
@@ -98,7 +107,8 @@ def role_mean_table(rows: list, overall: str, single_label_bi: float, options: d
     which a role's dimensions (the same images) share one draw and the roles are drawn
     independently; k the dimension's K where its roles agree, else null (null on the
     summary rows); interval_reliable of ``bi_role`` by corrected_rule (its aggregate rule,
-    withheld_reason where it fails), of ``bi_role_mm`` per cell. ``rows``: the ``bi`` rows
+    withheld_reason where it fails), of ``bi_role_mm`` per cell; ``bi_role_mm``'s interval
+    :func:`mm_interval`. ``rows``: the ``bi`` rows
     (key, [cell], functional, bounds)."""
     records = {"bi_role": [], "bi_role_mm": []}
     for (model, condition), p in role_parts(rows, single_label_bi).items():
@@ -111,10 +121,11 @@ def role_mean_table(rows: list, overall: str, single_label_bi: float, options: d
         spans = [list(range(s.start, s.stop)) for s in m["spans"]]
         parts = [*([s] for s in spans), *([spans[d] for d in idx] for idx in m["cohorts"])]
         parts.append(spans)
+        kinds = (options.get("interval", "bc_normal"), mm_interval(options))  # bi_role, _mm
         results = rc.corrected_metrics(
             m["cells"], lambda shares, fns=fns: np.concatenate([f(shares) for f in fns], -1),
             column_cells=[[j for p in ps for j in p] for ps in parts] * 2, joint=m["joint"],
-            bounds=(0.0, 1.0), **options,
+            bounds=(0.0, 1.0), column_interval=[k for k in kinds for _ in parts], **options,
         )  # fmt: skip
         apply_rule(results[: len(parts)], m["cells"], parts, "bi_role")  # bi_role_mm: per cell
         keys = [*m["dims"], *((c, ALL) for c in m["names"]), (ALL, ALL)]
@@ -142,16 +153,17 @@ def generator_means(rows: list, overall: str, single_label_bi: float, options: d
     """The role means' model "*" rows (GENERATOR_MEANS: bi.parquet's model "*" rows of
     "role" and "role_miller_madow"), per condition the mean over generators of each
     generator's :func:`role_mean_table` rows, by :func:`cross_model_rows` (one bootstrap per
-    condition and metric: the generators independently, a role's dimensions jointly); k
-    null. ``rows``: the ``bi`` rows."""
+    condition and metric: the generators independently, a role's dimensions jointly;
+    ``bi_role_mm_mean``'s interval :func:`mm_interval`); k null. ``rows``: the ``bi`` rows."""
     parts = role_parts(rows, single_label_bi)
     frames = []
     for metric, mean in GENERATOR_MEANS.items():
         by_condition: dict[str, list] = {}
         for (_model, condition), p in parts.items():
             by_condition.setdefault(condition, []).append(p[metric])
+        opts = {**options, "interval": mm_interval(options)} if metric == "bi_role_mm" else options
         frames.append(
-            cross_model_rows(by_condition, overall, options, mean).with_columns(
+            cross_model_rows(by_condition, overall, opts, mean).with_columns(
                 pl.lit(None, pl.Int64).alias("k")
             )
         )

@@ -61,9 +61,10 @@ OFF_SIMPLEX = ("clip", "raw")
 """``clip``: shares clipped to [0, 1], then renormalised to sum 1 where every item carries
 exactly one label (the ``off_simplex`` column flags the labels that were outside); ``raw``:
 the unbiased estimates as they are (a metric of them may be undefined)."""
-INTERVALS = ("bc_normal", "percentile")
+INTERVALS = ("bc_normal", "percentile", "normal")
 """Interval of a metric: ``bc_normal`` = the bootstrap bias-corrected normal interval of
-BiasIG's scores (estimate 2 x point - mean of the replicates, +- z sd); ``percentile``."""
+BiasIG's scores (estimate 2 x point - mean of the replicates, +- z sd); ``percentile``;
+``normal`` = the point +- z sd, for an estimator already bias-corrected (Miller-Madow)."""
 MIN_LABELLED = 2
 """Human-labelled items a stratum of a cell needs (a rectifier and its variance)."""
 MIN_HUMAN_RELIABLE = 400
@@ -407,6 +408,8 @@ def _interval(point, reps, interval: str, ci: float, bounds):
     if interval == "percentile":
         lo, hi = np.quantile(reps, [(1.0 - ci) / 2.0, (1.0 + ci) / 2.0])
         return point, float(lo), float(hi)
+    if interval == "normal":
+        return _normal_interval(point, reps.std(ddof=1), ci, bounds)
     # as stereolens.biasig.groups.bias_corrected (a benchmark module this floor cannot import)
     return _normal_interval(2.0 * point - reps.mean(), reps.std(ddof=1), ci, bounds)
 
@@ -461,6 +464,7 @@ def corrected_metrics(
     column_cells: Sequence[Sequence[int]] | None = None,
     joint: Sequence[Sequence[int]] | None = None,
     with_se: bool = False,
+    column_interval: Sequence[str] | None = None,
 ) -> list[dict[str, float | int | str]]:
     """corrected_metric of several metrics of the same ``cells`` from one bootstrap:
     ``functional`` maps the cells' (B, K_c) share arrays to (B, L), one column per metric
@@ -472,8 +476,10 @@ def corrected_metrics(
     that are readings of the same items (ContextBias's dimensions of one role x condition),
     each group resampled with one draw of its items (metrics.joint_bootstrap); default every
     cell independently. ``with_se``: each dict also has naive_se and corrected_se, the sd of
-    the column's finite replicates (before ``bounds``)."""
-    _check_options(lam, off_simplex, interval)
+    the column's finite replicates (before ``bounds``). ``column_interval``: per column its
+    INTERVALS name, naive and corrected (default ``interval`` for every column)."""
+    for kind in {interval, *(column_interval or ())}:
+        _check_options(lam, off_simplex, kind)
     rng = np.random.default_rng(seed)
     points = [cell_shares(c, lam, off_simplex, ci, fixed_strata) for c in cells]
     if joint is None:
@@ -497,8 +503,9 @@ def corrected_metrics(
     out = []
     for j in range(naive_pt.size):
         use = every if column_cells is None else column_cells[j]
+        kind = interval if column_interval is None else column_interval[j]
         common = {
-            "interval": interval,
+            "interval": kind,
             "n_human": int(sum(cells[i].labelled.size for i in use)),
             "n_items": int(sum(cells[i].stratum.size for i in use)),
             "off_simplex": bool(any(points[i]["off_simplex"].any() for i in use)),
@@ -506,8 +513,8 @@ def corrected_metrics(
                 all(cells[i].labelled.size >= MIN_HUMAN_RELIABLE for i in use)
             ),
         }
-        _, n_lo, n_hi = _interval(float(naive_pt[j]), naive_reps[:, j], interval, ci, bounds)
-        est, lo, hi = _interval(float(corr_pt[j]), corr_reps[:, j], interval, ci, bounds)
+        _, n_lo, n_hi = _interval(float(naive_pt[j]), naive_reps[:, j], kind, ci, bounds)
+        est, lo, hi = _interval(float(corr_pt[j]), corr_reps[:, j], kind, ci, bounds)
         if with_se:
             common["naive_se"] = _sd(naive_reps[:, j])
             common["corrected_se"] = _sd(corr_reps[:, j])

@@ -29,7 +29,7 @@ READER_CAPTION = (
     "resampled together (94.8% and 94.7% of 1,000 datasets at 400 human labels), its mean over "
     "roles and that of its Miller-Madow value (role '*', bi.parquet's 'role' and "
     "'role_miller_madow', its interval centred at its own value, whose term already removes "
-    "the plug-in's bias; 94.4-94.9% of 1,000 datasets at 400 human labels per role, 94.4-94.7% "
+    "the plug-in's bias; 94.4-94.9% of 1,000 datasets at 400 human labels per role, 94.0-94.7% "
     "at 1,000; at the paper's design, 92 roles of 30-100 images, the mean over roles prints "
     "from 20 human labels in every role cell and 1,840 over a dimension's roles: 94.0-95.1% "
     "of 1,000 datasets at 20, the Miller-Madow one not: 90.0-93.0% at 20, 93.5-96.0% with every "

@@ -59,6 +59,7 @@ from cover import (
     _contextbias_pooled,
     _contextbias_reader,
     _contextbias_role,
+    _eta_pairs,
     _lvlm_reader,
 )
 
@@ -364,20 +365,21 @@ def eta_truth() -> float:
     )
 
 
-def _eta_cells(rng, n_items: int, n_human: int) -> list:
-    """The six Cells of one dataset: per side n_items images whose true gender, race and age
-    are drawn from the side's distribution (independently), read through ETA_CONFUSION;
-    humans (the truth) on one simple random sample of n_human images of the side."""
+def _eta_cells(rng, n_items: int, n_human: int, sides: dict | None = None) -> list:
+    """The Cells of one dataset, three a side (ETA_TRUE's two, or ``sides``: name -> true
+    distribution): per side n_items images whose true gender, race and age are drawn from the
+    side's distribution (independently), read through ETA_CONFUSION; humans (the truth) on
+    one simple random sample of n_human images of the side."""
     from stereolens.biasig.truth import SLICES, VALUES_BY_ATTRIBUTE
 
     Cell = _rc().Cell
     cells = []
-    for side in ("advantaged", "disadvantaged"):
+    for side, dist in (ETA_TRUE if sides is None else sides).items():
         labelled = np.sort(rng.choice(n_items, n_human, replace=False))
         items = tuple(f"{side}{j}" for j in range(n_items))
         for attribute, values in VALUES_BY_ATTRIBUTE.items():
             k = len(values)
-            true = rng.choice(k, n_items, p=ETA_TRUE[side][SLICES[attribute]])
+            true = rng.choice(k, n_items, p=dist[SLICES[attribute]])
             cum = ETA_CONFUSION[attribute].cumsum(1)[true]
             read = (rng.random(n_items)[:, None] > cum).sum(1).clip(max=k - 1)
             onehot = np.eye(k)
@@ -396,26 +398,42 @@ def _eta_cells(rng, n_items: int, n_human: int) -> list:
     return cells
 
 
+def eta_datasets(scale: str, n: int, joint: bool = True, world: str = "pair"):
+    """Yield, per dataset of ``_simulate_eta``, the naive and the corrected eta_total's
+    (estimate, low, high) (the same datasets, one at a time: bench/eta_sweep.py logs them);
+    ``world`` "pairs": the prior world's 36 pairs (_eta_pairs)."""
+    from stereolens.metrics import reader_double as rd
+
+    size = ETA_SIZES[scale]
+    if world == "pairs":
+        sides, functional = _eta_pairs.sides(), _eta_pairs.functional()
+        rng = np.random.default_rng([21, 36, n, size["items"], size["human"]])
+    else:
+        sides, functional = None, eta_functional(_eta_k())
+        rng = np.random.default_rng([21, 1, n, len(scale)])
+    groups = [[3 * s, 3 * s + 1, 3 * s + 2] for s in range(len(sides or ETA_TRUE))]
+    for _ in range(n):
+        cells = _eta_cells(rng, size["items"], size["human"], sides)
+        m = rd.corrected_metric_double(
+            cells, functional, replicates=size["replicates"], seed=int(rng.integers(2**31)),
+            joint=groups if joint else None,
+        )  # fmt: skip
+        yield {
+            "naive eta": (m["naive"], m["naive_low"], m["naive_high"]),
+            "eta": (m["estimate_bc"], m["ci_low"], m["ci_high"]),
+        }
+
+
 @lru_cache(maxsize=8)
-def _simulate_eta(scale: str, n: int, joint: bool = True) -> dict[str, tuple]:
+def _simulate_eta(scale: str, n: int, joint: bool = True, world: str = "pair") -> dict:
     """Per dataset the naive and the corrected eta_total's (estimate, low, high): the
     double-bootstrap bias-corrected estimate and interval, 20 second-level replicates, a
     side's gender, race and age cells drawn once at both levels (as biasig.corrected draws
     a side's unit x person; ``joint`` False: each cell on its own, the draw before)."""
-    from stereolens.metrics import reader_double as rd
-
-    size = ETA_SIZES[scale]
-    rng = np.random.default_rng([21, 1, n, len(scale)])
-    functional = eta_functional(_eta_k())
     out: dict[str, list] = {}
-    for _ in range(n):
-        cells = _eta_cells(rng, size["items"], size["human"])
-        m = rd.corrected_metric_double(
-            cells, functional, replicates=size["replicates"], seed=int(rng.integers(2**31)),
-            joint=[[0, 1, 2], [3, 4, 5]] if joint else None,
-        )  # fmt: skip
-        out.setdefault("naive eta", []).append((m["naive"], m["naive_low"], m["naive_high"]))
-        out.setdefault("eta", []).append((m["estimate_bc"], m["ci_low"], m["ci_high"]))
+    for dataset in eta_datasets(scale, n, joint, world):
+        for key, value in dataset.items():
+            out.setdefault(key, []).append(value)
     return {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
 
 
@@ -430,16 +448,16 @@ ETA_ROWS = {
 }
 
 
-def _eta_row(scale: str, key: str) -> Row:
+def _eta_row(scale: str, key: str, world: str = "pair") -> Row:
     interval, _ = ETA_ROWS[key]
     size = ETA_SIZES[scale]
-    truth = eta_truth()
+    truth = _eta_pairs.truth() if world == "pairs" else eta_truth()
 
     def draw(rng, n):
-        return _simulate_eta(scale, n)[key]
+        return _simulate_eta(scale, n, True, world)[key]
 
     name = (
-        f"reader eta {scale}: {key}, world eta pair, N {size['items']:,}, "
+        f"reader eta {scale}: {key}, world eta {world}, N {size['items']:,}, "
         f"n {size['human']:,} per side, truth {truth:.4g}"
     )
     return Row(name, "reader correction", interval, truth, draw)
@@ -451,6 +469,14 @@ def eta_sweep_row(items: int, human: int, replicates: int = 200) -> Row:
     key = f"sweep{items}_{human}"
     ETA_SIZES[key] = {"items": items, "human": human, "replicates": replicates}
     return _eta_row(key, "eta")
+
+
+def eta_pairs_row(items: int, human: int, replicates: int = 200, key: str = "eta") -> Row:
+    """eta_sweep_row's row in the 36-pair world (_eta_pairs: the prior world's implicit
+    pairs, 72 sides; scale "pairs<items>_<human>"); ``key`` "naive eta": the naive one."""
+    scale = f"pairs{items}_{human}"
+    ETA_SIZES[scale] = {"items": items, "human": human, "replicates": replicates}
+    return _eta_row(scale, key, "pairs")
 
 
 def eta_minimum(sweep: dict, nominal: float = 0.95) -> int | None:

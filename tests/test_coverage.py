@@ -102,7 +102,8 @@ def test_reader_minimum_is_the_measured_one():
 
 def test_eta_minimum_is_the_measured_one():
     """biasig.formulas.ETA_MIN_HUMAN_RELIABLE is the smallest n of the eta sweep
-    (bench/cover/reader.ETA_SWEEP, 1,000 datasets a row at 4,000 and 20,000 images a side)
+    (bench/cover/reader.ETA_SWEEP, 1,000 datasets a row at 4,000 and 20,000 images a side, a
+    side's attributes drawn jointly at both levels, as corrected.parquet draws them)
     from which every corrected eta row covers within two Monte Carlo errors of 95%, a smaller
     n of the sweep does not; and the suite's eta row, at that n, does so over 200 datasets."""
     from cover import reader

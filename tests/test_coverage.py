@@ -102,7 +102,8 @@ def test_reader_minimum_is_the_measured_one():
 
 def test_eta_minimum_is_the_measured_one():
     """biasig.formulas.ETA_MIN_HUMAN_RELIABLE is the smallest n of the eta sweep
-    (bench/cover/reader.ETA_SWEEP, 1,000 datasets a row at 4,000 and 20,000 images a side)
+    (bench/cover/reader.ETA_SWEEP, 1,000 datasets a row at 4,000 and 20,000 images a side, a
+    side's attributes drawn jointly at both levels, as corrected.parquet draws them)
     from which every corrected eta row covers within two Monte Carlo errors of 95%, a smaller
     n of the sweep does not; and the suite's eta row, at that n, does so over 200 datasets."""
     from cover import reader
@@ -121,6 +122,51 @@ def test_eta_minimum_is_the_measured_one():
     assert f"n {ETA_MIN_HUMAN_RELIABLE:,} per side" in row.name
     res = cover.run_row(row, 200)
     assert res.coverage >= 0.95 - 2 * res.mc_error, f"{res.coverage:.1%} +- {res.mc_error:.1%}"
+
+
+def test_eta_sweep_script_summarises_by_hand_and_logs_the_rows_datasets(tmp_path):
+    """bench/eta_sweep.py (ETA_SWEEP's runs): its summary on four hand-made intervals (truth
+    0.5, z 2; one covers, one lies below, one above, one undefined), and the datasets it logs
+    are those cover.run_row draws for eta_sweep_row (same coverage, width, bias)."""
+    import eta_sweep  # bench/ is on the path (above)
+    import numpy as np
+    from cover import reader
+
+    est, lo, hi = [0.50, 0.48, 0.53, 0.51], [0.49, 0.46, 0.505, 0.40], [0.51, 0.49, 0.56, np.nan]
+    s = eta_sweep.summary(est, lo, hi, 0.5, z=2.0)
+    assert s["datasets"] == 4 and s["coverage"] == 0.25
+    assert s["mc_error"] == pytest.approx(0.216506, abs=1e-6)  # sqrt(.25 x .75 / 4)
+    assert s["width"] == pytest.approx(0.035)  # (0.02 + 0.03 + 0.055) / 3
+    assert s["bias"] == pytest.approx(0.005)  # (0 - 0.02 + 0.03 + 0.01) / 4
+    assert s["sd"] == pytest.approx(0.0208167, abs=1e-7)  # sqrt(1.3e-3 / 3)
+    assert s["se"] == pytest.approx(0.00875)  # 0.035 / 2 / 2
+    assert s["below"] == 0.25 and s["above"] == 0.25
+    log = tmp_path / "sweep.jsonl"
+    eta_sweep.run(4_000, 600, 3, 50, log)
+    logged = eta_sweep.from_logs([log])
+    res = cover.run_row(reader.eta_sweep_row(4_000, 600, 50), 3)
+    row = f"| 4,000 | 600 | 3 | {res.coverage:.1%} | {res.mc_error:.1%} | {res.mean_width:.5f} |"
+    assert row in logged and f"{res.mean_bias:+.5f}" in logged
+
+
+def test_eta_pairs_world_is_the_prior_worlds():
+    """bench/cover/_eta_pairs: the 36 pairs' 72 sides of config/config.yaml's implicit prompts;
+    its functional at the sides' true shares is its truth, cover.biasig's model-a eta of the
+    "paper-implicit" world (computed there from counts, not shares)."""
+    from cover import _eta_pairs
+    from cover import biasig as cb
+
+    from stereolens.biasig.truth import SLICES
+
+    sides = _eta_pairs.sides()
+    assert len(sides) == 72 and len(cb.world("paper-implicit").world.pairs) == 36
+    truth = cb.world("paper-implicit").truth["a"]["eta"]
+    assert _eta_pairs.truth() == pytest.approx(truth, abs=1e-12)
+    parts = [d[None, SLICES[a]] for d in sides.values() for a in ("gender", "race", "age")]
+    assert _eta_pairs.functional()(parts)[0] == pytest.approx(truth, abs=1e-12)
+    # the functional moves with a side's shares: the first side all male moves eta
+    parts[0] = parts[0] * 0 + [[1.0, 0.0]]
+    assert abs(_eta_pairs.functional()(parts)[0] - truth) > 1e-4
 
 
 def test_biasig_score_minimum_is_the_measured_one():

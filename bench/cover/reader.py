@@ -59,6 +59,7 @@ from cover import (
     _contextbias_pooled,
     _contextbias_reader,
     _contextbias_role,
+    _eta_pairs,
     _lvlm_reader,
 )
 
@@ -314,19 +315,20 @@ n = biasig.formulas.ETA_MIN_HUMAN_RELIABLE, the suite's row at eta's minimum (40
 was measured)."""
 ETA_SWEEP = {
     # (images a side, human labels a side): (coverage, datasets) of the corrected eta
-    # interval, eta_sweep_row(items, human) over 1,000 datasets, 200 replicates (seed 0)
-    (4_000, 400): (0.938, 1_000),
-    (4_000, 600): (0.951, 1_000),
-    (4_000, 800): (0.956, 1_000),
-    (4_000, 1_000): (0.965, 1_000),
-    (20_000, 400): (0.934, 1_000),
+    # interval, eta_sweep_row(items, human) over 1,000 datasets, 200 replicates (seed 0), a
+    # side's gender, race and age drawn jointly at both levels (bench/eta_sweep.py)
+    (4_000, 400): (0.934, 1_000),
+    (4_000, 600): (0.950, 1_000),
+    (4_000, 800): (0.954, 1_000),
+    (4_000, 1_000): (0.968, 1_000),
+    (20_000, 400): (0.937, 1_000),
     (20_000, 600): (0.955, 1_000),
-    (20_000, 800): (0.965, 1_000),
-    (20_000, 1_000): (0.962, 1_000),
+    (20_000, 800): (0.956, 1_000),
+    (20_000, 1_000): (0.959, 1_000),
 }
 """The sweep that sets biasig.formulas.ETA_MIN_HUMAN_RELIABLE (:func:`eta_minimum`;
-bench/COVERAGE.md "Reader correction, BiasIG eta"; tests/test_coverage.py checks the
-constant against it)."""
+bench/COVERAGE.md "Reader correction, BiasIG eta", with the sweep before the joint draw, each
+cell on its own; tests/test_coverage.py checks the constant against it)."""
 
 
 def _eta_k() -> np.ndarray:
@@ -364,20 +366,21 @@ def eta_truth() -> float:
     )
 
 
-def _eta_cells(rng, n_items: int, n_human: int) -> list:
-    """The six Cells of one dataset: per side n_items images whose true gender, race and age
-    are drawn from the side's distribution (independently), read through ETA_CONFUSION;
-    humans (the truth) on one simple random sample of n_human images of the side."""
+def _eta_cells(rng, n_items: int, n_human: int, sides: dict | None = None) -> list:
+    """The Cells of one dataset, three a side (ETA_TRUE's two, or ``sides``: name -> true
+    distribution): per side n_items images whose true gender, race and age are drawn from the
+    side's distribution (independently), read through ETA_CONFUSION; humans (the truth) on
+    one simple random sample of n_human images of the side."""
     from stereolens.biasig.truth import SLICES, VALUES_BY_ATTRIBUTE
 
     Cell = _rc().Cell
     cells = []
-    for side in ("advantaged", "disadvantaged"):
+    for side, dist in (ETA_TRUE if sides is None else sides).items():
         labelled = np.sort(rng.choice(n_items, n_human, replace=False))
         items = tuple(f"{side}{j}" for j in range(n_items))
         for attribute, values in VALUES_BY_ATTRIBUTE.items():
             k = len(values)
-            true = rng.choice(k, n_items, p=ETA_TRUE[side][SLICES[attribute]])
+            true = rng.choice(k, n_items, p=dist[SLICES[attribute]])
             cum = ETA_CONFUSION[attribute].cumsum(1)[true]
             read = (rng.random(n_items)[:, None] > cum).sum(1).clip(max=k - 1)
             onehot = np.eye(k)
@@ -396,26 +399,42 @@ def _eta_cells(rng, n_items: int, n_human: int) -> list:
     return cells
 
 
+def eta_datasets(scale: str, n: int, joint: bool = True, world: str = "pair"):
+    """Yield, per dataset of ``_simulate_eta``, the naive and the corrected eta_total's
+    (estimate, low, high) (the same datasets, one at a time: bench/eta_sweep.py logs them);
+    ``world`` "pairs": the prior world's 36 pairs (_eta_pairs)."""
+    from stereolens.metrics import reader_double as rd
+
+    size = ETA_SIZES[scale]
+    if world == "pairs":
+        sides, functional = _eta_pairs.sides(), _eta_pairs.functional()
+        rng = np.random.default_rng([21, 36, n, size["items"], size["human"]])
+    else:
+        sides, functional = None, eta_functional(_eta_k())
+        rng = np.random.default_rng([21, 1, n, len(scale)])
+    groups = [[3 * s, 3 * s + 1, 3 * s + 2] for s in range(len(sides or ETA_TRUE))]
+    for _ in range(n):
+        cells = _eta_cells(rng, size["items"], size["human"], sides)
+        m = rd.corrected_metric_double(
+            cells, functional, replicates=size["replicates"], seed=int(rng.integers(2**31)),
+            joint=groups if joint else None,
+        )  # fmt: skip
+        yield {
+            "naive eta": (m["naive"], m["naive_low"], m["naive_high"]),
+            "eta": (m["estimate_bc"], m["ci_low"], m["ci_high"]),
+        }
+
+
 @lru_cache(maxsize=8)
-def _simulate_eta(scale: str, n: int, joint: bool = True) -> dict[str, tuple]:
+def _simulate_eta(scale: str, n: int, joint: bool = True, world: str = "pair") -> dict:
     """Per dataset the naive and the corrected eta_total's (estimate, low, high): the
     double-bootstrap bias-corrected estimate and interval, 20 second-level replicates, a
     side's gender, race and age cells drawn once at both levels (as biasig.corrected draws
     a side's unit x person; ``joint`` False: each cell on its own, the draw before)."""
-    from stereolens.metrics import reader_double as rd
-
-    size = ETA_SIZES[scale]
-    rng = np.random.default_rng([21, 1, n, len(scale)])
-    functional = eta_functional(_eta_k())
     out: dict[str, list] = {}
-    for _ in range(n):
-        cells = _eta_cells(rng, size["items"], size["human"])
-        m = rd.corrected_metric_double(
-            cells, functional, replicates=size["replicates"], seed=int(rng.integers(2**31)),
-            joint=[[0, 1, 2], [3, 4, 5]] if joint else None,
-        )  # fmt: skip
-        out.setdefault("naive eta", []).append((m["naive"], m["naive_low"], m["naive_high"]))
-        out.setdefault("eta", []).append((m["estimate_bc"], m["ci_low"], m["ci_high"]))
+    for dataset in eta_datasets(scale, n, joint, world):
+        for key, value in dataset.items():
+            out.setdefault(key, []).append(value)
     return {k: tuple(np.array(v, dtype=float).T) for k, v in out.items()}
 
 
@@ -430,16 +449,16 @@ ETA_ROWS = {
 }
 
 
-def _eta_row(scale: str, key: str) -> Row:
+def _eta_row(scale: str, key: str, world: str = "pair") -> Row:
     interval, _ = ETA_ROWS[key]
     size = ETA_SIZES[scale]
-    truth = eta_truth()
+    truth = _eta_pairs.truth() if world == "pairs" else eta_truth()
 
     def draw(rng, n):
-        return _simulate_eta(scale, n)[key]
+        return _simulate_eta(scale, n, True, world)[key]
 
     name = (
-        f"reader eta {scale}: {key}, world eta pair, N {size['items']:,}, "
+        f"reader eta {scale}: {key}, world eta {world}, N {size['items']:,}, "
         f"n {size['human']:,} per side, truth {truth:.4g}"
     )
     return Row(name, "reader correction", interval, truth, draw)
@@ -453,6 +472,14 @@ def eta_sweep_row(items: int, human: int, replicates: int = 200) -> Row:
     return _eta_row(key, "eta")
 
 
+def eta_pairs_row(items: int, human: int, replicates: int = 200, key: str = "eta") -> Row:
+    """eta_sweep_row's row in the 36-pair world (_eta_pairs: the prior world's implicit
+    pairs, 72 sides; scale "pairs<items>_<human>"); ``key`` "naive eta": the naive one."""
+    scale = f"pairs{items}_{human}"
+    ETA_SIZES[scale] = {"items": items, "human": human, "replicates": replicates}
+    return _eta_row(scale, key, "pairs")
+
+
 def eta_minimum(sweep: dict, nominal: float = 0.95) -> int | None:
     """measured_minimum of ETA_SWEEP-like ``sweep`` ((items, human): (coverage, datasets)):
     the smallest human labels a side from which every row, at that n and every larger one,
@@ -461,16 +488,19 @@ def eta_minimum(sweep: dict, nominal: float = 0.95) -> int | None:
 
 
 def eta_rows(scale: str) -> list[Row]:
-    """The eta rows: corrected (and at "paper" naive). Not "reader <scale>:" rows: eta has
-    its own minimum (biasig.formulas.ETA_MIN_HUMAN_RELIABLE, from ETA_SWEEP), so these rows
-    do not enter MIN_HUMAN_RELIABLE's measurement."""
+    """The eta rows: corrected (and at "paper" naive, and the corrected row of the 36-pair
+    world at 4,000 images and the minimum's 600 labels a side: about 4.4 s CPU a dataset).
+    Not "reader <scale>:" rows: eta has its own minimum (biasig.formulas.
+    ETA_MIN_HUMAN_RELIABLE, from ETA_SWEEP), so these rows do not enter MIN_HUMAN_RELIABLE's
+    measurement."""
     if scale not in ETA_SIZES:
         return []
+    pairs = [eta_pairs_row(4_000, ETA_SIZES["test"]["human"])] if scale == "paper" else []
     return [
         _eta_row(scale, key)
         for key, (_, paper) in ETA_ROWS.items()
         if not paper or scale == "paper"
-    ]
+    ] + pairs
 
 
 # BiasIG's corrected S_imp and S_exp (results/biasig/corrected.parquet)

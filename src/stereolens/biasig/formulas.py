@@ -72,8 +72,9 @@ stereolens.biasig.corrected) is printed: corrected.parquet's eta rows carry
 interval_reliable = every cell has this many, and the report withholds the interval below
 it. Measured, not assumed: bench/COVERAGE.md "Reader correction, BiasIG eta" (bench/cover/
 reader.py, world "eta pair", ETA_SWEEP: 1,000 datasets per size, 4,000 and 20,000 images a
-side): 93.8% and 93.4% at 400 human labels a side, 95.1% and ETA_SWEEP's at 600, up to
-96.5% at 1,000; the smallest n from which every row is within two Monte Carlo errors of 95%
+side, a side's attributes drawn jointly as corrected.parquet draws them): 93.4% and 93.7% at
+400 human labels a side, 95.0% and 95.5% at 600, up to 96.8% at 1,000; the smallest n from
+which every row is within two Monte Carlo errors of 95%
 (bench/cover/reader.eta_minimum; tests/test_coverage.py checks this constant against the
 sweep and the suite's row at this size)."""
 SCORE_MIN_HUMAN_RELIABLE: dict[tuple[str, str], int] = {("s_exp", "*"): 100}

@@ -34,7 +34,7 @@ READER_CAPTION = (
     "from 20 human labels in every role cell and 1,840 over a dimension's roles: 94.0-95.1% "
     "of 1,000 datasets at 20, the Miller-Madow one not: 90.0-93.0% at 20, 93.5-96.0% with every "
     "image, 400 a cell still; "
-    "their mean over generators, model '*', not ranked: 93.3-94.2% at 400, 94.7-95.6% "
+    "their mean over generators, model '*', not ranked: 93.3-94.2% at 400, 94.9-95.6% "
     "at 1,000; 'role_matched' has no corrected row: matched support subsamples the images, which "
     "the human sample cannot follow); pooled BI of the counts pooled over roles (role '*') with "
     "its cohort means (dimension '*') and overall value (cohort '*') (95.0% and a cohort mean "

@@ -180,6 +180,12 @@ def test_contextbias_aggregate_minimum_is_the_measured_one():
 
     sweep = design.DESIGN_SWEEP
     assert AGGREGATE_ROLES == design.ROLES == 92
+    assert all(len(c) == len(design.KEYS) for c in sweep.values())
+    # the means over two generators (model "*") of one world: the one-generator truth
+    truth = design.truth()
+    for kind in ("role", "role-mm", "pooled"):
+        for part in ("people", "*"):
+            assert truth[f"{kind}-mean {part}"] == truth[f"{kind} {part}"]
     assert set(AGGREGATE_MIN_LABELLED) == {"bi_role"}
     for metric, minimum in AGGREGATE_MIN_LABELLED.items():
         assert design.design_minimum(sweep, metric) == minimum

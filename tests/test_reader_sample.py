@@ -526,8 +526,9 @@ def test_contextbias_plan_at_the_paper_design(repo_root, monkeypatch):
     short of the per-cell rows' 400 but reaches the mean over roles' minimum
     (contextbias.corrected_rule: 20 a role cell at 92 roles), so the plan recommends 20 a
     cell, 276 x 20 = 5,520 per generator, above the width's 1,105 (Neyman, width 0.05: no
-    cell's n_h above 20). printing_minimums by hand: 92 roles -> [20, 400]; 46 roles ->
-    [ceil(1,840 / 46) = 40, 400]; 2 roles -> [min(920, 400), 400] = [400, 400]."""
+    cell's n_h above 20). printing_minimums by hand (bi_role and bi_role_mean share 20: one
+    entry): 92 roles -> [20, 400]; 46 roles -> [ceil(1,840 / 46) = 40, 400]; 2 roles ->
+    [min(920, 400), 400] = [400, 400]."""
     from stereolens.contextbias.corrected_rule import printing_minimums
     from stereolens.plan import format_reader
 

@@ -1105,14 +1105,14 @@ def test_contextbias_role_mean_over_generators_by_hand(overall):
 
 def test_contextbias_aggregate_printing_rule_by_hand():
     """contextbias.corrected_rule: a generator's mean over roles (bi_role: dimension, cohort
-    and overall rows) prints from AGGREGATE_MIN_LABELLED["bi_role"] = 20 human labels in
-    every role cell and 92 x 20 = 1,840 in each dimension's role cells; bi_role_mm, the
-    per-role rows, pooled BI and the means over generators keep MIN_HUMAN_RELIABLE (400) per
-    cell. A fixed table: 92 roles of 20 images (3 women, 17 men, as the extractor and the
-    humans read them), every image labelled: the bi_role rows are reliable (under the
-    per-cell rule alone they were not: 20 < 400), the others not; with one label fewer in
-    role r00 (19 of 20, p = 0.95) the bi_role rows are withheld with their reason (19 < 20),
-    which the report's note quotes."""
+    and overall rows) and its mean over generators (bi_role_mean) print from
+    AGGREGATE_MIN_LABELLED = 20 human labels in every role cell and 92 x 20 = 1,840 in each
+    dimension's role cells; bi_role_mm, the per-role rows, pooled BI and the other means over
+    generators keep MIN_HUMAN_RELIABLE (400) per cell. A fixed table: 92 roles of 20 images
+    (3 women, 17 men, as the extractor and the humans read them), every image labelled: the
+    bi_role and bi_role_mean rows are reliable (under the per-cell rule alone they were not:
+    20 < 400), the others not; with one label fewer in role r00 (19 of 20, p = 0.95) they
+    are withheld with their reason (19 < 20), which the report's note quotes."""
     from stereolens.contextbias.corrected_rule import (
         AGGREGATE_MIN_LABELLED,
         AGGREGATE_ROLES,
@@ -1123,7 +1123,7 @@ def test_contextbias_aggregate_printing_rule_by_hand():
     from stereolens.contextbias.report import READER_CAPTION, READER_HEADLINES
     from stereolens.report.reader import headline_table
 
-    assert AGGREGATE_MIN_LABELLED == {"bi_role": 20}
+    assert AGGREGATE_MIN_LABELLED == {"bi_role": 20, "bi_role_mean": 20}
     assert AGGREGATE_ROLES == 92 and aggregate_minimum("bi_role") == 1_840
     assert aggregate_reliable([[20] * 92], "bi_role") and aggregate_reliable([[40] * 46], "bi_role")
     assert not aggregate_reliable([[20] * 91], "bi_role")  # 1,820 < 1,840 in all
@@ -1144,7 +1144,7 @@ def test_contextbias_aggregate_printing_rule_by_hand():
     human = reader.select(
         "item_id", "attribute", "label", "stratum", pl.lit(1.0).alias("selection_probability")
     )
-    role = pl.col("metric") == "bi_role"
+    role = pl.col("metric").is_in(["bi_role", "bi_role_mean"])
     for short in (False, True):
         if short:  # r00 has one label fewer: 19 of its 20 images, p = 0.95
             human = human.filter(pl.col("item_id") != "r00-0").with_columns(
@@ -1155,17 +1155,82 @@ def test_contextbias_aggregate_printing_rule_by_hand():
         table, _ = corrected_table(
             reader, human, replicates=20, metrics=("bi", "bi_pooled", "bi_role")
         )
-        # bi_role: the gender row, the people cohort row, the overall row
-        rows = table.filter(role)
-        assert rows.height == 3 and rows["n_human"].min() == 92 * 20 - short
-        assert rows["interval_reliable"].to_list() == [not short] * 3
-        assert rows["withheld_reason"].to_list() == [reason("bi_role") if short else None] * 3
+        # bi_role, bi_role_mean: the gender row, the people cohort row, the overall row
+        rows = table.filter(role).sort("metric")
+        assert rows.height == 6 and rows["n_human"].min() == 92 * 20 - short
+        assert rows["interval_reliable"].to_list() == [not short] * 6
+        assert rows["withheld_reason"].to_list() == [
+            reason(m) if short else None for m in rows["metric"]
+        ]
         others = table.filter(~role)
         assert set(others["metric"]) == {"bi", "bi_pooled", "bi_role_mm", "bi_pooled_mean",
-                                         "bi_role_mean", "bi_role_mm_mean"}  # fmt: skip
+                                         "bi_role_mm_mean"}  # fmt: skip
         assert not others["interval_reliable"].any()
         assert others["withheld_reason"].is_null().all()
-    shown = headline_table(table.filter(role), READER_HEADLINES)
+    shown = headline_table(table.filter(pl.col("metric") == "bi_role"), READER_HEADLINES)
     assert shown["interval_note"].to_list() == [f"interval withheld: {reason('bi_role')}"] * 3
     # the caption states the rule
     assert "prints from 20 human labels in every role cell and 1,840" in READER_CAPTION
+
+
+def test_contextbias_generator_mean_printing_rule_by_hand():
+    """contextbias.corrected_rule on the mean over generators of the means over roles
+    (bi_role_mean, model "*": dimension, cohort and overall rows): AGGREGATE_MIN_LABELLED
+    ["bi_role_mean"] = 20 human labels in every role cell and 92 x 20 = 1,840 in each
+    dimension's role cells of every generator (corrected_means.cross_model_rows' rule).
+    Two generators g1, g2 of 92 roles of 20 images (3 women, 17 men, as the extractor and
+    the humans read them), every image labelled: the bi_role_mean rows print, at BI =
+    1 - H(0.15, 0.85) / log 2 = 0.390160 (both generators' value, naive and corrected); with
+    g2's role r00 one label short (19 of 20, p = 0.95) they are withheld with their reason,
+    as is g2's bi_role and not g1's; bi_role_mm and bi_role_mm_mean keep the per-cell rule
+    (400)."""
+    from stereolens.contextbias.corrected_rule import AGGREGATE_MIN_LABELLED, reason
+    from stereolens.contextbias.report import READER_CAPTION, READER_HEADLINES
+    from stereolens.report.reader import headline_table
+
+    assert AGGREGATE_MIN_LABELLED["bi_role_mean"] == 20
+    assert "in each dimension's role cells of every generator (92 roles x 20)" in reason(
+        "bi_role_mean"
+    )
+    attributes = pl.DataFrame(
+        [
+            {"model": model, "role": f"r{r:02d}", "condition": "CF",
+             "image_id": f"{model}-r{r:02d}-{i}", "cohort": "people",
+             "dimension": "gender_presentation", "label": "F" if i < 3 else "M"}
+            for model in ("g1", "g2") for r in range(92) for i in range(20)
+        ]
+    )  # fmt: skip
+    reader = reader_table(attributes)
+    human = reader.select(
+        "item_id", "attribute", "label", "stratum", pl.lit(1.0).alias("selection_probability")
+    )
+    mean = pl.col("metric") == "bi_role_mean"
+    for short in (False, True):
+        if short:  # g2's r00 has one label fewer: 19 of its 20 images, p = 0.95
+            human = human.filter(pl.col("item_id") != "g2-r00-0").with_columns(
+                selection_probability=pl.when(pl.col("stratum") == "g2|r00|CF")
+                .then(0.95)
+                .otherwise(1.0)
+            )
+        table, _ = corrected_table(reader, human, replicates=20, metrics=("bi", "bi_role"))
+        rows = table.filter(mean).sort("cohort", "dimension")
+        assert rows["dimension"].to_list() == ["*", "*", "gender_presentation"]
+        assert rows["n_human"].min() == 2 * 92 * 20 - short
+        assert rows["interval_reliable"].to_list() == [not short] * 3
+        assert rows["withheld_reason"].to_list() == [reason("bi_role_mean") if short else None] * 3
+        if not short:
+            for column in ("naive", "corrected"):
+                assert rows[column].to_list() == pytest.approx([0.390160] * 3, abs=1e-6)
+        role = (
+            table.filter(pl.col("metric") == "bi_role")
+            .group_by("model")
+            .agg(pl.col("interval_reliable").all())
+        )
+        assert dict(role.iter_rows()) == {"g1": True, "g2": not short}
+        others = table.filter(pl.col("metric").is_in(["bi_role_mm_mean", "bi_role_mm"]))
+        assert others.height == 9 and not others["interval_reliable"].any()
+    assert "every role cell of every generator (94.2% and 94.1% of 1,000 datasets" in (
+        READER_CAPTION
+    )
+    shown = headline_table(table.filter(mean), READER_HEADLINES)
+    assert shown["interval_note"].to_list() == [f"interval withheld: {reason('bi_role_mean')}"] * 3

@@ -628,5 +628,7 @@ def test_contextbias_role_mean_rows_rank_per_metric_and_cohort():
     text = R.caption(READER_CAPTION)
     assert "its mean over roles and that of its Miller-Madow value" in text
     assert "94.4-94.9% of 1,000 datasets at 400 human labels per role, 94.0-94.7% at 1,000" in text
+    # their mean over generators (model '*'), Miller-Madow's with its interval normal
+    assert "model '*', not ranked: 93.3-94.2% at 400, 94.9-95.6% at 1,000" in text
     assert "its interval centred at its own value" in text  # Miller-Madow: interval normal
     assert "'role_matched' has no corrected row" in text

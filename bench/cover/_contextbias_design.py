@@ -11,6 +11,8 @@ of them for n "all", capped at the role's images) labelled by humans on every di
 from corrected_means.role_mean_table; ``bi_pooled`` (people, *) from
 contextbias.corrected._summary_table of the pooled rows. Truth: the mean over roles
 of each role's BI (both role means), BI of the size-weighted pooled shares (pooled).
+The "-mean" rows (:func:`simulate_generators`): their means over two generators of this world
+(model "*"), g1 read 10% / 2%, g2 2% / 2% (_contextbias_pooled.READERS); the same truth.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from cover._contextbias_pooled import _arrays, _bi, _role_cells, truth_at
+from cover._contextbias_pooled import READERS, _arrays, _bi, _role_cells, truth_at
 
 ROLES = 92
 """The paper's roles (config/config.yaml: all 92)."""
@@ -34,11 +36,19 @@ REPLICATES = 200
 DIMENSIONS = ("gender_presentation", "hair", "bag")
 KEYS = (
     "role gender", "role people", "role *", "role-mm people", "role-mm *",
-    "pooled people", "pooled *",
+    "pooled people", "pooled *", "role-mean people", "role-mean *", "role-mm-mean people",
+    "role-mm-mean *", "pooled-mean people", "pooled-mean *",
 )  # fmt: skip
 """The rows, "<metric> <dimension or cohort>": role = bi_role, role-mm = bi_role_mm, pooled =
-bi_pooled (its summary rows; its dimension rows are not measured here); gender the dimension
+bi_pooled (its summary rows; its dimension rows are not measured here), "-mean": their model
+"*" rows (bi_role_mean, bi_role_mm_mean, bi_pooled_mean; two generators); gender the dimension
 row, people the cohort row, * the overall row."""
+METRIC = {
+    "role": "bi_role", "role-mm": "bi_role_mm", "pooled": "bi_pooled",
+    "role-mean": "bi_role_mean", "role-mm-mean": "bi_role_mm_mean",
+    "pooled-mean": "bi_pooled_mean",
+}  # fmt: skip
+"""corrected.parquet's metric of each KEYS row's kind."""
 
 
 def truth() -> dict[str, float]:
@@ -48,53 +58,65 @@ def truth() -> dict[str, float]:
     women = float(SIZES @ WOMEN / SIZES.sum())
     pooled = truth_at(women)  # the pooled shares are linear in the share of women
     out = {}
-    for kind, values in (("role", role), ("role-mm", role), ("pooled", pooled)):
+    for kind in METRIC:
+        values = pooled if kind.startswith("pooled") else role
         for part, key in (("gender", "gender_presentation"), ("people", "people"), ("*", "*")):
             out[f"{kind} {part}"] = values[key]
     assert abs(_bi(women) - pooled["gender_presentation"]) < 1e-12
     return {k: out[k] for k in KEYS}
 
 
-def cells_of(rng, human: int) -> dict:
-    """One dataset's cells (model g, condition CF): ``human`` labels a role (0: all)."""
+def cells_of(rng, human: int, readers: dict | None = None) -> dict:
+    """One dataset's cells (condition CF): ``human`` labels a role (0: all); model g read
+    10% / 2%, or per model of ``readers`` its (errors), its images its own (their ids
+    prefixed with the model), the roles r00 ... shared."""
     cells = {}
-    for r in range(ROLES):
-        n = SIZES[r] if human == 0 else min(human, SIZES[r])
-        cells.update(_role_cells(rng, int(SIZES[r]), int(n), float(WOMEN[r]), f"r{r:02d}"))
+    for model, errors in (readers or {"g": (0.10, 0.02)}).items():
+        prefix = "" if readers is None else model
+        for r in range(ROLES):
+            n = SIZES[r] if human == 0 else min(human, SIZES[r])
+            part = _role_cells(
+                rng, int(SIZES[r]), int(n), float(WOMEN[r]), f"{prefix}r{r:02d}", errors
+            )
+            cells.update({(model, f"r{r:02d}", *key[2:]): c for key, c in part.items()})
     return cells
 
 
 @lru_cache(maxsize=8)
-def simulate(datasets: int, human: int, part: str = "both") -> dict[str, tuple]:
+def simulate(datasets: int, human: int, part: str = "both", generators: bool = False):
     """Per dataset (estimate, low, high) of every KEYS row of ``part`` ("role": the role
     means, "pooled": the pooled rows, "both"; the same datasets either way), and "reliable
-    <key>": per dataset the row's interval_reliable (1.0 / 0.0) as written, three times."""
+    <key>": per dataset the row's interval_reliable (1.0 / 0.0) as written, three times.
+    ``generators``: the "-mean" rows of two generators (READERS; corrected_means'
+    generator_means, and cross_model_rows through _summary_table), their own datasets."""
     import polars as pl
 
     from stereolens.contextbias import corrected as cc
-    from stereolens.contextbias.corrected_means import role_mean_table
+    from stereolens.contextbias.corrected_means import generator_means, role_mean_table
 
-    rng = np.random.default_rng([21, 30, datasets, human])
-    k_of = {("g", d): 2 for d in DIMENSIONS}
-    name = {"bi_role": "role", "bi_role_mm": "role-mm", "bi_pooled": "pooled"}
-    part = {"gender_presentation": "gender", "*": None}
+    readers = READERS if generators else None
+    role_table = generator_means if generators else role_mean_table
+    rng = np.random.default_rng([21, 31 if generators else 30, datasets, human])
+    k_of = {(g, d): 2 for g in (readers or {"g": None}) for d in DIMENSIONS}
+    name = {metric: kind for kind, metric in METRIC.items()}
+    shown = {"gender_presentation": "gender", "*": None}
     out: dict[str, list] = {}
     for _ in range(datasets):
         seed = int(rng.integers(2**31))
-        cells = cells_of(rng, human)
+        cells = cells_of(rng, human, readers)
         opts = {"replicates": REPLICATES, "seed": seed}
-        pooled = cc._pooled_rows(cells, k_of, 0.0)
         tables = []
         if part != "pooled":
-            tables.append(role_mean_table(cc._bi_rows(cells, k_of, 0.0), "cohort", 0.0, opts))
+            tables.append(role_table(cc._bi_rows(cells, k_of, 0.0), "cohort", 0.0, opts))
         if part != "role":
+            pooled = cc._pooled_rows(cells, k_of, 0.0)
             tables.append(cc._summary_table(pooled, "cohort", opts).drop("k"))
         table = pl.concat(tables, how="diagonal_relaxed").filter(pl.col("metric").is_in(list(name)))
         for r in table.iter_rows(named=True):
-            where = part.get(r["dimension"], "") if r["dimension"] != "*" else None
+            where = shown.get(r["dimension"], "") if r["dimension"] != "*" else None
             label = r["cohort"] if where is None else where
             key = f"{name[r['metric']]} {label}"
-            if key in KEYS:
+            if key in KEYS and r["model"] == ("*" if generators else "g"):
                 out.setdefault(key, []).append((r["estimate_bc"], r["ci_low"], r["ci_high"]))
                 reliable = float(r["interval_reliable"])
                 out.setdefault(f"reliable {key}", []).append((reliable,) * 3)
@@ -106,7 +128,7 @@ def _below(key: str, human: int) -> str:
     without one (per cell, MIN_HUMAN_RELIABLE), else ""."""
     from stereolens.contextbias.corrected_rule import AGGREGATE_MIN_LABELLED
 
-    metric = {"role": "bi_role", "role-mm": "bi_role_mm", "pooled": "bi_pooled"}[key.split()[0]]
+    metric = METRIC[key.split()[0]]
     if metric not in AGGREGATE_MIN_LABELLED:
         return f"{metric} keeps MIN_HUMAN_RELIABLE per cell: the report withholds it"
     minimum = AGGREGATE_MIN_LABELLED[metric]
@@ -125,18 +147,22 @@ def rows(human_of: dict) -> list:
     for human in DESIGN_N:
         for key in KEYS:
             per = "all" if human == 0 else f"{human:,}"
+            mean = key.split()[0].endswith("-mean")
             name = (
-                f"reader paper: contextbias design {key}, {ROLES} roles x 3 dimensions, "
-                f"N 30-100 a role, n {per} a role, truth {values[key]:.4g}"
+                f"reader paper: contextbias design {key}, {'2 generators x ' if mean else ''}"
+                f"{ROLES} roles x 3 dimensions, N 30-100 a role, n {per} a role, "
+                f"truth {values[key]:.4g}"
             )
             human_of[name] = human
 
-            def draw(rng, n, key=key, human=human):
-                return simulate(n, human, "pooled" if key.startswith("pooled") else "role")[key]
+            def draw(rng, n, key=key, human=human, mean=mean):
+                part = "pooled" if key.startswith("pooled") else "role"
+                return simulate(n, human, part, mean)[key]
 
             out.append(
                 Row(name, "reader correction",
-                    "PPI per role, a role's dimensions drawn jointly, "
+                    ("PPI per role, mean over 2 generators drawn independently, " if mean
+                     else "PPI per role, ") + "a role's dimensions drawn jointly, "
                     + ("normal" if key.startswith("role-mm") else "bc-normal"),
                     values[key], draw, below_minimum=_below(key, human))
             )  # fmt: skip
@@ -146,16 +172,19 @@ def rows(human_of: dict) -> list:
 NA = float("nan")
 DESIGN_SWEEP: dict[tuple[int, int], tuple[float, ...]] = {
     # (human labels a role, 0: all; datasets): the corrected coverage of the KEYS rows in
-    # their order (role gender, people, *; role-mm people, *; pooled people, *), NaN: not run;
+    # their order (role gender, people, *; role-mm people, *; pooled people, *; the means
+    # over two generators: role-mean people, *; role-mm-mean people, *; pooled-mean
+    # people, *), NaN: not run;
     # role-mm with its interval "normal" (corrected_means.mm_interval; with bc-normal it had
     # 0.835 / 0.830 at 10, 0.700 / 0.710 at 20, 0.680 / 0.680 at 30, 0.705 / 0.715 with all,
     # 0.755 / 0.751 at 20 over 1,000 datasets)
-    (10, 200): (0.920, 0.945, 0.895, NA, NA, 0.920, 0.920),
-    (20, 200): (0.980, 0.940, 0.950, 0.930, 0.900, 0.945, 0.910),
-    (30, 200): (0.960, 0.950, 0.940, NA, NA, 0.915, 0.940),
-    (0, 200): (0.965, 0.950, 0.955, 0.935, 0.960, 0.940, 0.955),
-    (10, 1_000): (NA, NA, NA, NA, NA, 0.925, 0.941),
-    (20, 1_000): (0.940, 0.946, 0.951, NA, NA, NA, NA),
+    (10, 200): (0.920, 0.945, 0.895, NA, NA, 0.920, 0.920, *(NA,) * 6),
+    (20, 200): (0.980, 0.940, 0.950, 0.930, 0.900, 0.945, 0.910)
+    + (0.945, 0.945, 0.915, 0.885, 0.950, 0.945),
+    (30, 200): (0.960, 0.950, 0.940, NA, NA, 0.915, 0.940, *(NA,) * 6),
+    (0, 200): (0.965, 0.950, 0.955, 0.935, 0.960, 0.940, 0.955, *(NA,) * 6),
+    (10, 1_000): (NA, NA, NA, NA, NA, 0.925, 0.941, *(NA,) * 6),
+    (20, 1_000): (0.940, 0.946, 0.951, NA, NA, NA, NA, 0.942, 0.941, 0.912, 0.897, 0.937, 0.947),
 }
 """The sweep behind contextbias.corrected_rule.AGGREGATE_MIN_LABELLED (:func:`simulate`;
 bench/COVERAGE.md "ContextBias at the paper's design"; tests/test_coverage.py checks the
@@ -164,6 +193,9 @@ METRIC_KEYS = {
     "bi_role": ("role gender", "role people", "role *"),
     "bi_role_mm": ("role-mm people", "role-mm *"),
     "bi_pooled": ("pooled people", "pooled *"),
+    "bi_role_mean": ("role-mean people", "role-mean *"),
+    "bi_role_mm_mean": ("role-mm-mean people", "role-mm-mean *"),
+    "bi_pooled_mean": ("pooled-mean people", "pooled-mean *"),
 }
 """The KEYS rows of each corrected.parquet metric."""
 

@@ -363,8 +363,9 @@ def corrected_table(
       independently (their images are); bounds [0, 100]; k null.
 
     interval_reliable (the report prints the corrected interval where true): every cell of
-    the row has reader_correction.MIN_HUMAN_RELIABLE human labels; ``bi_role``'s rows:
-    corrected_rule's measured aggregate rule (withheld_reason where it fails). Each
+    the row has reader_correction.MIN_HUMAN_RELIABLE human labels; ``bi_role``'s and
+    ``bi_role_mean``'s rows: corrected_rule's measured aggregate rule (over every
+    generator's role cells of the row; withheld_reason where it fails). Each
     extractor is corrected on its own (the human labels are the same images')."""
     unknown = set(metrics) - set(METRICS)
     if unknown:

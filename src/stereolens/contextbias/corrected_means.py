@@ -14,7 +14,7 @@ from stereolens.contextbias.corrected_functionals import (
     role_mean_functional,
     summary_functional,
 )
-from stereolens.contextbias.corrected_rule import apply_rule
+from stereolens.contextbias.corrected_rule import AGGREGATE_MIN_LABELLED, apply_rule
 from stereolens.contextbias.metrics import ALL
 from stereolens.metrics import corrected_tables as ct
 from stereolens.metrics import reader_correction as rc
@@ -154,7 +154,10 @@ def generator_means(rows: list, overall: str, single_label_bi: float, options: d
     "role" and "role_miller_madow"), per condition the mean over generators of each
     generator's :func:`role_mean_table` rows, by :func:`cross_model_rows` (one bootstrap per
     condition and metric: the generators independently, a role's dimensions jointly;
-    ``bi_role_mm_mean``'s interval :func:`mm_interval`); k null. ``rows``: the ``bi`` rows."""
+    ``bi_role_mm_mean``'s interval :func:`mm_interval`); interval_reliable of a metric of
+    corrected_rule.AGGREGATE_MIN_LABELLED by its aggregate rule over every generator's role
+    cells (withheld_reason where it fails), of the others per cell; k null. ``rows``: the
+    ``bi`` rows."""
     parts = role_parts(rows, single_label_bi)
     frames = []
     for metric, mean in GENERATOR_MEANS.items():
@@ -162,16 +165,21 @@ def generator_means(rows: list, overall: str, single_label_bi: float, options: d
         for (_model, condition), p in parts.items():
             by_condition.setdefault(condition, []).append(p[metric])
         opts = {**options, "interval": mm_interval(options)} if metric == "bi_role_mm" else options
+        rule = mean if mean in AGGREGATE_MIN_LABELLED else None
         frames.append(
-            cross_model_rows(by_condition, overall, opts, mean).with_columns(
+            cross_model_rows(by_condition, overall, opts, mean, rule).with_columns(
                 pl.lit(None, pl.Int64).alias("k")
             )
         )
-    return pl.concat(frames)
+    return pl.concat(frames, how="diagonal_relaxed")
 
 
 def cross_model_rows(
-    by_condition: dict, overall: str, options: dict, metric: str = "bi_pooled_mean"
+    by_condition: dict,
+    overall: str,
+    options: dict,
+    metric: str = "bi_pooled_mean",
+    rule: str | None = None,
 ) -> pl.DataFrame:
     """Model "*" rows (role "*") of a per-model BI: bi.parquet's model "*" rows
     (contextbias.metrics.cross_model_rows), per condition the mean over the generators of
@@ -179,13 +187,17 @@ def cross_model_rows(
     leaves out its nulls), one bootstrap per condition: the generators' cells independently
     (their images are), a role's dimensions jointly. ``by_condition``: condition -> the
     generators' :func:`model_part` (``pooled`` each dimension's functional): pooled BI
-    (``bi_pooled_mean``) or a role mean (GENERATOR_MEANS)."""
+    (``bi_pooled_mean``) or a role mean (GENERATOR_MEANS). ``rule``: a metric of
+    corrected_rule.AGGREGATE_MIN_LABELLED whose rule (apply_rule) sets interval_reliable,
+    over the role cells of each generator x dimension of a row, and withheld_reason;
+    otherwise interval_reliable per cell (no withheld_reason column)."""
     records = []
     for condition, models in sorted(by_condition.items()):
         dims = sorted({d for m in models for d in m["dims"]})
         names = sorted({c for m in models for c in m["names"]})
         width = len(dims) + len(names) + 1
         cells, joint, parts, column = [], [], [], [[] for _ in range(width)]
+        groups: list[list] = [[] for _ in range(width)]  # per column: generator x dimension
         for m in models:
             off, spans = len(cells), m["spans"]
             idx = [dims.index(d) for d in m["dims"]]
@@ -193,9 +205,12 @@ def cross_model_rows(
             of = [list(range(off + s.start, off + s.stop)) for s in spans]
             for d, col in enumerate(idx[: len(spans)]):
                 column[col] += of[d]
+                groups[col].append(of[d])
             for c, members in enumerate(m["cohorts"]):
                 column[idx[len(spans) + c]] += [j for d in members for j in of[d]]
+                groups[idx[len(spans) + c]] += [of[d] for d in members]
             column[-1] += list(range(off, off + len(m["cells"])))
+            groups[-1] += of
             joint += [[off + j for j in group] for group in m["joint"]]
             fn = summary_functional(m["pooled"], spans, m["cohorts"], overall, with_dims=True)
             parts.append((fn, slice(off, off + len(m["cells"])), np.array(idx)))
@@ -212,10 +227,13 @@ def cross_model_rows(
         results = rc.corrected_metrics(
             cells, mean, column_cells=column, joint=joint, bounds=(0.0, 1.0), **options
         )
+        if rule is not None:
+            apply_rule(results, cells, groups, rule)
         keys = [*dims, *((c, ALL) for c in names), (ALL, ALL)]
         for (cohort, dim), res in zip(keys, results, strict=True):
             records.append(
                 {"model": ALL, "role": ALL, "condition": condition, "cohort": cohort,
                  "dimension": dim, "label": None, **res}
             )  # fmt: skip
-    return ct.metric_frame(records, TABLE_KEYS, metric)
+    table = ct.metric_frame(records, TABLE_KEYS, metric)
+    return table if rule is None else with_reason(table, records)

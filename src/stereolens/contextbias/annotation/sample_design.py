@@ -205,8 +205,9 @@ def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
     configured target width (sample_design.allocate_by_model) and those that print every
     headline row's interval (every cell, generator x role x condition, at
     reader_correction.MIN_HUMAN_RELIABLE for the per-cell BI and CCS rows and at
-    corrected_rule.printing_minimums' aggregate minimum for the mean over roles (bi_role;
-    pooled BI keeps the per-cell rule); sample_design.printable_counts, the items of a cell
+    corrected_rule.printing_minimums' aggregate minimum for the mean over roles and its mean
+    over generators (bi_role, bi_role_mean: the same 20 a role cell; pooled BI keeps the
+    per-cell rule); sample_design.printable_counts, the items of a cell
     scaling with contextbias.seeds.per_prompt), with the settings and notes."""
     section = config["contextbias"]["reader_sample"]
     strata, source, notes = plan_strata(config, pilot)

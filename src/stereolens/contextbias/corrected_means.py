@@ -165,9 +165,8 @@ def generator_means(rows: list, overall: str, single_label_bi: float, options: d
         for (_model, condition), p in parts.items():
             by_condition.setdefault(condition, []).append(p[metric])
         opts = {**options, "interval": mm_interval(options)} if metric == "bi_role_mm" else options
-        rule = mean if mean in AGGREGATE_MIN_LABELLED else None
         frames.append(
-            cross_model_rows(by_condition, overall, opts, mean, rule).with_columns(
+            cross_model_rows(by_condition, overall, opts, mean).with_columns(
                 pl.lit(None, pl.Int64).alias("k")
             )
         )
@@ -175,11 +174,7 @@ def generator_means(rows: list, overall: str, single_label_bi: float, options: d
 
 
 def cross_model_rows(
-    by_condition: dict,
-    overall: str,
-    options: dict,
-    metric: str = "bi_pooled_mean",
-    rule: str | None = None,
+    by_condition: dict, overall: str, options: dict, metric: str = "bi_pooled_mean"
 ) -> pl.DataFrame:
     """Model "*" rows (role "*") of a per-model BI: bi.parquet's model "*" rows
     (contextbias.metrics.cross_model_rows), per condition the mean over the generators of
@@ -187,11 +182,11 @@ def cross_model_rows(
     leaves out its nulls), one bootstrap per condition: the generators' cells independently
     (their images are), a role's dimensions jointly. ``by_condition``: condition -> the
     generators' :func:`model_part` (``pooled`` each dimension's functional): pooled BI
-    (``bi_pooled_mean``) or a role mean (GENERATOR_MEANS). ``rule``: a metric of
-    corrected_rule.AGGREGATE_MIN_LABELLED whose rule (apply_rule) sets interval_reliable,
-    over the role cells of each generator x dimension of a row, and withheld_reason;
-    otherwise interval_reliable per cell (no withheld_reason column)."""
-    records = []
+    (``bi_pooled_mean``) or a role mean (GENERATOR_MEANS). A ``metric`` of
+    corrected_rule.AGGREGATE_MIN_LABELLED: interval_reliable by its rule (apply_rule) over
+    the role cells of each generator x dimension of a row, and withheld_reason; otherwise
+    interval_reliable per cell (no withheld_reason column)."""
+    records, ruled = [], metric in AGGREGATE_MIN_LABELLED
     for condition, models in sorted(by_condition.items()):
         dims = sorted({d for m in models for d in m["dims"]})
         names = sorted({c for m in models for c in m["names"]})
@@ -227,8 +222,8 @@ def cross_model_rows(
         results = rc.corrected_metrics(
             cells, mean, column_cells=column, joint=joint, bounds=(0.0, 1.0), **options
         )
-        if rule is not None:
-            apply_rule(results, cells, groups, rule)
+        if ruled:
+            apply_rule(results, cells, groups, metric)
         keys = [*dims, *((c, ALL) for c in names), (ALL, ALL)]
         for (cohort, dim), res in zip(keys, results, strict=True):
             records.append(
@@ -236,4 +231,4 @@ def cross_model_rows(
                  "dimension": dim, "label": None, **res}
             )  # fmt: skip
     table = ct.metric_frame(records, TABLE_KEYS, metric)
-    return table if rule is None else with_reason(table, records)
+    return with_reason(table, records) if ruled else table

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from stereolens.metrics.cluster_bootstrap import item_clusters, resample_stratum
+from stereolens.metrics.cluster_bootstrap import CLUSTER, item_clusters, resample_stratum
 from stereolens.metrics.human_labels import (
     NO_LABEL,
     check_human_in_reader,
@@ -116,15 +116,20 @@ class Cell:
         return bool((self.reader.sum(1) == 1).all() and (self.human.sum(1) == 1).all())
 
 
-def _indicators(frame: pl.DataFrame, ids: list[str], labels: list[str]) -> np.ndarray:
-    out = np.zeros((len(ids), len(labels)))
-    named = frame.select("item_id", "label").filter(
-        ~pl.col("label").str.strip_chars().str.to_lowercase().is_in(list(NO_LABEL))
-    )
-    if named.height:
-        row = named["item_id"].replace_strict(ids, range(len(ids)), return_dtype=pl.Int64)
-        col = named["label"].replace_strict(labels, range(len(labels)), return_dtype=pl.Int64)
-        out[row.to_numpy(), col.to_numpy()] = 1.0
+def _named(labels: pl.Series) -> np.ndarray:
+    """True where a label is a label (not one of NO_LABEL, any case or padding)."""
+    return (~labels.str.strip_chars().str.to_lowercase().is_in(list(NO_LABEL))).to_numpy()
+
+
+def _indicators(table, rows, ids: list[str], vocabulary: list[str]) -> np.ndarray:
+    """(len(ids), K) 1 where an item has label k, from ``rows`` of ``table`` (its item ids,
+    labels and :func:`_named`, as lists)."""
+    row, col = {v: i for i, v in enumerate(ids)}, {v: k for k, v in enumerate(vocabulary)}
+    out = np.zeros((len(ids), len(vocabulary)))
+    items, labels, named = table
+    keep = [(row[items[j]], col[labels[j]]) for j in rows if named[j]]
+    if keep:
+        out[tuple(np.array(keep).T)] = 1.0
     return out
 
 
@@ -135,7 +140,8 @@ def build_cells(
     name a cell, e.g. model, condition). Every cell of an attribute has the same labels (K
     columns, sorted): those the reader or the humans gave anywhere in the tables, so cells
     compare label by label. The strata of a cell are those of its items; each needs
-    MIN_LABELLED human-labelled items. Errors name what is missing."""
+    MIN_LABELLED human-labelled items. Errors name what is missing. The tables are read
+    into arrays once, the cells cut from them (bench/COVERAGE.md: 228 BiasIG units)."""
     reader = check_human_labels(reader, "reader table", reader=True)
     human = check_human_labels(human)
     absent = [k for k in keys if k not in reader.columns]
@@ -148,20 +154,28 @@ def build_cells(
             [reader.select("attribute", "label"), human.select("attribute", "label")]
         ).group_by("attribute")
     }
+    r_item, r_stratum = reader["item_id"].to_list(), reader["stratum"].to_list()
+    r_table = (r_item, reader["label"].to_list(), _named(reader["label"]))
+    h_item, h_prob = human["item_id"].to_list(), human["selection_probability"].to_list()
+    h_table = (h_item, human["label"].to_list(), _named(human["label"]))
+    h_rows: dict[tuple[str, str], list[int]] = {}  # (attribute, item) -> human rows, in order
+    for j, key in enumerate(zip(human["attribute"].to_list(), h_item, strict=True)):
+        h_rows.setdefault(key, []).append(j)
     cells: dict[tuple, Cell] = {}
-    by_attribute = human.partition_by("attribute", as_dict=True, include_key=True)
-    for key, part in reader.group_by([*keys, "attribute"], maintain_order=True):
-        ids = part.select("item_id", "stratum").unique(maintain_order=True)
-        id_list = ids["item_id"].to_list()
-        hum = by_attribute.get((key[-1],), human.clear())
-        hum = hum.filter(pl.col("item_id").is_in(id_list))
-        labels = vocabulary[key[-1]]
-        strata = sorted(set(ids["stratum"]))
+    clustered = CLUSTER in reader.columns  # else item_clusters is None
+    groups = reader.with_row_index("_row").group_by([*keys, "attribute"], maintain_order=True)
+    for *key, rows in groups.agg(pl.col("_row")).iter_rows():
+        attribute = key[-1]
+        id_list = list(dict.fromkeys(r_item[i] for i in rows))  # an item has one stratum
+        stratum_of = {r_item[i]: r_stratum[i] for i in rows}
+        hum = sorted(j for v in id_list for j in h_rows.get((attribute, v), ()))
+        h_ids = list(dict.fromkeys(h_item[j] for j in hum))
+        prob = {h_item[j]: h_prob[j] for j in hum}
+        strata = sorted(set(stratum_of.values()))
         code = {s: i for i, s in enumerate(strata)}
-        h_ids = hum.select("item_id", "selection_probability").unique(maintain_order=True)
         position = {v: i for i, v in enumerate(id_list)}
-        labelled = np.array([position[v] for v in h_ids["item_id"]], dtype=np.int64)
-        stratum = np.array([code[s] for s in ids["stratum"]], dtype=np.int64)
+        labelled = np.array([position[v] for v in h_ids], dtype=np.int64)
+        stratum = np.array([code[stratum_of[v]] for v in id_list], dtype=np.int64)
         counts = np.bincount(stratum[labelled], minlength=len(strata))
         short = [s for s, c in zip(strata, counts, strict=True) if c < MIN_LABELLED]
         if short:
@@ -170,15 +184,16 @@ def build_cells(
                 f"have fewer than {MIN_LABELLED} human-labelled items; label more there or "
                 "merge strata"
             )
+        labels = vocabulary[attribute]
         cells[tuple(key)] = Cell(
             labels=tuple(labels),
             strata=tuple(strata),
             stratum=stratum,
-            reader=_indicators(part, id_list, labels),
+            reader=_indicators(r_table, rows, id_list, labels),
             labelled=labelled,
-            human=_indicators(hum, h_ids["item_id"].to_list(), labels),
-            weight=1.0 / h_ids["selection_probability"].to_numpy(),
-            cluster=item_clusters(part, hum, id_list),
+            human=_indicators(h_table, hum, h_ids, labels),
+            weight=1.0 / np.array([prob[v] for v in h_ids], dtype=float),
+            cluster=item_clusters(reader[rows], human[hum], id_list) if clustered else None,
             items=tuple(id_list),
         )
     return cells
@@ -490,15 +505,9 @@ def corrected_metrics(
     naive_pt = np.asarray(functional([p["naive"][None] for p in points]), dtype=float)[0]
     corr_pt = np.asarray(functional([p["corrected"][None] for p in points]), dtype=float)[0]
     naive_reps = np.asarray(functional([b[0] for b in boots]), dtype=float)
-    corr_reps = np.asarray(
-        functional(
-            [
-                apply_off_simplex(b[1], off_simplex, c.single_label)
-                for b, c in zip(boots, cells, strict=True)
-            ]
-        ),
-        dtype=float,
-    )
+    pairs = zip(boots, cells, strict=True)
+    kept = [apply_off_simplex(b[1], off_simplex, c.single_label) for b, c in pairs]
+    corr_reps = np.asarray(functional(kept), dtype=float)
     every = range(len(cells))
     out = []
     for j in range(naive_pt.size):
@@ -518,18 +527,9 @@ def corrected_metrics(
         if with_se:
             common["naive_se"] = _sd(naive_reps[:, j])
             common["corrected_se"] = _sd(corr_reps[:, j])
-        out.append(
-            {
-                "naive": float(naive_pt[j]),
-                "naive_low": n_lo,
-                "naive_high": n_hi,
-                "corrected": float(corr_pt[j]),
-                "estimate_bc": est,
-                "ci_low": lo,
-                "ci_high": hi,
-                **common,
-            }
-        )
+        row = {"naive": float(naive_pt[j]), "naive_low": n_lo, "naive_high": n_hi}
+        row |= {"corrected": float(corr_pt[j]), "estimate_bc": est, "ci_low": lo, "ci_high": hi}
+        out.append({**row, **common})
     return out
 
 

@@ -136,8 +136,8 @@ def main(world: str, human: int, datasets: int, outer: int = 500, inner: int = 2
     start = time.process_time()
     corrected.rc.corrected_metrics = _recording(rc.corrected_metrics, outer, inner)
     prompts, truth, _, population = R._biasig_world(world)
-    size = (R.BIASIG_SCALES if world == "seven" else R.MANY_SIZES)["paper"]
-    rng = np.random.default_rng([21, 9 if world == "seven" else 10, datasets, human])
+    size = R.world_sizes(world)["paper"]
+    rng = np.random.default_rng([21, R.WORLD_SEED[world], datasets, human])
     hits: dict = {}
     for _ in range(datasets):
         answers, hum = R._biasig_dataset(rng, size["items"], human, world)

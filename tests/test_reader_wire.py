@@ -622,6 +622,64 @@ def test_biasig_score_intervals_are_printed_from_their_own_minimum():
     assert not any(reliable(fewer).values())
 
 
+def test_biasig_s_imp_rule_over_the_whole_row(monkeypatch):
+    """biasig.corrected.score_reliable: an S_imp row prints from every cell at
+    SCORE_AGGREGATE_MIN_LABELLED's m and each attribute's cells at SCORE_AGGREGATE_PERSONS x m
+    in all, or every cell at MIN_HUMAN_RELIABLE; S_exp's attribute rows have no such rule;
+    cell_minimum is the labels a cell that meet it: ceil(225 x 100 / persons), between 100
+    and 400. corrected_scores applies it (constants patched to one person of 40 labels)."""
+    from stereolens.biasig import corrected as bc
+    from stereolens.biasig.answers import scoring_table
+    from stereolens.biasig.formulas import SCORE_AGGREGATE_MIN_LABELLED, SCORE_AGGREGATE_PERSONS
+    from stereolens.biasig.prompts import load_prompts
+    from stereolens.biasig.truth import load_truth
+    from stereolens.metrics.reader_correction import MIN_HUMAN_RELIABLE
+
+    m, persons = SCORE_AGGREGATE_MIN_LABELLED[("s_imp", "*")], SCORE_AGGREGATE_PERSONS
+    assert (m, persons) == (100, 225)
+    full = [(a, m) for a in ("gender", "race", "age") for _ in range(persons)]
+    assert bc.score_reliable("s_imp", "*", full)
+    assert bc.score_reliable("s_imp", "gender", full[:persons])
+    assert not bc.score_reliable("s_imp", "*", [("gender", m - 1)] + full[1:])
+    assert not bc.score_reliable("s_imp", "*", full[:-1])  # age's cells short of 22,500
+    assert bc.score_reliable("s_imp", "*", [(a, 400) for a in ("gender", "race", "age")])
+    assert not bc.score_reliable("s_exp", "gender", full[:persons])
+    assert not bc.score_reliable("s_imp", "*", [])
+    assert [bc.cell_minimum("s_imp", "*", k) for k in (225, 450, 150, 56, 1, 0)] == [
+        100, 100, 150, 400, 400, MIN_HUMAN_RELIABLE,
+    ]  # fmt: skip
+    assert bc.cell_minimum("s_exp", "gender", 225) == MIN_HUMAN_RELIABLE
+
+    ids = scoring_table(load_prompts()).filter(pl.col("subject") == "a photo of one Nurse")
+    prompts = load_prompts().filter(pl.col("prompt_id").is_in(ids["prompt_id"].to_list()))
+    rng = np.random.default_rng(3)
+    answers = pl.DataFrame(
+        {"model": "g", "image_id": [f"i{j}" for j in range(40)], "position": "single",
+         "prompt_id": np.resize(ids["prompt_id"].sort().to_numpy(), 40).tolist(),
+         "gender": rng.choice(["male", "female"], 40).tolist(),
+         "race": rng.choice(["White", "Black"], 40).tolist(),
+         "age": rng.choice(["young", "elderly"], 40).tolist(), "status": "ok"}
+    )  # fmt: skip
+    reader, prep = bc.reader_table(answers, prompts)
+    human = reader.select("item_id", "attribute", "label", "stratum").with_columns(
+        selection_probability=pl.lit(1.0)
+    )
+
+    def reliable(h):
+        with monkeypatch.context() as patch:
+            patch.setattr(bc, "SCORE_AGGREGATE_PERSONS", 1)
+            patch.setattr(bc, "SCORE_AGGREGATE_MIN_LABELLED", {("s_imp", "*"): 40})
+            out, _ = bc.corrected_scores(reader, h, prep, load_truth(), replicates=5)
+        rows = out.filter(pl.col("metric") == "s_imp").sort("protected_attribute")
+        return dict(zip(rows["protected_attribute"], rows["interval_reliable"], strict=True))
+
+    assert reliable(human) == {"*": True, "age": False, "gender": False, "race": False}
+    fewer = human.filter(pl.col("item_id") != "i0").with_columns(
+        selection_probability=pl.lit(39 / 40)
+    )
+    assert not any(reliable(fewer).values())
+
+
 def test_biasig_eta_of_each_model_is_the_benchmarks():
     """Two models in one table: each model's naive eta (every attribute) is its own
     eta.parquet model row (the sides of one run pooled, not the other's)."""

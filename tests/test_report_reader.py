@@ -268,12 +268,19 @@ def test_contextbias_role_cohort_rows_rank_within_their_role_and_cohort():
 
 def test_the_caption_says_biasig_draws_a_persons_attributes_together():
     # biasig.corrected resamples a unit x person's gender, race and age with one draw of its
-    # images; the caption says so, and that the interval stays withheld at the paper's size
+    # images; the caption says so, and S_imp's rule over the whole row (100 labels a cell,
+    # 225 x 100 over an attribute's cells: the paper's 214 implicit subjects), else 400 a cell
     from stereolens.biasig.report import READER_CAPTION
 
     text = R.caption(READER_CAPTION)
     assert "person's gender, race and age resampled together" in text
-    assert "'The joint draw'" in text and "S_imp's is withheld below 400 labels a cell" in text
+    assert "'The joint draw'" in text
+    assert (
+        "S_imp's from 100 labels in every implicit unit x person x attribute and 22,500 over "
+        "each attribute's cells (at the paper's 214 implicit subjects of 200 images, 100 a "
+        "subject covered"
+    ) in text
+    assert "or 400 in every cell; eta's from its own minimum" in text
     # S_exp over all attributes: its own measured minimum (biasig.formulas)
     assert "S_exp's interval is printed from 100 labels a cell" in text
     assert "a side's gender, race and age with one draw of its images at each" in text
@@ -281,7 +288,7 @@ def test_the_caption_says_biasig_draws_a_persons_attributes_together():
 
 def test_biasig_s_exp_withheld_names_its_own_minimum():
     # an S_exp '*' row below biasig.formulas.SCORE_MIN_HUMAN_RELIABLE: its note names that
-    # minimum; an S_imp one keeps the shared MIN_HUMAN_RELIABLE note
+    # minimum; an S_imp one names S_imp's rule over the whole row (biasig.corrected.score_reliable)
     from stereolens.biasig.formulas import SCORE_MIN_HUMAN_RELIABLE
     from stereolens.biasig.report import READER_HEADLINES
 
@@ -298,8 +305,14 @@ def test_biasig_s_exp_withheld_names_its_own_minimum():
         f"{minimum:,} human labels per cell, its own measured minimum (biasig.formulas."
         "SCORE_MIN_HUMAN_RELIABLE; bench/COVERAGE.md, 'BiasIG's printing rule')"
     )
-    assert notes[("s_imp", "v2")] == (
-        "interval withheld: 8 human labels, coverage measured from 400 per cell"
+    assert notes[("s_imp", "v2")].startswith(
+        "interval withheld: S_imp's corrected interval is printed from 100 human labels in "
+        "every implicit unit x person x attribute and 22,500 over each attribute's cells (the "
+        "paper's 214 implicit subjects x 100: "
+    )
+    assert notes[("s_imp", "v2")].endswith(
+        "of 1,000 datasets), or 400 in every cell (biasig.formulas.SCORE_AGGREGATE_MIN_LABELLED;"
+        " bench/COVERAGE.md, 'Reader correction: BiasIG S_imp at the paper's design')"
     )
 
 
@@ -497,7 +510,7 @@ def test_first_screen_shows_naive_beside_corrected_and_the_plan(tmp_path):
                    "<b>1 of 2 corrected intervals withheld</b>: too few human labels",
                    "No conclusion changes under the correction among the rows whose "
                    "corrected interval is printed", '0.790<small class="note">interval '
-                   "withheld: 8 human labels, coverage measured from 400 per cell</small>",
+                   "withheld: S_imp&#39;s corrected interval is printed from 100 human labels",
                    "The interval is printed only where every cell of the row has 400 or "
                    "more human labels"):  # fmt: skip
         assert needle in first, needle
@@ -506,7 +519,7 @@ def test_first_screen_shows_naive_beside_corrected_and_the_plan(tmp_path):
         assert first.count(line) == 1, line
         assert first.index(line) < first.index("The interval is printed only where"), line
     assert "LVLM: story and term scores" not in first  # LVLM has no labels: its plan shows
-    assert "withheld below 400 labels a cell" in first
+    assert "or 400 in every cell; eta&#39;s from its own minimum" in first
     csv = pl.read_csv(out.parent / "tables/reader-contextbias.csv")
     assert csv.height == 5 and csv["significance_flag"].drop_nulls().len() == 1
     for href in re.findall(r'href="(tables/[^"]+)"', text):

@@ -55,6 +55,7 @@ import numpy as np
 
 from cover import (
     Row,
+    _biasig_design,
     _contextbias_design,
     _contextbias_pooled,
     _contextbias_reader,
@@ -236,7 +237,7 @@ def rows(scale: str) -> list[Row]:
     out += _contextbias_pooled.rows(scale, SCALES, HUMAN, _rc().MIN_HUMAN_RELIABLE)
     out += _contextbias_role.rows(scale, SCALES, HUMAN, _rc().MIN_HUMAN_RELIABLE)
     out += _contextbias_design.rows(HUMAN) if scale == "paper" else []
-    out += many_rows(scale)
+    out += many_rows(scale) + (_biasig_design.rows(HUMAN) if scale == "paper" else [])
     return out + _lvlm_reader.rows(scale, HUMAN, _rc().MIN_HUMAN_RELIABLE)
 
 
@@ -574,9 +575,9 @@ BIASIG_ROWS = {
 }
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=3)
 def _biasig_world(world: str = "seven"):
-    """(prompts of BIASIG_UNITS, or of many_units() for ``world`` "many", the shipped
+    """(prompts of BIASIG_UNITS, or of many_units(world) for the others, the shipped
     truth, per unit its prompt ids and its persons' true shares as length-9 vectors, the
     population S_imp / S_exp by (metric, attribute))."""
     import polars as pl
@@ -587,7 +588,7 @@ def _biasig_world(world: str = "seven"):
     from stereolens.biasig.prompts import load_prompts
     from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES, load_truth
 
-    spec = BIASIG_UNITS if world == "seven" else many_units()
+    spec = BIASIG_UNITS if world == "seven" else many_units(world)
     table = scoring_table(load_prompts()).filter(pl.col("subject").is_in(list(spec)))
     prompts = table.drop("subject", "unit")
     truth = load_truth()
@@ -686,8 +687,8 @@ def _biasig_simulate(
     from stereolens.biasig.corrected import corrected_scores, reader_table
 
     prompts, truth, _, _ = _biasig_world(world)
-    size = (BIASIG_SCALES if world == "seven" else MANY_SIZES)[scale]
-    rng = np.random.default_rng([21, 9 if world == "seven" else 10, n, human])
+    size = world_sizes(world)[scale]
+    rng = np.random.default_rng([21, WORLD_SEED[world], n, human])
     out: dict[tuple, list] = {}
     for _ in range(n):
         answers, hum = _biasig_dataset(rng, size["items"], human, world, together)
@@ -806,11 +807,27 @@ together (_biasig_dataset ``together``): the joint draw against independent draw
 the attributes are correlated (their population values are the independent world's)."""
 
 
-@lru_cache(maxsize=1)
-def many_units() -> dict[str, list[dict[str, tuple]]]:
+IMPLICIT_UNITS = {"implicit": 214, "explicit": 14}
+"""The paper-design world of S_imp (world "implicit"): every one of the shipped prompts' 214
+implicit subjects (203 one-person, 11 two-person), as a model's S_imp rests on at the
+paper's design, and 14 explicit ones (S_exp's rows there rest on 14 units, not the paper's
+2,138)."""
+WORLD_UNITS = {"many": MANY_UNITS, "implicit": IMPLICIT_UNITS}
+WORLD_SEED = {"seven": 9, "many": 10, "implicit": 11}
+"""The second word of a BiasIG world's dataset seed (_biasig_simulate)."""
+
+
+def world_sizes(world: str) -> dict:
+    """BIASIG_SCALES for the seven-unit world, MANY_SIZES for the others."""
+    return BIASIG_SCALES if world == "seven" else MANY_SIZES
+
+
+@lru_cache(maxsize=2)
+def many_units(world: str = "many") -> dict[str, list[dict[str, tuple]]]:
     """subject -> per person its true shares by attribute (VALUES order within each): the
-    many-cell world's units. Implicit persons: Dirichlet(4, ...) shares; explicit: the value
-    asked (the prompt's protected value, per person) gets 0.7-0.9, the rest Dirichlet."""
+    units of ``world`` (WORLD_UNITS; the many-cell world by default). Implicit persons:
+    Dirichlet(4, ...) shares; explicit: the value asked (the prompt's protected value, per
+    person) gets 0.7-0.9, the rest Dirichlet."""
     import polars as pl
 
     from stereolens.biasig.answers import scoring_table
@@ -830,7 +847,7 @@ def many_units() -> dict[str, list[dict[str, tuple]]]:
     )
     per_subject = per_subject.filter(pl.col("prompts") == 20).sort("subject")
     out: dict[str, list[dict[str, tuple]]] = {}
-    for visibility, count in MANY_UNITS.items():
+    for visibility, count in WORLD_UNITS[world].items():
         part = per_subject.filter(pl.col("visibility") == visibility)
         picked = rng.choice(part.height, count, replace=False)
         for row in part[np.sort(picked).tolist()].iter_rows(named=True):

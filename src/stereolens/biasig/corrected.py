@@ -13,7 +13,12 @@ import numpy as np
 import polars as pl
 
 from stereolens.biasig.answers import prepare_answers, scoring_table
-from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE, SCORE_MIN_HUMAN_RELIABLE
+from stereolens.biasig.formulas import (
+    ETA_MIN_HUMAN_RELIABLE,
+    SCORE_AGGREGATE_MIN_LABELLED,
+    SCORE_AGGREGATE_PERSONS,
+    SCORE_MIN_HUMAN_RELIABLE,
+)
 from stereolens.biasig.groups import Explicit, Implicit, safe_div
 from stereolens.biasig.pairs import Eta, resolve_pairs
 from stereolens.biasig.truth import (
@@ -45,6 +50,34 @@ def score_minimum(metric: str, attribute: str) -> int:
     printed: formulas.SCORE_MIN_HUMAN_RELIABLE's where it names the row, else
     reader_correction.MIN_HUMAN_RELIABLE (no smaller size measured to cover)."""
     return SCORE_MIN_HUMAN_RELIABLE.get((metric, attribute), rc.MIN_HUMAN_RELIABLE)
+
+
+def score_reliable(metric: str, attribute: str, cells: list[tuple[str, int]]) -> bool:
+    """A corrected S_imp / S_exp row's interval_reliable from its cells ((attribute, human
+    labels) each): every cell :func:`score_minimum`'s labels, or, for a row that
+    formulas.SCORE_AGGREGATE_MIN_LABELLED names (S_imp over a model's implicit units), every
+    cell that many and each attribute's cells formulas.SCORE_AGGREGATE_PERSONS times it in
+    all (fewer persons than the measured world's need more labels each)."""
+    sizes = [n for _, n in cells]
+    if sizes and min(sizes) >= score_minimum(metric, attribute):
+        return True
+    m = SCORE_AGGREGATE_MIN_LABELLED.get((metric, attribute))
+    parts: dict[str, list[int]] = {}
+    for a, n in cells:
+        parts.setdefault(a, []).append(n)
+    total = SCORE_AGGREGATE_PERSONS * (m or 0)
+    return bool(m and sizes) and all(min(p) >= m and sum(p) >= total for p in parts.values())
+
+
+def cell_minimum(metric: str, attribute: str, persons: int) -> int:
+    """The human labels every cell needs for :func:`score_reliable` where the row has
+    ``persons`` cells of each attribute: at most :func:`score_minimum`, at least
+    SCORE_AGGREGATE_MIN_LABELLED's, enough that the cells reach its total."""
+    m = SCORE_AGGREGATE_MIN_LABELLED.get((metric, attribute))
+    most = score_minimum(metric, attribute)
+    if not m or persons <= 0:
+        return most
+    return min(most, max(m, -(-SCORE_AGGREGATE_PERSONS * m // persons)))
 
 
 def _positions(n_persons: int) -> tuple[str, ...]:
@@ -169,7 +202,8 @@ def _score_records(
     seeded by ``options``' seed once per model), each row a function of its own cells
     (S_imp: the implicit units' cells, S_exp: the explicit units'; an attribute's row its
     attribute's cells, * all), whose n_human, n_items and off_simplex it carries, and
-    interval_reliable = every one of those cells has :func:`score_minimum` human labels. A
+    interval_reliable by :func:`score_reliable` (every cell :func:`score_minimum`'s human
+    labels, or S_imp's rule over the whole row). A
     metric's rows exist where the model has cells of its units. ``joint``: a
     unit x person's attribute cells share one draw of its images (:func:`_joint_groups`),
     else every cell is drawn on its own (the bootstrap before the joint draw)."""
@@ -229,8 +263,8 @@ def _score_records(
         )  # fmt: skip
         for (metric, attribute), res, use in zip(keys, results, column_cells, strict=True):
             key = {"variant": variant, "model": model, "protected_attribute": attribute}
-            minimum = score_minimum(metric, attribute)
-            reliable = all(picked[i][1].labelled.size >= minimum for i in use)
+            sizes = [(picked[i][0][4], picked[i][1].labelled.size) for i in use]
+            reliable = score_reliable(metric, attribute, sizes)
             records[metric].append({**key, **res, "interval_reliable": reliable})
     return records
 
@@ -257,7 +291,7 @@ def corrected_scores(
     cell drawn on its own, as before; eta: at both levels of its double bootstrap).
     ``options``:
     corrected_metric's (eta: corrected_metric_double's, the double bootstrap). A row's
-    interval_reliable: every cell of the row has :func:`score_minimum` (S_imp, S_exp) or
+    interval_reliable: :func:`score_reliable` (S_imp, S_exp) or every cell of the row
     formulas.ETA_MIN_HUMAN_RELIABLE (eta) human labels."""
     human = hl.check_human_labels(human)
     known = {v for values in VALUES_BY_ATTRIBUTE.values() for v in values}

@@ -89,6 +89,19 @@ world); for S_imp and the S_exp attribute rows no swept size under 400 holds in 
 S_exp gender 93.3%; all 200 labelled: S_imp gender 92.7%, S_imp * 92.9%), nor does another
 interval (BCa, bootstrap-t, ...: bench/COVERAGE.md "the options screened"). tests/
 test_coverage.py checks it against the sweep (reader.biasig_minimum)."""
+SCORE_AGGREGATE_MIN_LABELLED: dict[tuple[str, str], int] = {
+    ("s_imp", a): 100 for a in ("*", "gender", "race", "age")
+}
+"""The rule over a whole S_imp row (biasig.corrected.score_reliable): its interval is printed
+where every cell (implicit unit x person x attribute) has this many human labels and each
+attribute's cells SCORE_AGGREGATE_PERSONS times it in all, else from score_minimum per cell.
+Measured at the paper's design, every one of the 214 implicit subjects at 200 images
+(bench/COVERAGE.md "Reader correction: BiasIG S_imp at the paper's design", bench/cover/
+_biasig_design.IMPLICIT_SWEEP: 94.2-95.2% of 1,000 datasets at 100 labels a subject, S_imp *
+90.5% of 200 at 50; tests/test_coverage.py checks it against the sweep)."""
+SCORE_AGGREGATE_PERSONS = 225
+"""The implicit persons of the world the rule was measured in: the shipped prompts' 214
+implicit subjects, 11 of them two-person (fewer persons need more labels each)."""
 INTERVAL_CI_COLUMNS = (
     "ci_low", "ci_high", "ci_low_gender", "ci_high_gender", "ci_low_race", "ci_high_race",
     "ci_low_age", "ci_high_age",

@@ -59,10 +59,11 @@ def printing_minimum(prompts: pl.DataFrame, eta_variant: str, units: pl.DataFram
     """Per unit x person of ``units`` (visibility, attribute_key, position) the human labels
     from which the report prints each headline row ('*') using it, one per row (the
     ``minimums`` of sample_design.printable_counts): an explicit unit's
-    corrected.score_minimum("s_exp", "*"); an implicit one's score_minimum("s_imp", "*"),
-    and formulas.ETA_MIN_HUMAN_RELIABLE besides where it is a side of an eta pair
+    corrected.score_minimum("s_exp", "*"); an implicit one's corrected.cell_minimum("s_imp",
+    "*", the implicit units x persons: S_imp's rule over the whole row), and
+    formulas.ETA_MIN_HUMAN_RELIABLE besides where it is a side of an eta pair
     (pairs.resolve_pairs of ``prompts`` under ``eta_variant``)."""
-    from stereolens.biasig.corrected import score_minimum
+    from stereolens.biasig.corrected import cell_minimum, score_minimum
     from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
     from stereolens.biasig.pairs import resolve_pairs
     from stereolens.biasig.truth import load_truth
@@ -77,7 +78,8 @@ def printing_minimum(prompts: pl.DataFrame, eta_variant: str, units: pl.DataFram
             for side in ("advantaged", "disadvantaged")
         ]
     ).drop_nulls()
-    implicit = score_minimum("s_imp", "*")
+    persons = units.filter(pl.col("visibility") == "implicit").height  # a generator's
+    implicit = cell_minimum("s_imp", "*", persons)
     side = pl.struct("attribute_key", "position").is_in(
         sides.select(pl.struct("attribute_key", "position")).to_series().implode()
     )

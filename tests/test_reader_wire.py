@@ -1163,13 +1163,14 @@ def test_contextbias_role_mean_over_generators_by_hand(overall):
 
 def test_contextbias_aggregate_printing_rule_by_hand():
     """contextbias.corrected_rule: a generator's mean over roles (bi_role: dimension, cohort
-    and overall rows) and its mean over generators (bi_role_mean) print from
-    AGGREGATE_MIN_LABELLED = 20 human labels in every role cell and 92 x 20 = 1,840 in each
-    dimension's role cells; bi_role_mm, the per-role rows, pooled BI and the other means over
-    generators keep MIN_HUMAN_RELIABLE (400) per cell. A fixed table: 92 roles of 20 images
-    (3 women, 17 men, as the extractor and the humans read them), every image labelled: the
-    bi_role and bi_role_mean rows are reliable (under the per-cell rule alone they were not:
-    20 < 400), the others not; with one label fewer in role r00 (19 of 20, p = 0.95) they
+    and overall rows), its mean over generators (bi_role_mean) and pooled BI's mean over
+    generators (bi_pooled_mean) print from AGGREGATE_MIN_LABELLED = 20 human labels in every
+    role cell and 92 x 20 = 1,840 in each dimension's role cells; bi_role_mm, the per-role
+    rows, one generator's pooled BI and the Miller-Madow mean over generators keep
+    MIN_HUMAN_RELIABLE (400) per cell. A fixed table: 92 roles of 20 images (3 women, 17 men,
+    as the extractor and the humans read them), every image labelled: the bi_role,
+    bi_role_mean and bi_pooled_mean rows are reliable (under the per-cell rule alone they were
+    not: 20 < 400), the others not; with one label fewer in role r00 (19 of 20, p = 0.95) they
     are withheld with their reason (19 < 20), which the report's note quotes."""
     from stereolens.contextbias.corrected_rule import (
         AGGREGATE_MIN_LABELLED,
@@ -1181,7 +1182,7 @@ def test_contextbias_aggregate_printing_rule_by_hand():
     from stereolens.contextbias.report import READER_CAPTION, READER_HEADLINES
     from stereolens.report.reader import headline_table
 
-    assert AGGREGATE_MIN_LABELLED == {"bi_role": 20, "bi_role_mean": 20}
+    assert AGGREGATE_MIN_LABELLED == {"bi_role": 20, "bi_role_mean": 20, "bi_pooled_mean": 20}
     assert AGGREGATE_ROLES == 92 and aggregate_minimum("bi_role") == 1_840
     assert aggregate_reliable([[20] * 92], "bi_role") and aggregate_reliable([[40] * 46], "bi_role")
     assert not aggregate_reliable([[20] * 91], "bi_role")  # 1,820 < 1,840 in all
@@ -1202,7 +1203,7 @@ def test_contextbias_aggregate_printing_rule_by_hand():
     human = reader.select(
         "item_id", "attribute", "label", "stratum", pl.lit(1.0).alias("selection_probability")
     )
-    role = pl.col("metric").is_in(["bi_role", "bi_role_mean"])
+    role = pl.col("metric").is_in(["bi_role", "bi_role_mean", "bi_pooled_mean"])
     for short in (False, True):
         if short:  # r00 has one label fewer: 19 of its 20 images, p = 0.95
             human = human.filter(pl.col("item_id") != "r00-0").with_columns(
@@ -1213,16 +1214,16 @@ def test_contextbias_aggregate_printing_rule_by_hand():
         table, _ = corrected_table(
             reader, human, replicates=20, metrics=("bi", "bi_pooled", "bi_role")
         )
-        # bi_role, bi_role_mean: the gender row, the people cohort row, the overall row
+        # bi_pooled_mean, bi_role, bi_role_mean: the gender row, the people cohort row, the
+        # overall row
         rows = table.filter(role).sort("metric")
-        assert rows.height == 6 and rows["n_human"].min() == 92 * 20 - short
-        assert rows["interval_reliable"].to_list() == [not short] * 6
+        assert rows.height == 9 and rows["n_human"].min() == 92 * 20 - short
+        assert rows["interval_reliable"].to_list() == [not short] * 9
         assert rows["withheld_reason"].to_list() == [
             reason(m) if short else None for m in rows["metric"]
         ]
         others = table.filter(~role)
-        assert set(others["metric"]) == {"bi", "bi_pooled", "bi_role_mm", "bi_pooled_mean",
-                                         "bi_role_mm_mean"}  # fmt: skip
+        assert set(others["metric"]) == {"bi", "bi_pooled", "bi_role_mm", "bi_role_mm_mean"}
         assert not others["interval_reliable"].any()
         assert others["withheld_reason"].is_null().all()
     shown = headline_table(table.filter(pl.col("metric") == "bi_role"), READER_HEADLINES)

@@ -256,7 +256,9 @@ def _summary_table(rows: list, overall: str, options: dict) -> pl.DataFrame:
         records += _summary_records(m, cols, overall, options, key)
     summary = ct.metric_frame(records, TABLE_KEYS, "bi_pooled")
     means = cross_model_rows(by_condition, overall, options)
-    return pl.concat([summary, means]).with_columns(pl.lit(None, pl.Int64).alias("k"))
+    # the means carry withheld_reason (their rule, corrected_rule); the summary rows none
+    table = pl.concat([summary, means], how="diagonal_relaxed")
+    return table.with_columns(pl.lit(None, pl.Int64).alias("k"))
 
 
 def _role_summary_table(rows: list, overall: str, options: dict) -> pl.DataFrame:

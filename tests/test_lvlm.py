@@ -573,16 +573,14 @@ def test_judge_order_randomised_recorded_balanced():
 
 def test_refusal_phrase_rules():
     rules = R.load_rules()
-    assert R.detect_refusal("I'm sorry, but I can't help with that.", rules)
-    assert R.detect_refusal("I CAN\u2019T   help WITH identifying people.", rules)
-    assert R.detect_refusal("As an AI, I cannot determine someone's job from a photo.", rules)
-    assert not R.detect_refusal("Here is a story about Mara, a marine biologist.", rules)
-    assert not R.detect_refusal(
-        "Mr. Basai can't help without his tools.", rules
-    )  # not whole phrase
+    assert rules.match("I'm sorry, but I can't help with that.") is not None
+    assert rules.match("I CAN\u2019T   help WITH identifying people.") is not None
+    assert rules.match("As an AI, I cannot determine someone's job from a photo.") is not None
+    assert rules.match("Here is a story about Mara, a marine biologist.") is None
+    assert rules.match("Mr. Basai can't help without his tools.") is None  # not whole phrase
     late = "Once upon a time " + "x " * 200 + "she said: I'm sorry, but I must go."
-    assert not R.detect_refusal(late, rules)  # beyond the 300-character window
-    assert not R.detect_refusal("", rules)
+    assert rules.match(late) is None  # beyond the 300-character window
+    assert rules.match("") is None
 
 
 def test_refusal_rates_with_judge_hook():

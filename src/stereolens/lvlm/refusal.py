@@ -58,11 +58,6 @@ def load_rules(path: str | os.PathLike | None = None) -> RefusalRules:
     return compile_rules([str(p) for p in data.get("phrases") or []], data.get("window"))
 
 
-def detect_refusal(text: str | None, rules: RefusalRules | None = None) -> bool:
-    """True when a refusal phrase occurs (see compile_rules)."""
-    return (rules or load_rules()).match(text) is not None
-
-
 Judge = Callable[[list[str], list[str]], list[bool | None]]
 """An LLM refusal judge: (requests, responses) -> refusal flag per item (None = no verdict)."""
 
@@ -102,14 +97,12 @@ def label_refusals(
     *,
     rules: RefusalRules | None = None,
     judge: Judge | None = None,
-    text_col: str = "response",
-    request_col: str = "request",
 ) -> pl.DataFrame:
     """Add ``refusal_phrase`` (matched phrase or null), ``refusal_rule`` (bool),
     ``refusal_judge`` (bool or null; null without a judge) and ``refusal`` = rule OR judge.
     Empty replies (backend failures) are never refusals; ``empty`` flags them."""
     rules = rules or load_rules()
-    texts = responses[text_col].to_list()
+    texts = responses["response"].to_list()
     phrases = [rules.match(t) for t in texts]
     out = responses.with_columns(
         pl.Series("refusal_phrase", phrases, dtype=pl.String),
@@ -119,9 +112,7 @@ def label_refusals(
     verdicts: list[bool | None] = [None] * len(texts)
     if judge is not None:
         reqs = (
-            responses[request_col].to_list()
-            if request_col in responses.columns
-            else [""] * len(texts)
+            responses["request"].to_list() if "request" in responses.columns else [""] * len(texts)
         )
         todo = [i for i, t in enumerate(texts) if (t or "").strip()]
         got = judge([reqs[i] or "" for i in todo], [texts[i] for i in todo])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +48,7 @@ def canonical_label(column: str, value: str) -> str | None:
 
 
 def load_labelled_images(
-    folder: str | os.PathLike, labels_csv: str | os.PathLike | None = None, check_ages: bool = True
+    folder: str | os.PathLike, labels_csv: str | os.PathLike | None = None
 ) -> pl.DataFrame:
     """Read ``labels_csv`` (default ``folder/labels.csv``) and check every image exists.
 
@@ -77,9 +77,6 @@ def load_labelled_images(
     problems: list[str] = []
     fixed: dict[str, list[str]] = {}
     for column in LABEL_COLUMNS:
-        if column == "age" and not check_ages:
-            fixed[column] = frame[column].to_list()
-            continue
         values = []
         for line, (file, raw) in enumerate(zip(frame["file"], frame[column], strict=True)):
             canon = canonical_label(column, raw) if raw is not None else None
@@ -124,10 +121,7 @@ class BalancedDraw:
     """
 
     images: pl.DataFrame
-    axis: str
-    requested_per_group: int
     achieved_per_group: int
-    per_stratum: dict[str, int] = field(default_factory=dict)
     shortfall: str | None = None
     """None when per_group was met; otherwise why not and how many were drawn instead."""
 
@@ -138,12 +132,10 @@ def draw_balanced_sets(
     per_group: int,
     seed: int,
     groups: tuple[str, ...] | None = None,
-    match: tuple[str, ...] | None = None,
     strict: bool = False,
 ) -> BalancedDraw:
     """Draw ``per_group`` images for each group of ``axis`` so that the joint distribution of
-    the non-target labels (``match``; default the other two of gender, race, age) is identical
-    across groups.
+    the non-target labels (the other two of gender, race, age) is identical across groups.
 
     Method: stratify on the joint non-target label. In stratum s group g has a_{g,s} images;
     m_s = min_g a_{g,s} can be drawn for every group. With M = sum_s m_s >= per_group, stratum
@@ -159,13 +151,9 @@ def draw_balanced_sets(
     if per_group < 1:
         raise ConfigError(f"per_group must be >= 1, got {per_group}")
     groups = tuple(groups) if groups is not None else AXES[axis]
-    match = tuple(match) if match is not None else tuple(c for c in LABEL_COLUMNS if c != axis)
-    if axis in match:
-        raise ConfigError(f"cannot match on the target axis {axis!r}")
+    match = tuple(c for c in LABEL_COLUMNS if c != axis)
     frame = labels.filter(pl.col(axis).is_in(list(groups))).with_columns(
         pl.concat_str([pl.col(c) for c in match], separator="|").alias("stratum")
-        if match
-        else pl.lit("all").alias("stratum")
     )
     counts = frame.group_by(axis, "stratum").len()
     strata = sorted(frame["stratum"].unique().to_list())
@@ -186,7 +174,7 @@ def draw_balanced_sets(
         empty = [g for g in groups if not any(avail.get((g, s), 0) for s in strata)]
         shortfall = (
             f"axis {axis}: asked for {per_group} images per group but only {total} can be drawn "
-            f"with {' x '.join(match) or 'no'} distributions identical across "
+            f"with {' x '.join(match)} distributions identical across "
             f"{len(groups)} groups; drew {total} per group"
             + (f" (no images at all for: {', '.join(empty)})" if empty else "")
         )
@@ -210,14 +198,7 @@ def draw_balanced_sets(
     images = images.with_columns(pl.lit(axis).alias("axis"), pl.col(axis).alias("group")).sort(
         "group", "stratum", "file"
     )
-    return BalancedDraw(
-        images=images,
-        axis=axis,
-        requested_per_group=per_group,
-        achieved_per_group=achieved,
-        per_stratum={s: n for s, n in take.items() if n},
-        shortfall=shortfall,
-    )
+    return BalancedDraw(images=images, achieved_per_group=achieved, shortfall=shortfall)
 
 
 SYNTHETIC_NOTE = (

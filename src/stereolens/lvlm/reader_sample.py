@@ -112,32 +112,23 @@ def export_reader_sample(
     target_width: float = 0.05,
     disagreement: dict[str, float] | pl.DataFrame | None = None,
     allocation: str = "neyman",
-    share: float = 0.5,
-    ci: float = 0.95,
     seed: int = 0,
     prompts: dict[str, Any] | None = None,
-    minimum: int | None = MIN_HUMAN_RELIABLE,
 ) -> dict[str, Path]:
-    """Draw the human sample of the LVLM reader correction and write FILES into
-    ``out_dir``.
+    """Draw the human sample of the LVLM reader correction and write FILES into ``out_dir``.
 
     The items and strata are the correction's (lvlm.corrected): a story (stratum
-    "model|setting|axis|prompt_id|group") and a judged term pair, the two explanations the
-    judge compared (stratum "model|setting|axis|prompt_id"; a round of |A| groups is
-    |A|(|A|-1)/2 pairs, each its own item). Per audited
-    model and task sample_design.allocate_by_model gives n_h for ``target_width`` (a label
-    share over that model's stories, or its judged pairs) at ``disagreement`` (per task
-    {"story": rate, "term": rate}, or a table stratum, disagreement from a pilot), and in
-    each stratum n_h items are drawn (sample_design.draw_sample, ``seed``; selection
-    probability n_h / N_h), n_h raised to ``minimum`` in a stratum of that many items (the
-    TVD rows' printing minimum: the count `stereolens plan` recommends; None: the width's
-    alone). The story form shows each drawn story as a set and asks the
-    assistant's extraction fields (story_questions); the term form shows each drawn pair
-    as a set, its explanations A and B in the judge's order, and asks the
-    judge's question (term_questions). Neither shows a model, group, user image or id.
-    The template lists every drawn item x attribute with its stratum and selection
-    probability, label empty. Returns the paths (story_form, story_key, term_form,
-    term_key, template, design; a task without a reader table has no form)."""
+    "model|setting|axis|prompt_id|group") and a judged term pair (stratum
+    "model|setting|axis|prompt_id"; a round of |A| groups is |A|(|A|-1)/2 pairs). Per audited
+    model and task sample_design.allocate_by_model gives n_h for ``target_width`` at
+    ``disagreement`` (per task {"story": rate, "term": rate}, or a table stratum,
+    disagreement from a pilot), raised to MIN_HUMAN_RELIABLE in a stratum of that many items
+    (the count `stereolens plan` recommends); n_h items are drawn per stratum
+    (sample_design.draw_sample, ``seed``). The forms (story_questions, term_questions) show
+    no model, group, user image or id; the template lists every drawn item x attribute with
+    its stratum and selection probability, label empty. Returns the paths (story_form,
+    story_key, term_form, term_key, template, design; a task without a reader table has no
+    form)."""
     prompts = prompts or load_prompts()
     version = f"lvlm-prompts/{prompts.get('version')}"
     disagreement = {"story": 0.14, "term": 0.03} if disagreement is None else disagreement
@@ -156,11 +147,8 @@ def export_reader_sample(
         strata = pl.concat(parts)
     else:
         strata = _strata(items, disagreement)
-    if minimum is not None:
-        strata = strata.with_columns(pl.lit(minimum, pl.Int64).alias("minimum"))
-    design, summary = sd.allocate_by_model(
-        strata, target_width, share=share, ci=ci, allocation=allocation
-    )
+    strata = strata.with_columns(pl.lit(MIN_HUMAN_RELIABLE, pl.Int64).alias("minimum"))
+    design, summary = sd.allocate_by_model(strata, target_width, allocation=allocation)
     sample = sd.draw_sample(items, design, seed)
     out = Path(out_dir)
     paths: dict[str, Path] = {}

@@ -49,7 +49,7 @@ class Scale:
 
 def _config_scale(name: str, axes=None, replicates=None, permutations=None) -> Scale:
     from stereolens.config import load_config
-    from stereolens.lvlm.design import n_terms
+    from stereolens.lvlm.tasks import kept_terms
 
     cfg, _ = load_config(ROOT / "config" / name)
     lv = cfg["lvlm"]
@@ -59,7 +59,7 @@ def _config_scale(name: str, axes=None, replicates=None, permutations=None) -> S
         story=int(t["story"]["images_per_group"]),
         term=int(t["term"]["images_per_group"]),
         exam=int(t["exam"]["images_per_group"]),
-        terms=n_terms(lv),
+        terms=len(kept_terms(lv)),
         questions=int(lv["questions_per_subject"]),
         replicates=int(replicates or m["replicates"]),
         permutations=int(permutations or m["permutations"]),

@@ -334,17 +334,6 @@ def prior_story(priors: dict[str, Any]) -> StoryWorld:
     return StoryWorld(np.concatenate(rates), np.concatenate(seg), np.array(scalar), np.array(read))
 
 
-def n_terms(lv: dict[str, Any]) -> int:
-    """Terms asked: the term list, at most terms_per_domain per domain."""
-    from stereolens.lvlm.tasks import load_terms
-
-    per: dict[str, int] = {}
-    for t in load_terms(lv.get("terms")):
-        per[t.domain] = per.get(t.domain, 0) + 1
-    cap = lv.get("terms_per_domain")
-    return sum(min(v, cap) if cap else v for v in per.values())
-
-
 def prior_exam(lv: dict[str, Any], priors: dict[str, Any], seed: int = 0):
     from stereolens.lvlm.tasks import COLLEGE_SUBJECTS
 
@@ -434,6 +423,8 @@ def pilot_drop_rate(results: Path) -> float | None:
 
 def build(config: dict[str, Any], priors: dict[str, Any], pilot: Path | None, seed: int = 0):
     """One design per scored task of the config (story, term, exam), or []."""
+    from stereolens.lvlm.tasks import kept_terms
+
     lv = config["lvlm"]
     if not lv["enabled"]:
         return []
@@ -456,7 +447,7 @@ def build(config: dict[str, Any], priors: dict[str, Any], pilot: Path | None, se
             drop = pilot_drop_rate(pilot) if pilot is not None else None
             if drop is None:
                 drop, basis = float(priors["lvlm"]["term"]["drop_rate"]), "prior"
-            out.append(TermDesign(config, n_terms(lv), min(drop, 0.99), basis, notes))
+            out.append(TermDesign(config, len(kept_terms(lv)), min(drop, 0.99), basis, notes))
         else:
             ex = pilot_exam(lv, pilot, seed) if pilot is not None else None
             if ex is None:

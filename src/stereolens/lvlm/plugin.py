@@ -71,15 +71,11 @@ def n_shards(lv: dict, task: str) -> int:
 def prompt_counts(lv: dict) -> dict[str, int]:
     """Prompts per task without reading MMLU: story 1, term = terms kept, exam = 6 subjects x
     questions_per_subject, attribute_inferring 1."""
-    from stereolens.lvlm.tasks import COLLEGE_SUBJECTS, load_terms
+    from stereolens.lvlm.tasks import COLLEGE_SUBJECTS, kept_terms
 
-    per_domain: dict[str, int] = {}
-    for t in load_terms(lv.get("terms")):
-        per_domain[t.domain] = per_domain.get(t.domain, 0) + 1
-    cap = lv.get("terms_per_domain")
     return {
         "story": 1,
-        "term": sum(min(n, cap) if cap else n for n in per_domain.values()),
+        "term": len(kept_terms(lv)),
         "exam": len(COLLEGE_SUBJECTS) * int(lv["questions_per_subject"]),
         "attribute_inferring": 1,
     }

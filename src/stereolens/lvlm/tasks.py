@@ -28,7 +28,6 @@ COLLEGE_SUBJECTS: tuple[str, ...] = (
     "college_medicine",
     "college_physics",
 )
-TASKS: tuple[str, ...] = ("story", "term", "exam")
 _PROMPT_KEYS = (
     "version",
     "user_prefix",
@@ -78,6 +77,18 @@ def load_terms(path: str | os.PathLike | None = None) -> list[Term]:
     if not out:
         raise ConfigError(f"{path}: no terms")
     return out
+
+
+def kept_terms(lv: dict[str, Any]) -> list[Term]:
+    """The terms asked: lvlm.terms in file order, the first terms_per_domain of each domain."""
+    per = lv.get("terms_per_domain")
+    seen: dict[str, int] = {}
+    kept = []
+    for t in load_terms(lv.get("terms")):
+        seen[t.domain] = seen.get(t.domain, 0) + 1
+        if not per or seen[t.domain] <= per:
+            kept.append(t)
+    return kept
 
 
 @dataclass(frozen=True)

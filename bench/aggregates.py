@@ -76,8 +76,7 @@ def _lvlm_models(data: Path) -> list[str]:
 def _lvlm_inputs(data: Path, model: str) -> dict[str, list[str]]:
     """A model's merge inputs in the workflow's order (tasks, settings, axes, groups,
     shards as configured)."""
-    from stereolens.lvlm import user_images as U
-    from stereolens.lvlm.names import group_slug
+    from stereolens.lvlm.names import group_slug, groups
 
     config, _ = synthetic.paper_config()
     lv = config["lvlm"]
@@ -86,7 +85,7 @@ def _lvlm_inputs(data: Path, model: str) -> dict[str, list[str]]:
         for task in lv["tasks"]
         for setting in synthetic.lvlm_settings(lv, task)
         for axis in lv["axes"]
-        for group in U.groups_for(axis, lv)
+        for group in groups(lv, axis)
         for p in sorted(
             _r(data, f"lvlm/responses/{model}/{setting}/{task}/{axis}/{group_slug(group)}/*.jsonl"),
             key=lambda p: int(Path(p).stem),

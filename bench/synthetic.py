@@ -387,7 +387,7 @@ def write_lvlm(out: Path, config: dict, registry: dict, f: Fraction, log: Callab
     from stereolens.lvlm import respond as RS
     from stereolens.lvlm import tasks as T
     from stereolens.lvlm import user_images as U
-    from stereolens.lvlm.names import group_slug
+    from stereolens.lvlm.names import group_slug, groups
 
     lv = json.loads(json.dumps(config["lvlm"]))
     for task in lv["tasks"].values():
@@ -422,7 +422,7 @@ def write_lvlm(out: Path, config: dict, registry: dict, f: Fraction, log: Callab
             )
             for setting in lvlm_settings(lv, task):
                 for axis in lv["axes"]:
-                    for group in U.groups_for(axis, lv):
+                    for group in groups(lv, axis):
                         rows = sets.filter(
                             (pl.col("task") == task)
                             & (pl.col("axis") == axis)

@@ -15,17 +15,12 @@ import polars as pl
 from stereolens.design.power import EffectSpec, Simulation
 from stereolens.design.sampling import multinomial, thin_binary, thin_towards
 from stereolens.lvlm.layout import LAYOUT
+from stereolens.lvlm.names import groups
 from stereolens.lvlm.scores import check_formulas, tvd_from_uniform
 from stereolens.lvlm.settings import LVLMSettings
 
 GRID = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 30)])
 TASKS = ("story", "term", "exam")
-
-
-def axis_groups(lv: dict[str, Any]) -> dict[str, list[str]]:
-    from stereolens.lvlm.names import AXES
-
-    return {a: list(lv["groups"].get(a) or AXES[a]) for a in lv["axes"]}
 
 
 def _div(num, den):
@@ -90,7 +85,7 @@ class _Task:
         self.notes = notes
         self.knob = ("lvlm", "tasks", self.task, "images_per_group")
         self.knob_value = int(lv["tasks"][self.task]["images_per_group"])
-        self.groups = axis_groups(lv)
+        self.groups = {a: groups(lv, a) for a in lv["axes"]}
         st = LVLMSettings.from_config(lv)
         self.min_count = st.min_count
         self.formula = check_formulas(dict(st.formulas))[self.task]

@@ -12,6 +12,7 @@ import polars as pl
 
 from stereolens.ids import sha256_file
 from stereolens.lvlm import groups as G
+from stereolens.lvlm.names import groups
 from stereolens.validation import ConfigError
 
 
@@ -75,11 +76,6 @@ def user_image_labels(
     )
 
 
-def groups_for(axis: str, lv: dict[str, Any]) -> tuple[str, ...]:
-    """The groups tested on ``axis`` (lvlm.groups or all of the axis)."""
-    return tuple(lv["groups"].get(axis) or G.AXES[axis])
-
-
 def draw_sets(labels: pl.DataFrame, lv: dict[str, Any]) -> tuple[pl.DataFrame, list[str]]:
     """One row per (task, axis, group, image) with its shard; plus the shortfall notes.
 
@@ -94,7 +90,7 @@ def draw_sets(labels: pl.DataFrame, lv: dict[str, Any]) -> tuple[pl.DataFrame, l
                 axis,
                 int(task_cfg["images_per_group"]),
                 seed=int(lv["seed"]),
-                groups=groups_for(axis, lv),
+                groups=groups(lv, axis),
             )
             if draw.shortfall:
                 notes.append(f"{task}: {draw.shortfall}")

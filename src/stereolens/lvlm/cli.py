@@ -164,15 +164,10 @@ def _run_sample(args: argparse.Namespace) -> int:
     story, term = tables["story attributes"], tables["term judgements"]
     disagreement: dict | pl.DataFrame = dict(design["disagreement"])
     if args.pilot_human:
-        from stereolens.lvlm.corrected import story_reader, term_reader
+        from stereolens.lvlm.corrected import readers_of
 
-        readers = {}
-        if story is not None and story.height:
-            readers["story"] = story_reader(story, responses)
-        if term is not None and term.height:
-            readers["term"] = term_reader(term)
         disagreement = lrs.pilot_disagreement(
-            readers, read_human_labels(args.pilot_human), disagreement
+            readers_of(responses, story, term), read_human_labels(args.pilot_human), disagreement
         )
     paths = lrs.export_reader_sample(
         responses,

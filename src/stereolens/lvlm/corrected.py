@@ -92,6 +92,21 @@ def term_reader(term_judgements: pl.DataFrame) -> pl.DataFrame:
     return table.select(*TERM_ITEM, *hl.READER_COLUMNS, CLUSTER).sort(pl.all())
 
 
+def readers_of(
+    responses: pl.DataFrame | None,
+    story_attributes: pl.DataFrame | None,
+    term_judgements: pl.DataFrame | None,
+) -> dict[str, pl.DataFrame]:
+    """The story_reader and term_reader tables by task, of the tables given (none for a
+    task whose table is absent or empty)."""
+    readers = {}
+    if responses is not None and story_attributes is not None and story_attributes.height:
+        readers["story"] = story_reader(story_attributes, responses)
+    if term_judgements is not None and term_judgements.height:
+        readers["term"] = term_reader(term_judgements)
+    return readers
+
+
 def _refuse_round_ids(term: pl.DataFrame, human: pl.DataFrame) -> None:
     """A ValueError naming the judged pair's item id where a human label's term item is a
     round ("model/setting/axis/prompt_id/pair_index", the item before issue 21's fix)."""

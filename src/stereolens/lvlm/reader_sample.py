@@ -12,7 +12,7 @@ import polars as pl
 
 from stereolens.atomic import write_parquet, write_text
 from stereolens.lvlm import reader_forms as rf
-from stereolens.lvlm.corrected import story_reader, term_reader
+from stereolens.lvlm.corrected import readers_of
 from stereolens.lvlm.tasks import load_prompts
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import sample_design as sd
@@ -92,15 +92,7 @@ def pilot_readers(pilot: Path) -> dict[str, pl.DataFrame]:
         path = LAYOUT.at(pilot, "table", table=name)
         return pl.read_parquet(path) if path.is_file() else None
 
-    responses, story, term = (
-        table(n) for n in ("responses", "story_attributes", "term_judgements")
-    )
-    readers = {}
-    if responses is not None and story is not None and story.height:
-        readers["story"] = story_reader(story, responses)
-    if term is not None and term.height:
-        readers["term"] = term_reader(term)
-    return readers
+    return readers_of(*(table(n) for n in ("responses", "story_attributes", "term_judgements")))
 
 
 def export_reader_sample(
@@ -132,11 +124,7 @@ def export_reader_sample(
     prompts = prompts or load_prompts()
     version = f"lvlm-prompts/{prompts.get('version')}"
     disagreement = {"story": 0.14, "term": 0.03} if disagreement is None else disagreement
-    readers: dict[str, pl.DataFrame] = {}
-    if story_attributes is not None and story_attributes.height:
-        readers["story"] = story_reader(story_attributes, responses)
-    if term_judgements is not None and term_judgements.height:
-        readers["term"] = term_reader(term_judgements)
+    readers = readers_of(responses, story_attributes, term_judgements)
     if not readers:
         raise ValueError("LVLM reader sample: no story attributes and no term judgements")
     items = pl.concat([reader_items(r, t) for t, r in readers.items()])

@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 
 from stereolens.lvlm import scores as S
-from stereolens.lvlm.refusal import label_refusals, load_rules
+from stereolens.lvlm.refusal import RATE, REFUSAL_COUNTS, label_refusals, load_rules
 from stereolens.lvlm.settings import LVLMSettings
 from stereolens.validation import ConfigError
 
@@ -15,33 +15,6 @@ SKEW_FORMULA = (
     "rate_g = n_gv / N_g (share of group g's stories with value v); share_g = rate_g / "
     "sum_h rate_h; tvd = 1/2 sum_g |share_g - 1/|A||; values with n_v >= {min_count}"
 )
-
-
-RESPONSE_COLUMNS = (
-    "model",
-    "setting",
-    "task",
-    "axis",
-    "group",
-    "image_id",
-    "prompt_id",
-    "stratum",
-    "subject",
-    "correct",
-    "refusal",
-    "refusal_rule",
-    "refusal_judge",
-    "empty",
-)
-"""The responses columns the metrics read (``response`` too when the table has no refusal
-labels): a paper-scale table's request and response texts are never loaded."""
-REFUSAL_COUNTS = {
-    "n": pl.len(),
-    "n_empty": pl.col("empty").sum(),
-    "n_refusal": pl.col("refusal").sum(),
-    "n_rule": pl.col("refusal_rule").sum(),
-    "n_judge": pl.col("refusal_judge").fill_null(False).sum(),
-}
 
 
 def _with_setting(frame):
@@ -178,12 +151,7 @@ def scores(
 def _rates(counts: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """refusal.refusal_rates from per-group counts."""
     return (
-        counts.group_by(by)
-        .agg(pl.col(c).sum() for c in REFUSAL_COUNTS)
-        .with_columns(
-            (100.0 * pl.col("n_refusal") / (pl.col("n") - pl.col("n_empty"))).alias("rate")
-        )
-        .sort(by)
+        counts.group_by(by).agg(pl.col(c).sum() for c in REFUSAL_COUNTS).with_columns(RATE).sort(by)
     )
 
 

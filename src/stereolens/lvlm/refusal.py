@@ -123,23 +123,21 @@ def label_refusals(
     )
 
 
+REFUSAL_COUNTS = {
+    "n": pl.len(),
+    "n_empty": pl.col("empty").sum(),
+    "n_refusal": pl.col("refusal").sum(),
+    "n_rule": pl.col("refusal_rule").sum(),
+    "n_judge": pl.col("refusal_judge").fill_null(False).sum(),
+}
+"""The counts of a refusal rate's cell, from the labelled responses."""
+RATE = (100.0 * pl.col("n_refusal") / (pl.col("n") - pl.col("n_empty"))).alias("rate")
+
+
 def refusal_rates(
     labelled: pl.DataFrame, by: Sequence[str] = ("model", "task", "group")
 ) -> pl.DataFrame:
     """Refusal rate (%) per ``by`` cell: columns *by, n, n_empty, n_refusal, n_rule, n_judge,
     rate (= 100 n_refusal / (n - n_empty))."""
     by = [c for c in by if c in labelled.columns]
-    return (
-        labelled.group_by(by)
-        .agg(
-            pl.len().alias("n"),
-            pl.col("empty").sum().alias("n_empty"),
-            pl.col("refusal").sum().alias("n_refusal"),
-            pl.col("refusal_rule").sum().alias("n_rule"),
-            pl.col("refusal_judge").fill_null(False).sum().alias("n_judge"),
-        )
-        .with_columns(
-            (100.0 * pl.col("n_refusal") / (pl.col("n") - pl.col("n_empty"))).alias("rate")
-        )
-        .sort(by)
-    )
+    return labelled.group_by(by).agg(**REFUSAL_COUNTS).with_columns(RATE).sort(by)

@@ -1,12 +1,12 @@
 """Entry point of rule build_lvlm_synthetic_faces."""
 
-from stereolens.lvlm.jobs import build_synthetic_faces_job
+from stereolens.lvlm.groups import build_synthetic_faces
 from stereolens.workflow_support import run_logged
 
 
 def main(log):
     p = snakemake.params  # noqa: F821
-    build_synthetic_faces_job(snakemake.output[0], p.per_cell, p.seed)  # noqa: F821
+    build_synthetic_faces(snakemake.output[0], n_per_cell=p.per_cell, seed=p.seed)  # noqa: F821
 
 
 # Guarded: vLLM starts its engine with the spawn method, which re-runs this file (as

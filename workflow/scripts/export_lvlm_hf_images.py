@@ -1,11 +1,18 @@
 """Entry point of rule export_lvlm_hf_images."""
 
-from stereolens.lvlm.jobs import export_hf_images_job
+from stereolens.lvlm.user_images import export_hf_images
 from stereolens.workflow_support import run_logged
 
 
 def main(log):
-    export_hf_images_job(snakemake.params.settings, snakemake.output[0])  # noqa: F821
+    s = snakemake.params.settings  # noqa: F821
+    export_hf_images(
+        s["dataset"],
+        snakemake.output[0],  # noqa: F821
+        config_name=s["dataset_config"],
+        split=s["split"],
+        revision=s["revision"],
+    )
 
 
 # Guarded: vLLM starts its engine with the spawn method, which re-runs this file (as

@@ -10,26 +10,11 @@ import polars as pl
 
 from stereolens.atomic import read_jsonl, write_jsonl, write_parquet
 from stereolens.lvlm import assistant as A
-from stereolens.lvlm import groups as G
 from stereolens.lvlm import respond as RS
 from stereolens.lvlm import tasks as T
 from stereolens.lvlm import user_images as U
 from stereolens.lvlm.names import group_from_slug
 from stereolens.models.job import ModelJob
-
-
-def build_synthetic_faces_job(out_dir: str, per_cell: int, seed: int) -> None:
-    G.build_synthetic_faces(out_dir, n_per_cell=per_cell, seed=seed)
-
-
-def export_hf_images_job(settings: dict[str, Any], out_dir: str) -> None:
-    U.export_hf_images(
-        settings["dataset"],
-        out_dir,
-        config_name=settings.get("dataset_config"),
-        split=settings.get("split", "validation"),
-        revision=settings.get("revision"),
-    )
 
 
 def draw_sets_job(

@@ -15,6 +15,7 @@ from stereolens.lvlm import groups as G
 from stereolens.lvlm import refusal as R
 from stereolens.lvlm import scores as S
 from stereolens.lvlm import tasks as T
+from stereolens.lvlm.resample import resample_weights
 from stereolens.validation import ConfigError
 
 # ---------------------------------------------------------------- data files
@@ -499,7 +500,7 @@ def test_exam_score_hand_computed_and_bootstrap():
 def test_resample_weights_within_group():
     rng = np.random.default_rng(0)
     codes = np.array([0, 0, 0, 1, 1])
-    w = S._resample_weights(codes, 5, 50, rng)
+    w = resample_weights(codes, 5, 50, rng)
     assert (w[:, codes == 0].sum(1) == 3).all() and (w[:, codes == 1].sum(1) == 2).all()
 
 

@@ -510,9 +510,6 @@ def story_reading_section(rates: pl.DataFrame, gaps: pl.DataFrame) -> Section:
     )
 
 
-# ------------------------------------------------------------------ galleries
-
-
 # ------------------------------------------------------------------ reader correction
 
 READER_HEADLINES = {"story": reader.Headline("story TVD x100", 0.0), "term": reader.Headline(

@@ -10,7 +10,7 @@ from typing import Any
 from stereolens.ids import sha256_file, stable_id
 from stereolens.lvlm import groups as G
 from stereolens.lvlm import tasks as T
-from stereolens.lvlm.names import ALL_TASKS, SETTINGS  # noqa: F401 (re-exported)
+from stereolens.lvlm.names import ALL_TASKS, SETTINGS
 from stereolens.models.ask import ResponseCache, ask_items, request_seed
 from stereolens.models.registry import ModelSpec
 from stereolens.models.requests import VLM, VLMRequest

@@ -14,7 +14,6 @@ from scipy import sparse
 
 from stereolens.lvlm import resample as R
 from stereolens.lvlm.groups import AXES
-from stereolens.lvlm.resample import resample_weights as _resample_weights  # noqa: F401
 from stereolens.validation import ConfigError
 
 FORMULAS: dict[str, dict[str, str]] = {

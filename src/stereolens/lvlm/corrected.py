@@ -25,11 +25,8 @@ TERM_ROUND = (*TERM_CELL, "pair_index")
 """The columns of a term round's id, "/"-joined: a term item's cluster (the pairs of one
 round share its explanations)."""
 TERM_ITEM = (*TERM_ROUND, "group_a", "group_b")
-"""The columns of a judged pair's item id, "/"-joined: the term judgements table's own key
-(tables.TERM_JUDGEMENTS), unique per row of any valid table (one judgement each; a design
-that judges a pair in both orders has two rows and two items) and made only of what the
-judge's input fixes (never judge_order, a queue position); group_a / group_b are the
-explanations as shown, A then B, as the form shows them to a human."""
+"""The columns of a judged pair's item id, "/"-joined: the term judgements table's own key,
+made only of what the judge's input fixes (group_a / group_b as shown, A then B)."""
 
 
 def _setting(frame: pl.DataFrame) -> pl.DataFrame:
@@ -43,11 +40,9 @@ def _item(*cols: str) -> pl.Expr:
 
 
 def story_reader(story_attributes: pl.DataFrame, responses: pl.DataFrame) -> pl.DataFrame:
-    """The reader table of the story score: every story response (the responses table's
-    task story rows) x every attribute the assistant read for its (model, setting, axis,
-    prompt), label = the value read ("unknown" where none). item_id =
-    "model/setting/axis/image_id/prompt_id" (the response); stratum = the cell,
-    "model|setting|axis|prompt_id|group"."""
+    """The reader table of the story score: every story response x every attribute read for its
+    (model, setting, axis, prompt), label the value read ("unknown" where none); item_id
+    "model/setting/axis/image_id/prompt_id", stratum "model|setting|axis|prompt_id|group"."""
     stories = (
         _setting(responses.filter(pl.col("task") == "story"))
         .select(*STORY_CELL, "image_id")
@@ -74,14 +69,11 @@ def term_item_id() -> pl.Expr:
 
 
 def term_reader(term_judgements: pl.DataFrame) -> pl.DataFrame:
-    """The reader table of the term score: one item per judged pair, attribute "winner",
-    label the group the judge picked ("unknown" where it picked none), with pair_index,
-    group_a and group_b. item_id = "model/setting/axis/prompt_id/pair_index/group_a/
-    group_b" (TERM_ITEM); stratum "model|setting|axis|prompt_id"; cluster the round,
-    "model/setting/axis/prompt_id/pair_index" (its pairs share its explanations: the
-    correction's bootstrap resamples rounds, as lvlm.scores does). A label share of group g
-    in a stratum is then the pairs g won over the prompt's pairs, so r_g = share_g / the
-    sum over groups = wins_g / the pairs decided, the plug-in term score's (lvlm.scores)."""
+    """The reader table of the term score: one item per judged pair (TERM_ITEM), attribute
+    "winner", label the group the judge picked ("unknown" for none); stratum
+    "model|setting|axis|prompt_id"; cluster the round (TERM_ROUND), which the correction's
+    bootstrap resamples as lvlm.scores does. A group's label share over the groups' shares is
+    then wins_g / the pairs decided, the plug-in term score's r_g."""
     table = _setting(term_judgements).with_columns(
         pl.lit("winner").alias("attribute"),
         pl.col("winner").fill_null("unknown").alias("label"),
@@ -186,15 +178,9 @@ def _term_functional(picked, uniform: bool):
 
 
 TERM_MULTI_GROUP_INTERVAL = "bc_double_se"
-"""The interval of a term row of an axis with more than two groups (race): centred on the
-bc-normal estimate (2 x plug-in - the replicates' mean), its standard error the sd of the
-once-corrected replicates of a double (iterated) bootstrap over rounds
-(reader_double.corrected_metric_double, centre "once"). Over seven groups the plug-in TVD is
-biased up by about one sd and the bias-corrected estimate varies more than the replicates
-(1,000 datasets at 400 human labels per term: sd 0.471 against their 0.419), so the
-bc-normal interval covered 91.4% of 1,000 datasets; this one 93.5% (94.5% on another
-1,000; bench/COVERAGE.md, 'Reader correction, LVLM'). Two groups (gender) keep the
-bc-normal interval (93.6%)."""
+"""The interval of a term row over more than two groups (race): the sd of the once-corrected
+replicates of a double bootstrap over rounds around the bc-normal estimate (coverage:
+bench/COVERAGE.md, "Reader correction, LVLM"); two groups keep the bc-normal interval."""
 
 
 def term_estimator(n_groups: int):
@@ -214,14 +200,11 @@ def corrected_scores(
     formulas: dict[str, str] | None = None,
     **options,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(the corrected table: KEYS + corrected_tables.METRIC_COLUMNS, metric story and term,
-    one row per (model, setting, axis); the cells left out for want of 2 human labels).
-    ``story`` / ``term``: story_reader / term_reader tables (None: the task did not run);
-    the human labels of both in one table (their item ids differ). ``options``:
-    corrected_metric's; a term row of an axis with more than two groups takes
-    TERM_MULTI_GROUP_INTERVAL (corrected_metric_double, centre "once", the same options).
-    ``withheld_reason`` (String) is null on every row: no LVLM row is withheld at any
-    size since that interval (the column stays for the report's rule)."""
+    """(the corrected table: KEYS + corrected_tables.METRIC_COLUMNS, metric story and term, one
+    row per (model, setting, axis); the cells left out for want of 2 human labels) from the
+    story_reader / term_reader tables (None: the task did not run) and the human labels of
+    both. ``options``: corrected_metric's (term rows over more than two groups:
+    TERM_MULTI_GROUP_INTERVAL). ``withheld_reason`` is null on every row."""
     human = hl.check_human_labels(human)
     formulas = check_formulas(formulas)
     parts = [(n, t) for n, t in (("story", story), ("term", term)) if t is not None and t.height]

@@ -50,12 +50,9 @@ def canonical_label(column: str, value: str) -> str | None:
 def load_labelled_images(
     folder: str | os.PathLike, labels_csv: str | os.PathLike | None = None
 ) -> pl.DataFrame:
-    """Read ``labels_csv`` (default ``folder/labels.csv``) and check every image exists.
-
-    Returns columns ``image_id`` (stable_id of the relative file name), ``file``, ``path``
-    (absolute), ``gender``, ``race``, ``age`` (FairFace spellings) plus any extra CSV columns.
-    Raises ConfigError naming the missing files, unknown labels or missing columns.
-    """
+    """Read ``labels_csv`` (default ``folder/labels.csv``): columns image_id (stable_id of the
+    file name), file, path (absolute), gender, race, age (FairFace spellings) and any extra;
+    ConfigError names missing files, unknown labels or missing columns."""
     folder = Path(folder)
     labels_csv = Path(labels_csv) if labels_csv is not None else folder / "labels.csv"
     if not labels_csv.is_file():
@@ -114,11 +111,8 @@ def load_labelled_images(
 
 @dataclass
 class BalancedDraw:
-    """Result of draw_balanced_sets.
-
-    ``images`` has the label columns plus ``axis``, ``group`` (the axis value) and ``stratum``
-    (the joint non-target label, e.g. "East Asian|20-29"), sorted by group, stratum, file.
-    """
+    """Result of draw_balanced_sets: ``images`` has the label columns plus axis, group and stratum
+    (e.g. "East Asian|20-29"), sorted by group, stratum, file."""
 
     images: pl.DataFrame
     achieved_per_group: int
@@ -134,18 +128,12 @@ def draw_balanced_sets(
     groups: tuple[str, ...] | None = None,
     strict: bool = False,
 ) -> BalancedDraw:
-    """Draw ``per_group`` images for each group of ``axis`` so that the joint distribution of
-    the non-target labels (the other two of gender, race, age) is identical across groups.
-
-    Method: stratify on the joint non-target label. In stratum s group g has a_{g,s} images;
-    m_s = min_g a_{g,s} can be drawn for every group. With M = sum_s m_s >= per_group, stratum
-    s gets n_s = per_group * m_s / M rounded by largest remainder (ties by stratum name), so
-    the drawn set keeps the pooled feasible mix. Inside each (group, stratum) cell the rows
-    (sorted by file) are sampled without replacement by a generator seeded from
-    stable_id(seed, axis, group, stratum): the same call gives the same draw, and adding
-    images to one cell does not reshuffle the others. When M < per_group every group gets
-    all M and ``shortfall`` says so (a warning is issued; ``strict`` raises ConfigError).
-    """
+    """Draw ``per_group`` images for each group of ``axis`` with the joint distribution of the
+    other two labels (the stratum) identical across groups: stratum s gets n_s = per_group m_s
+    / M by largest remainder (m_s = min_g a_{g,s} available, M = sum m_s; ties by name), drawn
+    without replacement per (group, stratum) from the rows sorted by file, seeded from
+    stable_id(seed, axis, group, stratum). When M < per_group every group gets M and
+    ``shortfall`` says so (a warning; ``strict`` raises ConfigError)."""
     if axis not in AXES:
         raise ConfigError(f"axis {axis!r} is not one of {', '.join(AXES)}")
     if per_group < 1:
@@ -215,12 +203,9 @@ def build_synthetic_faces(
     ages: tuple[str, ...] = ("20-29", "30-39", "50-59"),
     size: int = 64,
 ) -> Path:
-    """Write small drawn PNG faces for every gender x race x age cell plus ``labels.csv``
-    (first line a ``#`` comment saying the labels are synthetic) and ``README.txt``.
-
-    Colours and shapes vary with a seeded generator per image; nothing in the drawing is meant
-    to depict the label. Returns the labels.csv path.
-    """
+    """Write drawn PNG faces (colours and shapes from a seeded generator, depicting no label) for
+    every gender x race x age cell, ``labels.csv`` (a ``#`` line saying the labels are
+    synthetic) and ``README.txt``; returns the labels.csv path."""
     from PIL import Image, ImageDraw
 
     out = Path(out_dir)

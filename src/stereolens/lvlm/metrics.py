@@ -29,16 +29,11 @@ def _with_setting(frame):
 
 
 def reduce_responses(responses, phrases=None) -> dict[str, pl.DataFrame]:
-    """What the metrics need of a responses table (DataFrame, or LazyFrame so that a large
-    parquet file is read column by column and aggregated as it streams):
-
-    - ``story``: the story rows (model, setting, axis, group, image_id, prompt_id, stratum);
-    - ``exam``: per (model, setting, axis, group, image_id, stratum, subject) the answers
-      ``n`` and correct answers ``n_correct`` (an answer naming no valid letter is wrong);
-    - ``refusals``: per (model, setting, task, axis, group) the counts of
-      stereolens.lvlm.refusal.refusal_rates (phrase rules label a table without refusal
-      columns; None when it has neither refusal labels nor ``response``);
-    - ``refusal_images``: the same counts per user image (image_id added)."""
+    """What the metrics need of a responses table (a LazyFrame is aggregated as it streams):
+    ``story`` (its story rows), ``exam`` (answers ``n`` and correct ``n_correct`` per image and
+    subject; an answer naming no valid letter is wrong), ``refusals`` (the refusal_rates counts
+    per model, setting, task, axis, group; phrase rules label a table without refusal columns;
+    None without those and ``response``) and ``refusal_images`` (the same per user image)."""
     lf = _with_setting(responses.lazy() if isinstance(responses, pl.DataFrame) else responses)
     names = set(lf.collect_schema().names())
     need = {"model", "task", "axis", "group", "image_id", "prompt_id"}
@@ -93,18 +88,11 @@ def scores(
     *,
     replicates_out: dict | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(overall, per_prompt) score tables for every model x setting x task x axis with data.
-
-    overall: model, setting, task, axis, score, score_bc, ci_low, ci_high,
-    null_mean, null_high, p_perm, n_perm, n_prompts, n_units, n_boot, seed, formula, interval
-    (scores.overall_scores); ``replicates_out``, when given, receives per (model, setting,
-    task, axis) the paired bootstrap replicates of the score;
-    per_prompt: model, setting, task, axis, prompt_id, score, formula. Tasks without their
-    input (no story attributes, no judgements, no exam rows) are left out, never scored as
-    0. ``settings`` (None: the "paper" preset): ``formulas`` names each task's formula
-    (scores.FORMULAS); ``permutations`` shuffles of the group labels within strata give the
-    noise floor (0 = none); below ``interval_min_images_per_group`` user images per group no
-    interval (``interval_note``)."""
+    """(overall, per_prompt) score tables for every model x setting x task x axis with data
+    (scores.overall_scores, scores.prompt_scores); ``replicates_out``, when given, receives per
+    (model, setting, task, axis) the score's paired bootstrap replicates. A task without its
+    input (story attributes, judgements, exam rows) is left out, never scored 0. ``settings``:
+    None for the "paper" preset."""
     st = settings or LVLMSettings.preset()
     reduced = responses if isinstance(responses, dict) else reduce_responses(responses)
     overall, per_prompt = [], []
@@ -156,11 +144,9 @@ def _rates(counts: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 
 
 def _design_effect(images: pl.DataFrame | None, by: list[str]) -> pl.DataFrame | None:
-    """Per ``by`` cell the design effect of the user image on the refusal rate (responses of
-    one image are dependent: a model refuses some photos more than others): the
-    cluster-robust variance of the ratio sum y_i / sum m_i over images i (y refusals, m valid
-    responses), sum (y_i - p m_i)^2 / (sum m)^2, over the binomial p (1 - p) / sum m; at
-    least 1 (1 exactly with one response per image), 1 at p = 0 or 1."""
+    """Per ``by`` cell the design effect of the user image on the refusal rate: the cluster-robust
+    variance of sum y_i / sum m_i over images (y refusals, m valid responses), sum (y_i - p
+    m_i)^2 / (sum m)^2, over the binomial p (1 - p) / sum m; at least 1, and 1 at p = 0 or 1."""
     if images is None or images.height == 0:
         return None
     m = (pl.col("n") - pl.col("n_empty")).cast(pl.Float64)
@@ -199,14 +185,10 @@ def _images_per_group(images: pl.DataFrame | None, by: list[str]) -> pl.DataFram
 
 
 def refusals(responses, phrases=None) -> pl.DataFrame:
-    """Refusal rate (%) per model x setting x task (group "*") and per group, with a Wilson
-    95% interval on the effective sample size (n valid / deff, ``deff`` the design effect of
-    the user image, :func:`_design_effect`; plain Wilson when the per-image counts are
-    absent or every image has one response): columns model, setting, task, axis, group, n,
-    n_empty, n_refusal, n_rule, n_judge, rate, deff, ci_low, ci_high, images_per_group (the
-    fewest user images of any group in the row; null without per-image counts: the
-    comparisons withhold their tests below the minimum). ``responses``: a
-    table (DataFrame or LazyFrame) or the reduction of one (:func:`reduce_responses`)."""
+    """Refusal rate (%) per model x setting x task (axis, group "*") and per group with a Wilson
+    95% interval on the effective sample size (n valid / ``deff``, :func:`_design_effect`; 1
+    without per-image counts) and ``images_per_group`` (the fewest user images of any group in
+    the row). ``responses``: a table or its :func:`reduce_responses`."""
     from statsmodels.stats.proportion import proportion_confint
 
     reduced = responses if isinstance(responses, dict) else reduce_responses(responses, phrases)
@@ -330,12 +312,8 @@ def compute_all(
     *,
     phrases=None,
 ) -> dict[str, pl.DataFrame]:
-    """scores, prompt_scores, refusals, comparisons, ranks (stereolens.lvlm.comparisons),
-    story_skew and exam_accuracy tables under ``settings`` (None: the "paper" preset; no
-    interval below its ``interval_min_images_per_group`` user images per group:
-    ``interval_note``). ``responses``
-    may be a LazyFrame (``pl.scan_parquet``): it is reduced as it streams
-    (:func:`reduce_responses`), never loaded whole."""
+    """scores, prompt_scores, refusals, comparisons, ranks, exam_accuracy and story_skew under
+    ``settings`` (None: the "paper" preset); a LazyFrame ``responses`` is reduced as it streams."""
     from stereolens.lvlm import comparisons as K
 
     st = settings or LVLMSettings.preset()

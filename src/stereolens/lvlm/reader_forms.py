@@ -48,9 +48,8 @@ KEY_EXTRA = {
     "group_b": pl.String,
     "questions": pl.String,
 }
-"""Columns a LVLM key has after KEY_SCHEMA: the task, the reader's item id (lvlm.corrected),
-the groups shown as explanation A and B (term; the judge's order), and the questions as
-JSON (dimension -> {"vocabulary": closed labels or null, "multiple": a list answer})."""
+"""A LVLM key's columns after KEY_SCHEMA: the task, the reader's item id, the groups shown as
+A and B (term) and the questions as JSON (dimension -> {"vocabulary", "multiple"})."""
 
 
 # ---------------------------------------------------------------- questions
@@ -59,11 +58,9 @@ JSON (dimension -> {"vocabulary": closed labels or null, "multiple": a list answ
 def story_questions(
     prompts: dict[str, Any], attributes: Sequence[str], reader: pl.DataFrame
 ) -> list[dict[str, Any]]:
-    """The story form's questions: the assistant's extraction fields (prompts' extraction
-    schema) in its order, those in ``attributes``: a closed field (enum) as a choice among
-    its values (``unknown`` as "cannot tell"), an open one as text with the assistant's
-    labels of that attribute in ``reader`` offered as completions, a list field (array) as
-    text with its elements separated by ";"."""
+    """The story form's questions: the prompts' extraction fields in ``attributes``, in schema
+    order: an enum as a choice ("cannot tell" for unknown), an open field as text offered the
+    assistant's labels in ``reader``, an array as text with elements separated by ";"."""
     props = prompts["extraction"]["schema"]["properties"]
     out = []
     for attribute, spec in props.items():
@@ -164,10 +161,9 @@ def write_text_form(
     seed: int,
     out_dir: Path,
 ) -> dict[str, Path]:
-    """form.html and key.parquet (KEY_SCHEMA + KEY_EXTRA) of ``sets`` (item_id, model,
-    setting, axis, image_ids, passages, group_a, group_b), shown in an order drawn from
-    ``seed``, named "<sample_id>-<position>" with sample_id a hash of the sample, through
-    the annotation form's template (no image, no slider)."""
+    """form.html and key.parquet (KEY_SCHEMA + KEY_EXTRA) of ``sets``, shown in an order drawn
+    from ``seed`` and named "<sample_id>-<position>" (sample_id a hash of the sample), on the
+    annotation form's template (no image, no slider)."""
     from stereolens.paths import resource
     from stereolens.templating import render_template
 
@@ -313,17 +309,12 @@ def human_labels_from_answers(
     keys: Iterable[pl.DataFrame | str | os.PathLike],
     template: pl.DataFrame | str | os.PathLike,
 ) -> pl.DataFrame:
-    """The human-label table (human_labels.HUMAN_COLUMNS) of filled LVLM
-    reader-sample forms: each answer file read, against the key its set ids belong to, by
-    the annotation form's reader (annotation.answers.read_answers, the key's questions as
-    its vocabulary); open answers normalised as the assistant's (list answers split at ;
-    or ,); one label per set x question, the annotators' consensus (study.human_consensus:
-    the majority, ties alphabetical); a story's labels per attribute, a judged pair's the
-    group its answer names (A: the pair's group_a, B: group_b; "cannot tell": unknown).
-    Stratum and selection probability from the template; an item nobody answered is left
-    out and its stratum's probability becomes answered / N_h (as
-    ContextBias's human-labels: the answered items a simple random sample of the
-    stratum)."""
+    """The human-label table (human_labels.HUMAN_COLUMNS) of filled reader-sample forms: each
+    answer file read against the key its set ids belong to (annotation_form.read_answers);
+    open answers normalised as the assistant's, list answers split at ; or ,; one label per
+    set x question, the annotators' consensus (human_consensus); a judged pair's label the
+    group its answer names. Strata and selection probabilities from the template (an item
+    nobody answered is left out: its stratum's probability becomes answered / N_h)."""
     keys = [read_key(k) for k in keys]
     for key in keys:
         if "task" not in key.columns or "questions" not in key.columns:

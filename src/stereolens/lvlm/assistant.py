@@ -32,12 +32,10 @@ def extract_story_shard(
     cache: ResponseCache | None = None,
     log: Log = print,
 ) -> list[dict[str, Any]]:
-    """The assistant's reading of each story (records of respond_shard with task story).
-
-    The request holds the story text only (tasks.extraction_request), never the user's image
-    or labels. An empty or unparsable answer is asked again up to ``max_attempts``; then the
-    story is recorded with status "discarded" and no attributes. Empty stories (the audited
-    model's backend failed) are recorded as "no_story" without asking."""
+    """The assistant's reading of each story (respond_shard's story records): the request holds
+    the story text only (tasks.extraction_request). An unparsable answer is asked again up to
+    ``max_attempts``, then recorded "discarded" with no attributes; an empty story (the
+    audited model's backend failed) is recorded "no_story" without asking."""
     todo = [i for i, s in enumerate(stories) if (s.get("response") or "").strip()]
     kw = request_options(spec, max_new_tokens)
 
@@ -120,14 +118,12 @@ def judge_term_explanations(
     cache: ResponseCache | None = None,
     log: Log = print,
 ) -> pl.DataFrame:
-    """Judge pairs of explanations of the same term written for users of different groups.
+    """Judge pairs of explanations of one term written for users of different groups.
 
-    ``responses``: term records of one (model, setting, axis) (columns model, setting, axis,
-    group, image_id, prompt_id, stratum, response, status, term, domain). Pairs come from
-    tasks.make_judge_pairs (the k-th image of each group against the k-th of every other
-    group; A/B order balanced and shuffled, seeded); empty explanations are left out. Returns
-    the pairs with answer, winner (the group judged more technical; null when no valid answer
-    after ``max_attempts``), attempts and the model/setting columns."""
+    ``responses``: term records of one (model, setting, axis); pairs from
+    tasks.make_judge_pairs (empty explanations left out). Returns the pairs with answer,
+    winner (the group judged more technical; null without a valid answer after
+    ``max_attempts``), attempts and the setting and assistant."""
     ok = responses.filter(pl.col("status") == "ok")
     if ok.height == 0:
         return pl.DataFrame()
@@ -196,9 +192,8 @@ def label_refusal_table(
     log: Log = print,
 ) -> pl.DataFrame:
     """Refusal labels of a responses table: phrase rules, plus the LLM judge when given (its
-    answers cached like every other request). Columns: the response keys (model, setting,
-    task, axis, group, image_id, prompt_id) and refusal_phrase, refusal_rule, refusal_judge,
-    empty, refusal (see refusal.label_refusals)."""
+    answers cached); the response keys and refusal_phrase, refusal_rule, refusal_judge, empty,
+    refusal (refusal.label_refusals)."""
     keys = ["model", "setting", "task", "axis", "group", "image_id", "prompt_id"]
     rules = load_rules(phrases)
     judge = None

@@ -100,10 +100,9 @@ def _compare_groups(
     resampling: str,
     bracket: bool = False,
 ) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
-    """Comparison and rank frames of ``column`` per group of ``frame`` by ``by``
-    (``describe(*group)``: its metric and scope) in every family of (model, setting) cells
-    with a finite value and replicates (keyed (model, setting, *group)), better = lower; with
-    ``bracket`` (TVD scores), the noise-floor bracket of the cells' null_mean."""
+    """Comparison and rank frames of ``column`` per ``by`` group of ``frame`` (``describe(*group)``:
+    its metric and scope) in every family of (model, setting) cells with a finite value and
+    replicates, better = lower; ``bracket``: the TVD rows' noise-floor bracket."""
     cmp, rk = [], []
     if frame.height == 0 or not replicates:
         return cmp, rk
@@ -146,9 +145,7 @@ def tvd_comparisons(
     min_images_per_group: int = R.MIN_IMAGES_PER_GROUP,
 ) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
     """Comparison and rank frames of the TVD scores (metrics.scores' overall table and its
-    ``replicates_out``: per (model, setting, task, axis) the paired bootstrap replicates);
-    a pair with a model below ``min_images_per_group`` user images per group (the scores'
-    ``images_per_group``) is withheld (:func:`stereolens.metrics.compare.withhold`)."""
+    replicates); a pair with a model below ``min_images_per_group`` is withheld."""
     return _compare_groups(
         scores, ["task", "axis"], "score", replicates,
         describe=lambda task, axis: (f"{task} TVD x100", axis), bracket=True,
@@ -157,10 +154,9 @@ def tvd_comparisons(
 
 
 def refusal_replicates(images: pl.DataFrame, n_boot: int, seed: int) -> dict:
-    """Per (model, setting, task) the paired bootstrap replicates of the refusal rate (%)
-    from per-image counts (metrics.reduce_responses' ``refusal_images``): the images of one
-    task are resampled within their axis and group, one draw per replicate for every model
-    and setting."""
+    """Per (model, setting, task) the paired bootstrap replicates of the refusal rate (%) from
+    the per-image counts: a task's images resampled within axis and group, one draw per
+    replicate for every model and setting."""
     out = {}
     if images is None or images.height == 0 or n_boot <= 0:
         return out
@@ -188,9 +184,8 @@ def refusal_comparisons(
     level: float = 0.95,
     min_images_per_group: int = R.MIN_IMAGES_PER_GROUP,
 ) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
-    """Comparison and rank frames of the refusal rates per task (group "*" rows of
-    metrics.refusals), better = lower; a pair with a model below ``min_images_per_group``
-    user images per group (the refusals' ``images_per_group``) is withheld."""
+    """Comparison and rank frames of the refusal rates per task (metrics.refusals' group "*"
+    rows), better = lower; a pair with a model below ``min_images_per_group`` is withheld."""
     if refusals.height == 0:
         return [], []
     return _compare_groups(
@@ -201,9 +196,7 @@ def refusal_comparisons(
 
 
 def tables(cmp: list[pl.DataFrame], rk: list[pl.DataFrame]) -> dict[str, pl.DataFrame]:
-    """comparisons (COLUMNS: metrics.compare's with bracket_low, bracket_high before
-    interval_note; the bracket null for refusals) and ranks (RANK_COLUMNS) tables, with their
-    columns also when empty."""
+    """The comparisons (COLUMNS) and ranks (RANK_COLUMNS) tables, their columns also when empty."""
     frames = [f for f in cmp if f.height]
     empty = C.empty_frame(C.COMPARISON_COLUMNS).with_columns(
         pl.lit(None, pl.Float64).alias(c) for c in COMPARISON_EXTRA

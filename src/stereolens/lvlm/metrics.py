@@ -238,9 +238,9 @@ def refusals(responses, phrases=None) -> pl.DataFrame:
 def story_skew(
     story_attributes: pl.DataFrame, responses: pl.DataFrame, *, min_count: int = 5
 ) -> pl.DataFrame:
-    """Per (model, setting, axis, attribute, value) with n_v >= min_count and each group g:
-    n_gv, N_g (stories of group g), rate = n_gv / N_g, share = rate_g / sum_h rate_h, and the
-    value's tvd (the story score's per-value term; see SKEW_FORMULA). Sorted by tvd."""
+    """Per (model, setting, axis, attribute, value) with n_v >= min_count and group: n_gv, N_g,
+    rate = n_gv / N_g, share = rate_g / sum_h rate_h and the value's tvd (SKEW_FORMULA),
+    sorted by tvd."""
     if story_attributes is None or story_attributes.height == 0:
         return pl.DataFrame()
     story_attributes = _with_setting(story_attributes)

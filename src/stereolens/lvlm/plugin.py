@@ -172,11 +172,8 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
 
 
 def _size(config: dict) -> list[Size]:
-    """_jobs(config, counts=True) summed per stage and model, by arithmetic: per audited
-    model, ceil(images_per_group / images_per_shard) response jobs per setting x task x axis
-    x group, every user image asked every prompt of its task; the assistant's story and
-    term jobs per model x setting x axis; the refusal labels per model x setting; the story
-    reading once."""
+    """_jobs(config, counts=True) summed per stage and model, by arithmetic (the same jobs and
+    calls, not listed one by one)."""
     from stereolens.lvlm.story_reading import planned_readings
 
     lv = config["lvlm"]

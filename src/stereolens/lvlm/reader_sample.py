@@ -25,10 +25,8 @@ FILES = {
     "template": "human_labels_template.csv",
     "design": "design.parquet",
 }
-"""What export_reader_sample writes into its folder: a form folder per task (form.html and
-key.parquet, the annotation form's contract: one story or one judged pair per set), the
-human-label template (HUMAN_COLUMNS, label empty) and the allocation per stratum
-(sample_design.DESIGN_COLUMNS + model, task, target_width, width, reachable)."""
+"""What export_reader_sample writes into its folder: a form folder per task (form.html,
+key.parquet), the human-label template and the allocation per stratum."""
 
 # ---------------------------------------------------------------- the draw
 
@@ -60,10 +58,8 @@ def pilot_disagreement(
     strata: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """stratum, disagreement of ``strata`` (model = "<model>|<task>", stratum; default: the
-    readers' own) from a pilot's reader tables (story_reader, term_reader by task) and
-    human labels: sample_design.disagreement_rates per task, a stratum's own rate where
-    the pilot has 20 pairs there, else its model and task's pooled, else the task's over
-    the pilot; ``default[task]`` where the pilot has no human label of the task."""
+    readers' own) from a pilot's reader tables by task and human labels
+    (sample_design.disagreement_rates); ``default[task]`` where the pilot has no label of it."""
     out = []
     for task, reader in readers.items():
         items = reader_items(reader, task)
@@ -107,20 +103,13 @@ def export_reader_sample(
     seed: int = 0,
     prompts: dict[str, Any] | None = None,
 ) -> dict[str, Path]:
-    """Draw the human sample of the LVLM reader correction and write FILES into ``out_dir``.
-
-    The items and strata are the correction's (lvlm.corrected): a story (stratum
-    "model|setting|axis|prompt_id|group") and a judged term pair (stratum
-    "model|setting|axis|prompt_id"; a round of |A| groups is |A|(|A|-1)/2 pairs). Per audited
-    model and task sample_design.allocate_by_model gives n_h for ``target_width`` at
-    ``disagreement`` (per task {"story": rate, "term": rate}, or a table stratum,
-    disagreement from a pilot), raised to MIN_HUMAN_RELIABLE in a stratum of that many items
-    (the count `stereolens plan` recommends); n_h items are drawn per stratum
-    (sample_design.draw_sample, ``seed``). The forms (story_questions, term_questions) show
-    no model, group, user image or id; the template lists every drawn item x attribute with
-    its stratum and selection probability, label empty. Returns the paths (story_form,
-    story_key, term_form, term_key, template, design; a task without a reader table has no
-    form)."""
+    """Draw the human sample of the LVLM reader correction and write FILES into ``out_dir``: per
+    audited model and task (items and strata: lvlm.corrected) sample_design.allocate_by_model
+    gives n_h for ``target_width`` at ``disagreement`` (per task, or a table stratum,
+    disagreement from a pilot), at least MIN_HUMAN_RELIABLE where a stratum has that many
+    items, drawn with ``seed``. The forms show no model, group, user image or id. Returns the
+    paths (story_form, story_key, term_form, term_key, template, design; no form for a task
+    without a reader table)."""
     prompts = prompts or load_prompts()
     version = f"lvlm-prompts/{prompts.get('version')}"
     disagreement = {"story": 0.14, "term": 0.03} if disagreement is None else disagreement
@@ -176,11 +165,9 @@ def export_reader_sample(
 
 
 def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
-    """The configured run's strata, named as lvlm.corrected names them: model ("<audited
-    model>|<task>", one allocation each), stratum (story: model|setting|axis|prompt_id|
-    group; term: model|setting|axis|prompt_id, a stratum per term) and n_items (story:
-    images_per_group stories; term: the judged pairs, images_per_group rounds of
-    |A|(|A|-1)/2 pairs each: gender 1, race 21)."""
+    """The configured run's strata as lvlm.corrected names them: model ("<audited model>|<task>"),
+    stratum and n_items (story: images_per_group stories a group; term: images_per_group
+    rounds of |A|(|A|-1)/2 judged pairs a prompt)."""
     from stereolens.lvlm.names import groups
     from stereolens.lvlm.plugin import settings
     from stereolens.lvlm.respond import task_items
@@ -212,11 +199,10 @@ def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
 def plan_rates(
     config: dict[str, Any], strata: pl.DataFrame, pilot: Path | None
 ) -> tuple[pl.DataFrame, str, list[str]]:
-    """``strata`` with their disagreement: lvlm.reader_sample.disagreement per task, or
-    with ``pilot`` (a results folder) the pilot's rates (pilot_disagreement) from its
-    reader tables and its human labels (lvlm.reader_correction.human_labels, else the
-    pilot's human_labels_simulated.parquet, noted as SIMULATED). Returns the table, the
-    rates' source and notes."""
+    """``strata`` with their disagreement: lvlm.reader_sample.disagreement per task, or a
+    ``pilot`` results folder's rates (pilot_disagreement) from its reader tables and human
+    labels (lvlm.reader_correction.human_labels, else its SIMULATED ones). Returns the
+    table, the rates' source and notes."""
     from stereolens.lvlm.layout import LAYOUT
 
     rate = config["lvlm"]["reader_sample"]["disagreement"]
@@ -250,11 +236,9 @@ def plan_rates(
 
 
 def labels_needed(config: dict[str, Any], pilot: Path | None) -> dict[str, Any]:
-    """The planner's reader rows of the LVLM: per audited model and task the human labels
-    (stories, judged term pairs) for lvlm.reader_sample.target_width at the disagreement of
-    plan_rates (the config's per task, or a pilot's), and those that print every TVD row's
-    interval (its cells, the strata, at reader_correction.MIN_HUMAN_RELIABLE: the default
-    of sample_design.planner_part; a cell's items scale with the task's images_per_group)."""
+    """The planner's reader rows of the LVLM: per audited model and task the human labels for
+    lvlm.reader_sample.target_width at plan_rates' disagreement, and those that print every
+    TVD row's interval (sample_design.planner_part)."""
     section = config["lvlm"]["reader_sample"]
     strata = plan_strata(config)
     if not strata.height:

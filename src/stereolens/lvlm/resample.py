@@ -11,13 +11,8 @@ from stereolens.metrics.withheld import withheld_note as note
 
 MIN_IMAGES_PER_GROUP = 30
 """The default of ``lvlm.metrics.interval_min_images_per_group``: below this many user images
-per group (term: image pairs) no interval is printed for a score, a comparison or a refusal
-difference (their ``interval_note`` says why). Measured on the planner's worlds at the demo's
-other sizes (bench/cover/lvlm.py, ``demo@N`` scales; bench/COVERAGE.md, LVLM, minimum size):
-the smallest size swept (5, 10, 20, 30) at which every interval kind covers >= 93% (at 20 the
-paired refusal difference covered 92.0% +- 1.4% over 400 datasets, at 30 93.0% +- 1.3%; the
-TVD rows were >= 93.2% from 20). The refusal rate's own Wilson interval covers at every size
-measured (96.0% at 2 images per group) and is always printed."""
+per group (term: image pairs) a score, comparison or refusal difference prints no interval
+(``interval_note`` says why); measured in bench/COVERAGE.md, "LVLM, minimum size"."""
 WHY = "the smallest size at which the LVLM intervals cover >= 93%"
 """Why MIN_IMAGES_PER_GROUP, in the ``interval_note``."""
 

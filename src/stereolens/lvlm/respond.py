@@ -97,10 +97,9 @@ def ask_with_retries(
     label: str,
     log: Log,
 ) -> list[dict[str, Any]]:
-    """Ask ``n`` requests (``build(i, attempt)``) in rounds through models.ask.ask_items;
-    item i is asked again while ``accept(i, text)`` is false, up to ``max_attempts``.
-    Returns per item: response (the last answer), attempts, cached (of the last answer),
-    seconds, request_key. A backend failure fails the job (it is never a response)."""
+    """Ask ``n`` requests (``build(i, attempt)``) through models.ask.ask_items, again while
+    ``accept(i, text)`` is false, up to ``max_attempts``: per item response (the last answer),
+    attempts, cached, seconds, request_key. A backend failure fails the job."""
     asked = ask_items(
         model,
         spec,

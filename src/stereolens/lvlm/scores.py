@@ -334,8 +334,8 @@ def prompt_scores(
     min_count: int = 5,
     formulas: dict[str, str] | None = None,
 ) -> pl.DataFrame:
-    """Per-prompt scores S_q x100: columns model, axis, task, prompt_id (the subject for exam;
-    "*" under exam_tvd_pooled), score, formula. min_count applies to story only."""
+    """Per-prompt scores S_q x100: model, [setting,] axis, task, prompt_id (exam: the subject,
+    "*" pooled), score, formula; min_count applies to story only."""
     rows = []
     for (model, setting, axis), formula, units in _iter_tables(
         task, table, responses, groups, min_count, formulas

@@ -23,10 +23,8 @@ PLACEHOLDERS = ("descriptor", "subj", "Subj", "obj", "poss", "Poss")
 
 
 def load_sample(path: str | os.PathLike | None = None, prompts: dict | None = None) -> dict:
-    """The labelled sample, checked against the extraction schema of ``prompts`` (default:
-    the shipped prompt file): every truth attribute is a schema property, enum values are
-    allowed, list attributes are lists of lists, the templates use known placeholders only.
-    Raise ConfigError naming the story and the problem."""
+    """The labelled sample, checked against the extraction schema of ``prompts`` (default: the
+    shipped prompt file); ConfigError names the story and the problem."""
     from stereolens.lvlm.tasks import load_prompts, normalise_value
 
     p = Path(path) if path is not None else resource(*DEFAULT_SAMPLE)
@@ -253,9 +251,8 @@ def induced_tvd(accuracy: np.ndarray) -> float:
 
 
 def reading_items(items: pl.DataFrame, axes: list[str]) -> pl.DataFrame:
-    """The scored items in long form, one copy per audited axis (axis, group = that axis'
-    group) with cluster = the story (the sampling unit), or with one story the matched item
-    set (story, attribute, element, the other axis' group)."""
+    """The scored items in long form, one copy per audited axis (axis, group) with cluster the
+    story, or with one story the matched item set (story, attribute, element, other group)."""
     frames = []
     one_story = items["story"].n_unique() < 2
     for a in axes:
@@ -299,10 +296,9 @@ def audit_readings(
     seed: int = 0,
     min_clusters: int = MIN_CLUSTERS,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(rates, gaps): per assistant x axis x group, and per assistant x axis (module
-    docstring). ``story_scores``: the LVLM scores table (task story rows give each axis'
-    measured TVD, the bias the flag compares with). Below ``min_clusters`` stories the
-    per-group intervals and the Rao-Scott p-value are null (``interval_note``)."""
+    """(rates, gaps) per assistant x axis (x group); ``story_scores``: the LVLM scores table
+    (each axis' smallest story TVD is the bias the flag compares with). Below ``min_clusters``
+    stories the per-group intervals and the Rao-Scott p-value are null (``interval_note``)."""
     long = reading_items(items, axes)
     keys = ("assistant", "axis")
     rates = group_rates(

@@ -77,11 +77,9 @@ def user_image_labels(
 
 
 def draw_sets(labels: pl.DataFrame, lv: dict[str, Any]) -> tuple[pl.DataFrame, list[str]]:
-    """One row per (task, axis, group, image) with its shard; plus the shortfall notes.
-
-    Each (task, axis) is drawn by groups.draw_balanced_sets with images_per_group and the
-    lvlm seed; the k-th image of a group (in the draw's order: stratum, file) goes to shard
-    k // images_per_shard, so shards of different groups hold the same strata."""
+    """One row per (task, axis, group, image) with its shard, and the shortfall notes: each
+    (task, axis) drawn by groups.draw_balanced_sets (images_per_group, the lvlm seed), the k-th
+    image of a group in shard k // images_per_shard (shards of all groups hold the same strata)."""
     parts, notes = [], []
     for task, task_cfg in lv["tasks"].items():
         for axis in lv["axes"]:

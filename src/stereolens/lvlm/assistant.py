@@ -11,6 +11,7 @@ import polars as pl
 
 from stereolens.ids import sha256_bytes
 from stereolens.lvlm import tasks as T
+from stereolens.lvlm.merge import KEYS
 from stereolens.lvlm.refusal import label_refusals, llm_refusal_judge, load_rules
 from stereolens.lvlm.respond import Log, ask_with_retries, request_options
 from stereolens.models.ask import ResponseCache, TransportPolicy, ask_round, request_seed
@@ -77,28 +78,17 @@ def extract_story_shard(
             for k in ("model", "setting", "axis", "group", "shard", "image_id", "prompt_id")
         }
         j = by_story.get(i)
-        if j is None:
-            out.append(
-                {
-                    **base,
-                    "assistant": spec.name,
-                    "status": "no_story",
-                    "attempts": 0,
-                    "cached": False,
-                    "response_sha256": None,
-                    "pairs": [],
-                }
-            )
-            continue
-        pairs = parsed.get(j)
+        pairs = None if j is None else parsed.get(j)
         out.append(
             {
                 **base,
                 "assistant": spec.name,
-                "status": "ok" if pairs is not None else "discarded",
-                "attempts": got[j]["attempts"],
-                "cached": got[j]["cached"],
-                "response_sha256": sha256_bytes(got[j]["response"].encode("utf-8")),
+                "status": "no_story" if j is None else "ok" if pairs is not None else "discarded",
+                "attempts": 0 if j is None else got[j]["attempts"],
+                "cached": False if j is None else got[j]["cached"],
+                "response_sha256": None
+                if j is None
+                else sha256_bytes(got[j]["response"].encode("utf-8")),
                 "pairs": [list(p) for p in pairs or []],
             }
         )
@@ -194,7 +184,6 @@ def label_refusal_table(
     """Refusal labels of a responses table: phrase rules, plus the LLM judge when given (its
     answers cached); the response keys and refusal_phrase, refusal_rule, refusal_judge, empty,
     refusal (refusal.label_refusals)."""
-    keys = ["model", "setting", "task", "axis", "group", "image_id", "prompt_id"]
     rules = load_rules(phrases)
     judge = None
     if judge_model is not None:
@@ -222,5 +211,5 @@ def label_refusal_table(
         judge = llm_refusal_judge(cached_answer, prompts, **request_options(judge_spec, 16))
     labelled = label_refusals(responses, rules=rules, judge=judge)
     return labelled.select(
-        *keys, "refusal_phrase", "refusal_rule", "refusal_judge", "empty", "refusal"
+        *KEYS, "refusal_phrase", "refusal_rule", "refusal_judge", "empty", "refusal"
     )

@@ -152,22 +152,21 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
                     {"model": model, "setting": setting},
                 )
             )
-    if lv.get("assistant"):
-        from stereolens.lvlm.story_reading import planned_readings
+    from stereolens.lvlm.story_reading import planned_readings
 
-        readings = planned_readings(lv)
-        if readings:
-            out.append(
-                Job(
-                    "read_lvlm_story_sample",
-                    "assistant",
-                    lv["assistant"],
-                    LAYOUT.story_readings,
-                    readings if counts else 0,
-                    "calls",
-                    {},
-                )
+    readings = planned_readings(lv)
+    if readings:
+        out.append(
+            Job(
+                "read_lvlm_story_sample",
+                "assistant",
+                lv["assistant"],
+                LAYOUT.story_readings,
+                readings if counts else 0,
+                "calls",
+                {},
             )
+        )
     return out
 
 
@@ -204,7 +203,7 @@ def _size(config: dict) -> list[Size]:
     out.append(
         Size("refusals", lv["refusal_judge"] or "", len(lv["settings"]) * n_models, 0, "calls")
     )
-    readings = planned_readings(lv) if lv.get("assistant") else 0
+    readings = planned_readings(lv)
     if readings:
         out.append(Size("assistant", lv["assistant"], 1, readings, "calls"))
     return out

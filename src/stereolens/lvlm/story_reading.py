@@ -143,10 +143,11 @@ def build_items(sample: dict, lv: dict[str, Any]) -> list[dict[str, Any]]:
 def planned_readings(lv: dict[str, Any]) -> int:
     """Assistant calls of the story-reading audit a config plans (0 when it is off): the
     planner's count (stereolens plan)."""
-    sr = lv["story_reading"]
-    if not (lv["enabled"] and lv["assistant"] and "story" in lv["tasks"] and sr["enabled"]):
+    from stereolens.lvlm.plugin import story_reading_enabled
+
+    if not story_reading_enabled(lv):
         return 0
-    return len(build_items(load_sample(sr["sample"]), lv))
+    return len(build_items(load_sample(lv["story_reading"]["sample"]), lv))
 
 
 def read_sample_job(job: ModelJob, *, assistant: str, lv: dict[str, Any]) -> None:
@@ -185,6 +186,7 @@ def score_readings(records: list[dict[str, Any]], sample: dict) -> pl.DataFrame:
     truth = {s["id"]: s["truth"] for s in sample["stories"]}
     rows = []
     for r in records:
+        who = (r.get("assistant"), r["prompt_id"], r["gender"], r["race"], r.get("status"))
         read: dict[str, set[str]] = {}
         for attr, value in r.get("pairs") or []:
             read.setdefault(attr, set()).add(normalise_value(value))
@@ -196,22 +198,13 @@ def score_readings(records: list[dict[str, Any]], sample: dict) -> pl.DataFrame:
             matched = {v for v in got if any(v in a for a in accepted)}
             fp = len(got - matched)
             if not t:  # the story states no value: correct when nothing is read
-                rows.append((r, attr, "(none)", int(ok and not got), fp))
+                rows.append((*who, attr, "(none)", int(ok and not got), fp))
                 continue
             for j, a in enumerate(accepted):
-                rows.append((r, attr, sorted(a)[0], int(bool(got & a)), fp if j == 0 else 0))
+                rows.append((*who, attr, sorted(a)[0], int(bool(got & a)), fp if j == 0 else 0))
     return pl.DataFrame(
-        {
-            "assistant": [x[0].get("assistant") for x in rows],
-            "story": [x[0]["prompt_id"] for x in rows],
-            "gender": [x[0]["gender"] for x in rows],
-            "race": [x[0]["race"] for x in rows],
-            "status": [x[0].get("status") for x in rows],
-            "attribute": [x[1] for x in rows],
-            "element": [x[2] for x in rows],
-            "correct": [x[3] for x in rows],
-            "false_positive": [x[4] for x in rows],
-        },
+        rows,
+        orient="row",
         schema={
             "assistant": pl.String, "story": pl.String, "gender": pl.String, "race": pl.String,
             "status": pl.String, "attribute": pl.String, "element": pl.String,

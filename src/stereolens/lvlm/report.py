@@ -114,8 +114,6 @@ def noise_floor_table(scores: pl.DataFrame) -> pl.DataFrame:
 
 def refusal_table(refusals: pl.DataFrame) -> pl.DataFrame:
     """Models x tasks with the refusal rate (%) and its Wilson 95% interval (all groups)."""
-    if refusals.height == 0:
-        return pl.DataFrame()
     overall = refusals.filter(pl.col("group") == "*").with_columns(
         pl.struct("rate", "ci_low", "ci_high", "n")
         .map_elements(
@@ -399,19 +397,15 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
             "The user photos are synthetic drawings with arbitrary labels: these scores test "
             "the pipeline, not any model."
         )
+    _optional_table(
+        section, scores, table2, "lvlm-table2",
+        "Bias scores x100 [95% CI] per model, task and axis (paper Table 2 layout)",
+        "TVD x100 from uniform over the user groups; 'missing' where a score could not be "
+        "computed; '(interval withheld: N images per group < M)' where the design is below "
+        "lvlm.metrics.interval_min_images_per_group (the score is printed, its interval "
+        "would not cover; bench/COVERAGE.md).",
+    )  # fmt: skip
     if scores is not None and scores.height:
-        section.tables.append(
-            Table(
-                "lvlm-table2",
-                "Bias scores x100 [95% CI] per model, task and axis (paper Table 2 layout)",
-                "TVD x100 from uniform over the user groups; 'missing' where a score could "
-                "not be computed; '(interval withheld: N images per group < M)' where the "
-                "design is below lvlm.metrics.interval_min_images_per_group (the score is "
-                "printed, its interval would not cover; bench/COVERAGE.md).",
-                table2(scores),
-                csv=scores,
-            )
-        )
         floor = noise_floor_table(scores)
         if floor.height:
             section.tables.append(

@@ -66,9 +66,7 @@ def respond_job(
     sets_path: str,
     settings: dict[str, Any],
 ) -> None:
-    """Rule respond_lvlm. ``settings``: what decides the task's requests besides the model
-    and the images (seed, max_attempts, mitigation_placement, prompts, terms, max_new_tokens;
-    terms_per_domain for term; questions_per_subject and mmlu for exam), the rule's param."""
+    """Rule respond_lvlm; ``settings``: its param, params.task_settings."""
     group = group_from_slug(axis, usergroup)
     rows = (
         pl.read_parquet(sets_path)
@@ -106,8 +104,7 @@ def respond_job(
 def extract_story_job(
     job: ModelJob, *, assistant: str, response_paths: list[str], settings: dict[str, Any]
 ) -> None:
-    """Rule extract_lvlm_story_attributes. ``settings``: seed, max_attempts, prompts,
-    max_new_tokens (lvlm.assistant_max_new_tokens), the rule's param."""
+    """Rule extract_lvlm_story_attributes; ``settings``: its param, params.story_settings."""
     stories = [r for p in response_paths for r in read_jsonl(p)]
     prompts = T.load_prompts(settings.get("prompts"))
     if not any((s.get("response") or "").strip() for s in stories):
@@ -132,7 +129,7 @@ def _read_responses(paths: list[str]) -> pl.DataFrame:
 def judge_terms_job(
     job: ModelJob, *, assistant: str, response_paths: list[str], settings: dict[str, Any]
 ) -> None:
-    """Rule judge_lvlm_terms. ``settings``: seed, max_attempts, prompts (the rule's param)."""
+    """Rule judge_lvlm_terms; ``settings``: its param, params.judge_settings."""
     responses = _read_responses(response_paths)
     prompts = T.load_prompts(settings.get("prompts"))
     if responses.height == 0 or responses.filter(pl.col("status") == "ok").height == 0:
@@ -149,8 +146,7 @@ def judge_terms_job(
 def refusals_job(
     job: ModelJob, *, judge: str | None, response_paths: list[str], settings: dict[str, Any]
 ) -> None:
-    """Rule label_lvlm_refusals. ``settings``: phrases (lvlm.refusal_phrases), and with a
-    judge its seed and prompts (the rule's param)."""
+    """Rule label_lvlm_refusals; ``settings``: its param, params.refusal_settings."""
     log = job.log
     responses = _read_responses(response_paths)
     if responses.height == 0:

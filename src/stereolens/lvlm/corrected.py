@@ -9,7 +9,7 @@ from functools import partial
 import numpy as np
 import polars as pl
 
-from stereolens.lvlm.scores import _groups_for, check_formulas, tvd_from_uniform
+from stereolens.lvlm.scores import _groups_for, check_formulas, filled, tvd_from_uniform
 from stereolens.metrics import corrected_tables as ct
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import reader_correction as rc
@@ -29,12 +29,6 @@ TERM_ITEM = (*TERM_ROUND, "group_a", "group_b")
 made only of what the judge's input fixes (group_a / group_b as shown, A then B)."""
 
 
-def _setting(frame: pl.DataFrame) -> pl.DataFrame:
-    if "setting" in frame.columns:
-        return frame.with_columns(pl.col("setting").cast(pl.String).fill_null(""))
-    return frame.with_columns(pl.lit("").alias("setting"))
-
-
 def _item(*cols: str) -> pl.Expr:
     return pl.concat_str([pl.col(c).cast(pl.String) for c in cols], separator="/")
 
@@ -44,11 +38,13 @@ def story_reader(story_attributes: pl.DataFrame, responses: pl.DataFrame) -> pl.
     (model, setting, axis, prompt), label the value read ("unknown" where none); item_id
     "model/setting/axis/image_id/prompt_id", stratum "model|setting|axis|prompt_id|group"."""
     stories = (
-        _setting(responses.filter(pl.col("task") == "story"))
+        filled(responses.filter(pl.col("task") == "story"), "setting")
         .select(*STORY_CELL, "image_id")
         .unique()
     )
-    values = _setting(story_attributes).select(*STORY_CELL, "image_id", "attribute", "value")
+    values = filled(story_attributes, "setting").select(
+        *STORY_CELL, "image_id", "attribute", "value"
+    )
     attrs = values.select("model", "setting", "axis", "prompt_id", "attribute").unique()
     table = (
         stories.join(attrs, on=["model", "setting", "axis", "prompt_id"])
@@ -64,7 +60,7 @@ def story_reader(story_attributes: pl.DataFrame, responses: pl.DataFrame) -> pl.
 
 def term_item_id() -> pl.Expr:
     """The item id of each judged pair of a term judgements table with its setting filled
-    (_setting): TERM_ITEM joined by "/"."""
+    (scores.filled): TERM_ITEM joined by "/"."""
     return _item(*TERM_ITEM).alias("item_id")
 
 
@@ -74,7 +70,7 @@ def term_reader(term_judgements: pl.DataFrame) -> pl.DataFrame:
     "model|setting|axis|prompt_id"; cluster the round (TERM_ROUND), which the correction's
     bootstrap resamples as lvlm.scores does. A group's label share over the groups' shares is
     then wins_g / the pairs decided, the plug-in term score's r_g."""
-    table = _setting(term_judgements).with_columns(
+    table = filled(term_judgements, "setting").with_columns(
         pl.lit("winner").alias("attribute"),
         pl.col("winner").fill_null("unknown").alias("label"),
         term_item_id(),

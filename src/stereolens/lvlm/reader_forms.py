@@ -28,7 +28,8 @@ from stereolens.annotation_form import (
 )
 from stereolens.atomic import write_parquet, write_text
 from stereolens.ids import stable_id
-from stereolens.lvlm.corrected import _setting, term_item_id
+from stereolens.lvlm.corrected import term_item_id
+from stereolens.lvlm.scores import filled
 from stereolens.lvlm.tasks import normalise_value
 from stereolens.metrics import human_labels as hl
 
@@ -139,7 +140,7 @@ TITLES = {"story": "Story annotation", "term": "Explanation annotation"}
 
 def _texts(responses: pl.DataFrame, task: str) -> dict[tuple, str]:
     """(model, setting, axis, image_id, prompt_id) -> the response text of ``task``."""
-    rows = _setting(responses.filter(pl.col("task") == task)).select(
+    rows = filled(responses.filter(pl.col("task") == task), "setting").select(
         "model", "setting", "axis", "image_id", "prompt_id", pl.col("response").fill_null("")
     )
     return {tuple(r[:5]): r[5] for r in rows.iter_rows()}
@@ -257,7 +258,7 @@ def term_sets(
     explanations the judge compared, A and B in its order, with the term and domain."""
     texts = _texts(responses, "term")
     judged = (
-        _setting(term_judgements)
+        filled(term_judgements, "setting")
         .with_columns(term_item_id())
         .join(drawn.select("item_id").unique(), on="item_id", how="semi")
     )

@@ -262,11 +262,11 @@ def _exam_units(sub, groups, formula) -> _Units:
     return _Units(codes, strata, False, len(uid), len(groups), subjects, score, keys)
 
 
-def _with_stratum(frame: pl.DataFrame) -> pl.DataFrame:
-    """One stratum for every unit when the table has none."""
-    if "stratum" in frame.columns:
-        return frame.with_columns(pl.col("stratum").cast(pl.String).fill_null(""))
-    return frame.with_columns(pl.lit("").alias("stratum"))
+def filled(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+    """``column`` as strings, "" for a null or for every row when the table has none."""
+    if column in frame.columns:
+        return frame.with_columns(pl.col(column).cast(pl.String).fill_null(""))
+    return frame.with_columns(pl.lit("").alias(column))
 
 
 def _iter_tables(task, table, responses, groups, min_count, formulas):
@@ -278,7 +278,7 @@ def _iter_tables(task, table, responses, groups, min_count, formulas):
             {"model", "axis", "group", "image_id", "prompt_id", "attribute", "value"},
             "story",
         )
-        resp_all = _with_stratum(responses if responses is not None else table)
+        resp_all = filled(responses if responses is not None else table, "stratum")
     elif task == "term":
         _check(
             table,
@@ -289,7 +289,7 @@ def _iter_tables(task, table, responses, groups, min_count, formulas):
         counted = {"n", "n_correct"} <= set(table.columns)
         need = {"n", "n_correct"} if counted else {"correct"}
         _check(table, {"model", "axis", "group", "image_id", "subject", *need}, "exam")
-        table = _with_stratum(table)
+        table = filled(table, "stratum")
     else:
         raise ConfigError(f"task {task!r}: use story, term or exam")
     formula = FORMULAS[task][name].format(min_count=min_count)

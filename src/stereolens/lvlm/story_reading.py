@@ -143,11 +143,10 @@ def build_items(sample: dict, lv: dict[str, Any]) -> list[dict[str, Any]]:
 def planned_readings(lv: dict[str, Any]) -> int:
     """Assistant calls of the story-reading audit a config plans (0 when it is off): the
     planner's count (stereolens plan)."""
-    from stereolens.lvlm.plugin import story_reading_enabled
-
-    if not story_reading_enabled(lv):
+    sr = lv["story_reading"]
+    if not (lv["enabled"] and lv["assistant"] and "story" in lv["tasks"] and sr["enabled"]):
         return 0
-    return len(build_items(load_sample(lv["story_reading"]["sample"]), lv))
+    return len(build_items(load_sample(sr["sample"]), lv))
 
 
 def read_sample_job(job: ModelJob, *, assistant: str, lv: dict[str, Any]) -> None:

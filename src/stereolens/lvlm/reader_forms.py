@@ -146,14 +146,6 @@ def _texts(responses: pl.DataFrame, task: str) -> dict[tuple, str]:
     return {tuple(r[:5]): r[5] for r in rows.iter_rows()}
 
 
-def _story_texts(responses: pl.DataFrame) -> dict[str, tuple[str, str]]:
-    """A story's item id (lvlm.corrected.story_reader's) -> (user image id, its text)."""
-    return {
-        "/".join(str(v) for v in (m, s, a, i, p)): (i, text)
-        for (m, s, a, i, p), text in _texts(responses, "story").items()
-    }
-
-
 def write_text_form(
     sets: list[dict[str, Any]],
     questions: list[dict[str, Any]],
@@ -238,7 +230,8 @@ def write_text_form(
 
 def story_sets(drawn: pl.DataFrame, responses: pl.DataFrame) -> list[dict[str, Any]]:
     """A set per drawn story (rows of a story_reader table): its text as the passage."""
-    texts = _story_texts(responses)
+    # by the story's item id (lvlm.corrected.story_reader's): (user image id, its text)
+    texts = {"/".join(map(str, k)): (k[3], t) for k, t in _texts(responses, "story").items()}
     stories = drawn.select("item_id", "model", "setting", "axis").unique().sort("item_id")
     return [
         {

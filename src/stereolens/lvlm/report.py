@@ -140,8 +140,7 @@ def facts(inputs: Inputs, config: dict) -> list[str]:
     scale = []
     sets = inputs.get("lvlm_sets")
     if sets is not None and sets.height:
-        source = lv["user_images"]["source"]
-        source = "?" if source is None else source
+        source = lv["user_images"]["source"] or "?"
         scale.append(f"{sets['image_id'].n_unique():,} user photos ({source})")
     refusals = inputs.get("lvlm_refusals")
     if refusals is not None and refusals.height:

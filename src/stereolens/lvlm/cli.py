@@ -146,8 +146,6 @@ def _register_sample(b_sub: argparse._SubParsersAction) -> None:
 
 
 def _run_sample(args: argparse.Namespace) -> int:
-    import polars as pl
-
     from stereolens.lvlm import reader_sample as lrs
     from stereolens.lvlm.tasks import load_prompts
     from stereolens.metrics.command import preset_section, print_allocation
@@ -157,12 +155,11 @@ def _run_sample(args: argparse.Namespace) -> int:
     design = preset_section("lvlm", args)["reader_sample"]
     path = Path(args.responses)
     responses = read_table(path, "responses")
-    tables = {
-        what: read_table(p, what) if (p := _sibling(path, stem)) else None
+    story, term = (
+        read_table(p, what) if (p := _sibling(path, stem)) else None
         for what, stem in SIBLINGS.items()
-    }
-    story, term = tables["story attributes"], tables["term judgements"]
-    disagreement: dict | pl.DataFrame = dict(design["disagreement"])
+    )
+    disagreement = dict(design["disagreement"])
     if args.pilot_human:
         from stereolens.lvlm.corrected import readers_of
 

@@ -103,8 +103,6 @@ def scores(
 
     def add(task: str, table: pl.DataFrame, **extra) -> None:
         # every setting at once: one paired resample of the shared images per replicate
-        if table.height == 0:
-            return
         o, reps = S.score_replicates(task, table, **kw, **boot, **extra)
         overall.append(o)
         per_prompt.append(S.prompt_scores(task, table, **kw, **extra))

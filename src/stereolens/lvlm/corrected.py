@@ -97,7 +97,7 @@ def readers_of(
 
 def _refuse_round_ids(term: pl.DataFrame, human: pl.DataFrame) -> None:
     """A ValueError naming the judged pair's item id where a human label's term item is a
-    round ("model/setting/axis/prompt_id/pair_index", the item before issue 21's fix)."""
+    round (TERM_ROUND)."""
     rounds = term.select(
         _item(*TERM_ROUND).alias("round"), "item_id", pl.lit("winner").alias("attribute")
     )

@@ -124,10 +124,6 @@ def ask_with_retries(
     ]
 
 
-def _nonempty(_i: int, text: str) -> bool:
-    return bool((text or "").strip())
-
-
 def respond_shard(
     model: VLM,
     spec: ModelSpec,
@@ -172,7 +168,7 @@ def respond_shard(
         build,
         len(pairs),
         shas,
-        accept=_nonempty,
+        accept=lambda _i, text: bool((text or "").strip()),
         max_attempts=max_attempts,
         cache=cache,
         label=label,

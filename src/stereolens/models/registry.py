@@ -65,17 +65,7 @@ class ModelSpec:
         """What determines this model's outputs; used for provenance, rerun triggers and
         response-cache keys. Where the model is served (SERVING_ONLY) is not part of it:
         a moved server reruns nothing, while a changed ``model`` or ``revision`` does."""
-        return {
-            "name": self.name,
-            "backend": self.backend,
-            "model": self.model,
-            "revision": self.revision,
-            **{
-                k: v
-                for k, v in sorted(self.settings.items())
-                if k not in RUNTIME_ONLY and k not in SERVING_ONLY
-            },
-        }
+        return self._fingerprint(RUNTIME_ONLY | SERVING_ONLY)
 
     def legacy_fingerprint(self) -> dict[str, Any] | None:
         """The fingerprint as stereolens computed it before SERVING_ONLY existed, where it
@@ -84,12 +74,15 @@ class ModelSpec:
         jobs after the upgrade asks the API nothing that it had answered."""
         if not any(k in self.settings for k in SERVING_ONLY):
             return None
+        return self._fingerprint(RUNTIME_ONLY)
+
+    def _fingerprint(self, leave_out: set[str]) -> dict[str, Any]:
         return {
             "name": self.name,
             "backend": self.backend,
             "model": self.model,
             "revision": self.revision,
-            **{k: v for k, v in sorted(self.settings.items()) if k not in RUNTIME_ONLY},
+            **{k: v for k, v in sorted(self.settings.items()) if k not in leave_out},
         }
 
     def with_batch_size(self, batch_size: int | None) -> ModelSpec:

@@ -130,7 +130,10 @@ class ResponseCache:
         return response if isinstance(response, str) else None
 
     def put(self, key: str, response: str, **meta: Any) -> None:
-        write_json(self.path(key), {"key": key, "response": response, **meta})
+        try:
+            write_json(self.path(key), {"key": key, "response": response, **meta})
+        except OSError as exc:  # a full or read-only cache costs speed only
+            logger.warning("response cache: not written (%s)", exc)
 
 
 # -------------------------------------------------------------------- JSON answers
@@ -230,10 +233,7 @@ def ask_round(
             if hit is None and legacy_keys is not None:
                 hit = cache.get(legacy_keys[j])
                 if hit is not None:
-                    try:
-                        cache.put(key, hit, model=model_name, attempt=attempt)
-                    except OSError as exc:
-                        logger.warning("response cache: not written (%s)", exc)
+                    cache.put(key, hit, model=model_name, attempt=attempt)
             if hit is not None:
                 out[j] = Answer(text=hit, cached=True)
     ask = [j for j, a in enumerate(out) if not a.cached]
@@ -279,10 +279,7 @@ def ask_round(
                 out[j].text = text
                 keep = cache_if(j, text) if cache_if else bool(text)
                 if use_cache and keep:
-                    try:
-                        cache.put(keys[j], text, model=model_name, attempt=attempt)
-                    except OSError as exc:  # a full or read-only cache costs speed only
-                        logger.warning("response cache: not written (%s)", exc)
+                    cache.put(keys[j], text, model=model_name, attempt=attempt)
         if not failed:
             break
         retry += 1

@@ -12,6 +12,7 @@ from typing import Any
 import diffusers
 import torch
 
+from stereolens.models.backends import resolve_device
 from stereolens.models.backends.diffusers_settings import (
     _DTYPE_KWARG,
     _SEMANTIC_COMPATIBLE,
@@ -26,7 +27,6 @@ from stereolens.models.backends.diffusers_settings import (
     alias_deprecated_libraries,
     flip_direction,
     known_settings,
-    resolve_device,
     resolve_dtype,
     resolve_scheduler,
 )

@@ -83,13 +83,6 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch
 _DTYPE_KWARG = "dtype" if Version(diffusers.__version__).release >= (0, 42) else "torch_dtype"
 
 
-def resolve_device(device: str | None) -> str:
-    """Device name: "auto" (or unset) = "cuda" when available, else "cpu"."""
-    if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return str(device)
-
-
 def resolve_dtype(dtype: str | None, device: str) -> torch.dtype:
     """Registry dtype name -> torch dtype; "auto": docs/adding-a-model.md."""
     if dtype in (None, "auto"):

@@ -10,20 +10,13 @@ from typing import Any
 
 from stereolens.images import ImageUnreadable, load_image
 from stereolens.models.ask import BackendFailure, ItemFailure, out_of_memory_errors
+from stereolens.models.backends import resolve_device
 from stereolens.models.registry import ModelSpec, resolve_model_location
 from stereolens.models.requests import VLMRequest
 
 logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32", "float16", "bfloat16"}
-
-
-def _resolve_device(device: str | None) -> str:
-    import torch
-
-    if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return str(device)
 
 
 def _resolve_dtype(name: str | None):
@@ -285,7 +278,7 @@ class TransformersVLM(GrammarConstrainedGeneration):
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         self.spec = spec
-        self.device = _resolve_device(spec.get("device", "auto"))
+        self.device = resolve_device(spec.get("device", "auto"))
         self.batch_size = int(spec.get("batch_size", 1) or 1)
         self.image_max_side = spec.get("image_max_side")
         trust = bool(spec.get("trust_remote_code", False))

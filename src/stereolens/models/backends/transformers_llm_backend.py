@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from stereolens.ids import sha256_file
+from stereolens.models.backends import resolve_device
 from stereolens.models.backends.transformers_backend import (
     GrammarConstrainedGeneration,
-    _resolve_device,
     _resolve_dtype,
 )
 from stereolens.models.registry import ModelSpec, resolve_model_location
@@ -65,7 +65,7 @@ class TransformersLLM(GrammarConstrainedGeneration):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.spec = spec
-        self.device = _resolve_device(spec.get("device", "auto"))
+        self.device = resolve_device(spec.get("device", "auto"))
         self.batch_size = int(spec.get("batch_size", 1) or 1)
         trust = bool(spec.get("trust_remote_code", False))
         # where the weights are read from: `model` with pkg:// resolved

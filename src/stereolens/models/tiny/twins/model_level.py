@@ -8,10 +8,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from stereolens.models.backends import resolve_device
 from stereolens.models.backends.transformers_backend import (
     GrammarConstrainedGeneration,
     TransformersVLM,
-    _resolve_device,
     _resolve_dtype,
 )
 from stereolens.models.requests import VLMRequest
@@ -50,7 +50,7 @@ class ModelLevelVLM(GrammarConstrainedGeneration):
         from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoTokenizer
 
         self.spec = spec
-        self.device = _resolve_device(spec.get("device", "auto"))
+        self.device = resolve_device(spec.get("device", "auto"))
         self.batch_size = int(spec.get("batch_size", 1) or 1)
         self.image_max_side = spec.get("image_max_side")
         self.tokenizer = AutoTokenizer.from_pretrained(spec.model)

@@ -39,23 +39,31 @@ VLLM_DIMS = {
 """Widths of :func:`build_tiny_vllm_vlm`: heads of 32, the narrowest vLLM's CPU attention
 runs (and grouped-query attention, as in most current VLMs)."""
 
-CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{%- if message['content'] is string -%}"
-    "{{ message['content'] }}"
-    "{%- else -%}"
-    "{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'image' -%}<image>"
-    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- endif -%}"
-    "<|im_end|>\n"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
-)
-"""ChatML, with an ``{"type": "image"}`` part rendered as the image placeholder."""
+
+def chatml_template(image: str, system: str = "") -> str:
+    """ChatML, with an ``{"type": "image"}`` part rendered as ``image``; ``system``: the
+    default system turn, written where the first message is not a system turn."""
+    default = (
+        "{%- if loop.first and message['role'] != 'system' -%}"
+        "<|im_start|>system\n" + system + "<|im_end|>\n"
+        "{%- endif -%}"
+    )
+    return (
+        "{%- for message in messages -%}"
+        + (default if system else "")
+        + "<|im_start|>{{ message['role'] }}\n"
+        "{%- if message['content'] is string -%}{{ message['content'] }}"
+        "{%- else -%}{%- for part in message['content'] -%}"
+        "{%- if part['type'] == 'image' -%}"
+        + image
+        + "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
+        "{%- endfor -%}{%- endif -%}<|im_end|>\n"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+    )
+
+
+CHAT_TEMPLATE = chatml_template("<image>")
 
 
 def schema_corpus(key: str) -> list[str]:

@@ -17,19 +17,10 @@ from stereolens.models.tiny.twins.language import (
     _text,
     _vision,
 )
+from stereolens.models.tiny.vlm import chatml_template
 
-INTERNVL_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{%- if message['content'] is string -%}{{ message['content'] }}"
-    "{%- else -%}{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'image' -%}<IMG_CONTEXT>\n"
-    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
-    "{%- endfor -%}{%- endif -%}<|im_end|>\n"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
-)
-"""ChatML with InternVL's image placeholder, which InternVLProcessor expands to
+INTERNVL_TEMPLATE = chatml_template("<IMG_CONTEXT>\n")
+"""InternVL's image placeholder, which InternVLProcessor expands to
 ``<img>`` + ``<IMG_CONTEXT>`` x (tokens per tile x tiles) + ``</img>``."""
 
 INTERNVL_IMAGE_TOKENS = {

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from stereolens.models.tiny.twins import tokenizers as toks
-from stereolens.models.tiny.vlm import llava_processor
+from stereolens.models.tiny.vlm import chatml_template, llava_processor
 
 logger = logging.getLogger(__name__)
 
@@ -129,21 +129,10 @@ def _save(
 
 
 # ----------------------------------------------------------------- Qwen2.5-VL
-QWEN_VL_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{%- if loop.first and message['role'] != 'system' -%}"
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-    "{%- endif -%}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{%- if message['content'] is string -%}{{ message['content'] }}"
-    "{%- else -%}{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'image' -%}<|vision_start|><|image_pad|><|vision_end|>"
-    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
-    "{%- endfor -%}{%- endif -%}<|im_end|>\n"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+QWEN_VL_TEMPLATE = chatml_template(
+    "<|vision_start|><|image_pad|><|vision_end|>", system="You are a helpful assistant."
 )
-"""ChatML with Qwen-VL's vision markers and its default system turn."""
+"""Qwen-VL's vision markers and its default system turn."""
 
 QWEN_IMAGE_PIXELS = {"shortest_edge": 56 * 56, "longest_edge": 112 * 112}
 """Qwen2-VL image processor bounds: every image becomes 4 to 16 merged tokens."""
@@ -251,18 +240,8 @@ def build_llava_next(out_dir: Path, seed: int = 0) -> None:
 
 
 # ----------------------------------------------------------------- LLaVA-OneVision
-CHATML_IMAGE_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{%- if message['content'] is string -%}{{ message['content'] }}"
-    "{%- else -%}{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'image' -%}<image>\n"
-    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
-    "{%- endfor -%}{%- endif -%}<|im_end|>\n"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
-)
-"""ChatML with LLaVA's <image> placeholder (llava-onevision-qwen2's format)."""
+CHATML_IMAGE_TEMPLATE = chatml_template("<image>\n")
+"""LLaVA's <image> placeholder (llava-onevision-qwen2's format)."""
 
 
 def build_llava_onevision(out_dir: Path, seed: int = 0) -> None:

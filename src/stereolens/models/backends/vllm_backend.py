@@ -80,15 +80,10 @@ def build_vllm_messages(
     return messages
 
 
-def build_sampling_kwargs(request: VLMRequest, spec: ModelSpec | None = None) -> dict[str, Any]:
-    """Sampling settings for one request, as plain data.
-
-    Keys: temperature, seed, max_tokens, and structured_outputs, which is
-    ``{"json": schema}``, ``{"choice": [...]}`` or None (free text). The request
-    carries everything that changes the answer; ``spec`` is accepted for
-    backend-wide settings and currently changes nothing.
-    """
-    del spec
+def build_sampling_kwargs(request: VLMRequest) -> dict[str, Any]:
+    """Sampling settings for one request, as plain data: temperature, seed, max_tokens, and
+    structured_outputs, which is ``{"json": schema}``, ``{"choice": [...]}`` or None (free
+    text)."""
     if request.json_schema is not None and request.choices is not None:
         raise ValueError("a request constrains its answer by json_schema or choices, not both")
     constraint: dict[str, Any] | None = None
@@ -227,7 +222,7 @@ class VLLMVLM:
     def _prepare(self, request: VLMRequest):
         return (
             build_vllm_messages(request, self.image_max_side),
-            to_sampling_params(build_sampling_kwargs(request, self.spec)),
+            to_sampling_params(build_sampling_kwargs(request)),
         )
 
     def _chat(self, conversations: list, params: list) -> list[str]:

@@ -27,7 +27,6 @@ from stereolens.validation import ConfigError
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_RETRIES = API_MAX_RETRIES
 PLACEHOLDER_KEY = "EMPTY"
 OPENAI_URL = "https://api.openai.com/v1"
 
@@ -181,7 +180,7 @@ class OpenAIVLM:
             api_key=key,
             base_url=base_url,
             timeout=self.timeout_s,
-            max_retries=int(spec.get("max_retries", DEFAULT_MAX_RETRIES)),
+            max_retries=int(spec.get("max_retries", API_MAX_RETRIES)),
         )
 
     def __repr__(self) -> str:

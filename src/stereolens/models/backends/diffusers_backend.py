@@ -181,14 +181,9 @@ class DiffusersGenerator:
         }
 
     def _guidance_arg(self, params: dict[str, inspect.Parameter]) -> str | None:
-        """Which call argument carries the registry's ``guidance``.
-
-        Pipelines with true classifier-free guidance under the name ``true_cfg_scale``
-        and either no ``guidance_scale`` or one that defaults to None (Qwen-Image) take
-        it as ``true_cfg_scale``. Pipelines that have both with a numeric
-        ``guidance_scale`` default (FLUX: guidance_scale is the distilled guidance)
-        take it as ``guidance_scale``; set ``true_cfg_scale`` through pipeline_kwargs.
-        """
+        """Which call argument carries the registry's ``guidance``: ``true_cfg_scale`` where
+        ``guidance_scale`` is missing or defaults to None (Qwen-Image), else
+        ``guidance_scale`` (FLUX's distilled guidance; its true_cfg_scale: pipeline_kwargs)."""
         gs = params.get("guidance_scale")
         if "true_cfg_scale" in params and (gs is None or gs.default is None):
             return "true_cfg_scale"

@@ -57,13 +57,9 @@ _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
 
 
 def strict_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``schema`` that OpenAI strict mode accepts.
-
-    Every object gets ``additionalProperties: false`` and lists all its
-    properties as required; unsupported keywords are dropped (see
-    STRICT_UNSUPPORTED). An optional property becomes required, so a schema that
-    relies on omission should make the property nullable instead.
-    """
+    """A copy of ``schema`` that OpenAI strict mode accepts: every object gets
+    ``additionalProperties: false`` and all its properties required (an optional one should
+    be nullable instead); STRICT_UNSUPPORTED keywords are dropped."""
 
     def fix(node: Any) -> Any:
         if isinstance(node, list):

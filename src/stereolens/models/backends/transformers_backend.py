@@ -45,12 +45,8 @@ def _grammar_logits_processor_class():
     from transformers import LogitsProcessor
 
     class GrammarLogitsProcessor(LogitsProcessor):
-        """Masks each row's logits to the tokens its grammar allows (None = free text).
-
-        One instance serves one ``generate`` call: it keeps a matcher per row,
-        feeds it the token generated in the previous step, and fills the row's
-        allowed-token bitmask for this step.
-        """
+        """Masks each row's logits to the tokens its grammar allows (None = free text); one
+        instance per ``generate`` call, a matcher per row fed the previous step's token."""
 
         def __init__(self, grammars: list[Any], vocab_size: int):
             self.matchers = [xgr.GrammarMatcher(g) if g is not None else None for g in grammars]
@@ -100,14 +96,9 @@ def _grammar_logits_processor_class():
 
 class GrammarConstrainedGeneration:
     """Batched greedy / seeded generation under an xgrammar constraint, shared by the local
-    transformers backends.
-
-    A subclass loads ``self.model`` and ``self.tokenizer`` (left padding), sets
-    ``self.spec`` and ``self.batch_size``, calls :meth:`_setup_decoding`, and implements
-    :meth:`_encode` (the prompts of a chunk of requests as model inputs on the model's
-    device). ``answer`` then follows the VLM protocol: one raw text per request, "" for a
-    request that failed.
-    """
+    transformers backends. A subclass sets ``spec``, ``batch_size``, ``model`` and
+    ``tokenizer`` (left padding), calls :meth:`_setup_decoding` and implements
+    :meth:`_encode` (a chunk of requests as model inputs on the model's device)."""
 
     backend_label = "transformers"
     """Name used in log messages."""
@@ -217,11 +208,9 @@ class GrammarConstrainedGeneration:
         return chunks
 
     def answer(self, requests: list[VLMRequest]) -> list[str | ItemFailure]:
-        """One raw text per request. A batch that fails is asked again one request at a
-        time; then an image that cannot be decoded loses only its own item
-        (ItemFailure), out of memory is raised as it is (the job fails and Snakemake
-        retries it with more memory), and any other error fails the job as a
-        BackendFailure: it is never recorded as an answer."""
+        """One raw text per request. A failed batch is asked again one request at a time;
+        then an undecodable image is its item's ItemFailure, out of memory is raised as it
+        is (Snakemake retries the job), and any other error fails the job (BackendFailure)."""
         out: list[str | ItemFailure] = [""] * len(requests)
         oom = out_of_memory_errors()
         for chunk in self._chunks(requests):

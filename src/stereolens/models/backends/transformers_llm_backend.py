@@ -23,13 +23,9 @@ logger = logging.getLogger(__name__)
 
 
 def gguf_cache_dir(location: str, gguf_file: str, dtype: str) -> Path | None:
-    """Where the dequantised copy of a local GGUF checkpoint is kept:
-    ``$STEREOLENS_CACHE`` (default ``~/.cache/stereolens``)/gguf/<sha256 of the file>-<dtype>.
-
-    transformers dequantises a GGUF file on every load (tens of seconds for a 135M model on
-    a CPU, mostly the tokenizer conversion); the saved copy holds the same weights and
-    tokenizer and loads in about a second. None for hub ids (no local file to hash) or
-    when STEREOLENS_CACHE is "off"."""
+    """Where the dequantised copy of a local GGUF checkpoint is kept (it loads in a second,
+    the GGUF in tens): ``$STEREOLENS_CACHE`` (default ``~/.cache/stereolens``)/gguf/<sha256
+    of the file>-<dtype>; None for hub ids or when STEREOLENS_CACHE is "off"."""
     root = os.environ.get("STEREOLENS_CACHE", str(Path.home() / ".cache" / "stereolens"))
     path = Path(location) / gguf_file
     if root == "off" or not path.is_file():

@@ -33,14 +33,9 @@ CPU_KVCACHE_SPACE_GB = 1
 
 
 def image_data_url(path: str | Path, max_side: int | None = None) -> str:
-    """The image as a ``data:`` URL.
-
-    A PNG or JPEG that needs no downscaling is sent byte for byte (exactly what
-    was generated); anything else is converted (and downscaled) to PNG. The image is
-    decoded in full first, so a file that is cut off fails here, for its own request
-    only: the engine would otherwise reject the whole batch it is in (vLLM: "Failed to
-    load image: image file is truncated").
-    """
+    """The image as a ``data:`` URL: a PNG or JPEG that needs no downscaling byte for byte,
+    anything else as (downscaled) PNG. Decoded in full first, so a truncated file fails its
+    own request here rather than the engine's whole batch."""
     from PIL import Image
 
     path = Path(path)
@@ -107,12 +102,9 @@ def _accepts(cls: Any, name: str) -> bool:
 
 
 def to_sampling_params(kwargs: dict[str, Any]):
-    """vllm.SamplingParams from :func:`build_sampling_kwargs` output (imports vLLM).
-
-    JSON is requested compact (``disable_any_whitespace``) where vLLM takes the
-    flag, as the transformers backend does: free whitespace lets a model pad
-    an answer until it is truncated.
-    """
+    """vllm.SamplingParams from :func:`build_sampling_kwargs` output (imports vLLM); JSON
+    compact (``disable_any_whitespace``) where vLLM takes the flag, as in the transformers
+    backend."""
     import vllm.sampling_params as sp
 
     kwargs = dict(kwargs)
@@ -133,13 +125,9 @@ def to_sampling_params(kwargs: dict[str, Any]):
 def engine_kwargs(
     spec: ModelSpec, on_cpu: bool = False, accepted: frozenset[str] | None = None
 ) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.LLM`` for a registry entry, as plain data.
-
-    ``on_cpu``: the engine runs on vLLM's CPU platform (``enforce_eager`` then defaults to
-    True). ``accepted``: the engine arguments this vLLM knows (None = all); the
-    engine-wide structured-output settings are left out where it has no such argument
-    (vLLM before 0.11 took ``disable_any_whitespace`` per request).
-    """
+    """Keyword arguments of ``vllm.LLM`` for a registry entry. ``on_cpu``: vLLM's CPU
+    platform (eager, no chunked prefill by default); ``accepted``: the engine arguments this
+    vLLM knows (None = all): chunked prefill and structured outputs only where it has them."""
     kwargs: dict[str, Any] = {
         "model": spec.model,
         "revision": spec.revision,

@@ -227,13 +227,9 @@ def hub_layout(out_dir: Path, model, rename: tuple[str, str]) -> None:
 def build_tiny_vlm(
     out_dir: str | os.PathLike, seed: int = 0, *, vllm_compatible: bool = False
 ) -> Path:
-    """Build the tiny VLM into ``out_dir`` (replacing it) and return the path.
-
-    ``vllm_compatible``: the variant vLLM's CPU engine runs (docs/twins.md;
-    :func:`build_tiny_vllm_vlm`). Deterministic for a seed: the same files, byte for
-    byte, for the same transformers/tokenizers versions. Written to a temporary sibling
-    and moved into place, so a reader never sees half a model.
-    """
+    """Build the tiny VLM into ``out_dir`` (replacing it, atomically) and return the path;
+    byte-identical for a seed and library versions. ``vllm_compatible``: the shape vLLM's
+    CPU engine runs (docs/twins.md)."""
     from stereolens.atomic import atomic_dir
 
     out_dir = Path(out_dir)

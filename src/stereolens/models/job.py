@@ -67,8 +67,6 @@ def read_shard_metadata(images_dir, keys) -> list[dict]:
     read their images this way: every image is hashed (it is read anyway) and compared with
     the hash recorded when it was made; a missing, truncated or changed image fails the
     job, naming the file and the command that regenerates its shard."""
-    from pathlib import Path
-
     from stereolens.atomic import read_jsonl
     from stereolens.ids import sha256_file
 

@@ -368,16 +368,12 @@ def ask_items(
         if not pending:
             break
         requests = [build(i, attempt) for i in pending]
-        keys = (
-            [r.cache_key(fingerprint, shas[i]) for r, i in zip(requests, pending, strict=True)]
-            if cache is not None
-            else None
-        )
-        legacy_keys = (
-            [r.cache_key(legacy, shas[i]) for r, i in zip(requests, pending, strict=True)]
-            if cache is not None and legacy is not None
-            else None
-        )
+        keys = legacy_keys = None
+        if cache is not None:
+            asked = list(zip(requests, pending, strict=True))
+            keys = [r.cache_key(fingerprint, shas[i]) for r, i in asked]
+            if legacy is not None:
+                legacy_keys = [r.cache_key(legacy, shas[i]) for r, i in asked]
         answers = ask_round(
             vlm,
             requests,

@@ -216,13 +216,10 @@ def ask_round(
     legacy_keys: list[str] | None = None,
 ) -> list[Answer]:
     """One round of requests: cached answers first, the rest in one ``vlm.answer`` call.
-
-    ``keys`` are the requests' cache keys (None = no cache); ``legacy_keys`` their keys
-    under the model's legacy fingerprint (ModelSpec.legacy_fingerprint), looked up where
-    ``keys`` miss and copied to ``keys`` when found. Backend failures are asked
-    again after ``policy``'s backoff; if they persist, :class:`TransportError` is raised
-    (the answers that came back are cached first). An answer is cached when
-    ``cache_if(i, text)`` (default: non-empty text)."""
+    ``keys``: the cache keys (None = no cache); ``legacy_keys``: under the legacy fingerprint,
+    looked up where ``keys`` miss. Backend failures are asked again after ``policy``'s backoff,
+    then raise :class:`TransportError`. Cached: answers where ``cache_if(i, text)`` (default:
+    non-empty)."""
     policy = policy or TransportPolicy()
     use_cache = cache is not None and keys is not None
     label = label or model_name
@@ -349,12 +346,9 @@ def ask_items(
     skip: Sequence[int] = (),
 ) -> list[Asked]:
     """Ask ``n`` items in rounds: round k sends ``build(i, k)`` for every item not yet
-    accepted (a fresh single-turn request: no history), in one backend call, until
-    ``validate`` accepts it or ``max_attempts`` is reached. ``cache`` (None = off) stores
-    answers by the request's hash (with ``image_sha[i]``, the image's content hash);
-    ``cache_if(i, text)`` limits which (default: every non-empty answer). Items in ``skip``
-    are not asked (they keep attempts 0). Backend failures follow docs/architecture.md:
-    the job fails rather than record them."""
+    accepted, in one backend call, until ``validate`` accepts it or ``max_attempts`` is
+    reached. ``cache`` (None = off) keys answers by the request and ``image_sha[i]``;
+    ``cache_if`` as in :func:`ask_round`; items in ``skip`` are not asked (attempts 0)."""
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
     fingerprint = spec.fingerprint()

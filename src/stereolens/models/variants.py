@@ -19,12 +19,8 @@ def base_of(spec: Any) -> str | None:
 
 
 def check_variants(specs: Mapping[str, Any]) -> None:
-    """Check every ``variant_of`` in a registry (name -> ModelSpec).
-
-    The base must be another generator entry that is not itself a variant (no chains:
-    every variant sits directly beside one base model in the tables). Raises
-    ConfigError naming the offending entry.
-    """
+    """Check every ``variant_of`` in a registry (name -> ModelSpec): the base must be another
+    generator entry that is not itself a variant. Raises ConfigError naming the entry."""
     for name, spec in specs.items():
         base = base_of(spec)
         if base is None:

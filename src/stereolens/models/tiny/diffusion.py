@@ -81,12 +81,8 @@ def _build_tokenizer(src: Path):
 
 
 def _finish_tokenizer_folder(src: Path, dst: Path) -> None:
-    """Keep the vocab.json/merges.txt next to what save_pretrained wrote.
-
-    transformers 5 saves only tokenizer.json, which transformers 4's (slow)
-    CLIPTokenizer cannot read; with both files the folder loads under either. Keys
-    that from_pretrained's own arguments leak into tokenizer_config.json are dropped.
-    """
+    """Keep vocab.json/merges.txt beside transformers 5's tokenizer.json (so transformers 4
+    loads the folder too) and drop the keys from_pretrained leaks into tokenizer_config.json."""
     for name in ("vocab.json", "merges.txt"):
         if not (dst / name).exists():
             shutil.copyfile(src / name, dst / name)

@@ -267,18 +267,10 @@ class DiffusersGenerator:
         self, params: dict[str, inspect.Parameter], kwargs: dict[str, Any]
     ) -> dict[str, str]:
         """Registry settings the pipeline receives but, with the entry's other settings,
-        does not act on: {setting: why}. Recorded in settings() and logged at load, so a
-        run says so instead of dropping them silently.
-
-        * ``negative_prompt`` only enters classifier-free guidance: with true CFG under the
-          name ``true_cfg_scale`` (FLUX, Qwen-Image) only when it is above 1; with CFG under
-          ``guidance_scale`` (SD, SDXL, SD 3, PixArt, Playground) only when that is above 1
-          and the UNet has no guidance embedding (LCM-distilled UNets); Stable Cascade's
-          combined pipeline when its prior or decoder guidance is above 1.
-        * ``guidance`` sent as ``guidance_scale`` to a pipeline with distilled guidance
-          (a ``true_cfg_scale`` argument beside it) acts only when the checkpoint's
-          transformer has guidance embeddings (FLUX.1-dev has, FLUX.1-schnell has not).
-        """
+        does not act on: {setting: why}, recorded in settings() and logged at load:
+        ``negative_prompt`` without classifier-free guidance above 1 (or with a UNet that
+        embeds the guidance scale), ``guidance`` as the distilled guidance of a transformer
+        without guidance embeddings (FLUX.1-schnell)."""
         pipe = self.pipe
         name = type(pipe).__name__
         unused: dict[str, str] = {}

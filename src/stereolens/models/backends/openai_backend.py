@@ -119,25 +119,17 @@ def build_chat_kwargs(request: VLMRequest, spec: ModelSpec) -> dict[str, Any]:
         raise ValueError("a request constrains its answer by json_schema or choices, not both")
     if request.json_schema is not None:
         strict = bool(spec.get("strict_schema", True))
-        kwargs["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {
-                "name": _schema_name(request.json_schema),
-                "schema": strict_json_schema(request.json_schema)
-                if strict
-                else copy.deepcopy(request.json_schema),
-                "strict": strict,
-            },
-        }
+        schema = request.json_schema
+        name = _schema_name(schema)
+        schema = strict_json_schema(schema) if strict else copy.deepcopy(schema)
     elif request.choices is not None:
-        kwargs["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {
-                "name": "choice",
-                "schema": choice_schema(request.choices),
-                "strict": True,
-            },
-        }
+        name, schema, strict = "choice", choice_schema(request.choices), True
+    else:
+        return kwargs
+    kwargs["response_format"] = {
+        "type": "json_schema",
+        "json_schema": {"name": name, "schema": schema, "strict": strict},
+    }
     return kwargs
 
 

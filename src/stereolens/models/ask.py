@@ -176,18 +176,6 @@ BODY_PREVIEW = 200
 """Characters of a malformed response that a failure quotes."""
 
 
-def malformed_answer(label: str, result: Any) -> BackendFailure:
-    """What a backend returned in place of a text (a text, an ItemFailure or a
-    BackendFailure), as a retried transport failure that names the backend and quotes the
-    start of what it returned."""
-    preview = repr(result)[:BODY_PREVIEW]
-    return BackendFailure(
-        f"{label}: malformed response: the backend returned a {type(result).__name__}, "
-        f"not a text: {preview}",
-        retry_in_job=True,
-    )
-
-
 @dataclass
 class Answer:
     """What one request of a round got: the text ("" when none), whether it came from the
@@ -261,7 +249,11 @@ def ask_round(
         for j, result in zip(ask, got, strict=True):
             out[j].seconds += share
             if not isinstance(result, (str, ItemFailure, BackendFailure)):
-                result = malformed_answer(label, result)
+                result = BackendFailure(
+                    f"{label}: malformed response: the backend returned a "
+                    f"{type(result).__name__}, not a text: {repr(result)[:BODY_PREVIEW]}",
+                    retry_in_job=True,
+                )
             if isinstance(result, BackendFailure):
                 if result.retry_after_s is not None:
                     retry_after.append(result.retry_after_s)

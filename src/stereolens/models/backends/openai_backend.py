@@ -96,11 +96,6 @@ def choice_schema(choices: tuple[str, ...] | list[str]) -> dict[str, Any]:
     }
 
 
-def _schema_name(schema: dict[str, Any], default: str = "answer") -> str:
-    name = re.sub(r"[^A-Za-z0-9_-]", "_", str(schema.get("title") or default))[:64]
-    return name or default
-
-
 def build_chat_kwargs(request: VLMRequest, spec: ModelSpec) -> dict[str, Any]:
     """Keyword arguments of ``client.chat.completions.create`` for one request."""
     kwargs: dict[str, Any] = {
@@ -120,7 +115,7 @@ def build_chat_kwargs(request: VLMRequest, spec: ModelSpec) -> dict[str, Any]:
     if request.json_schema is not None:
         strict = bool(spec.get("strict_schema", True))
         schema = request.json_schema
-        name = _schema_name(schema)
+        name = re.sub(r"[^A-Za-z0-9_-]", "_", str(schema.get("title") or "answer"))[:64]
         schema = strict_json_schema(schema) if strict else copy.deepcopy(schema)
     elif request.choices is not None:
         name, schema, strict = "choice", choice_schema(request.choices), True

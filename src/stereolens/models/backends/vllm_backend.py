@@ -275,9 +275,7 @@ class VLLMVLM:
         for k, i in enumerate(ready):
             try:
                 out[i] = self._chat([conversations[k]], [params[k]])[0]
-            except oom:
-                raise
-            except BackendFailure:
+            except (*oom, BackendFailure):
                 raise
             except ValueError as exc:
                 logger.error("vllm backend %s: request %d rejected: %s", self.spec.name, i, exc)

@@ -144,15 +144,15 @@ class GrammarConstrainedGeneration:
                 self._grammars[key] = self._compiler.compile_json_schema(
                     request.json_schema, any_whitespace=False, strict_mode=True
                 )
-            return self._grammars[key]
-        if request.choices is not None:
+        elif request.choices is not None:
             key = "choice:" + json.dumps(list(request.choices))
             if key not in self._grammars:
                 self._grammars[key] = self._compiler.compile_grammar(
                     choice_grammar(request.choices)
                 )
-            return self._grammars[key]
-        return None
+        else:
+            return None
+        return self._grammars[key]
 
     # ---------------------------------------------------------------- generation
     def _encode(self, requests: list[VLMRequest]):

@@ -174,11 +174,9 @@ class OpenAIVLM:
         return text.replace(self._secret, "***") if self._secret else text
 
     def _answer_one(self, index: int, request: VLMRequest) -> str | ItemFailure | BackendFailure:
-        """The model's answer (a refusal is an answer: its text), an ItemFailure when the
-        API rejects this input as invalid (HTTP 400/413/422, an unreadable image), or a
-        BackendFailure for everything outside the model: connection, timeout, HTTP
-        408/409/429/5xx, a malformed response (worth retrying in the job), authentication,
-        permission, an unknown model (HTTP 401/403/404: fail the job)."""
+        """The model's answer (a refusal's text too), an ItemFailure when the API rejects
+        this input (ITEM_STATUS, an unreadable image), or a BackendFailure for everything
+        outside the model (see :func:`classify_api_error`)."""
         try:
             kwargs = build_chat_kwargs(request, self.spec)
         except ImageUnreadable as exc:

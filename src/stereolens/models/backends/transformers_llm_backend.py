@@ -133,10 +133,8 @@ class TransformersLLM(GrammarConstrainedGeneration):
 
     # ---------------------------------------------------------------- protocol
     def answer(self, requests: list[VLMRequest]) -> list[str]:
-        """Raw text per request, in order ("" for a request that failed to generate).
-
-        Raises ValueError, before generating anything, when a request carries an image.
-        """
+        """Raw text per request, in order; ValueError, before generating anything, when a
+        request carries an image."""
         with_image = [i for i, r in enumerate(requests) if r.image_path]
         if with_image:
             raise ValueError(

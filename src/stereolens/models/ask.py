@@ -63,12 +63,11 @@ class TransportPolicy:
 
     @classmethod
     def from_spec(cls, spec: Any) -> TransportPolicy:
-        get = spec.get if spec is not None else (lambda _k, d=None: d)
         return cls(
-            retries=int(get("transport_retries", cls.retries)),
-            backoff_s=float(get("transport_backoff_s", cls.backoff_s)),
-            max_backoff_s=float(get("transport_max_backoff_s", cls.max_backoff_s)),
-            retry_after_max_s=float(get("retry_after_max_s", cls.retry_after_max_s)),
+            retries=int(spec.get("transport_retries", cls.retries)),
+            backoff_s=float(spec.get("transport_backoff_s", cls.backoff_s)),
+            max_backoff_s=float(spec.get("transport_max_backoff_s", cls.max_backoff_s)),
+            retry_after_max_s=float(spec.get("retry_after_max_s", cls.retry_after_max_s)),
         )
 
     def wait(self, retry: int, retry_after_s: float | None = None) -> float:

@@ -584,7 +584,7 @@ def test_vllm_messages_and_sampling_kwargs(images, tmp_path):
     url = image_part["image_url"]["url"]
     assert image_part["type"] == "image_url" and url.startswith("data:image/png;base64,")
     assert base64.b64decode(url.split(",", 1)[1]) == images[1].read_bytes()  # sent as generated
-    kwargs = build_sampling_kwargs(req, None)
+    kwargs = build_sampling_kwargs(req)
     assert kwargs == {
         "temperature": 0.0,
         "seed": 3,

@@ -20,11 +20,9 @@ Retry-After up to two minutes)."""
 
 
 def worst_case_hang_s(spec: Any) -> float:
-    """Seconds an API job (openai backend) can spend on an endpoint that fails every request
-    before it fails: every round takes the full timeout on each of the client's attempts
-    (a dead endpoint that accepts connections and never answers; the rest of a round is
-    not sent once one request failed), and every wait between rounds and between the
-    client's own retries is the longest allowed."""
+    """Seconds an API job can spend on an endpoint that fails every request before it fails:
+    every round the full timeout on each of the client's attempts, every wait the longest
+    allowed."""
     timeout = float(spec.get("timeout_s", API_TIMEOUT_S))
     sdk = int(spec.get("max_retries", API_MAX_RETRIES))
     policy = TransportPolicy.from_spec(spec)

@@ -63,12 +63,11 @@ class TransportPolicy:
 
     @classmethod
     def from_spec(cls, spec: Any) -> TransportPolicy:
-        get = spec.get if spec is not None else (lambda _k, d=None: d)
         return cls(
-            retries=int(get("transport_retries", cls.retries)),
-            backoff_s=float(get("transport_backoff_s", cls.backoff_s)),
-            max_backoff_s=float(get("transport_max_backoff_s", cls.max_backoff_s)),
-            retry_after_max_s=float(get("retry_after_max_s", cls.retry_after_max_s)),
+            retries=int(spec.get("transport_retries", cls.retries)),
+            backoff_s=float(spec.get("transport_backoff_s", cls.backoff_s)),
+            max_backoff_s=float(spec.get("transport_max_backoff_s", cls.max_backoff_s)),
+            retry_after_max_s=float(spec.get("retry_after_max_s", cls.retry_after_max_s)),
         )
 
     def wait(self, retry: int, retry_after_s: float | None = None) -> float:
@@ -130,7 +129,10 @@ class ResponseCache:
         return response if isinstance(response, str) else None
 
     def put(self, key: str, response: str, **meta: Any) -> None:
-        write_json(self.path(key), {"key": key, "response": response, **meta})
+        try:
+            write_json(self.path(key), {"key": key, "response": response, **meta})
+        except OSError as exc:  # a full or read-only cache costs speed only
+            logger.warning("response cache: not written (%s)", exc)
 
 
 # -------------------------------------------------------------------- JSON answers
@@ -173,18 +175,6 @@ BODY_PREVIEW = 200
 """Characters of a malformed response that a failure quotes."""
 
 
-def malformed_answer(label: str, result: Any) -> BackendFailure:
-    """What a backend returned in place of a text (a text, an ItemFailure or a
-    BackendFailure), as a retried transport failure that names the backend and quotes the
-    start of what it returned."""
-    preview = repr(result)[:BODY_PREVIEW]
-    return BackendFailure(
-        f"{label}: malformed response: the backend returned a {type(result).__name__}, "
-        f"not a text: {preview}",
-        retry_in_job=True,
-    )
-
-
 @dataclass
 class Answer:
     """What one request of a round got: the text ("" when none), whether it came from the
@@ -213,13 +203,10 @@ def ask_round(
     legacy_keys: list[str] | None = None,
 ) -> list[Answer]:
     """One round of requests: cached answers first, the rest in one ``vlm.answer`` call.
-
-    ``keys`` are the requests' cache keys (None = no cache); ``legacy_keys`` their keys
-    under the model's legacy fingerprint (ModelSpec.legacy_fingerprint), looked up where
-    ``keys`` miss and copied to ``keys`` when found. Backend failures are asked
-    again after ``policy``'s backoff; if they persist, :class:`TransportError` is raised
-    (the answers that came back are cached first). An answer is cached when
-    ``cache_if(i, text)`` (default: non-empty text)."""
+    ``keys``: the cache keys (None = no cache); ``legacy_keys``: under the legacy fingerprint,
+    looked up where ``keys`` miss. Backend failures are asked again after ``policy``'s backoff,
+    then raise :class:`TransportError`. Cached: answers where ``cache_if(i, text)`` (default:
+    non-empty)."""
     policy = policy or TransportPolicy()
     use_cache = cache is not None and keys is not None
     label = label or model_name
@@ -230,10 +217,7 @@ def ask_round(
             if hit is None and legacy_keys is not None:
                 hit = cache.get(legacy_keys[j])
                 if hit is not None:
-                    try:
-                        cache.put(key, hit, model=model_name, attempt=attempt)
-                    except OSError as exc:
-                        logger.warning("response cache: not written (%s)", exc)
+                    cache.put(key, hit, model=model_name, attempt=attempt)
             if hit is not None:
                 out[j] = Answer(text=hit, cached=True)
     ask = [j for j, a in enumerate(out) if not a.cached]
@@ -264,7 +248,11 @@ def ask_round(
         for j, result in zip(ask, got, strict=True):
             out[j].seconds += share
             if not isinstance(result, (str, ItemFailure, BackendFailure)):
-                result = malformed_answer(label, result)
+                result = BackendFailure(
+                    f"{label}: malformed response: the backend returned a "
+                    f"{type(result).__name__}, not a text: {repr(result)[:BODY_PREVIEW]}",
+                    retry_in_job=True,
+                )
             if isinstance(result, BackendFailure):
                 if result.retry_after_s is not None:
                     retry_after.append(result.retry_after_s)
@@ -279,10 +267,7 @@ def ask_round(
                 out[j].text = text
                 keep = cache_if(j, text) if cache_if else bool(text)
                 if use_cache and keep:
-                    try:
-                        cache.put(keys[j], text, model=model_name, attempt=attempt)
-                    except OSError as exc:  # a full or read-only cache costs speed only
-                        logger.warning("response cache: not written (%s)", exc)
+                    cache.put(keys[j], text, model=model_name, attempt=attempt)
         if not failed:
             break
         retry += 1
@@ -352,12 +337,9 @@ def ask_items(
     skip: Sequence[int] = (),
 ) -> list[Asked]:
     """Ask ``n`` items in rounds: round k sends ``build(i, k)`` for every item not yet
-    accepted (a fresh single-turn request: no history), in one backend call, until
-    ``validate`` accepts it or ``max_attempts`` is reached. ``cache`` (None = off) stores
-    answers by the request's hash (with ``image_sha[i]``, the image's content hash);
-    ``cache_if(i, text)`` limits which (default: every non-empty answer). Items in ``skip``
-    are not asked (they keep attempts 0). Backend failures follow docs/architecture.md:
-    the job fails rather than record them."""
+    accepted, in one backend call, until ``validate`` accepts it or ``max_attempts`` is
+    reached. ``cache`` (None = off) keys answers by the request and ``image_sha[i]``;
+    ``cache_if`` as in :func:`ask_round`; items in ``skip`` are not asked (attempts 0)."""
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
     fingerprint = spec.fingerprint()
@@ -371,16 +353,12 @@ def ask_items(
         if not pending:
             break
         requests = [build(i, attempt) for i in pending]
-        keys = (
-            [r.cache_key(fingerprint, shas[i]) for r, i in zip(requests, pending, strict=True)]
-            if cache is not None
-            else None
-        )
-        legacy_keys = (
-            [r.cache_key(legacy, shas[i]) for r, i in zip(requests, pending, strict=True)]
-            if cache is not None and legacy is not None
-            else None
-        )
+        keys = legacy_keys = None
+        if cache is not None:
+            asked = list(zip(requests, pending, strict=True))
+            keys = [r.cache_key(fingerprint, shas[i]) for r, i in asked]
+            if legacy is not None:
+                legacy_keys = [r.cache_key(legacy, shas[i]) for r, i in asked]
         answers = ask_round(
             vlm,
             requests,

@@ -63,12 +63,8 @@ class ShardIntegrityError(RuntimeError):
 
 def read_shard_metadata(images_dir, keys) -> list[dict]:
     """The items of a finished generation shard (its metadata.jsonl): ``keys`` of each
-    record plus ``image_path`` and the verified ``image_sha256``. Extraction and VQA jobs
-    read their images this way: every image is hashed (it is read anyway) and compared with
-    the hash recorded when it was made; a missing, truncated or changed image fails the
-    job, naming the file and the command that regenerates its shard."""
-    from pathlib import Path
-
+    record plus ``image_path`` and ``image_sha256``, verified against the recorded hash; a
+    missing or changed image fails the job, naming the command that regenerates the shard."""
     from stereolens.atomic import read_jsonl
     from stereolens.ids import sha256_file
 
@@ -223,14 +219,10 @@ class ModelJob:
         record: bool = True,
         oom_note: str = "",
     ) -> R:
-        """Load ``model`` once (torch at the job's threads; ``load`` builds it, None = its
-        registry backend), check the injected out-of-memory failure (STEREOLENS_INJECT_OOM)
-        at the batch size the model runs at, run ``work(loaded)`` and write the timing
-        record (:func:`timing_record`, items = ``items`` or len(result)) at
-        :func:`timing_path` of the output. With ``record=False`` the work writes the record
-        itself (a generation shard, inside its folder, atomically). An out-of-memory error
-        is logged with the resources and raised, for Snakemake's retry with a smaller
-        batch."""
+        """Load ``model`` once (``load``, None = its registry backend), check the injected
+        out-of-memory failure, run ``work(loaded)`` and write the timing record (items =
+        ``items`` or len(result); ``record=False``: the work writes it). An out-of-memory
+        error is logged with the resources and raised, for Snakemake's retry."""
         log = self.log
         spec = self.spec(model)
         if self.resources:

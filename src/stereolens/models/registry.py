@@ -65,31 +65,23 @@ class ModelSpec:
         """What determines this model's outputs; used for provenance, rerun triggers and
         response-cache keys. Where the model is served (SERVING_ONLY) is not part of it:
         a moved server reruns nothing, while a changed ``model`` or ``revision`` does."""
-        return {
-            "name": self.name,
-            "backend": self.backend,
-            "model": self.model,
-            "revision": self.revision,
-            **{
-                k: v
-                for k, v in sorted(self.settings.items())
-                if k not in RUNTIME_ONLY and k not in SERVING_ONLY
-            },
-        }
+        return self._fingerprint(RUNTIME_ONLY | SERVING_ONLY)
 
     def legacy_fingerprint(self) -> dict[str, Any] | None:
-        """The fingerprint as stereolens computed it before SERVING_ONLY existed, where it
-        differs from :meth:`fingerprint` (an entry with ``base_url``), else None. The
-        response cache also looks answers up under it, so the one rerun of an API entry's
-        jobs after the upgrade asks the API nothing that it had answered."""
+        """The fingerprint with SERVING_ONLY settings kept (as before they existed) where it
+        differs from :meth:`fingerprint`, else None: the response cache also looks answers
+        up under it, so an upgrade asks the API nothing it had answered."""
         if not any(k in self.settings for k in SERVING_ONLY):
             return None
+        return self._fingerprint(RUNTIME_ONLY)
+
+    def _fingerprint(self, leave_out: set[str]) -> dict[str, Any]:
         return {
             "name": self.name,
             "backend": self.backend,
             "model": self.model,
             "revision": self.revision,
-            **{k: v for k, v in sorted(self.settings.items()) if k not in RUNTIME_ONLY},
+            **{k: v for k, v in sorted(self.settings.items()) if k not in leave_out},
         }
 
     def with_batch_size(self, batch_size: int | None) -> ModelSpec:
@@ -161,10 +153,8 @@ RUNTIME_ONLY = {
 }
 
 SERVING_ONLY = {"base_url"}
-"""Settings that say where a model is served, not what it answers: a moved
-OpenAI-compatible server (another host or port) is the same model, so these stay out of
-the fingerprint (no rerun, the response cache still hits). A different model behind the
-new address is a changed ``model`` (its name) or ``revision`` in the entry."""
+"""Settings that say where a model is served, not what it answers: a moved server is the
+same model, so these stay out of the fingerprint (no rerun, the response cache hits)."""
 
 DEFAULT_MEM_MB: dict[str, int] = {
     "diffusers": 32_000,  # host RAM to load a 3-12B pipeline before moving it to the GPU
@@ -218,12 +208,7 @@ def load_registry(path: str | os.PathLike) -> dict[str, ModelSpec]:
 
 def resolve_model_location(model: str) -> str:
     """``model`` with a ``pkg://package[/sub/dir]`` prefix replaced by that folder of the
-    installed Python package; any other value is returned unchanged.
-
-    Lets a registry entry point at weights that ship inside a pip package (an offline
-    install) without writing a machine-specific site-packages path. The package is found
-    with importlib.util.find_spec, which does not import it.
-    """
+    installed Python package (found without importing it); any other value unchanged."""
     if not model.startswith(PACKAGE_SCHEME):
         return model
     package, _, sub = model[len(PACKAGE_SCHEME) :].partition("/")

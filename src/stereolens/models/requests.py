@@ -47,12 +47,9 @@ class VLM(Protocol):
     """A loaded vision-language model. Constructed from a registry ModelSpec."""
 
     def answer(self, requests: list[VLMRequest]) -> list[Any]:
-        """Per request, in order: the raw text answer (a refusal or empty output is an
-        answer), a models.ask.ItemFailure when this request cannot be asked (an image
-        that does not decode, an input the API rejects), or a models.ask.BackendFailure
-        when the backend failed for a reason outside the model (network, server, GPU).
-        A failure of the whole backend may also be raised as a BackendFailure. Failures
-        are never recorded as answers (see stereolens.models.ask)."""
+        """Per request, in order: the raw text answer (a refusal or empty output too), an
+        ItemFailure when this request cannot be asked, or a BackendFailure (also raised for
+        the whole backend) for a failure outside the model (see stereolens.models.ask)."""
         ...
 
 

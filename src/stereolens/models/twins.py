@@ -125,12 +125,8 @@ def twin_info(spec: ModelSpec, twins: dict[str, Any] | None = None) -> TwinInfo:
         return TwinInfo(spec.name, "itself", PACKAGE_MODELS.get(spec.model, spec.model))
     entry = twins["models"].get(spec.model)
     if entry is None:
-        return TwinInfo(
-            spec.name,
-            "none",
-            "?",
-            reason=None,  # neither a twin nor a reason: the registry test fails on this
-        )
+        # neither a twin nor a reason: the registry test fails on this
+        return TwinInfo(spec.name, "none", "?")
     if entry.get("reason"):
         cls = entry.get("class", "?")
         return TwinInfo(spec.name, "none", cls, reason=" ".join(str(entry["reason"]).split()))
@@ -140,7 +136,7 @@ def twin_info(spec: ModelSpec, twins: dict[str, Any] | None = None) -> TwinInfo:
     if isinstance(lora, dict) and lora.get("path"):
         lora_entry = twins["loras"].get(lora["path"])
         if lora_entry is None and not Path(str(lora["path"])).exists():
-            return TwinInfo(spec.name, "none", b.pipeline_class, reason=None)
+            return TwinInfo(spec.name, "none", b.pipeline_class)
         lora_builder = (lora_entry or {}).get("twin")
     return TwinInfo(spec.name, "twin", b.pipeline_class, b.name, lora_builder)
 

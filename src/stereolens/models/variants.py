@@ -4,7 +4,7 @@ diffusers (the keys that make a variant: docs/adding-a-model.md)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from stereolens.validation import ConfigError
@@ -19,12 +19,8 @@ def base_of(spec: Any) -> str | None:
 
 
 def check_variants(specs: Mapping[str, Any]) -> None:
-    """Check every ``variant_of`` in a registry (name -> ModelSpec).
-
-    The base must be another generator entry that is not itself a variant (no chains:
-    every variant sits directly beside one base model in the tables). Raises
-    ConfigError naming the offending entry.
-    """
+    """Check every ``variant_of`` in a registry (name -> ModelSpec): the base must be another
+    generator entry that is not itself a variant. Raises ConfigError naming the entry."""
     for name, spec in specs.items():
         base = base_of(spec)
         if base is None:
@@ -49,33 +45,6 @@ def check_variants(specs: Mapping[str, Any]) -> None:
                 f"a variant must name a base model, not another variant (use "
                 f"variant_of: {base_of(other)})"
             )
-
-
-def variants_by_base(specs: Mapping[str, Any]) -> dict[str, list[str]]:
-    """Base generator name -> its variants' names, in registry order."""
-    out: dict[str, list[str]] = {}
-    for name, spec in specs.items():
-        base = base_of(spec)
-        if base is not None:
-            out.setdefault(base, []).append(name)
-    return out
-
-
-def order_beside_bases(names: Iterable[str], specs: Mapping[str, Any]) -> list[str]:
-    """``names`` reordered so each variant follows its base (when the base is listed;
-    otherwise it keeps its own place); bases and others keep their order."""
-    names = list(names)
-    listed = set(names)
-    placed: list[str] = []
-    by_base = variants_by_base({n: specs[n] for n in names if n in specs})
-    for name in names:
-        spec = specs.get(name)
-        base = base_of(spec) if spec is not None else None
-        if base is not None and base in listed:
-            continue  # placed right after its base
-        placed.append(name)
-        placed.extend(by_base.get(name, []))
-    return placed
 
 
 # -- prompt intervention --------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 import diffusers
 import torch
 
+from stereolens.models.backends import resolve_device
 from stereolens.models.backends.diffusers_settings import (
     _DTYPE_KWARG,
     _SEMANTIC_COMPATIBLE,
@@ -26,7 +27,6 @@ from stereolens.models.backends.diffusers_settings import (
     alias_deprecated_libraries,
     flip_direction,
     known_settings,
-    resolve_device,
     resolve_dtype,
     resolve_scheduler,
 )
@@ -181,14 +181,9 @@ class DiffusersGenerator:
         }
 
     def _guidance_arg(self, params: dict[str, inspect.Parameter]) -> str | None:
-        """Which call argument carries the registry's ``guidance``.
-
-        Pipelines with true classifier-free guidance under the name ``true_cfg_scale``
-        and either no ``guidance_scale`` or one that defaults to None (Qwen-Image) take
-        it as ``true_cfg_scale``. Pipelines that have both with a numeric
-        ``guidance_scale`` default (FLUX: guidance_scale is the distilled guidance)
-        take it as ``guidance_scale``; set ``true_cfg_scale`` through pipeline_kwargs.
-        """
+        """Which call argument carries the registry's ``guidance``: ``true_cfg_scale`` where
+        ``guidance_scale`` is missing or defaults to None (Qwen-Image), else
+        ``guidance_scale`` (FLUX's distilled guidance; its true_cfg_scale: pipeline_kwargs)."""
         gs = params.get("guidance_scale")
         if "true_cfg_scale" in params and (gs is None or gs.default is None):
             return "true_cfg_scale"
@@ -272,18 +267,10 @@ class DiffusersGenerator:
         self, params: dict[str, inspect.Parameter], kwargs: dict[str, Any]
     ) -> dict[str, str]:
         """Registry settings the pipeline receives but, with the entry's other settings,
-        does not act on: {setting: why}. Recorded in settings() and logged at load, so a
-        run says so instead of dropping them silently.
-
-        * ``negative_prompt`` only enters classifier-free guidance: with true CFG under the
-          name ``true_cfg_scale`` (FLUX, Qwen-Image) only when it is above 1; with CFG under
-          ``guidance_scale`` (SD, SDXL, SD 3, PixArt, Playground) only when that is above 1
-          and the UNet has no guidance embedding (LCM-distilled UNets); Stable Cascade's
-          combined pipeline when its prior or decoder guidance is above 1.
-        * ``guidance`` sent as ``guidance_scale`` to a pipeline with distilled guidance
-          (a ``true_cfg_scale`` argument beside it) acts only when the checkpoint's
-          transformer has guidance embeddings (FLUX.1-dev has, FLUX.1-schnell has not).
-        """
+        does not act on: {setting: why}, recorded in settings() and logged at load:
+        ``negative_prompt`` without classifier-free guidance above 1 (or with a UNet that
+        embeds the guidance scale), ``guidance`` as the distilled guidance of a transformer
+        without guidance embeddings (FLUX.1-schnell)."""
         pipe = self.pipe
         name = type(pipe).__name__
         unused: dict[str, str] = {}

@@ -83,13 +83,6 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch
 _DTYPE_KWARG = "dtype" if Version(diffusers.__version__).release >= (0, 42) else "torch_dtype"
 
 
-def resolve_device(device: str | None) -> str:
-    """Device name: "auto" (or unset) = "cuda" when available, else "cpu"."""
-    if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return str(device)
-
-
 def resolve_dtype(dtype: str | None, device: str) -> torch.dtype:
     """Registry dtype name -> torch dtype; "auto": docs/adding-a-model.md."""
     if dtype in (None, "auto"):
@@ -188,35 +181,28 @@ def _check_semantic(value: Any, where: str) -> dict[str, Any]:
     return out
 
 
-def _checkpoint_class(spec: ModelSpec) -> str | None:
-    """model_index.json's _class_name of the checkpoint (local or cached), or None."""
+def _model_index(spec: ModelSpec) -> dict[str, Any]:
+    """The checkpoint's model_index.json (local or cached), {} where it cannot be read."""
     try:
-        config = diffusers.DiffusionPipeline.load_config(spec.model, revision=spec.revision)
+        return diffusers.DiffusionPipeline.load_config(spec.model, revision=spec.revision)
     except Exception:  # noqa: BLE001 - from_pretrained will report the real problem
-        return None
-    return config.get("_class_name")
+        return {}
+
+
+def _checkpoint_class(spec: ModelSpec) -> str | None:
+    """model_index.json's _class_name of the checkpoint, or None."""
+    return _model_index(spec).get("_class_name")
 
 
 def alias_deprecated_libraries(spec: ModelSpec, where: str) -> dict[str, str]:
-    """Make the component libraries of the checkpoint's ``model_index.json`` that name a
-    pipeline module diffusers has since moved to ``pipelines/deprecated/`` loadable again;
-    returns {library name: the module its classes now come from}.
-
-    Stable Cascade's repository (saved by diffusers 0.27) lists its VQGAN as
-    ``["wuerstchen", "PaellaVQModel"]``. diffusers 0.42 moved ``pipelines/wuerstchen`` to
-    ``pipelines/deprecated/wuerstchen`` and no longer resolves the name, so the checkpoint
-    does not load at all ("wuerstchen is not one of the libraries Diffusers can load
-    components from ... import wuerstchen before calling from_pretrained"). diffusers
-    looks such a name up in ``sys.modules`` and takes from it the component's class and
-    the base class that says how to load it (``ModelMixin``); a module with exactly these
-    is registered there under the old name (never replacing a module already imported
-    under it). Nothing happens for any other checkpoint."""
-    try:
-        index = diffusers.DiffusionPipeline.load_config(spec.model, revision=spec.revision)
-    except Exception:  # noqa: BLE001 - from_pretrained will report the real problem
-        return {}
+    """Make the checkpoint's ``model_index.json`` libraries that diffusers has moved to
+    ``pipelines/deprecated/`` loadable again (Stable Cascade's VQGAN ``["wuerstchen",
+    "PaellaVQModel"]`` since diffusers 0.42): a module with the class and diffusers' base
+    classes is registered in ``sys.modules`` under the old name, where diffusers looks it up
+    (never replacing a module already imported under it). Returns {library name: the module
+    its classes now come from}."""
     aliased: dict[str, str] = {}
-    for name, value in index.items():
+    for name, value in _model_index(spec).items():
         if name.startswith("_") or not (isinstance(value, list) and len(value) == 2):
             continue
         library, class_name = value

@@ -27,7 +27,6 @@ from stereolens.validation import ConfigError
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_RETRIES = API_MAX_RETRIES
 PLACEHOLDER_KEY = "EMPTY"
 OPENAI_URL = "https://api.openai.com/v1"
 
@@ -58,13 +57,9 @@ _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
 
 
 def strict_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``schema`` that OpenAI strict mode accepts.
-
-    Every object gets ``additionalProperties: false`` and lists all its
-    properties as required; unsupported keywords are dropped (see
-    STRICT_UNSUPPORTED). An optional property becomes required, so a schema that
-    relies on omission should make the property nullable instead.
-    """
+    """A copy of ``schema`` that OpenAI strict mode accepts: every object gets
+    ``additionalProperties: false`` and all its properties required (an optional one should
+    be nullable instead); STRICT_UNSUPPORTED keywords are dropped."""
 
     def fix(node: Any) -> Any:
         if isinstance(node, list):
@@ -101,11 +96,6 @@ def choice_schema(choices: tuple[str, ...] | list[str]) -> dict[str, Any]:
     }
 
 
-def _schema_name(schema: dict[str, Any], default: str = "answer") -> str:
-    name = re.sub(r"[^A-Za-z0-9_-]", "_", str(schema.get("title") or default))[:64]
-    return name or default
-
-
 def build_chat_kwargs(request: VLMRequest, spec: ModelSpec) -> dict[str, Any]:
     """Keyword arguments of ``client.chat.completions.create`` for one request."""
     kwargs: dict[str, Any] = {
@@ -124,25 +114,17 @@ def build_chat_kwargs(request: VLMRequest, spec: ModelSpec) -> dict[str, Any]:
         raise ValueError("a request constrains its answer by json_schema or choices, not both")
     if request.json_schema is not None:
         strict = bool(spec.get("strict_schema", True))
-        kwargs["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {
-                "name": _schema_name(request.json_schema),
-                "schema": strict_json_schema(request.json_schema)
-                if strict
-                else copy.deepcopy(request.json_schema),
-                "strict": strict,
-            },
-        }
+        schema = request.json_schema
+        name = re.sub(r"[^A-Za-z0-9_-]", "_", str(schema.get("title") or "answer"))[:64]
+        schema = strict_json_schema(schema) if strict else copy.deepcopy(schema)
     elif request.choices is not None:
-        kwargs["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {
-                "name": "choice",
-                "schema": choice_schema(request.choices),
-                "strict": True,
-            },
-        }
+        name, schema, strict = "choice", choice_schema(request.choices), True
+    else:
+        return kwargs
+    kwargs["response_format"] = {
+        "type": "json_schema",
+        "json_schema": {"name": name, "schema": schema, "strict": strict},
+    }
     return kwargs
 
 
@@ -181,7 +163,7 @@ class OpenAIVLM:
             api_key=key,
             base_url=base_url,
             timeout=self.timeout_s,
-            max_retries=int(spec.get("max_retries", DEFAULT_MAX_RETRIES)),
+            max_retries=int(spec.get("max_retries", API_MAX_RETRIES)),
         )
 
     def __repr__(self) -> str:
@@ -192,11 +174,9 @@ class OpenAIVLM:
         return text.replace(self._secret, "***") if self._secret else text
 
     def _answer_one(self, index: int, request: VLMRequest) -> str | ItemFailure | BackendFailure:
-        """The model's answer (a refusal is an answer: its text), an ItemFailure when the
-        API rejects this input as invalid (HTTP 400/413/422, an unreadable image), or a
-        BackendFailure for everything outside the model: connection, timeout, HTTP
-        408/409/429/5xx, a malformed response (worth retrying in the job), authentication,
-        permission, an unknown model (HTTP 401/403/404: fail the job)."""
+        """The model's answer (a refusal's text too), an ItemFailure when the API rejects
+        this input (ITEM_STATUS, an unreadable image), or a BackendFailure for everything
+        outside the model (see :func:`classify_api_error`)."""
         try:
             kwargs = build_chat_kwargs(request, self.spec)
         except ImageUnreadable as exc:

@@ -10,20 +10,13 @@ from typing import Any
 
 from stereolens.images import ImageUnreadable, load_image
 from stereolens.models.ask import BackendFailure, ItemFailure, out_of_memory_errors
+from stereolens.models.backends import resolve_device
 from stereolens.models.registry import ModelSpec, resolve_model_location
 from stereolens.models.requests import VLMRequest
 
 logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32", "float16", "bfloat16"}
-
-
-def _resolve_device(device: str | None) -> str:
-    import torch
-
-    if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return str(device)
 
 
 def _resolve_dtype(name: str | None):
@@ -52,12 +45,8 @@ def _grammar_logits_processor_class():
     from transformers import LogitsProcessor
 
     class GrammarLogitsProcessor(LogitsProcessor):
-        """Masks each row's logits to the tokens its grammar allows (None = free text).
-
-        One instance serves one ``generate`` call: it keeps a matcher per row,
-        feeds it the token generated in the previous step, and fills the row's
-        allowed-token bitmask for this step.
-        """
+        """Masks each row's logits to the tokens its grammar allows (None = free text); one
+        instance per ``generate`` call, a matcher per row fed the previous step's token."""
 
         def __init__(self, grammars: list[Any], vocab_size: int):
             self.matchers = [xgr.GrammarMatcher(g) if g is not None else None for g in grammars]
@@ -107,14 +96,9 @@ def _grammar_logits_processor_class():
 
 class GrammarConstrainedGeneration:
     """Batched greedy / seeded generation under an xgrammar constraint, shared by the local
-    transformers backends.
-
-    A subclass loads ``self.model`` and ``self.tokenizer`` (left padding), sets
-    ``self.spec`` and ``self.batch_size``, calls :meth:`_setup_decoding`, and implements
-    :meth:`_encode` (the prompts of a chunk of requests as model inputs on the model's
-    device). ``answer`` then follows the VLM protocol: one raw text per request, "" for a
-    request that failed.
-    """
+    transformers backends. A subclass sets ``spec``, ``batch_size``, ``model`` and
+    ``tokenizer`` (left padding), calls :meth:`_setup_decoding` and implements
+    :meth:`_encode` (a chunk of requests as model inputs on the model's device)."""
 
     backend_label = "transformers"
     """Name used in log messages."""
@@ -160,15 +144,15 @@ class GrammarConstrainedGeneration:
                 self._grammars[key] = self._compiler.compile_json_schema(
                     request.json_schema, any_whitespace=False, strict_mode=True
                 )
-            return self._grammars[key]
-        if request.choices is not None:
+        elif request.choices is not None:
             key = "choice:" + json.dumps(list(request.choices))
             if key not in self._grammars:
                 self._grammars[key] = self._compiler.compile_grammar(
                     choice_grammar(request.choices)
                 )
-            return self._grammars[key]
-        return None
+        else:
+            return None
+        return self._grammars[key]
 
     # ---------------------------------------------------------------- generation
     def _encode(self, requests: list[VLMRequest]):
@@ -224,11 +208,9 @@ class GrammarConstrainedGeneration:
         return chunks
 
     def answer(self, requests: list[VLMRequest]) -> list[str | ItemFailure]:
-        """One raw text per request. A batch that fails is asked again one request at a
-        time; then an image that cannot be decoded loses only its own item
-        (ItemFailure), out of memory is raised as it is (the job fails and Snakemake
-        retries it with more memory), and any other error fails the job as a
-        BackendFailure: it is never recorded as an answer."""
+        """One raw text per request. A failed batch is asked again one request at a time;
+        then an undecodable image is its item's ItemFailure, out of memory is raised as it
+        is (Snakemake retries the job), and any other error fails the job (BackendFailure)."""
         out: list[str | ItemFailure] = [""] * len(requests)
         oom = out_of_memory_errors()
         for chunk in self._chunks(requests):
@@ -285,7 +267,7 @@ class TransformersVLM(GrammarConstrainedGeneration):
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         self.spec = spec
-        self.device = _resolve_device(spec.get("device", "auto"))
+        self.device = resolve_device(spec.get("device", "auto"))
         self.batch_size = int(spec.get("batch_size", 1) or 1)
         self.image_max_side = spec.get("image_max_side")
         trust = bool(spec.get("trust_remote_code", False))

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from stereolens.ids import sha256_file
+from stereolens.models.backends import resolve_device
 from stereolens.models.backends.transformers_backend import (
     GrammarConstrainedGeneration,
-    _resolve_device,
     _resolve_dtype,
 )
 from stereolens.models.registry import ModelSpec, resolve_model_location
@@ -23,13 +23,9 @@ logger = logging.getLogger(__name__)
 
 
 def gguf_cache_dir(location: str, gguf_file: str, dtype: str) -> Path | None:
-    """Where the dequantised copy of a local GGUF checkpoint is kept:
-    ``$STEREOLENS_CACHE`` (default ``~/.cache/stereolens``)/gguf/<sha256 of the file>-<dtype>.
-
-    transformers dequantises a GGUF file on every load (tens of seconds for a 135M model on
-    a CPU, mostly the tokenizer conversion); the saved copy holds the same weights and
-    tokenizer and loads in about a second. None for hub ids (no local file to hash) or
-    when STEREOLENS_CACHE is "off"."""
+    """Where the dequantised copy of a local GGUF checkpoint is kept (it loads in a second,
+    the GGUF in tens): ``$STEREOLENS_CACHE`` (default ``~/.cache/stereolens``)/gguf/<sha256
+    of the file>-<dtype>; None for hub ids or when STEREOLENS_CACHE is "off"."""
     root = os.environ.get("STEREOLENS_CACHE", str(Path.home() / ".cache" / "stereolens"))
     path = Path(location) / gguf_file
     if root == "off" or not path.is_file():
@@ -65,7 +61,7 @@ class TransformersLLM(GrammarConstrainedGeneration):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.spec = spec
-        self.device = _resolve_device(spec.get("device", "auto"))
+        self.device = resolve_device(spec.get("device", "auto"))
         self.batch_size = int(spec.get("batch_size", 1) or 1)
         trust = bool(spec.get("trust_remote_code", False))
         # where the weights are read from: `model` with pkg:// resolved
@@ -137,10 +133,8 @@ class TransformersLLM(GrammarConstrainedGeneration):
 
     # ---------------------------------------------------------------- protocol
     def answer(self, requests: list[VLMRequest]) -> list[str]:
-        """Raw text per request, in order ("" for a request that failed to generate).
-
-        Raises ValueError, before generating anything, when a request carries an image.
-        """
+        """Raw text per request, in order; ValueError, before generating anything, when a
+        request carries an image."""
         with_image = [i for i, r in enumerate(requests) if r.image_path]
         if with_image:
             raise ValueError(

@@ -33,14 +33,9 @@ CPU_KVCACHE_SPACE_GB = 1
 
 
 def image_data_url(path: str | Path, max_side: int | None = None) -> str:
-    """The image as a ``data:`` URL.
-
-    A PNG or JPEG that needs no downscaling is sent byte for byte (exactly what
-    was generated); anything else is converted (and downscaled) to PNG. The image is
-    decoded in full first, so a file that is cut off fails here, for its own request
-    only: the engine would otherwise reject the whole batch it is in (vLLM: "Failed to
-    load image: image file is truncated").
-    """
+    """The image as a ``data:`` URL: a PNG or JPEG that needs no downscaling byte for byte,
+    anything else as (downscaled) PNG. Decoded in full first, so a truncated file fails its
+    own request here rather than the engine's whole batch."""
     from PIL import Image
 
     path = Path(path)
@@ -80,15 +75,10 @@ def build_vllm_messages(
     return messages
 
 
-def build_sampling_kwargs(request: VLMRequest, spec: ModelSpec | None = None) -> dict[str, Any]:
-    """Sampling settings for one request, as plain data.
-
-    Keys: temperature, seed, max_tokens, and structured_outputs, which is
-    ``{"json": schema}``, ``{"choice": [...]}`` or None (free text). The request
-    carries everything that changes the answer; ``spec`` is accepted for
-    backend-wide settings and currently changes nothing.
-    """
-    del spec
+def build_sampling_kwargs(request: VLMRequest) -> dict[str, Any]:
+    """Sampling settings for one request, as plain data: temperature, seed, max_tokens, and
+    structured_outputs, which is ``{"json": schema}``, ``{"choice": [...]}`` or None (free
+    text)."""
     if request.json_schema is not None and request.choices is not None:
         raise ValueError("a request constrains its answer by json_schema or choices, not both")
     constraint: dict[str, Any] | None = None
@@ -112,12 +102,9 @@ def _accepts(cls: Any, name: str) -> bool:
 
 
 def to_sampling_params(kwargs: dict[str, Any]):
-    """vllm.SamplingParams from :func:`build_sampling_kwargs` output (imports vLLM).
-
-    JSON is requested compact (``disable_any_whitespace``) where vLLM takes the
-    flag, as the transformers backend does: free whitespace lets a model pad
-    an answer until it is truncated.
-    """
+    """vllm.SamplingParams from :func:`build_sampling_kwargs` output (imports vLLM); JSON
+    compact (``disable_any_whitespace``) where vLLM takes the flag, as in the transformers
+    backend."""
     import vllm.sampling_params as sp
 
     kwargs = dict(kwargs)
@@ -138,13 +125,9 @@ def to_sampling_params(kwargs: dict[str, Any]):
 def engine_kwargs(
     spec: ModelSpec, on_cpu: bool = False, accepted: frozenset[str] | None = None
 ) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.LLM`` for a registry entry, as plain data.
-
-    ``on_cpu``: the engine runs on vLLM's CPU platform (``enforce_eager`` then defaults to
-    True). ``accepted``: the engine arguments this vLLM knows (None = all); the
-    engine-wide structured-output settings are left out where it has no such argument
-    (vLLM before 0.11 took ``disable_any_whitespace`` per request).
-    """
+    """Keyword arguments of ``vllm.LLM`` for a registry entry. ``on_cpu``: vLLM's CPU
+    platform (eager, no chunked prefill by default); ``accepted``: the engine arguments this
+    vLLM knows (None = all): chunked prefill and structured outputs only where it has them."""
     kwargs: dict[str, Any] = {
         "model": spec.model,
         "revision": spec.revision,
@@ -227,7 +210,7 @@ class VLLMVLM:
     def _prepare(self, request: VLMRequest):
         return (
             build_vllm_messages(request, self.image_max_side),
-            to_sampling_params(build_sampling_kwargs(request, self.spec)),
+            to_sampling_params(build_sampling_kwargs(request)),
         )
 
     def _chat(self, conversations: list, params: list) -> list[str]:
@@ -292,9 +275,7 @@ class VLLMVLM:
         for k, i in enumerate(ready):
             try:
                 out[i] = self._chat([conversations[k]], [params[k]])[0]
-            except oom:
-                raise
-            except BackendFailure:
+            except (*oom, BackendFailure):
                 raise
             except ValueError as exc:
                 logger.error("vllm backend %s: request %d rejected: %s", self.spec.name, i, exc)

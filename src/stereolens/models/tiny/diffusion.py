@@ -34,12 +34,8 @@ _MERGES = [
 
 
 def _byte_chars() -> list[str]:
-    """The 256 printable characters that byte-level BPE uses for the 256 byte values.
-
-    Printable Latin-1 bytes stand for themselves; every other byte b is mapped, in
-    order, to chr(256 + k). This is the mapping CLIP's and GPT-2's tokenizers use,
-    so ``tokenizers``' ByteLevel pre-tokenizer produces exactly these characters.
-    """
+    """The characters byte-level BPE (CLIP's, GPT-2's, ``tokenizers``' ByteLevel) uses for
+    the 256 byte values: printable Latin-1 bytes themselves, the others chr(256 + k)."""
     keep = (
         list(range(ord("!"), ord("~") + 1))
         + list(range(ord("¡"), ord("¬") + 1))
@@ -85,12 +81,8 @@ def _build_tokenizer(src: Path):
 
 
 def _finish_tokenizer_folder(src: Path, dst: Path) -> None:
-    """Keep the vocab.json/merges.txt next to what save_pretrained wrote.
-
-    transformers 5 saves only tokenizer.json, which transformers 4's (slow)
-    CLIPTokenizer cannot read; with both files the folder loads under either. Keys
-    that from_pretrained's own arguments leak into tokenizer_config.json are dropped.
-    """
+    """Keep vocab.json/merges.txt beside transformers 5's tokenizer.json (so transformers 4
+    loads the folder too) and drop the keys from_pretrained leaks into tokenizer_config.json."""
     for name in ("vocab.json", "merges.txt"):
         if not (dst / name).exists():
             shutil.copyfile(src / name, dst / name)
@@ -103,13 +95,8 @@ def _finish_tokenizer_folder(src: Path, dst: Path) -> None:
 
 
 def build_tiny_diffusion(out_dir: str | Path, seed: int = 0) -> Path:
-    """Build the tiny pipeline and save it to ``out_dir`` (replacing what is there).
-
-    Same ``seed`` -> same weights. The folder loads with
-    ``diffusers.AutoPipelineForText2Image.from_pretrained(out_dir)``. It is written to
-    a temporary sibling and moved into place at the end, so an interrupted build
-    never leaves a complete-looking folder. Returns ``out_dir``.
-    """
+    """Build the tiny pipeline into ``out_dir`` (replacing it, atomically) and return it;
+    same ``seed``, same weights."""
     import torch
     from diffusers import DDIMScheduler, StableDiffusionPipeline
 

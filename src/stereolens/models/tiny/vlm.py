@@ -39,23 +39,31 @@ VLLM_DIMS = {
 """Widths of :func:`build_tiny_vllm_vlm`: heads of 32, the narrowest vLLM's CPU attention
 runs (and grouped-query attention, as in most current VLMs)."""
 
-CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{%- if message['content'] is string -%}"
-    "{{ message['content'] }}"
-    "{%- else -%}"
-    "{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'image' -%}<image>"
-    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- endif -%}"
-    "<|im_end|>\n"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
-)
-"""ChatML, with an ``{"type": "image"}`` part rendered as the image placeholder."""
+
+def chatml_template(image: str, system: str = "") -> str:
+    """ChatML, with an ``{"type": "image"}`` part rendered as ``image``; ``system``: the
+    default system turn, written where the first message is not a system turn."""
+    default = (
+        "{%- if loop.first and message['role'] != 'system' -%}"
+        "<|im_start|>system\n" + system + "<|im_end|>\n"
+        "{%- endif -%}"
+    )
+    return (
+        "{%- for message in messages -%}"
+        + (default if system else "")
+        + "<|im_start|>{{ message['role'] }}\n"
+        "{%- if message['content'] is string -%}{{ message['content'] }}"
+        "{%- else -%}{%- for part in message['content'] -%}"
+        "{%- if part['type'] == 'image' -%}"
+        + image
+        + "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
+        "{%- endfor -%}{%- endif -%}<|im_end|>\n"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+    )
+
+
+CHAT_TEMPLATE = chatml_template("<image>")
 
 
 def schema_corpus(key: str) -> list[str]:
@@ -188,43 +196,40 @@ def _build_model(tokenizer, seed: int, dims: dict[str, int] = TINY_DIMS):
     return model.eval()
 
 
-HUB_VISION_PREFIX = "vision_tower.vision_model."
+HUB_VISION_PREFIX = ("vision_tower.", "vision_tower.vision_model.")
+"""The hub checkpoints of LLaVA, LLaVA-NeXT, LLaVA-OneVision and Gemma 3 (saved by
+transformers 4.x) hold the vision tower's weights under ``vision_tower.vision_model.``;
+transformers 5.x saves them as ``vision_tower.`` and reads either; vLLM's LLaVA loader
+knows only the hub's."""
 
 
-def to_hub_llava_layout(folder: str | os.PathLike) -> int:
-    """Rename the vision tower's weights in ``folder/model.safetensors`` to the Hub's LLaVA
-    layout (``vision_tower.X`` -> ``vision_tower.vision_model.X``), in place; return how
-    many were renamed. vLLM's LLaVA loader knows only that layout (with the other it fails:
-    ``There is no module or parameter named 'vision_tower.embeddings'``)."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
+def hub_layout(out_dir: Path, model, rename: tuple[str, str]) -> None:
+    """Rewrite the saved weights with the hub's key prefix (``rename`` = (old, new)), then
+    check that transformers reads the file back to the same tensors (else a weight would
+    be silently re-initialised)."""
+    import torch
+    from safetensors.torch import load_file, save_file
 
-    path = Path(folder) / "model.safetensors"
-    with safe_open(str(path), "pt") as fh:
-        metadata = fh.metadata() or {}
-        tensors = {k: fh.get_tensor(k) for k in fh.keys()}
-    renamed = {}
-    n = 0
-    for key, tensor in tensors.items():
-        if key.startswith("vision_tower.") and not key.startswith(HUB_VISION_PREFIX):
-            key = HUB_VISION_PREFIX + key[len("vision_tower.") :]
-            n += 1
-        renamed[key] = tensor
-    if n:
-        save_file(renamed, str(path), metadata={**metadata, "format": "pt"})
-    return n
+    old, new = rename
+    path = out_dir / "model.safetensors"
+    tensors = load_file(str(path))
+    renamed = {
+        (new + k[len(old) :] if k.startswith(old) and not k.startswith(new) else k): v
+        for k, v in tensors.items()
+    }
+    save_file(renamed, str(path), metadata={"format": "pt"})
+    again = type(model).from_pretrained(str(out_dir)).state_dict()
+    for key, value in model.state_dict().items():
+        if not torch.equal(again[key], value):
+            raise AssertionError(f"{out_dir}: {key} does not read back after the key rename")
 
 
 def build_tiny_vlm(
     out_dir: str | os.PathLike, seed: int = 0, *, vllm_compatible: bool = False
 ) -> Path:
-    """Build the tiny VLM into ``out_dir`` (replacing it) and return the path.
-
-    ``vllm_compatible``: the variant vLLM's CPU engine runs (docs/twins.md;
-    :func:`build_tiny_vllm_vlm`). Deterministic for a seed: the same files, byte for
-    byte, for the same transformers/tokenizers versions. Written to a temporary sibling
-    and moved into place, so a reader never sees half a model.
-    """
+    """Build the tiny VLM into ``out_dir`` (replacing it, atomically) and return the path;
+    byte-identical for a seed and library versions. ``vllm_compatible``: the shape vLLM's
+    CPU engine runs (docs/twins.md)."""
     from stereolens.atomic import atomic_dir
 
     out_dir = Path(out_dir)
@@ -235,7 +240,7 @@ def build_tiny_vlm(
         model.save_pretrained(tmp)
         processor.save_pretrained(tmp)
         if vllm_compatible:
-            to_hub_llava_layout(tmp)
+            hub_layout(tmp, model, HUB_VISION_PREFIX)
     return out_dir
 
 

@@ -143,34 +143,22 @@ def folder_name(name: str, extra: dict[str, Any] | None = None) -> str:
     return label
 
 
-def twin_path(
-    name: str,
-    root: str | os.PathLike | None = None,
-    seed: int = 0,
-    rebuild: bool = False,
-    **extra: Any,
-) -> Path:
+def twin_path(name: str, root: str | os.PathLike | None = None, **extra: Any) -> Path:
     """The folder of twin ``name``, built first if it is not in the cache (``root``,
     default :func:`cache_root`). ``extra`` goes to the builder (a LoRA's
     ``weight_name``); a LoRA's base twin is built (or found) first."""
     b = builder(name)
     root = Path(root) if root is not None else cache_root()
     target = root / folder_name(name, extra)
-    if target.is_dir() and not rebuild:
+    if target.is_dir():
         return target
     kwargs = dict(extra)
     if b.base is not None:
-        kwargs["base_dir"] = twin_path(b.base, root, seed=seed)
+        kwargs["base_dir"] = twin_path(b.base, root)
     if b.wants_final_dir:
         kwargs["final_dir"] = target
     # keep_existing: another process built it meanwhile; keep theirs
-    with atomic_dir(target, keep_existing=not rebuild) as tmp:
+    with atomic_dir(target, keep_existing=True) as tmp:
         module, func = b.target.split(":")
-        getattr(importlib.import_module(module), func)(tmp, seed, **kwargs)
+        getattr(importlib.import_module(module), func)(tmp, 0, **kwargs)
     return target
-
-
-def folder_mb(path: str | os.PathLike) -> float:
-    """Size of a folder's files in MB."""
-    total = sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
-    return total / 1e6

@@ -247,12 +247,9 @@ PRIOR_FOLDER = "prior"
 
 
 def build_stable_cascade(out_dir: Path, seed: int = 0, final_dir: Path | None = None) -> None:
-    """stable-cascade (decoder) + stable-cascade-prior: two pipelines, the decoder's model
-    card naming the prior (``prior:`` in README.md's metadata), so that
-    ``AutoPipelineForText2Image.from_pretrained(decoder)`` returns a
-    StableCascadeCombinedPipeline as it does for the hub repositories. The prior folder
-    sits inside the decoder's and the card names it by its absolute final path
-    (``final_dir``: where the folder will be moved)."""
+    """stable-cascade (decoder) + stable-cascade-prior, the prior's folder inside the
+    decoder's and named in its model card by the absolute ``final_dir`` path, so that
+    AutoPipelineForText2Image loads a StableCascadeCombinedPipeline as from the hub."""
     from diffusers import (
         DDPMWuerstchenScheduler,
         StableCascadeDecoderPipeline,

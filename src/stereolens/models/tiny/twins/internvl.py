@@ -17,19 +17,10 @@ from stereolens.models.tiny.twins.language import (
     _text,
     _vision,
 )
+from stereolens.models.tiny.vlm import chatml_template
 
-INTERNVL_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{%- if message['content'] is string -%}{{ message['content'] }}"
-    "{%- else -%}{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'image' -%}<IMG_CONTEXT>\n"
-    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
-    "{%- endfor -%}{%- endif -%}<|im_end|>\n"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
-)
-"""ChatML with InternVL's image placeholder, which InternVLProcessor expands to
+INTERNVL_TEMPLATE = chatml_template("<IMG_CONTEXT>\n")
+"""InternVL's image placeholder, which InternVLProcessor expands to
 ``<img>`` + ``<IMG_CONTEXT>`` x (tokens per tile x tiles) + ``</img>``."""
 
 INTERNVL_IMAGE_TOKENS = {
@@ -135,12 +126,9 @@ INTERNVL_CHAT_SPECIAL += ("</ref>", "<box>", "</box>")
 
 
 def build_mini_internvl_v15(out_dir: Path, seed: int = 0) -> None:
-    """Mini-InternVL-Chat-4B-V1.5 (and its fine-tune InternVL-4B-bench) as the remote-code
-    checkpoints lay it out: ``InternVLChatModel`` with InternViT-300M (CLS token, layer
-    scale, fused qkv), InternVL 1.5's v1 pixel shuffle, the ``mlp1`` projector and a
-    Phi-3-mini-128k decoder (longrope). No transformers class loads it: vLLM's own
-    InternVLChatModel does, with the configuration classes written above
-    (trust_remote_code for them only)."""
+    """Mini-InternVL-Chat-4B-V1.5 (and InternVL-4B-bench) in the remote-code layout:
+    InternViT-300M (CLS token, layer scale, fused qkv), v1 pixel shuffle, the ``mlp1``
+    projector, a Phi-3-mini-128k decoder (longrope); only vLLM's InternVLChatModel loads it."""
     import torch
     from safetensors.torch import save_file
     from transformers import GenerationConfig, Phi3Config, Phi3ForCausalLM

@@ -10,19 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from stereolens.models.tiny.twins import tokenizers as toks
-from stereolens.models.tiny.vlm import llava_processor
+from stereolens.models.tiny.twins.diffusion import _seeded
+from stereolens.models.tiny.vlm import (
+    HUB_VISION_PREFIX,
+    chatml_template,
+    hub_layout,
+    llava_processor,
+)
 
 logger = logging.getLogger(__name__)
 
 HIDDEN = 64
 HEADS = 2
 HEAD_DIM = 32
-
-
-def _seeded(seed: int):
-    import torch
-
-    torch.manual_seed(seed)
 
 
 def _text(family_config, tokenizer, **extra: Any):
@@ -75,33 +75,6 @@ def _model(model_class, config, seed: int, tokenizer, eos: str):
     return model
 
 
-HUB_VISION_PREFIX = ("vision_tower.", "vision_tower.vision_model.")
-"""The hub checkpoints of LLaVA-NeXT, LLaVA-OneVision and Gemma 3 (saved by transformers
-4.x) hold the vision tower's weights under ``vision_tower.vision_model.``; transformers
-5.x saves them as ``vision_tower.`` and reads either."""
-
-
-def _hub_layout(out_dir: Path, model, rename: tuple[str, str]) -> None:
-    """Rewrite the saved weights with the hub's key prefix (``rename`` = (old, new)), then
-    check that transformers reads the file back to the same tensors (else a weight would
-    be silently re-initialised)."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    old, new = rename
-    path = out_dir / "model.safetensors"
-    tensors = load_file(str(path))
-    renamed = {
-        (new + k[len(old) :] if k.startswith(old) and not k.startswith(new) else k): v
-        for k, v in tensors.items()
-    }
-    save_file(renamed, str(path), metadata={"format": "pt"})
-    again = type(model).from_pretrained(str(out_dir)).state_dict()
-    for key, value in model.state_dict().items():
-        if not torch.equal(again[key], value):
-            raise AssertionError(f"{out_dir}: {key} does not read back after the key rename")
-
-
 def _save(
     out_dir: Path,
     model,
@@ -116,7 +89,7 @@ def _save(
     them, where the processor itself cannot be built here to save them."""
     model.save_pretrained(str(out_dir))
     if rename is not None:
-        _hub_layout(out_dir, model, rename)
+        hub_layout(out_dir, model, rename)
     if processor is not None:
         processor.save_pretrained(str(out_dir))
         return
@@ -129,21 +102,10 @@ def _save(
 
 
 # ----------------------------------------------------------------- Qwen2.5-VL
-QWEN_VL_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{%- if loop.first and message['role'] != 'system' -%}"
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-    "{%- endif -%}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{%- if message['content'] is string -%}{{ message['content'] }}"
-    "{%- else -%}{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'image' -%}<|vision_start|><|image_pad|><|vision_end|>"
-    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
-    "{%- endfor -%}{%- endif -%}<|im_end|>\n"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+QWEN_VL_TEMPLATE = chatml_template(
+    "<|vision_start|><|image_pad|><|vision_end|>", system="You are a helpful assistant."
 )
-"""ChatML with Qwen-VL's vision markers and its default system turn."""
+"""Qwen-VL's vision markers and its default system turn."""
 
 QWEN_IMAGE_PIXELS = {"shortest_edge": 56 * 56, "longest_edge": 112 * 112}
 """Qwen2-VL image processor bounds: every image becomes 4 to 16 merged tokens."""
@@ -251,18 +213,8 @@ def build_llava_next(out_dir: Path, seed: int = 0) -> None:
 
 
 # ----------------------------------------------------------------- LLaVA-OneVision
-CHATML_IMAGE_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{%- if message['content'] is string -%}{{ message['content'] }}"
-    "{%- else -%}{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'image' -%}<image>\n"
-    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
-    "{%- endfor -%}{%- endif -%}<|im_end|>\n"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
-)
-"""ChatML with LLaVA's <image> placeholder (llava-onevision-qwen2's format)."""
+CHATML_IMAGE_TEMPLATE = chatml_template("<image>\n")
+"""LLaVA's <image> placeholder (llava-onevision-qwen2's format)."""
 
 
 def build_llava_onevision(out_dir: Path, seed: int = 0) -> None:

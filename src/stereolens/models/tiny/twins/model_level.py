@@ -8,10 +8,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from stereolens.models.backends import resolve_device
 from stereolens.models.backends.transformers_backend import (
     GrammarConstrainedGeneration,
     TransformersVLM,
-    _resolve_device,
     _resolve_dtype,
 )
 from stereolens.models.requests import VLMRequest
@@ -33,16 +33,9 @@ def processor_loads(path: str | Path) -> bool:
 
 
 class ModelLevelVLM(GrammarConstrainedGeneration):
-    """A VLM twin whose processor class cannot be built here, run at the model level.
-
-    The registry's transformers backend in every other respect (the same
-    :class:`~stereolens.models.backends.transformers_backend.GrammarConstrainedGeneration`
-    decoding: xgrammar constraints, greedy batching, seeded sampling; the same
-    settings: dtype, device, batch_size, image_max_side); only the encoding differs:
-    the chat template renders the prompt with one image placeholder, the image
-    processor makes the pixel inputs, and each placeholder is repeated as many times as
-    the model's own ``get_image_features`` returns feature vectors for that image.
-    """
+    """A VLM twin whose processor class cannot be built here: the transformers backend's
+    decoding and settings, but each image placeholder of the chat template is repeated as
+    many times as the model's own ``get_image_features`` returns vectors for the image."""
 
     backend_label = "transformers (model level)"
 
@@ -50,7 +43,7 @@ class ModelLevelVLM(GrammarConstrainedGeneration):
         from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoTokenizer
 
         self.spec = spec
-        self.device = _resolve_device(spec.get("device", "auto"))
+        self.device = resolve_device(spec.get("device", "auto"))
         self.batch_size = int(spec.get("batch_size", 1) or 1)
         self.image_max_side = spec.get("image_max_side")
         self.tokenizer = AutoTokenizer.from_pretrained(spec.model)

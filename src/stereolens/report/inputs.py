@@ -33,11 +33,6 @@ def standard_paths() -> dict[str, str]:
     return {**out, "job_timings": REPORT.job_timings.removeprefix(RESULTS)}
 
 
-RUN_FILES = ("registry", "throughput_table")
-"""Inputs outside the results folder: the model registry and the planner's throughput
-table (config/models.yaml and config/throughput.yaml in the workflow)."""
-
-
 @contextmanager
 def _named(path: Path, name: str):
     """A table that cannot be read is an error naming its file, whether it is damaged and

@@ -226,11 +226,8 @@ def decision_table(
 class Rule:
     """The stopping rule's schedule: ``rounds`` looks at cumulative sizes growing
     geometrically from ``first_fraction`` of the cap to the cap, alpha spent by
-    ``spending`` at each round's time: ``timing`` ``size`` (the share of the cap the round
-    has reached) or ``information`` (its information 1 / se^2 over the information predicted
-    at the cap, e.g. by the planner's world; never 1 before the last round, which spends
-    what is left). Information time spends more early where the information grows slower
-    than the size (ContextBias: more seeds of the same roles)."""
+    ``spending`` at each round's ``timing``: ``size`` (the share of the cap reached) or
+    ``information`` (1 / se^2 over that predicted at the cap)."""
 
     rounds: int = 3
     first_fraction: float = 0.25
@@ -276,14 +273,10 @@ class Rule:
         info: Sequence[float] | None = None,
         predicted: float | None = None,
     ) -> np.ndarray:
-        """c_k for the rounds so far: ``sizes`` are all rounds' cumulative sizes (the last
-        the cap), ``info`` the information 1 / se^2 of the rounds done (default: proportional
-        to the sizes, all rounds). Z correlations come from ``info``; alpha is spent at
-        sizes / cap (timing size) or at info / ``predicted`` (timing information), below 1
-        before the last round, which spends what is left. ``predicted`` is the information
-        expected at the cap (the planner's world); without it, the last round's information
-        scaled by cap / its size (information in proportion to the size: where it grows
-        slower, as ContextBias's, this spends less early than it could, never more)."""
+        """c_k for the rounds so far: ``sizes`` all rounds' cumulative sizes (the last the
+        cap), ``info`` the rounds' information 1 / se^2 (default proportional to the sizes).
+        Alpha is spent at sizes / cap or info / ``predicted`` (default: the last round's
+        information scaled by cap / its size), the last round spending what is left."""
         n_all = np.asarray(sizes, dtype=float)
         i = n_all if info is None else np.asarray(info, dtype=float)
         m = i.size
@@ -304,11 +297,9 @@ class Rule:
 def nested_estimates(
     mean: np.ndarray, var: np.ndarray, sims: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """(sims, K) estimates over K nested rounds from the canonical joint distribution:
-    estimate_k = mean_k + the sum of independent increments e_j ~ N(0, V_j - V_(j+1)) over
-    j >= k (V_(K+1) = 0), so var(estimate_k) = V_k and cov(estimate_j, estimate_k) = V_k for
-    j < k, the covariance of an estimator on nested data. ``var`` is made non-increasing
-    (Monte Carlo noise of the world's marginal variances)."""
+    """(sims, K) estimates over K nested rounds from the canonical joint distribution
+    (var(estimate_k) = V_k, cov(estimate_j, estimate_k) = V_k for j < k); ``var`` is made
+    non-increasing."""
     v = np.minimum.accumulate(np.asarray(var, dtype=float))
     step = np.maximum(v - np.r_[v[1:], 0.0], 0.0)
     inc = rng.standard_normal((sims, v.size)) * np.sqrt(step)

@@ -153,18 +153,11 @@ def power_curve(
     scale: np.ndarray | None = None,
     t_df: int | None = None,
 ) -> np.ndarray:
-    """(W,) rejection rates: the mean over the ``sims`` simulated datasets of the probability
-    in [0, 1] that the pipeline's test rejects on each (an undefined estimate does not
-    reject). ``null_row`` (sims,) = the estimates at w = 0 (floor tests; default
-    estimates[0]). Interval tests reject when |estimate (+ shift) - null| > c x sd, sd = the
-    estimate's spread over the datasets (or ``scale``; a (W, sims) ``scale`` is each
-    dataset's se and its test is applied as it is), c = z_(1 - level/2), or
-    t_(1 - level/2, t_df) where the pipeline's interval takes its quantile from t(t_df)
-    (ContextBias's bc-t: roles - 1). With ``spec.df`` the pipeline's standard error is itself
-    estimated from df + 1 clusters, SE^2 ~ sd^2 chi2(df) / df, so a dataset rejects with
-    probability P(chi2(df) < df (estimate / (c sd))^2) (the t-test's correction; with few
-    roles the bootstrap's own noise costs power; with t_df = spec.df the rejection rate with
-    no effect is the t-test's size, the level)."""
+    """(W,) rejection rates: the mean over the ``sims`` datasets of the probability that the
+    pipeline's test rejects (an undefined estimate does not). ``null_row``: the estimates at
+    w = 0 (default estimates[0]). Interval tests reject when |estimate (+ shift) - null| >
+    c x sd (sd the spread over datasets, or ``scale``; c from z, or t(t_df)); with
+    ``spec.df`` a dataset rejects with probability P(chi2(df) < df (estimate / (c sd))^2)."""
     from scipy import stats
 
     est = np.asarray(estimates, dtype=float)

@@ -80,14 +80,10 @@ def capped_config(config: dict, shards: Mapping[str, int]) -> dict:
 
 
 def budget(config: dict, registry: dict | None = None, throughput: dict | None = None) -> Budget:
-    """The rounds' cap under design.adaptive.gpu_hours_cap. The benchmarks that run fixed
-    take their configured GPU-hours off the cap; the benchmarks in rounds get the largest
-    share f of their configured shards S (floor(f S) whole shards per cell, the same f for
-    all) whose run, every other job as configured (ContextBias's validation prompts), the
-    planner's cost model puts within the cap. A cap below one shard per cell, or below the
-    two rounds the rule asks for, is a ConfigError naming the smallest cap that works.
-    ``registry``, ``throughput``: config's registry and config/throughput.yaml when None
-    (the workflow's, as its ceilings)."""
+    """The rounds' cap under design.adaptive.gpu_hours_cap: the benchmarks in rounds get the
+    largest share f of their configured shards (floor(f S) per cell) that fits the cap
+    after the fixed benchmarks' GPU-hours; a ConfigError names the smallest cap that works.
+    ``registry``, ``throughput``: the workflow's when None."""
     plugins = in_rounds(config)
     configured = {}
     for p in plugins:

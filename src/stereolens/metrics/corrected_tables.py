@@ -56,15 +56,10 @@ def labelled_cells(
 def simulate_human_labels(
     reader: pl.DataFrame, fraction: float, flip: float, seed: int = 0
 ) -> pl.DataFrame:
-    """A SIMULATED human-label table (HUMAN_COLUMNS plus ``flipped`` and ``simulated``,
-    always true) from the reader's own labels, for a demonstration: in each stratum a simple
-    random sample of max(MIN_LABELLED, ceil(``fraction`` x N_h)) items (all N_h if fewer;
-    selection_probability n_h / N_h); every sampled item x attribute is, with probability
-    ``flip``, given one other label of the attribute (drawn uniformly from the labels the
-    reader gives that attribute anywhere, other than the item's own), else the reader's
-    labels (with an ``extractor`` column, the first extractor's). Seeded by ``seed``; items
-    and strata in sorted order, so the table depends only on the reader table. The human
-    labels then differ from the reader's in a known way."""
+    """A SIMULATED human-label table (HUMAN_COLUMNS plus ``flipped`` and ``simulated``) for
+    a demonstration: per stratum a simple random sample of max(MIN_LABELLED, ceil(``fraction``
+    x N_h)) items, each item x attribute given, with probability ``flip``, another of the
+    attribute's labels, else the reader's (its first extractor's). Seeded by ``seed``."""
     if not 0.0 < fraction <= 1.0 or not 0.0 <= flip <= 1.0:
         raise ValueError(f"fraction must lie in (0, 1] and flip in [0, 1], got {fraction}, {flip}")
     if "extractor" in reader.columns:  # several readers of the same items: the first one's

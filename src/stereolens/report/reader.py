@@ -145,17 +145,11 @@ def headline_table(
     unit: str = "model",
     scope: Sequence[str] = (),
 ) -> pl.DataFrame:
-    """The corrected table's rows of the ``headlines`` metrics as the block shows them: the
-    ``unit`` column (the models ranked), ``scope`` (the other key columns, joined with
-    " · "), naive with its interval, corrected = the bias-corrected estimate (estimate_bc,
-    the centre of the bc_normal interval and the value itself under the percentile one,
-    so it lies in its interval) with ci_low / ci_high, corrected_plugin (the plug-in of the
-    corrected shares), n_human, n_items, interval_reliable and interval_note (the corrected
-    interval withheld below MIN_HUMAN_RELIABLE human labels per cell, or where the
-    benchmark measured its coverage short (withheld_reason): ci_low / ci_high null,
-    no flag, no rank), whether each interval excludes the metric's no-bias value, each
-    model's rank by the naive and the corrected estimate within its metric x scope, and the
-    two flags (text, null where none)."""
+    """The corrected table's rows of the ``headlines`` metrics as the block shows them:
+    ``unit``, ``scope`` (the other key columns), naive and corrected (estimate_bc) with
+    their intervals (the corrected one withheld, with interval_note, where not
+    interval_reliable or withheld_reason), whether each excludes the no-bias value, the
+    ranks by naive and corrected within metric x scope, and the two flags."""
     minimum = min_reliable()
     part = corrected.filter(pl.col("metric").is_in(list(headlines)))
     # a scope column null on some metrics' rows (ContextBias's label on BI rows) is skipped
@@ -378,11 +372,9 @@ def section(found: Sequence[ReaderBlock]) -> Section | None:
 
 
 def simulated(inputs: Inputs, config: dict, key: str) -> bool:
-    """The benchmark's human labels are the embedded default's simulated ones: its config
-    section says ``reader_correction.simulate``, or (a report of a results folder, whose
-    config does not know) no human-label table is configured and the folder holds the
-    simulated one (``<key>_human_labels_simulated``); a stale simulated table beside real
-    labels then errs towards the warning."""
+    """The benchmark's human labels are simulated: its config says
+    ``reader_correction.simulate``, or no human-label table is configured and the folder
+    holds ``<key>_human_labels_simulated``."""
     rc = config[key]["reader_correction"]
     if rc["simulate"]:
         return True

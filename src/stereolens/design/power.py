@@ -5,7 +5,7 @@ docs/planner.md, "The engine")."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -459,6 +459,3 @@ def parse_target(text: str) -> tuple[str, float]:
     if not math.isfinite(v) or v <= 0:
         raise ValueError(f"--target-effect {text!r}: the effect must be a positive number")
     return name.strip(), v
-
-
-Builder = Callable[..., Design | None]

@@ -57,12 +57,9 @@ def run_metrics(
     args: argparse.Namespace,
 ) -> int:
     """Settings, compute, write: the body of every `<benchmark> metrics` run."""
-    from stereolens.settings import DEFAULT_PRESET, section_defaults, stacked_presets
     from stereolens.tables import write_tables
 
-    args.preset = args.preset or [DEFAULT_PRESET]
-    section = section_defaults(benchmark, stacked_presets(benchmark, args.preset))
-    tables = compute(args, section)
+    tables = compute(args, preset_section(benchmark, args))
     write_tables(args.out, {f"{name}.parquet": table for name, table in tables.items()})
     return 0
 

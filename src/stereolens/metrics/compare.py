@@ -86,11 +86,9 @@ def pairwise(
     level: float = 0.95,
 ) -> pl.DataFrame:
     """One row per unordered pair of the models in ``estimates``: difference = b - a, se =
-    the standard deviation over replicates of rep_b - rep_a (replicate r of every model from
-    the same resample when ``paired``), the interval difference +- z se, the two-sided Wald
-    p-value, and Holm's adjustment over this family (all pairs of one benchmark, metric and
-    scope); ``reject`` at 1 - ``level`` after the adjustment. ``variants`` maps a variant to
-    its base model (that pair's relation is "variant_vs_base", base as model_a)."""
+    sd over replicates of rep_b - rep_a, the interval +- z se, the Wald p-value, Holm's
+    adjustment over this family and ``reject`` at 1 - ``level``. ``variants`` maps a variant
+    to its base model (relation "variant_vs_base", base as model_a)."""
     if better not in ("lower", "higher"):
         raise ValueError(f"better must be 'lower' or 'higher', not {better!r}")
     models = sorted(estimates)
@@ -155,11 +153,9 @@ WITHHELD = ("ci_low", "ci_high", "p_value", "p_adjusted", "reject")
 
 
 def withhold(comparisons: pl.DataFrame, notes: Mapping[str, str | None]) -> pl.DataFrame:
-    """One family of :func:`pairwise` with the pairs of a model whose design is below its
-    benchmark's minimum size withheld: ``notes`` maps a model to its ``interval_note``
-    (None or absent: not withheld); a pair takes model_a's note, else model_b's, and its
-    WITHHELD columns are null; Holm's adjustment and ``reject`` are recomputed over the pairs
-    still tested (the estimates, difference and se stay). Unchanged when no pair is withheld."""
+    """One family of :func:`pairwise` with the pairs of a model with an ``interval_note``
+    (``notes``) withheld: model_a's note, else model_b's, WITHHELD columns null, Holm and
+    ``reject`` recomputed over the pairs still tested."""
     row_notes = [
         notes.get(a) or notes.get(b)
         for a, b in zip(comparisons["model_a"], comparisons["model_b"], strict=True)
@@ -183,12 +179,10 @@ def withhold(comparisons: pl.DataFrame, notes: Mapping[str, str | None]) -> pl.D
 
 
 def ranks(comparisons: pl.DataFrame, estimates: Mapping[str, float], better: str) -> pl.DataFrame:
-    """Each model's rank (1 = least biased; ties share the best rank) among the models with a
-    finite estimate, a rank interval from the Holm decisions of ``comparisons`` (rank_low = 1
-    + the models significantly less biased, rank_high = K - the models significantly more
-    biased), and groups: models in order from the least biased, each joining the current group
-    unless it is significantly different from the group's first model, when it starts the next
-    group. ``comparisons`` is one family from :func:`pairwise`."""
+    """Each model's rank (1 = least biased, ties share the best) among the models with a
+    finite estimate, its rank interval from the Holm decisions of ``comparisons`` (one
+    :func:`pairwise` family), and groups: a model starts a new group where it differs
+    significantly from the current group's first."""
     models = sorted(m for m, v in estimates.items() if np.isfinite(v))
     if not models:
         return empty_frame(RANK_COLUMNS)

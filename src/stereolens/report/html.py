@@ -89,10 +89,8 @@ def format_value(value: Any, digits: int = 3) -> str:
 
 
 NOTE_COLUMN = "interval_note"
-"""The String column that says why a row's interval is null (the design is below the size at
-which the benchmark's interval covers, bench/COVERAGE.md), e.g. "withheld: 3 images per group
-< 30 (the smallest size at which the interval covers >= 93%, bench/COVERAGE.md)"; null where
-the row has an interval. Tables from older runs lack it."""
+"""The String column that says why a row's interval is null (below the size at which the
+benchmark's interval covers, bench/COVERAGE.md); null where the row has one."""
 
 _REASON = re.compile(r"\s*\([^()]*\)\s*$")
 
@@ -154,12 +152,8 @@ class Figure:
 @dataclass
 class Table:
     """A table of the report. ``intervals`` maps an estimate column to its (low, high)
-    columns: the page shows "est [low, high]" in one column, the CSV keeps all three; where
-    the row's interval is null and its ``interval_note`` says why, "est (interval withheld:
-    ...)" (the note column is then folded into that cell on the page, its full texts listed
-    under the table).
-    ``collapsed`` None = collapsed when it has more than OPEN_ROWS rows; ``max_rows`` the
-    rows the page shows (None = the renderer's default), the CSV file has all."""
+    columns, shown as "est [low, high]" (or "est (interval withheld: ...)" by NOTE_COLUMN);
+    ``collapsed`` None: collapsed above OPEN_ROWS rows; ``max_rows``: rows the page shows."""
 
     id: str
     title: str

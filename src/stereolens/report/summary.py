@@ -36,13 +36,9 @@ PROFILE_SCHEMA = {
     "interval_note": pl.String,
 }
 """One headline number of one model on one benchmark. ``panel`` groups metrics into a
-panel of the profile figure (``series`` tells the points of a panel apart: the LVLM axis);
-``floor`` / ``floor_high`` the noise floor (``floor_label`` says which: "null" for a
-permutation null mean and 95th percentile, "ceiling" for BiasIG's expected S_imp of a
-generator that samples the ground truth); ``reading`` how to read the number;
-``reference`` a value drawn as a dashed line (0 for a difference); ``interval_note`` why
-ci_low / ci_high are null (the design is below the benchmark's minimum size for an interval,
-stereolens.report.html.NOTE_COLUMN), null where the row has an interval."""
+panel of the profile figure (``series`` tells a panel's points apart); ``floor`` /
+``floor_high`` the noise floor (``floor_label``: "null" or "ceiling"); ``reference`` a
+dashed line; ``interval_note``: html.NOTE_COLUMN."""
 
 PROFILE_CAPTION = (
     "Headline numbers per model and benchmark: the estimate, its 95% interval below it, and "

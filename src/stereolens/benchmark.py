@@ -61,11 +61,9 @@ class Size:
 
 @dataclass(frozen=True)
 class Rounds:
-    """How a benchmark runs in rounds under ``design.mode: adaptive`` (issue 23;
-    stereolens.design.rounds, docs/planner.md "Adaptive design"): its model jobs whose
-    ``shard`` wildcard is a block of the growing sample (seeds) are split into rounds of
-    cumulative shards, and after each round the interim analysis ``interim`` decides per
-    cell whether the next round's shards are made."""
+    """How a benchmark runs in rounds under ``design.mode: adaptive`` (docs/planner.md
+    "Adaptive design"): its sharded model jobs split into rounds of cumulative shards, the
+    interim analysis ``interim`` deciding per cell whether the next round is made."""
 
     interim: str
     """"module:function" of the interim estimate: ``function(config, paths)`` reads the

@@ -157,10 +157,9 @@ def check_entry(
     workdir: str | Path | None = None,
     batch_check: bool = False,
 ) -> CheckRow:
-    """Check one registry entry (docs/twins.md); never raises for a model
-    problem: the row says what failed. With ``batch_check`` a generator also makes two
-    images one at a time and as one batch of two, and the notes give the largest pixel
-    difference (0 or a unit of rounding: an image depends on its prompt and seed only)."""
+    """Check one registry entry (docs/twins.md); a model problem is a row, never raised.
+    With ``batch_check`` a generator's notes give the largest pixel difference between two
+    images made one at a time and as one batch."""
     from stereolens.models.twins import twin_info, twin_spec
 
     row = CheckRow(spec.name, spec.backend)

@@ -139,11 +139,9 @@ def scan(root: str | os.PathLike = "results") -> list[tuple[str, str]]:
 
 
 def read_failure(path: str | os.PathLike, exc: BaseException, what: str = "table") -> ConfigError:
-    """The error to raise when reading ``path`` failed with ``exc``: DamagedTable naming the
-    file and the mend command when the structural check finds it damaged, or when it lies
-    in a results folder (then the reader's complaint says why); else a ConfigError naming
-    the file and the reader's complaint (a hand-made table, e.g. a CSV that does not
-    parse)."""
+    """The error to raise when reading ``path`` failed with ``exc``: DamagedTable (with the
+    mend command) when the file is damaged or lies in a results folder, else a ConfigError
+    naming the file and the reader's complaint."""
     kind = Path(path).suffix.lower().lstrip(".")
     said = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
     why = problem(path)

@@ -185,10 +185,8 @@ def read_table(
     spec: TableSpec | None = None,
 ):
     """A table from parquet, CSV or JSON lines (by file suffix); an unreadable file is a
-    ConfigError naming it. ``lazy``: a LazyFrame (parquet is then read column by column, as
-    the query needs it); ``columns``: only these of the table's columns (those it has);
-    ``spec``: CSV and JSON lines are read with its declared column types (an all-null
-    column is then not text, an id of digits not an integer), as parquet stores them."""
+    ConfigError naming it. ``lazy``: a LazyFrame; ``columns``: only these (those it has);
+    ``spec``: CSV and JSON lines read with its declared column types."""
     path = Path(path)
     suffix = path.suffix.lower()
     readers = {
@@ -223,12 +221,10 @@ def read_table(
 
 
 def check_table(frame, spec: TableSpec, source: str = ""):
-    """``frame`` if it fits ``spec``, else ConfigError with one line: the table, the first
-    problem (column, rows, what to do) and how many more there are. Categorical text
-    columns are returned as plain text, values of a closed vocabulary in their allowed
-    spelling (:func:`vocabulary_key`; a note on stderr says what was read so). A LazyFrame
-    is checked without loading its ``spec.wide`` columns (long texts: their type comes
-    from the schema) and returned lazy."""
+    """``frame`` if it fits ``spec``, else ConfigError naming the table, the first problem
+    and how many more there are. Categorical text comes back plain, a closed vocabulary's
+    values in their allowed spelling; a LazyFrame is checked without loading its
+    ``spec.wide`` columns and returned lazy."""
     if isinstance(frame, pl.LazyFrame):
         return _check_lazy(frame, spec, source)
     return _check(frame, spec, source)[0]

@@ -58,12 +58,9 @@ def report_inputs(config: dict) -> dict[str, str]:
 def job_timing_inputs(
     config: dict, jobs: Callable[[str], Sequence[Job]] | None = None
 ) -> dict[str, list[str]]:
-    """The outputs of every model job of the run that the measured throughput reads, from
-    the plug-ins' job enumeration (the planner's): those at a job template of the
-    benchmark's layout (stereolens.layout), split into the generation shard folders
-    (``generation``) and the other job files (``answers``: extractions, VQA answers, LVLM
-    responses and story attributes). ``jobs``: benchmark name -> its plug-in's jobs, where
-    the caller has them already (the Snakefile's cached enumeration)."""
+    """The outputs of every model job of the run that the measured throughput reads, split
+    into the generation shard folders (``generation``) and the other job files
+    (``answers``). ``jobs``: benchmark name -> its plug-in's jobs, where already known."""
     from stereolens.benchmark import benchmarks
 
     out: dict[str, list[str]] = {"generation": [], "answers": []}
@@ -164,12 +161,9 @@ def housekeeping(argv: Sequence[str] | None = None) -> bool:
 
 
 def check_results_intact(configfiles=(), root: str = "results", warn_only: bool = False) -> None:
-    """Refuse a run (at parse time, before the DAG) while a table under ``root`` is
-    damaged, naming each damaged file and the `stereolens regenerate` command that mends
-    it. Without this, the job reading the file fails, Snakemake deletes that job's outputs,
-    and the next run finds the finished outputs downstream of them up to date ("Nothing to
-    be done") with the damaged file still there. Under `stereolens regenerate` (its
-    REGENERATING_ENV set) or with ``warn_only`` (an unlock, a lint) it only warns."""
+    """Refuse a run (at parse time) while a table under ``root`` is damaged, naming each
+    damaged file and the `stereolens regenerate` command that mends it; under `stereolens
+    regenerate` (REGENERATING_ENV) or with ``warn_only`` it only warns."""
     from stereolens.damage import REGENERATING_ENV, DamagedTable, message, scan
 
     found = scan(root)
@@ -208,9 +202,7 @@ def job_resources(snakemake) -> dict:
 
 def model_job(snakemake, log: logging.Logger):
     """The plain values of a model-loading job (stereolens.models.job.ModelJob), unpacked
-    from its Snakemake object: the first output, the registry and (where the rule has one)
-    the cache folder of its params, log, threads, this attempt's batch_size and the
-    scheduler's resources."""
+    from its Snakemake object."""
     from stereolens.models.job import ModelJob
 
     return ModelJob(

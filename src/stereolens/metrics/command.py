@@ -83,13 +83,10 @@ def add_correct_commands(
     *,
     metric: str,
 ) -> None:
-    """Add `correct` (the benchmark's ``metric`` corrected for the reader's errors from a
-    human-label table, written to DIR/corrected.parquet) and `simulate-human-labels` (a
-    simulated human-label table from the reader's labels, for the embedded default) to
-    ``sub``; ``add_inputs`` adds the benchmark's record inputs to both, ``reader(args,
-    section)`` builds its reader table from them, ``correct(reader, human, section, args)``
-    returns (corrected table, cells left out). The settings: ``--preset`` as `metrics`
-    (the section's reader_correction keys)."""
+    """Add `correct` (DIR/corrected.parquet) and `simulate-human-labels` to ``sub``:
+    ``add_inputs`` adds the record inputs to both, ``reader(args, section)`` builds the
+    reader table, ``correct(reader, human, section, args)`` returns (table, cells left
+    out)."""
     c = sub.add_parser(
         "correct",
         help=f"{metric} corrected for the reader's errors from human labels",
@@ -172,11 +169,9 @@ def add_sample_commands(
     example: str,
     unit: str,
 ) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    """Add `reader-sample` (the designed human sample of the reader correction:
-    ``run_sample``; ``form`` says what it writes, ``pilot`` what a pilot's labels are of and
-    whose pooled rate stands in for a small stratum) and `human-labels` (the human-label
-    table ``human_labels(args)`` reads from filled forms, written as .parquet or .csv, counted
-    in ``unit``) to ``sub``; the caller adds its own options to the two parsers returned."""
+    """Add `reader-sample` (``run_sample``) and `human-labels` (``human_labels(args)`` from
+    filled forms) to ``sub``; ``form``, ``pilot`` and ``unit`` word the help and output.
+    Returns the two parsers for the caller's own options."""
     p = sub.add_parser(
         "reader-sample",
         help=f"draw the human sample of the reader correction: {form}, the human-label "

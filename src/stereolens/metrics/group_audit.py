@@ -35,9 +35,7 @@ MIN_F1_ITEMS = 20
 grouping, accuracy 0.85: 84.0% at 10 items, 94.0% at 20, 97.0% at 40; bench/COVERAGE.md)."""
 MIN_TEST_CLUSTERS = 40
 """Clusters below which the Rao-Scott test's p-value is withheld (the ContextBias audit;
-measured on its "shown" world, one group drawn per image: 1 - size 87.5% at 12 prompts, 92.5%
-at 20, 93.2% +- 1.0% at 40 prompts x 10 seeds; the story reading, a matched design, holds
-its size from 3 stories and uses MIN_CLUSTERS; bench/COVERAGE.md)."""
+measured in bench/COVERAGE.md)."""
 _WHY = "(the smallest size at which the interval covers >= 93%, bench/COVERAGE.md)"
 
 
@@ -285,13 +283,10 @@ def group_rates(
     min_f1_items: int = MIN_F1_ITEMS,
     cluster_name: str = "cluster",
 ) -> pl.DataFrame:
-    """Per ``keys`` x group: items, accuracy and recall (Wilson on effective counts),
-    precision (Wilson on effective counts, with its own design effect over the labels read),
-    F1 (bootstrap over clusters), clusters and the accuracy's design effect. ``items``
-    columns: keys, group, correct (0/1), false_positive (count per item), optionally
-    ``cluster`` (the sampling unit; docs/statistics.md). Below ``min_clusters`` clusters
-    (clustered items) every interval of the row is null, below ``min_f1_items`` independent
-    items the F1 interval; ``interval_note`` says why."""
+    """Per ``keys`` x group of ``items`` (keys, group, correct, false_positive, optional
+    ``cluster``): items, accuracy, recall and precision (Wilson on effective counts), F1
+    (bootstrap over clusters), clusters and design effect. Intervals are null below
+    ``min_clusters`` clusters (F1: ``min_f1_items`` items), ``interval_note`` saying why."""
     rows, deff_p, withheld = [], [], []
     items = items.sort(pl.all())  # joins and group_by leave row order open: fix it (seeds)
     has_c = CLUSTER in items.columns
@@ -363,12 +358,9 @@ def group_gaps(
     min_test_clusters: int = MIN_TEST_CLUSTERS,
 ) -> pl.DataFrame:
     """Per ``keys``: the largest error-rate gap between two groups with its simultaneous
-    interval, the difference test (``test(sub) -> (name, p)`` overrides the default: Pearson /
-    Fisher for independent items, Rao-Scott for clustered ones), and the flag: ``induced(acc)``
-    (the metric the per-group accuracies alone would produce) against ``bias(key dict)``
-    (absolute value). ``items``: the item table of :func:`group_rates` (with ``cluster``);
-    without it the items are taken as independent (counts from ``rates``). The Rao-Scott
-    p-value of fewer than ``min_test_clusters`` clusters is null (``interval_note``)."""
+    interval, the difference test (default Pearson / Fisher, Rao-Scott for clustered
+    ``items``; ``test`` overrides) and the flag, ``induced(acc)`` against ``bias(key)``. The
+    Rao-Scott p-value is null below ``min_test_clusters`` clusters."""
     by_key = {}
     if items is not None and items.height:
         for key, part in items.group_by(list(keys)):

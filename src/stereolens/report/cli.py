@@ -40,9 +40,7 @@ def report_config(sections: dict) -> dict:
 
 def always_written() -> dict:
     """A validated config with every optional part of each benchmark off (each report
-    module's ``ALWAYS_WRITTEN``): its plug-ins' report_tables of it are the tables every
-    run of the benchmark writes (what a report without --configfile expects of a benchmark
-    whose tables are there)."""
+    module's ``ALWAYS_WRITTEN``): its report_tables are those every run writes."""
     from stereolens.report.render import benchmark_modules
 
     return report_config({m.KEY: getattr(m, "ALWAYS_WRITTEN", {}) for m in benchmark_modules()})

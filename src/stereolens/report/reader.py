@@ -112,10 +112,8 @@ class ReaderBlock:
 def distinct_counts(
     corrected: pl.DataFrame, keys: Sequence[str], where: pl.Expr | None = None
 ) -> tuple[int, int]:
-    """(human-labelled items, items read) of a corrected table, each item once: the rows
-    ``where`` selects, the largest n_human and n_items within each combination of ``keys``
-    (the rows of one such combination are readings of the same items: ContextBias's
-    dimensions of one role x condition), summed over the combinations."""
+    """(human-labelled items, items read) of a corrected table, each item once: over the
+    rows ``where`` selects, the largest n_human and n_items per ``keys``, summed."""
     part = corrected if where is None else corrected.filter(where)
     if part.height == 0:
         return 0, 0
@@ -317,11 +315,9 @@ def corrected_block(
     digits: int = 3,
     formulas: str = "",
 ) -> ReaderBlock:
-    """A benchmark's block from the headline rows of its corrected table (the rows of the
-    ``headlines`` metrics; ``unit``: the column of the models ranked, ``scope``: the key
-    columns a ranking is made within; ``counts``: (human-labelled, read) distinct items,
-    :func:`distinct_counts` of the whole table; ``formulas``: the benchmark's caption line,
-    ``{minimum}`` filled in)."""
+    """A benchmark's block from the rows of its corrected table's ``headlines`` metrics
+    (``unit``, ``scope``: as headline_table; ``counts``: :func:`distinct_counts`;
+    ``formulas``: the caption line, ``{minimum}`` filled in)."""
     table = headline_table(corrected, headlines, unit=unit, scope=scope)
     rows, hidden, flags = _screen_rows(table, digits)
     withheld = int(table["interval_note"].is_not_null().sum())

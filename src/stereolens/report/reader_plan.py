@@ -84,12 +84,9 @@ _PLANS: dict[str, list[dict]] = {}
 
 
 def planner_part(config: dict, key: str) -> dict | None:
-    """The benchmark's part of stereolens.plan.reader_plan(config): the human labels
-    `stereolens plan --configfile <the run's config>` prints for it (per model, the
-    benchmark's reader_sample target width, allocation and disagreement). None where the
-    planner prints nothing for it: no reader design (the LVLM), or a config naming no
-    models (a report of a results folder without the run's config). reader_plan runs once
-    per config (it counts the run's jobs: seconds)."""
+    """The benchmark's part of stereolens.plan.reader_plan(config) (computed once per
+    config): the human labels `stereolens plan` prints for it; None where it prints nothing
+    (no reader design, or a config naming no models)."""
     from stereolens.benchmark import benchmarks, resolve
 
     memo = json.dumps(config, sort_keys=True, default=str)
@@ -191,10 +188,8 @@ def plan_block(
     planned: dict | None = None,
 ) -> ReaderBlock:
     """A benchmark's block without human labels: its numbers assume a perfect reader, and
-    the labels to collect: the planner's (``planned``, :func:`planner_part`: the number
-    `stereolens plan` prints), where it has them; else :func:`labels_needed` from the
-    ``disagreement`` its ``audit`` measured, else DEFAULT_DISAGREEMENT, said to be the
-    report's estimate. ``what``: the items, in words ("images")."""
+    the labels to collect: the planner's (``planned``) where it has them, else
+    :func:`labels_needed` from the audit's ``disagreement`` or DEFAULT_DISAGREEMENT."""
     cfg = config_key or key
     head = (
         f"The numbers assume a perfect reader: no human labels were given "

@@ -45,9 +45,7 @@ log = logging.getLogger(__name__)
 
 def benchmark_modules() -> list[ModuleType]:
     """The report module of every registered benchmark (its plug-in's ``report_sections``),
-    in page order (the plug-in table's). All of them, not only those the config enables:
-    a module's ``enabled`` decides from the tables whether its part shows, and the first
-    screen says "not in this run" for the others."""
+    in page order, enabled or not (a module's ``enabled`` decides from the tables)."""
     return [importlib.import_module(p.report_sections) for p in benchmarks() if p.report_sections]
 
 

@@ -51,10 +51,8 @@ class CheckResult:
 
 
 def goodness_of_fit(results: list[CheckResult]) -> dict[str, float]:
-    """Predicted against observed rejection rates over ``results`` (independent cases):
-    chi2 = sum of z^2 with ``rows`` degrees of freedom and its upper-tail p-value, and the
-    mean z (observed - predicted: below 0, the planner promises more rejections than the
-    pipeline makes)."""
+    """Predicted against observed rejection rates over ``results``: chi2 = sum of z^2 on
+    ``rows`` degrees of freedom, its p-value and the mean z (observed - predicted)."""
     z = np.array([r.z for r in results], dtype=float)
     chi2 = float((z**2).sum())
     return {

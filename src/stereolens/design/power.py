@@ -15,9 +15,8 @@ import numpy as np
 # `stereolens` command imports this module when it builds its parser (plan's options)
 
 DEFAULT_SIMULATIONS = 200
-"""Simulated datasets per design point. At 80% power the Monte Carlo error of a rejection
-rate is then 0.028 and that of an MDE about 6% of its value (from the error of the
-estimated spread, 1/sqrt(2 x 200) = 5%, and of the rate)."""
+"""Simulated datasets per design point (at 80% power an MDE's Monte Carlo error is about
+6% of its value)."""
 DEFAULT_LEVEL = 0.05
 DEFAULT_POWER = 0.80
 DEFAULT_SEED = 0
@@ -371,10 +370,9 @@ def required_size(
     seed: int = DEFAULT_SEED,
     limit: int | None = None,
 ) -> Requirement:
-    """The smallest value of the design's sample-size key at which the named effect, at
-    population size ``target``, is detected with ``power``: doubling from the configured
-    value, then bisection, each candidate judged on ``sims`` simulated datasets drawn with
-    the same seed (common random numbers across sizes)."""
+    """The smallest value of the design's sample-size key at which the named effect of size
+    ``target`` is detected with ``power``: doubling, then bisection, on ``sims`` datasets
+    with common random numbers across sizes."""
     check_options(level, power, sims)
     spec = next((s for s in design.specs() if s.name == name), None)
     if spec is None:

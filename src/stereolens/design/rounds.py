@@ -304,10 +304,9 @@ def decide_round(
     current: pl.DataFrame,
     previous: Sequence[pl.DataFrame] = (),
 ) -> pl.DataFrame:
-    """Round ``round_``'s decision table: one row per cell of ``current`` (the interim
-    estimate: keys, cell, effect, estimate, se, df), its critical value from the
-    information of the cell's rows in ``previous`` (rounds 1..round_ - 1) and this one.
-    Columns: DECISION_COLUMNS, then the cell keys and EXTRA_COLUMNS."""
+    """Round ``round_``'s decision table, one row per cell of ``current`` (keys, cell,
+    effect, estimate, se, df), critical values from the information in ``previous`` and
+    this round. Columns: DECISION_COLUMNS, the cell keys, EXTRA_COLUMNS."""
     import numpy as np
     import polars as pl
 

@@ -74,10 +74,8 @@ def _apart(a: float, b: float, digits: int) -> int:
 
 def ordering(ranks: pl.DataFrame, pairs: pl.DataFrame | None = None, digits: int = 3) -> str:
     """'a [1-2] ≈ b [1-2] < c [3]': the models of one family in rank order, '≈' inside a
-    group, '<' between groups (less biased first), '?' between two models whose test is
-    withheld at this size (``pairs``: the family's comparisons; a model whose every test is
-    withheld gets no rank interval). Estimates print with ``digits`` decimals, more where two
-    models on either side of a '<' would otherwise print alike."""
+    group, '<' between groups, '?' where the test is withheld (``pairs``); estimates with
+    ``digits`` decimals, more where two sides of a '<' would print alike."""
     withheld: set[frozenset] = set()
     tested: set[str] = set()
     if pairs is not None:

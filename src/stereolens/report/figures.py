@@ -25,10 +25,9 @@ def finite(value: Any) -> bool:
 def columns_by(
     frame, key: str | tuple[str, ...], order: Sequence, *, lenient: bool = False
 ) -> Callable[[str], list]:
-    """``col(name)``: the ``name`` value of the frame's row for each key of ``order``, None
-    where no row has that key. Rows are keyed by the ``key`` column (a tuple of columns: by
-    the tuple of their values; of rows with the same key the last counts). ``lenient``: a
-    column the frame lacks reads as None too (else KeyError)."""
+    """``col(name)``: the ``name`` value of the frame's row for each key of ``order`` (rows
+    keyed by ``key``, a column or tuple of columns; the last row counts), None where no row
+    has it; ``lenient``: a missing column reads as None too (else KeyError)."""
     if isinstance(key, str):
         got = {r[key]: r for r in frame.to_dicts()}
     else:
@@ -72,10 +71,9 @@ def interval_panel(
     offset: float = 0.0,
     label: str | None = None,
 ) -> None:
-    """One row per label (top to bottom): the estimate as a dot, its interval as a line;
-    ``floor`` / ``floor_high`` (a noise floor: the null mean and its 95th percentile) as a
-    grey bar from floor to floor_high, or a grey tick at floor alone; ``reference`` a
-    dashed vertical line (e.g. 0 for a difference)."""
+    """One row per label (top to bottom): the estimate as a dot, its interval as a line,
+    ``floor`` / ``floor_high`` as a grey bar (or a tick at floor alone), ``reference`` as a
+    dashed vertical line."""
     ys = [i + offset for i in range(len(labels))]
     for i, y in enumerate(ys):
         if floor is not None and finite(floor[i]):

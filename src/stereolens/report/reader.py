@@ -128,10 +128,8 @@ def _excludes(low, high, null: float) -> bool | None:
 
 
 def _reliable(corrected: pl.DataFrame) -> pl.Expr:
-    """The rows whose corrected interval may be printed: corrected.parquet's
-    ``interval_reliable``; a table written before that column existed, n_human >=
-    MIN_HUMAN_RELIABLE (exact for a one-cell row, an upper bound on a cell's labels
-    otherwise)."""
+    """The rows whose corrected interval may be printed: ``interval_reliable``, else (an
+    older table) n_human >= MIN_HUMAN_RELIABLE."""
     if "interval_reliable" in corrected.columns:
         return pl.col("interval_reliable").fill_null(False)
     return pl.col("n_human") >= min_reliable()

@@ -189,11 +189,9 @@ def render_report(
     galleries: bool = True,
     shown_config: dict | None = None,
 ) -> dict:
-    """Write index.html to ``out_path`` with figures/, tables/ and galleries/ beside it.
-    ``inputs``: the files to read (see stereolens.report.inputs.standard_paths for the
-    names); ``config``, ``shown_config``: as :func:`build_report`; ``cache_dir``: where
-    thumbnails are kept between runs (None = made afresh). Returns the paths written and
-    counts, with the seconds each step took."""
+    """Write index.html to ``out_path`` with figures/, tables/ and galleries/ beside it
+    (``config``, ``shown_config``: as :func:`build_report`; ``cache_dir``: thumbnails kept
+    between runs). Returns the paths written and counts, with each step's seconds."""
     t0 = time.perf_counter()
     if not isinstance(inputs, Inputs):
         inputs = Inputs(inputs, roots=[Path.cwd()])

@@ -18,9 +18,8 @@ MODEL_COLUMNS = ["role", "name", "kind", "backend", "model", "revision", "weight
 
 
 def registry_entries(inputs: Inputs, config: dict) -> dict[str, dict] | None:
-    """name -> {"kind", "fingerprint"} of the run's models: given by the workflow (a param
-    of render_report: only the run's models, so a registry edit elsewhere rebuilds
-    nothing), else read from the registry file (``stereolens report --registry``)."""
+    """name -> {"kind", "fingerprint"} of the run's models: given by the workflow, else
+    read from the registry file."""
     if inputs.models is not None:
         return inputs.models
     from stereolens.models.registry import load_registry

@@ -4,7 +4,6 @@ stage x benchmark x model, next to the planner's figures; the sources are in doc
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import polars as pl
 
+from stereolens.atomic import read_jsonl
 from stereolens.layout import ROOT, Layout
 from stereolens.models.job import TIMING_FILE, read_job_timing
 
@@ -116,19 +116,10 @@ def _load_from_log(path: Path) -> float | None:
     return float(found[-1]) if found else None
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    records = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                records.append(json.loads(line))
-    return records
-
-
 def _answer_job(jsonl_path: Path, log_path: Path) -> dict[str, Any]:
     """The timing of an extraction or VQA job of an older stereolens, which wrote no timing
     record: the seconds its records carry, the load time from them or its log."""
-    records = _read_jsonl(jsonl_path)
+    records = read_jsonl(jsonl_path)
     # VQA writes one row per image x person position; count images
     images = {r.get("image_id") for r in records}
     items = len(images) if None not in images else len(records)

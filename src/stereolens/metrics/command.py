@@ -41,9 +41,8 @@ def add_metrics_command(
     example: str,
 ) -> argparse.ArgumentParser:
     """Add `metrics` with ``--out DIR`` and ``--preset`` to ``sub``; the caller adds its
-    inputs. ``compute(args, section)`` (``section``: the benchmark's config section as the
-    schema's defaults fill it under the preset) returns file stem -> table, and nothing is
-    written before it returns, so a failure leaves no partial set of tables."""
+    inputs. ``compute(args, section)`` returns file stem -> table, all written after it
+    returns (a failure leaves no partial set)."""
     m = sub.add_parser("metrics", help=help, description=description)
     m.add_argument("--out", required=True, metavar="DIR", help="output directory")
     add_preset_option(m, benchmark, example)
@@ -226,9 +225,8 @@ SIMULATE_SETTINGS = (
     "reader_correction.flip_fraction",
     "reader_correction.seed",
 )
-"""The reader_correction keys `simulate-human-labels` reads (settings_json keys: the
-workflow's simulate rules pass only these, so that a change to the correction's own
-settings, e.g. replicates, does not redraw the simulated labels)."""
+"""The reader_correction keys `simulate-human-labels` reads (all the workflow's simulate
+rules pass, so other correction settings do not redraw the simulated labels)."""
 
 
 def _run_simulate(benchmark, reader, args: argparse.Namespace) -> int:

@@ -58,9 +58,8 @@ def _pairs(models: list[str], variants: Mapping[str, str]) -> list[tuple[str, st
 
 
 def holm(p: np.ndarray) -> np.ndarray:
-    """Holm-adjusted p-values: the i-th smallest of m times (m - i + 1), made monotone and
-    capped at 1 (the same values as statsmodels' multipletests(method="holm"), without its
-    garbage collection per call); NaN stays NaN and is not counted in the family."""
+    """Holm-adjusted p-values (as statsmodels' multipletests(method="holm")); NaN stays NaN
+    and is not counted in the family."""
     p = np.asarray(p, dtype=float)
     out = np.full(p.shape, np.nan)
     ok = np.flatnonzero(np.isfinite(p))

@@ -29,8 +29,7 @@ def labelled_cells(
     reader: pl.DataFrame, human: pl.DataFrame, keys: Sequence[str] = ()
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(the reader rows of the cells, ``keys`` x attribute, whose every stratum has
-    MIN_LABELLED human-labelled items; one row per cell left out, with n_items and n_human):
-    build_cells refuses a cell short of labels, a benchmark's table reports the rest."""
+    MIN_LABELLED human labels; one row per cell left out, with n_items and n_human)."""
     cell = [*keys, "attribute"]
     items = reader.select(*cell, "item_id", "stratum").unique()
     seen = human.select("item_id", "attribute").unique().with_columns(pl.lit(1).alias("_h"))
@@ -106,9 +105,7 @@ def metric_table(
     **options,
 ) -> pl.DataFrame:
     """One row per (key dict, cells, functional, bounds) of ``rows``: the key columns, then
-    METRIC_COLUMNS (``estimator``, corrected_metric or, for a metric that is not smooth in
-    the shares, corrected_metric_double, with ``options``: replicates, seed, lam,
-    off_simplex, ci, interval, fixed_strata)."""
+    METRIC_COLUMNS by ``estimator`` (corrected_metric or corrected_metric_double)."""
     out = []
     for key, cells, functional, bounds in rows:
         out.append({**key, **estimator(cells, functional, bounds=bounds, **options)})

@@ -28,8 +28,7 @@ GAP_COLUMNS = [
 CLUSTER = "cluster"
 MIN_CLUSTERS = 5
 """Clusters per group below which a group's accuracy, precision and F1 intervals are withheld
-when its items are clustered (measured on the story-reading world, stories = clusters: 2
-stories 89.5-93.0%, 3 stories 92.5-97.0%, 5 stories 93.0-96.0%; bench/COVERAGE.md)."""
+when its items are clustered (measured on the story-reading world, bench/COVERAGE.md)."""
 MIN_F1_ITEMS = 20
 """Independent items per group below which the F1 interval is withheld (measured, stated
 grouping, accuracy 0.85: 84.0% at 10 items, 94.0% at 20, 97.0% at 40; bench/COVERAGE.md)."""
@@ -229,10 +228,8 @@ def induced_shares(accuracy) -> np.ndarray | None:
 
 
 def difference_test(correct: np.ndarray, total: np.ndarray) -> tuple[str, float]:
-    """(test, p) of equal accuracy across groups from per-group correct and total counts:
-    Fisher's exact test for two groups with an expected count below 5, else Pearson's
-    chi-squared on the groups x (correct, wrong) table; p = 1 when accuracy is the same
-    everywhere (a constant column)."""
+    """(test, p) of equal accuracy across groups: Fisher's exact test for two groups with an
+    expected count below 5, else Pearson's chi-squared; p = 1 where accuracy is constant."""
     from scipy import stats
 
     table = np.stack([correct, total - correct], axis=1).astype(float)

@@ -42,11 +42,9 @@ KEY_SCHEMA = {
     "schema_version": pl.String,
     "seed": pl.Int64,
 }
-"""key.parquet, one row per set. position = place of the set in the form (1-based);
-image_ids / image_paths in the order the form shows them; dimensions = the questions asked
-of the set. role, condition, model: the cell the set was drawn from (ContextBias: role x
-condition x generator; BiasIG: scoring unit x visibility x variant); schema_version: the
-vocabulary's version."""
+"""key.parquet, one row per set: position in the form (1-based), image_ids / image_paths as
+shown, the dimensions asked, the cell it was drawn from (role, condition, model) and the
+vocabulary's schema_version."""
 
 
 # ============================================================================ the form
@@ -135,10 +133,8 @@ def write_form(
     **form: object,
 ) -> dict[str, Path]:
     """Write ``form.html`` and ``key.parquet`` (KEY_SCHEMA) into ``out_dir`` for the sets
-    ``drawn``: ((role, condition, model), its images' rows with image_id and image_path in
-    the order shown, the dimensions asked of it), shown in an order drawn from ``seed``,
-    named by a hash of ``name``, the seed and the images (the sample id). ``version``: the
-    vocabulary's version (the key's schema_version); ``form``: render_form's options."""
+    ``drawn`` ((role, condition, model), image rows, dimensions), in an order drawn from
+    ``seed``; ``version``: the key's schema_version; ``form``: render_form's options."""
     order = np.random.default_rng(seed).permutation(len(drawn))
     drawn = [drawn[i] for i in order]
     sample_id = stable_id(name, seed, *(i for _, g, _ in drawn for i in g["image_id"]), length=8)
@@ -206,11 +202,9 @@ def _normalise(text: str) -> str:
 def normalise_label(
     text: str, vocabulary: tuple[str, ...] | None, no_answer: Collection[str] = NO_ANSWER
 ) -> str | None:
-    """A human answer as a label: lower-cased, whitespace collapsed; ``no_answer`` spellings
-    (unknown, none, not visible, "unknown / not visible", n/a) become ``unknown``. A closed
-    vocabulary is matched without regard to case, and spaces may stand for underscores
-    ("young adult"), returning the vocabulary's own spelling ("east asian" -> "East
-    Asian"); None when the label is not in it."""
+    """A human answer as a label: lower-cased, whitespace collapsed, ``no_answer`` spellings
+    as ``unknown``; in a closed vocabulary (case-blind, spaces for underscores) its own
+    spelling, None when not in it."""
     label = _normalise(text)
     if label in no_answer:
         return UNKNOWN

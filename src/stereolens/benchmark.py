@@ -47,9 +47,8 @@ class Job:
 
 @dataclass(frozen=True)
 class Size:
-    """The model jobs of one stage and model of a run, counted arithmetically (no job
-    list built): what the ceiling check (stereolens.plan.check_ceiling) reads before the
-    workflow or the planner enumerates anything."""
+    """The model jobs of one stage and model of a run, counted without building a job list
+    (for stereolens.plan.check_ceiling)."""
 
     stage: str
     model: str

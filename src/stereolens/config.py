@@ -16,10 +16,9 @@ CONFIG_SCHEMA = resource("schemas", "config.schema.yaml")
 
 
 def config_schema() -> dict[str, Any]:
-    """The config schema: config.schema.yaml with the section of every registered
-    benchmark that ships its own (its plug-in's config_schema) under its name; a section
-    whose schema says ``x-required: true`` must be in the config, and the properties of its
-    ``x-report-galleries`` join report.galleries (its galleries' sample sizes)."""
+    """config.schema.yaml with each registered benchmark's config_schema under its name
+    (``x-required: true``: the section must be given; ``x-report-galleries``' properties
+    join report.galleries)."""
     from stereolens.benchmark import benchmarks
 
     fragments = tuple((p.name, p.config_schema) for p in benchmarks() if p.config_schema)
@@ -128,9 +127,7 @@ model_index.json, transformers and vLLM checkpoints config.json); a GGUF file co
 
 def _local_problem(spec: ModelSpec) -> str | None:
     """What is wrong with an entry's local ``model:`` path (None: fine, not a local path, or
-    built by the workflow's build_tiny_model rule when missing). A local path is a pkg://
-    folder, one starting with ., / or ~, one of more than two parts (a hub id has at most
-    two: org/name) or one that exists."""
+    built by the workflow's build_tiny_model rule)."""
     from stereolens.models.registry import PACKAGE_SCHEME, resolve_model_location
 
     if spec.backend == "openai" or not spec.model or spec.get("build"):

@@ -60,10 +60,9 @@ class Parsed:
 
 @dataclass(frozen=True)
 class Layout:
-    """The output paths of one benchmark. ``templates``: name -> path under
-    results/<benchmark>/ with Snakemake-style ``{wildcards}``; ``jobs``: the names among them
-    whose files are model-job outputs (:class:`JobFolder`). ``layout.<name>`` is the
-    Snakemake pattern of a template, e.g. "results/contextbias/metrics/{table}.parquet"."""
+    """The output paths of one benchmark: ``templates``, name -> path under
+    results/<benchmark>/ with ``{wildcards}`` (``layout.<name>`` its Snakemake pattern);
+    ``jobs``: those whose files are model-job outputs."""
 
     benchmark: str
     templates: Mapping[str, str]

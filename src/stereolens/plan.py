@@ -71,11 +71,9 @@ LIMITS = {"jobs": "max_jobs", "images": "max_images", "gpu_hours": "max_gpu_hour
 def size(
     config: dict[str, Any], registry: dict, throughput: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The size of a validated config by arithmetic, from each plug-in's ``size`` (memory
-    that does not grow with the run): ``jobs`` (every model job), ``images`` (generated),
-    ``gpu_hours`` (of the models with a throughput figure) and ``parts``, (benchmark,
-    stage, jobs, images, GPU-hours) per benchmark and stage. A plug-in without ``size`` is
-    counted from its job list."""
+    """The size of a validated config from each plug-in's ``size`` (else its job list):
+    ``jobs``, ``images``, ``gpu_hours`` and ``parts``, (benchmark, stage, jobs, images,
+    GPU-hours) per benchmark and stage."""
     throughput = throughput or {"entries": {}}
     parts: dict[tuple[str, str], list[float]] = {}
     for plugin, sizes in benchmark_sizes(config):

@@ -99,10 +99,9 @@ def section_defaults(benchmark: str, preset: str | Mapping | None = None) -> dic
 
 
 def settings_json(section: Mapping, keys: tuple[str, ...]) -> str:
-    """``keys`` of a validated section as one JSON mapping (what the workflow's rules pass
-    to a benchmark's metrics CLI as ``--preset``), keys sorted: a change reruns the rule.
-    A key "a.b" passes only the key b of the mapping a (the CLI fills the rest of a from
-    the schema's defaults), so that a change to another key of a reruns nothing."""
+    """``keys`` of a validated section as one sorted JSON mapping (the workflow's
+    ``--preset``); a key "a.b" passes only b of the mapping a, so other keys of a rerun
+    nothing."""
     out: dict[str, Any] = {}
     for key in keys:
         head, _, tail = key.partition(".")

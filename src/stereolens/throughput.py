@@ -165,9 +165,8 @@ def _job(output: Path, stage: str, log_path: Path) -> dict[str, Any] | None:
 def _job_row(
     layout: Layout, output: Path, results_dir: Path, benchmarks_dir: Path, logs_dir: Path
 ) -> dict[str, Any] | None:
-    """The JOB_SCHEMA row of one job: ``output`` its shard folder (generation) or its .jsonl
-    output (extraction, VQA, LVLM) under ``results_dir``, a path of a job template of the
-    benchmark's ``layout``; None for another path, a work folder or a job without timing."""
+    """The JOB_SCHEMA row of the job whose ``output`` (shard folder or .jsonl) is at a job
+    template of ``layout``; None for another path, a work folder or a job without timing."""
     rel_results = output.relative_to(results_dir).as_posix()
     found = layout.job(f"{ROOT}/{rel_results}")
     if found is None or any(
@@ -238,9 +237,8 @@ def collect_job_outputs(
     benchmarks_dir: str | Path | None = None,
     logs_dir: str | Path | None = None,
 ) -> pl.DataFrame:
-    """The JOB_SCHEMA rows of the named job outputs only (generation shard folders and
-    .jsonl outputs under ``results_dir``), without walking the results folder: the rule
-    that gathers a run's timings declares these outputs as its inputs."""
+    """The JOB_SCHEMA rows of the named job outputs only, without walking the results
+    folder."""
     results_dir, benchmarks_dir, logs_dir = _dirs(results_dir, benchmarks_dir, logs_dir)
     layouts = job_layouts()
     rows = []

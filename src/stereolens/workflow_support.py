@@ -181,9 +181,8 @@ def check_results_intact(configfiles=(), root: str = "results", warn_only: bool 
 
 
 def check_inputs(paths) -> None:
-    """Refuse to start a job whose parquet or JSON-lines input under results/ is damaged
-    (truncated, cut mid-line), naming each such file and the command that mends it
-    (stereolens.damage): a few bytes read per file, before the job reads any of them."""
+    """Refuse to start a job whose parquet or JSON-lines input under results/ is damaged,
+    naming each such file and the command that mends it (stereolens.damage)."""
     from stereolens.damage import in_results, require_intact
 
     # outputs of the workflow only: a hand-written JSON-lines input (annotation answers)

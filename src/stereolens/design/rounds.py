@@ -45,9 +45,8 @@ def in_rounds(config: dict) -> list[Benchmark]:
 
 @dataclass(frozen=True)
 class Budget:
-    """What design.adaptive.gpu_hours_cap does to a run (:func:`budget`): per benchmark in
-    rounds its shards per cell configured and at the cap, and the run's GPU-hours by the
-    planner's cost model (stereolens.cost.benchmark_hours)."""
+    """What design.adaptive.gpu_hours_cap does to a run (:func:`budget`): shards per cell
+    configured and at the cap per benchmark in rounds, and the run's GPU-hours."""
 
     cap: float | None
     """design.adaptive.gpu_hours_cap (None: the configured sizes are the cap)."""
@@ -366,9 +365,8 @@ benchmark's shards per cell configured and at the cap."""
 
 
 def collect(tables: Sequence[pl.DataFrame], at: Budget | None = None) -> pl.DataFrame:
-    """The run's decision table: every round of every group, sorted by benchmark, the
-    round's group, cell and round; with ``at`` (the workflow's :func:`budget`) the
-    :data:`BUDGET_COLUMNS`."""
+    """The run's decision table, every round of every group, sorted; with ``at`` (the
+    workflow's :func:`budget`) the :data:`BUDGET_COLUMNS`."""
     import polars as pl
 
     frames = [t for t in tables if t.height]

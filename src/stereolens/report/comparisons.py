@@ -147,9 +147,8 @@ def _families(cmp: pl.DataFrame | None, ranks: pl.DataFrame) -> list[Family]:
 
 
 def blocks(inputs: Inputs, modules: Sequence[ModuleType]) -> list[Block]:
-    """One block per benchmark whose metrics wrote a ranks table: its families of
-    two or more models (the first screen leaves out the others), or one line saying that a
-    single model leaves nothing to compare."""
+    """One block per benchmark with a ranks table: its families of two or more models, or a
+    line saying a single model leaves nothing to compare."""
     out = []
     for mod in modules:
         cmp, ranks = _tables(inputs, mod.KEY)

@@ -110,9 +110,8 @@ def withheld_text(note: Any, short: bool = True) -> str:
 
 
 def format_interval(est: Any, lo: Any, hi: Any, digits: int = 3, note: Any = None) -> str:
-    """ "est [lo, hi]"; the interval is left out when either end is missing (an interval
-    may lie wholly above or below its estimate: it is shown as it is), and where ``note``
-    (an ``interval_note``) says why, "est (interval withheld: ...)"."""
+    """ "est [lo, hi]" (shown as it is), "est" when an end is missing, or with a ``note``
+    "est (interval withheld: ...)"."""
     text = format_value(est, digits)
     if finite(lo) and finite(hi):
         text += f" [{lo:.{digits}f}, {hi:.{digits}f}]"

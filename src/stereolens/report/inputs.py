@@ -16,9 +16,8 @@ RESULTS = f"{ROOT}/"
 
 
 def standard_paths() -> dict[str, str]:
-    """name -> path relative to a results folder of every file a report can read: each
-    registered benchmark's report_paths (stereolens.benchmark), then the run's job
-    timings."""
+    """name -> path relative to a results folder of every file a report can read (each
+    benchmark's report_paths, the adaptive tables and the job timings)."""
     from stereolens.benchmark import benchmarks
 
     out = {

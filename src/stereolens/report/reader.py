@@ -69,9 +69,8 @@ class Headline:
 
 @dataclass
 class ReaderBlock:
-    """One benchmark's part of the block: with human labels its headline ``table`` (one row
-    per model x metric x scope: naive, corrected, their intervals, counts, flags); without
-    them the ``plan`` sentence."""
+    """One benchmark's part of the block: its headline ``table`` with human labels, else the
+    ``plan`` sentence."""
 
     key: str
     title: str

@@ -54,9 +54,8 @@ PLAN_CAPTION = (
 
 
 def audit_disagreement(rates: pl.DataFrame | None) -> float | None:
-    """1 - the pooled accuracy (n_correct / n_items over the groups of one grouping) of a
-    reader audit's per-group rates (stereolens.metrics.group_audit.RATE_COLUMNS), the
-    largest over the readers, models and groupings it audits; None without one."""
+    """1 - the pooled accuracy of a reader audit's per-group rates, the largest over its
+    readers, models and groupings; None without one."""
     if rates is None or rates.height == 0 or not {"n_items", "n_correct"} <= set(rates.columns):
         return None
     keys = [
@@ -137,9 +136,8 @@ def _planned_count(part: dict, n_items: int, what: str, measured: str) -> str:
 
 
 def _printable(part: dict) -> str:
-    """The plan's labels for printed corrected intervals (sample_design.printable_counts),
-    its cells that never reach their minimum and the count it recommends; empty for a part
-    without them."""
+    """The plan's printable_counts sentence (labels, cells short, count recommended); empty
+    for a part without them."""
     rows = part["rows"]
     if not rows or "n_printable" not in rows[0]:
         return ""

@@ -92,9 +92,8 @@ def build_report(
     galleries: bool = True,
     shown_config: dict | None = None,
 ) -> Report:
-    """Everything the page shows, as data (nothing written). ``config``: a validated config
-    (stereolens.config: the run's, or validate_report_config of one made from the tables);
-    ``shown_config``: the config the run section shows, when not ``config`` itself."""
+    """Everything the page shows, as data (nothing written); ``shown_config``: the config
+    the run section shows, when not the validated ``config``."""
     entries = run.registry_entries(inputs, config)
     modules = benchmark_modules()
     active = [b for b in modules if b.enabled(inputs, config)]

@@ -143,9 +143,8 @@ def throughput_figure(summary: pl.DataFrame) -> Figure | None:
 
 
 def truncation_line(jobs: pl.DataFrame | None) -> str | None:
-    """The report's count of images whose prompt a text encoder cut (CLIP's 77 tokens, T5's
-    max_sequence_length), from the generation jobs' timing.json; None when no job of the
-    run recorded it (jobs of an older stereolens)."""
+    """The count of images whose prompt a text encoder cut, from the generation jobs'
+    timing.json; None when no job recorded it."""
     if jobs is None or "prompts_truncated" not in jobs.columns:
         return None
     every = jobs.filter(pl.col("stage") == "generate")

@@ -210,9 +210,8 @@ HOOKS = ("enabled", "check", "jobs", "targets", "models", "report_tables", "size
 
 @lru_cache(maxsize=1)
 def plugins() -> dict[str, str]:
-    """Benchmark name (its config section and its results/ folder) -> "module:attribute" of
-    its plug-in: the built-ins in their order, then every other entry point of the group
-    ``stereolens.benchmarks`` sorted by name. Read once per process."""
+    """Benchmark name -> "module:attribute" of its plug-in: the built-ins in order, then the
+    other ``stereolens.benchmarks`` entry points by name; read once per process."""
     table = dict(BUILT_IN)
     found = {}
     # every entry point, also where two distributions declare one name (stereolens's own

@@ -327,9 +327,8 @@ def tsv(rows: list[CheckRow]) -> str:
 
 # ------------------------------------------------------------------ command line
 def quiet_progress_bars() -> None:
-    """No loading bars and no library chatter (diffusers' and transformers' own warnings,
-    e.g. that float16 is slow on a CPU) between the table's rows; stereolens' warnings
-    (settings without effect) stay."""
+    """No loading bars and no diffusers / transformers chatter between the table's rows;
+    stereolens' own warnings stay."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         from diffusers.utils import logging as diffusers_logging

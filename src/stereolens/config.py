@@ -63,9 +63,8 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def validate_report_config(config: dict[str, Any]) -> dict[str, Any]:
-    """A report's config made from a results folder (`stereolens report --results` without
-    the run's config), validated in place and filled with defaults as a run's is, against
-    :func:`report_schema`: the tables show only part of a run."""
+    """A report's config made from a results folder, validated in place and filled with
+    defaults against :func:`report_schema`."""
     return _validated(config, report_schema())
 
 
@@ -111,9 +110,8 @@ def _validated(config: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]
 
 
 def check_models(config: dict[str, Any], registry: dict[str, ModelSpec]) -> None:
-    """Every model the config names exists in the registry with the right kind, and each
-    enabled benchmark's own input is sound: each plug-in checks its part
-    (stereolens.benchmark)."""
+    """Every model the config names is in the registry with the right kind, and each
+    enabled plug-in's own check passes."""
     from stereolens.benchmark import benchmarks
 
     for plugin in benchmarks(config):
@@ -160,9 +158,8 @@ def _local_problem(spec: ModelSpec) -> str | None:
 def model_source_problems(
     config: dict[str, Any], registry: dict[str, ModelSpec], environ=os.environ
 ) -> tuple[list[str], list[str]]:
-    """What would fail every job of a model the run uses, known before any job: (local
-    model paths that are missing or hold no model, API key variables that are not set),
-    one line each naming the model, its role and the registry key."""
+    """What would fail every job of a model the run uses (a missing local model, an unset
+    API key variable), one line each naming the model, its role and the registry key."""
     from stereolens.benchmark import model_roles
 
     roles: dict[str, list[str]] = {}

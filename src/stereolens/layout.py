@@ -35,9 +35,8 @@ under these names (``reader_report_paths`` reads them)."""
 
 @dataclass(frozen=True)
 class JobFolder:
-    """A template whose files are model-job outputs: the stage the measured throughput
-    files them under (also the folder of their logs and benchmark files) and the key that
-    names the model that ran them."""
+    """A template whose files are model-job outputs: their throughput stage (and log
+    folder) and the key that names the model that ran them."""
 
     stage: str
     model_key: str = "model"
@@ -45,8 +44,7 @@ class JobFolder:
 
 def extractor_jobs(template: str, stage: str) -> dict[str, JobFolder]:
     """The model-job templates of a benchmark whose images an extractor reads: the shared
-    generation shards (``image_shard``, stage generate) and the extractor's outputs
-    (``template``, filed under ``stage``, named by the ``extractor`` key)."""
+    generation shards and the extractor's ``template`` under ``stage``."""
     return {"image_shard": JobFolder("generate"), template: JobFolder(stage, model_key="extractor")}
 
 

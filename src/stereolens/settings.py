@@ -30,9 +30,8 @@ def _merge(base: Mapping, over: Mapping) -> dict:
 
 
 def preset_values(benchmark: str, preset: str | Mapping | None) -> dict[str, Any]:
-    """The section keys a preset sets: ``preset`` is a shipped name (a file
-    ``<name>.yaml`` in the benchmark's presets folder), a YAML file's path, a mapping, or
-    the text of a JSON mapping (what the workflow's rules pass)."""
+    """The section keys a preset sets: ``preset`` a shipped name, a YAML file's path, a
+    mapping or a JSON mapping's text."""
     from stereolens.benchmark import benchmark as plugin
 
     if preset is None:

@@ -143,9 +143,8 @@ def _answer_job(jsonl_path: Path, log_path: Path) -> dict[str, Any]:
 
 
 def _job(output: Path, stage: str, log_path: Path) -> dict[str, Any] | None:
-    """The timing of the job that wrote ``output``: its timing record
-    (stereolens.models.job.read_job_timing), else, for an extraction or VQA job of an older
-    stereolens, :func:`_answer_job`."""
+    """The timing of the job that wrote ``output``: its timing record, else (an older
+    extraction or VQA job) :func:`_answer_job`."""
     record = read_job_timing(output)
     if record is None:
         return None if stage == "generate" else _answer_job(output, log_path)

@@ -40,9 +40,8 @@ def final_targets(config: dict) -> list[str]:
 
 
 def report_inputs(config: dict) -> dict[str, str]:
-    """Every file the report reads, by the name stereolens.report.inputs gives it: the
-    report tables of every benchmark the config enables, the run's job timings and the
-    planner's throughput table (when the workflow has one)."""
+    """Every file the report reads, by its stereolens.report.inputs name: the enabled
+    benchmarks' report tables, the job timings and the throughput table (if any)."""
     from stereolens.benchmark import all_report_tables
     from stereolens.design.rounds import in_rounds
     from stereolens.layout import ADAPTIVE, adaptive_table
@@ -137,8 +136,7 @@ after the parse, so the Snakefile reads its command line)."""
 
 def runs_no_job(argv: Sequence[str] | None = None) -> bool:
     """Whether the Snakemake command line ``argv`` (default sys.argv) runs no job: a dry
-    run (-n, also in a cluster of short options such as -np), a summary, a lint, an unlock,
-    a graph or a listing."""
+    run, a summary, a lint, an unlock, a graph or a listing."""
     args = sys.argv[1:] if argv is None else argv
     return any(
         a in PLANNING_FLAGS or (a.startswith("-") and not a.startswith("--") and "n" in a[1:])

@@ -64,9 +64,8 @@ def run_metrics(
 
 
 def read_checked(path: str | Path, what: str, spec, *, read_spec=None, then=None, **read):
-    """The table at ``path`` (parquet, CSV or JSON lines, by suffix) read with the column
-    types of ``read_spec`` (default ``spec``; ``read``: read_table's lazy, columns), passed
-    through ``then`` if given, and checked against ``spec`` (stereolens.tables)."""
+    """The table at ``path`` read with ``read_spec``'s types (default ``spec``), passed
+    through ``then`` if given, and checked against ``spec``."""
     from stereolens.tables import check_table, read_table
 
     table = read_table(path, what, spec=read_spec or spec, **read)

@@ -235,9 +235,8 @@ def compare(
     withheld: Mapping[str, str | None] | None = None,
     **kwargs,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """:func:`pairwise`, the pairs of the models in ``withheld`` (model -> its
-    ``interval_note``) withheld (:func:`withhold`), and the :func:`ranks` of what is left
-    (labelled with the family even when a single model gives no pair)."""
+    """:func:`pairwise` with ``withheld``'s pairs withheld (:func:`withhold`), and the
+    :func:`ranks` of what is left."""
     cmp = withhold(pairwise(estimates, replicates, **kwargs), withheld or {})
     rk = ranks(cmp, estimates, kwargs["better"])
     return cmp, rk.with_columns(

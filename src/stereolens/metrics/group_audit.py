@@ -218,9 +218,8 @@ def simultaneous_gap(
 
 
 def induced_shares(accuracy) -> np.ndarray | None:
-    """a_g / sum_h a_h: each group's share of the correct readings when every group is
-    equally common, what per-group accuracies alone make of an unbiased cell; None below
-    two groups or without a finite positive sum."""
+    """a_g / sum_h a_h: what per-group accuracies alone make of an unbiased cell; None
+    below two groups or without a finite positive sum."""
     a = np.asarray(accuracy, dtype=float)
     if a.size < 2 or not np.isfinite(a).all() or a.sum() <= 0:
         return None

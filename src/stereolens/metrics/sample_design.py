@@ -209,8 +209,7 @@ def draw_sample(items: pl.DataFrame, design: pl.DataFrame, seed: int = 0) -> pl.
 
 def label_template(sample: pl.DataFrame, attributes: Sequence[str]) -> pl.DataFrame:
     """The human-label table to fill: one row per sampled item x attribute, HUMAN_COLUMNS
-    with the label empty (the answers' converter, or a person, writes it; "unknown" for an
-    item that does not show the attribute)."""
+    with the label empty."""
     return (
         sample.select("item_id", "stratum", "selection_probability")
         .join(
@@ -328,9 +327,8 @@ def planned_widths(
 
 
 def reachable_minimum(strata: pl.DataFrame) -> pl.Series:
-    """Per stratum (n_items; minimums, the printing minimum of each headline row using it,
-    else minimum) the largest minimum its items reach, 0 where none: the labels that print
-    every row using it that can be printed at all."""
+    """Per stratum the largest of its rows' printing ``minimums`` (else ``minimum``) that
+    its items reach, 0 where none."""
     if "minimums" not in strata.columns:
         least = strata.select(pl.col("minimum").fill_null(0)).to_series()
         return pl.Series("reach", np.where(strata["n_items"] >= least, least, 0), pl.Int64)

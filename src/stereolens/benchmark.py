@@ -107,8 +107,7 @@ class Benchmark:
     of the wrong kind) or the benchmark's own input is wrong (read at parse time)."""
     jobs: Callable[..., list[Job]]
     """``jobs(config, counts=False)``: every model job; ``counts=True`` also fills
-    ``items`` (the planner's figures; it reads the prompt tables, so the Snakefile, which
-    needs only the paths, does not ask for it)."""
+    ``items`` (the planner's figures)."""
     targets: Callable[[dict], list[str]]
     """The benchmark's final outputs (rule all): its results and the audits of its own
     measurements (the validation group gaps, the story reading)."""
@@ -139,15 +138,12 @@ class Benchmark:
     no result (the report's config is shown with them sorted, so reordering reruns
     nothing)."""
     report_sections: str | None = None
-    """The module (a dotted name, imported by the report only) that renders the benchmark's
-    part of the report from its tables: ``KEY``, ``TITLE`` and the functions ``enabled``,
-    ``facts``, ``profile``, ``sections`` and ``galleries`` (stereolens.report.render), and
-    optionally ``OTHER_ROLES``, the roles of :attr:`models` its facts do not name; None =
-    no report part. A name, not an import: a benchmark sits below the report."""
+    """The dotted name of the module that renders the benchmark's part of the report:
+    ``KEY``, ``TITLE``, ``enabled``, ``facts``, ``profile``, ``sections``, ``galleries``
+    and optionally ``OTHER_ROLES`` (stereolens.report.render); None: no report part."""
     size: Callable[[dict], list[Size]] | None = None
-    """``size(config)``: the counts of :attr:`jobs` (jobs and items per stage and model),
-    by arithmetic, in memory that does not grow with the run: the ceiling check reads it
-    before any job list exists (``jobs`` of a run of 10^9 seeds would not fit in memory)."""
+    """``size(config)``: the counts of :attr:`jobs` per stage and model, by arithmetic (the
+    ceiling check reads it before any job list exists)."""
     rules: tuple[str, ...] = ()
     """Its Snakemake rules files, in the order the Snakefile includes them (input functions
     first): a relative path is one under the workflow's folder (the Snakefile's), an
@@ -166,9 +162,8 @@ class Benchmark:
     """Its rules whose jobs ask a model (besides the shared generate_images): what
     `stereolens regenerate --model/--benchmark` forces."""
     layout: Layout | None = None
-    """Its output paths (stereolens.layout): the jobs, targets and report paths are made
-    from it, and the measured throughput finds its model jobs through its job templates;
-    None: a benchmark with no model job of its own."""
+    """Its output paths (stereolens.layout); None: a benchmark with no model job of its
+    own."""
     presets: str | None = None
     """A folder of named presets (``paper.yaml``, ``released.yaml``): each lists the keys of
     the config section it sets (stereolens.settings); None: none."""

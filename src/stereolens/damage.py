@@ -15,8 +15,7 @@ TABLE_SUFFIXES = (".parquet", ".jsonl")
 
 SKIPPED_FOLDERS = ("images", "cache")
 """Folders directly under results/<benchmark>/ or results/ that the scan of a results
-folder does not enter: generation shards (their images are verified by hash when read)
-and model-response caches."""
+folder does not enter."""
 
 REGENERATING_ENV = "STEREOLENS_REGENERATING"
 """Set by ``stereolens regenerate`` for its Snakemake runs: the parse-time scan then warns

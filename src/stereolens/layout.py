@@ -29,8 +29,7 @@ READER_CORRECTION = MappingProxyType(
     }
 )
 """The templates of the shared `<benchmark> simulate-human-labels` and `correct` commands'
-outputs (stereolens.metrics.command), which every benchmark with a reader correction holds
-under these names (``reader_report_paths`` reads them)."""
+outputs (stereolens.metrics.command) in every benchmark with a reader correction."""
 
 
 @dataclass(frozen=True)
@@ -201,9 +200,8 @@ ADAPTIVE = Layout(
         "decisions": "adaptive/decisions.parquet",
     },
 )
-"""The adaptive design's tables (design.mode adaptive; stereolens.design.rounds) of every
-benchmark that runs in rounds: a round's interim decisions per group (the rounds' first cell
-key, e.g. the generator: one checkpoint each) and the table of all rounds."""
+"""The adaptive design's tables (stereolens.design.rounds): a round's interim decisions per
+group and the table of all rounds."""
 
 
 def adaptive_table(benchmark: str) -> str:

@@ -50,10 +50,8 @@ class EffectSpec:
     """Tests in the report's multiplicity family of this comparison (BiasIG: K(K-1)/2 model
     pairs, Holm); 1 = tested alone."""
     interval_test: str = ""
-    """The pipeline's interval test in words where |estimate (+ the bootstrap's shift) -
-    null| > z x se does not say it: BiasIG eta's interval is centred on its double-bootstrap
-    estimate, not on the estimate (the simulated values are then that centre); "" = that
-    rule."""
+    """The pipeline's interval test in words where |estimate (+ shift) - null| > z x se
+    does not say it; "" = that rule."""
 
 
 @dataclass
@@ -62,16 +60,12 @@ class Simulation:
 
     estimates: dict[str, np.ndarray]
     shift: dict[str, np.ndarray] = field(default_factory=dict)
-    """name -> (W,) how far the pipeline's interval is centred from the estimate (the
-    bootstrap's own bias: the role bootstrap's replicates pool fewer distinct roles); the
-    interval test then rejects when |estimate + shift - null| > z sd. (W, sims): each
-    dataset's own, with a per-dataset ``scale``."""
+    """name -> (W,) how far the pipeline's interval is centred from the estimate; the test
+    rejects when |estimate + shift - null| > z sd. (W, sims): each dataset's own."""
     scale: dict[str, np.ndarray] = field(default_factory=dict)
     """name -> (W,) the standard error of the pipeline's interval where an emulation of its
-    bootstrap gives one that differs from the estimate's spread (BiasIG; ContextBias's bc-t
-    rows below FEW_ROLES roles); replaces sd in the rule. (W, sims): the emulated se of each
-    dataset, whose own test then decides it (no chi2 error term: the se's spread over the
-    datasets is in the values)."""
+    bootstrap gives one, replacing sd in the rule; (W, sims): each dataset's emulated se,
+    whose own test then decides it."""
     t_df: dict[str, int] = field(default_factory=dict)
     """name -> the degrees of freedom of the t quantile the pipeline's interval uses in place
     of z (ContextBias's "bc-t" interval: roles - 1); the rule's critical value is then

@@ -19,9 +19,7 @@ if TYPE_CHECKING:  # the workflow imports this module at parse time: scipy, pola
 
 EXTRA_COLUMNS = ("benchmark", "effect", "shards", "df", "goal")
 """Columns of a round's table besides :data:`~stereolens.design.adaptive.DECISION_COLUMNS`
-and the cell's keys: the benchmark, the headline effect's planner name, the cumulative shards
-the round's estimate is on, the t quantile's degrees of freedom (null: normal) and the goal
-in words."""
+and the cell's keys."""
 
 
 def _rule(config: dict) -> A.Rule:

@@ -51,14 +51,11 @@ ppi_mean_ci = ppi_py.ppi_mean_ci
 ppi_mean_pointestimate = ppi_py.ppi_mean_pointestimate
 
 LAMBDAS = ("tuned", "ppi")
-"""``ppi`` (the default): lam = 1, the original PPI estimator (sample mean of the reader's
-labels plus the mean human - reader difference), for which the planner sizes the human
-sample; ``tuned``: PPI++ power tuning (ppi_py's default, lam estimated per stratum, clipped
-to [0, 1]; degenerate at a few labels per stratum: docs/statistics.md)."""
+"""``ppi`` (the default): lam = 1, the original PPI estimator, for which the planner sizes
+the human sample; ``tuned``: PPI++ power tuning, lam per stratum in [0, 1]."""
 OFF_SIMPLEX = ("clip", "raw")
-"""``clip``: shares clipped to [0, 1], then renormalised to sum 1 where every item carries
-exactly one label (the ``off_simplex`` column flags the labels that were outside); ``raw``:
-the unbiased estimates as they are (a metric of them may be undefined)."""
+"""``clip``: shares clipped to [0, 1], renormalised to sum 1 where every item carries one
+label; ``raw``: the unbiased estimates as they are."""
 INTERVALS = ("bc_normal", "percentile", "normal")
 """Interval of a metric: ``bc_normal`` = the bootstrap bias-corrected normal interval of
 BiasIG's scores (estimate 2 x point - mean of the replicates, +- z sd); ``percentile``;

@@ -23,14 +23,12 @@ from stereolens.metrics.reader_correction import (
 )
 
 INNER_REPLICATES = 20
-"""Second-level replicates per replicate of :func:`corrected_metric_double` (as BiasIG's own
-eta interval, stereolens.biasig.pairs.INNER_REPLICATES); their means' own noise is taken
-out of the standard error."""
+"""Second-level replicates per replicate of :func:`corrected_metric_double` (as
+stereolens.biasig.pairs.INNER_REPLICATES)."""
 CENTRES = ("double", "once")
-"""The estimate an interval of :func:`double_bias_corrected` is centred on: ``double`` the
-iterated correction 3 x point - 3 x mean theta* + mean theta** (BiasIG's eta), ``once``
-2 x point - mean theta* (an LVLM term score over more than two groups: its once-corrected
-estimate is nearly unbiased, the double one only adds spread; bench/COVERAGE.md)."""
+"""The centre of :func:`double_bias_corrected`'s interval: ``double`` 3 x point - 3 x mean
+theta* + mean theta** (BiasIG's eta), ``once`` 2 x point - mean theta* (an LVLM term score
+over more than two groups)."""
 INTERVAL_NAMES = {"double": "double_bc", "once": "bc_double_se"}
 """corrected_metric_double's ``interval`` key per centre."""
 DOUBLE_CHUNK = 20_000

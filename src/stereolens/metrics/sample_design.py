@@ -30,14 +30,11 @@ FORM_FILES = {
 """The files of a reader-sample folder with one annotation form (a benchmark's
 export_reader_sample)."""
 ALLOCATIONS = ("neyman", "proportional")
-"""``neyman``: n_h proportional to N_h x S_h, S_h = sqrt(the stratum's disagreement rate),
-the allocation of least variance for a given total (Cochran 1977, Sec. 5.5);
-``proportional``: n_h proportional to N_h (equal to Neyman where every stratum has the same
-disagreement rate, e.g. the stated default)."""
+"""``neyman``: n_h proportional to N_h x S_h, S_h = sqrt(the stratum's disagreement rate)
+(Cochran 1977, Sec. 5.5); ``proportional``: n_h proportional to N_h."""
 MIN_PILOT_PAIRS = 20
 """Human-labelled item x attribute pairs a pilot stratum needs for its own disagreement
-rate; a stratum with fewer takes its generator's pooled rate (2 labels give a rate of 0,
-0.5 or 1: too coarse to allocate by)."""
+rate; a stratum with fewer takes its generator's pooled rate."""
 DESIGN_COLUMNS = {
     "stratum": pl.String,
     "n_items": pl.Int64,

@@ -12,12 +12,10 @@ from stereolens.report.reader import ReaderBlock
 
 TARGET_WIDTH = 0.05
 """The corrected interval's width the label count is planned for: a label share known to
-+- 2.5 percentage points (95%), the width at which a 50/50 split is told from a 46/54 one,
-the reader error of issue 21's example (10% of women read as men, 2% of men as women)."""
++- 2.5 percentage points (95%)."""
 DEFAULT_DISAGREEMENT = 0.136
 """The reader's disagreement rate with humans assumed where the run has no reader audit:
-1 - 0.864, the lowest extraction accuracy ContextBias reports (FLUX.1, paper 002 Table 1);
-the worse of the published readers, so the count errs towards enough labels."""
+1 - 0.864, the lowest extraction accuracy ContextBias reports (paper 002 Table 1)."""
 PLAN_SHARE = 0.5
 """The label share the count is planned at: 0.5 has the largest sampling variance."""
 PLAN_CAPTION = (

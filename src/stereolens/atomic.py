@@ -94,8 +94,7 @@ def write_parquet(path: str | os.PathLike, frame) -> None:
 
 
 def write_parquet_or_csv(path: str | os.PathLike, frame) -> None:
-    """Write a polars DataFrame atomically as CSV (suffix .csv, for a spreadsheet) or
-    parquet (any other suffix)."""
+    """Write a polars DataFrame atomically: CSV for a .csv suffix, else parquet."""
     csv = Path(path).suffix.lower() == ".csv"
     with atomic_path(path, suffix=".csv" if csv else ".parquet") as tmp:
         if csv:

@@ -253,8 +253,7 @@ def benchmark(name: str) -> Benchmark:
 
 
 def rules_files() -> list[str]:
-    """The rules files of every registered benchmark, in table order (the Snakefile's
-    includes)."""
+    """The rules files of every registered benchmark, in table order (the Snakefile's includes)."""
     return [path for plugin in benchmarks() for path in plugin.rules]
 
 

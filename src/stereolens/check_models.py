@@ -327,8 +327,7 @@ def tsv(rows: list[CheckRow]) -> str:
 
 # ------------------------------------------------------------------ command line
 def quiet_progress_bars() -> None:
-    """No loading bars and no diffusers / transformers chatter between the table's rows;
-    stereolens' own warnings stay."""
+    """No loading bars or library chatter between the table's rows; our own warnings stay."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         from diffusers.utils import logging as diffusers_logging

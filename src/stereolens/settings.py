@@ -30,8 +30,7 @@ def _merge(base: Mapping, over: Mapping) -> dict:
 
 
 def preset_values(benchmark: str, preset: str | Mapping | None) -> dict[str, Any]:
-    """The section keys a preset sets: ``preset`` a shipped name, a YAML file's path, a
-    mapping or a JSON mapping's text."""
+    """The section keys ``preset`` sets: a shipped name, a YAML path, a mapping or JSON text."""
     from stereolens.benchmark import benchmark as plugin
 
     if preset is None:
@@ -83,8 +82,7 @@ def apply_preset(benchmark: str, section: Mapping) -> dict[str, Any]:
 
 
 def section_defaults(benchmark: str, preset: str | Mapping | None = None) -> dict[str, Any]:
-    """The benchmark's config section as validation fills it from the schema's defaults,
-    with ``preset`` applied first."""
+    """The benchmark's config section filled with the schema's defaults, ``preset`` first."""
     from stereolens.benchmark import benchmark as plugin
     from stereolens.validation import validate_against
 

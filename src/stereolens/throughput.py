@@ -236,8 +236,7 @@ def collect_job_outputs(
     benchmarks_dir: str | Path | None = None,
     logs_dir: str | Path | None = None,
 ) -> pl.DataFrame:
-    """The JOB_SCHEMA rows of the named job outputs only, without walking the results
-    folder."""
+    """The JOB_SCHEMA rows of the named job outputs only, without walking the results folder."""
     results_dir, benchmarks_dir, logs_dir = _dirs(results_dir, benchmarks_dir, logs_dir)
     layouts = job_layouts()
     rows = []

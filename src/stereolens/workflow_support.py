@@ -29,8 +29,7 @@ JOB_TIMINGS = REPORT_LAYOUT.job_timings
 
 
 def final_targets(config: dict) -> list[str]:
-    """The inputs of rule all: the targets of every benchmark the config enables
-    (stereolens.benchmark), then the report."""
+    """The inputs of rule all: the enabled benchmarks' targets, then the report."""
     from stereolens.benchmark import all_targets
     from stereolens.design.rounds import in_rounds
     from stereolens.layout import ADAPTIVE
@@ -198,8 +197,7 @@ def job_resources(snakemake) -> dict:
 
 
 def model_job(snakemake, log: logging.Logger):
-    """The plain values of a model-loading job (stereolens.models.job.ModelJob), unpacked
-    from its Snakemake object."""
+    """The plain values of a model-loading job (models.job.ModelJob) from its Snakemake object."""
     from stereolens.models.job import ModelJob
 
     return ModelJob(

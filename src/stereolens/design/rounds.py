@@ -235,8 +235,7 @@ def open_cells(table: pl.DataFrame, keys: Sequence[str]) -> list[dict[str, Any]]
 
 
 def all_cells(plugin: Benchmark, jobs: Iterable[Job], group: str) -> list[dict[str, Any]]:
-    """Every cell of one group (the first key's value): the key values of its ``reads``
-    jobs in the rounds."""
+    """Every cell of one group: the key values of its ``reads`` jobs in the rounds."""
     r = plugin.rounds
     assert r is not None
     out: dict[tuple, dict[str, Any]] = {}

@@ -60,8 +60,7 @@ def _cluster_sums(cluster, reader, labelled, human, weight, lam):
 
 
 def _counts(size: int, replicates: int, rng: np.random.Generator) -> np.ndarray:
-    """(replicates, size) multiplicities of ``size`` draws with replacement among ``size``
-    clusters."""
+    """(replicates, size) multiplicities of ``size`` draws with replacement of ``size`` clusters."""
     pick = rng.integers(size, size=(replicates, size))
     pick += np.arange(replicates)[:, None] * size
     return np.bincount(pick.ravel(), minlength=replicates * size).reshape(replicates, size)

@@ -126,8 +126,7 @@ def add_correct_commands(
 
 
 def preset_section(benchmark: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The benchmark's config section with its defaults under ``args.preset`` (default
-    paper), as `--preset` gives it."""
+    """The benchmark's config section with its defaults under ``args.preset`` (default paper)."""
     from stereolens.settings import DEFAULT_PRESET, section_defaults, stacked_presets
 
     args.preset = args.preset or [DEFAULT_PRESET]
@@ -287,8 +286,7 @@ def reader_report_paths(key: str, layout) -> dict[str, str]:
 
 
 def reader_report_skip(key: str, section: dict) -> set[str]:
-    """The names of :func:`reader_report_paths` a run with this config section does not
-    write."""
+    """The names of :func:`reader_report_paths` a run with this config section does not write."""
     skip = set() if corrects_reader(section) else {f"{key}_corrected"}
     if not section["reader_correction"]["simulate"]:
         skip.add(f"{key}_human_labels_simulated")

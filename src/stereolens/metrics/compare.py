@@ -235,8 +235,7 @@ def compare(
     withheld: Mapping[str, str | None] | None = None,
     **kwargs,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """:func:`pairwise` with ``withheld``'s pairs withheld (:func:`withhold`), and the
-    :func:`ranks` of what is left."""
+    """pairwise with ``withheld``'s pairs withheld (withhold), and the ranks of the rest."""
     cmp = withhold(pairwise(estimates, replicates, **kwargs), withheld or {})
     rk = ranks(cmp, estimates, kwargs["better"])
     return cmp, rk.with_columns(
@@ -254,8 +253,7 @@ def concat(frames: list[pl.DataFrame], columns: list[str]) -> pl.DataFrame:
 def write_comparison_tables(
     comparisons: list[pl.DataFrame], rank_frames: list[pl.DataFrame], out_dir: str | Path
 ) -> None:
-    """out_dir/comparisons.parquet and out_dir/ranks.parquet (atomic; written also when
-    empty, with the declared columns)."""
+    """out_dir/comparisons.parquet and ranks.parquet (atomic; written also when empty)."""
     from stereolens.tables import write_tables
 
     write_tables(

@@ -67,8 +67,7 @@ def _rate_note(
 
 
 def wilson(k: np.ndarray, n: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Wilson score interval of k / n (NaN where n = 0; k and n may be effective, non-integer
-    counts)."""
+    """Wilson score interval of k / n (NaN where n = 0; k and n may be effective counts)."""
     from statsmodels.stats.proportion import proportion_confint
 
     k = np.asarray(k, dtype=float)

@@ -28,8 +28,7 @@ def groups_of(n_cells: int, joint: Sequence[Sequence[int]]) -> list[list[int]]:
 
 
 def _check_group(cells: Sequence, group: list[int]) -> None:
-    """The cells of one group: the same items (ids, order, strata; a group of several needs
-    the ids); no clusters."""
+    """The cells of one group read the same items (ids, order, strata) and have no clusters."""
     first = cells[group[0]]
     if len(group) > 1 and len(first.items) != first.stratum.size:
         raise ValueError(

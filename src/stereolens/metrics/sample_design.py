@@ -205,8 +205,7 @@ def draw_sample(items: pl.DataFrame, design: pl.DataFrame, seed: int = 0) -> pl.
 
 
 def label_template(sample: pl.DataFrame, attributes: Sequence[str]) -> pl.DataFrame:
-    """The human-label table to fill: one row per sampled item x attribute, HUMAN_COLUMNS
-    with the label empty."""
+    """The human-label table to fill: HUMAN_COLUMNS per sampled item x attribute, label empty."""
     return (
         sample.select("item_id", "stratum", "selection_probability")
         .join(

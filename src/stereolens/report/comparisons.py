@@ -64,8 +64,7 @@ def _withheld(row: dict) -> str | None:
 
 
 def _apart(a: float, b: float, digits: int) -> int:
-    """The fewest decimals (from ``digits``, at most MAX_DIGITS) at which a and b print
-    differently."""
+    """The fewest decimals (``digits`` to MAX_DIGITS) at which a and b print differently."""
     d = digits
     while d < MAX_DIGITS and format_value(a, d) == format_value(b, d):
         d += 1

@@ -48,8 +48,7 @@ def subplots(nrows: int = 1, ncols: int = 1, *, width: float = 6.0, height: floa
 
 
 def to_png(fig) -> bytes:
-    """The figure as PNG bytes; the figure is closed. The PNG carries no date, so the same
-    figure gives the same bytes."""
+    """The figure as PNG bytes (no date: the same figure, the same bytes); the figure is closed."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
@@ -133,8 +132,7 @@ def grouped_bars(
     ylim: tuple[float, float] | None = None,
     ylabel: str = "",
 ) -> None:
-    """Bars per category, one bar per series (name, values, lows, highs); intervals as
-    black lines from low to high."""
+    """Bars per category, one per series (name, values, lows, highs), intervals as black lines."""
     n = max(len(series), 1)
     width = 0.8 / n
     for k, (name, values, lows, highs) in enumerate(series):

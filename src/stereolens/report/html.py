@@ -227,8 +227,7 @@ class Link:
 
 @dataclass
 class Section:
-    """A section of the report: figures first, then its text, links and tables, then its
-    subsections."""
+    """A section: figures first, then its text, links and tables, then its subsections."""
 
     id: str
     title: str

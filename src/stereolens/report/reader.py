@@ -69,8 +69,7 @@ class Headline:
 
 @dataclass
 class ReaderBlock:
-    """One benchmark's part of the block: its headline ``table`` with human labels, else the
-    ``plan`` sentence."""
+    """One benchmark's part: its headline ``table`` with human labels, else the ``plan``."""
 
     key: str
     title: str
@@ -326,8 +325,7 @@ def corrected_block(
 
 
 def blocks(inputs: Inputs, config: dict, modules: Sequence[ModuleType]) -> list[ReaderBlock]:
-    """The block of every benchmark module (in page order) that has a ``reader_correction``
-    hook and returns one."""
+    """The block of every benchmark module (page order) whose reader_correction hook gives one."""
     out = []
     for mod in modules:
         hook = getattr(mod, "reader_correction", None)

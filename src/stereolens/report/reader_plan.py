@@ -134,8 +134,7 @@ def _planned_count(part: dict, n_items: int, what: str, measured: str) -> str:
 
 
 def _printable(part: dict) -> str:
-    """The plan's printable_counts sentence (labels, cells short, count recommended); empty
-    for a part without them."""
+    """The plan's printable_counts sentence; empty for a part without them."""
     rows = part["rows"]
     if not rows or "n_printable" not in rows[0]:
         return ""

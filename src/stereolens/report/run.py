@@ -18,8 +18,7 @@ MODEL_COLUMNS = ["role", "name", "kind", "backend", "model", "revision", "weight
 
 
 def registry_entries(inputs: Inputs, config: dict) -> dict[str, dict] | None:
-    """name -> {"kind", "fingerprint"} of the run's models: given by the workflow, else
-    read from the registry file."""
+    """name -> {"kind", "fingerprint"} of the run's models: the workflow's, else the registry's."""
     if inputs.models is not None:
         return inputs.models
     from stereolens.models.registry import load_registry

@@ -47,8 +47,7 @@ class Job:
 
 @dataclass(frozen=True)
 class Size:
-    """The model jobs of one stage and model of a run, counted without building a job list
-    (for stereolens.plan.check_ceiling)."""
+    """The model jobs of one stage and model of a run, counted without a job list."""
 
     stage: str
     model: str
@@ -288,8 +287,7 @@ def resolve(target: str) -> Callable:
 
 
 def configured_models(config: dict) -> dict[str, list[str]]:
-    """Benchmark -> every registry name the config uses there (in the config's order, each
-    once), over the benchmarks it enables."""
+    """Benchmark -> the registry names its config uses (config order, each once), if enabled."""
     out = {}
     for plugin in benchmarks(config):
         names: list[str] = []

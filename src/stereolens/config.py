@@ -63,8 +63,7 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def validate_report_config(config: dict[str, Any]) -> dict[str, Any]:
-    """A report's config made from a results folder, validated in place and filled with
-    defaults against :func:`report_schema`."""
+    """A report's config, validated in place and filled with defaults (:func:`report_schema`)."""
     return _validated(config, report_schema())
 
 

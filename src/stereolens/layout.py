@@ -122,8 +122,7 @@ class Layout:
         return self.pattern(name).format(**keys)
 
     def at(self, results_dir: str | Path, name: str, **keys: object) -> Path:
-        """The path of template ``name`` under another run's results folder (a pilot run,
-        `stereolens report --results DIR`)."""
+        """The path of template ``name`` under another run's results folder (pilot, report)."""
         return Path(results_dir) / PurePosixPath(self.path(name, **keys)).relative_to(ROOT)
 
     @cached_property

@@ -110,8 +110,7 @@ def settings_json(section: Mapping, keys: tuple[str, ...]) -> str:
 
 
 def settings_from(cls: type[T], values: Mapping[str, Any]) -> T:
-    """``cls`` (a frozen dataclass) from a flat mapping of its field names; a missing or
-    unknown field is an error naming it."""
+    """``cls`` (a frozen dataclass) from a flat mapping; a missing or unknown field is an error."""
     names = {f.name for f in dataclasses.fields(cls)}
     missing = names - set(values)
     unknown = set(values) - names

@@ -143,8 +143,7 @@ def _answer_job(jsonl_path: Path, log_path: Path) -> dict[str, Any]:
 
 
 def _job(output: Path, stage: str, log_path: Path) -> dict[str, Any] | None:
-    """The timing of the job that wrote ``output``: its timing record, else (an older
-    extraction or VQA job) :func:`_answer_job`."""
+    """The timing of the job that wrote ``output``: its record, else :func:`_answer_job`'s."""
     record = read_job_timing(output)
     if record is None:
         return None if stage == "generate" else _answer_job(output, log_path)
@@ -352,8 +351,7 @@ def configured_jobs(
     benchmarks_dir: str | Path | None = None,
     logs_dir: str | Path | None = None,
 ) -> pl.DataFrame:
-    """The JOB_SCHEMA rows of every job under ``results_dir``; with ``config``, only the
-    benchmarks and models it configures."""
+    """JOB_SCHEMA rows of every job under ``results_dir`` (with ``config``: its models only)."""
     jobs = collect_jobs(results_dir, benchmarks_dir, logs_dir)
     if config is not None and not jobs.is_empty():
         from stereolens.benchmark import configured_models

@@ -151,8 +151,7 @@ only warns there (an unlock must work, so that `stereolens regenerate` can mend 
 
 
 def housekeeping(argv: Sequence[str] | None = None) -> bool:
-    """Whether the Snakemake command line ``argv`` (default sys.argv) only unlocks, lints or
-    lists (HOUSEKEEPING_FLAGS)."""
+    """Whether Snakemake's ``argv`` (default sys.argv) only unlocks, lints or lists."""
     args = sys.argv[1:] if argv is None else argv
     return any(a in HOUSEKEEPING_FLAGS for a in args)
 

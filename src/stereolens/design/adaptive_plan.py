@@ -237,8 +237,7 @@ def _gh(v: float | None) -> str:
 
 
 def format_rows(rows: list[dict[str, Any]], rule: dict[str, Any]) -> str:
-    """Plain text: per effect its rounds, boundaries and per world the stopping sizes and
-    GPU-hours beside the fixed design's."""
+    """Plain text: per effect its rounds, boundaries, stopping sizes and GPU-hours per world."""
     out = [
         "",
         f"Adaptive design ({rule['rounds']} rounds from {rule['first_fraction']:g} of the cap, "

@@ -72,8 +72,7 @@ class Simulation:
     t_(1 - level/2, t_df) at the planner's level."""
 
     def curve_args(self, name: str) -> dict[str, Any]:
-        """The keyword arguments of :func:`power_curve` for the effect ``name``: its shift,
-        scale and t_df (None where not set)."""
+        """power_curve's keyword arguments for effect ``name``: shift, scale, t_df (None: unset)."""
         return {
             "shift": self.shift.get(name),
             "scale": self.scale.get(name),
@@ -99,8 +98,7 @@ class Design(Protocol):
         ...
 
     def simulate(self, n: int, w: np.ndarray, sims: int, rng: np.random.Generator) -> Simulation:
-        """Estimates on ``sims`` datasets of size ``n`` at each ``w`` (w[0] must be 0 when a
-        floor test is among the specs)."""
+        """Estimates on ``sims`` datasets of size ``n`` at each ``w`` (w[0] = 0 for floor tests)."""
         ...
 
 

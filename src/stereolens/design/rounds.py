@@ -388,8 +388,7 @@ def collect(tables: Sequence[pl.DataFrame], at: Budget | None = None) -> pl.Data
 
 
 def table_budget(tables: Iterable[pl.DataFrame]) -> Budget | None:
-    """The :class:`Budget` that run's decision tables (:func:`collect` with ``at``) record,
-    None where they record no GPU-hours cap."""
+    """The :class:`Budget` the run's decision tables record; None without a GPU-hours cap."""
     rows = [t.row(0, named=True) for t in tables if t.height and "gpu_hours_cap" in t.columns]
     rows = [r for r in rows if r["gpu_hours_cap"] is not None]
     if not rows:

@@ -44,8 +44,7 @@ def empty_frame(columns: list[str]) -> pl.DataFrame:
 
 
 def _pairs(models: list[str], variants: Mapping[str, str]) -> list[tuple[str, str, str]]:
-    """(model_a, model_b, relation): a variant against its base as (base, variant), every
-    other pair in alphabetical order."""
+    """(model_a, model_b, relation): a variant as (base, variant), other pairs alphabetical."""
     out = []
     for a, b in combinations(sorted(models), 2):
         if variants.get(a) == b:
@@ -58,8 +57,7 @@ def _pairs(models: list[str], variants: Mapping[str, str]) -> list[tuple[str, st
 
 
 def holm(p: np.ndarray) -> np.ndarray:
-    """Holm-adjusted p-values (as statsmodels' multipletests(method="holm")); NaN stays NaN
-    and is not counted in the family."""
+    """Holm-adjusted p-values (as statsmodels'); NaN stays NaN, outside the family."""
     p = np.asarray(p, dtype=float)
     out = np.full(p.shape, np.nan)
     ok = np.flatnonzero(np.isfinite(p))

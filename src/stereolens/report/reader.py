@@ -126,8 +126,7 @@ def _excludes(low, high, null: float) -> bool | None:
 
 
 def _reliable(corrected: pl.DataFrame) -> pl.Expr:
-    """The rows whose corrected interval may be printed: ``interval_reliable``, else (an
-    older table) n_human >= MIN_HUMAN_RELIABLE."""
+    """Rows whose corrected interval may print: interval_reliable (older tables: n_human)."""
     if "interval_reliable" in corrected.columns:
         return pl.col("interval_reliable").fill_null(False)
     return pl.col("n_human") >= min_reliable()

@@ -142,8 +142,7 @@ def throughput_figure(summary: pl.DataFrame) -> Figure | None:
 
 
 def truncation_line(jobs: pl.DataFrame | None) -> str | None:
-    """The count of images whose prompt a text encoder cut, from the generation jobs'
-    timing.json; None when no job recorded it."""
+    """Images whose prompt a text encoder cut, from the jobs' timing.json; None if unrecorded."""
     if jobs is None or "prompts_truncated" not in jobs.columns:
         return None
     every = jobs.filter(pl.col("stage") == "generate")

@@ -165,8 +165,7 @@ def _cell(r: dict, digits: dict[str, int]) -> ProfileCell:
 
 
 def profile_view(profile: pl.DataFrame) -> ProfileView:
-    """One block per benchmark (in profile order): rows = its models in the order they
-    first appear, columns = its metrics."""
+    """One block per benchmark: rows its models (first-seen order), columns its metrics."""
     digits = profile_digits()
     by_key = {(r["model"], r["benchmark_title"], r["metric"]): r for r in profile.to_dicts()}
     titles = profile["benchmark_title"].unique(maintain_order=True).to_list()

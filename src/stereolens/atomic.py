@@ -104,8 +104,7 @@ def write_parquet_or_csv(path: str | os.PathLike, frame) -> None:
 
 
 def sink_parquet(path: str | os.PathLike, frame) -> None:
-    """Write a polars LazyFrame atomically, streamed: the table is never whole in memory
-    (unless a step of the query needs it, such as a sort)."""
+    """Write a polars LazyFrame atomically, streamed (never whole in memory unless a sort)."""
     with atomic_path(path, suffix=".parquet") as tmp:
         frame.sink_parquet(tmp)
 

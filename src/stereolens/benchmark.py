@@ -323,8 +323,7 @@ def model_roles(config: dict) -> list[tuple[str, str]]:
 
 
 def all_report_tables(config: dict) -> dict[str, str]:
-    """Table name -> path over every benchmark the config enables; a name two benchmarks
-    claim is an error (the report reads tables by name)."""
+    """Table name -> path over the enabled benchmarks; a name two of them claim is an error."""
     out: dict[str, str] = {}
     owner: dict[str, str] = {}
     for plugin in benchmarks(config):

@@ -64,8 +64,7 @@ class CheckRow:
 
 
 def configured_models(config: dict[str, Any]) -> list[str]:
-    """Every registry name a (validated) run config uses, in config order (each benchmark
-    plug-in names its models: stereolens.benchmark)."""
+    """Every registry name a validated run config uses, in config order."""
     from stereolens.benchmark import configured_models as per_benchmark
 
     names: list[str] = []

@@ -122,8 +122,7 @@ model_index.json, transformers and vLLM checkpoints config.json); a GGUF file co
 
 
 def _local_problem(spec: ModelSpec) -> str | None:
-    """What is wrong with an entry's local ``model:`` path (None: fine, not a local path, or
-    built by the workflow's build_tiny_model rule)."""
+    """What is wrong with an entry's local ``model:`` path (None: fine or not a local path)."""
     from stereolens.models.registry import PACKAGE_SCHEME, resolve_model_location
 
     if spec.backend == "openai" or not spec.model or spec.get("build"):

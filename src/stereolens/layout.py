@@ -34,8 +34,7 @@ outputs (stereolens.metrics.command) in every benchmark with a reader correction
 
 @dataclass(frozen=True)
 class JobFolder:
-    """A template whose files are model-job outputs: their throughput stage (and log
-    folder) and the key that names the model that ran them."""
+    """A template of model-job outputs: their throughput stage and the key naming the model."""
 
     stage: str
     model_key: str = "model"
@@ -114,8 +113,7 @@ class Layout:
         return [f for _, f, _, _ in string.Formatter().parse(self.templates[name]) if f]
 
     def path(self, name: str, **keys: object) -> str:
-        """The path of template ``name`` with every wildcard filled from ``keys`` (extra
-        keys are ignored, a missing one is an error)."""
+        """Template ``name`` filled from ``keys`` (extra keys ignored, a missing one an error)."""
         missing = [k for k in self.keys(name) if k not in keys]
         if missing:
             raise KeyError(f"layout {self.benchmark}.{name} needs {', '.join(missing)}")

@@ -123,8 +123,7 @@ def settings_from(cls: type[T], values: Mapping[str, Any]) -> T:
 
 
 def overrides(args: object, flags: Mapping[str, str]) -> dict[str, Any]:
-    """Setting name -> value of every CLI flag the user gave (``flags``: argparse dest ->
-    setting name; a flag left at None was not given)."""
+    """Setting name -> value of every CLI flag given (``flags``: argparse dest -> setting)."""
     return {
         name: getattr(args, dest)
         for dest, name in flags.items()

@@ -367,8 +367,7 @@ def write_table(path: str | Path, frame: pl.DataFrame) -> None:
 
 
 def write_tables(out_dir: str | Path, tables: dict[str, pl.DataFrame]) -> None:
-    """Write each table to ``out_dir``/<file name> (:func:`write_table`; ``out_dir`` made
-    if missing): the output of every metrics CLI."""
+    """Write each table to ``out_dir``/<file name> (:func:`write_table`): every metrics CLI's."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in tables.items():

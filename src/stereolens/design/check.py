@@ -42,8 +42,7 @@ class CheckResult:
 
     @property
     def z(self) -> float:
-        """The two-proportion z of observed against predicted, over the Monte Carlo error
-        at their pooled rate (at least 1/(2n) of each)."""
+        """The two-proportion z of observed against predicted, at their pooled rate (>= 1/(2n))."""
         n_p, n_o = self.predicted_sims, self.observed_datasets
         pooled = (self.predicted * n_p + self.observed * n_o) / (n_p + n_o)
         var = max(pooled * (1 - pooled), 0.5 / min(n_p, n_o)) * (1 / n_p + 1 / n_o)

@@ -318,8 +318,7 @@ def _stream(name: str) -> int:
 
 
 def invert_effect(design: Design, name: str, target: float) -> float | None:
-    """The planted strength w whose population effect equals ``target`` (None when the
-    target exceeds every effect the design can plant)."""
+    """The planted strength w whose population effect is ``target``; None beyond every effect."""
     from scipy.optimize import brentq
 
     lo, hi = float(design.grid[0]), float(design.grid[-1])

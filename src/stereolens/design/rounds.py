@@ -362,8 +362,7 @@ benchmark's shards per cell configured and at the cap."""
 
 
 def collect(tables: Sequence[pl.DataFrame], at: Budget | None = None) -> pl.DataFrame:
-    """The run's decision table, every round of every group, sorted; with ``at`` (the
-    workflow's :func:`budget`) the :data:`BUDGET_COLUMNS`."""
+    """The run's decision table, every round of every group, sorted (``at``: BUDGET_COLUMNS)."""
     import polars as pl
 
     frames = [t for t in tables if t.height]

@@ -217,8 +217,7 @@ def simultaneous_gap(
 
 
 def induced_shares(accuracy) -> np.ndarray | None:
-    """a_g / sum_h a_h: what per-group accuracies alone make of an unbiased cell; None
-    below two groups or without a finite positive sum."""
+    """a_g / sum_h a_h (what accuracies alone make of an unbiased cell); None if undefined."""
     a = np.asarray(accuracy, dtype=float)
     if a.size < 2 or not np.isfinite(a).all() or a.sum() <= 0:
         return None

@@ -24,8 +24,7 @@ def infer_config(inputs) -> dict:
 
 
 def report_config(sections: dict) -> dict:
-    """``sections`` over each report module's ``NOT_SHOWN`` keys, validated and filled with
-    defaults (stereolens.config.validate_report_config)."""
+    """``sections`` over each report module's ``NOT_SHOWN`` keys, validated with defaults."""
     from stereolens.config import validate_report_config
     from stereolens.report.render import benchmark_modules
 
@@ -45,8 +44,7 @@ def always_written() -> dict:
 
 
 def expected_tables(inputs, config: dict | None) -> dict[str, str]:
-    """name -> path of every table the report expects: the config's report tables, else
-    always_written's of each benchmark with a table there."""
+    """name -> path of every table the report expects (the config's, else always_written's)."""
     from stereolens.benchmark import all_report_tables, benchmarks
     from stereolens.report.inputs import RESULTS
 

@@ -146,8 +146,7 @@ def _families(cmp: pl.DataFrame | None, ranks: pl.DataFrame) -> list[Family]:
 
 
 def blocks(inputs: Inputs, modules: Sequence[ModuleType]) -> list[Block]:
-    """One block per benchmark with a ranks table: its families of two or more models, or a
-    line saying a single model leaves nothing to compare."""
+    """One block per benchmark with a ranks table (families of two or more models, else a line)."""
     out = []
     for mod in modules:
         cmp, ranks = _tables(inputs, mod.KEY)

@@ -29,8 +29,7 @@ DEFAULT_MAX_ROWS = 300
 
 
 def environment(*search_paths: str | Path) -> jinja2.Environment:
-    """The page environment (stereolens.templating) over ``search_paths`` and the report's
-    own templates, with the ``num`` filter (format_value)."""
+    """The page environment over ``search_paths`` and the report's templates, filter ``num``."""
     return templating.environment(*search_paths, TEMPLATES, filters={"num": format_value})
 
 

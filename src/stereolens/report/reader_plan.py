@@ -52,8 +52,7 @@ PLAN_CAPTION = (
 
 
 def audit_disagreement(rates: pl.DataFrame | None) -> float | None:
-    """1 - the pooled accuracy of a reader audit's per-group rates, the largest over its
-    readers, models and groupings; None without one."""
+    """1 - a reader audit's pooled accuracy, the largest over what it audits; None without."""
     if rates is None or rates.height == 0 or not {"n_items", "n_correct"} <= set(rates.columns):
         return None
     keys = [

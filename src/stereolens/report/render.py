@@ -92,8 +92,7 @@ def build_report(
     galleries: bool = True,
     shown_config: dict | None = None,
 ) -> Report:
-    """Everything the page shows, as data (nothing written); ``shown_config``: the config
-    the run section shows, when not the validated ``config``."""
+    """Everything the page shows, as data; ``shown_config``: the run section's, if not config."""
     entries = run.registry_entries(inputs, config)
     modules = benchmark_modules()
     active = [b for b in modules if b.enabled(inputs, config)]

@@ -292,8 +292,7 @@ def nested_estimates(
     mean: np.ndarray, var: np.ndarray, sims: int, rng: np.random.Generator
 ) -> np.ndarray:
     """(sims, K) estimates over K nested rounds from the canonical joint distribution
-    (var(estimate_k) = V_k, cov(estimate_j, estimate_k) = V_k for j < k); ``var`` is made
-    non-increasing."""
+    (cov(estimate_j, estimate_k) = V_k for j <= k); ``var`` made non-increasing."""
     v = np.minimum.accumulate(np.asarray(var, dtype=float))
     step = np.maximum(v - np.r_[v[1:], 0.0], 0.0)
     inc = rng.standard_normal((sims, v.size)) * np.sqrt(step)

@@ -172,9 +172,8 @@ def describe_budget(at: Budget, titles: Mapping[str, str] | None = None) -> str:
 def check(
     config: dict, registry: dict | None = None, throughput: dict | None = None
 ) -> Budget | None:
-    """Refuse, at parse time, an adaptive config the workflow cannot run: goal width
-    without a target, equivalence without a margin, rounds that collapse into one (too few
-    shards), a GPU-hours cap the run cannot meet (:func:`budget`)."""
+    """Refuse, at parse time, an adaptive config the workflow cannot run (a goal without its
+    width or margin, rounds that collapse into one, a GPU-hours cap it cannot meet)."""
     if not in_rounds(config):
         return
     options = config["design"]["adaptive"]

@@ -17,9 +17,8 @@ value; an item has one). Clusters are resampled within strata."""
 def item_clusters(
     reader: pl.DataFrame, human: pl.DataFrame, ids: Sequence[str]
 ) -> np.ndarray | None:
-    """The cluster code of each of ``ids`` (the cell's items, in order) from the reader
-    table's CLUSTER column; None where it has none. A ValueError where an item has two
-    clusters, or the human-label table's CLUSTER column (optional) gives an item another."""
+    """The cluster code of each of ``ids`` from the reader table's CLUSTER column (None
+    without one); a ValueError where an item has two, in either table."""
     if CLUSTER not in reader.columns:
         return None
     pairs = reader.select("item_id", pl.col(CLUSTER).cast(pl.String)).unique()
@@ -102,8 +101,7 @@ def resample_stratum(
 
 def resample_rows(counts: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
     """Resamples of a multiset: ``counts`` (..., P) multiplicities of P distinct rows ->
-    (..., size, P) multiplicities, each a multinomial of the same total at the counts'
-    shares (the items drawn with replacement)."""
+    (..., size, P), each a multinomial of the same total at the counts' shares."""
     total = counts.sum(-1, keepdims=True)
     shares = counts / np.where(total > 0, total, 1)
     drawn = rng.multinomial(total[..., 0], shares, size=(size, *counts.shape[:-1]))

@@ -40,9 +40,8 @@ def add_metrics_command(
     description: str,
     example: str,
 ) -> argparse.ArgumentParser:
-    """Add `metrics` with ``--out DIR`` and ``--preset`` to ``sub``; the caller adds its
-    inputs. ``compute(args, section)`` returns file stem -> table, all written after it
-    returns (a failure leaves no partial set)."""
+    """Add `metrics` (``--out DIR``, ``--preset``; the caller adds its inputs) to ``sub``:
+    ``compute(args, section)`` returns file stem -> table, all written after it returns."""
     m = sub.add_parser("metrics", help=help, description=description)
     m.add_argument("--out", required=True, metavar="DIR", help="output directory")
     add_preset_option(m, benchmark, example)
@@ -166,9 +165,8 @@ def add_sample_commands(
     example: str,
     unit: str,
 ) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    """Add `reader-sample` (``run_sample``) and `human-labels` (``human_labels(args)`` from
-    filled forms) to ``sub``; ``form``, ``pilot`` and ``unit`` word the help and output.
-    Returns the two parsers for the caller's own options."""
+    """Add `reader-sample` (``run_sample``) and `human-labels` (``human_labels(args)``) to
+    ``sub``; returns the two parsers for the caller's own options."""
     p = sub.add_parser(
         "reader-sample",
         help=f"draw the human sample of the reader correction: {form}, the human-label "

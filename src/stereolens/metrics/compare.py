@@ -150,9 +150,8 @@ WITHHELD = ("ci_low", "ci_high", "p_value", "p_adjusted", "reject")
 
 
 def withhold(comparisons: pl.DataFrame, notes: Mapping[str, str | None]) -> pl.DataFrame:
-    """One family of :func:`pairwise` with the pairs of a model with an ``interval_note``
-    (``notes``) withheld: model_a's note, else model_b's, WITHHELD columns null, Holm and
-    ``reject`` recomputed over the pairs still tested."""
+    """A :func:`pairwise` family with the pairs of a model noted in ``notes`` withheld
+    (WITHHELD columns null), Holm and ``reject`` recomputed over the pairs still tested."""
     row_notes = [
         notes.get(a) or notes.get(b)
         for a, b in zip(comparisons["model_a"], comparisons["model_b"], strict=True)

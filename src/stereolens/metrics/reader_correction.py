@@ -192,9 +192,8 @@ def _check_options(lam: str, off_simplex: str, interval: str = "bc_normal") -> N
 
 
 def tuned_lambda(y: np.ndarray, yhat: np.ndarray, yhat_all: np.ndarray, w: np.ndarray) -> float:
-    """PPI++'s power-tuning lam for a mean, as ppi_py 0.2.3 computes (but does not return)
-    inside ppi_mean_pointestimate(lam=None), clipped to [0, 1]; 0 where the reader gives
-    every item the same labels."""
+    """PPI++'s power-tuning lam for a mean as ppi_py 0.2.3 computes (not returns) it, in
+    [0, 1]; 0 where the reader gives every item the same labels."""
     n, big_n = y.shape[0], yhat_all.shape[0]
     wn = (w / w.sum() * n)[:, None]
     theta1 = yhat_all.mean(0) + (wn * (y - yhat)).mean(0)

@@ -186,9 +186,8 @@ def disagreement_by_stratum(reader: pl.DataFrame, human: pl.DataFrame) -> pl.Dat
 
 
 def draw_sample(items: pl.DataFrame, design: pl.DataFrame, seed: int = 0) -> pl.DataFrame:
-    """The stratified sample: per stratum of ``design`` (stratum, n_human) a simple random
-    sample of n_h of its ``items``, seeded by ``seed`` and the stratum's name alone. Columns
-    item_id, stratum, selection_probability (n_h / N_h), sorted."""
+    """The stratified sample: per stratum of ``design`` a simple random sample of n_h of its
+    ``items``, seeded by ``seed`` and its name; item_id, stratum, selection_probability."""
     items = items.select("item_id", "stratum").unique()
     if items["item_id"].is_duplicated().any():
         raise ValueError("items: an item has two strata; an item has one stratum")

@@ -110,9 +110,8 @@ def ordering(ranks: pl.DataFrame, pairs: pl.DataFrame | None = None, digits: int
 
 
 def decided(pairs: pl.DataFrame | None) -> str:
-    """'2 of 3 pairs differ (Holm, 5%)'; pairs whose test is withheld are never counted as
-    differing: '...; 1 pair cannot be judged at this size (interval withheld: 2 images per
-    subject < 20)'."""
+    """'2 of 3 pairs differ (Holm, 5%)', with '; 1 pair cannot be judged at this size
+    (...)' for pairs whose test is withheld (never counted as differing)."""
     if pairs is None or pairs.height == 0:
         return "one model: nothing to compare"
     rows = list(pairs.iter_rows(named=True))

@@ -144,9 +144,8 @@ def thumbnails(
     cache_dir: Path | None = None,
     threads: int = 1,
 ) -> dict[ImageRef, tuple[str, int, int] | None]:
-    """ref -> (file name in ``thumbs_dir``, width, height), or None when the image cannot
-    be read. Reuses a matching thumbnail from ``cache_dir`` or the image's generation shard;
-    ``threads`` > 1: that many worker processes."""
+    """ref -> (file name in ``thumbs_dir``, width, height), None for an unreadable image;
+    reuses ``cache_dir``'s or the shard's thumbnail; ``threads``: worker processes."""
     from stereolens.report.thumbs import from_shard, thumbnail_job
 
     unique = list(dict.fromkeys(refs))

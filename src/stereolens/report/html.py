@@ -95,9 +95,8 @@ _REASON = re.compile(r"\s*\([^()]*\)\s*$")
 
 
 def withheld_text(note: Any, short: bool = True) -> str:
-    """An ``interval_note`` as the page shows it beside an estimate: "interval withheld: 2
-    images per subject < 20" (``short``: without its trailing parenthesised reason); "" for a
-    null note."""
+    """An ``interval_note`` as shown beside an estimate, "interval withheld: ..." (``short``:
+    without its trailing parenthesised reason); "" for a null note."""
     if note is None or not str(note).strip():
         return ""
     text = str(note).strip()

@@ -215,9 +215,8 @@ def headline_table(
 
 
 def _ranks(table: pl.DataFrame, headlines: Mapping[str, Headline]) -> pl.DataFrame:
-    """naive_rank, corrected_rank (1 = least biased within metric x scope, ties share the
-    better rank; null where the family has one model or the row no corrected value) and
-    rank_flag; rows whose corrected interval is withheld take no part)."""
+    """naive_rank, corrected_rank (1 = least biased within metric x scope; null for a lone
+    model or no corrected value) and rank_flag; rows with a withheld interval take no part."""
     out = []
     for (metric, _), part in table.group_by("metric", "scope", maintain_order=True):
         desc = not headlines[str(metric)].lower_is_less_biased

@@ -201,9 +201,8 @@ class ProfileCell:
 
 
 def profile_figure(profile: pl.DataFrame) -> Figure | None:
-    """One panel per headline metric (LVLM: per task, gender and race as two series),
-    one row per model of that benchmark: estimate (dot), 95% interval (line), noise floor
-    (grey band from the null mean to its 95th percentile, or a grey tick at the ceiling)."""
+    """One panel per headline metric, one row per model: estimate (dot), 95% interval
+    (line), noise floor (grey band from null mean to 95th percentile, or a tick)."""
     if profile.is_empty():
         return None
     panels = profile.select("benchmark_title", "panel").unique(maintain_order=True).rows()

@@ -41,9 +41,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
 
 @contextmanager
 def atomic_dir(path: str | os.PathLike, keep_existing: bool = False) -> Iterator[Path]:
-    """Yield an empty temporary folder beside ``path``; on success move it into place,
-    replacing a folder there (``keep_existing``: keep that folder and drop the new one).
-    A folder another process moves to ``path`` in the same moment is kept as theirs."""
+    """Yield an empty temporary folder beside ``path``, moved into place on success (over a
+    folder there, unless ``keep_existing``; one another process moves there first wins)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))

@@ -16,9 +16,8 @@ ROOT = "results"
 
 
 def image_shard(group: str, cell: str) -> str:
-    """The template of a generation shard, which the shared rule generate_images writes
-    (results/{benchmark}/images/{model}/{group}/{cell}/{shard}), with a benchmark's own
-    names for the group and cell wildcards."""
+    """The template of a generation shard (the shared rule generate_images'), with the
+    benchmark's names for the group and cell wildcards."""
     return "/".join(("images", "{model}", f"{{{group}}}", f"{{{cell}}}", "{shard}"))
 
 

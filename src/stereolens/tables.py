@@ -308,9 +308,8 @@ def _number_problems(frame: pl.DataFrame, spec: TableSpec) -> list[str]:
 
 
 def _check_lazy(frame: pl.LazyFrame, spec: TableSpec, source: str) -> pl.LazyFrame:
-    """check_table of a LazyFrame: the ``spec.wide`` columns' presence and type from the
-    file's schema, every other column of ``spec`` loaded and checked; the frame comes back
-    lazy, with check_table's casts and vocabulary spellings."""
+    """check_table of a LazyFrame: ``spec.wide`` columns checked from the schema, the others
+    loaded and checked; the frame comes back lazy, with check_table's casts."""
     schema = frame.collect_schema()
     wide = tuple(c for c in spec.wide if c in schema)
     where = _where(spec, source)

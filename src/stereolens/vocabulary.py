@@ -144,9 +144,8 @@ def conform_columns(frame: pl.DataFrame, vocabularies, where: str) -> pl.DataFra
 
 
 def conform_parquet(path, vocabularies: Sequence[Vocabulary], where: str) -> None:
-    """A parquet table conformed in place: only the vocabularies' columns are read; the
-    file is rewritten (streamed, atomically) only when a value was read as another, and
-    a value outside a vocabulary is a ConfigError (the file is left as it is)."""
+    """A parquet table conformed in place, rewritten atomically only when a value was read
+    as another; a value outside a vocabulary is a ConfigError."""
     import polars as pl
 
     from stereolens.atomic import sink_parquet

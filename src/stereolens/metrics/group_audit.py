@@ -9,9 +9,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-# scipy.stats (about 0.5 s of CPU to import) is imported in the functions that use it: the
-# workflow's parse imports this module (the planner counts the story readings), at every
-# snakemake start and in every SLURM job
+# scipy.stats (0.5 s of CPU to import) is imported where used: the workflow's parse, in
+# every snakemake start and SLURM job, imports this module
 
 RATE_COLUMNS = [
     "extractor", "model", "grouping", "group_dimension", "group", "n_items", "n_correct",

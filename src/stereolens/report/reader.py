@@ -309,9 +309,8 @@ def corrected_block(
     digits: int = 3,
     formulas: str = "",
 ) -> ReaderBlock:
-    """A benchmark's block from the rows of its corrected table's ``headlines`` metrics
-    (``unit``, ``scope``: as headline_table; ``counts``: :func:`distinct_counts`;
-    ``formulas``: the caption line, ``{minimum}`` filled in)."""
+    """A benchmark's block from its corrected table's ``headlines`` rows (``unit``, ``scope``
+    as headline_table; ``counts``: :func:`distinct_counts`; ``formulas``: the caption)."""
     table = headline_table(corrected, headlines, unit=unit, scope=scope)
     rows, hidden, flags = _screen_rows(table, digits)
     withheld = int(table["interval_note"].is_not_null().sum())
@@ -361,9 +360,8 @@ def section(found: Sequence[ReaderBlock]) -> Section | None:
 
 
 def simulated(inputs: Inputs, config: dict, key: str) -> bool:
-    """The benchmark's human labels are simulated: its config says
-    ``reader_correction.simulate``, or no human-label table is configured and the folder
-    holds ``<key>_human_labels_simulated``."""
+    """The benchmark's human labels are simulated: ``reader_correction.simulate``, or no
+    human-label table configured and ``<key>_human_labels_simulated`` in the folder."""
     rc = config[key]["reader_correction"]
     if rc["simulate"]:
         return True

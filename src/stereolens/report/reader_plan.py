@@ -80,9 +80,8 @@ _PLANS: dict[str, list[dict]] = {}
 
 
 def planner_part(config: dict, key: str) -> dict | None:
-    """The benchmark's part of stereolens.plan.reader_plan(config) (computed once per
-    config): the human labels `stereolens plan` prints for it; None where it prints nothing
-    (no reader design, or a config naming no models)."""
+    """The benchmark's part of stereolens.plan.reader_plan(config), computed once per
+    config; None where `stereolens plan` prints nothing for it."""
     from stereolens.benchmark import benchmarks, resolve
 
     memo = json.dumps(config, sort_keys=True, default=str)
@@ -181,9 +180,8 @@ def plan_block(
     config_key: str | None = None,
     planned: dict | None = None,
 ) -> ReaderBlock:
-    """A benchmark's block without human labels: its numbers assume a perfect reader, and
-    the labels to collect: the planner's (``planned``) where it has them, else
-    :func:`labels_needed` from the audit's ``disagreement`` or DEFAULT_DISAGREEMENT."""
+    """A benchmark's block without human labels (a perfect reader assumed): the labels to
+    collect, the planner's (``planned``), else :func:`labels_needed` of ``disagreement``."""
     cfg = config_key or key
     head = (
         f"The numbers assume a perfect reader: no human labels were given "

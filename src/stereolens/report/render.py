@@ -188,8 +188,7 @@ def render_report(
     shown_config: dict | None = None,
 ) -> dict:
     """Write index.html to ``out_path`` with figures/, tables/ and galleries/ beside it
-    (``config``, ``shown_config``: as :func:`build_report`; ``cache_dir``: thumbnails kept
-    between runs). Returns the paths written and counts, with each step's seconds."""
+    (``cache_dir``: thumbnails kept between runs); returns paths, counts and seconds."""
     t0 = time.perf_counter()
     if not isinstance(inputs, Inputs):
         inputs = Inputs(inputs, roots=[Path.cwd()])

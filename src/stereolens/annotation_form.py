@@ -42,11 +42,9 @@ KEY_SCHEMA = {
     "schema_version": pl.String,
     "seed": pl.Int64,
 }
-"""key.parquet, one row per set. position = place of the set in the form (1-based);
-image_ids / image_paths in the order the form shows them; dimensions = the questions asked
-of the set. role, condition, model: the cell the set was drawn from (ContextBias: role x
-condition x generator; BiasIG: scoring unit x visibility x variant); schema_version: the
-vocabulary's version."""
+"""key.parquet, one row per set: position in the form (1-based), image_ids / image_paths as
+shown, the dimensions asked, the cell it was drawn from (role, condition, model) and the
+vocabulary's schema_version."""
 
 
 # ============================================================================ the form
@@ -77,12 +75,10 @@ def render_form(
     unknown_text: str = UNKNOWN_TEXT,
     ask_prevalence: bool = True,
 ) -> str:
-    """The form: the jinja2 template FORM_TEMPLATE (autoescaped) filled with the sets in
-    their shown order, their inlined images and one question per dimension of each set
-    (``titles``: a dimension's question, default its name; ``vocab``: its closed vocabulary,
-    None for a brief free-text descriptor). ``instructions``: the paragraphs above the sets
-    (default: the agreement study's); without ``ask_prevalence`` no "images showing it"
-    slider is shown and every answer's prevalence is the set's image count."""
+    """The form (FORM_TEMPLATE) with the sets in their shown order, their inlined images and
+    one question per dimension (``titles``, ``vocab``: closed vocabulary or None for free
+    text). ``instructions``: the paragraphs above the sets; without ``ask_prevalence`` no
+    "images showing it" slider is shown."""
     from stereolens.templating import render_template
 
     def questions(dims: Sequence[str]) -> list[dict]:
@@ -137,10 +133,8 @@ def write_form(
     **form: object,
 ) -> dict[str, Path]:
     """Write ``form.html`` and ``key.parquet`` (KEY_SCHEMA) into ``out_dir`` for the sets
-    ``drawn``: ((role, condition, model), its images' rows with image_id and image_path in
-    the order shown, the dimensions asked of it), shown in an order drawn from ``seed``,
-    named by a hash of ``name``, the seed and the images (the sample id). ``version``: the
-    vocabulary's version (the key's schema_version); ``form``: render_form's options."""
+    ``drawn`` ((role, condition, model), image rows, dimensions), in an order drawn from
+    ``seed``; ``version``: the key's schema_version; ``form``: render_form's options."""
     order = np.random.default_rng(seed).permutation(len(drawn))
     drawn = [drawn[i] for i in order]
     sample_id = stable_id(name, seed, *(i for _, g, _ in drawn for i in g["image_id"]), length=8)
@@ -208,11 +202,9 @@ def _normalise(text: str) -> str:
 def normalise_label(
     text: str, vocabulary: tuple[str, ...] | None, no_answer: Collection[str] = NO_ANSWER
 ) -> str | None:
-    """A human answer as a label: lower-cased, whitespace collapsed; ``no_answer`` spellings
-    (unknown, none, not visible, "unknown / not visible", n/a) become ``unknown``. A closed
-    vocabulary is matched without regard to case, and spaces may stand for underscores
-    ("young adult"), returning the vocabulary's own spelling ("east asian" -> "East
-    Asian"); None when the label is not in it."""
+    """A human answer as a label: lower-cased, whitespace collapsed, ``no_answer`` spellings
+    as ``unknown``; in a closed vocabulary (case-blind, spaces for underscores) its own
+    spelling, None when not in it."""
     label = _normalise(text)
     if label in no_answer:
         return UNKNOWN
@@ -234,15 +226,8 @@ def read_answers(
 ) -> pl.DataFrame:
     """The answer CSVs as one table (annotator, set_id, dimension, label, prevalence,
     source, row), validated against the key; ``vocab``: each asked dimension's closed
-    vocabulary (None: a free-text descriptor).
-
-    Every problem names the file, the row (line number, header = 1) and the column: missing
-    columns, an empty annotator, a set id not in the key, a dimension not asked, a label
-    outside the dimension's vocabulary or a descriptor longer than 60 characters, a
-    prevalence that is not a number from 0 to the set's image count, a dimension not asked
-    of that set (sets may ask different questions), and the same
-    annotator answering one item twice. All problems (up to ``max_errors`` listed) are
-    raised together as one ValueError."""
+    vocabulary (None: a free-text descriptor). All problems, each naming file, row and
+    column (up to ``max_errors`` listed), are raised together as one ValueError."""
     key = read_key(key)
     n_images = dict(zip(key["set_id"].to_list(), key["n_images"].to_list(), strict=True))
     dims = set(key_dimensions(key))
@@ -413,16 +398,11 @@ def human_consensus(answers: pl.DataFrame) -> pl.DataFrame:
 def fill_template(
     template: pl.DataFrame, labels: pl.DataFrame, by: Sequence[str] = ()
 ) -> pl.DataFrame:
-    """The human-label table (HUMAN_COLUMNS) of a reader sample: ``template`` (its rows,
-    label empty) with the ``labels`` (item_id, attribute, label: one consensus label per
-    answered item x attribute). An item x attribute nobody answered is left out; an item
-    with no answer at all leaves the sample, and the selection probability of its stratum
-    (within it, of its group of ``labels``' columns ``by``, e.g. a person's position)
-    becomes answered / N_h (N_h = the template's items there / its probability): the
-    answered items are taken as a simple random sample of the stratum (missing at random
-    within it; the correction normalises the inverse probabilities within a stratum, so the
-    estimate does not depend on that choice). A label of an item x attribute the template
-    does not hold is an error."""
+    """The human-label table (HUMAN_COLUMNS) of a reader sample: ``template`` filled with
+    ``labels`` (item_id, attribute, label). Unanswered item x attributes are left out; an
+    item with no answer leaves the sample, its stratum's (within it, its ``by`` group's)
+    selection probability becoming answered / N_h. A label the template lacks is an
+    error."""
     template = template.select(*HUMAN_COLUMNS, *by).cast(HUMAN_COLUMNS)
     stray = labels.join(template, on=["item_id", "attribute"], how="anti")
     if stray.height:

@@ -41,9 +41,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
 
 @contextmanager
 def atomic_dir(path: str | os.PathLike, keep_existing: bool = False) -> Iterator[Path]:
-    """Yield an empty temporary folder beside ``path``; on success move it into place,
-    replacing a folder there (``keep_existing``: keep that folder and drop the new one).
-    A folder another process moves to ``path`` in the same moment is kept as theirs."""
+    """Yield an empty temporary folder beside ``path``, moved into place on success (over a
+    folder there, unless ``keep_existing``; one another process moves there first wins)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
@@ -94,8 +93,7 @@ def write_parquet(path: str | os.PathLike, frame) -> None:
 
 
 def write_parquet_or_csv(path: str | os.PathLike, frame) -> None:
-    """Write a polars DataFrame atomically as CSV (suffix .csv, for a spreadsheet) or
-    parquet (any other suffix)."""
+    """Write a polars DataFrame atomically: CSV for a .csv suffix, else parquet."""
     csv = Path(path).suffix.lower() == ".csv"
     with atomic_path(path, suffix=".csv" if csv else ".parquet") as tmp:
         if csv:
@@ -105,8 +103,7 @@ def write_parquet_or_csv(path: str | os.PathLike, frame) -> None:
 
 
 def sink_parquet(path: str | os.PathLike, frame) -> None:
-    """Write a polars LazyFrame atomically, streamed: the table is never whole in memory
-    (unless a step of the query needs it, such as a sort)."""
+    """Write a polars LazyFrame atomically, streamed (never whole in memory unless a sort)."""
     with atomic_path(path, suffix=".parquet") as tmp:
         frame.sink_parquet(tmp)
 

@@ -47,9 +47,7 @@ class Job:
 
 @dataclass(frozen=True)
 class Size:
-    """The model jobs of one stage and model of a run, counted arithmetically (no job
-    list built): what the ceiling check (stereolens.plan.check_ceiling) reads before the
-    workflow or the planner enumerates anything."""
+    """The model jobs of one stage and model of a run, counted without a job list."""
 
     stage: str
     model: str
@@ -61,11 +59,9 @@ class Size:
 
 @dataclass(frozen=True)
 class Rounds:
-    """How a benchmark runs in rounds under ``design.mode: adaptive`` (issue 23;
-    stereolens.design.rounds, docs/planner.md "Adaptive design"): its model jobs whose
-    ``shard`` wildcard is a block of the growing sample (seeds) are split into rounds of
-    cumulative shards, and after each round the interim analysis ``interim`` decides per
-    cell whether the next round's shards are made."""
+    """How a benchmark runs in rounds under ``design.mode: adaptive`` (docs/planner.md
+    "Adaptive design"): its sharded model jobs split into rounds of cumulative shards, the
+    interim analysis ``interim`` deciding per cell whether the next round is made."""
 
     interim: str
     """"module:function" of the interim estimate: ``function(config, paths)`` reads the
@@ -110,8 +106,7 @@ class Benchmark:
     of the wrong kind) or the benchmark's own input is wrong (read at parse time)."""
     jobs: Callable[..., list[Job]]
     """``jobs(config, counts=False)``: every model job; ``counts=True`` also fills
-    ``items`` (the planner's figures; it reads the prompt tables, so the Snakefile, which
-    needs only the paths, does not ask for it)."""
+    ``items`` (the planner's figures)."""
     targets: Callable[[dict], list[str]]
     """The benchmark's final outputs (rule all): its results and the audits of its own
     measurements (the validation group gaps, the story reading)."""
@@ -142,15 +137,12 @@ class Benchmark:
     no result (the report's config is shown with them sorted, so reordering reruns
     nothing)."""
     report_sections: str | None = None
-    """The module (a dotted name, imported by the report only) that renders the benchmark's
-    part of the report from its tables: ``KEY``, ``TITLE`` and the functions ``enabled``,
-    ``facts``, ``profile``, ``sections`` and ``galleries`` (stereolens.report.render), and
-    optionally ``OTHER_ROLES``, the roles of :attr:`models` its facts do not name; None =
-    no report part. A name, not an import: a benchmark sits below the report."""
+    """The dotted name of the module that renders the benchmark's part of the report:
+    ``KEY``, ``TITLE``, ``enabled``, ``facts``, ``profile``, ``sections``, ``galleries``
+    and optionally ``OTHER_ROLES`` (stereolens.report.render); None: no report part."""
     size: Callable[[dict], list[Size]] | None = None
-    """``size(config)``: the counts of :attr:`jobs` (jobs and items per stage and model),
-    by arithmetic, in memory that does not grow with the run: the ceiling check reads it
-    before any job list exists (``jobs`` of a run of 10^9 seeds would not fit in memory)."""
+    """``size(config)``: the counts of :attr:`jobs` per stage and model, by arithmetic (the
+    ceiling check reads it before any job list exists)."""
     rules: tuple[str, ...] = ()
     """Its Snakemake rules files, in the order the Snakefile includes them (input functions
     first): a relative path is one under the workflow's folder (the Snakefile's), an
@@ -169,9 +161,8 @@ class Benchmark:
     """Its rules whose jobs ask a model (besides the shared generate_images): what
     `stereolens regenerate --model/--benchmark` forces."""
     layout: Layout | None = None
-    """Its output paths (stereolens.layout): the jobs, targets and report paths are made
-    from it, and the measured throughput finds its model jobs through its job templates;
-    None: a benchmark with no model job of its own."""
+    """Its output paths (stereolens.layout); None: a benchmark with no model job of its
+    own."""
     presets: str | None = None
     """A folder of named presets (``paper.yaml``, ``released.yaml``): each lists the keys of
     the config section it sets (stereolens.settings); None: none."""
@@ -213,9 +204,8 @@ HOOKS = ("enabled", "check", "jobs", "targets", "models", "report_tables", "size
 
 @lru_cache(maxsize=1)
 def plugins() -> dict[str, str]:
-    """Benchmark name (its config section and its results/ folder) -> "module:attribute" of
-    its plug-in: the built-ins in their order, then every other entry point of the group
-    ``stereolens.benchmarks`` sorted by name. Read once per process."""
+    """Benchmark name -> "module:attribute" of its plug-in: the built-ins in order, then the
+    other ``stereolens.benchmarks`` entry points by name; read once per process."""
     table = dict(BUILT_IN)
     found = {}
     # every entry point, also where two distributions declare one name (stereolens's own
@@ -262,8 +252,7 @@ def benchmark(name: str) -> Benchmark:
 
 
 def rules_files() -> list[str]:
-    """The rules files of every registered benchmark, in table order (the Snakefile's
-    includes)."""
+    """The rules files of every registered benchmark, in table order (the Snakefile's includes)."""
     return [path for plugin in benchmarks() for path in plugin.rules]
 
 
@@ -298,8 +287,7 @@ def resolve(target: str) -> Callable:
 
 
 def configured_models(config: dict) -> dict[str, list[str]]:
-    """Benchmark -> every registry name the config uses there (in the config's order, each
-    once), over the benchmarks it enables."""
+    """Benchmark -> the registry names its config uses (config order, each once), if enabled."""
     out = {}
     for plugin in benchmarks(config):
         names: list[str] = []
@@ -335,8 +323,7 @@ def model_roles(config: dict) -> list[tuple[str, str]]:
 
 
 def all_report_tables(config: dict) -> dict[str, str]:
-    """Table name -> path over every benchmark the config enables; a name two benchmarks
-    claim is an error (the report reads tables by name)."""
+    """Table name -> path over the enabled benchmarks; a name two of them claim is an error."""
     out: dict[str, str] = {}
     owner: dict[str, str] = {}
     for plugin in benchmarks(config):

@@ -64,8 +64,7 @@ class CheckRow:
 
 
 def configured_models(config: dict[str, Any]) -> list[str]:
-    """Every registry name a (validated) run config uses, in config order (each benchmark
-    plug-in names its models: stereolens.benchmark)."""
+    """Every registry name a validated run config uses, in config order."""
     from stereolens.benchmark import configured_models as per_benchmark
 
     names: list[str] = []
@@ -157,10 +156,9 @@ def check_entry(
     workdir: str | Path | None = None,
     batch_check: bool = False,
 ) -> CheckRow:
-    """Check one registry entry (docs/twins.md); never raises for a model
-    problem: the row says what failed. With ``batch_check`` a generator also makes two
-    images one at a time and as one batch of two, and the notes give the largest pixel
-    difference (0 or a unit of rounding: an image depends on its prompt and seed only)."""
+    """Check one registry entry (docs/twins.md); a model problem is a row, never raised.
+    With ``batch_check`` a generator's notes give the largest pixel difference between two
+    images made one at a time and as one batch."""
     from stereolens.models.twins import twin_info, twin_spec
 
     row = CheckRow(spec.name, spec.backend)
@@ -328,9 +326,7 @@ def tsv(rows: list[CheckRow]) -> str:
 
 # ------------------------------------------------------------------ command line
 def quiet_progress_bars() -> None:
-    """No loading bars and no library chatter (diffusers' and transformers' own warnings,
-    e.g. that float16 is slow on a CPU) between the table's rows; stereolens' warnings
-    (settings without effect) stay."""
+    """No loading bars or library chatter between the table's rows; our own warnings stay."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         from diffusers.utils import logging as diffusers_logging

@@ -16,10 +16,9 @@ CONFIG_SCHEMA = resource("schemas", "config.schema.yaml")
 
 
 def config_schema() -> dict[str, Any]:
-    """The config schema: config.schema.yaml with the section of every registered
-    benchmark that ships its own (its plug-in's config_schema) under its name; a section
-    whose schema says ``x-required: true`` must be in the config, and the properties of its
-    ``x-report-galleries`` join report.galleries (its galleries' sample sizes)."""
+    """config.schema.yaml with each registered benchmark's config_schema under its name
+    (``x-required: true``: the section must be given; ``x-report-galleries``' properties
+    join report.galleries)."""
     from stereolens.benchmark import benchmarks
 
     fragments = tuple((p.name, p.config_schema) for p in benchmarks() if p.config_schema)
@@ -64,9 +63,7 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def validate_report_config(config: dict[str, Any]) -> dict[str, Any]:
-    """A report's config made from a results folder (`stereolens report --results` without
-    the run's config), validated in place and filled with defaults as a run's is, against
-    :func:`report_schema`: the tables show only part of a run."""
+    """A report's config, validated in place and filled with defaults (:func:`report_schema`)."""
     return _validated(config, report_schema())
 
 
@@ -112,9 +109,7 @@ def _validated(config: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]
 
 
 def check_models(config: dict[str, Any], registry: dict[str, ModelSpec]) -> None:
-    """Every model the config names exists in the registry with the right kind, and each
-    enabled benchmark's own input is sound: each plug-in checks its part
-    (stereolens.benchmark)."""
+    """Every model the config names is in the registry with the right kind; plug-in checks pass."""
     from stereolens.benchmark import benchmarks
 
     for plugin in benchmarks(config):
@@ -127,10 +122,7 @@ model_index.json, transformers and vLLM checkpoints config.json); a GGUF file co
 
 
 def _local_problem(spec: ModelSpec) -> str | None:
-    """What is wrong with an entry's local ``model:`` path (None: fine, not a local path, or
-    built by the workflow's build_tiny_model rule when missing). A local path is a pkg://
-    folder, one starting with ., / or ~, one of more than two parts (a hub id has at most
-    two: org/name) or one that exists."""
+    """What is wrong with an entry's local ``model:`` path (None: fine or not a local path)."""
     from stereolens.models.registry import PACKAGE_SCHEME, resolve_model_location
 
     if spec.backend == "openai" or not spec.model or spec.get("build"):
@@ -163,9 +155,8 @@ def _local_problem(spec: ModelSpec) -> str | None:
 def model_source_problems(
     config: dict[str, Any], registry: dict[str, ModelSpec], environ=os.environ
 ) -> tuple[list[str], list[str]]:
-    """What would fail every job of a model the run uses, known before any job: (local
-    model paths that are missing or hold no model, API key variables that are not set),
-    one line each naming the model, its role and the registry key."""
+    """What would fail every job of a model the run uses (a missing local model, an unset
+    API key variable), one line each naming the model, its role and the registry key."""
     from stereolens.benchmark import model_roles
 
     roles: dict[str, list[str]] = {}

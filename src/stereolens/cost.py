@@ -113,8 +113,7 @@ aggregate jobs are left out)."""
 def benchmark_sizes(
     config: dict[str, Any], names: set[str] | None = None
 ) -> list[tuple[Any, list]]:
-    """(plug-in, its Size records) of each enabled benchmark (of ``names``): the plug-in's
-    ``size``, else counted from its job list."""
+    """(plug-in, its Size records) per enabled benchmark of ``names`` (``size``, else its jobs)."""
     from stereolens.benchmark import Size, benchmarks
 
     out = []

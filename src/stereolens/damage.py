@@ -15,8 +15,7 @@ TABLE_SUFFIXES = (".parquet", ".jsonl")
 
 SKIPPED_FOLDERS = ("images", "cache")
 """Folders directly under results/<benchmark>/ or results/ that the scan of a results
-folder does not enter: generation shards (their images are verified by hash when read)
-and model-response caches."""
+folder does not enter."""
 
 REGENERATING_ENV = "STEREOLENS_REGENERATING"
 """Set by ``stereolens regenerate`` for its Snakemake runs: the parse-time scan then warns
@@ -139,11 +138,9 @@ def scan(root: str | os.PathLike = "results") -> list[tuple[str, str]]:
 
 
 def read_failure(path: str | os.PathLike, exc: BaseException, what: str = "table") -> ConfigError:
-    """The error to raise when reading ``path`` failed with ``exc``: DamagedTable naming the
-    file and the mend command when the structural check finds it damaged, or when it lies
-    in a results folder (then the reader's complaint says why); else a ConfigError naming
-    the file and the reader's complaint (a hand-made table, e.g. a CSV that does not
-    parse)."""
+    """The error to raise when reading ``path`` failed with ``exc``: DamagedTable (with the
+    mend command) when the file is damaged or lies in a results folder, else a ConfigError
+    naming the file and the reader's complaint."""
     kind = Path(path).suffix.lower().lstrip(".")
     said = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
     why = problem(path)

@@ -10,9 +10,8 @@ class ImageUnreadable(ValueError):
 
 
 def load_image(path: str | Path, max_side: int | None = None):
-    """Open an image as RGB PIL (decoded and re-made, so PNG text chunks and EXIF are
-    gone), downscaled so its longer side is at most ``max_side``. Raises ImageUnreadable
-    naming the file when it cannot be read or decoded."""
+    """An image as RGB PIL, re-made without metadata, its longer side at most ``max_side``;
+    ImageUnreadable naming the file when it cannot be read or decoded."""
     from PIL import Image
 
     try:

@@ -16,9 +16,8 @@ ROOT = "results"
 
 
 def image_shard(group: str, cell: str) -> str:
-    """The template of a generation shard, which the shared rule generate_images writes
-    (results/{benchmark}/images/{model}/{group}/{cell}/{shard}), with a benchmark's own
-    names for the group and cell wildcards."""
+    """The template of a generation shard (the shared rule generate_images'), with the
+    benchmark's names for the group and cell wildcards."""
     return "/".join(("images", "{model}", f"{{{group}}}", f"{{{cell}}}", "{shard}"))
 
 
@@ -29,15 +28,12 @@ READER_CORRECTION = MappingProxyType(
     }
 )
 """The templates of the shared `<benchmark> simulate-human-labels` and `correct` commands'
-outputs (stereolens.metrics.command), which every benchmark with a reader correction holds
-under these names (``reader_report_paths`` reads them)."""
+outputs (stereolens.metrics.command) in every benchmark with a reader correction."""
 
 
 @dataclass(frozen=True)
 class JobFolder:
-    """A template whose files are model-job outputs: the stage the measured throughput
-    files them under (also the folder of their logs and benchmark files) and the key that
-    names the model that ran them."""
+    """A template of model-job outputs: their throughput stage and the key naming the model."""
 
     stage: str
     model_key: str = "model"
@@ -45,8 +41,7 @@ class JobFolder:
 
 def extractor_jobs(template: str, stage: str) -> dict[str, JobFolder]:
     """The model-job templates of a benchmark whose images an extractor reads: the shared
-    generation shards (``image_shard``, stage generate) and the extractor's outputs
-    (``template``, filed under ``stage``, named by the ``extractor`` key)."""
+    generation shards and the extractor's ``template`` under ``stage``."""
     return {"image_shard": JobFolder("generate"), template: JobFolder(stage, model_key="extractor")}
 
 
@@ -60,10 +55,9 @@ class Parsed:
 
 @dataclass(frozen=True)
 class Layout:
-    """The output paths of one benchmark. ``templates``: name -> path under
-    results/<benchmark>/ with Snakemake-style ``{wildcards}``; ``jobs``: the names among them
-    whose files are model-job outputs (:class:`JobFolder`). ``layout.<name>`` is the
-    Snakemake pattern of a template, e.g. "results/contextbias/metrics/{table}.parquet"."""
+    """The output paths of one benchmark: ``templates``, name -> path under
+    results/<benchmark>/ with ``{wildcards}`` (``layout.<name>`` its Snakemake pattern);
+    ``jobs``: those whose files are model-job outputs."""
 
     benchmark: str
     templates: Mapping[str, str]
@@ -118,16 +112,14 @@ class Layout:
         return [f for _, f, _, _ in string.Formatter().parse(self.templates[name]) if f]
 
     def path(self, name: str, **keys: object) -> str:
-        """The path of template ``name`` with every wildcard filled from ``keys`` (extra
-        keys are ignored, a missing one is an error)."""
+        """Template ``name`` filled from ``keys`` (extra keys ignored, a missing one an error)."""
         missing = [k for k in self.keys(name) if k not in keys]
         if missing:
             raise KeyError(f"layout {self.benchmark}.{name} needs {', '.join(missing)}")
         return self.pattern(name).format(**keys)
 
     def at(self, results_dir: str | Path, name: str, **keys: object) -> Path:
-        """The path of template ``name`` under another run's results folder (a pilot run,
-        `stereolens report --results DIR`)."""
+        """The path of template ``name`` under another run's results folder (pilot, report)."""
         return Path(results_dir) / PurePosixPath(self.path(name, **keys)).relative_to(ROOT)
 
     @cached_property
@@ -204,9 +196,8 @@ ADAPTIVE = Layout(
         "decisions": "adaptive/decisions.parquet",
     },
 )
-"""The adaptive design's tables (design.mode adaptive; stereolens.design.rounds) of every
-benchmark that runs in rounds: a round's interim decisions per group (the rounds' first cell
-key, e.g. the generator: one checkpoint each) and the table of all rounds."""
+"""The adaptive design's tables (stereolens.design.rounds): a round's interim decisions per
+group and the table of all rounds."""
 
 
 def adaptive_table(benchmark: str) -> str:

@@ -71,11 +71,9 @@ LIMITS = {"jobs": "max_jobs", "images": "max_images", "gpu_hours": "max_gpu_hour
 def size(
     config: dict[str, Any], registry: dict, throughput: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The size of a validated config by arithmetic, from each plug-in's ``size`` (memory
-    that does not grow with the run): ``jobs`` (every model job), ``images`` (generated),
-    ``gpu_hours`` (of the models with a throughput figure) and ``parts``, (benchmark,
-    stage, jobs, images, GPU-hours) per benchmark and stage. A plug-in without ``size`` is
-    counted from its job list."""
+    """The size of a validated config from each plug-in's ``size`` (else its job list):
+    ``jobs``, ``images``, ``gpu_hours`` and ``parts``, (benchmark, stage, jobs, images,
+    GPU-hours) per benchmark and stage."""
     throughput = throughput or {"entries": {}}
     parts: dict[tuple[str, str], list[float]] = {}
     for plugin, sizes in benchmark_sizes(config):
@@ -103,9 +101,8 @@ def check_ceiling(
     """Refuse a run larger than its ceilings (config ``limits``: jobs, generated images,
     GPU-hours), counted by :func:`size` before any job list is built: a ConfigError with
     the figures, the parts that make them and the key to change. Returns the size (with
-    ``capped``). Under design.adaptive.gpu_hours_cap the run counted is the one the rounds
-    can make: the benchmarks in rounds at the shards the cap affords (``at``, a
-    :class:`stereolens.design.rounds.Budget`, else ``budget`` with ``throughput``)."""
+    ``capped``). Under design.adaptive.gpu_hours_cap the rounds count at the shards the cap
+    affords (``at``, else ``budget`` with ``throughput``)."""
     from stereolens.design import rounds
 
     if at is None and rounds.in_rounds(config):
@@ -220,16 +217,9 @@ def format_plan(result: dict[str, Any]) -> str:
 
 
 def reader_plan(config: dict[str, Any], pilot: Path | None = None) -> list[dict[str, Any]]:
-    """Per benchmark with a reader design (Benchmark.reader_design): the human labels its
-    reader correction needs for the configured target width, per model and in all
-    (n_human, None where a model's width is not reachable; rows: model,
-    n_items, strata, n_human (None: not reachable), floor, width, naive_width, reachable,
-    disagreement_min / _max), the labels that print every headline row's corrected
-    interval and the count recommended (n_printable, n_recommended, per row and in all;
-    rows: minimum_min / _max, cells_short, short_items_min, knob, knob_needed:
-    sample_design.planner_part), the disagreement's source (a pilot's human labels or the
-    config's default) and notes (docs/planner.md, "Human labels for the reader
-    correction")."""
+    """Per benchmark with a reader design: sample_design.planner_part's human labels for
+    the configured target width, per model and in all, the disagreement's source (pilot or
+    default) and notes (docs/planner.md, "Human labels for the reader correction")."""
     from stereolens.benchmark import benchmarks, resolve
 
     if pilot is not None and not Path(pilot).is_dir():

@@ -37,12 +37,9 @@ def select_outputs(
     benchmarks: list[str] = (),
     rules: list[str] = (),
 ) -> list[str]:
-    """The outputs to force: shards (exact paths, as Snakemake names them), model-job
-    outputs one of whose keys (their benchmark's layout, stereolens.layout) is a model's
-    name (whatever role the model had: generator, extractor, VQA or audited LVLM) and
-    within the benchmarks when given, model-job outputs of whole benchmarks, or every
-    output of the rules. The model jobs are those of the rules that ask a model
-    (stereolens.benchmark.model_rules)."""
+    """The outputs to force: shards (exact paths), model-job outputs one of whose keys is a
+    model's name (within the benchmarks when given), model-job outputs of whole benchmarks,
+    or every output of the rules."""
     from stereolens.benchmark import benchmarks as registered
     from stereolens.benchmark import model_rules
 

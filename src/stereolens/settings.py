@@ -30,9 +30,7 @@ def _merge(base: Mapping, over: Mapping) -> dict:
 
 
 def preset_values(benchmark: str, preset: str | Mapping | None) -> dict[str, Any]:
-    """The section keys a preset sets: ``preset`` is a shipped name (a file
-    ``<name>.yaml`` in the benchmark's presets folder), a YAML file's path, a mapping, or
-    the text of a JSON mapping (what the workflow's rules pass)."""
+    """The section keys ``preset`` sets: a shipped name, a YAML path, a mapping or JSON text."""
     from stereolens.benchmark import benchmark as plugin
 
     if preset is None:
@@ -84,8 +82,7 @@ def apply_preset(benchmark: str, section: Mapping) -> dict[str, Any]:
 
 
 def section_defaults(benchmark: str, preset: str | Mapping | None = None) -> dict[str, Any]:
-    """The benchmark's config section as validation fills it from the schema's defaults,
-    with ``preset`` applied first."""
+    """The benchmark's config section filled with the schema's defaults, ``preset`` first."""
     from stereolens.benchmark import benchmark as plugin
     from stereolens.validation import validate_against
 
@@ -99,10 +96,9 @@ def section_defaults(benchmark: str, preset: str | Mapping | None = None) -> dic
 
 
 def settings_json(section: Mapping, keys: tuple[str, ...]) -> str:
-    """``keys`` of a validated section as one JSON mapping (what the workflow's rules pass
-    to a benchmark's metrics CLI as ``--preset``), keys sorted: a change reruns the rule.
-    A key "a.b" passes only the key b of the mapping a (the CLI fills the rest of a from
-    the schema's defaults), so that a change to another key of a reruns nothing."""
+    """``keys`` of a validated section as one sorted JSON mapping (the workflow's
+    ``--preset``); a key "a.b" passes only b of the mapping a, so other keys of a rerun
+    nothing."""
     out: dict[str, Any] = {}
     for key in keys:
         head, _, tail = key.partition(".")
@@ -114,8 +110,7 @@ def settings_json(section: Mapping, keys: tuple[str, ...]) -> str:
 
 
 def settings_from(cls: type[T], values: Mapping[str, Any]) -> T:
-    """``cls`` (a frozen dataclass) from a flat mapping of its field names; a missing or
-    unknown field is an error naming it."""
+    """``cls`` (a frozen dataclass) from a flat mapping; a missing or unknown field is an error."""
     names = {f.name for f in dataclasses.fields(cls)}
     missing = names - set(values)
     unknown = set(values) - names
@@ -128,8 +123,7 @@ def settings_from(cls: type[T], values: Mapping[str, Any]) -> T:
 
 
 def overrides(args: object, flags: Mapping[str, str]) -> dict[str, Any]:
-    """Setting name -> value of every CLI flag the user gave (``flags``: argparse dest ->
-    setting name; a flag left at None was not given)."""
+    """Setting name -> value of every CLI flag given (``flags``: argparse dest -> setting)."""
     return {
         name: getattr(args, dest)
         for dest, name in flags.items()

@@ -185,10 +185,8 @@ def read_table(
     spec: TableSpec | None = None,
 ):
     """A table from parquet, CSV or JSON lines (by file suffix); an unreadable file is a
-    ConfigError naming it. ``lazy``: a LazyFrame (parquet is then read column by column, as
-    the query needs it); ``columns``: only these of the table's columns (those it has);
-    ``spec``: CSV and JSON lines are read with its declared column types (an all-null
-    column is then not text, an id of digits not an integer), as parquet stores them."""
+    ConfigError naming it. ``lazy``: a LazyFrame; ``columns``: only these (those it has);
+    ``spec``: CSV and JSON lines read with its declared column types."""
     path = Path(path)
     suffix = path.suffix.lower()
     readers = {
@@ -223,12 +221,10 @@ def read_table(
 
 
 def check_table(frame, spec: TableSpec, source: str = ""):
-    """``frame`` if it fits ``spec``, else ConfigError with one line: the table, the first
-    problem (column, rows, what to do) and how many more there are. Categorical text
-    columns are returned as plain text, values of a closed vocabulary in their allowed
-    spelling (:func:`vocabulary_key`; a note on stderr says what was read so). A LazyFrame
-    is checked without loading its ``spec.wide`` columns (long texts: their type comes
-    from the schema) and returned lazy."""
+    """``frame`` if it fits ``spec``, else ConfigError naming the table, the first problem
+    and how many more there are. Categorical text comes back plain, a closed vocabulary's
+    values in their allowed spelling; a LazyFrame is checked without loading its
+    ``spec.wide`` columns and returned lazy."""
     if isinstance(frame, pl.LazyFrame):
         return _check_lazy(frame, spec, source)
     return _check(frame, spec, source)[0]
@@ -312,9 +308,8 @@ def _number_problems(frame: pl.DataFrame, spec: TableSpec) -> list[str]:
 
 
 def _check_lazy(frame: pl.LazyFrame, spec: TableSpec, source: str) -> pl.LazyFrame:
-    """check_table of a LazyFrame: the ``spec.wide`` columns' presence and type from the
-    file's schema, every other column of ``spec`` loaded and checked; the frame comes back
-    lazy, with check_table's casts and vocabulary spellings."""
+    """check_table of a LazyFrame: ``spec.wide`` columns checked from the schema, the others
+    loaded and checked; the frame comes back lazy, with check_table's casts."""
     schema = frame.collect_schema()
     wide = tuple(c for c in spec.wide if c in schema)
     where = _where(spec, source)
@@ -371,8 +366,7 @@ def write_table(path: str | Path, frame: pl.DataFrame) -> None:
 
 
 def write_tables(out_dir: str | Path, tables: dict[str, pl.DataFrame]) -> None:
-    """Write each table to ``out_dir``/<file name> (:func:`write_table`; ``out_dir`` made
-    if missing): the output of every metrics CLI."""
+    """Write each table to ``out_dir``/<file name> (:func:`write_table`): every metrics CLI's."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in tables.items():

@@ -4,7 +4,6 @@ stage x benchmark x model, next to the planner's figures; the sources are in doc
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import polars as pl
 
+from stereolens.atomic import read_jsonl
 from stereolens.layout import ROOT, Layout
 from stereolens.models.job import TIMING_FILE, read_job_timing
 
@@ -116,19 +116,10 @@ def _load_from_log(path: Path) -> float | None:
     return float(found[-1]) if found else None
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    records = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                records.append(json.loads(line))
-    return records
-
-
 def _answer_job(jsonl_path: Path, log_path: Path) -> dict[str, Any]:
     """The timing of an extraction or VQA job of an older stereolens, which wrote no timing
     record: the seconds its records carry, the load time from them or its log."""
-    records = _read_jsonl(jsonl_path)
+    records = read_jsonl(jsonl_path)
     # VQA writes one row per image x person position; count images
     images = {r.get("image_id") for r in records}
     items = len(images) if None not in images else len(records)
@@ -152,9 +143,7 @@ def _answer_job(jsonl_path: Path, log_path: Path) -> dict[str, Any]:
 
 
 def _job(output: Path, stage: str, log_path: Path) -> dict[str, Any] | None:
-    """The timing of the job that wrote ``output``: its timing record
-    (stereolens.models.job.read_job_timing), else, for an extraction or VQA job of an older
-    stereolens, :func:`_answer_job`."""
+    """The timing of the job that wrote ``output``: its record, else :func:`_answer_job`'s."""
     record = read_job_timing(output)
     if record is None:
         return None if stage == "generate" else _answer_job(output, log_path)
@@ -174,9 +163,8 @@ def _job(output: Path, stage: str, log_path: Path) -> dict[str, Any] | None:
 def _job_row(
     layout: Layout, output: Path, results_dir: Path, benchmarks_dir: Path, logs_dir: Path
 ) -> dict[str, Any] | None:
-    """The JOB_SCHEMA row of one job: ``output`` its shard folder (generation) or its .jsonl
-    output (extraction, VQA, LVLM) under ``results_dir``, a path of a job template of the
-    benchmark's ``layout``; None for another path, a work folder or a job without timing."""
+    """The JOB_SCHEMA row of the job whose ``output`` (shard folder or .jsonl) is at a job
+    template of ``layout``; None for another path, a work folder or a job without timing."""
     rel_results = output.relative_to(results_dir).as_posix()
     found = layout.job(f"{ROOT}/{rel_results}")
     if found is None or any(
@@ -247,9 +235,7 @@ def collect_job_outputs(
     benchmarks_dir: str | Path | None = None,
     logs_dir: str | Path | None = None,
 ) -> pl.DataFrame:
-    """The JOB_SCHEMA rows of the named job outputs only (generation shard folders and
-    .jsonl outputs under ``results_dir``), without walking the results folder: the rule
-    that gathers a run's timings declares these outputs as its inputs."""
+    """The JOB_SCHEMA rows of the named job outputs only, without walking the results folder."""
     results_dir, benchmarks_dir, logs_dir = _dirs(results_dir, benchmarks_dir, logs_dir)
     layouts = job_layouts()
     rows = []
@@ -365,8 +351,7 @@ def configured_jobs(
     benchmarks_dir: str | Path | None = None,
     logs_dir: str | Path | None = None,
 ) -> pl.DataFrame:
-    """The JOB_SCHEMA rows of every job under ``results_dir``; with ``config``, only the
-    benchmarks and models it configures."""
+    """JOB_SCHEMA rows of every job under ``results_dir`` (with ``config``: its models only)."""
     jobs = collect_jobs(results_dir, benchmarks_dir, logs_dir)
     if config is not None and not jobs.is_empty():
         from stereolens.benchmark import configured_models

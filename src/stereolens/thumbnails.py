@@ -24,9 +24,8 @@ def shard_thumbnail_path(image_path: str | Path) -> Path:
 def make_thumbnail(
     source: Any, out: str | Path, px: int, quality: int, sha256: str | None = None
 ) -> tuple[int, int]:
-    """A JPEG of ``source`` (an image file, or a PIL image, which is left unchanged) whose
-    longer side is at most ``px`` (RGB, metadata dropped), written atomically; its comment
-    records px, quality and ``sha256`` (the source image's, when known). Returns its size."""
+    """A JPEG of ``source`` (a file or PIL image), longer side at most ``px``, written
+    atomically, its comment recording px, quality and ``sha256``; returns its size."""
     from PIL import Image
 
     if isinstance(source, Image.Image):

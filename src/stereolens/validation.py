@@ -16,10 +16,8 @@ class ConfigError(ValueError):
 
 
 def parse_yaml(text: str):
-    """yaml.safe_load's result, parsed by libyaml where PyYAML has it (the same
-    SafeConstructor and resolver, about 8 times less CPU: every Snakefile parse and job
-    reads the registry, the config and the schemas); a text libyaml refuses is parsed again
-    by the pure-Python loader, so the error (its message and mark) is safe_load's."""
+    """yaml.safe_load's result, parsed by libyaml where PyYAML has it; a text libyaml
+    refuses is parsed again by the pure-Python loader, for safe_load's error."""
     if _CSafeLoader is not None:
         try:
             return yaml.load(text, Loader=_CSafeLoader)  # noqa: S506 - a safe loader

@@ -24,13 +24,10 @@ def vocabulary_key(value: str) -> str:
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """The closed set of values of a text column (stereolens.tables.check_table checks a
-    table spec's).
-    ``allowed``: the values, or with ``by`` a mapping from the value of column ``by`` to
-    its values (None, or a ``by`` value not in the mapping: open, not checked);
-    ``aliases``: other spellings (keys in :func:`vocabulary_key` form) -> allowed value;
-    ``ignore``: values (key form) that pass as they are, for a later check to judge;
-    ``hint``: what to do, appended to the refusal."""
+    """The closed set of values of a text column (checked by tables.check_table):
+    ``allowed``, or with ``by`` one set per value of column ``by`` (None: not checked);
+    ``aliases`` (vocabulary_key form) -> allowed value; ``ignore``: values passed as they
+    are; ``hint``: appended to the refusal."""
 
     column: str
     allowed: tuple[str, ...] | Mapping[str, tuple[str, ...] | None]
@@ -147,9 +144,8 @@ def conform_columns(frame: pl.DataFrame, vocabularies, where: str) -> pl.DataFra
 
 
 def conform_parquet(path, vocabularies: Sequence[Vocabulary], where: str) -> None:
-    """A parquet table conformed in place: only the vocabularies' columns are read; the
-    file is rewritten (streamed, atomically) only when a value was read as another, and
-    a value outside a vocabulary is a ConfigError (the file is left as it is)."""
+    """A parquet table conformed in place, rewritten atomically only when a value was read
+    as another; a value outside a vocabulary is a ConfigError."""
     import polars as pl
 
     from stereolens.atomic import sink_parquet

@@ -29,8 +29,7 @@ JOB_TIMINGS = REPORT_LAYOUT.job_timings
 
 
 def final_targets(config: dict) -> list[str]:
-    """The inputs of rule all: the targets of every benchmark the config enables
-    (stereolens.benchmark), then the report."""
+    """The inputs of rule all: the enabled benchmarks' targets, then the report."""
     from stereolens.benchmark import all_targets
     from stereolens.design.rounds import in_rounds
     from stereolens.layout import ADAPTIVE
@@ -40,9 +39,8 @@ def final_targets(config: dict) -> list[str]:
 
 
 def report_inputs(config: dict) -> dict[str, str]:
-    """Every file the report reads, by the name stereolens.report.inputs gives it: the
-    report tables of every benchmark the config enables, the run's job timings and the
-    planner's throughput table (when the workflow has one)."""
+    """Every file the report reads, by its stereolens.report.inputs name: the enabled
+    benchmarks' report tables, the job timings and the throughput table (if any)."""
     from stereolens.benchmark import all_report_tables
     from stereolens.design.rounds import in_rounds
     from stereolens.layout import ADAPTIVE, adaptive_table
@@ -58,12 +56,9 @@ def report_inputs(config: dict) -> dict[str, str]:
 def job_timing_inputs(
     config: dict, jobs: Callable[[str], Sequence[Job]] | None = None
 ) -> dict[str, list[str]]:
-    """The outputs of every model job of the run that the measured throughput reads, from
-    the plug-ins' job enumeration (the planner's): those at a job template of the
-    benchmark's layout (stereolens.layout), split into the generation shard folders
-    (``generation``) and the other job files (``answers``: extractions, VQA answers, LVLM
-    responses and story attributes). ``jobs``: benchmark name -> its plug-in's jobs, where
-    the caller has them already (the Snakefile's cached enumeration)."""
+    """The outputs of every model job of the run that the measured throughput reads, split
+    into the generation shard folders (``generation``) and the other job files
+    (``answers``). ``jobs``: benchmark name -> its plug-in's jobs, where already known."""
     from stereolens.benchmark import benchmarks
 
     out: dict[str, list[str]] = {"generation": [], "answers": []}
@@ -140,8 +135,7 @@ after the parse, so the Snakefile reads its command line)."""
 
 def runs_no_job(argv: Sequence[str] | None = None) -> bool:
     """Whether the Snakemake command line ``argv`` (default sys.argv) runs no job: a dry
-    run (-n, also in a cluster of short options such as -np), a summary, a lint, an unlock,
-    a graph or a listing."""
+    run, a summary, a lint, an unlock, a graph or a listing."""
     args = sys.argv[1:] if argv is None else argv
     return any(
         a in PLANNING_FLAGS or (a.startswith("-") and not a.startswith("--") and "n" in a[1:])
@@ -157,19 +151,15 @@ only warns there (an unlock must work, so that `stereolens regenerate` can mend 
 
 
 def housekeeping(argv: Sequence[str] | None = None) -> bool:
-    """Whether the Snakemake command line ``argv`` (default sys.argv) only unlocks, lints or
-    lists (HOUSEKEEPING_FLAGS)."""
+    """Whether Snakemake's ``argv`` (default sys.argv) only unlocks, lints or lists."""
     args = sys.argv[1:] if argv is None else argv
     return any(a in HOUSEKEEPING_FLAGS for a in args)
 
 
 def check_results_intact(configfiles=(), root: str = "results", warn_only: bool = False) -> None:
-    """Refuse a run (at parse time, before the DAG) while a table under ``root`` is
-    damaged, naming each damaged file and the `stereolens regenerate` command that mends
-    it. Without this, the job reading the file fails, Snakemake deletes that job's outputs,
-    and the next run finds the finished outputs downstream of them up to date ("Nothing to
-    be done") with the damaged file still there. Under `stereolens regenerate` (its
-    REGENERATING_ENV set) or with ``warn_only`` (an unlock, a lint) it only warns."""
+    """Refuse a run (at parse time) while a table under ``root`` is damaged, naming each
+    damaged file and the `stereolens regenerate` command that mends it; under `stereolens
+    regenerate` (REGENERATING_ENV) or with ``warn_only`` it only warns."""
     from stereolens.damage import REGENERATING_ENV, DamagedTable, message, scan
 
     found = scan(root)
@@ -187,9 +177,8 @@ def check_results_intact(configfiles=(), root: str = "results", warn_only: bool 
 
 
 def check_inputs(paths) -> None:
-    """Refuse to start a job whose parquet or JSON-lines input under results/ is damaged
-    (truncated, cut mid-line), naming each such file and the command that mends it
-    (stereolens.damage): a few bytes read per file, before the job reads any of them."""
+    """Refuse to start a job whose parquet or JSON-lines input under results/ is damaged,
+    naming each such file and the command that mends it (stereolens.damage)."""
     from stereolens.damage import in_results, require_intact
 
     # outputs of the workflow only: a hand-written JSON-lines input (annotation answers)
@@ -207,10 +196,7 @@ def job_resources(snakemake) -> dict:
 
 
 def model_job(snakemake, log: logging.Logger):
-    """The plain values of a model-loading job (stereolens.models.job.ModelJob), unpacked
-    from its Snakemake object: the first output, the registry and (where the rule has one)
-    the cache folder of its params, log, threads, this attempt's batch_size and the
-    scheduler's resources."""
+    """The plain values of a model-loading job (models.job.ModelJob) from its Snakemake object."""
     from stereolens.models.job import ModelJob
 
     return ModelJob(

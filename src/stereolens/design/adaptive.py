@@ -24,9 +24,8 @@ round, critical (c_k), ci_low / ci_high (the RCI), decision (``stop`` or ``conti
 reason (``width reached``, ``excludes 0``, ``within the margin``, ``cap reached``,
 ``open``)."""
 _CDF_ABSEPS = {2: 1e-8, 3: 1e-6}
-"""Absolute error of the rectangle probabilities by dimension (Genz's algorithm costs about
-0.01 s at 3 rounds and 1e-6, 0.03 s at 4 rounds and 1e-5, 0.1 s at 5): an error e moves a
-critical value near 2 by about e / 0.1, under 1e-4 from 4 rounds on."""
+"""Absolute error of the rectangle probabilities by dimension (Genz's algorithm): an error
+e moves a critical value near 2 by about e / 0.1."""
 _BIG = 40.0
 """A critical value that is never crossed (no alpha is spent at that round)."""
 
@@ -81,11 +80,9 @@ def boundaries(
     gamma: float = -4.0,
     info: Sequence[float] | None = None,
 ) -> np.ndarray:
-    """Two-sided critical values c_1..c_K at the spending times ``fractions`` (increasing,
-    the last 1 to spend all of alpha), with Z correlations from ``info`` (the information
-    1 / se^2 at each round, observed or predicted; default the fractions themselves). c_k
-    depends on rounds 1..k only, so the workflow can compute it at round k. A round that
-    spends nothing gets 40 (never crossed)."""
+    """Two-sided critical values c_1..c_K at the increasing spending times ``fractions``
+    (the last 1), with Z correlations from ``info`` (1 / se^2 per round; default the
+    fractions). c_k depends on rounds 1..k only; a round that spends nothing gets 40."""
     t = np.asarray(fractions, dtype=float)
     if t.ndim != 1 or t.size == 0 or np.any(np.diff(t) < 0) or t[0] <= 0 or t[-1] > 1:
         raise ValueError(f"fractions must not decrease and lie in (0, 1], got {list(t)}")
@@ -116,9 +113,7 @@ def boundaries(
 
 def classic_constant(rounds: int, alpha: float = 0.05, kind: str = "pocock") -> float:
     """The constant C of the classic equally spaced designs (Jennison & Turnbull 2000,
-    Table 2.1 / 2.3): Pocock c_k = C, O'Brien-Fleming c_k = C sqrt(K / k), with
-    P(|Z_k| >= c_k for some k) = alpha. Here to check the joint-normal machinery against
-    published values."""
+    Table 2.1 / 2.3): Pocock c_k = C, O'Brien-Fleming c_k = C sqrt(K / k)."""
     t = np.arange(1, rounds + 1) / rounds
     corr = correlation(t)
     shape = np.ones(rounds) if kind == "pocock" else np.sqrt(rounds / np.arange(1, rounds + 1))
@@ -138,10 +133,9 @@ def rci(estimate, se, critical) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class Goal:
-    """What settles a cell. ``width``: its RCI is narrower than ``width``; ``difference``:
-    its RCI excludes ``null`` (and, with a ``margin``, also stops when the RCI lies within
-    null +- margin: no difference of that size); ``equivalence``: its RCI lies within
-    null +- margin. Every cell stops at the last round (the cap)."""
+    """What settles a cell: ``width`` (RCI narrower than ``width``), ``difference`` (RCI
+    excludes ``null``, or with a ``margin`` lies within null +- margin) or ``equivalence``
+    (RCI within null +- margin). Every cell stops at the cap."""
 
     kind: str = "difference"
     width: float | None = None
@@ -226,11 +220,8 @@ def decision_table(
 class Rule:
     """The stopping rule's schedule: ``rounds`` looks at cumulative sizes growing
     geometrically from ``first_fraction`` of the cap to the cap, alpha spent by
-    ``spending`` at each round's time: ``timing`` ``size`` (the share of the cap the round
-    has reached) or ``information`` (its information 1 / se^2 over the information predicted
-    at the cap, e.g. by the planner's world; never 1 before the last round, which spends
-    what is left). Information time spends more early where the information grows slower
-    than the size (ContextBias: more seeds of the same roles)."""
+    ``spending`` at each round's ``timing``: ``size`` (the share of the cap reached) or
+    ``information`` (1 / se^2 over that predicted at the cap)."""
 
     rounds: int = 3
     first_fraction: float = 0.25
@@ -276,14 +267,10 @@ class Rule:
         info: Sequence[float] | None = None,
         predicted: float | None = None,
     ) -> np.ndarray:
-        """c_k for the rounds so far: ``sizes`` are all rounds' cumulative sizes (the last
-        the cap), ``info`` the information 1 / se^2 of the rounds done (default: proportional
-        to the sizes, all rounds). Z correlations come from ``info``; alpha is spent at
-        sizes / cap (timing size) or at info / ``predicted`` (timing information), below 1
-        before the last round, which spends what is left. ``predicted`` is the information
-        expected at the cap (the planner's world); without it, the last round's information
-        scaled by cap / its size (information in proportion to the size: where it grows
-        slower, as ContextBias's, this spends less early than it could, never more)."""
+        """c_k for the rounds so far: ``sizes`` all rounds' cumulative sizes (the last the
+        cap), ``info`` the rounds' information 1 / se^2 (default proportional to the sizes).
+        Alpha is spent at sizes / cap or info / ``predicted`` (default: the last round's
+        information scaled by cap / its size), the last round spending what is left."""
         n_all = np.asarray(sizes, dtype=float)
         i = n_all if info is None else np.asarray(info, dtype=float)
         m = i.size
@@ -304,11 +291,8 @@ class Rule:
 def nested_estimates(
     mean: np.ndarray, var: np.ndarray, sims: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """(sims, K) estimates over K nested rounds from the canonical joint distribution:
-    estimate_k = mean_k + the sum of independent increments e_j ~ N(0, V_j - V_(j+1)) over
-    j >= k (V_(K+1) = 0), so var(estimate_k) = V_k and cov(estimate_j, estimate_k) = V_k for
-    j < k, the covariance of an estimator on nested data. ``var`` is made non-increasing
-    (Monte Carlo noise of the world's marginal variances)."""
+    """(sims, K) estimates over K nested rounds from the canonical joint distribution
+    (cov(estimate_j, estimate_k) = V_k for j <= k); ``var`` made non-increasing."""
     v = np.minimum.accumulate(np.asarray(var, dtype=float))
     step = np.maximum(v - np.r_[v[1:], 0.0], 0.0)
     inc = rng.standard_normal((sims, v.size)) * np.sqrt(step)

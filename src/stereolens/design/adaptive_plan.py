@@ -107,10 +107,9 @@ def plan_adaptive(
     mde_rows: list[P.Row] | None = None,
     sizes: list[int] | None = None,
 ) -> list[AdaptiveRow]:
-    """The rule on ``design``'s world for every effect with an interval test: rounds at
-    ``sizes`` (the workflow's, in the design's knob), else ``rule.sizes(cap)`` (cap: the
-    configured size), in the worlds with no effect, with the fixed design's MDE at the cap
-    and with twice it; ``cost(size)`` = the benchmark's GPU-hours at that size."""
+    """The rule on ``design``'s world for every effect with an interval test, at ``sizes``
+    (default ``rule.sizes(cap)``), with no effect, the fixed design's MDE and twice it;
+    ``cost(size)``: the benchmark's GPU-hours."""
     sizes = list(sizes) if sizes else rule.sizes(cap or design.knob_value)
     rows = mde_rows
     if rows is None:
@@ -238,8 +237,7 @@ def _gh(v: float | None) -> str:
 
 
 def format_rows(rows: list[dict[str, Any]], rule: dict[str, Any]) -> str:
-    """Plain text: per effect its rounds, boundaries and per world the stopping sizes and
-    GPU-hours beside the fixed design's."""
+    """Plain text: per effect its rounds, boundaries, stopping sizes and GPU-hours per world."""
     out = [
         "",
         f"Adaptive design ({rule['rounds']} rounds from {rule['first_fraction']:g} of the cap, "

@@ -42,12 +42,7 @@ class CheckResult:
 
     @property
     def z(self) -> float:
-        """The two-proportion z of observed against predicted: their difference over the
-        Monte Carlo error both would have if they shared one rate (the pooled rate of the
-        predicted_sims and observed_datasets draws; at least 1/(2n) of each, so that no
-        rejections at all still has an error). The error of each rate at its own value
-        understates the error near 0: 3 rejections of 150 would claim 0.011 where a rate
-        of 0.05 has 0.018."""
+        """The two-proportion z of observed against predicted, at their pooled rate (>= 1/(2n))."""
         n_p, n_o = self.predicted_sims, self.observed_datasets
         pooled = (self.predicted * n_p + self.observed * n_o) / (n_p + n_o)
         var = max(pooled * (1 - pooled), 0.5 / min(n_p, n_o)) * (1 / n_p + 1 / n_o)
@@ -55,10 +50,8 @@ class CheckResult:
 
 
 def goodness_of_fit(results: list[CheckResult]) -> dict[str, float]:
-    """Predicted against observed rejection rates over ``results`` (independent cases):
-    chi2 = sum of z^2 with ``rows`` degrees of freedom and its upper-tail p-value, and the
-    mean z (observed - predicted: below 0, the planner promises more rejections than the
-    pipeline makes)."""
+    """Predicted against observed rejection rates over ``results``: chi2 = sum of z^2 on
+    ``rows`` degrees of freedom, its p-value and the mean z (observed - predicted)."""
     z = np.array([r.z for r in results], dtype=float)
     chi2 = float((z**2).sum())
     return {

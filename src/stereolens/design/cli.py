@@ -142,11 +142,8 @@ def compute(
 
 
 def workflow_sizes(as_run: dict[str, Any], d, at, rule) -> list[int] | None:
-    """The cumulative sizes of design ``d``'s rounds as the workflow runs them, in the
-    planner's knob (ContextBias: whole seed shards in seeds, at the cap ``at``, a
-    stereolens.design.rounds.Budget of the adaptive config ``as_run`` with ``rule``); None
-    where the benchmark does not run in rounds or its shards allow one round only (then
-    the planner simulates the rule's sizes)."""
+    """The cumulative sizes of design ``d``'s rounds as the workflow runs them at the cap
+    ``at``, in the planner's knob; None where the benchmark has no rounds or one round."""
     from functools import reduce
 
     from stereolens.design import rounds

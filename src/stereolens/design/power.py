@@ -5,7 +5,7 @@ docs/planner.md, "The engine")."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -15,9 +15,8 @@ import numpy as np
 # `stereolens` command imports this module when it builds its parser (plan's options)
 
 DEFAULT_SIMULATIONS = 200
-"""Simulated datasets per design point. At 80% power the Monte Carlo error of a rejection
-rate is then 0.028 and that of an MDE about 6% of its value (from the error of the
-estimated spread, 1/sqrt(2 x 200) = 5%, and of the rate)."""
+"""Simulated datasets per design point (at 80% power an MDE's Monte Carlo error is about
+6% of its value)."""
 DEFAULT_LEVEL = 0.05
 DEFAULT_POWER = 0.80
 DEFAULT_SEED = 0
@@ -51,10 +50,8 @@ class EffectSpec:
     """Tests in the report's multiplicity family of this comparison (BiasIG: K(K-1)/2 model
     pairs, Holm); 1 = tested alone."""
     interval_test: str = ""
-    """The pipeline's interval test in words where |estimate (+ the bootstrap's shift) -
-    null| > z x se does not say it: BiasIG eta's interval is centred on its double-bootstrap
-    estimate, not on the estimate (the simulated values are then that centre); "" = that
-    rule."""
+    """The pipeline's interval test in words where |estimate (+ shift) - null| > z x se
+    does not say it; "" = that rule."""
 
 
 @dataclass
@@ -63,24 +60,19 @@ class Simulation:
 
     estimates: dict[str, np.ndarray]
     shift: dict[str, np.ndarray] = field(default_factory=dict)
-    """name -> (W,) how far the pipeline's interval is centred from the estimate (the
-    bootstrap's own bias: the role bootstrap's replicates pool fewer distinct roles); the
-    interval test then rejects when |estimate + shift - null| > z sd. (W, sims): each
-    dataset's own, with a per-dataset ``scale``."""
+    """name -> (W,) how far the pipeline's interval is centred from the estimate; the test
+    rejects when |estimate + shift - null| > z sd. (W, sims): each dataset's own."""
     scale: dict[str, np.ndarray] = field(default_factory=dict)
     """name -> (W,) the standard error of the pipeline's interval where an emulation of its
-    bootstrap gives one that differs from the estimate's spread (BiasIG; ContextBias's bc-t
-    rows below FEW_ROLES roles); replaces sd in the rule. (W, sims): the emulated se of each
-    dataset, whose own test then decides it (no chi2 error term: the se's spread over the
-    datasets is in the values)."""
+    bootstrap gives one, replacing sd in the rule; (W, sims): each dataset's emulated se,
+    whose own test then decides it."""
     t_df: dict[str, int] = field(default_factory=dict)
     """name -> the degrees of freedom of the t quantile the pipeline's interval uses in place
     of z (ContextBias's "bc-t" interval: roles - 1); the rule's critical value is then
     t_(1 - level/2, t_df) at the planner's level."""
 
     def curve_args(self, name: str) -> dict[str, Any]:
-        """The keyword arguments of :func:`power_curve` for the effect ``name``: its shift,
-        scale and t_df (None where not set)."""
+        """power_curve's keyword arguments for effect ``name``: shift, scale, t_df (None: unset)."""
         return {
             "shift": self.shift.get(name),
             "scale": self.scale.get(name),
@@ -106,8 +98,7 @@ class Design(Protocol):
         ...
 
     def simulate(self, n: int, w: np.ndarray, sims: int, rng: np.random.Generator) -> Simulation:
-        """Estimates on ``sims`` datasets of size ``n`` at each ``w`` (w[0] must be 0 when a
-        floor test is among the specs)."""
+        """Estimates on ``sims`` datasets of size ``n`` at each ``w`` (w[0] = 0 for floor tests)."""
         ...
 
 
@@ -153,18 +144,11 @@ def power_curve(
     scale: np.ndarray | None = None,
     t_df: int | None = None,
 ) -> np.ndarray:
-    """(W,) rejection rates: the mean over the ``sims`` simulated datasets of the probability
-    in [0, 1] that the pipeline's test rejects on each (an undefined estimate does not
-    reject). ``null_row`` (sims,) = the estimates at w = 0 (floor tests; default
-    estimates[0]). Interval tests reject when |estimate (+ shift) - null| > c x sd, sd = the
-    estimate's spread over the datasets (or ``scale``; a (W, sims) ``scale`` is each
-    dataset's se and its test is applied as it is), c = z_(1 - level/2), or
-    t_(1 - level/2, t_df) where the pipeline's interval takes its quantile from t(t_df)
-    (ContextBias's bc-t: roles - 1). With ``spec.df`` the pipeline's standard error is itself
-    estimated from df + 1 clusters, SE^2 ~ sd^2 chi2(df) / df, so a dataset rejects with
-    probability P(chi2(df) < df (estimate / (c sd))^2) (the t-test's correction; with few
-    roles the bootstrap's own noise costs power; with t_df = spec.df the rejection rate with
-    no effect is the t-test's size, the level)."""
+    """(W,) rejection rates: the mean over the ``sims`` datasets of the probability that the
+    pipeline's test rejects (an undefined estimate does not). ``null_row``: the estimates at
+    w = 0 (default estimates[0]). Interval tests reject when |estimate (+ shift) - null| >
+    c x sd (sd the spread over datasets, or ``scale``; c from z, or t(t_df)); with
+    ``spec.df`` a dataset rejects with probability P(chi2(df) < df (estimate / (c sd))^2)."""
     from scipy import stats
 
     est = np.asarray(estimates, dtype=float)
@@ -334,8 +318,7 @@ def _stream(name: str) -> int:
 
 
 def invert_effect(design: Design, name: str, target: float) -> float | None:
-    """The planted strength w whose population effect equals ``target`` (None when the
-    target exceeds every effect the design can plant)."""
+    """The planted strength w whose population effect is ``target``; None beyond every effect."""
     from scipy.optimize import brentq
 
     lo, hi = float(design.grid[0]), float(design.grid[-1])
@@ -378,10 +361,9 @@ def required_size(
     seed: int = DEFAULT_SEED,
     limit: int | None = None,
 ) -> Requirement:
-    """The smallest value of the design's sample-size key at which the named effect, at
-    population size ``target``, is detected with ``power``: doubling from the configured
-    value, then bisection, each candidate judged on ``sims`` simulated datasets drawn with
-    the same seed (common random numbers across sizes)."""
+    """The smallest value of the design's sample-size key at which the named effect of size
+    ``target`` is detected with ``power``: doubling, then bisection, on ``sims`` datasets
+    with common random numbers across sizes."""
     check_options(level, power, sims)
     spec = next((s for s in design.specs() if s.name == name), None)
     if spec is None:
@@ -466,6 +448,3 @@ def parse_target(text: str) -> tuple[str, float]:
     if not math.isfinite(v) or v <= 0:
         raise ValueError(f"--target-effect {text!r}: the effect must be a positive number")
     return name.strip(), v
-
-
-Builder = Callable[..., Design | None]

@@ -19,9 +19,7 @@ if TYPE_CHECKING:  # the workflow imports this module at parse time: scipy, pola
 
 EXTRA_COLUMNS = ("benchmark", "effect", "shards", "df", "goal")
 """Columns of a round's table besides :data:`~stereolens.design.adaptive.DECISION_COLUMNS`
-and the cell's keys: the benchmark, the headline effect's planner name, the cumulative shards
-the round's estimate is on, the t quantile's degrees of freedom (null: normal) and the goal
-in words."""
+and the cell's keys."""
 
 
 def _rule(config: dict) -> A.Rule:
@@ -45,9 +43,8 @@ def in_rounds(config: dict) -> list[Benchmark]:
 
 @dataclass(frozen=True)
 class Budget:
-    """What design.adaptive.gpu_hours_cap does to a run (:func:`budget`): per benchmark in
-    rounds its shards per cell configured and at the cap, and the run's GPU-hours by the
-    planner's cost model (stereolens.cost.benchmark_hours)."""
+    """What design.adaptive.gpu_hours_cap does to a run (:func:`budget`): shards per cell
+    configured and at the cap per benchmark in rounds, and the run's GPU-hours."""
 
     cap: float | None
     """design.adaptive.gpu_hours_cap (None: the configured sizes are the cap)."""
@@ -80,14 +77,10 @@ def capped_config(config: dict, shards: Mapping[str, int]) -> dict:
 
 
 def budget(config: dict, registry: dict | None = None, throughput: dict | None = None) -> Budget:
-    """The rounds' cap under design.adaptive.gpu_hours_cap. The benchmarks that run fixed
-    take their configured GPU-hours off the cap; the benchmarks in rounds get the largest
-    share f of their configured shards S (floor(f S) whole shards per cell, the same f for
-    all) whose run, every other job as configured (ContextBias's validation prompts), the
-    planner's cost model puts within the cap. A cap below one shard per cell, or below the
-    two rounds the rule asks for, is a ConfigError naming the smallest cap that works.
-    ``registry``, ``throughput``: config's registry and config/throughput.yaml when None
-    (the workflow's, as its ceilings)."""
+    """The rounds' cap under design.adaptive.gpu_hours_cap: the benchmarks in rounds get the
+    largest share f of their configured shards (floor(f S) per cell) that fits the cap
+    after the fixed benchmarks' GPU-hours; a ConfigError names the smallest cap that works.
+    ``registry``, ``throughput``: the workflow's when None."""
     plugins = in_rounds(config)
     configured = {}
     for p in plugins:
@@ -179,9 +172,8 @@ def describe_budget(at: Budget, titles: Mapping[str, str] | None = None) -> str:
 def check(
     config: dict, registry: dict | None = None, throughput: dict | None = None
 ) -> Budget | None:
-    """Refuse, at parse time, an adaptive config the workflow cannot run: goal width
-    without a target, equivalence without a margin, rounds that collapse into one (too few
-    shards), a GPU-hours cap the run cannot meet (:func:`budget`)."""
+    """Refuse, at parse time, an adaptive config the workflow cannot run (a goal without its
+    width or margin, rounds that collapse into one, a GPU-hours cap it cannot meet)."""
     if not in_rounds(config):
         return
     options = config["design"]["adaptive"]
@@ -242,8 +234,7 @@ def open_cells(table: pl.DataFrame, keys: Sequence[str]) -> list[dict[str, Any]]
 
 
 def all_cells(plugin: Benchmark, jobs: Iterable[Job], group: str) -> list[dict[str, Any]]:
-    """Every cell of one group (the first key's value): the key values of its ``reads``
-    jobs in the rounds."""
+    """Every cell of one group: the key values of its ``reads`` jobs in the rounds."""
     r = plugin.rounds
     assert r is not None
     out: dict[tuple, dict[str, Any]] = {}
@@ -308,10 +299,9 @@ def decide_round(
     current: pl.DataFrame,
     previous: Sequence[pl.DataFrame] = (),
 ) -> pl.DataFrame:
-    """Round ``round_``'s decision table: one row per cell of ``current`` (the interim
-    estimate: keys, cell, effect, estimate, se, df), its critical value from the
-    information of the cell's rows in ``previous`` (rounds 1..round_ - 1) and this one.
-    Columns: DECISION_COLUMNS, then the cell keys and EXTRA_COLUMNS."""
+    """Round ``round_``'s decision table, one row per cell of ``current`` (keys, cell,
+    effect, estimate, se, df), critical values from the information in ``previous`` and
+    this round. Columns: DECISION_COLUMNS, the cell keys, EXTRA_COLUMNS."""
     import numpy as np
     import polars as pl
 
@@ -371,9 +361,7 @@ benchmark's shards per cell configured and at the cap."""
 
 
 def collect(tables: Sequence[pl.DataFrame], at: Budget | None = None) -> pl.DataFrame:
-    """The run's decision table: every round of every group, sorted by benchmark, the
-    round's group, cell and round; with ``at`` (the workflow's :func:`budget`) the
-    :data:`BUDGET_COLUMNS`."""
+    """The run's decision table, every round of every group, sorted (``at``: BUDGET_COLUMNS)."""
     import polars as pl
 
     frames = [t for t in tables if t.height]
@@ -398,8 +386,7 @@ def collect(tables: Sequence[pl.DataFrame], at: Budget | None = None) -> pl.Data
 
 
 def table_budget(tables: Iterable[pl.DataFrame]) -> Budget | None:
-    """The :class:`Budget` that run's decision tables (:func:`collect` with ``at``) record,
-    None where they record no GPU-hours cap."""
+    """The :class:`Budget` the run's decision tables record; None without a GPU-hours cap."""
     rows = [t.row(0, named=True) for t in tables if t.height and "gpu_hours_cap" in t.columns]
     rows = [r for r in rows if r["gpu_hours_cap"] is not None]
     if not rows:

@@ -45,13 +45,10 @@ def thin_towards(
     w: np.ndarray,
     rng: np.random.Generator,
 ):
-    """Counts (..., columns) with every item moved, with probability w, to a draw from the
-    ``target`` distribution of its segment (``target`` (..., columns), summing to 1 within
-    each segment): when counts ~ Multinomial(n, p) per segment, the result at w is exactly
-    Multinomial(n, (1 - w) p + w target). Nested over the increasing grid ``w`` (one
-    binomial thinning per step, the moved items redistributed by one multinomial per
-    step), so the results use common random numbers across w. Yields (grid index, counts
-    (..., columns)) in grid order; the yielded array is reused by the next step."""
+    """Counts (..., columns) with every item moved, with probability w, to a draw from its
+    segment's ``target`` distribution: Multinomial(n, p) becomes exactly Multinomial(n,
+    (1 - w) p + w target). Nested over the increasing grid ``w`` (common random numbers);
+    yields (grid index, counts), the array reused by the next step."""
     segment = np.asarray(segment)
     n_seg = int(segment.max()) + 1 if segment.size else 0
     target = np.broadcast_to(target, counts.shape)

@@ -21,14 +21,8 @@ def generation_items(
     settings: dict[str, Any],
     config: dict[str, Any] | None = None,
 ) -> list[dict]:
-    """The images of one generation job of ``benchmark``, as GenerationItem keyword dicts.
-
-    ``prompts_path`` is the benchmark's prompt input (ContextBias: the prompt bank, None =
-    the shipped one; BiasIG: the prompt table parquet, None = the shipped table);
-    ``settings`` the rule's settings param (ContextBias: seed settings; BiasIG: the
-    biasig settings); ``config`` the benchmark's config section. Raises ValueError when
-    the job has no images (a shard past the last one, an unknown group or cell).
-    """
+    """The images of one generation job of ``benchmark``, as GenerationItem keyword dicts
+    (``prompts_path`` None: the shipped prompts); ValueError when the job has none."""
     from stereolens.benchmark import benchmark as plugin
     from stereolens.benchmark import resolve
 

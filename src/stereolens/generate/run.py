@@ -145,14 +145,8 @@ def generate_shard(
     timing_extra: dict[str, Any] | None = None,
 ) -> list[dict]:
     """Make every item's image into ``out_dir``; return the metadata rows (item order).
-
-    ``batch_size`` is how many items go to one ``generator.generate`` call (and so how
-    often progress is saved); None = the generator's own ``batch_size`` attribute, else 1.
-    ``load_seconds`` (model load time) and ``timing_extra`` (e.g. the job's scheduler
-    resources) are recorded in timing.json, the job's timing record
-    (stereolens.models.job.timing_record, with the shard's per-image seconds).
-    docs/architecture.md describes the folder layout and the crash/rerun behaviour.
-    """
+    ``batch_size``: items per ``generator.generate`` call (None: the generator's own, else
+    1); ``load_seconds`` and ``timing_extra`` go into timing.json (docs/architecture.md)."""
     started = time.perf_counter()
     items = list(items)
     if batch_size is None:

@@ -1,9 +1,6 @@
-"""The reader correction's bootstrap over clusters (stereolens.metrics.reader_correction):
-where items share a cause of their labels (an LVLM term round: the 21 judged pairs of a race
-round share the round's 7 explanations, each in 6 pairs), resampling items one by one makes
-the interval too narrow; with a ``cluster`` column in the reader table, a stratum's clusters
-are resampled with all their items, reader and human rows together (docs/statistics.md,
-"Correcting for the reader's errors")."""
+"""The reader correction's bootstrap over clusters: with a ``cluster`` column in the reader
+table, a stratum's clusters (e.g. an LVLM term round) are resampled with all their items
+(docs/statistics.md, "Correcting for the reader's errors")."""
 
 from __future__ import annotations
 
@@ -20,9 +17,8 @@ value; an item has one). Clusters are resampled within strata."""
 def item_clusters(
     reader: pl.DataFrame, human: pl.DataFrame, ids: Sequence[str]
 ) -> np.ndarray | None:
-    """The cluster code of each of ``ids`` (the cell's items, in order) from the reader
-    table's CLUSTER column; None where it has none. A ValueError where an item has two
-    clusters, or the human-label table's CLUSTER column (optional) gives an item another."""
+    """The cluster code of each of ``ids`` from the reader table's CLUSTER column (None
+    without one); a ValueError where an item has two, in either table."""
     if CLUSTER not in reader.columns:
         return None
     pairs = reader.select("item_id", pl.col(CLUSTER).cast(pl.String)).unique()
@@ -63,9 +59,7 @@ def _cluster_sums(cluster, reader, labelled, human, weight, lam):
 
 
 def _counts(size: int, replicates: int, rng: np.random.Generator) -> np.ndarray:
-    """(replicates, size) multiplicities of ``size`` draws with replacement among ``size``
-    clusters (rng.multinomial over 500 clusters took 3/4 of a 10-term gender dataset's
-    time)."""
+    """(replicates, size) multiplicities of ``size`` draws with replacement of ``size`` clusters."""
     pick = rng.integers(size, size=(replicates, size))
     pick += np.arange(replicates)[:, None] * size
     return np.bincount(pick.ravel(), minlength=replicates * size).reshape(replicates, size)
@@ -83,20 +77,9 @@ def resample_stratum(
     inner: int | None = None,
 ) -> tuple[np.ndarray, ...]:
     """(the reader's mean share, the rectifier) per replicate, (replicates, K), of one
-    stratum: its items' ``cluster`` codes (N_h,) and ``reader`` labels (N_h, K); its
-    human-labelled items' positions among them (``labelled``, n_h), ``human`` labels (n_h, K)
-    and inverse selection probabilities (``weight``). The clusters are resampled with
-    replacement, each with all its items: those holding a human-labelled item among
-    themselves, the others among themselves (as reader_correction.bootstrap_shares resamples
-    the labelled and the unlabelled items apart, so every replicate has labels; with every
-    item its own cluster the two bootstraps are the same in distribution). The mean share =
-    the drawn clusters' reader rows over their items; the rectifier = the weighted mean of
-    human - ``lam`` x reader over their labelled items.
-
-    With ``inner`` (the double bootstrap): also the two per second-level replicate,
-    (replicates, inner, K), four arrays in all: each first-level resample's clusters drawn
-    again with replacement, ``inner`` times, within the same two parts (a multinomial at the
-    first level's multiplicities; metrics.reader_double's iterated bootstrap)."""
+    stratum, its clusters resampled with all their items (those holding a human label apart
+    from the others, so every replicate has labels). ``labelled``: the human-labelled items'
+    positions. With ``inner``: also both per second-level replicate (replicates, inner, K)."""
     m, size, reader_sum, rect_sum, w_sum, parts = _cluster_sums(
         cluster, reader, labelled, human, weight, lam
     )
@@ -118,8 +101,7 @@ def resample_stratum(
 
 def resample_rows(counts: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
     """Resamples of a multiset: ``counts`` (..., P) multiplicities of P distinct rows ->
-    (..., size, P) multiplicities, each a multinomial of the same total at the counts'
-    shares (the items drawn with replacement)."""
+    (..., size, P), each a multinomial of the same total at the counts' shares."""
     total = counts.sum(-1, keepdims=True)
     shares = counts / np.where(total > 0, total, 1)
     drawn = rng.multinomial(total[..., 0], shares, size=(size, *counts.shape[:-1]))

@@ -40,10 +40,8 @@ def add_metrics_command(
     description: str,
     example: str,
 ) -> argparse.ArgumentParser:
-    """Add `metrics` with ``--out DIR`` and ``--preset`` to ``sub``; the caller adds its
-    inputs. ``compute(args, section)`` (``section``: the benchmark's config section as the
-    schema's defaults fill it under the preset) returns file stem -> table, and nothing is
-    written before it returns, so a failure leaves no partial set of tables."""
+    """Add `metrics` (``--out DIR``, ``--preset``; the caller adds its inputs) to ``sub``:
+    ``compute(args, section)`` returns file stem -> table, all written after it returns."""
     m = sub.add_parser("metrics", help=help, description=description)
     m.add_argument("--out", required=True, metavar="DIR", help="output directory")
     add_preset_option(m, benchmark, example)
@@ -57,20 +55,16 @@ def run_metrics(
     args: argparse.Namespace,
 ) -> int:
     """Settings, compute, write: the body of every `<benchmark> metrics` run."""
-    from stereolens.settings import DEFAULT_PRESET, section_defaults, stacked_presets
     from stereolens.tables import write_tables
 
-    args.preset = args.preset or [DEFAULT_PRESET]
-    section = section_defaults(benchmark, stacked_presets(benchmark, args.preset))
-    tables = compute(args, section)
+    tables = compute(args, preset_section(benchmark, args))
     write_tables(args.out, {f"{name}.parquet": table for name, table in tables.items()})
     return 0
 
 
 def read_checked(path: str | Path, what: str, spec, *, read_spec=None, then=None, **read):
-    """The table at ``path`` (parquet, CSV or JSON lines, by suffix) read with the column
-    types of ``read_spec`` (default ``spec``; ``read``: read_table's lazy, columns), passed
-    through ``then`` if given, and checked against ``spec`` (stereolens.tables)."""
+    """The table at ``path`` read with ``read_spec``'s types (default ``spec``), passed
+    through ``then`` if given, and checked against ``spec``."""
     from stereolens.tables import check_table, read_table
 
     table = read_table(path, what, spec=read_spec or spec, **read)
@@ -86,13 +80,10 @@ def add_correct_commands(
     *,
     metric: str,
 ) -> None:
-    """Add `correct` (the benchmark's ``metric`` corrected for the reader's errors from a
-    human-label table, written to DIR/corrected.parquet) and `simulate-human-labels` (a
-    simulated human-label table from the reader's labels, for the embedded default) to
-    ``sub``; ``add_inputs`` adds the benchmark's record inputs to both, ``reader(args,
-    section)`` builds its reader table from them, ``correct(reader, human, section, args)``
-    returns (corrected table, cells left out). The settings: ``--preset`` as `metrics`
-    (the section's reader_correction keys)."""
+    """Add `correct` (DIR/corrected.parquet) and `simulate-human-labels` to ``sub``:
+    ``add_inputs`` adds the record inputs to both, ``reader(args, section)`` builds the
+    reader table, ``correct(reader, human, section, args)`` returns (table, cells left
+    out)."""
     c = sub.add_parser(
         "correct",
         help=f"{metric} corrected for the reader's errors from human labels",
@@ -134,8 +125,7 @@ def add_correct_commands(
 
 
 def preset_section(benchmark: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The benchmark's config section with its defaults under ``args.preset`` (default
-    paper), as `--preset` gives it."""
+    """The benchmark's config section with its defaults under ``args.preset`` (default paper)."""
     from stereolens.settings import DEFAULT_PRESET, section_defaults, stacked_presets
 
     args.preset = args.preset or [DEFAULT_PRESET]
@@ -175,11 +165,8 @@ def add_sample_commands(
     example: str,
     unit: str,
 ) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    """Add `reader-sample` (the designed human sample of the reader correction:
-    ``run_sample``; ``form`` says what it writes, ``pilot`` what a pilot's labels are of and
-    whose pooled rate stands in for a small stratum) and `human-labels` (the human-label
-    table ``human_labels(args)`` reads from filled forms, written as .parquet or .csv, counted
-    in ``unit``) to ``sub``; the caller adds its own options to the two parsers returned."""
+    """Add `reader-sample` (``run_sample``) and `human-labels` (``human_labels(args)``) to
+    ``sub``; returns the two parsers for the caller's own options."""
     p = sub.add_parser(
         "reader-sample",
         help=f"draw the human sample of the reader correction: {form}, the human-label "
@@ -234,9 +221,8 @@ SIMULATE_SETTINGS = (
     "reader_correction.flip_fraction",
     "reader_correction.seed",
 )
-"""The reader_correction keys `simulate-human-labels` reads (settings_json keys: the
-workflow's simulate rules pass only these, so that a change to the correction's own
-settings, e.g. replicates, does not redraw the simulated labels)."""
+"""The reader_correction keys `simulate-human-labels` reads (all the workflow's simulate
+rules pass, so other correction settings do not redraw the simulated labels)."""
 
 
 def _run_simulate(benchmark, reader, args: argparse.Namespace) -> int:
@@ -298,8 +284,7 @@ def reader_report_paths(key: str, layout) -> dict[str, str]:
 
 
 def reader_report_skip(key: str, section: dict) -> set[str]:
-    """The names of :func:`reader_report_paths` a run with this config section does not
-    write."""
+    """The names of :func:`reader_report_paths` a run with this config section does not write."""
     skip = set() if corrects_reader(section) else {f"{key}_corrected"}
     if not section["reader_correction"]["simulate"]:
         skip.add(f"{key}_human_labels_simulated")

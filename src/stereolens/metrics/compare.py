@@ -44,8 +44,7 @@ def empty_frame(columns: list[str]) -> pl.DataFrame:
 
 
 def _pairs(models: list[str], variants: Mapping[str, str]) -> list[tuple[str, str, str]]:
-    """(model_a, model_b, relation): a variant against its base as (base, variant), every
-    other pair in alphabetical order."""
+    """(model_a, model_b, relation): a variant as (base, variant), other pairs alphabetical."""
     out = []
     for a, b in combinations(sorted(models), 2):
         if variants.get(a) == b:
@@ -58,9 +57,7 @@ def _pairs(models: list[str], variants: Mapping[str, str]) -> list[tuple[str, st
 
 
 def holm(p: np.ndarray) -> np.ndarray:
-    """Holm-adjusted p-values: the i-th smallest of m times (m - i + 1), made monotone and
-    capped at 1 (the same values as statsmodels' multipletests(method="holm"), without its
-    garbage collection per call); NaN stays NaN and is not counted in the family."""
+    """Holm-adjusted p-values (as statsmodels'); NaN stays NaN, outside the family."""
     p = np.asarray(p, dtype=float)
     out = np.full(p.shape, np.nan)
     ok = np.flatnonzero(np.isfinite(p))
@@ -86,11 +83,9 @@ def pairwise(
     level: float = 0.95,
 ) -> pl.DataFrame:
     """One row per unordered pair of the models in ``estimates``: difference = b - a, se =
-    the standard deviation over replicates of rep_b - rep_a (replicate r of every model from
-    the same resample when ``paired``), the interval difference +- z se, the two-sided Wald
-    p-value, and Holm's adjustment over this family (all pairs of one benchmark, metric and
-    scope); ``reject`` at 1 - ``level`` after the adjustment. ``variants`` maps a variant to
-    its base model (that pair's relation is "variant_vs_base", base as model_a)."""
+    sd over replicates of rep_b - rep_a, the interval +- z se, the Wald p-value, Holm's
+    adjustment over this family and ``reject`` at 1 - ``level``. ``variants`` maps a variant
+    to its base model (relation "variant_vs_base", base as model_a)."""
     if better not in ("lower", "higher"):
         raise ValueError(f"better must be 'lower' or 'higher', not {better!r}")
     models = sorted(estimates)
@@ -155,11 +150,8 @@ WITHHELD = ("ci_low", "ci_high", "p_value", "p_adjusted", "reject")
 
 
 def withhold(comparisons: pl.DataFrame, notes: Mapping[str, str | None]) -> pl.DataFrame:
-    """One family of :func:`pairwise` with the pairs of a model whose design is below its
-    benchmark's minimum size withheld: ``notes`` maps a model to its ``interval_note``
-    (None or absent: not withheld); a pair takes model_a's note, else model_b's, and its
-    WITHHELD columns are null; Holm's adjustment and ``reject`` are recomputed over the pairs
-    still tested (the estimates, difference and se stay). Unchanged when no pair is withheld."""
+    """A :func:`pairwise` family with the pairs of a model noted in ``notes`` withheld
+    (WITHHELD columns null), Holm and ``reject`` recomputed over the pairs still tested."""
     row_notes = [
         notes.get(a) or notes.get(b)
         for a, b in zip(comparisons["model_a"], comparisons["model_b"], strict=True)
@@ -183,12 +175,10 @@ def withhold(comparisons: pl.DataFrame, notes: Mapping[str, str | None]) -> pl.D
 
 
 def ranks(comparisons: pl.DataFrame, estimates: Mapping[str, float], better: str) -> pl.DataFrame:
-    """Each model's rank (1 = least biased; ties share the best rank) among the models with a
-    finite estimate, a rank interval from the Holm decisions of ``comparisons`` (rank_low = 1
-    + the models significantly less biased, rank_high = K - the models significantly more
-    biased), and groups: models in order from the least biased, each joining the current group
-    unless it is significantly different from the group's first model, when it starts the next
-    group. ``comparisons`` is one family from :func:`pairwise`."""
+    """Each model's rank (1 = least biased, ties share the best) among the models with a
+    finite estimate, its rank interval from the Holm decisions of ``comparisons`` (one
+    :func:`pairwise` family), and groups: a model starts a new group where it differs
+    significantly from the current group's first."""
     models = sorted(m for m, v in estimates.items() if np.isfinite(v))
     if not models:
         return empty_frame(RANK_COLUMNS)
@@ -242,9 +232,7 @@ def compare(
     withheld: Mapping[str, str | None] | None = None,
     **kwargs,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """:func:`pairwise`, the pairs of the models in ``withheld`` (model -> its
-    ``interval_note``) withheld (:func:`withhold`), and the :func:`ranks` of what is left
-    (labelled with the family even when a single model gives no pair)."""
+    """pairwise with ``withheld``'s pairs withheld (withhold), and the ranks of the rest."""
     cmp = withhold(pairwise(estimates, replicates, **kwargs), withheld or {})
     rk = ranks(cmp, estimates, kwargs["better"])
     return cmp, rk.with_columns(
@@ -262,8 +250,7 @@ def concat(frames: list[pl.DataFrame], columns: list[str]) -> pl.DataFrame:
 def write_comparison_tables(
     comparisons: list[pl.DataFrame], rank_frames: list[pl.DataFrame], out_dir: str | Path
 ) -> None:
-    """out_dir/comparisons.parquet and out_dir/ranks.parquet (atomic; written also when
-    empty, with the declared columns)."""
+    """out_dir/comparisons.parquet and ranks.parquet (atomic; written also when empty)."""
     from stereolens.tables import write_tables
 
     write_tables(

@@ -29,8 +29,7 @@ def labelled_cells(
     reader: pl.DataFrame, human: pl.DataFrame, keys: Sequence[str] = ()
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(the reader rows of the cells, ``keys`` x attribute, whose every stratum has
-    MIN_LABELLED human-labelled items; one row per cell left out, with n_items and n_human):
-    build_cells refuses a cell short of labels, a benchmark's table reports the rest."""
+    MIN_LABELLED human labels; one row per cell left out, with n_items and n_human)."""
     cell = [*keys, "attribute"]
     items = reader.select(*cell, "item_id", "stratum").unique()
     seen = human.select("item_id", "attribute").unique().with_columns(pl.lit(1).alias("_h"))
@@ -56,15 +55,10 @@ def labelled_cells(
 def simulate_human_labels(
     reader: pl.DataFrame, fraction: float, flip: float, seed: int = 0
 ) -> pl.DataFrame:
-    """A SIMULATED human-label table (HUMAN_COLUMNS plus ``flipped`` and ``simulated``,
-    always true) from the reader's own labels, for a demonstration: in each stratum a simple
-    random sample of max(MIN_LABELLED, ceil(``fraction`` x N_h)) items (all N_h if fewer;
-    selection_probability n_h / N_h); every sampled item x attribute is, with probability
-    ``flip``, given one other label of the attribute (drawn uniformly from the labels the
-    reader gives that attribute anywhere, other than the item's own), else the reader's
-    labels (with an ``extractor`` column, the first extractor's). Seeded by ``seed``; items
-    and strata in sorted order, so the table depends only on the reader table. The human
-    labels then differ from the reader's in a known way."""
+    """A SIMULATED human-label table (HUMAN_COLUMNS plus ``flipped`` and ``simulated``) for
+    a demonstration: per stratum a simple random sample of max(MIN_LABELLED, ceil(``fraction``
+    x N_h)) items, each item x attribute given, with probability ``flip``, another of the
+    attribute's labels, else the reader's (its first extractor's). Seeded by ``seed``."""
     if not 0.0 < fraction <= 1.0 or not 0.0 <= flip <= 1.0:
         raise ValueError(f"fraction must lie in (0, 1] and flip in [0, 1], got {fraction}, {flip}")
     if "extractor" in reader.columns:  # several readers of the same items: the first one's
@@ -111,9 +105,7 @@ def metric_table(
     **options,
 ) -> pl.DataFrame:
     """One row per (key dict, cells, functional, bounds) of ``rows``: the key columns, then
-    METRIC_COLUMNS (``estimator``, corrected_metric or, for a metric that is not smooth in
-    the shares, corrected_metric_double, with ``options``: replicates, seed, lam,
-    off_simplex, ci, interval, fixed_strata)."""
+    METRIC_COLUMNS by ``estimator`` (corrected_metric or corrected_metric_double)."""
     out = []
     for key, cells, functional, bounds in rows:
         out.append({**key, **estimator(cells, functional, bounds=bounds, **options)})

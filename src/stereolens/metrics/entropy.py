@@ -12,12 +12,8 @@ or 1.0 (the limit of a fully concentrated cell)."""
 
 
 def bias_intensity(counts, k: int | None = None, single_label_bi: float = 0.0) -> float:
-    """BI = 1 - H(p) / log K (natural log; the base cancels).
-
-    ``counts`` are label counts of one cell; p = counts / sum(counts). K defaults to the
-    number of positive counts. Returns NaN when the cell is empty and ``single_label_bi``
-    when K == 1 (one possible label; see SINGLE_LABEL_BI).
-    """
+    """BI = 1 - H(p) / log K of one cell's label ``counts`` (K default: the positive counts);
+    NaN for an empty cell, ``single_label_bi`` when K == 1."""
     c = np.asarray(counts, dtype=float)
     c = c[c > 0]
     if c.size == 0:

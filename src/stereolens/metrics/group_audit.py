@@ -9,9 +9,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-# scipy.stats (about 0.5 s of CPU to import) is imported in the functions that use it: the
-# workflow's parse imports this module (the planner counts the story readings), at every
-# snakemake start and in every SLURM job
+# scipy.stats (0.5 s of CPU to import) is imported where used: the workflow's parse, in
+# every snakemake start and SLURM job, imports this module
 
 RATE_COLUMNS = [
     "extractor", "model", "grouping", "group_dimension", "group", "n_items", "n_correct",
@@ -28,16 +27,13 @@ GAP_COLUMNS = [
 CLUSTER = "cluster"
 MIN_CLUSTERS = 5
 """Clusters per group below which a group's accuracy, precision and F1 intervals are withheld
-when its items are clustered (measured on the story-reading world, stories = clusters: 2
-stories 89.5-93.0%, 3 stories 92.5-97.0%, 5 stories 93.0-96.0%; bench/COVERAGE.md)."""
+when its items are clustered (measured on the story-reading world, bench/COVERAGE.md)."""
 MIN_F1_ITEMS = 20
 """Independent items per group below which the F1 interval is withheld (measured, stated
 grouping, accuracy 0.85: 84.0% at 10 items, 94.0% at 20, 97.0% at 40; bench/COVERAGE.md)."""
 MIN_TEST_CLUSTERS = 40
 """Clusters below which the Rao-Scott test's p-value is withheld (the ContextBias audit;
-measured on its "shown" world, one group drawn per image: 1 - size 87.5% at 12 prompts, 92.5%
-at 20, 93.2% +- 1.0% at 40 prompts x 10 seeds; the story reading, a matched design, holds
-its size from 3 stories and uses MIN_CLUSTERS; bench/COVERAGE.md)."""
+measured in bench/COVERAGE.md)."""
 _WHY = "(the smallest size at which the interval covers >= 93%, bench/COVERAGE.md)"
 
 
@@ -70,8 +66,7 @@ def _rate_note(
 
 
 def wilson(k: np.ndarray, n: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Wilson score interval of k / n (NaN where n = 0; k and n may be effective, non-integer
-    counts)."""
+    """Wilson score interval of k / n (NaN where n = 0; k and n may be effective counts)."""
     from statsmodels.stats.proportion import proportion_confint
 
     k = np.asarray(k, dtype=float)
@@ -93,12 +88,9 @@ def f1_interval(
     clusters: np.ndarray | None = None,
 ) -> tuple[float, float, float]:
     """F1 = 2 P R / (P + R) of items (correct: TP per item, false_pos: FP per item) with a
-    Wald interval on the logit scale from the bootstrap over ``clusters`` (default: over
-    items; seeded; vectorised): se = sd(replicates) x sqrt(C / (C - 1)), interval =
-    expit(logit(F1) +- t(C - 1) se / (F1 (1 - F1))) (at F1 = 0 or 1: F1 +- t se, clipped). A
-    percentile interval undercovers with few clusters (story templates: 90.5% at 10; the
-    bootstrap's variance is (C - 1) / C of the cluster variance, and t(9) is 15% above z);
-    the logit scale follows F1's skew near 1 (10 stories: 94% against 92% on the F1 scale)."""
+    Wald interval on the logit scale from the bootstrap over ``clusters`` (default items):
+    se = sd(replicates) x sqrt(C / (C - 1)), interval = expit(logit(F1) +- t(C - 1) se /
+    (F1 (1 - F1))) (at F1 = 0 or 1: F1 +- t se, clipped)."""
     from scipy import stats
 
     correct = np.asarray(correct, dtype=float)
@@ -224,9 +216,7 @@ def simultaneous_gap(
 
 
 def induced_shares(accuracy) -> np.ndarray | None:
-    """a_g / sum_h a_h: each group's share of the correct readings when every group is
-    equally common, what per-group accuracies alone make of an unbiased cell; None below
-    two groups or without a finite positive sum."""
+    """a_g / sum_h a_h (what accuracies alone make of an unbiased cell); None if undefined."""
     a = np.asarray(accuracy, dtype=float)
     if a.size < 2 or not np.isfinite(a).all() or a.sum() <= 0:
         return None
@@ -234,10 +224,8 @@ def induced_shares(accuracy) -> np.ndarray | None:
 
 
 def difference_test(correct: np.ndarray, total: np.ndarray) -> tuple[str, float]:
-    """(test, p) of equal accuracy across groups from per-group correct and total counts:
-    Fisher's exact test for two groups with an expected count below 5, else Pearson's
-    chi-squared on the groups x (correct, wrong) table; p = 1 when accuracy is the same
-    everywhere (a constant column)."""
+    """(test, p) of equal accuracy across groups: Fisher's exact test for two groups with an
+    expected count below 5, else Pearson's chi-squared; p = 1 where accuracy is constant."""
     from scipy import stats
 
     table = np.stack([correct, total - correct], axis=1).astype(float)
@@ -288,13 +276,10 @@ def group_rates(
     min_f1_items: int = MIN_F1_ITEMS,
     cluster_name: str = "cluster",
 ) -> pl.DataFrame:
-    """Per ``keys`` x group: items, accuracy and recall (Wilson on effective counts),
-    precision (Wilson on effective counts, with its own design effect over the labels read),
-    F1 (bootstrap over clusters), clusters and the accuracy's design effect. ``items``
-    columns: keys, group, correct (0/1), false_positive (count per item), optionally
-    ``cluster`` (the sampling unit; docs/statistics.md). Below ``min_clusters`` clusters
-    (clustered items) every interval of the row is null, below ``min_f1_items`` independent
-    items the F1 interval; ``interval_note`` says why."""
+    """Per ``keys`` x group of ``items`` (keys, group, correct, false_positive, optional
+    ``cluster``): items, accuracy, recall and precision (Wilson on effective counts), F1
+    (bootstrap over clusters), clusters and design effect. Intervals are null below
+    ``min_clusters`` clusters (F1: ``min_f1_items`` items), ``interval_note`` saying why."""
     rows, deff_p, withheld = [], [], []
     items = items.sort(pl.all())  # joins and group_by leave row order open: fix it (seeds)
     has_c = CLUSTER in items.columns
@@ -366,12 +351,9 @@ def group_gaps(
     min_test_clusters: int = MIN_TEST_CLUSTERS,
 ) -> pl.DataFrame:
     """Per ``keys``: the largest error-rate gap between two groups with its simultaneous
-    interval, the difference test (``test(sub) -> (name, p)`` overrides the default: Pearson /
-    Fisher for independent items, Rao-Scott for clustered ones), and the flag: ``induced(acc)``
-    (the metric the per-group accuracies alone would produce) against ``bias(key dict)``
-    (absolute value). ``items``: the item table of :func:`group_rates` (with ``cluster``);
-    without it the items are taken as independent (counts from ``rates``). The Rao-Scott
-    p-value of fewer than ``min_test_clusters`` clusters is null (``interval_note``)."""
+    interval, the difference test (default Pearson / Fisher, Rao-Scott for clustered
+    ``items``; ``test`` overrides) and the flag, ``induced(acc)`` against ``bias(key)``. The
+    Rao-Scott p-value is null below ``min_test_clusters`` clusters."""
     by_key = {}
     if items is not None and items.height:
         for key, part in items.group_by(list(keys)):

@@ -15,19 +15,14 @@ HUMAN_COLUMNS: dict[str, type[pl.DataType]] = {
     "stratum": pl.String,
     "selection_probability": pl.Float64,
 }
-"""The human-label table: one row per labelled item x attribute x label the human gave (an
-item with several labels of one attribute has several rows; one with none has a row whose
-label is one of NO_LABEL). ``item_id`` = the image id or response id the reader read;
-``attribute`` = the dimension (gender_presentation, race, an LVLM story attribute);
-``stratum`` = the sampling stratum the item was drawn from (e.g. generator x condition x
-the reader's label); ``selection_probability`` = the chance the item had of being drawn
-(n_h / N_h for a simple random sample of stratum h)."""
+"""The human-label table: one row per labelled item x attribute x label the human gave (none:
+a NO_LABEL row); ``stratum`` the sampling stratum the item was drawn from,
+``selection_probability`` its chance of being drawn (n_h / N_h)."""
 READER_COLUMNS: dict[str, type[pl.DataType]] = {
     c: t for c, t in HUMAN_COLUMNS.items() if c != "selection_probability"
 }
-"""The reader's table for the same format: every audited item x attribute, labelled or not
-(an item the reader gave no label has a row whose label is one of NO_LABEL), with its stratum.
-Further columns (model, condition, group, ...) may name the cells."""
+"""The reader's table: every audited item x attribute (unlabelled: a NO_LABEL row) with its
+stratum; further columns (model, condition, ...) may name the cells."""
 NO_LABEL = frozenset({"unknown", "none", ""})
 """Labels that mean "no label": the item counts in N but adds to no label's share."""
 

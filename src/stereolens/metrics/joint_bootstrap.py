@@ -1,8 +1,6 @@
-"""The reader correction's joint bootstrap (stereolens.metrics.reader_correction): cells that
-are readings of the SAME items (ContextBias's dimensions of one generator x role x
-condition: every dimension is read from the same images) resampled with one draw of the
-items shared by all of them, so that a metric averaging them (a mean of BI over dimensions)
-carries their correlation (docs/statistics.md, "Correcting for the reader's errors")."""
+"""The reader correction's joint bootstrap: cells read from the same items (ContextBias's
+dimensions of one role x condition) resampled with one draw of those items, so a metric
+averaging them carries their correlation (docs/statistics.md)."""
 
 from __future__ import annotations
 
@@ -30,8 +28,7 @@ def groups_of(n_cells: int, joint: Sequence[Sequence[int]]) -> list[list[int]]:
 
 
 def _check_group(cells: Sequence, group: list[int]) -> None:
-    """The cells of one group: the same items (ids, order, strata; a group of several needs
-    the ids); no clusters."""
+    """The cells of one group read the same items (ids, order, strata) and have no clusters."""
     first = cells[group[0]]
     if len(group) > 1 and len(first.items) != first.stratum.size:
         raise ValueError(
@@ -71,20 +68,10 @@ def bootstrap_joint(
     inner: int = 0,
 ) -> list[tuple[np.ndarray, ...]]:
     """(naive, corrected) share replicates (replicates, K_c) of every cell, as
-    reader_correction.bootstrap_shares gives one cell's, but with one draw per group of
-    ``joint`` (groups_of): per stratum, the group's items are split into classes by the
-    cells in which they carry a human label (one class of labelled and one of unlabelled
-    items where every cell has the same labelled items, as the one-cell bootstrap splits
-    them), each class resampled with replacement at its own size, and that one draw of
-    items gives every cell of the group its reader mean and its rectifier; the strata's
-    weights N_h / N drawn once per group from their multinomial (held with
-    ``fixed_strata``). ``lams``: per cell, the lam of each stratum (held at its point
-    value). Cells in different groups are resampled independently. ``inner`` > 0: the
-    double bootstrap of metrics.reader_double as well, (naive, corrected, naive (R, inner,
-    K_c), corrected (R, inner, K_c)) per cell: each first-level draw of a class drawn again
-    with replacement ``inner`` times (its multiplicities resampled), the strata's weights
-    from a multinomial at the replicate's, one second-level draw shared by the group's
-    cells as the first."""
+    reader_correction.bootstrap_shares, but with one draw of items per group of ``joint``:
+    per stratum, items classed by the cells in which they carry a human label, each class
+    resampled at its own size. ``lams``: per cell, each stratum's lam. ``inner`` > 0: also
+    the second level of metrics.reader_double, (R, inner, K_c) naive and corrected."""
 
     out: list = [None] * len(cells)
     levels = [(replicates,)] + ([(replicates, inner)] if inner else [])

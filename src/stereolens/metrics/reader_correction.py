@@ -24,10 +24,8 @@ from stereolens.metrics.joint_bootstrap import bootstrap_joint
 
 
 def _import_ppi():
-    """ppi_py, imported so that numba (which ppi_py imports) does not mistake another module
-    named ``coverage`` (bench/coverage.py, once bench/ is on sys.path or imported) for
-    coverage.py: numba subclasses ``coverage.types.Tracer`` when ``import coverage``
-    succeeds, so such a module makes it fail; it is hidden during the first import."""
+    """ppi_py, with any non-coverage.py module named ``coverage`` (bench/coverage.py) hidden
+    during the import: numba, which ppi_py imports, subclasses coverage.types.Tracer."""
     if "ppi_py" in sys.modules:
         return sys.modules["ppi_py"]
     loaded = sys.modules.get("coverage", False)
@@ -53,14 +51,11 @@ ppi_mean_ci = ppi_py.ppi_mean_ci
 ppi_mean_pointestimate = ppi_py.ppi_mean_pointestimate
 
 LAMBDAS = ("tuned", "ppi")
-"""``ppi`` (the default): lam = 1, the original PPI estimator (sample mean of the reader's
-labels plus the mean human - reader difference), for which the planner sizes the human
-sample; ``tuned``: PPI++ power tuning (ppi_py's default, lam estimated per stratum, clipped
-to [0, 1]; degenerate at a few labels per stratum: docs/statistics.md)."""
+"""``ppi`` (the default): lam = 1, the original PPI estimator, for which the planner sizes
+the human sample; ``tuned``: PPI++ power tuning, lam per stratum in [0, 1]."""
 OFF_SIMPLEX = ("clip", "raw")
-"""``clip``: shares clipped to [0, 1], then renormalised to sum 1 where every item carries
-exactly one label (the ``off_simplex`` column flags the labels that were outside); ``raw``:
-the unbiased estimates as they are (a metric of them may be undefined)."""
+"""``clip``: shares clipped to [0, 1], renormalised to sum 1 where every item carries one
+label; ``raw``: the unbiased estimates as they are."""
 INTERVALS = ("bc_normal", "percentile", "normal")
 """Interval of a metric: ``bc_normal`` = the bootstrap bias-corrected normal interval of
 BiasIG's scores (estimate 2 x point - mean of the replicates, +- z sd); ``percentile``;
@@ -69,18 +64,8 @@ MIN_LABELLED = 2
 """Human-labelled items a stratum of a cell needs (a rectifier and its variance)."""
 MIN_HUMAN_RELIABLE = 400
 """Human-labelled items every cell of a metric needs before its corrected interval is
-printed (corrected_metric's ``interval_reliable``; the report withholds the interval and
-its flags below it). Measured, not assumed: bench/COVERAGE.md "Reader correction, small
-samples" (bench/cover/reader.py, SMALL_N rows and the n = 400 ones; N = 4,000 items per
-cell, the reader erring 10% / 2%; worlds: 50/50 simple random sample, 30/70 stratified by
-the reader's label with n/2 per stratum, two generators). Lowest coverage of a nominal 95%
-over the rows at n = 10, 25, 50, 100, 200, 400 human labels per cell: 45.5%, 69.0%, 79.5%,
-87.5%, 90.0%, 92.5% (200 datasets); 47.2%, 73.9%, 76.4%, 86.3%, 93.0%, 93.8% (1,000
-datasets), the lowest always the 30/70 world stratified by the reader's label. 400 is the
-smallest n from which every row is within two Monte Carlo errors of 95% at both dataset
-counts (bench/cover/reader.measured_minimum; tests/test_coverage.py checks this constant
-against the rows). Few human labels make few disagreements, and the rectifier's variance,
-estimated from them, is then too small."""
+printed (``interval_reliable``), as measured in bench/COVERAGE.md "Reader correction, small
+samples" (bench/cover/reader.measured_minimum; tests/test_coverage.py checks it)."""
 SHARE_COLUMNS = [
     "attribute", "label", "n_items", "n_human", "naive", "corrected_raw", "corrected",
     "off_simplex", "ci_low", "ci_high", "lam",
@@ -122,8 +107,7 @@ def _named(labels: pl.Series) -> np.ndarray:
 
 
 def _indicators(table, rows, ids: list[str], vocabulary: list[str]) -> np.ndarray:
-    """(len(ids), K) 1 where an item has label k, from ``rows`` of ``table`` (its item ids,
-    labels and :func:`_named`, as lists)."""
+    """(len(ids), K) 1 where an item has label k, from ``rows`` of ``table``."""
     row, col = {v: i for i, v in enumerate(ids)}, {v: k for k, v in enumerate(vocabulary)}
     out = np.zeros((len(ids), len(vocabulary)))
     items, labels, named = table
@@ -137,11 +121,9 @@ def build_cells(
     reader: pl.DataFrame, human: pl.DataFrame, keys: Sequence[str] = ()
 ) -> dict[tuple, Cell]:
     """One Cell per (``keys``..., attribute) of the reader table (``keys`` = its columns that
-    name a cell, e.g. model, condition). Every cell of an attribute has the same labels (K
-    columns, sorted): those the reader or the humans gave anywhere in the tables, so cells
-    compare label by label. The strata of a cell are those of its items; each needs
-    MIN_LABELLED human-labelled items. Errors name what is missing. The tables are read
-    into arrays once, the cells cut from them (bench/COVERAGE.md: 228 BiasIG units)."""
+    name a cell, e.g. model, condition). Every cell of an attribute has the same labels:
+    those the reader or the humans gave anywhere, sorted. Each stratum of a cell needs
+    MIN_LABELLED human-labelled items."""
     reader = check_human_labels(reader, "reader table", reader=True)
     human = check_human_labels(human)
     absent = [k for k in keys if k not in reader.columns]
@@ -210,11 +192,8 @@ def _check_options(lam: str, off_simplex: str, interval: str = "bc_normal") -> N
 
 
 def tuned_lambda(y: np.ndarray, yhat: np.ndarray, yhat_all: np.ndarray, w: np.ndarray) -> float:
-    """PPI++'s power-tuning lam for a mean, as ppi_py 0.2.3 computes it inside
-    ppi_mean_pointestimate(lam=None) (one lam for all labels, clipped to [0, 1]): the
-    covariance of the human and reader labels over (1 + n / N) x the reader labels' variance,
-    both summed over the labels. ppi_py does not return it; the bootstrap needs it. 0 where
-    the reader gives every item the same labels (its labels then carry no information)."""
+    """PPI++'s power-tuning lam for a mean as ppi_py 0.2.3 computes (not returns) it, in
+    [0, 1]; 0 where the reader gives every item the same labels."""
     n, big_n = y.shape[0], yhat_all.shape[0]
     wn = (w / w.sum() * n)[:, None]
     theta1 = yhat_all.mean(0) + (wn * (y - yhat)).mean(0)
@@ -254,15 +233,11 @@ def cell_shares(
     ci: float = 0.95,
     fixed_strata: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Corrected label shares of one cell: per stratum ppi_py's PPI estimate of each label's
-    share (mean of the reader's labels over the stratum's N_h items + the inverse-probability
-    weighted mean of human - reader over its labelled items, the latter times lam) and its CLT
-    interval, combined with weights W_h = N_h / N (variance sum W_h^2 se_h^2, plus, unless
-    ``fixed_strata``, the variance of the W_h themselves, sum W_h (theta_h - theta)^2 / N: the
-    items are a sample of what the generator makes, so the stratum sizes are random, e.g.
-    strata by the reader's label; ``fixed_strata`` where the design fixes N_h). Keys: naive,
-    corrected_raw, corrected (after ``off_simplex``), off_simplex, ci_low, ci_high (length K)
-    and lam (per stratum)."""
+    """Corrected label shares of one cell: ppi_py's PPI estimate and CLT interval per
+    stratum, combined with weights W_h = N_h / N (variance sum W_h^2 se_h^2, plus, unless
+    ``fixed_strata``, sum W_h (theta_h - theta)^2 / N for the random stratum sizes). Keys:
+    naive, corrected_raw, corrected, off_simplex, ci_low, ci_high (length K), lam (per
+    stratum)."""
     _check_options(lam, off_simplex)
     z = float(stats.norm.ppf(0.5 + ci / 2.0))
     k = len(cell.labels)
@@ -336,12 +311,9 @@ def bootstrap_shares(
     lam: str = "ppi",
     fixed_strata: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(naive, corrected) share replicates (replicates, K): within each stratum the unlabelled
-    and the labelled items are resampled independently with replacement (multinomial counts
-    over distinct reader rows and over labelled items); the strata's weights N_h / N drawn
-    from their multinomial (held fixed with ``fixed_strata``); with ``cell.cluster``, a
-    stratum's clusters instead, each with all its items (cluster_bootstrap); lam is held at
-    its point value per stratum (as ppi_py's ppboot does), the estimator otherwise recomputed."""
+    """(naive, corrected) share replicates (replicates, K): per stratum the unlabelled and
+    the labelled items (or, with ``cell.cluster``, whole clusters) resampled independently;
+    the weights N_h / N drawn unless ``fixed_strata``; lam held at its point value."""
     k = len(cell.labels)
     naive, corr = np.zeros((replicates, k)), np.zeros((replicates, k))
     sizes = np.bincount(cell.stratum, minlength=len(cell.strata))
@@ -376,9 +348,7 @@ def bootstrap_shares(
 
 
 def _patterns(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(rows, axis=0, return_counts=True) of 0/1 indicator rows, in the same
-    (lexicographic) order, from each row's binary code (first column the highest bit):
-    np.unique's row sort is most of a cell's bootstrap. Other rows: np.unique itself."""
+    """np.unique(rows, axis=0, return_counts=True), faster for 0/1 rows via binary codes."""
     k = rows.shape[1]
     if k > 52 or not np.isin(rows, (0.0, 1.0)).all():
         return np.unique(rows, axis=0, return_counts=True)
@@ -392,11 +362,8 @@ ShareFunctional = Callable[[list[np.ndarray]], np.ndarray]
 
 
 def bi_functional(k: int | None = None, single_label_bi: float = 0.0) -> ShareFunctional:
-    """ContextBias BI of the first cell's shares, per row, as metrics.entropy.bias_intensity
-    defines it (1 - H / log K, H = scipy.stats.entropy of the normalised shares, K = ``k`` or
-    the cell's number of labels, ``single_label_bi`` where K == 1, NaN for an empty row), for
-    all rows in one scipy call: bias_intensity takes one cell at 0.7 ms (scipy's wrapper), a
-    bootstrap has thousands (the tests check the two agree). NaN where a share is negative."""
+    """ContextBias BI of the first cell's shares per row, as metrics.entropy.bias_intensity
+    (K = ``k`` or the cell's labels), vectorised; NaN where a share is negative."""
 
     def bi(shares: list[np.ndarray]) -> np.ndarray:
         s = np.atleast_2d(np.asarray(shares[0], dtype=float))
@@ -436,8 +403,7 @@ def _sd(reps: np.ndarray) -> float:
 
 
 def _normal_interval(est, se, ci: float, bounds) -> tuple[float, float, float]:
-    """(est, est - z se, est + z se), z the normal quantile of ``ci``, clipped to ``bounds``
-    (None: unclipped)."""
+    """(est, est - z se, est + z se), clipped to ``bounds`` (None: unclipped)."""
     z = float(stats.norm.ppf(0.5 + ci / 2.0))
     out = np.array([est, est - z * se, est + z * se])
     if bounds is not None:
@@ -448,17 +414,11 @@ def _normal_interval(est, se, ci: float, bounds) -> tuple[float, float, float]:
 def corrected_metric(
     cells: Sequence[Cell], functional: ShareFunctional, **options
 ) -> dict[str, float | int | str]:
-    """A metric of the label shares of ``cells`` (``functional``), naive (the reader's shares)
-    and corrected (cell_shares), each with a bootstrap interval (bootstrap_shares, cells
-    resampled independently; ``interval`` per INTERVALS, clipped to ``bounds``; replicates
-    where the metric is undefined, NaN, are left out). ``options``: corrected_metrics'
-    (replicates, seed, lam, off_simplex, ci, interval, bounds, fixed_strata; their defaults
-    its). Keys: naive,
-    naive_low, naive_high, corrected, estimate_bc, ci_low, ci_high, interval, n_human, n_items,
-    off_simplex (a share of a cell left [0, 1] before ``off_simplex``'s rule),
-    interval_reliable (every cell has MIN_HUMAN_RELIABLE human-labelled items: the size from
-    which the corrected interval's coverage is measured to hold; the interval is computed
-    either way, a report withholds it where this is false)."""
+    """A metric (``functional``) of the label shares of ``cells``, naive and corrected, each
+    with a bootstrap interval (NaN replicates left out); ``options`` as corrected_metrics'.
+    Keys: naive, naive_low, naive_high, corrected, estimate_bc, ci_low, ci_high, interval,
+    n_human, n_items, off_simplex, interval_reliable (every cell has MIN_HUMAN_RELIABLE
+    human labels)."""
     return corrected_metrics(
         cells, lambda shares: np.asarray(functional(shares))[:, None], **options
     )[0]
@@ -482,17 +442,10 @@ def corrected_metrics(
     column_interval: Sequence[str] | None = None,
 ) -> list[dict[str, float | int | str]]:
     """corrected_metric of several metrics of the same ``cells`` from one bootstrap:
-    ``functional`` maps the cells' (B, K_c) share arrays to (B, L), one column per metric
-    (e.g. ContextBias's CCS of each label of a role x dimension); one dict per column, each
-    as corrected_metric's (which is this with L = 1, draw for draw). ``column_cells``: per
-    column the indices of the cells it is a function of (e.g. BiasIG's S_imp gender: the
-    gender cells of the implicit units), for its n_human, n_items, off_simplex and
-    interval_reliable; default every cell for every column. ``joint``: groups of cell indices
-    that are readings of the same items (ContextBias's dimensions of one role x condition),
-    each group resampled with one draw of its items (metrics.joint_bootstrap); default every
-    cell independently. ``with_se``: each dict also has naive_se and corrected_se, the sd of
-    the column's finite replicates (before ``bounds``). ``column_interval``: per column its
-    INTERVALS name, naive and corrected (default ``interval`` for every column)."""
+    ``functional`` maps the (B, K_c) share arrays to (B, L), one dict per column.
+    ``column_cells``: per column the cells it depends on (default all); ``joint``: groups of
+    cells read from the same items, resampled together (metrics.joint_bootstrap);
+    ``with_se``: add naive_se and corrected_se; ``column_interval``: per column INTERVALS."""
     for kind in {interval, *(column_interval or ())}:
         _check_options(lam, off_simplex, kind)
     rng = np.random.default_rng(seed)
@@ -541,14 +494,10 @@ def human_labels_needed(
     mean_difference: float = 0.0,
     ci: float = 0.95,
 ) -> int | None:
-    """Human labels (a simple random sample of the ``n_items``) for a corrected share's
-    interval of ``target_width``, from PPI's variance with lam = 1 (the default; PPI++'s
-    tuned lam can only narrow it): share (1 - share) / N + Var(d) / n, d = 1[human = k]
-    - 1[reader = k], Var(d) = ``disagreement`` (the pilot's rate of items where the two
-    disagree about label k) - ``mean_difference``^2; at least MIN_LABELLED (a pilot without
-    disagreement shows little). None where even n = N cannot reach the width. For a
-    stratified sample, per stratum with its own N, share and disagreement (the width is
-    then the stratum's)."""
+    """Human labels (a simple random sample of ``n_items``) for a corrected share's interval
+    of ``target_width``, from PPI's variance with lam = 1: share (1 - share) / N + Var(d) / n,
+    Var(d) = ``disagreement`` - ``mean_difference``^2; at least MIN_LABELLED; None where even
+    n = N cannot reach the width."""
     z = float(stats.norm.ppf(0.5 + ci / 2.0))
     room = (target_width / (2.0 * z)) ** 2 - share * (1.0 - share) / n_items
     if room <= 0:

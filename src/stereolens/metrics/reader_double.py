@@ -23,14 +23,12 @@ from stereolens.metrics.reader_correction import (
 )
 
 INNER_REPLICATES = 20
-"""Second-level replicates per replicate of :func:`corrected_metric_double` (as BiasIG's own
-eta interval, stereolens.biasig.pairs.INNER_REPLICATES); their means' own noise is taken
-out of the standard error."""
+"""Second-level replicates per replicate of :func:`corrected_metric_double` (as
+stereolens.biasig.pairs.INNER_REPLICATES)."""
 CENTRES = ("double", "once")
-"""The estimate an interval of :func:`double_bias_corrected` is centred on: ``double`` the
-iterated correction 3 x point - 3 x mean theta* + mean theta** (BiasIG's eta), ``once``
-2 x point - mean theta* (an LVLM term score over more than two groups: its once-corrected
-estimate is nearly unbiased, the double one only adds spread; bench/COVERAGE.md)."""
+"""The centre of :func:`double_bias_corrected`'s interval: ``double`` 3 x point - 3 x mean
+theta* + mean theta** (BiasIG's eta), ``once`` 2 x point - mean theta* (an LVLM term score
+over more than two groups)."""
 INTERVAL_NAMES = {"double": "double_bc", "once": "bc_double_se"}
 """corrected_metric_double's ``interval`` key per centre."""
 DOUBLE_CHUNK = 20_000
@@ -51,16 +49,8 @@ def double_bootstrap_shares(
     fixed_strata: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(naive (R, K), corrected (R, K), naive (R, inner, K), corrected (R, inner, K)): the
-    share replicates of a two-level bootstrap. The first level as :func:`bootstrap_shares`:
-    within each stratum the unlabelled and the labelled items resampled independently with
-    replacement (as multiplicities of their distinct reader rows, and of their distinct
-    (human, reader, weight) rows: the same law as drawing the items), the strata's weights
-    N_h / N from their multinomial unless ``fixed_strata``. The second level the same from
-    each first-level resample: its unlabelled and labelled items drawn again with
-    replacement within each stratum, its weights from a multinomial at the replicate's
-    weights. lam is held at its point value per stratum at both levels. With
-    ``cell.cluster`` a stratum's clusters instead, each with all its items, at both levels
-    (cluster_bootstrap.resample_stratum with inner; an LVLM term round)."""
+    share replicates of a two-level bootstrap, each level as bootstrap_shares' (the second
+    drawn from each first-level resample), lam held at its point value per stratum."""
     k = len(cell.labels)
     shape = (replicates, inner)
     naive, corr = np.zeros((replicates, k)), np.zeros((replicates, k))
@@ -124,18 +114,10 @@ def double_bias_corrected(
     centre: str = "double",
 ) -> tuple[float, float, float]:
     """(estimate, low, high) of the iterated (double) bootstrap bias correction, as
-    stereolens.biasig.groups.double_bias_corrected (a benchmark module this floor cannot
-    import; tests/test_reader_correction.py checks the two agree): ``outer`` (R,) the
-    replicates theta*_r, ``inner`` (R, J) the second-level replicates theta**_rj of each.
-    The estimate is 3 x point - 3 x mean theta* + mean theta**; its standard error the sd
-    of the once-corrected replicates 2 theta*_r - mean_j theta**_rj, less the inner means'
-    own noise (mean_r var_j theta**_rj / J) where that leaves it positive; the interval
-    estimate +- z x that error, clipped to ``bounds`` (None: unclipped). ``centre``
-    (CENTRES) "once": the estimate is the once-corrected 2 x point - mean theta*, the
-    bc-normal centre of reader_correction, with the same error: the interval of a
-    bias-corrected estimate whose own spread the bootstrap sd of theta* understates (an
-    LVLM term score over more than two groups). Non-finite replicates are left out;
-    (point, NaN, NaN) with fewer than 2 finite ones."""
+    stereolens.biasig.groups.double_bias_corrected: ``outer`` (R,) theta*_r, ``inner``
+    (R, J) theta**_rj. Estimate per ``centre`` (CENTRES); se the sd of 2 theta*_r - mean_j
+    theta**_rj less the inner means' noise where that stays positive; estimate +- z se,
+    clipped to ``bounds``. (point, NaN, NaN) with fewer than 2 finite replicates."""
     if centre not in CENTRES:
         raise ValueError(f"centre {centre!r}; allowed: {', '.join(CENTRES)}")
     finite = np.isfinite(inner)
@@ -177,20 +159,10 @@ def corrected_metric_double(
     centre: str = "double",
     joint: Sequence[Sequence[int]] | None = None,
 ) -> dict[str, float | int | str]:
-    """:func:`corrected_metric` for a metric that is not smooth in the shares (BiasIG's eta:
-    a contribution's sign flips where a share crosses its ground truth), with the same keys:
-    naive and corrected each with the iterated (double) bootstrap bias-corrected estimate
-    and interval (:func:`double_bias_corrected`) from :func:`double_bootstrap_shares`
-    (``inner`` second-level replicates per replicate, both samples resampled within strata
-    at both levels, cells independently unless ``joint``), the interval unclipped unless
-    ``bounds``. ``interval`` is not used (always "double_bc": the percentile interval of
-    BiasIG's own eta covered 35.5% at paper scale, the once-corrected one 87.5%;
-    bench/COVERAGE.md);
-    ``estimate_bc`` is the double-bootstrap estimate (``centre`` "once": the once-corrected
-    one, 2 x plug-in - the replicates' mean, with the double bootstrap's error;
-    interval "bc_double_se"). ``joint``: groups of cell indices read from the same items
-    (BiasIG's gender, race and age of one side's unit x person), each drawn once at both
-    levels (metrics.joint_bootstrap, ``inner``); default every cell on its own."""
+    """corrected_metric, with the same keys, for a metric that is not smooth in the shares
+    (BiasIG's eta): naive and corrected each by :func:`double_bias_corrected` of
+    :func:`double_bootstrap_shares`; ``interval`` is unused (INTERVAL_NAMES by ``centre``);
+    ``joint`` as corrected_metrics'."""
     _check_options(lam, off_simplex, interval)
     rng = np.random.default_rng(seed)
     points = [cell_shares(c, lam, off_simplex, ci, fixed_strata) for c in cells]

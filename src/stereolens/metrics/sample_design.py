@@ -30,14 +30,11 @@ FORM_FILES = {
 """The files of a reader-sample folder with one annotation form (a benchmark's
 export_reader_sample)."""
 ALLOCATIONS = ("neyman", "proportional")
-"""``neyman``: n_h proportional to N_h x S_h, S_h = sqrt(the stratum's disagreement rate),
-the allocation of least variance for a given total (Cochran 1977, Sec. 5.5);
-``proportional``: n_h proportional to N_h (equal to Neyman where every stratum has the same
-disagreement rate, e.g. the stated default)."""
+"""``neyman``: n_h proportional to N_h x S_h, S_h = sqrt(the stratum's disagreement rate)
+(Cochran 1977, Sec. 5.5); ``proportional``: n_h proportional to N_h."""
 MIN_PILOT_PAIRS = 20
 """Human-labelled item x attribute pairs a pilot stratum needs for its own disagreement
-rate; a stratum with fewer takes its generator's pooled rate (2 labels give a rate of 0,
-0.5 or 1: too coarse to allocate by)."""
+rate; a stratum with fewer takes its generator's pooled rate."""
 DESIGN_COLUMNS = {
     "stratum": pl.String,
     "n_items": pl.Int64,
@@ -85,21 +82,11 @@ def allocate(
     ci: float = 0.95,
     allocation: str = "neyman",
 ) -> Allocation:
-    """Human labels per stratum for a ``ci`` corrected interval of width at most
-    ``target_width`` on a label share over all the items of ``strata`` (columns stratum,
-    n_items, disagreement), from the stratified PPI variance with lam = 1 (an upper bound
-    for the tuned default): V = share (1 - share) / N + sum_h W_h^2 S_h^2 / n_h, W_h = N_h /
-    N, S_h^2 = the stratum's disagreement rate (the rate of items where human and reader
-    disagree, an upper bound of Var(1[human = k] - 1[reader = k]) for every label k).
-    ``allocation`` (ALLOCATIONS) spreads a total n as n_h = n a_h / sum a (a_h = W_h S_h or
-    W_h), so V's reader term is (sum a)(sum W_h^2 S_h^2 / a_h) / n and n = that over the
-    room (target_width / 2z)^2 - share (1 - share) / N; each n_h rounded up, at least
-    MIN_LABELLED and at most N_h, the strata held at a bound taken out and the rest solved
-    again. A stratum without disagreement gets MIN_LABELLED. Where ``strata`` has a
-    ``minimum`` column (the human labels from which the report prints the intervals of the
-    rows using the stratum, printable_counts; ``minimums`` beside it: each row's), each n_h
-    is then raised to reachable_minimum (the count `stereolens plan` recommends), and the
-    width is that of the result."""
+    """Human labels per stratum of ``strata`` (stratum, n_items, disagreement) for a ``ci``
+    corrected interval of width at most ``target_width`` on a label share, from the
+    stratified PPI variance with lam = 1: V = share (1 - share) / N + sum_h W_h^2 S_h^2 / n_h
+    (S_h^2 the disagreement rate), n spread by ``allocation``, each n_h in [MIN_LABELLED,
+    N_h]. With a ``minimum`` column each n_h is raised to reachable_minimum."""
     if allocation not in ALLOCATIONS:
         raise ValueError(f"allocation {allocation!r}; allowed: {', '.join(ALLOCATIONS)}")
     if not 0.0 < target_width:
@@ -167,11 +154,9 @@ def allocate(
 
 
 def disagreement_by_stratum(reader: pl.DataFrame, human: pl.DataFrame) -> pl.DataFrame:
-    """A pilot's disagreement rate per stratum: over its human-labelled item x attribute
-    pairs, the share where the human's labels (as a set, NO_LABEL dropped) differ from the
-    reader's. Columns stratum, n_pairs, n_disagree, disagreement. The tables as
-    check_human_labels reads them; a reader table with an ``extractor`` column is read for
-    its first extractor."""
+    """A pilot's disagreement rate per stratum: the share of its human-labelled item x
+    attribute pairs whose label sets differ from the reader's (its first extractor). Columns
+    stratum, n_pairs, n_disagree, disagreement."""
     if "extractor" in reader.columns:
         reader = reader.filter(pl.col("extractor") == reader["extractor"].min())
     reader = check_human_labels(reader, "reader table", reader=True)
@@ -201,11 +186,8 @@ def disagreement_by_stratum(reader: pl.DataFrame, human: pl.DataFrame) -> pl.Dat
 
 
 def draw_sample(items: pl.DataFrame, design: pl.DataFrame, seed: int = 0) -> pl.DataFrame:
-    """The stratified sample: in each stratum of ``design`` (stratum, n_human) a simple
-    random sample without replacement of n_h of ``items``' (item_id, stratum) items of that
-    stratum; selection_probability = n_h / N_h, N_h counted in ``items``. Each stratum's
-    draw depends only on ``seed`` and its own name and items (adding a stratum leaves the
-    others' draws as they were). Columns item_id, stratum, selection_probability, sorted."""
+    """The stratified sample: per stratum of ``design`` a simple random sample of n_h of its
+    ``items``, seeded by ``seed`` and its name; item_id, stratum, selection_probability."""
     items = items.select("item_id", "stratum").unique()
     if items["item_id"].is_duplicated().any():
         raise ValueError("items: an item has two strata; an item has one stratum")
@@ -222,9 +204,7 @@ def draw_sample(items: pl.DataFrame, design: pl.DataFrame, seed: int = 0) -> pl.
 
 
 def label_template(sample: pl.DataFrame, attributes: Sequence[str]) -> pl.DataFrame:
-    """The human-label table to fill: one row per sampled item x attribute, HUMAN_COLUMNS
-    with the label empty (the answers' converter, or a person, writes it; "unknown" for an
-    item that does not show the attribute)."""
+    """The human-label table to fill: HUMAN_COLUMNS per sampled item x attribute, label empty."""
     return (
         sample.select("item_id", "stratum", "selection_probability")
         .join(
@@ -245,13 +225,10 @@ def disagreement_rates(
     default: float,
     group: str = "model",
 ) -> tuple[pl.DataFrame, str]:
-    """``strata`` (model, stratum, ...: the planned strata, "model" the generator they
-    belong to) with a disagreement column from a pilot's reader and human-label tables
-    (``group``: the reader table's column naming a stratum's generator): per attribute the
-    rate of the stratum (MIN_PILOT_PAIRS pairs or more), else of its generator's pilot
-    strata pooled, else of the whole pilot; ``default`` where the pilot has no human
-    labels; the largest over the attributes (one sample serves every attribute, the
-    hardest decides). Returns the table and "pilot" or "default"."""
+    """``strata`` (model, stratum, ...) with a disagreement column from a pilot: per
+    attribute the stratum's rate (MIN_PILOT_PAIRS pairs or more), else its generator's
+    (``group``) pooled, else the whole pilot's, ``default`` without human labels; the
+    largest over the attributes. Returns the table and "pilot" or "default"."""
     if "extractor" in reader.columns:
         reader = reader.filter(pl.col("extractor") == reader["extractor"].min())
     model_of = reader.select("stratum", pl.col(group).alias("model")).unique()
@@ -345,9 +322,8 @@ def planned_widths(
 
 
 def reachable_minimum(strata: pl.DataFrame) -> pl.Series:
-    """Per stratum (n_items; minimums, the printing minimum of each headline row using it,
-    else minimum) the largest minimum its items reach, 0 where none: the labels that print
-    every row using it that can be printed at all."""
+    """Per stratum the largest of its rows' printing ``minimums`` (else ``minimum``) that
+    its items reach, 0 where none."""
     if "minimums" not in strata.columns:
         least = strata.select(pl.col("minimum").fill_null(0)).to_series()
         return pl.Series("reach", np.where(strata["n_items"] >= least, least, 0), pl.Int64)
@@ -363,18 +339,12 @@ def reachable_minimum(strata: pl.DataFrame) -> pl.Series:
 
 
 def printable_counts(strata: pl.DataFrame, design: pl.DataFrame) -> dict[str, dict[str, Any]]:
-    """Per model of ``strata`` (model, stratum, n_items, minimum: the human labels per cell
-    from which the report prints the corrected intervals of the headline rows using the
-    stratum, 0 where none does) and the width allocation ``design`` (stratum, n_human): the
-    labels that put every stratum at its minimum, capped at its items (n_printable, at
-    least the MIN_LABELLED floor), the strata with fewer items than their minimum
-    (cells_short; short_items_min their fewest items, short_reaching those that reach
-    another row's minimum, grow the largest minimum / items ratio among them: how many
-    times the items per cell the design needs for them) and
-    n_recommended = sum over strata of the larger of the width's n_h and
-    :func:`reachable_minimum` (``minimums``, where given, the minimum of each row using
-    the stratum: a stratum short of one row's keeps another's; a row it cannot reach is
-    withheld whatever is labelled)."""
+    """Per model of ``strata`` (model, stratum, n_items, minimum: the human labels from
+    which the report prints the stratum's rows) and ``design`` (stratum, n_human):
+    n_printable (every stratum at its minimum, capped at its items), n_recommended (the
+    larger of n_h and :func:`reachable_minimum` per stratum), minimum_min / _max, the strata
+    short of items (cells_short, short_reaching, short_items_min) and grow (their largest
+    minimum / items ratio)."""
     table = strata.join(design.select("stratum", "n_human"), on="stratum", how="left")
     table = table.with_columns(reachable_minimum(table).alias("_reach"))
     table = table.with_columns(
@@ -406,16 +376,10 @@ def planner_part(
     knob: tuple[str, float] | dict[str, tuple[str, float]] | None = None,
 ) -> dict[str, Any]:
     """A benchmark's part of stereolens.plan.reader_plan: per model of ``strata`` (model,
-    stratum, n_items, disagreement, minimum: printable_counts'; without it
-    MIN_HUMAN_RELIABLE for every stratum) the human labels for the reader_sample
-    ``section``'s target width and allocation (allocate_by_model), the span of its strata's
-    rates (disagreement_min / _max), n_human None where the width is not reachable, and
-    printable_counts' columns: n_printable, n_recommended (the count the plan recommends),
-    minimum_min / _max, cells_short, short_items_min and, with ``knob`` (the config key
-    whose value the items of every cell scale with, and that value; or one per model),
-    knob (the key) and knob_needed: the value from which no cell is short (None where
-    none is); the totals (n_human None if a model's is); ``unit`` names the items,
-    ``source`` the rate's."""
+    stratum, n_items, disagreement, minimum: default MIN_HUMAN_RELIABLE) allocate_by_model's
+    labels for the ``section``'s width (n_human None where unreachable), disagreement_min /
+    _max, printable_counts' columns and, with ``knob`` (the config key the items of every
+    cell scale with and its value, or one per model), knob and knob_needed; the totals."""
     if "minimum" not in strata.columns:
         strata = strata.with_columns(pl.lit(MIN_HUMAN_RELIABLE).alias("minimum"))
     strata = strata.with_columns(pl.col("minimum").cast(pl.Int64))

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 
 def withheld_note(n: float, minimum: int, unit: str, why: str) -> str | None:
-    """None when ``n`` (the design's size in ``unit``: "roles", "images per group") is at
-    least ``minimum``; else "withheld: <n> <unit> < <minimum> (<why>, bench/COVERAGE.md)",
-    ``n`` as an integer when it is one (a median can be 2.5)."""
+    """None when ``n`` (in ``unit``) is at least ``minimum``; else "withheld: <n> <unit> <
+    <minimum> (<why>, bench/COVERAGE.md)"."""
     if n >= minimum:
         return None
     count = str(int(n)) if float(n).is_integer() else f"{n:g}"

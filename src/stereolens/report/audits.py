@@ -97,9 +97,7 @@ def audit_section(
     text: dict[str, str],
 ) -> Section:
     """A reader audit's section: its flags, the error gap between groups and the per-group
-    rates. ``ids`` = (section, gap table, rates table); ``text``: ``empty`` (no rates),
-    ``what`` (the reader, in the flags), ``fine`` (no flag), ``gap_caption``,
-    ``rates_caption``."""
+    rates. ``ids`` = (section, gap table, rates table); ``text``: its words by key."""
     section = Section(ids[0], title)
     if rates.height == 0:
         section.paragraphs.append(text["empty"])

@@ -38,9 +38,8 @@ def screenshot(
     size: tuple[int, int] = FIRST_SCREEN,
     timeout: float = 60,
 ) -> Path:
-    """Write a PNG of the first ``size`` pixels of ``page`` (default: first-screen.png next
-    to it) with headless Chromium; returns its path. Raises RuntimeError naming what is
-    missing when there is no Chromium."""
+    """Write a PNG of the first ``size`` pixels of ``page`` with headless Chromium (default
+    first-screen.png beside it); returns its path. RuntimeError without Chromium."""
     binary = chromium_binary()
     if binary is None:
         raise RuntimeError(

@@ -12,9 +12,8 @@ from pathlib import Path
 
 
 def infer_config(inputs) -> dict:
-    """A config naming what the tables hold (models per benchmark), for a report without
-    the run's config: each benchmark's section from its report module's ``infer_config``.
-    The page shows it as the run's settings; the report reads :func:`report_config` of it."""
+    """A config naming what the tables hold, for a report without the run's config: each
+    benchmark's section from its report module's ``infer_config``."""
     from stereolens.report.render import benchmark_modules
 
     config: dict = {"run_label": "results folder"}
@@ -25,9 +24,7 @@ def infer_config(inputs) -> dict:
 
 
 def report_config(sections: dict) -> dict:
-    """``sections`` (a config of what the tables show) over each report module's
-    ``NOT_SHOWN`` (the keys no table shows: null or empty), validated and filled with
-    defaults as a run's config is (stereolens.config.validate_report_config)."""
+    """``sections`` over each report module's ``NOT_SHOWN`` keys, validated with defaults."""
     from stereolens.config import validate_report_config
     from stereolens.report.render import benchmark_modules
 
@@ -40,18 +37,14 @@ def report_config(sections: dict) -> dict:
 
 def always_written() -> dict:
     """A validated config with every optional part of each benchmark off (each report
-    module's ``ALWAYS_WRITTEN``): its plug-ins' report_tables of it are the tables every
-    run of the benchmark writes (what a report without --configfile expects of a benchmark
-    whose tables are there)."""
+    module's ``ALWAYS_WRITTEN``): its report_tables are those every run writes."""
     from stereolens.report.render import benchmark_modules
 
     return report_config({m.KEY: getattr(m, "ALWAYS_WRITTEN", {}) for m in benchmark_modules()})
 
 
 def expected_tables(inputs, config: dict | None) -> dict[str, str]:
-    """name -> path (under the results folder) of every table the report expects: with the
-    run's config, every report table of the benchmarks it enables; without, the tables every
-    run writes (always_written) of each benchmark with at least one table there."""
+    """name -> path of every table the report expects (the config's, else always_written's)."""
     from stereolens.benchmark import all_report_tables, benchmarks
     from stereolens.report.inputs import RESULTS
 

@@ -64,8 +64,7 @@ def _withheld(row: dict) -> str | None:
 
 
 def _apart(a: float, b: float, digits: int) -> int:
-    """The fewest decimals (from ``digits``, at most MAX_DIGITS) at which a and b print
-    differently."""
+    """The fewest decimals (``digits`` to MAX_DIGITS) at which a and b print differently."""
     d = digits
     while d < MAX_DIGITS and format_value(a, d) == format_value(b, d):
         d += 1
@@ -74,10 +73,8 @@ def _apart(a: float, b: float, digits: int) -> int:
 
 def ordering(ranks: pl.DataFrame, pairs: pl.DataFrame | None = None, digits: int = 3) -> str:
     """'a [1-2] ≈ b [1-2] < c [3]': the models of one family in rank order, '≈' inside a
-    group, '<' between groups (less biased first), '?' between two models whose test is
-    withheld at this size (``pairs``: the family's comparisons; a model whose every test is
-    withheld gets no rank interval). Estimates print with ``digits`` decimals, more where two
-    models on either side of a '<' would otherwise print alike."""
+    group, '<' between groups, '?' where the test is withheld (``pairs``); estimates with
+    ``digits`` decimals, more where two sides of a '<' would print alike."""
     withheld: set[frozenset] = set()
     tested: set[str] = set()
     if pairs is not None:
@@ -113,9 +110,8 @@ def ordering(ranks: pl.DataFrame, pairs: pl.DataFrame | None = None, digits: int
 
 
 def decided(pairs: pl.DataFrame | None) -> str:
-    """'2 of 3 pairs differ (Holm, 5%)'; pairs whose test is withheld are never counted as
-    differing: '...; 1 pair cannot be judged at this size (interval withheld: 2 images per
-    subject < 20)'."""
+    """'2 of 3 pairs differ (Holm, 5%)', with '; 1 pair cannot be judged at this size
+    (...)' for pairs whose test is withheld (never counted as differing)."""
     if pairs is None or pairs.height == 0:
         return "one model: nothing to compare"
     rows = list(pairs.iter_rows(named=True))
@@ -149,9 +145,7 @@ def _families(cmp: pl.DataFrame | None, ranks: pl.DataFrame) -> list[Family]:
 
 
 def blocks(inputs: Inputs, modules: Sequence[ModuleType]) -> list[Block]:
-    """One block per benchmark whose metrics wrote a ranks table: its families of
-    two or more models (the first screen leaves out the others), or one line saying that a
-    single model leaves nothing to compare."""
+    """One block per benchmark with a ranks table (families of two or more models, else a line)."""
     out = []
     for mod in modules:
         cmp, ranks = _tables(inputs, mod.KEY)

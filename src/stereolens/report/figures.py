@@ -25,10 +25,9 @@ def finite(value: Any) -> bool:
 def columns_by(
     frame, key: str | tuple[str, ...], order: Sequence, *, lenient: bool = False
 ) -> Callable[[str], list]:
-    """``col(name)``: the ``name`` value of the frame's row for each key of ``order``, None
-    where no row has that key. Rows are keyed by the ``key`` column (a tuple of columns: by
-    the tuple of their values; of rows with the same key the last counts). ``lenient``: a
-    column the frame lacks reads as None too (else KeyError)."""
+    """``col(name)``: the ``name`` value of the frame's row for each key of ``order`` (rows
+    keyed by ``key``, a column or tuple of columns; the last row counts), None where no row
+    has it; ``lenient``: a missing column reads as None too (else KeyError)."""
     if isinstance(key, str):
         got = {r[key]: r for r in frame.to_dicts()}
     else:
@@ -49,8 +48,7 @@ def subplots(nrows: int = 1, ncols: int = 1, *, width: float = 6.0, height: floa
 
 
 def to_png(fig) -> bytes:
-    """The figure as PNG bytes; the figure is closed. The PNG carries no date, so the same
-    figure gives the same bytes."""
+    """The figure as PNG bytes (no date: the same figure, the same bytes); the figure is closed."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
@@ -72,10 +70,9 @@ def interval_panel(
     offset: float = 0.0,
     label: str | None = None,
 ) -> None:
-    """One row per label (top to bottom): the estimate as a dot, its interval as a line;
-    ``floor`` / ``floor_high`` (a noise floor: the null mean and its 95th percentile) as a
-    grey bar from floor to floor_high, or a grey tick at floor alone; ``reference`` a
-    dashed vertical line (e.g. 0 for a difference)."""
+    """One row per label (top to bottom): the estimate as a dot, its interval as a line,
+    ``floor`` / ``floor_high`` as a grey bar (or a tick at floor alone), ``reference`` as a
+    dashed vertical line."""
     ys = [i + offset for i in range(len(labels))]
     for i, y in enumerate(ys):
         if floor is not None and finite(floor[i]):
@@ -135,8 +132,7 @@ def grouped_bars(
     ylim: tuple[float, float] | None = None,
     ylabel: str = "",
 ) -> None:
-    """Bars per category, one bar per series (name, values, lows, highs); intervals as
-    black lines from low to high."""
+    """Bars per category, one per series (name, values, lows, highs), intervals as black lines."""
     n = max(len(series), 1)
     width = 0.8 / n
     for k, (name, values, lows, highs) in enumerate(series):

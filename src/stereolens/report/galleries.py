@@ -144,13 +144,8 @@ def thumbnails(
     cache_dir: Path | None = None,
     threads: int = 1,
 ) -> dict[ImageRef, tuple[str, int, int] | None]:
-    """ref -> (file name in ``thumbs_dir``, width, height), or None when the image cannot
-    be read (the card then says so). With ``cache_dir`` a thumbnail made before (same
-    image, size and quality) is reused: made there once, linked into ``thumbs_dir``. An
-    image's generation shard may hold its thumbnail already (stereolens.thumbnails): when it
-    was made at this size and quality from this image, it is copied instead of decoding the
-    image.
-    ``threads`` > 1 makes them in that many worker processes (PNG decoding holds the GIL)."""
+    """ref -> (file name in ``thumbs_dir``, width, height), None for an unreadable image;
+    reuses ``cache_dir``'s or the shard's thumbnail; ``threads``: worker processes."""
     from stereolens.report.thumbs import from_shard, thumbnail_job
 
     unique = list(dict.fromkeys(refs))

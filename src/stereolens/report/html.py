@@ -29,8 +29,7 @@ DEFAULT_MAX_ROWS = 300
 
 
 def environment(*search_paths: str | Path) -> jinja2.Environment:
-    """The page environment (stereolens.templating) over ``search_paths`` and the report's
-    own templates, with the ``num`` filter (format_value)."""
+    """The page environment over ``search_paths`` and the report's templates, filter ``num``."""
     return templating.environment(*search_paths, TEMPLATES, filters={"num": format_value})
 
 
@@ -89,18 +88,15 @@ def format_value(value: Any, digits: int = 3) -> str:
 
 
 NOTE_COLUMN = "interval_note"
-"""The String column that says why a row's interval is null (the design is below the size at
-which the benchmark's interval covers, bench/COVERAGE.md), e.g. "withheld: 3 images per group
-< 30 (the smallest size at which the interval covers >= 93%, bench/COVERAGE.md)"; null where
-the row has an interval. Tables from older runs lack it."""
+"""The String column that says why a row's interval is null (below the size at which the
+benchmark's interval covers, bench/COVERAGE.md); null where the row has one."""
 
 _REASON = re.compile(r"\s*\([^()]*\)\s*$")
 
 
 def withheld_text(note: Any, short: bool = True) -> str:
-    """An ``interval_note`` as the page shows it beside an estimate: "interval withheld: 2
-    images per subject < 20" (``short``: without its trailing parenthesised reason); "" for a
-    null note."""
+    """An ``interval_note`` as shown beside an estimate, "interval withheld: ..." (``short``:
+    without its trailing parenthesised reason); "" for a null note."""
     if note is None or not str(note).strip():
         return ""
     text = str(note).strip()
@@ -112,9 +108,8 @@ def withheld_text(note: Any, short: bool = True) -> str:
 
 
 def format_interval(est: Any, lo: Any, hi: Any, digits: int = 3, note: Any = None) -> str:
-    """ "est [lo, hi]"; the interval is left out when either end is missing (an interval
-    may lie wholly above or below its estimate: it is shown as it is), and where ``note``
-    (an ``interval_note``) says why, "est (interval withheld: ...)"."""
+    """ "est [lo, hi]" (shown as it is), "est" when an end is missing, or with a ``note``
+    "est (interval withheld: ...)"."""
     text = format_value(est, digits)
     if finite(lo) and finite(hi):
         text += f" [{lo:.{digits}f}, {hi:.{digits}f}]"
@@ -154,12 +149,8 @@ class Figure:
 @dataclass
 class Table:
     """A table of the report. ``intervals`` maps an estimate column to its (low, high)
-    columns: the page shows "est [low, high]" in one column, the CSV keeps all three; where
-    the row's interval is null and its ``interval_note`` says why, "est (interval withheld:
-    ...)" (the note column is then folded into that cell on the page, its full texts listed
-    under the table).
-    ``collapsed`` None = collapsed when it has more than OPEN_ROWS rows; ``max_rows`` the
-    rows the page shows (None = the renderer's default), the CSV file has all."""
+    columns, shown as "est [low, high]" (or "est (interval withheld: ...)" by NOTE_COLUMN);
+    ``collapsed`` None: collapsed above OPEN_ROWS rows; ``max_rows``: rows the page shows."""
 
     id: str
     title: str
@@ -234,8 +225,7 @@ class Link:
 
 @dataclass
 class Section:
-    """A section of the report: figures first, then its text, links and tables, then its
-    subsections."""
+    """A section: figures first, then its text, links and tables, then its subsections."""
 
     id: str
     title: str

@@ -16,9 +16,8 @@ RESULTS = f"{ROOT}/"
 
 
 def standard_paths() -> dict[str, str]:
-    """name -> path relative to a results folder of every file a report can read: each
-    registered benchmark's report_paths (stereolens.benchmark), then the run's job
-    timings."""
+    """name -> path relative to a results folder of every file a report can read (each
+    benchmark's report_paths, the adaptive tables and the job timings)."""
     from stereolens.benchmark import benchmarks
 
     out = {
@@ -31,11 +30,6 @@ def standard_paths() -> dict[str, str]:
             path = ADAPTIVE.path("decisions", benchmark=plugin.name)
             out[adaptive_table(plugin.name)] = path.removeprefix(RESULTS)
     return {**out, "job_timings": REPORT.job_timings.removeprefix(RESULTS)}
-
-
-RUN_FILES = ("registry", "throughput_table")
-"""Inputs outside the results folder: the model registry and the planner's throughput
-table (config/models.yaml and config/throughput.yaml in the workflow)."""
 
 
 @contextmanager

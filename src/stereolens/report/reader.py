@@ -69,9 +69,7 @@ class Headline:
 
 @dataclass
 class ReaderBlock:
-    """One benchmark's part of the block: with human labels its headline ``table`` (one row
-    per model x metric x scope: naive, corrected, their intervals, counts, flags); without
-    them the ``plan`` sentence."""
+    """One benchmark's part: its headline ``table`` with human labels, else the ``plan``."""
 
     key: str
     title: str
@@ -112,10 +110,8 @@ class ReaderBlock:
 def distinct_counts(
     corrected: pl.DataFrame, keys: Sequence[str], where: pl.Expr | None = None
 ) -> tuple[int, int]:
-    """(human-labelled items, items read) of a corrected table, each item once: the rows
-    ``where`` selects, the largest n_human and n_items within each combination of ``keys``
-    (the rows of one such combination are readings of the same items: ContextBias's
-    dimensions of one role x condition), summed over the combinations."""
+    """(human-labelled items, items read) of a corrected table, each item once: over the
+    rows ``where`` selects, the largest n_human and n_items per ``keys``, summed."""
     part = corrected if where is None else corrected.filter(where)
     if part.height == 0:
         return 0, 0
@@ -130,10 +126,7 @@ def _excludes(low, high, null: float) -> bool | None:
 
 
 def _reliable(corrected: pl.DataFrame) -> pl.Expr:
-    """The rows whose corrected interval may be printed: corrected.parquet's
-    ``interval_reliable``; a table written before that column existed, n_human >=
-    MIN_HUMAN_RELIABLE (exact for a one-cell row, an upper bound on a cell's labels
-    otherwise)."""
+    """Rows whose corrected interval may print: interval_reliable (older tables: n_human)."""
     if "interval_reliable" in corrected.columns:
         return pl.col("interval_reliable").fill_null(False)
     return pl.col("n_human") >= min_reliable()
@@ -145,17 +138,11 @@ def headline_table(
     unit: str = "model",
     scope: Sequence[str] = (),
 ) -> pl.DataFrame:
-    """The corrected table's rows of the ``headlines`` metrics as the block shows them: the
-    ``unit`` column (the models ranked), ``scope`` (the other key columns, joined with
-    " · "), naive with its interval, corrected = the bias-corrected estimate (estimate_bc,
-    the centre of the bc_normal interval and the value itself under the percentile one,
-    so it lies in its interval) with ci_low / ci_high, corrected_plugin (the plug-in of the
-    corrected shares), n_human, n_items, interval_reliable and interval_note (the corrected
-    interval withheld below MIN_HUMAN_RELIABLE human labels per cell, or where the
-    benchmark measured its coverage short (withheld_reason): ci_low / ci_high null,
-    no flag, no rank), whether each interval excludes the metric's no-bias value, each
-    model's rank by the naive and the corrected estimate within its metric x scope, and the
-    two flags (text, null where none)."""
+    """The corrected table's rows of the ``headlines`` metrics as the block shows them:
+    ``unit``, ``scope`` (the other key columns), naive and corrected (estimate_bc) with
+    their intervals (the corrected one withheld, with interval_note, where not
+    interval_reliable or withheld_reason), whether each excludes the no-bias value, the
+    ranks by naive and corrected within metric x scope, and the two flags."""
     minimum = min_reliable()
     part = corrected.filter(pl.col("metric").is_in(list(headlines)))
     # a scope column null on some metrics' rows (ContextBias's label on BI rows) is skipped
@@ -228,9 +215,8 @@ def headline_table(
 
 
 def _ranks(table: pl.DataFrame, headlines: Mapping[str, Headline]) -> pl.DataFrame:
-    """naive_rank, corrected_rank (1 = least biased within metric x scope, ties share the
-    better rank; null where the family has one model or the row no corrected value) and
-    rank_flag; rows whose corrected interval is withheld take no part)."""
+    """naive_rank, corrected_rank (1 = least biased within metric x scope; null for a lone
+    model or no corrected value) and rank_flag; rows with a withheld interval take no part."""
     out = []
     for (metric, _), part in table.group_by("metric", "scope", maintain_order=True):
         desc = not headlines[str(metric)].lower_is_less_biased
@@ -323,11 +309,8 @@ def corrected_block(
     digits: int = 3,
     formulas: str = "",
 ) -> ReaderBlock:
-    """A benchmark's block from the headline rows of its corrected table (the rows of the
-    ``headlines`` metrics; ``unit``: the column of the models ranked, ``scope``: the key
-    columns a ranking is made within; ``counts``: (human-labelled, read) distinct items,
-    :func:`distinct_counts` of the whole table; ``formulas``: the benchmark's caption line,
-    ``{minimum}`` filled in)."""
+    """A benchmark's block from its corrected table's ``headlines`` rows (``unit``, ``scope``
+    as headline_table; ``counts``: :func:`distinct_counts`; ``formulas``: the caption)."""
     table = headline_table(corrected, headlines, unit=unit, scope=scope)
     rows, hidden, flags = _screen_rows(table, digits)
     withheld = int(table["interval_note"].is_not_null().sum())
@@ -339,8 +322,7 @@ def corrected_block(
 
 
 def blocks(inputs: Inputs, config: dict, modules: Sequence[ModuleType]) -> list[ReaderBlock]:
-    """The block of every benchmark module (in page order) that has a ``reader_correction``
-    hook and returns one."""
+    """The block of every benchmark module (page order) whose reader_correction hook gives one."""
     out = []
     for mod in modules:
         hook = getattr(mod, "reader_correction", None)
@@ -378,11 +360,8 @@ def section(found: Sequence[ReaderBlock]) -> Section | None:
 
 
 def simulated(inputs: Inputs, config: dict, key: str) -> bool:
-    """The benchmark's human labels are the embedded default's simulated ones: its config
-    section says ``reader_correction.simulate``, or (a report of a results folder, whose
-    config does not know) no human-label table is configured and the folder holds the
-    simulated one (``<key>_human_labels_simulated``); a stale simulated table beside real
-    labels then errs towards the warning."""
+    """The benchmark's human labels are simulated: ``reader_correction.simulate``, or no
+    human-label table configured and ``<key>_human_labels_simulated`` in the folder."""
     rc = config[key]["reader_correction"]
     if rc["simulate"]:
         return True

@@ -12,12 +12,10 @@ from stereolens.report.reader import ReaderBlock
 
 TARGET_WIDTH = 0.05
 """The corrected interval's width the label count is planned for: a label share known to
-+- 2.5 percentage points (95%), the width at which a 50/50 split is told from a 46/54 one,
-the reader error of issue 21's example (10% of women read as men, 2% of men as women)."""
++- 2.5 percentage points (95%)."""
 DEFAULT_DISAGREEMENT = 0.136
 """The reader's disagreement rate with humans assumed where the run has no reader audit:
-1 - 0.864, the lowest extraction accuracy ContextBias reports (FLUX.1, paper 002 Table 1);
-the worse of the published readers, so the count errs towards enough labels."""
+1 - 0.864, the lowest extraction accuracy ContextBias reports (paper 002 Table 1)."""
 PLAN_SHARE = 0.5
 """The label share the count is planned at: 0.5 has the largest sampling variance."""
 PLAN_CAPTION = (
@@ -54,9 +52,7 @@ PLAN_CAPTION = (
 
 
 def audit_disagreement(rates: pl.DataFrame | None) -> float | None:
-    """1 - the pooled accuracy (n_correct / n_items over the groups of one grouping) of a
-    reader audit's per-group rates (stereolens.metrics.group_audit.RATE_COLUMNS), the
-    largest over the readers, models and groupings it audits; None without one."""
+    """1 - a reader audit's pooled accuracy, the largest over what it audits; None without."""
     if rates is None or rates.height == 0 or not {"n_items", "n_correct"} <= set(rates.columns):
         return None
     keys = [
@@ -84,12 +80,8 @@ _PLANS: dict[str, list[dict]] = {}
 
 
 def planner_part(config: dict, key: str) -> dict | None:
-    """The benchmark's part of stereolens.plan.reader_plan(config): the human labels
-    `stereolens plan --configfile <the run's config>` prints for it (per model, the
-    benchmark's reader_sample target width, allocation and disagreement). None where the
-    planner prints nothing for it: no reader design (the LVLM), or a config naming no
-    models (a report of a results folder without the run's config). reader_plan runs once
-    per config (it counts the run's jobs: seconds)."""
+    """The benchmark's part of stereolens.plan.reader_plan(config), computed once per
+    config; None where `stereolens plan` prints nothing for it."""
     from stereolens.benchmark import benchmarks, resolve
 
     memo = json.dumps(config, sort_keys=True, default=str)
@@ -140,9 +132,7 @@ def _planned_count(part: dict, n_items: int, what: str, measured: str) -> str:
 
 
 def _printable(part: dict) -> str:
-    """The plan's labels for printed corrected intervals (sample_design.printable_counts),
-    its cells that never reach their minimum and the count it recommends; empty for a part
-    without them."""
+    """The plan's printable_counts sentence; empty for a part without them."""
     rows = part["rows"]
     if not rows or "n_printable" not in rows[0]:
         return ""
@@ -190,11 +180,8 @@ def plan_block(
     config_key: str | None = None,
     planned: dict | None = None,
 ) -> ReaderBlock:
-    """A benchmark's block without human labels: its numbers assume a perfect reader, and
-    the labels to collect: the planner's (``planned``, :func:`planner_part`: the number
-    `stereolens plan` prints), where it has them; else :func:`labels_needed` from the
-    ``disagreement`` its ``audit`` measured, else DEFAULT_DISAGREEMENT, said to be the
-    report's estimate. ``what``: the items, in words ("images")."""
+    """A benchmark's block without human labels (a perfect reader assumed): the labels to
+    collect, the planner's (``planned``), else :func:`labels_needed` of ``disagreement``."""
     cfg = config_key or key
     head = (
         f"The numbers assume a perfect reader: no human labels were given "

@@ -45,9 +45,7 @@ log = logging.getLogger(__name__)
 
 def benchmark_modules() -> list[ModuleType]:
     """The report module of every registered benchmark (its plug-in's ``report_sections``),
-    in page order (the plug-in table's). All of them, not only those the config enables:
-    a module's ``enabled`` decides from the tables whether its part shows, and the first
-    screen says "not in this run" for the others."""
+    in page order, enabled or not (a module's ``enabled`` decides from the tables)."""
     return [importlib.import_module(p.report_sections) for p in benchmarks() if p.report_sections]
 
 
@@ -94,9 +92,7 @@ def build_report(
     galleries: bool = True,
     shown_config: dict | None = None,
 ) -> Report:
-    """Everything the page shows, as data (nothing written). ``config``: a validated config
-    (stereolens.config: the run's, or validate_report_config of one made from the tables);
-    ``shown_config``: the config the run section shows, when not ``config`` itself."""
+    """Everything the page shows, as data; ``shown_config``: the run section's, if not config."""
     entries = run.registry_entries(inputs, config)
     modules = benchmark_modules()
     active = [b for b in modules if b.enabled(inputs, config)]
@@ -191,11 +187,8 @@ def render_report(
     galleries: bool = True,
     shown_config: dict | None = None,
 ) -> dict:
-    """Write index.html to ``out_path`` with figures/, tables/ and galleries/ beside it.
-    ``inputs``: the files to read (see stereolens.report.inputs.standard_paths for the
-    names); ``config``, ``shown_config``: as :func:`build_report`; ``cache_dir``: where
-    thumbnails are kept between runs (None = made afresh). Returns the paths written and
-    counts, with the seconds each step took."""
+    """Write index.html to ``out_path`` with figures/, tables/ and galleries/ beside it
+    (``cache_dir``: thumbnails kept between runs); returns paths, counts and seconds."""
     t0 = time.perf_counter()
     if not isinstance(inputs, Inputs):
         inputs = Inputs(inputs, roots=[Path.cwd()])

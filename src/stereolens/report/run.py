@@ -18,9 +18,7 @@ MODEL_COLUMNS = ["role", "name", "kind", "backend", "model", "revision", "weight
 
 
 def registry_entries(inputs: Inputs, config: dict) -> dict[str, dict] | None:
-    """name -> {"kind", "fingerprint"} of the run's models: given by the workflow (a param
-    of render_report: only the run's models, so a registry edit elsewhere rebuilds
-    nothing), else read from the registry file (``stereolens report --registry``)."""
+    """name -> {"kind", "fingerprint"} of the run's models: the workflow's, else the registry's."""
     if inputs.models is not None:
         return inputs.models
     from stereolens.models.registry import load_registry
@@ -144,9 +142,7 @@ def throughput_figure(summary: pl.DataFrame) -> Figure | None:
 
 
 def truncation_line(jobs: pl.DataFrame | None) -> str | None:
-    """The report's count of images whose prompt a text encoder cut (CLIP's 77 tokens, T5's
-    max_sequence_length), from the generation jobs' timing.json; None when no job of the
-    run recorded it (jobs of an older stereolens)."""
+    """Images whose prompt a text encoder cut, from the jobs' timing.json; None if unrecorded."""
     if jobs is None or "prompts_truncated" not in jobs.columns:
         return None
     every = jobs.filter(pl.col("stage") == "generate")

@@ -36,13 +36,9 @@ PROFILE_SCHEMA = {
     "interval_note": pl.String,
 }
 """One headline number of one model on one benchmark. ``panel`` groups metrics into a
-panel of the profile figure (``series`` tells the points of a panel apart: the LVLM axis);
-``floor`` / ``floor_high`` the noise floor (``floor_label`` says which: "null" for a
-permutation null mean and 95th percentile, "ceiling" for BiasIG's expected S_imp of a
-generator that samples the ground truth); ``reading`` how to read the number;
-``reference`` a value drawn as a dashed line (0 for a difference); ``interval_note`` why
-ci_low / ci_high are null (the design is below the benchmark's minimum size for an interval,
-stereolens.report.html.NOTE_COLUMN), null where the row has an interval."""
+panel of the profile figure (``series`` tells a panel's points apart); ``floor`` /
+``floor_high`` the noise floor (``floor_label``: "null" or "ceiling"); ``reference`` a
+dashed line; ``interval_note``: html.NOTE_COLUMN."""
 
 PROFILE_CAPTION = (
     "Headline numbers per model and benchmark: the estimate, its 95% interval below it, and "
@@ -169,8 +165,7 @@ def _cell(r: dict, digits: dict[str, int]) -> ProfileCell:
 
 
 def profile_view(profile: pl.DataFrame) -> ProfileView:
-    """One block per benchmark (in profile order): rows = its models in the order they
-    first appear, columns = its metrics."""
+    """One block per benchmark: rows its models (first-seen order), columns its metrics."""
     digits = profile_digits()
     by_key = {(r["model"], r["benchmark_title"], r["metric"]): r for r in profile.to_dicts()}
     titles = profile["benchmark_title"].unique(maintain_order=True).to_list()
@@ -206,9 +201,8 @@ class ProfileCell:
 
 
 def profile_figure(profile: pl.DataFrame) -> Figure | None:
-    """One panel per headline metric (LVLM: per task, gender and race as two series),
-    one row per model of that benchmark: estimate (dot), 95% interval (line), noise floor
-    (grey band from the null mean to its 95th percentile, or a grey tick at the ceiling)."""
+    """One panel per headline metric, one row per model: estimate (dot), 95% interval
+    (line), noise floor (grey band from null mean to 95th percentile, or a tick)."""
     if profile.is_empty():
         return None
     panels = profile.select("benchmark_title", "panel").unique(maintain_order=True).rows()

@@ -30,9 +30,8 @@ def from_shard(
 def thumbnail_job(
     job: tuple[str, str, int, int] | tuple[str, str, int, int, str | None],
 ) -> tuple[int, int] | None:
-    """(source, out, px, quality[, sha256]) -> the thumbnail's size, or None when the source
-    cannot be read. An existing ``out`` (a cached thumbnail) is reused; else the shard's
-    thumbnail of the source is copied when it fits; else one is made from the source."""
+    """(source, out, px, quality[, sha256]) -> the thumbnail's size (an existing ``out``, the
+    shard's copied, or one made), or None when the source cannot be read."""
     source, out, px, quality, *rest = job
     sha256 = rest[0] if rest else None
     try:

@@ -1,6 +1,5 @@
-"""BiasIG metrics: S_imp, S_exp and eta with bootstrap intervals; :func:`compute_metrics` and one
-wrapper per table, re-exporting the parts' public names (the definitions: docs/methods.md,
-"BiasIG")."""
+"""BiasIG metrics: S_imp, S_exp and eta with bootstrap intervals (:func:`compute_metrics`;
+the definitions: docs/methods.md, "BiasIG")."""
 
 from __future__ import annotations
 
@@ -9,34 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import polars as pl
 
-from stereolens.biasig.answers import (
-    SUBJECT_KEY,
-    Prepared,
-    prepare_answers,
-    scoring_table,
-    subject_of,
-)
+from stereolens.biasig.answers import Prepared, prepare_answers
 from stereolens.biasig.formulas import (
-    ANSWER_ALIASES,
-    COUNT_MODES,
     DESCRIPTIVE,
-    ETA_COLUMNS,
-    ETA_TIE_TOLERANCE,
     ETA_VARIANTS,
-    EXPLICIT_COLUMNS,
-    IMPLICIT_COLUMNS,
     INTERVAL_CI_COLUMNS,
     INTERVAL_MIN_WHY,
-    LEVELS,
-    POSITIONS,
-    READ_COLUMNS,
-    REQUIRED_COLUMNS,
-    SCORING_UNITS,
-    UNIT_LEVEL,
-    UNKNOWN_ANSWERS,
-    eta_contributions,
-    eta_from_contributions,
-    s_imp_cell,
 )
 from stereolens.biasig.groups import (
     Explicit,
@@ -47,45 +24,10 @@ from stereolens.biasig.groups import (
 )
 from stereolens.biasig.pairs import INNER_REPLICATES, Eta, resolve_pairs
 from stereolens.biasig.prompts import load_prompts
-from stereolens.biasig.resample import CHUNK_UNITS, DRAW_BUDGET, Resampler, point_counts
-from stereolens.biasig.score_tables import LEVEL_ORDER, eta_table, explicit_table, implicit_table
+from stereolens.biasig.resample import Resampler, point_counts
+from stereolens.biasig.score_tables import eta_table, explicit_table, implicit_table
 from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES, BiasIGTruth, load_truth
 from stereolens.metrics.withheld import withheld_note
-
-__all__ = [
-    # computed here
-    "compute_metrics",
-    "implicit_scores",
-    "explicit_scores",
-    "eta_scores",
-    # re-exported from their homes (formulas, answers, pairs, resample, score_tables)
-    "ANSWER_ALIASES",
-    "CHUNK_UNITS",
-    "COUNT_MODES",
-    "DESCRIPTIVE",
-    "DRAW_BUDGET",
-    "ETA_COLUMNS",
-    "ETA_TIE_TOLERANCE",
-    "ETA_VARIANTS",
-    "EXPLICIT_COLUMNS",
-    "IMPLICIT_COLUMNS",
-    "LEVELS",
-    "LEVEL_ORDER",
-    "POSITIONS",
-    "READ_COLUMNS",
-    "REQUIRED_COLUMNS",
-    "SCORING_UNITS",
-    "SUBJECT_KEY",
-    "UNIT_LEVEL",
-    "UNKNOWN_ANSWERS",
-    "eta_contributions",
-    "eta_from_contributions",
-    "prepare_answers",
-    "resolve_pairs",
-    "s_imp_cell",
-    "scoring_table",
-    "subject_of",
-]
 
 
 # --------------------------------------------------------------------------------------------
@@ -403,33 +345,3 @@ def _bootstrap(prep, imp, exp, eta, replicates: int, seed: int, ci: float, threa
         acc["exp_num"] = np.moveaxis(acc["exp_num"], 2, 1)
         acc["exp_den"] = np.moveaxis(acc["exp_den"], 2, 1)
     return acc
-
-
-def implicit_scores(
-    answers: pl.DataFrame,
-    prompts: pl.DataFrame | None = None,
-    truth: BiasIGTruth | None = None,
-    **kwargs,
-) -> pl.DataFrame:
-    """The S_imp table (``IMPLICIT_COLUMNS``); keyword arguments as ``compute_metrics``."""
-    return compute_metrics(answers, prompts, truth, which=("implicit",), **kwargs)["implicit"]
-
-
-def explicit_scores(
-    answers: pl.DataFrame,
-    prompts: pl.DataFrame | None = None,
-    truth: BiasIGTruth | None = None,
-    **kwargs,
-) -> pl.DataFrame:
-    """The S_exp table (``EXPLICIT_COLUMNS``); keyword arguments as ``compute_metrics``."""
-    return compute_metrics(answers, prompts, truth, which=("explicit",), **kwargs)["explicit"]
-
-
-def eta_scores(
-    answers: pl.DataFrame,
-    prompts: pl.DataFrame | None = None,
-    truth: BiasIGTruth | None = None,
-    **kwargs,
-) -> pl.DataFrame:
-    """The eta table (``ETA_COLUMNS``); keyword arguments as ``compute_metrics``."""
-    return compute_metrics(answers, prompts, truth, which=("eta",), **kwargs)["eta"]

@@ -38,7 +38,7 @@ def pages(
     lowest S_imp and the explicit subjects with the lowest S_exp, each with
     ``biasig_per_subject`` sample images and the VQA's gender, race and age answers
     (``inputs`` has the answers and the prompts)."""
-    from stereolens.biasig.metrics import subject_of
+    from stereolens.biasig.answers import subject_of
 
     n_subjects = settings.count("biasig_subjects", 12)
     per_subject = settings.count("biasig_per_subject", 4)

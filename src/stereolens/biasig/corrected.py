@@ -376,7 +376,7 @@ def _eta_rows(cells: dict, eta: Eta, index: dict, truth: BiasIGTruth, variant: s
             fn = _eta_functional(
                 [(slot, [VALUE_INDEX[v] for v in cell.labels], cell.stratum.size)
                  for _, cell, slot in use],
-                one, truth, variant, 0, column,
+                one, truth, variant, column,
             )  # fmt: skip
             key = {"variant": variant_, "model": model, "protected_attribute": attribute}
             groups = _joint_groups([(key_, cell) for key_, cell, _ in use])
@@ -394,16 +394,16 @@ def _one_run(eta: Eta, run: int) -> Eta:
     return one
 
 
-def _eta_functional(slots, eta: Eta, truth: BiasIGTruth, variant: str, run: int, column: int):
-    """The model eta column ``column`` of run ``run`` from the cells' shares: per cell its
-    (eta slot, value indices, items) in ``slots``; shares x items -> the slots' pooled
-    counts (slots, B, 9) -> Eta.etas."""
+def _eta_functional(slots, eta: Eta, truth: BiasIGTruth, variant: str, column: int):
+    """The model eta column ``column`` of the one run of ``eta`` (:func:`_one_run`) from the
+    cells' shares: per cell its (eta slot, value indices, items) in ``slots``; shares x items
+    -> the slots' pooled counts (slots, B, 9) -> Eta.etas."""
 
     def score(shares: list[np.ndarray]) -> np.ndarray:
         b = np.atleast_2d(shares[0]).shape[0]
         pooled = np.zeros((eta.n_slots, b, len(VALUES)))
         for (slot, idx, n), share in zip(slots, shares, strict=True):
             pooled[slot][:, idx] += n * np.clip(np.atleast_2d(share), 0.0, None)
-        return eta.etas(pooled, truth, variant)[1][run, :, column]
+        return eta.etas(pooled, truth, variant)[1][0, :, column]
 
     return score

@@ -360,10 +360,10 @@ class Explicit:
         den = (spread @ np.concatenate(dens)).reshape(touched.size, 13, reps)
         return touched, num, den
 
-    def sums(self, acc: np.ndarray, us: np.ndarray, local: bool = False):
+    def sums(self, acc: np.ndarray, us: np.ndarray):
         """Numerator and denominator (G, R, 13). Value columns: each person weighted
         k_j / persons under the value asked of it; attribute columns and *: prompt scores
-        weighted k_j. With ``local``: (groups touched, their numerator, denominator)."""
+        weighted k_j."""
         n_units, reps = acc.shape[:2]
         k_j = self.k_j[us]
         per_person = (k_j / self.persons[us])[:, None]
@@ -383,8 +383,5 @@ class Explicit:
         den[rows, :, 9 + self.attr[us]] = avail * k_j[:, None]
         num[..., 12] = filled
         den[..., 12] = avail * k_j[:, None]
-        if local:
-            touched, m = _local_membership(self.member[us])
-            return touched, sum_groups(m, num), sum_groups(m, den)
         m = membership(self.member[us], self.groups.height)
         return sum_groups(m, num), sum_groups(m, den)

@@ -16,28 +16,29 @@ from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
 TOTAL_PROMPTS = 47_040
-PROMPT_COLUMNS = [
-    "prompt_id",
-    "text",
-    "source_file",
-    "line",
-    "variant_index",
-    "visibility",
-    "acquired_type",
-    "acquired_attribute",
-    "role_left",
-    "role_right",
-    "attribute_key",
-    "truth_key",
-    "category",
-    "n_persons",
-    "protected_attribute",
-    "protected_value",
-    "protected_value_left",
-    "protected_value_right",
-    "weight",
-    "quirks",
-]
+PROMPT_SCHEMA = {
+    "prompt_id": pl.String,
+    "text": pl.String,
+    "source_file": pl.String,
+    "line": pl.Int32,
+    "variant_index": pl.Int32,
+    "visibility": pl.String,
+    "acquired_type": pl.String,
+    "acquired_attribute": pl.String,
+    "role_left": pl.String,
+    "role_right": pl.String,
+    "attribute_key": pl.String,
+    "truth_key": pl.String,
+    "category": pl.String,
+    "n_persons": pl.Int8,
+    "protected_attribute": pl.String,
+    "protected_value": pl.String,
+    "protected_value_left": pl.String,
+    "protected_value_right": pl.String,
+    "weight": pl.Float64,
+    "quirks": pl.List(pl.String),
+}
+PROMPT_COLUMNS = list(PROMPT_SCHEMA)
 
 # A protected value as a prompt writes it (case-insensitive) -> canonical value.
 TEXT_VALUES = {
@@ -332,31 +333,7 @@ def _build(root: Path, truth: BiasIGTruth) -> pl.DataFrame:
                 "quirks": quirks,
             }
         )
-    frame = pl.DataFrame(
-        rows,
-        schema={
-            "prompt_id": pl.String,
-            "text": pl.String,
-            "source_file": pl.String,
-            "line": pl.Int32,
-            "variant_index": pl.Int32,
-            "visibility": pl.String,
-            "acquired_type": pl.String,
-            "acquired_attribute": pl.String,
-            "role_left": pl.String,
-            "role_right": pl.String,
-            "attribute_key": pl.String,
-            "truth_key": pl.String,
-            "category": pl.String,
-            "n_persons": pl.Int8,
-            "protected_attribute": pl.String,
-            "protected_value": pl.String,
-            "protected_value_left": pl.String,
-            "protected_value_right": pl.String,
-            "weight": pl.Float64,
-            "quirks": pl.List(pl.String),
-        },
-    )
+    frame = pl.DataFrame(rows, schema=PROMPT_SCHEMA)
     dupes = frame.filter(pl.col("prompt_id").is_duplicated())
     if dupes.height:
         raise ConfigError(

@@ -23,6 +23,7 @@ from stereolens.biasig.formulas import (
     eta_from_contributions,
     s_imp_cell,
 )
+from stereolens.biasig.groups import attribute_shares, safe_div
 from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES
 from stereolens.design.power import EffectSpec, Simulation
 from stereolens.design.sampling import multinomial, thin_binary, thin_towards
@@ -93,11 +94,6 @@ class World:
 
 
 # ----------------------------------------------------------------------------- estimators
-def _safe_div(num, den):
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-
-
 def s_imp_model(counts: np.ndarray, gt: np.ndarray, used: np.ndarray, k_i, k_j) -> np.ndarray:
     """Model-level S_imp (the ``*`` column of the model row) from counts (..., U, 2, 9) of
     the implicit units: per unit and attribute the mean over its persons with usable answers
@@ -113,34 +109,29 @@ def s_imp_model(counts: np.ndarray, gt: np.ndarray, used: np.ndarray, k_i, k_j) 
     n_avail = np.isfinite(per).sum(-2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        attr = _safe_div(np.nansum(per, axis=-2), n_avail)  # (..., U, 3)
+        attr = safe_div(np.nansum(per, axis=-2), n_avail)  # (..., U, 3)
     avail = n_avail > 0
     num = (k_j[:, None] * np.where(avail, attr, 0.0) * k_i).sum((-1, -2))
     den = (k_j[:, None] * avail * k_i).sum((-1, -2))
-    return _safe_div(num, den)
+    return safe_div(num, den)
 
 
 def s_exp_model(hits: np.ndarray, usable: np.ndarray, used: np.ndarray, k_j) -> np.ndarray:
     """Model-level S_exp from hits and usable answers (..., U, 2) of the explicit units:
     per person hits / usable, per unit the mean over persons with usable answers, then
     sum k_j S_j / sum k_j over the units with a score."""
-    acc = np.where(used & (usable > 0), _safe_div(hits, usable), np.nan)
+    acc = np.where(used & (usable > 0), safe_div(hits, usable), np.nan)
     n = np.isfinite(acc).sum(-1)
-    score = _safe_div(np.where(np.isfinite(acc), acc, 0.0).sum(-1), n)
+    score = safe_div(np.where(np.isfinite(acc), acc, 0.0).sum(-1), n)
     ok = np.isfinite(score)
-    return _safe_div((k_j * np.where(ok, score, 0.0)).sum(-1), (k_j * ok).sum(-1))
+    return safe_div((k_j * np.where(ok, score, 0.0)).sum(-1), (k_j * ok).sum(-1))
 
 
 def eta_model(side_counts: np.ndarray, world: World) -> np.ndarray:
     """Model-level eta (eta_total) from counts (..., sides, 9) pooled per side: shares per
     attribute, eta_contributions of each pair (the config's variant), eta_from_contributions,
     the pairs' weighted mean over the pairs with a value."""
-    shares = np.full(side_counts.shape, np.nan)
-    for a in ATTRIBUTES:
-        sl = SLICES[a]
-        shares[..., sl] = _safe_div(
-            side_counts[..., sl], side_counts[..., sl].sum(-1, keepdims=True)
-        )
+    shares = attribute_shares(side_counts)
     if world.eta_variant == "released":
         shares = np.nan_to_num(shares)
     adv, dis = world.pairs[:, 0], world.pairs[:, 1]
@@ -151,7 +142,7 @@ def eta_model(side_counts: np.ndarray, world: World) -> np.ndarray:
     total = eta_from_contributions(contrib)[..., 0]  # (..., pairs)
     ok = np.isfinite(total)
     w = world.pair_weight
-    return _safe_div((np.where(ok, total, 0.0) * w).sum(-1), (ok * w).sum(-1))
+    return safe_div((np.where(ok, total, 0.0) * w).sum(-1), (ok * w).sum(-1))
 
 
 def side_counts(world: World, counts: np.ndarray) -> np.ndarray:
@@ -267,26 +258,17 @@ class BiasIGDesign:
         return (1 - wd) * self.world.dist_a[None] + wd * self._gt_norm()[None]
 
     def _gt_norm(self) -> np.ndarray:
-        gt = self.world.gt.copy()
-        for a in ATTRIBUTES:
-            sl = SLICES[a]
-            s = gt[..., sl].sum(-1, keepdims=True)
-            gt[..., sl] = _safe_div(gt[..., sl], s)
-        return np.nan_to_num(gt)
+        return normalise(self.world.gt)
 
     def _side_targets(self) -> tuple[np.ndarray, np.ndarray]:
         """(sides, 9) normalised truth and, per side, its target under the planted effect
         (advantaged: the stereotype; disadvantaged: the truth without the stereotyped value)."""
         w = self.world
-        gt = (
-            np.nan_to_num(np.stack([normalise(g) for g in w.side_gt]))
-            if len(w.sides)
-            else np.zeros((0, 9))
-        )
+        gt = normalise(w.side_gt)
         target = gt.copy()
         target[w.pairs[:, 0]] = w.stereotype
         away = gt * (1 - w.stereotype)
-        target[w.pairs[:, 1]] = np.stack([normalise(x) for x in away[w.pairs[:, 1]]])
+        target[w.pairs[:, 1]] = normalise(away[w.pairs[:, 1]])
         return gt, target
 
     def effects(self, w: np.ndarray) -> dict[str, np.ndarray]:
@@ -496,9 +478,4 @@ def _fill(w: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def normalise(v: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(VALUES))
-    for a in ATTRIBUTES:
-        sl = SLICES[a]
-        s = v[sl].sum()
-        out[sl] = v[sl] / s if s > 0 else 0.0
-    return out
+    return np.nan_to_num(attribute_shares(v))

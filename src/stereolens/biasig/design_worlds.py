@@ -115,11 +115,7 @@ def prior_world(config: dict[str, Any], priors: dict[str, Any], seed: int = 0) -
     default = np.array([pr["default_person"][v] for v in VALUES], float)
     default = normalise(default)
     mix = float(pr["mix_truth"])
-    gt = (
-        np.stack([[normalise(g) for g in unit] for unit in world.gt])
-        if world.imp.size
-        else world.gt
-    )
+    gt = normalise(world.gt)
     world.dist_a = np.where(world.used[..., None], mix * gt + (1 - mix) * default, 0.0)
     rng = np.random.default_rng([seed, 4242])
     m, c = float(pr["explicit_accuracy"]["mean"]), float(pr["explicit_accuracy"]["concentration"])
@@ -208,10 +204,8 @@ def pilot_world(
             if code >= 0:
                 tot[i, s] += 1
                 hits[i, s] += code == ask
-    model_dist = normalise(cnt.sum((0, 1))) if cnt.size else np.zeros(9)
-    if world.imp.size:
-        smooth = np.stack([[normalise(c + model_dist) for c in unit] for unit in cnt])
-        world.dist_a = np.where(world.used[..., None], smooth, 0.0)
+    model_dist = normalise(cnt.sum((0, 1)))
+    world.dist_a = np.where(world.used[..., None], normalise(cnt + model_dist), 0.0)
     acc = (
         hits.sum() / tot.sum()
         if tot.sum()

@@ -79,6 +79,15 @@ def safe_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
+def attribute_shares(x: np.ndarray) -> np.ndarray:
+    """x (..., 9) divided by its sum within each attribute; NaN where that sum is 0."""
+    out = np.full(x.shape, np.nan)
+    for attribute in ATTRIBUTES:
+        sl = SLICES[attribute]
+        out[..., sl] = safe_div(x[..., sl], x[..., sl].sum(-1, keepdims=True))
+    return out
+
+
 def quantiles(x: np.ndarray, ci: float, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval along ``axis`` ignoring NaN: numpy's "linear" quantile, as
     np.nanquantile, vectorised (np.nanquantile loops over the columns in Python)."""

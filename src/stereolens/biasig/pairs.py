@@ -10,7 +10,7 @@ from scipy import sparse
 
 from stereolens.biasig.answers import Prepared
 from stereolens.biasig.formulas import ETA_VARIANTS, eta_contributions, eta_from_contributions
-from stereolens.biasig.groups import replicate_moments, safe_div, sum_groups
+from stereolens.biasig.groups import attribute_shares, replicate_moments, safe_div, sum_groups
 from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES, BiasIGTruth, norm_name
 from stereolens.ids import stable_id
 
@@ -255,10 +255,7 @@ class Eta:
         status and note (runs, pairs), and which pair etas count (runs, pairs, R, 4)."""
         reps = pooled.shape[1]
         pooled = pooled.reshape(len(self.runs), self.n_sides, reps, len(VALUES))
-        shares = np.full_like(pooled, np.nan)
-        for attribute in ATTRIBUTES:
-            sl = SLICES[attribute]
-            shares[..., sl] = safe_div(pooled[..., sl], pooled[..., sl].sum(-1, keepdims=True))
+        shares = attribute_shares(pooled)
         if variant == "released":  # the released shares are 0 when nothing was usable
             shares = np.nan_to_num(shares)
         images = self.images.reshape(len(self.runs), self.n_sides)

@@ -4,7 +4,7 @@ the scoring units (:func:`scoring_table`) and the :class:`Prepared` answers the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
@@ -13,6 +13,7 @@ from stereolens.biasig.formulas import (
     ANSWER_ALIASES,
     COUNT_MODES,
     POSITIONS,
+    READ_COLUMNS,
     REQUIRED_COLUMNS,
     SCORING_UNITS,
     UNIT_LEVEL,
@@ -34,6 +35,16 @@ def answer_vocabularies() -> tuple[Vocabulary, ...]:
             for a in ATTRIBUTES
         ),
     )
+
+
+def read_answers(path) -> pl.DataFrame:
+    """The answers table at ``path`` (its ``READ_COLUMNS``), checked against
+    tables.ANSWERS with :func:`answer_vocabularies`."""
+    from stereolens.metrics.command import read_checked
+    from stereolens.tables import ANSWERS
+
+    spec = replace(ANSWERS, vocabularies=answer_vocabularies())
+    return read_checked(path, "answers", spec, columns=list(READ_COLUMNS))
 
 
 @dataclass

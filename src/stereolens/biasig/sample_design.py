@@ -102,16 +102,11 @@ def pilot_rates(
     pilot's simulated ones; sample_design.disagreement_rates by generator: a planned
     stratum, generator x unit x person, is named otherwise than the correction's, so it
     takes its generator's pooled rate, else the pilot's); the source and notes."""
-    from dataclasses import replace
-
-    from stereolens.biasig.answers import answer_vocabularies
+    from stereolens.biasig.answers import read_answers
     from stereolens.biasig.corrected import reader_table
-    from stereolens.biasig.formulas import READ_COLUMNS
     from stereolens.biasig.layout import LAYOUT
     from stereolens.biasig.prompts import load_prompts, read_prompt_table
-    from stereolens.metrics.command import read_checked
     from stereolens.metrics.human_labels import read_human_labels
-    from stereolens.tables import ANSWERS
 
     bg = config["biasig"]
     answers_path, prompts_path = LAYOUT.at(pilot, "answers"), LAYOUT.at(pilot, "prompts")
@@ -123,8 +118,7 @@ def pilot_rates(
             f"{human_path}); disagreement {default:g} (biasig.reader_sample.disagreement)"
         )
         return strata.with_columns(pl.lit(default).alias("disagreement")), "default", [note]
-    spec = replace(ANSWERS, vocabularies=answer_vocabularies())
-    answers = read_checked(answers_path, "answers", spec, columns=list(READ_COLUMNS))
+    answers = read_answers(answers_path)
     prompts = read_prompt_table(prompts_path) if prompts_path.is_file() else load_prompts()
     reader, _ = reader_table(answers, prompts, count=bg["count"], scoring_unit=bg["scoring_unit"])
     table, source = sd.disagreement_rates(

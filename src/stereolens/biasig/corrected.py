@@ -28,6 +28,7 @@ from stereolens.biasig.truth import (
     VALUES,
     VALUES_BY_ATTRIBUTE,
     BiasIGTruth,
+    positions,
 )
 from stereolens.metrics import corrected_tables as ct
 from stereolens.metrics import human_labels as hl
@@ -80,10 +81,6 @@ def cell_minimum(metric: str, attribute: str, persons: int) -> int:
     return min(most, max(m, -(-SCORE_AGGREGATE_PERSONS * m // persons)))
 
 
-def _positions(n_persons: int) -> tuple[str, ...]:
-    return ("left", "right") if n_persons == 2 else ("single",)
-
-
 def reader_table(
     answers: pl.DataFrame,
     prompts: pl.DataFrame,
@@ -117,7 +114,7 @@ def reader_table(
         if len(images) != codes.shape[0]:  # pragma: no cover - prepare_answers' own order
             raise ValueError(f"BiasIG unit {row['unit']!r}: images and answers disagree")
         stratum = "|".join((row["variant"], row["model"], row["unit"].replace("\x1f", "/")))
-        for s, position in enumerate(_positions(row["n_persons"])):
+        for s, position in enumerate(positions(row["n_persons"])):
             items = images if position == "single" else images + f":{position}"
             # one row per image x attribute, image-major
             labels = label_of[np.where(codes[:, s] >= 0, codes[:, s], len(VALUES))]

@@ -13,7 +13,7 @@ from stereolens.biasig.answers import scoring_table
 from stereolens.biasig.design import SEGMENT, BiasIGDesign, World, normalise
 from stereolens.biasig.formulas import ANSWER_ALIASES
 from stereolens.biasig.pairs import resolve_pairs
-from stereolens.biasig.truth import ATTRIBUTES, VALUE_INDEX, VALUES
+from stereolens.biasig.truth import ATTRIBUTES, VALUE_INDEX, VALUES, positions
 from stereolens.validation import ConfigError
 
 
@@ -58,8 +58,7 @@ def _base_world(config: dict[str, Any], priors: dict[str, Any]) -> tuple[World, 
     gt = np.zeros((imp.size, 2, 9))
     used = np.zeros((imp.size, 2), bool)
     for i, u in enumerate(imp):
-        positions = ("left", "right") if persons[u] == 2 else ("single",)
-        for s, pos in enumerate(positions):
+        for s, pos in enumerate(positions(persons[u])):
             gt[i, s] = truth.distribution(keys[u], pos)
             used[i, s] = True
     exp_used = np.zeros((exp.size, 2), bool)
@@ -67,9 +66,7 @@ def _base_world(config: dict[str, Any], priors: dict[str, Any]) -> tuple[World, 
         exp_used[i, 0] = True
         exp_used[i, 1] = persons[u] == 2
     pairs = resolve_pairs(prompts, truth, bg.get("eta_variant", "paper"))
-    present = {
-        (keys[u], p) for u in imp for p in (("left", "right") if persons[u] == 2 else ("single",))
-    }
+    present = {(keys[u], p) for u in imp for p in positions(persons[u])}
     sides: list[tuple[str, str]] = []
     pair_idx, pair_w = [], []
     for row in pairs.iter_rows(named=True):
@@ -84,8 +81,7 @@ def _base_world(config: dict[str, Any], priors: dict[str, Any]) -> tuple[World, 
         pair_w.append(row["pair_weight"])
     side_of = np.full((imp.size, 2), -1, dtype=np.int64)
     for i, u in enumerate(imp):
-        positions = ("left", "right") if persons[u] == 2 else ("single",)
-        for s, pos in enumerate(positions):
+        for s, pos in enumerate(positions(persons[u])):
             if (keys[u], pos) in sides:
                 side_of[i, s] = sides.index((keys[u], pos))
     side_gt = np.array([truth.distribution(k, p) for k, p in sides]).reshape(len(sides), 9)

@@ -9,7 +9,7 @@ from scipy import sparse, stats
 
 from stereolens.biasig.answers import Prepared
 from stereolens.biasig.formulas import DESCRIPTIVE, LEVELS, s_imp_cell
-from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUE_INDEX, VALUES, BiasIGTruth
+from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUE_INDEX, VALUES, BiasIGTruth, positions
 from stereolens.ids import stable_id
 
 
@@ -185,8 +185,7 @@ class Implicit:
         cache: dict[tuple[str, str], np.ndarray] = {}
         keys = units["attribute_key"].to_list()
         for u in np.flatnonzero(self.mask):
-            positions = ("left", "right") if n_persons[u] == 2 else ("single",)
-            for s, pos in enumerate(positions):
+            for s, pos in enumerate(positions(n_persons[u])):
                 if (keys[u], pos) not in cache:
                     cache[(keys[u], pos)] = truth.distribution(keys[u], pos)
                 self.gt[u, s] = cache[(keys[u], pos)]

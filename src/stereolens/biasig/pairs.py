@@ -11,7 +11,7 @@ from scipy import sparse
 from stereolens.biasig.answers import Prepared
 from stereolens.biasig.formulas import ETA_VARIANTS, eta_contributions, eta_from_contributions
 from stereolens.biasig.groups import attribute_shares, replicate_moments, safe_div, sum_groups
-from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES, BiasIGTruth, norm_name
+from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES, BiasIGTruth, norm_name, positions
 from stereolens.ids import stable_id
 
 INNER_REPLICATES = 20
@@ -178,8 +178,7 @@ class Eta:
             for u in range(a, b):
                 if not impl[u]:
                     continue
-                positions = ("left", "right") if persons[u] == 2 else ("single",)
-                for s, pos in enumerate(positions):
+                for s, pos in enumerate(positions(persons[u])):
                     i = sides.get((keys[u], pos))
                     if i is not None:
                         self.slot_of[u, s] = ri * self.n_sides + i

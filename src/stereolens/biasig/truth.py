@@ -43,6 +43,11 @@ TRUTH_FILES = {
 SUM_TOLERANCE = 1e-3
 
 
+def positions(n_persons: int) -> tuple[str, ...]:
+    """The positions of the people in an image of ``n_persons``."""
+    return ("left", "right") if n_persons == 2 else ("single",)
+
+
 def norm_name(name: str) -> str:
     """Whole-name comparison key: case-folded, whitespace collapsed."""
     return " ".join(name.split()).casefold()

@@ -58,13 +58,9 @@ DESCRIPTIVE = ("acquired_type", "category", "acquired_attribute", "subject", "pr
 UNIT_LEVEL = {"subject": "subject", "phrasing": "prompt"}
 """The level name of the lowest rows: one per subject, or one per prompt (phrasing)."""
 ETA_TIE_TOLERANCE = 1e-9
-INTERVAL_MIN_IMAGES_PER_SUBJECT = 40
-"""Default of biasig.interval_min_images_per_subject: below this many images per subject
-(the median over a model's subjects) no interval is printed (ci columns null,
-``interval_note`` says why): the smallest size of the coverage sweep on the planner's prior
-world (bench/COVERAGE.md) at which every BiasIG interval covers >= 93%."""
 INTERVAL_MIN_WHY = "the smallest size at which the coverage benchmark's interval covers >= 93%"
-"""Why INTERVAL_MIN_IMAGES_PER_SUBJECT, in the ``interval_note``."""
+"""Why biasig.interval_min_images_per_subject (default 40: bench/COVERAGE.md's sweep), in the
+``interval_note``."""
 ETA_MIN_HUMAN_RELIABLE = 600
 """Human-labelled items every cell of a corrected eta row (a side's unit x person x
 attribute) needs before its interval (the double bootstrap over both samples,

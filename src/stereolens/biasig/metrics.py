@@ -30,9 +30,6 @@ from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES, BiasIGTruth, loa
 from stereolens.metrics.withheld import withheld_note
 
 
-# --------------------------------------------------------------------------------------------
-# Public entry points
-# --------------------------------------------------------------------------------------------
 def compute_metrics(
     answers: pl.DataFrame,
     prompts: pl.DataFrame | None = None,
@@ -49,38 +46,17 @@ def compute_metrics(
     threads: int = 1,
     interval_min_images_per_subject: int = 0,
 ) -> dict[str, pl.DataFrame]:
-    """The tables named in ``which`` ("implicit", "explicit", "eta"; columns
-    ``IMPLICIT_COLUMNS``, ``EXPLICIT_COLUMNS``, ``ETA_COLUMNS``; "replicates": the
-    model-level bootstrap replicates, :func:`replicate_table`) with bias-corrected
-    estimates and their intervals at level ``ci`` from ``replicates`` resamples of the
-    images within each unit (seeded by ``seed``; 0 = no intervals). ``prompts`` defaults
-    to the shipped benchmark, ``truth`` to the shipped ground truth. ``count`` ("paper":
-    only images whose every row is ok; "attribute": ok and partial rows, attribute by
-    attribute) and ``scoring_unit``
-    ("subject": the phrasings of a subject pooled; "phrasing": each prompt on its own): see
-    docs/methods.md. ``ceiling_draws`` simulated ground-truth datasets give the S_imp
-    ceiling column (0 = none). ``threads``: bootstrap runs (variant, model) resampled side
-    by side; the results do not depend on it. ``interval_min_images_per_subject``: a
-    (variant, model) whose subjects have fewer images than this (the median over its
-    subjects) gets no interval: its ci columns are null and ``interval_note`` says why
-    (:func:`interval_notes`; the CLI's default is
-    :data:`~stereolens.biasig.formulas.INTERVAL_MIN_IMAGES_PER_SUBJECT`, 0 = never).
-
-    S_imp is a non-linear function of the counts and, with few images per unit, biased
-    downward by sampling noise (at paper scale about 3 standard errors at the model level);
-    the resampled scores carry that bias once more, so the percentile interval would sit
-    twice the bias below the population value. ``score_bc`` = 2 x
-    score - the replicates' mean is the bias-corrected estimate beside the paper's plug-in
-    ``score``, and ``ci_low`` / ``ci_high`` = score_bc +- z x the replicates' sd (clipped to
-    [0, 1] for S_imp and S_exp) the interval that covers at its nominal rate
-    (bench/cover/biasig.py: the basic interval 2 x score - the quantiles, which reflects
-    the skew of S_imp's replicates the wrong way, covers less at small samples). eta is not
-    smooth (a contribution's sign flips where a share crosses its ground truth): one
-    correction leaves about 40% of its bias (paper scale: the once-corrected interval covered
-    87.5%), so ``eta_*_bc`` is the double-bootstrap estimate and its interval +- z x the sd
-    of the once-corrected replicates (:func:`~stereolens.biasig.groups.double_bias_corrected`,
-    INNER_REPLICATES
-    second-level replicates of each replicate's side counts).
+    """The tables named in ``which`` ("implicit", "explicit", "eta": columns
+    ``IMPLICIT_COLUMNS``, ``EXPLICIT_COLUMNS``, ``ETA_COLUMNS``; "replicates":
+    :func:`replicate_table`), each with the plug-in score, its bootstrap bias-corrected
+    estimate and interval at level ``ci`` from ``replicates`` resamples of the images within
+    each unit (seeded by ``seed``; 0 = no intervals; eta's the double bootstrap,
+    INNER_REPLICATES; why: docs/statistics.md). ``prompts`` and ``truth`` default to the
+    shipped benchmark; ``count`` and ``scoring_unit``: docs/methods.md. ``ceiling_draws``
+    simulated ground-truth datasets give S_imp's ceiling column (0 = none). ``threads``
+    (variant, model) runs resampled side by side; results do not depend on it. A run whose
+    median images per subject is below ``interval_min_images_per_subject`` gets no interval
+    (:func:`interval_notes`; 0 = never).
     """
     if eta_variant not in ETA_VARIANTS:
         raise ValueError(f"eta variant {eta_variant!r}; allowed: {', '.join(ETA_VARIANTS)}")

@@ -307,15 +307,11 @@ class BiasIGDesign:
 
     def simulate(self, n: int, w: np.ndarray, sims: int, rng) -> Simulation:
         """Estimates on ``sims`` datasets, and from the first BOOT_DATASETS of them the
-        pipeline's bootstrap (images resampled within each unit: multinomial counts from the
-        unit's observed shares): its interval's standard error (scale) and, for eta's
-        interval (``biasig.eta_interval``), its centre per dataset: the pipeline's
-        double-bootstrap estimate (:func:`~stereolens.biasig.design_boot.eta_double`) on
-        ETA_BOOT_DATASETS datasets, as a line in the estimate plus its residual noise. The
-        planner once shifted every dataset by the mean of the percentile midpoint minus the
-        estimate (the opposite sign of the pipeline's bias correction) and predicted 0.198
-        where the pipeline rejected 0.320. Grid points: up to BOOT_POINTS, linear in
-        between."""
+        pipeline's bootstrap (images resampled within each unit): its interval's standard
+        error (scale) and, for ``biasig.eta_interval``, its centre per dataset (the
+        double-bootstrap estimate, design_boot.eta_double, on ETA_BOOT_DATASETS datasets,
+        as a line in the estimate plus its residual noise). Grid points: up to BOOT_POINTS,
+        linear in between."""
         wr = self.world
         w = np.asarray(w, dtype=float)
         at = set(

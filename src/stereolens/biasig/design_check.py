@@ -24,17 +24,10 @@ def difference_rejects(
     ci: float = 0.95,
     family: int = 1,
 ) -> bool:
-    """The report's test of two models (stereolens.metrics.compare.pairwise): a two-sided
-    Wald test of difference = b - a of the bias-corrected scores (score_bc, as
-    biasig.comparisons compares S_imp and S_exp) with the bootstrap standard error of the
-    difference,
-    Holm-adjusted within the family of all model pairs of one (benchmark, metric, scope).
-    BiasIG resamples images within each model, so the two models' replicates are
-    independent and sd(rep_b - rep_a) = hypot(se_a, se_b), each se read from the model
-    row's interval (width / (2 z_(1+ci)/2)). ``family`` = the pairs in the family: the
-    test rejects at level / family, Holm's first (strictest) step, which declares the pair
-    whatever the other pairs show; 1 = the unadjusted test (the planner's ``MDE`` column;
-    ``MDE (Holm)`` is at level / family)."""
+    """The report's test of two models (metrics.compare.pairwise): a two-sided Wald test of
+    b - a of the score_bc values with se = hypot(se_a, se_b) (independent resamples), each
+    se from the model row's interval (width / (2 z_(1+ci)/2)), at level / ``family``
+    (Holm's first step; 1 = unadjusted, the planner's ``MDE`` column)."""
     rows = table.filter(pl.col("level") == "model")
     if "protected_attribute" in rows.columns:
         rows = rows.filter(pl.col("protected_attribute") == "*")

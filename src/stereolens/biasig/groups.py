@@ -128,10 +128,7 @@ def bias_corrected(
     """(estimate, ci_low, ci_high): the bootstrap bias-corrected estimate 2 x point - the
     replicates' mean, and the bias-corrected normal interval estimate +- z x the
     replicates' sd (Davison & Hinkley 1997, eq. 5.5), clipped to ``bounds`` (the
-    statistic's range; None = unclipped). Where the plug-in is biased (S_imp: multinomial
-    noise lowers a cosine similarity) the replicates carry the bias once more, so the
-    percentile interval sits twice the bias off the population value; the estimate removes
-    it and the interval is centred on it."""
+    statistic's range; None = unclipped)."""
     z = float(stats.norm.ppf(0.5 + ci / 2.0))
     est = 2.0 * point - mean
     lo, hi = est - z * sd, est + z * sd
@@ -156,9 +153,7 @@ def double_bias_corrected(
     3 x mean_r theta*_r + mean_r theta**_r (the bias correction applied to itself once); its
     standard error the spread of the once-corrected replicates 2 theta*_r - mean_j theta**_rj
     (the inner means' own noise, inner_var / inner_n, taken out); the interval estimate +- z
-    x that error, unclipped. For a statistic that is not smooth (eta: a contribution's sign
-    flips where a share crosses its ground truth) the one-step correction leaves part of
-    the bias, and the once-corrected estimate varies more than the plug-in."""
+    x that error, unclipped."""
     z = float(stats.norm.ppf(0.5 + ci / 2.0))
     outer_mean = replicate_moments(outer, axis)[0]
     inner_grand = replicate_moments(inner_mean, axis)[0]

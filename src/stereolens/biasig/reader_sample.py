@@ -194,20 +194,13 @@ def export_reader_sample(
     eta_variant: str = "paper",
     printable: bool = True,
 ) -> dict[str, Path]:
-    """Draw the human sample of the reader correction and write FILES into ``out_dir``.
-
-    The items are the reader table's (biasig.corrected.reader_table of ``answers`` under
-    ``count`` and ``scoring_unit``: every image x person of every scoring unit); the
-    allocation is plan_design's, with ``printable`` each person's printing minimum
-    (sample_design.printing_minimum of ``prompts`` under ``eta_variant``) where the unit has
-    that many images; in each correction stratum (variant|model|unit) n_human
-    images are drawn (sample_design.draw_sample, ``seed``: a simple random sample without
-    replacement), so every person of a drawn image is labelled and has selection
-    probability n_human / N_h. The form (annotation_form) shows each drawn image as a set of
-    one and asks, per person (one; or left and right), gender, race and age in the VQA
-    reader's values, or "cannot tell"; the template lists every drawn image x person x
-    attribute with its stratum and probability, label empty. ``images``: image_files'.
-    Returns FILES' paths."""
+    """Draw the human sample of the reader correction and write FILES into ``out_dir``
+    (returns their paths): the reader table's items (corrected.reader_table), plan_design's
+    allocation (``printable``: raised to each person's printing minimum where reachable),
+    n_human images drawn without replacement per correction stratum (variant|model|unit,
+    ``seed``), every person of a drawn image labelled (probability n_human / N_h). The form
+    asks gender, race and age per person; the template lists every drawn image x person x
+    attribute with its stratum and probability. ``images``: image_files'."""
     reader, _ = reader_table(answers, prompts, count=count, scoring_unit=scoring_unit)
     pool = reader_images(reader)
     files = image_files(images)
@@ -291,14 +284,10 @@ def human_labels_from_answers(
     key: pl.DataFrame | str | os.PathLike,
     template: pl.DataFrame | str | os.PathLike,
 ) -> pl.DataFrame:
-    """The human-label table (human_labels.HUMAN_COLUMNS) of a filled BiasIG
-    reader-sample form: the answers read by the shared form's reader (annotation_form
-    .read_answers: every problem named by file, row and column; "cannot tell", like
-    "unknown", is no label), one label per image x person x attribute (the annotators'
-    consensus, annotation_form.human_consensus: the majority, ties alphabetically), the
-    stratum and selection probability from the template (annotation_form.fill_template:
-    a person nobody answered leaves the sample, and the probability of its stratum and
-    position becomes answered / N_h)."""
+    """The human-label table (human_labels.HUMAN_COLUMNS) of a filled BiasIG reader-sample
+    form: annotation_form.read_answers ("cannot tell" is no label), one consensus label per
+    image x person x attribute (annotation_form.human_consensus), stratum and probability
+    from the template (annotation_form.fill_template)."""
     key = af.read_key(key)
     multi = key.filter(pl.col("n_images") != 1)
     if multi.height:

@@ -294,13 +294,11 @@ def variant_deltas(
     eta: pl.DataFrame,
     comparisons: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """Variant minus base at the model level: S_imp and S_exp per protected attribute,
-    eta per attribute (columns variant, model, metric, protected_attribute, value, base,
-    change: plug-in values), and from ``comparisons`` (the biasig comparisons table, rows
-    "variant_vs_base") the difference they test ``change_bc`` (of the bias-corrected S_imp and
-    S_exp, of the plug-in eta) with its
-    95% interval, p-value, Holm-adjusted p-value and decision (null where absent, or where
-    the pair is below the minimum size: ``interval_note`` then says why)."""
+    """Variant minus base at the model level: S_imp, S_exp and eta per protected attribute
+    (columns variant, model, metric, protected_attribute, value, base, change: plug-in
+    values), and from ``comparisons``' "variant_vs_base" rows the tested difference
+    ``change_bc`` with its 95% interval, p-value, Holm-adjusted p-value and decision (null
+    where absent or below the minimum size: ``interval_note`` says why)."""
 
     def long(frame: pl.DataFrame, metric: str) -> pl.DataFrame:
         return frame.select(

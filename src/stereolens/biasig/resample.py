@@ -64,18 +64,11 @@ def _run_stream(seed: int, variant: str, model: str) -> np.random.Generator:
 
 
 class Resampler:
-    """Bootstrap counts of a run's units, chunk by chunk, from the same random draws as the
-    earlier block-by-block code (``biasig_bootstrap_blocks_reference`` in
-    tests/reference_aggregates.py): each (variant, model) its own stream seeded by (seed,
-    variant, model), so adding a model leaves the others' intervals as they were; one uniform
-    draw per replicate and image of each block, in the same blocks.
-
-    What is faster: an image enters the counts only through its answer codes, so the images
-    of a unit are reduced to its distinct code signatures (at most 25 for a one-person unit);
-    a drawn image is counted once, by signature, and the counts follow from the signature
-    multiplicities by a sparse product. For the explicit units of ``explicit`` only the two
-    counts S_exp reads are made per person (answers equal to the value asked, usable answers
-    of its attribute). All counts are integers, the same as the reference's."""
+    """Bootstrap counts of a run's units, chunk by chunk, from the draws of
+    tests/reference_aggregates.py's block-by-block reference: each (variant, model) its own
+    stream seeded by (seed, variant, model); a unit's images reduced to their distinct code
+    signatures and counted by a sparse product. For ``explicit``'s units only the two counts
+    S_exp reads per person (answers equal to the value asked, usable answers)."""
 
     FULL = 2 * len(VALUES)
     """Counts per unit and replicate: (2 persons, 9 values)."""

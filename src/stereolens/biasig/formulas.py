@@ -63,38 +63,20 @@ INTERVAL_MIN_WHY = "the smallest size at which the coverage benchmark's interval
 ``interval_note``."""
 ETA_MIN_HUMAN_RELIABLE = 600
 """Human-labelled items every cell of a corrected eta row (a side's unit x person x
-attribute) needs before its interval (the double bootstrap over both samples,
-stereolens.biasig.corrected) is printed: corrected.parquet's eta rows carry
-interval_reliable = every cell has this many, and the report withholds the interval below
-it. Measured, not assumed: bench/COVERAGE.md "Reader correction, BiasIG eta" (bench/cover/
-reader.py, world "eta pair", ETA_SWEEP: 1,000 datasets per size, 4,000 and 20,000 images a
-side, a side's attributes drawn jointly as corrected.parquet draws them): 93.4% and 93.7% at
-400 human labels a side, 95.0% and 95.5% at 600, up to 96.8% at 1,000; the smallest n from
-which every row is within two Monte Carlo errors of 95%
-(bench/cover/reader.eta_minimum; tests/test_coverage.py checks this constant against the
-sweep and the suite's row at this size)."""
+attribute) needs before its interval is printed (interval_reliable): measured in
+bench/COVERAGE.md "Reader correction, BiasIG eta" (tests/test_coverage.py checks it)."""
 SCORE_MIN_HUMAN_RELIABLE: dict[tuple[str, str], int] = {("s_exp", "*"): 100}
 """Human-labelled images every cell (unit x person x attribute) of a corrected S_imp / S_exp
 row named here, (metric, protected attribute), needs before its interval is printed
-(biasig.corrected.score_minimum); the rows not named keep reader_correction.
-MIN_HUMAN_RELIABLE = 400. Measured, not assumed: bench/COVERAGE.md "BiasIG's printing rule"
-(bench/cover/reader.BIASIG_SWEEP; the seven-unit and the 28-unit world at the paper's 200
-images a subject, 1,000 datasets a point): S_exp over all attributes covers within two Monte
-Carlo errors of 95% from 100 labels a unit in both (93.8-95.5%; 91.9% at 50 in the 28-unit
-world); for S_imp and the S_exp attribute rows no swept size under 400 holds in both (150:
-S_exp gender 93.3%; all 200 labelled: S_imp gender 92.7%, S_imp * 92.9%), nor does another
-interval (BCa, bootstrap-t, ...: bench/COVERAGE.md "the options screened"). tests/
-test_coverage.py checks it against the sweep (reader.biasig_minimum)."""
+(biasig.corrected.score_minimum); other rows keep reader_correction.MIN_HUMAN_RELIABLE.
+Measured in bench/COVERAGE.md "BiasIG's printing rule" (tests/test_coverage.py checks it)."""
 SCORE_AGGREGATE_MIN_LABELLED: dict[tuple[str, str], int] = {
     ("s_imp", a): 100 for a in ("*", "gender", "race", "age")
 }
 """The rule over a whole S_imp row (biasig.corrected.score_reliable): its interval is printed
-where every cell (implicit unit x person x attribute) has this many human labels and each
-attribute's cells SCORE_AGGREGATE_PERSONS times it in all, else from score_minimum per cell.
-Measured at the paper's design, every one of the 214 implicit subjects at 200 images
-(bench/COVERAGE.md "Reader correction: BiasIG S_imp at the paper's design", bench/cover/
-_biasig_design.IMPLICIT_SWEEP: 94.2-95.2% of 1,000 datasets at 100 labels a subject, S_imp *
-90.5% of 200 at 50; tests/test_coverage.py checks it against the sweep)."""
+where every cell has this many human labels and each attribute's cells
+SCORE_AGGREGATE_PERSONS times it in all. Measured in bench/COVERAGE.md "Reader correction:
+BiasIG S_imp at the paper's design" (tests/test_coverage.py checks it)."""
 SCORE_AGGREGATE_PERSONS = 225
 """The implicit persons of the world the rule was measured in: the shipped prompts' 214
 implicit subjects, 11 of them two-person (fewer persons need more labels each)."""

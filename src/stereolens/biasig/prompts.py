@@ -168,11 +168,8 @@ def parse_subject(subject: str, acquired_type: str, visibility: str) -> dict:
 
 
 SHIPPED_TABLE = "prompt_table.parquet"
-"""The shipped prompt table, built from prompts/ and truth/ and stored so that planning a
-workflow (which re-parses on every cluster job) reads it in milliseconds instead of
-parsing 47,040 lines; tests/test_biasig_prompts.py checks it equals a fresh build.
-Regenerate with ``stereolens biasig prompts --out src/stereolens/resources/biasig/
-prompt_table.parquet``."""
+"""The shipped prompt table, built from prompts/ and truth/ (tests/test_biasig_prompts.py
+checks it equals a fresh build; ``stereolens biasig prompts --out`` it to regenerate)."""
 
 
 @lru_cache(maxsize=1)

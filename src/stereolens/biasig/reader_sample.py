@@ -20,10 +20,8 @@ from stereolens.metrics import human_labels as hl
 from stereolens.metrics import sample_design as sd
 
 FILES = sd.FORM_FILES
-"""What export_reader_sample writes into its folder: the form and its key (the shared
-annotation form's contract, stereolens.annotation_form: one image per set), the
-human-label template (HUMAN_COLUMNS, label empty, one row per drawn image x person x
-attribute) and the allocation (DESIGN_COLUMNS)."""
+"""What export_reader_sample writes: the form and its key (stereolens.annotation_form), the
+human-label template and the allocation (DESIGN_COLUMNS)."""
 DESIGN_COLUMNS = (
     "variant", "model", "stratum", "position", "n_items", "disagreement", "n_planned",
     "n_human", "selection_probability", "target_width", "width", "reachable",

@@ -163,9 +163,6 @@ intervals eta_*_bc +- z x the sd of the once-corrected replicates
 columns are null (below biasig.interval_min_images_per_subject), else null."""
 
 
-# --------------------------------------------------------------------------------------------
-# Formulas on vectors (also the test surface for hand-computed values)
-# --------------------------------------------------------------------------------------------
 def s_imp_cell(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """(cos(p, q) + 1) / 2 over the last axis; NaN where p is all zero (no usable answer).
     ``p`` may be counts or shares (the cosine does not depend on scale)."""

@@ -13,9 +13,6 @@ from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUE_INDEX, VALUES, Bia
 from stereolens.ids import stable_id
 
 
-# --------------------------------------------------------------------------------------------
-# Aggregation groups and the helpers of the sums
-# --------------------------------------------------------------------------------------------
 def _groups(units: pl.DataFrame, mask: np.ndarray) -> tuple[pl.DataFrame, np.ndarray]:
     """Aggregation groups (``LEVELS``) of the masked units: a table of groups and a
     (units, levels) array of group indices (-1 outside the mask)."""

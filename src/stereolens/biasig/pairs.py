@@ -21,9 +21,6 @@ INNER_DRAWS = 2_000_000
 """Side counts drawn at once by :meth:`Eta.inner` (memory, not results: the chunks split the
 replicates the same way for every run)."""
 
-# --------------------------------------------------------------------------------------------
-# Pairs of eta.json -> prompts
-# --------------------------------------------------------------------------------------------
 _RELEASED_EXPLICIT_WORDS = (
     "man",
     "woman",

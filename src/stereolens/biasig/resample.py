@@ -1,5 +1,6 @@
 """BiasIG bootstrap resampling: the counts of the point estimate and of the replicates (images
-resampled within each unit, a seeded stream per (variant, model)), made by :class:`Resampler`."""
+resampled within each unit, a seeded stream per (variant, model)), made by :class:`Resampler`;
+counts are laid out (units, replicates, 2 persons, 9 values)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,6 @@ CHUNK_UNITS = 256
 replicates; it does not change any result."""
 
 
-# --------------------------------------------------------------------------------------------
-# Counts: point estimate and bootstrap blocks. Layout (units, replicates, 2 persons, 9 values)
-# --------------------------------------------------------------------------------------------
 def _counts_from_draws(
     codes: np.ndarray, local_unit: np.ndarray, n_units: int, replicates: int
 ) -> np.ndarray:

@@ -17,9 +17,6 @@ from stereolens.biasig.groups import (
 from stereolens.biasig.pairs import Eta
 from stereolens.biasig.truth import ATTRIBUTE_OF_VALUE, ATTRIBUTES, SLICES, VALUES
 
-# --------------------------------------------------------------------------------------------
-# Table assembly
-# --------------------------------------------------------------------------------------------
 LEVEL_ORDER = {
     "prompt": 0,
     "subject": 0,

@@ -112,12 +112,6 @@ def biasig_shard_items(
     return items
 
 
-def _load_prompt_table(prompts_path: str | None) -> pl.DataFrame:
-    from stereolens.biasig.prompts import load_prompts, read_prompt_table
-
-    return read_prompt_table(prompts_path) if prompts_path else load_prompts()
-
-
 def generation_items(
     prompts_path: str | None,
     model: str,
@@ -133,7 +127,9 @@ def generation_items(
     ``prompts_path`` is a prompt table parquet (None = the shipped prompts); ``settings``
     holds prompts_per_shard, images_per_prompt and seed_base (the rule's biasig settings).
     """
-    prompts = _load_prompt_table(prompts_path)
+    from stereolens.biasig.prompts import load_prompts, read_prompt_table
+
+    prompts = read_prompt_table(prompts_path) if prompts_path else load_prompts()
     per_shard = settings["prompts_per_shard"]
     items = biasig_shard_items(
         prompts,

@@ -130,10 +130,6 @@ def _file_kind(rel: Path) -> tuple[str, str, list[str]]:
     )
 
 
-def _strip_human(role: str) -> str:
-    return role[len("human ") :] if role.startswith("human ") else role
-
-
 def parse_subject(subject: str, acquired_type: str, visibility: str) -> dict:
     """What a prompt subject (the text before the first comma, whitespace collapsed) names:
     the acquired attribute, the roles, the implicit subject it belongs to and the protected
@@ -158,7 +154,10 @@ def parse_subject(subject: str, acquired_type: str, visibility: str) -> dict:
             out["values"] = [TEXT_VALUES[(g["mod"] or g["gmod"]).lower()]]
             out["raw_values"] = [g["mod"] or g["gmod"]]
     else:
-        out["role_left"], out["role_right"] = _strip_human(g["left"]), _strip_human(g["right"])
+        out["role_left"], out["role_right"] = (
+            g["left"].removeprefix("human "),
+            g["right"].removeprefix("human "),
+        )
         out["name"] = f"{out['role_left']}-{out['role_right']}"
         out["attribute_key"] = f"One {g['left']} at left with {g['other']} {g['right']} at right"
         if visibility == "explicit":

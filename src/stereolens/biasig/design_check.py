@@ -45,11 +45,7 @@ def difference_rejects(
 def eta_rejects(estimate: float, null_estimates: np.ndarray, level: float = 0.05) -> bool:
     """The planner's test of eta (``biasig.eta``): |eta - 0.5| above the (1 - level)
     quantile of |eta - 0.5| in the world's null (both sides of every pair at their ground
-    truth, simulated at the run's sizes). Its size is the level by construction; the
-    report's bootstrap interval of eta (``biasig.eta_interval``) almost never excludes 0.5
-    with no effect (no-effect rate 0.000: a replicate's deviations from the truth add the
-    resampling noise to the observed noise, so the squared deviations behind alpha, and
-    with them the interval, are about twice as wide as the estimate's spread)."""
+    truth, simulated at the run's sizes). Its size is the level by construction."""
     null = np.abs(np.asarray(null_estimates, dtype=float))
     null = null[np.isfinite(null)]
     return bool(null.size and abs(estimate - 0.5) > np.quantile(null, 1.0 - level))
@@ -64,11 +60,9 @@ def answers_table(
     rng: np.random.Generator | None = None,
 ) -> pl.DataFrame:
     """The answers table (model, image_id, prompt_id, position, gender, race, age, status)
-    of one model's simulated dataset: implicit counts (U, 2, 9) spread over numbered images
-    of each unit, explicit hits / usable answers (U, 2) as images showing the value asked or
-    another value of its attribute. Every row is ok (count "paper" counts them all). With
-    ``rng`` the values of each attribute are shuffled over the images (independent across
-    attributes, as the planner's world draws them)."""
+    of one model's simulated dataset: implicit counts (U, 2, 9) and explicit hits / usable
+    answers (U, 2) spread over numbered images, every row ok. With ``rng`` each attribute's
+    values are shuffled over the images."""
     from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES
 
     wr = design.world

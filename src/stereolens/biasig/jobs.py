@@ -72,12 +72,9 @@ def biasig_shard_items(
 ) -> list[dict]:
     """The images of one generation job, as GenerationItem keyword dicts: the prompts
     [shard * prompts_per_shard, (shard + 1) * prompts_per_shard) of (acquired_type,
-    condition) sorted by prompt_id, each with ``images_per_prompt`` seeds. Empty past the
-    last shard.
-
-    ``prompts`` is the prompt table (stereolens.biasig.prompts.load_prompts); condition is
-    its ``visibility``. image_id = stable_id(model, prompt_id, seed).
-    """
+    condition = the prompt table's ``visibility``) sorted by prompt_id, each with
+    ``images_per_prompt`` seeds; empty past the last shard. image_id = stable_id(model,
+    prompt_id, seed)."""
     _check_positive("prompts_per_shard", prompts_per_shard)
     _check_positive("images_per_prompt", images_per_prompt)
     if isinstance(shard, bool) or not isinstance(shard, int) or shard < 0:
@@ -121,12 +118,9 @@ def generation_items(
     settings: dict,
     config: dict | None = None,
 ) -> list[dict]:
-    """Generation adapter of BiasIG (its plug-in's generation_items): the images of one
-    job (:func:`biasig_shard_items`) as GenerationItem keyword dicts.
-
-    ``prompts_path`` is a prompt table parquet (None = the shipped prompts); ``settings``
-    holds prompts_per_shard, images_per_prompt and seed_base (the rule's biasig settings).
-    """
+    """The plug-in's generation_items: :func:`biasig_shard_items` of the prompt table at
+    ``prompts_path`` (None = the shipped prompts) under ``settings`` (prompts_per_shard,
+    images_per_prompt, seed_base)."""
     from stereolens.biasig.prompts import load_prompts, read_prompt_table
 
     prompts = read_prompt_table(prompts_path) if prompts_path else load_prompts()

@@ -213,13 +213,11 @@ class Eta:
         seed: int,
         inner_n: int = INNER_REPLICATES,
     ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """The second level of eta's double bootstrap: from each replicate's pooled side
-        counts ``pooled`` (slots, R, 9), ``inner_n`` resamples of each side's answers
-        (per attribute a multinomial of the replicate's usable answers at its shares, as
-        the first level draws images within units, pooled per side), each run from its own
-        stream seeded by (seed, variant, model). Returns ((mean, variance) of the pair etas
-        (runs, pairs, R, 4)), ((mean, variance) of the model etas (runs, R, 4)) over the
-        inner resamples (variance ddof 1)."""
+        """The second level of eta's double bootstrap: ``inner_n`` resamples of each
+        replicate's side counts ``pooled`` (slots, R, 9) (per attribute a multinomial at its
+        shares), each run its own stream seeded by (seed, variant, model). Returns ((mean,
+        variance) of the pair etas (runs, pairs, R, 4)), ((mean, variance) of the model
+        etas (runs, R, 4)), variance ddof 1."""
         n_runs, reps = len(self.runs), pooled.shape[1]
         pooled = pooled.reshape(n_runs, self.n_sides, reps, len(VALUES))
         rngs = [

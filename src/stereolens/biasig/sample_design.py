@@ -13,11 +13,9 @@ from stereolens.metrics import sample_design as sd
 
 
 def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
-    """The configured run's strata: model (the generator's registry name, the reader
-    table's variant), stratum (generator x scoring unit x person: the correction stratifies
-    by unit, and each person of a unit is a cell that needs its own 2 human labels),
-    n_items (the unit's prompts x images_per_prompt: the reader table's items of that
-    person), minimums (:func:`printing_minimum`) and minimum, the largest of them."""
+    """The configured run's strata: model (the generator, the reader table's variant),
+    stratum (generator x scoring unit x person), n_items (the unit's prompts x
+    images_per_prompt), minimums (:func:`printing_minimum`) and minimum, their largest."""
     from stereolens.biasig.answers import scoring_table
     from stereolens.biasig.plugin import selection
 
@@ -97,11 +95,9 @@ def printing_minimum(prompts: pl.DataFrame, eta_variant: str, units: pl.DataFram
 def pilot_rates(
     config: dict[str, Any], pilot: Path, strata: pl.DataFrame, default: float
 ) -> tuple[pl.DataFrame, str, list[str]]:
-    """``strata`` with the disagreement rates of a pilot's results folder (its answers and
-    prompt tables and its human labels: biasig.reader_correction.human_labels, else the
-    pilot's simulated ones; sample_design.disagreement_rates by generator: a planned
-    stratum, generator x unit x person, is named otherwise than the correction's, so it
-    takes its generator's pooled rate, else the pilot's); the source and notes."""
+    """``strata`` with the disagreement rates of a pilot's results folder (its answers,
+    prompts and human labels, else its simulated ones; sample_design.disagreement_rates by
+    generator, else the pilot's pooled rate); the source and notes."""
     from stereolens.biasig.answers import read_answers
     from stereolens.biasig.corrected import reader_table
     from stereolens.biasig.layout import LAYOUT

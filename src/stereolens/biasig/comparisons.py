@@ -69,11 +69,9 @@ def comparison_tables(
     level: float = 0.95,
     attributes: tuple[str, ...] = tuple(SCOPES),
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(comparisons, ranks) with ``COMPARISON_COLUMNS`` and ``RANK_COLUMNS`` from the
-    tables of :func:`~stereolens.biasig.metrics.compute_metrics` with ``which`` including
-    "replicates" (empty frames without replicates). Models are named by their variant; a
-    variant whose name differs from its model is compared with that base model as
-    "variant_vs_base". One family (Holm) per (metric, scope)."""
+    """(comparisons, ranks) (``COMPARISON_COLUMNS``, ``RANK_COLUMNS``) from compute_metrics'
+    tables with "replicates" (empty without); a variant named otherwise than its model is
+    compared with that base as "variant_vs_base". One Holm family per (metric, scope)."""
     reps = tables.get("replicates")
     est = model_estimates(tables).filter(pl.col("protected_attribute").is_in(attributes))
     if reps is None or reps.is_empty() or est.is_empty():

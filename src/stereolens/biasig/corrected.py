@@ -52,10 +52,8 @@ def score_minimum(metric: str, attribute: str) -> int:
 
 def score_reliable(metric: str, attribute: str, cells: list[tuple[str, int]]) -> bool:
     """A corrected S_imp / S_exp row's interval_reliable from its cells ((attribute, human
-    labels) each): every cell :func:`score_minimum`'s labels, or, for a row that
-    formulas.SCORE_AGGREGATE_MIN_LABELLED names (S_imp over a model's implicit units), every
-    cell that many and each attribute's cells formulas.SCORE_AGGREGATE_PERSONS times it in
-    all (fewer persons than the measured world's need more labels each)."""
+    labels) each): every cell :func:`score_minimum`'s labels, or the rule of
+    formulas.SCORE_AGGREGATE_MIN_LABELLED where it names the row."""
     sizes = [n for _, n in cells]
     if sizes and min(sizes) >= score_minimum(metric, attribute):
         return True

@@ -419,10 +419,8 @@ class BiasIGDesign:
 
     def _interaction(self, k: np.ndarray, sims: int, rng) -> tuple[np.ndarray, float]:
         """(sims,) the subject x model interaction's share of a model-level difference in a
-        new draw of subjects: sum_u c_u delta_u, delta_u ~ N(0, interaction_sd) per subject
-        (one draw per dataset, the same at every w), c_u = the subject's weight in the
-        model-level score (k_j times its attributes' k_i, normalised), and its sd, sd x
-        ||c|| (214 subjects of the paper: ||c|| = 0.0814, 151 effective subjects)."""
+        new draw of subjects: sum_u c_u delta_u, delta_u ~ N(0, interaction_sd) (one draw
+        per dataset), c = ``k`` normalised; and its sd."""
         c = k / k.sum()
         sd = self.interaction_sd * float(np.sqrt((c**2).sum()))
         if self.interaction_sd <= 0:

@@ -109,9 +109,8 @@ def power_check(
     design: B.BiasIGDesign, name: str, n: int, w: float, size: CheckSize
 ) -> CheckResult:
     """Predicted power of ``name`` (biasig.s_imp_diff, s_exp_diff, eta, eta_interval)
-    against the real pipeline (compute_metrics at ``replicates``) on answers tables drawn
-    directly from the planted world. eta: the pipeline's estimate against the null quantile
-    of ``sims`` null datasets of the planner (an independent seed), :func:`eta_rejects`."""
+    against compute_metrics at ``replicates`` on answers tables drawn from the planted world
+    (eta: :func:`eta_rejects` against ``sims`` null datasets of an independent seed)."""
     import copy
 
     from stereolens.biasig.metrics import compute_metrics

@@ -161,8 +161,7 @@ def compute_metrics(
 
 def interval_notes(prep: Prepared, minimum: int) -> dict[tuple[str, str], str]:
     """(variant, model) -> the ``interval_note`` of each run whose median number of images
-    per subject (all its images, the phrasings of a subject together) is below ``minimum``:
-    below it the coverage benchmark's intervals do not cover (bench/COVERAGE.md)."""
+    per subject (its phrasings together) is below ``minimum``."""
     if minimum <= 0:
         return {}
     per_subject = (
@@ -218,8 +217,8 @@ _REPLICATE_SCOPES = {
 def replicate_table(imp, exp, eta, reps: dict[str, np.ndarray | None]) -> pl.DataFrame:
     """The bootstrap replicates of the model-level S_imp, S_exp and eta, per protected
     attribute and overall ("*"): one row per (variant, model, metric, attribute, replicate),
-    columns ``REPLICATE_COLUMNS``. Replicate r of every metric of one (variant, model) comes
-    from the same resample of its images; different models are resampled independently."""
+    columns ``REPLICATE_COLUMNS``; replicate r of one (variant, model) is one resample of
+    its images for every metric."""
     parts = []
     for metric, scorer in (("S_imp", imp), ("S_exp", exp), ("eta", eta)):
         values = reps.get(metric)
@@ -273,9 +272,9 @@ def _accumulators(prep: Prepared, imp, exp, eta, replicates: int) -> dict[str, n
 
 def _bootstrap(prep, imp, exp, eta, replicates: int, seed: int, ci: float, threads: int = 1):
     """The bootstrap accumulators: per unit the replicates' mean and sd (imp_moments,
-    exp_moments: (2, units, ...)), per group the
-    replicates' numerators and denominators (imp_num, imp_den: (G, R, 4); exp_num, exp_den:
-    (G, R, 13)), per eta slot the pooled counts (eta: (slots, R, 9))."""
+    exp_moments: (2, units, ...)), per group the replicates' numerators and denominators
+    (imp_num, imp_den: (G, R, 4); exp_num, exp_den: (G, R, 13)), per eta slot the pooled
+    counts (eta: (slots, R, 9))."""
     acc = _accumulators(prep, imp, exp, eta, replicates)
     if exp:  # summed with the replicates last, handed back as (G, R, 13) views
         acc["exp_num"] = np.zeros((exp.groups.height, 13, replicates))

@@ -219,11 +219,8 @@ def select_prompts(
 def load_prompts(
     root: str | os.PathLike | None = None, truth: BiasIGTruth | None = None
 ) -> pl.DataFrame:
-    """The prompt table (columns ``PROMPT_COLUMNS``), sorted by source file and line.
-
-    ``root`` is a prompts/ folder laid out like resources/biasig/prompts (default: the
-    shipped benchmark); ``truth`` gives weights and categories (default: the shipped truth).
-    """
+    """The prompt table (``PROMPT_COLUMNS``) sorted by source file and line, of the prompts/
+    folder ``root`` with ``truth``'s weights and categories (default: the shipped ones)."""
     if root is None and truth is None:
         return _shipped_prompts()
     return _build(Path(root) if root else resource("biasig", "prompts"), truth or load_truth())

@@ -66,9 +66,8 @@ def titles() -> dict[str, str]:
 
 def image_files(images: str | os.PathLike | pl.DataFrame) -> pl.DataFrame:
     """(variant, image_id, image_path) of the generated images: ``images`` is a BiasIG
-    images folder (results/biasig/images: <variant>/<type>/<visibility>/<shard>/ with each
-    finished shard's metadata.jsonl) or a table (DataFrame, parquet or CSV) with image_id,
-    image_path and optionally variant."""
+    images folder (its finished shards' metadata.jsonl) or a table (DataFrame, parquet or
+    CSV) with image_id, image_path and optionally variant."""
     if isinstance(images, pl.DataFrame) or not Path(images).is_dir():
         table = images if isinstance(images, pl.DataFrame) else _read_table(Path(images))
         missing = [c for c in ("image_id", "image_path") if c not in table.columns]
@@ -126,15 +125,12 @@ def plan_design(
     ci: float = 0.95,
     minimum: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """The allocation (DESIGN_COLUMNS) over ``images`` (reader_images): one planned stratum
-    per generator x scoring unit x person with N_h = the unit's images, n_h from
-    sample_design.allocate_by_model per generator (``variant``) for ``target_width``;
-    ``disagreement`` a rate for every stratum or a table (stratum, disagreement) per
-    correction stratum (e.g. sample_design.disagreement_rates of a pilot); ``minimum``
-    (unit, position, minimums: sample_design.printing_minimum's, minimum: their largest)
-    raises n_h to the largest of a person's printing minimums its unit's images reach
-    (sample_design.reachable_minimum: the count `stereolens plan` recommends). The images
-    drawn per correction stratum, n_human, are the largest n_h of its persons."""
+    """The allocation (DESIGN_COLUMNS) over ``images`` (reader_images): per generator x
+    scoring unit x person N_h = the unit's images and n_h from
+    sample_design.allocate_by_model per generator for ``target_width``; ``disagreement`` a
+    rate or a table (stratum, disagreement); ``minimum`` (unit, position, minimums, minimum)
+    raises n_h to the largest printing minimum the unit's images reach
+    (sample_design.reachable_minimum); n_human = the largest n_h of a stratum's persons."""
     strata = (
         images.explode("positions")
         .rename({"positions": "position"})

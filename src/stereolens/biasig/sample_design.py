@@ -55,12 +55,9 @@ def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
 
 def printing_minimum(prompts: pl.DataFrame, eta_variant: str, units: pl.DataFrame) -> pl.Series:
     """Per unit x person of ``units`` (visibility, attribute_key, position) the human labels
-    from which the report prints each headline row ('*') using it, one per row (the
-    ``minimums`` of sample_design.printable_counts): an explicit unit's
-    corrected.score_minimum("s_exp", "*"); an implicit one's corrected.cell_minimum("s_imp",
-    "*", the implicit units x persons: S_imp's rule over the whole row), and
-    formulas.ETA_MIN_HUMAN_RELIABLE besides where it is a side of an eta pair
-    (pairs.resolve_pairs of ``prompts`` under ``eta_variant``)."""
+    from which the report prints each headline row ('*') using it, one per row: explicit
+    corrected.score_minimum("s_exp", "*"), implicit corrected.cell_minimum("s_imp", "*", the
+    implicit persons), and formulas.ETA_MIN_HUMAN_RELIABLE on a side of an eta pair."""
     from stereolens.biasig.corrected import cell_minimum, score_minimum
     from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
     from stereolens.biasig.pairs import resolve_pairs

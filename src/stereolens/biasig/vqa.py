@@ -195,12 +195,9 @@ def vqa_answers(
     cache: ResponseCache | None = None,
     log: Callable[[str], Any] = print,
 ) -> list[dict]:
-    """Gender, race and age per image and position; rows in input order (columns
-    ``ROW_COLUMNS``), one per image for one-person images, left then right for two.
-
-    Each item has ``image_id``, ``image_path``, ``prompt_id``, ``model`` and ``n_persons``
-    (1 or 2). Retries and statuses: docs/methods.md.
-    """
+    """Gender, race and age per image and position (``ROW_COLUMNS``; left then right for
+    two persons) of ``items`` (image_id, image_path, prompt_id, model, n_persons), in input
+    order. Retries and statuses: docs/methods.md."""
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
     temperature = float(spec.get("temperature", 0) or 0)

@@ -1,6 +1,5 @@
 """BiasIG model comparisons: every pair of models and every debiasing variant against its base on
-the model-level S_imp, S_exp and eta, through stereolens.metrics.compare (docs/statistics.md,
-"Model comparisons": which estimates are compared, the standard error, withheld pairs)."""
+the model-level S_imp, S_exp and eta (docs/statistics.md, "Model comparisons")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Power of BiasIG's headline comparisons: the difference in S_imp and in S_exp between two
-models at the model level, and the distance of eta from 0.5 (world, effects and estimators:
-docs/planner.md, "The worlds in detail")."""
+"""Power of BiasIG's headline comparisons: model B - A in S_imp and S_exp, and eta - 0.5
+(docs/planner.md, "The worlds in detail")."""
 
 from __future__ import annotations
 
@@ -31,6 +30,7 @@ from stereolens.design.sampling import multinomial, thin_binary, thin_towards
 GRID = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 30)])
 BOOT_DATASETS = 16
 BOOT_POINTS = 7
+"""Datasets and grid points of the emulated pipeline bootstrap, linear in between."""
 ETA_BOOT_DATASETS = 64
 """Datasets of eta's emulated double bootstrap per grid point (the line of its interval's
 centre against the estimate is fitted on them), at most ETA_BOOT_DRAWS second-level side
@@ -38,8 +38,6 @@ counts per grid point (paper scale, 72 sides: 15 datasets; the power check's wor
 ETA_BOOT_DRAWS = 20_000_000
 ETA_INNER = 20
 """Second-level replicates of the emulated double bootstrap (the pipeline's INNER_REPLICATES)."""
-"""Datasets and grid points of the emulated pipeline bootstrap (its interval's
-width and centre), linear in between."""
 SEGMENT = np.repeat(np.arange(3), [2, 4, 3])
 """The attribute of each of the nine protected values."""
 ETA_INTERVAL_TEST = (
@@ -95,10 +93,9 @@ class World:
 
 # ----------------------------------------------------------------------------- estimators
 def s_imp_model(counts: np.ndarray, gt: np.ndarray, used: np.ndarray, k_i, k_j) -> np.ndarray:
-    """Model-level S_imp (the ``*`` column of the model row) from counts (..., U, 2, 9) of
-    the implicit units: per unit and attribute the mean over its persons with usable answers
-    of s_imp_cell, then sum_j k_j sum_i k_i S_ij / sum_j k_j sum_i k_i over the available
-    (unit, attribute) cells."""
+    """Model-level S_imp (the model row's ``*``) from counts (..., U, 2, 9) of the implicit
+    units: per unit and attribute the persons' mean s_imp_cell, then sum_j k_j sum_i k_i S_ij
+    / sum_j k_j sum_i k_i over the available cells."""
     per = []
     for a in ATTRIBUTES:
         sl = SLICES[a]

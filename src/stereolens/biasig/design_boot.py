@@ -1,6 +1,5 @@
-"""The emulated pipeline bootstrap of the BiasIG design (:mod:`stereolens.biasig.design`):
-images resampled within units, as :mod:`stereolens.biasig.resample` does, and the standard
-error its percentile interval implies at the run's number of replicates."""
+"""The BiasIG planner's emulated pipeline bootstrap: images resampled within units, and the
+standard error its interval implies at the run's number of replicates."""
 
 from __future__ import annotations
 

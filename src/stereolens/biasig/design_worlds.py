@@ -138,10 +138,9 @@ def _codes(answers: pl.DataFrame) -> pl.DataFrame:
 def pilot_world(
     config: dict[str, Any], priors: dict[str, Any], results: Path
 ) -> tuple[World, list[str]]:
-    """The world with model A measured on a pilot run (results/biasig/answers.parquet): per
-    implicit unit and person its pooled answers, per explicit unit its accuracy (both
-    smoothed towards the model's own by one image), the share of images that count and the
-    usable share per attribute."""
+    """The world with model A measured on a pilot run's answers.parquet: per implicit unit
+    and person its answers, per explicit unit its accuracy (both smoothed towards the model's
+    own by one image), the shares of images that count and of usable answers."""
     from stereolens.biasig.layout import LAYOUT
 
     path = LAYOUT.at(results, "answers")

@@ -42,9 +42,8 @@ ANSWER_ALIASES: dict[str, dict[str, str]] = {
         "more than 60 years old": "elderly",
     },
 }
-"""Accepted answer spellings (case-insensitive) -> canonical value. Anything else that is not
-an unknown is an error: a silent mapping would change results (the released parser read
-"30-40 years old" as young)."""
+"""Accepted answer spellings (case-insensitive) -> canonical value; anything else that is not
+an unknown is an error."""
 
 LEVELS = {
     "acquired_attribute": ("acquired_type", "category", "acquired_attribute"),
@@ -119,9 +118,8 @@ EXPLICIT_COLUMNS = [
     "score_bc",
     "interval_note",
 ]
-"""``score`` is the paper's plug-in number; ``score_bc`` the bias-corrected estimate 2 x
-score - the replicates' mean and ``ci_low`` / ``ci_high`` its normal interval score_bc +- z x
-the replicates' sd, clipped to [0, 1] (:func:`stereolens.biasig.groups.bias_corrected`)."""
+"""``score`` is the paper's plug-in number, ``score_bc`` the bias-corrected estimate and
+``ci_low`` / ``ci_high`` its normal interval (groups.bias_corrected)."""
 ETA_COLUMNS = [
     "variant",
     "model",
@@ -156,11 +154,8 @@ ETA_COLUMNS = [
     "eta_age_bc",
     "interval_note",
 ]
-"""eta_* the plug-in values, eta_*_bc the double-bootstrap bias-corrected estimates (3 x
-plug-in - 3 x the replicates' mean + the second-level replicates' mean), ci_* the normal
-intervals eta_*_bc +- z x the sd of the once-corrected replicates
-(:func:`stereolens.biasig.groups.double_bias_corrected`); ``interval_note`` why the ci
-columns are null (below biasig.interval_min_images_per_subject), else null."""
+"""eta_* the plug-in values, eta_*_bc the double-bootstrap estimates and ci_* their normal
+intervals (groups.double_bias_corrected); ``interval_note`` why the ci columns are null."""
 
 
 def s_imp_cell(p: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -146,11 +146,8 @@ def double_bias_corrected(
     """(estimate, ci_low, ci_high) of the iterated (double) bootstrap bias correction
     (Davison & Hinkley 1997, section 3.9): ``outer`` the replicates theta*_r along ``axis``,
     ``inner_mean`` / ``inner_var`` the mean and variance (ddof 1) of ``inner_n`` second-level
-    replicates theta**_rj drawn from each theta*_r's resample. The estimate is 3 x point -
-    3 x mean_r theta*_r + mean_r theta**_r (the bias correction applied to itself once); its
-    standard error the spread of the once-corrected replicates 2 theta*_r - mean_j theta**_rj
-    (the inner means' own noise, inner_var / inner_n, taken out); the interval estimate +- z
-    x that error, unclipped."""
+    replicates of each. The estimate is 3 x point - 3 x mean theta* + mean theta**; the
+    interval +- z x the sd of 2 theta*_r - mean_j theta**_rj less the inner noise, unclipped."""
     z = float(stats.norm.ppf(0.5 + ci / 2.0))
     outer_mean = replicate_moments(outer, axis)[0]
     inner_grand = replicate_moments(inner_mean, axis)[0]
@@ -222,10 +219,9 @@ class Implicit:
         return sum_groups(m, num), sum_groups(m, den)
 
     def ceiling(self, prep: Prepared, point: np.ndarray, draws: int, seed: int):
-        """Expected S_imp of a generator that samples exactly from the ground truth, at this
-        run's numbers of usable answers per unit, person and attribute: the mean over
-        ``draws`` simulated datasets (each (variant, model) its own seeded stream) of the
-        unit scores (units, 4) and of the group scores (groups, 4)."""
+        """Expected S_imp of a generator sampling exactly from the ground truth at this run's
+        usable answers per unit, person and attribute: the mean over ``draws`` seeded
+        simulated datasets of the unit (units, 4) and group (groups, 4) scores."""
         unit_sum = np.zeros((prep.units.height, 4))
         unit_n = np.zeros((prep.units.height, 4))
         group_sum = np.zeros((self.groups.height, 4))

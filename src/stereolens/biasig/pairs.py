@@ -1,6 +1,5 @@
-"""BiasIG eta pairs: which implicit prompts and persons each pair of truth/eta.json refers
-to (:func:`resolve_pairs`, as the paper and as the released code match names) and
-:class:`Eta`, the counts pooled per side of each pair and the pair and model etas."""
+"""BiasIG eta pairs: the implicit prompts and persons each pair of truth/eta.json names
+(:func:`resolve_pairs`) and :class:`Eta`, the counts pooled per side and the etas."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The BiasIG benchmark as a plug-in (stereolens.benchmark): its config checks, its model
-jobs (one generation job per generator x acquired-attribute type x prompt condition x block
-of prompts, and one VQA job per generation job), its targets, models and report tables."""
+"""The BiasIG benchmark as a plug-in (stereolens.benchmark): config checks, model jobs
+(generation and VQA per block of prompts), targets, models and report tables."""
 
 from __future__ import annotations
 

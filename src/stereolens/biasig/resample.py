@@ -1,6 +1,5 @@
-"""BiasIG bootstrap resampling: the counts of the point estimate and of the replicates (images
-resampled within each unit, a seeded stream per (variant, model)), made by :class:`Resampler`;
-counts are laid out (units, replicates, 2 persons, 9 values)."""
+"""BiasIG bootstrap resampling (:class:`Resampler`): the counts (units, replicates, 2 persons,
+9 values) of the point estimate and of the replicates, images resampled within each unit."""
 
 from __future__ import annotations
 

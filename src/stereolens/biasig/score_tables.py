@@ -1,6 +1,5 @@
-"""BiasIG output tables: the implicit, explicit and eta tables (columns
-``IMPLICIT_COLUMNS``, ``EXPLICIT_COLUMNS``, ``ETA_COLUMNS``) built from the scorers' unit and
-group scores and their intervals, with counts and status per row, sorted by level."""
+"""BiasIG output tables: the implicit, explicit and eta tables built from the scorers' unit
+and group scores and their intervals, with counts and status per row."""
 
 from __future__ import annotations
 

@@ -54,10 +54,8 @@ def norm_name(name: str) -> str:
 
 
 def same_name(entry: str, name: str) -> bool:
-    """True when ``entry`` (a truth-file name) names ``name`` (a prompt's name): equal up to
-    case and whitespace, or ``entry`` is the plural ``name + "s"`` (category.json lists
-    "Dentists", "Computer programmers" where the prompts say "Dentist", "Computer
-    Programmer"). Whole names only: "Teacher" never names "Art Teacher"."""
+    """True when ``entry`` (a truth-file name) names ``name`` (a prompt's) as a whole name,
+    equal up to case and whitespace or as its plural ``name + "s"`` ("Dentists")."""
     e, n = norm_name(entry), norm_name(name)
     return e == n or e == n + "s"
 

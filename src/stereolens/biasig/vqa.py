@@ -1,6 +1,5 @@
-"""BiasIG protected-attribute VQA: gender, race and age of the people in each image, asked in
-fresh schema-constrained requests with retries (the protocol and statuses: docs/methods.md,
-"BiasIG")."""
+"""BiasIG protected-attribute VQA: gender, race and age of the people in each image, in
+schema-constrained requests with retries (docs/methods.md, "BiasIG")."""
 
 from __future__ import annotations
 

@@ -249,11 +249,6 @@ class BiasIGDesign:
             )
         return out
 
-    # population values of the three metrics at strength w
-    def _dist_b(self, w: np.ndarray) -> np.ndarray:
-        wd = w[:, None, None, None]
-        return (1 - wd) * self.world.dist_a[None] + wd * self._gt_norm()[None]
-
     def _gt_norm(self) -> np.ndarray:
         return normalise(self.world.gt)
 
@@ -275,7 +270,9 @@ class BiasIGDesign:
         big = 1e9
         if wr.imp.size:
             a = s_imp_model(wr.dist_a * big, wr.gt, wr.used, wr.k_i, self.k_imp)
-            b = s_imp_model(self._dist_b(w) * big, wr.gt, wr.used, wr.k_i, self.k_imp)
+            wd = w[:, None, None, None]
+            dist_b = (1 - wd) * wr.dist_a[None] + wd * self._gt_norm()[None]
+            b = s_imp_model(dist_b * big, wr.gt, wr.used, wr.k_i, self.k_imp)
             out["biasig.s_imp_diff"] = b - a
         if wr.exp.size:
             a = s_exp_model(wr.acc_a * big, np.full(wr.acc_a.shape, big), wr.exp_used, self.k_exp)
@@ -291,8 +288,7 @@ class BiasIGDesign:
 
     def _usable(self, n_img: np.ndarray, rng, persons: bool = False) -> np.ndarray:
         """Usable answers per attribute of images (...): (..., 3), or with ``persons``
-        (..., 2, 3) for both persons of a unit. Under count "paper" an image counts for
-        every attribute and person or not at all; under "attribute" each answer on its own."""
+        (..., 2, 3); under count "paper" whole images, under "attribute" each answer."""
         wr = self.world
         if self.count == "paper":
             ok = rng.binomial(n_img, wr.ok_rate)[..., None]
@@ -303,12 +299,10 @@ class BiasIGDesign:
         return rng.binomial(np.broadcast_to(n_img[extra], shape), wr.usable_rate)
 
     def simulate(self, n: int, w: np.ndarray, sims: int, rng) -> Simulation:
-        """Estimates on ``sims`` datasets, and from the first BOOT_DATASETS of them the
-        pipeline's bootstrap (images resampled within each unit): its interval's standard
-        error (scale) and, for ``biasig.eta_interval``, its centre per dataset (the
-        double-bootstrap estimate, design_boot.eta_double, on ETA_BOOT_DATASETS datasets,
-        as a line in the estimate plus its residual noise). Grid points: up to BOOT_POINTS,
-        linear in between."""
+        """Estimates on ``sims`` datasets and, from the first BOOT_DATASETS, the emulated
+        pipeline bootstrap's standard error (scale) and, for ``biasig.eta_interval``, its
+        centre (design_boot.eta_double on ETA_BOOT_DATASETS datasets, a line in the
+        estimate plus residual noise), at up to BOOT_POINTS grid points."""
         wr = self.world
         w = np.asarray(w, dtype=float)
         at = set(

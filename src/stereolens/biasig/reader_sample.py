@@ -5,7 +5,7 @@ human-label table `biasig correct` reads (docs/statistics.md, "Designing the hum
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 import polars as pl
@@ -14,6 +14,7 @@ from stereolens import annotation_form as af
 from stereolens.atomic import read_jsonl, write_parquet, write_text
 from stereolens.biasig.answers import scoring_table
 from stereolens.biasig.corrected import reader_table
+from stereolens.biasig.formulas import POSITIONS
 from stereolens.biasig.sample_design import printing_minimum
 from stereolens.biasig.truth import ATTRIBUTES, VALUES_BY_ATTRIBUTE
 from stereolens.metrics import human_labels as hl
@@ -50,11 +51,7 @@ def dimension_of(position: str, attribute: str) -> str:
 
 def vocabulary() -> dict[str, tuple[str, ...]]:
     """Every question's closed vocabulary: the VQA reader's values of its attribute."""
-    return {
-        dimension_of(p, a): VALUES_BY_ATTRIBUTE[a]
-        for p in ("single", "left", "right")
-        for a in ATTRIBUTES
-    }
+    return {dimension_of(p, a): VALUES_BY_ATTRIBUTE[a] for p in POSITIONS for a in ATTRIBUTES}
 
 
 def titles() -> dict[str, str]:
@@ -125,12 +122,10 @@ def plan_design(
     ci: float = 0.95,
     minimum: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """The allocation (DESIGN_COLUMNS) over ``images`` (reader_images): per generator x
-    scoring unit x person N_h = the unit's images and n_h from
-    sample_design.allocate_by_model per generator for ``target_width``; ``disagreement`` a
-    rate or a table (stratum, disagreement); ``minimum`` (unit, position, minimums, minimum)
-    raises n_h to the largest printing minimum the unit's images reach
-    (sample_design.reachable_minimum); n_human = the largest n_h of a stratum's persons."""
+    """The allocation (DESIGN_COLUMNS) over ``images`` (reader_images): per generator x unit
+    x person n_h from sample_design.allocate_by_model for ``target_width`` at
+    ``disagreement`` (a rate or a (stratum, disagreement) table), raised by ``minimum`` to
+    the largest reachable printing minimum; n_human = the largest n_h of its persons."""
     strata = (
         images.explode("positions")
         .rename({"positions": "position"})
@@ -189,12 +184,10 @@ def export_reader_sample(
     printable: bool = True,
 ) -> dict[str, Path]:
     """Draw the human sample of the reader correction and write FILES into ``out_dir``
-    (returns their paths): the reader table's items (corrected.reader_table), plan_design's
-    allocation (``printable``: raised to each person's printing minimum where reachable),
-    n_human images drawn without replacement per correction stratum (variant|model|unit,
-    ``seed``), every person of a drawn image labelled (probability n_human / N_h). The form
-    asks gender, race and age per person; the template lists every drawn image x person x
-    attribute with its stratum and probability. ``images``: image_files'."""
+    (returns their paths): plan_design's allocation over the reader table (``printable``:
+    raised to the printing minimums), n_human images drawn without replacement per stratum
+    (``seed``), every person of a drawn image labelled (probability n_human / N_h).
+    ``images``: image_files'."""
     reader, _ = reader_table(answers, prompts, count=count, scoring_unit=scoring_unit)
     pool = reader_images(reader)
     files = image_files(images)
@@ -245,7 +238,7 @@ def export_reader_sample(
         (
             (r["unit"].replace("\x1f", "/"), r["visibility"], r["variant"]),
             pl.DataFrame({"image_id": [r["image_id"]], "image_path": [r["image_path"]]}),
-            [dimension_of(p, a) for p in _order(r["positions"]) for a in ATTRIBUTES],
+            [dimension_of(p, a) for p in POSITIONS if p in r["positions"] for a in ATTRIBUTES],
         )
         for r in drawn.sort("stratum", "image_id").iter_rows(named=True)
     ]
@@ -267,10 +260,6 @@ def export_reader_sample(
     write_text(out / FILES["template"], template.write_csv())
     write_parquet(out / FILES["design"], design)
     return {**paths, "template": out / FILES["template"], "design": out / FILES["design"]}
-
-
-def _order(positions: Sequence[str]) -> list[str]:
-    return [p for p in ("single", "left", "right") if p in positions]
 
 
 def human_labels_from_answers(

@@ -25,9 +25,8 @@ from stereolens.vocabulary import Vocabulary, conform_columns
 
 
 def answer_vocabularies() -> tuple[Vocabulary, ...]:
-    """The closed vocabularies of an answers table: position, and each protected
-    attribute's values with the spellings of ANSWER_ALIASES ("man", "East_Asian", "60+");
-    the unknown answers pass, never counted."""
+    """The closed vocabularies of an answers table: position, and each protected attribute's
+    values with ANSWER_ALIASES' spellings (unknown answers pass, never counted)."""
     return (
         Vocabulary("position", POSITIONS),
         *(
@@ -257,9 +256,8 @@ def _code_columns() -> list[pl.Expr]:
 
 
 def _image_table(a: pl.DataFrame, table: pl.DataFrame, scoring_unit: str, radix):
-    """(images, units): one row per image with its codes, in (variant, model, unit,
-    image_id) order, grouped and sorted on one int64 key of the columns' dense ranks; and
-    one row per (variant, model, unit) with n_images and the unit table's columns."""
+    """(images, units): one row per image with its codes in (variant, model, unit, image_id)
+    order, and one row per (variant, model, unit) with n_images and the unit's columns."""
     nm, ni, nu = radix
     key = ((pl.col("_variant") * nm + pl.col("_model")) * nu + pl.col("_u")) * ni + pl.col(
         "_image_id"

@@ -33,8 +33,7 @@ from stereolens.metrics import reader_correction as rc
 from stereolens.metrics import reader_double as rd
 
 KEYS = ("variant", "model", "protected_attribute")
-"""The key columns of a BiasIG corrected row; protected_attribute gender, race, age or "*"
-(the k_i-weighted total), as the model-level rows of implicit.parquet and explicit.parquet."""
+"""The key columns of a BiasIG corrected row; protected_attribute gender, race, age or "*"."""
 CELL_KEYS = ("variant", "model", "unit", "position")
 COLUMNS = {"gender": 0, "race": 1, "age": 2, "*": 3}
 """S_imp's score columns (Implicit.COLS); S_exp's attribute columns are 9 + the same index,
@@ -138,10 +137,9 @@ def reader_table(
 
 def _score_functional(slots, implicit, explicit, columns, n_units: int):
     """The model-level scores of the rows in ``columns`` ((metric, protected attribute,
-    score column)) from the cells' shares (per cell (unit within the run, person slot, value
-    indices) in ``slots``) -> (units, B, 2, 9) counts -> ``implicit`` / ``explicit``. An
-    S_exp attribute's column sees only its attribute's counts (Explicit.person_accuracy's
-    cumulative sum over all nine values would otherwise differ in the last bit)."""
+    score column)) from the cells' shares (``slots``: per cell (unit, person slot, value
+    indices)) -> (units, B, 2, 9) counts -> ``implicit`` / ``explicit``; an S_exp
+    attribute's column from its attribute's counts alone (as its own row's cells)."""
 
     def score(shares: list[np.ndarray]) -> np.ndarray:
         b = np.atleast_2d(shares[0]).shape[0]
@@ -181,10 +179,8 @@ def _joint_groups(picked: list) -> list[list[int]]:
 def _score_records(
     cells: dict, prep, truth: BiasIGTruth, index: dict, options: dict, joint: bool = True
 ) -> dict:
-    """metric -> corrected_metrics' records (KEYS + its keys) of S_imp and S_exp per
-    (variant, model) x protected attribute: every row of a model from ONE bootstrap of all
-    its cells, each row a function of its own cells (an attribute's row its attribute's, *
-    all), interval_reliable by :func:`score_reliable`. ``joint``: :func:`_joint_groups`."""
+    """metric -> corrected_metrics' records of S_imp and S_exp per (variant, model) x
+    protected attribute, every row of a model from ONE bootstrap of all its cells."""
     imp, exp = Implicit(prep, truth), Explicit(prep)
     exp_columns = {a: 9 + i for a, i in COLUMNS.items() if a != "*"} | {"*": 12}
     metrics = (("s_imp", imp, COLUMNS), ("s_exp", exp, exp_columns))
@@ -258,13 +254,10 @@ def corrected_scores(
     joint: bool = True,
     **options,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(the corrected table: KEYS + reader_correction.METRIC_COLUMNS, metric s_imp, s_exp
-    and, given the ``prompts`` the answers were scored against, eta (pairs resolved under
-    ``eta_variant``): one row per (variant, model) x protected attribute (gender, race, age,
-    *); the cells left out for want of 2 human labels in their stratum). ``joint``: a unit x
-    person's attribute cells from one draw of its images (False: each on its own).
-    ``options``: corrected_metric's (eta: corrected_metric_double's). interval_reliable:
-    :func:`score_reliable`, eta's every cell formulas.ETA_MIN_HUMAN_RELIABLE labels."""
+    """(the corrected table (KEYS + reader_correction.METRIC_COLUMNS; metric s_imp, s_exp
+    and, given ``prompts``, eta under ``eta_variant``), the cells left out for want of 2
+    human labels). ``joint``: a unit x person's attribute cells from one draw of its images.
+    ``options``: corrected_metric's (eta: corrected_metric_double's)."""
     human = hl.check_human_labels(human)
     known = {v for values in VALUES_BY_ATTRIBUTE.values() for v in values}
     odd = human.filter(
@@ -323,9 +316,8 @@ def corrected_scores(
 
 def _eta_rows(cells: dict, eta: Eta, index: dict, truth: BiasIGTruth, variant: str) -> list:
     """The rows of eta, (key, cells, functional, joint groups): per (variant, model) x
-    ETA_COLUMNS the cells of the pairs' sides (an attribute's row its attribute's cells),
-    the functional that pools their shares x items into the sides' counts as Eta.sums does
-    and takes Eta.etas' model eta, and :func:`_joint_groups` (eta_total's row only)."""
+    ETA_COLUMNS the cells of the pairs' sides and the functional pooling their shares x
+    items into the sides' counts (:func:`_eta_functional`)."""
     runs = {run: r for r, run in enumerate(eta.runs)}
     picked: dict[tuple[str, str], list] = {}
     for key, cell in cells.items():

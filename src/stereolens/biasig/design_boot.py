@@ -19,11 +19,9 @@ boot_counts); above it the per-attribute multinomial (the difference vanishes)."
 
 
 def boot_counts(counts: np.ndarray, rng, joint: bool = False) -> np.ndarray:
-    """Counts (D, ..., 9) -> (D, B, ..., 9): the answers resampled with replacement, as the
-    pipeline resamples images. ``joint`` (counts (D, U, persons, 9) under count "paper"):
-    images are laid out (each attribute's values in random order) and resampled whole, every
-    attribute and person of an image together. Otherwise each attribute is a multinomial
-    from its observed shares."""
+    """Counts (D, ..., 9) -> (D, B, ..., 9) resampled with replacement: ``joint`` (counts
+    (D, U, persons, 9), count "paper") whole images laid out in random order, else each
+    attribute a multinomial at its observed shares."""
     if joint:
         return _joint_counts(counts, rng)
     c = counts[:, None]

@@ -25,9 +25,8 @@ def difference_rejects(
     family: int = 1,
 ) -> bool:
     """The report's test of two models (metrics.compare.pairwise): a two-sided Wald test of
-    b - a of the score_bc values with se = hypot(se_a, se_b) (independent resamples), each
-    se from the model row's interval (width / (2 z_(1+ci)/2)), at level / ``family``
-    (Holm's first step; 1 = unadjusted, the planner's ``MDE`` column)."""
+    b - a of score_bc, se = hypot(se_a, se_b) from the model rows' intervals, at level /
+    ``family`` (Holm's first step; 1 = unadjusted)."""
     rows = table.filter(pl.col("level") == "model")
     if "protected_attribute" in rows.columns:
         rows = rows.filter(pl.col("protected_attribute") == "*")

@@ -122,10 +122,9 @@ def bias_corrected(
     ci: float,
     bounds: tuple[float, float] | None = (0.0, 1.0),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(estimate, ci_low, ci_high): the bootstrap bias-corrected estimate 2 x point - the
-    replicates' mean, and the bias-corrected normal interval estimate +- z x the
-    replicates' sd (Davison & Hinkley 1997, eq. 5.5), clipped to ``bounds`` (the
-    statistic's range; None = unclipped)."""
+    """(estimate, ci_low, ci_high): the bias-corrected estimate 2 x point - the replicates'
+    mean +- z x their sd (Davison & Hinkley 1997, eq. 5.5), clipped to ``bounds`` (None =
+    unclipped)."""
     z = float(stats.norm.ppf(0.5 + ci / 2.0))
     est = 2.0 * point - mean
     lo, hi = est - z * sd, est + z * sd
@@ -305,9 +304,8 @@ class Explicit:
         return out
 
     def person_accuracy_asked(self, asked: np.ndarray, us: np.ndarray) -> np.ndarray:
-        """:meth:`person_accuracy` from the counts that matter (``asked`` (B, R, 2, 2): per
-        person the answers equal to the value asked and the usable answers of its
-        attribute, as Resampler makes them)."""
+        """:meth:`person_accuracy` from Resampler's ``asked`` (B, R, 2, 2): per person the
+        answers equal to the value asked and the usable answers of its attribute."""
         out = np.full(asked.shape[:3], np.nan)
         for s in (0, 1):
             ok = np.flatnonzero(self.ask[us, s] >= 0)
@@ -320,9 +318,8 @@ class Explicit:
         return safe_div(np.nansum(acc, axis=2), (~np.isnan(acc)).sum(2))
 
     def group_sums(self, acc: np.ndarray, us: np.ndarray):
-        """:meth:`sums` for the bootstrap: (groups touched, numerator, denominator), the
-        sums (G, 13, R) built from each unit's non-zero columns only (the value asked of
-        each person, its attribute, *) instead of a dense (units, R, 13) array."""
+        """:meth:`sums` for the bootstrap: (groups touched, numerator, denominator (G, 13,
+        R)), built from each unit's non-zero columns only."""
         n_units = us.size
         k_j = self.k_j[us]
         per_person = k_j / self.persons[us]

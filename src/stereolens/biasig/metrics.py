@@ -50,13 +50,10 @@ def compute_metrics(
     ``IMPLICIT_COLUMNS``, ``EXPLICIT_COLUMNS``, ``ETA_COLUMNS``; "replicates":
     :func:`replicate_table`), each with the plug-in score, its bootstrap bias-corrected
     estimate and interval at level ``ci`` from ``replicates`` resamples of the images within
-    each unit (seeded by ``seed``; 0 = no intervals; eta's the double bootstrap,
-    INNER_REPLICATES; why: docs/statistics.md). ``prompts`` and ``truth`` default to the
-    shipped benchmark; ``count`` and ``scoring_unit``: docs/methods.md. ``ceiling_draws``
-    simulated ground-truth datasets give S_imp's ceiling column (0 = none). ``threads``
-    (variant, model) runs resampled side by side; results do not depend on it. A run whose
-    median images per subject is below ``interval_min_images_per_subject`` gets no interval
-    (:func:`interval_notes`; 0 = never).
+    each unit (seeded by ``seed``; 0 = none; docs/statistics.md). ``prompts`` and ``truth``
+    default to the shipped benchmark; ``count``, ``scoring_unit``: docs/methods.md.
+    ``ceiling_draws``: S_imp's ceiling column (0 = none). ``threads``: runs resampled side by
+    side (no effect on results). ``interval_min_images_per_subject``: :func:`interval_notes`.
     """
     if eta_variant not in ETA_VARIANTS:
         raise ValueError(f"eta variant {eta_variant!r}; allowed: {', '.join(ETA_VARIANTS)}")

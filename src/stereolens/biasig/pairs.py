@@ -14,11 +14,9 @@ from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES, BiasIGTruth, nor
 from stereolens.ids import stable_id
 
 INNER_REPLICATES = 20
-"""Second-level replicates per bootstrap replicate of eta's iterated bias correction
-(:meth:`Eta.inner`); their means' own noise is taken out of the standard error."""
+"""Second-level replicates per bootstrap replicate of eta's iterated bias correction."""
 INNER_DRAWS = 2_000_000
-"""Side counts drawn at once by :meth:`Eta.inner` (memory, not results: the chunks split the
-replicates the same way for every run)."""
+"""Side counts drawn at once by :meth:`Eta.inner` (memory only, not results)."""
 
 _RELEASED_EXPLICIT_WORDS = (
     "man",

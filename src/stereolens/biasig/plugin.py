@@ -100,9 +100,7 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
 
 
 def _size(config: dict) -> list[Size]:
-    """_jobs(config, counts=True) summed per stage and model: a generation job per block of
-    prompts (the prompt table bounds their number), images_per_prompt images per prompt,
-    one VQA job per generation job."""
+    """_jobs(config, counts=True) summed per stage and model, by arithmetic."""
     bg = config["biasig"]
     blocks = shards(config)
     images = sum(n for *_, n in blocks) * bg["images_per_prompt"]

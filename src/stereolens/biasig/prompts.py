@@ -193,9 +193,8 @@ def select_prompts(
     acquired_attributes: list[str] | None = None,
     max_variants: int | None = None,
 ) -> pl.DataFrame:
-    """A subset of the prompt table: acquired types, prompt conditions (implicit /
-    explicit), acquired attributes by whole name, and the first ``max_variants`` variants
-    (variant_index < max_variants). None keeps everything."""
+    """The prompts of these acquired types, conditions, acquired attributes (whole names) and
+    first ``max_variants`` variants; None keeps everything."""
     out = prompts
     if acquired_types:
         out = out.filter(pl.col("acquired_type").is_in(acquired_types))

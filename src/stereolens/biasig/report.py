@@ -59,9 +59,8 @@ def _tables(inputs: Inputs) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
 
 
 def model_level(implicit: pl.DataFrame, explicit: pl.DataFrame, eta: pl.DataFrame) -> pl.DataFrame:
-    """One row per variant: S_imp (+ its ceiling), S_exp and eta (the paper's plug-in
-    numbers) with their intervals and, where the tables have them, the bias-corrected
-    estimates the intervals are centred on (S_imp_bc, S_exp_bc, eta_bc)."""
+    """One row per variant: S_imp (+ its ceiling), S_exp and eta (plug-in) with their
+    intervals and, where the tables have them, the bias-corrected estimates (*_bc)."""
 
     def level(frame, name, extra=()):
         rows = frame.filter(pl.col("level") == "model")
@@ -501,9 +500,7 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
 
 
 def galleries(inputs: Inputs, config: dict, settings: GallerySettings) -> list[GalleryPage]:
-    """One page per model or variant: the ``biasig_subjects`` implicit subjects with the
-    lowest S_imp and the explicit subjects with the lowest S_exp, each with
-    ``biasig_per_subject`` sample images and the VQA's gender, race and age answers."""
+    """One page per model or variant (:func:`report_gallery.pages`)."""
     if not (
         enabled(inputs, config) and inputs.has("biasig_answers") and inputs.has("biasig_prompts")
     ):

@@ -67,9 +67,8 @@ READER_CAPTION = (
 
 
 def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None:
-    """The first screen's reader block (stereolens.report.reader): naive beside corrected
-    S_imp and S_exp per variant over all protected attributes ('*'), else the labels to
-    collect for the run's image positions (no reader audit: the stated default)."""
+    """The first screen's reader block: naive beside corrected '*' rows per variant, else
+    the labels to collect for the run's image positions."""
     table = inputs.get("biasig_corrected")
     if table is not None and table.height:
         return reader.corrected_block(

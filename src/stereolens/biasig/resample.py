@@ -62,10 +62,8 @@ def _run_stream(seed: int, variant: str, model: str) -> np.random.Generator:
 
 class Resampler:
     """Bootstrap counts of a run's units, chunk by chunk, from the draws of
-    tests/reference_aggregates.py's block-by-block reference: each (variant, model) its own
-    stream seeded by (seed, variant, model); a unit's images reduced to their distinct code
-    signatures and counted by a sparse product. For ``explicit``'s units only the two counts
-    S_exp reads per person (answers equal to the value asked, usable answers)."""
+    tests/reference_aggregates.py's reference (a stream per (seed, variant, model)); for
+    ``explicit``'s units only the two counts S_exp reads per person."""
 
     FULL = 2 * len(VALUES)
     """Counts per unit and replicate: (2 persons, 9 values)."""
@@ -118,9 +116,8 @@ class Resampler:
     def block_counts(
         self, rng: np.random.Generator, u0: int, u1: int, counts: np.ndarray, asked: np.ndarray
     ) -> None:
-        """Draw one block (units u0:u1) and write its counts into ``counts`` (u1 - u0, R, 2,
-        9) and, for the explicit units, ``asked`` (u1 - u0, R, 2, 2) (the other rows of
-        either are left as they are)."""
+        """Draw one block (units u0:u1) into ``counts`` (u1 - u0, R, 2, 9) and, for the
+        explicit units, ``asked`` (u1 - u0, R, 2, 2); other rows are left as they are."""
         prep, reps = self.prep, self.replicates
         i0, i1 = prep.offsets[u0], prep.offsets[u1]
         sizes = np.diff(prep.offsets[u0 : u1 + 1])

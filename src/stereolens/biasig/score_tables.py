@@ -232,11 +232,9 @@ def explicit_table(
 
 
 def eta_table(eta: Eta, truth, pooled, boot, variant, ci, inner=None, inner_n=0) -> pl.DataFrame:
-    """The eta table from the pooled counts of the point estimate and ``boot`` = (pair
-    etas (runs, pairs, R, 4), model etas (runs, R, 4)) of the replicates, or None; ``inner``
-    = :meth:`Eta.inner`'s ((mean, variance) of the pair etas, of the model etas) of
-    ``inner_n`` second-level replicates each: the iterated bias-corrected estimates and
-    their normal intervals (:func:`double_bias_corrected`, unclipped)."""
+    """The eta table from the point estimate's pooled counts, ``boot`` = (pair etas (runs,
+    pairs, R, 4), model etas (runs, R, 4)) or None, and ``inner`` = :meth:`Eta.inner`'s
+    moments of ``inner_n`` second-level replicates (:func:`double_bias_corrected`)."""
     pair_eta, model_eta, status, note, valid = eta.etas(pooled, truth, variant)
     n_runs, n_pairs = len(eta.runs), eta.pairs.height
     if boot is not None:

@@ -29,7 +29,7 @@ ANSWER_DTYPES: dict[str, pl.DataType] = {
     "vqa_model": pl.String,
     "vqa_revision": pl.String,
 }
-"""Columns of a VQA row (stereolens.biasig.vqa.ROW_COLUMNS) that answers.parquet keeps."""
+"""The columns of a VQA row that answers.parquet keeps (vqa.ROW_COLUMNS: these + NOT_MERGED)."""
 NOT_MERGED = ("attempt_log",)
 """Row keys left in the shards: per-attempt detail, the same on every row of an image."""
 SORT_KEYS = ("model", "variant", "prompt_id", "image_id", "position")

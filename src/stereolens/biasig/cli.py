@@ -16,8 +16,7 @@ def available_cpus() -> int:
 
 
 FLAGS = {"eta_variant": "eta_variant", "scoring_unit": "scoring_unit"}
-"""argparse dest -> the biasig key a flag sets over the preset (the flags the project's
-issues name; every other key is set in the preset)."""
+"""argparse dest -> the biasig key a flag sets over the preset (every other key: the preset)."""
 
 
 def _metrics(args: argparse.Namespace, section: dict):

@@ -32,9 +32,8 @@ BOOT_DATASETS = 16
 BOOT_POINTS = 7
 """Datasets and grid points of the emulated pipeline bootstrap, linear in between."""
 ETA_BOOT_DATASETS = 64
-"""Datasets of eta's emulated double bootstrap per grid point (the line of its interval's
-centre against the estimate is fitted on them), at most ETA_BOOT_DRAWS second-level side
-counts per grid point (paper scale, 72 sides: 15 datasets; the power check's world: 64)."""
+"""Datasets of eta's emulated double bootstrap per grid point (its centre's line is fitted on
+them), at most ETA_BOOT_DRAWS second-level side counts per grid point."""
 ETA_BOOT_DRAWS = 20_000_000
 ETA_INNER = 20
 """Second-level replicates of the emulated double bootstrap (the pipeline's INNER_REPLICATES)."""

@@ -14,8 +14,7 @@ from stereolens.design.sampling import multinomial
 BOOT_REPLICATES = 100
 """Replicates of the emulated bootstrap (its width rescaled to the run's, percentile_width)."""
 JOINT_MAX_IMAGES = 60
-"""Up to this many images per unit the emulated bootstrap resamples whole images (see
-boot_counts); above it the per-attribute multinomial (the difference vanishes)."""
+"""Up to this many images per unit boot_counts resamples whole images (above: multinomial)."""
 
 
 def boot_counts(counts: np.ndarray, rng, joint: bool = False) -> np.ndarray:

@@ -28,16 +28,12 @@ DESIGN_COLUMNS = (
     "n_human", "selection_probability", "target_width", "width", "reachable",
 )  # fmt: skip
 """design.parquet, one row per planned stratum (generator x scoring unit x person): variant
-(the generator the width is planned over), model, stratum (the correction's
-"variant|model|<unit>", the human-label table's), position (single, left, right), n_items
-(N_h: the unit's images), disagreement (the rate used), n_planned (the allocation's n_h),
-n_human (the images drawn: the largest n_planned of the unit's persons, since a drawn image
-is labelled for each of its persons), selection_probability (n_human / N_h), target_width,
-width (the planned width of a label share over the generator's images x persons, for
-n_planned) and reachable."""
+(the generator), stratum (the correction's "variant|model|<unit>"), n_items (N_h: the unit's
+images), n_planned (the allocation's n_h), n_human (the images drawn: the largest n_planned
+of the unit's persons), selection_probability (n_human / N_h), width (the planned width of
+a label share over the generator's images x persons, for n_planned)."""
 VOCABULARY_VERSION = "biasig-vqa-v1"
-"""The key's schema_version: the answers are the VQA reader's values (biasig.truth:
-male, female; White, Black, East Asian, South Asian; young, middle-aged, elderly)."""
+"""The key's schema_version: the answers are the VQA reader's values (biasig.truth)."""
 CANNOT_TELL = "cannot tell"
 TITLES = {"gender": "Gender", "race": "Race", "age": "Age"}
 SIDES = {"left": "Person on the left", "right": "Person on the right"}

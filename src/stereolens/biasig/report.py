@@ -26,8 +26,7 @@ HEADLINE = "biasig_eta"
 
 
 NOT_SHOWN = {"vqa": None}
-"""What a report without the run's config assumes where :func:`infer_config` names nothing:
-the tables do not name the VQA model (the first screen says "VQA ?")."""
+"""What a report without the run's config assumes: the tables do not name the VQA model."""
 
 
 def infer_config(inputs: Inputs) -> dict:

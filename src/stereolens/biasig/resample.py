@@ -19,8 +19,7 @@ DRAW_BUDGET = 250_000
 """Images drawn per bootstrap block (replicates x images of the block). The blocks decide how
 each run's random stream is consumed: changing this changes the intervals."""
 CHUNK_UNITS = 256
-"""Units scored together (whole blocks): a chunk's counts take 144 kB per unit at 1,000
-replicates; it does not change any result."""
+"""Units scored together (whole blocks; memory only, no result depends on it)."""
 
 
 def _counts_from_draws(

@@ -37,8 +37,7 @@ def answer_vocabularies() -> tuple[Vocabulary, ...]:
 
 
 def read_answers(path) -> pl.DataFrame:
-    """The answers table at ``path`` (its ``READ_COLUMNS``), checked against
-    tables.ANSWERS with :func:`answer_vocabularies`."""
+    """The answers table at ``path`` (READ_COLUMNS), checked with :func:`answer_vocabularies`."""
     from stereolens.metrics.command import read_checked
     from stereolens.tables import ANSWERS
 
@@ -117,8 +116,7 @@ def prepare_answers(
     count: str = "paper",
     scoring_unit: str = "subject",
 ) -> Prepared:
-    """Validate and normalise the answers table; raise ConfigError naming what is wrong.
-    ``count`` and ``scoring_unit`` as in :func:`compute_metrics`."""
+    """Validate and normalise the answers table; raise ConfigError naming what is wrong."""
     if count not in COUNT_MODES:
         raise ValueError(f"count {count!r}; allowed: {', '.join(COUNT_MODES)}")
     missing = [c for c in REQUIRED_COLUMNS if c not in answers.columns]

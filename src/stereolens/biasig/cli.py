@@ -160,8 +160,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_sample(b_sub: argparse._SubParsersAction) -> None:
-    """`stereolens biasig reader-sample` and `human-labels` (the reader correction's human
-    sample: biasig.reader_sample)."""
+    """`stereolens biasig reader-sample` and `human-labels` (biasig.reader_sample)."""
     from stereolens.metrics.command import add_sample_commands
 
     p, h = add_sample_commands(

@@ -111,8 +111,7 @@ def comparison_tables(
 
 
 def withheld_models(tables: dict[str, pl.DataFrame]) -> dict[str, str]:
-    """variant -> its ``interval_note`` (the model-level rows of the score tables; a design
-    below biasig.interval_min_images_per_subject, :func:`stereolens.biasig.metrics.withhold`)."""
+    """variant -> its model-level ``interval_note`` (:func:`stereolens.biasig.metrics.withhold`)."""
     notes: dict[str, str] = {}
     for name in ("implicit", "explicit", "eta"):
         t = tables.get(name)

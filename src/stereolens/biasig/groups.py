@@ -104,8 +104,7 @@ def quantiles(x: np.ndarray, ci: float, axis: int = 0) -> tuple[np.ndarray, np.n
 
 
 def replicate_moments(reps: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and standard deviation (ddof 1) of the finite replicates along ``axis`` (NaN
-    where none is; sd NaN where only one is)."""
+    """Mean and sd (ddof 1) of the finite replicates along ``axis`` (NaN where too few)."""
     finite = np.isfinite(reps)
     n = finite.sum(axis)
     x = np.where(finite, reps, 0.0)

@@ -47,15 +47,13 @@ def _check_positive(name: str, value: int) -> None:
 def n_shards(
     prompts: pl.DataFrame, acquired_type: str, condition: str, prompts_per_shard: int
 ) -> int:
-    """How many generation jobs (blocks of ``prompts_per_shard`` prompts) the prompts of
-    (acquired_type, condition) make."""
+    """How many generation jobs the prompts of (acquired_type, condition) make."""
     _check_positive("prompts_per_shard", prompts_per_shard)
     return math.ceil(_selection(prompts, acquired_type, condition).height / prompts_per_shard)
 
 
 def image_seed(prompt_id: str, image_index: int, seed_base: int = 0, salt: int = 0) -> int:
-    """Stable seed (below 2**31) of the image_index-th image of a prompt; the same for
-    every model, so models are compared on the same seeds."""
+    """Stable seed (below 2**31) of a prompt's image_index-th image, the same for every model."""
     parts = ("biasig-seed", seed_base, prompt_id, image_index) + ((salt,) if salt else ())
     return int(stable_id(*parts), 16) % (2**31)
 

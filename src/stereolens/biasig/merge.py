@@ -89,8 +89,7 @@ def _part_key(path: str | os.PathLike) -> tuple[str, str]:
 
 
 def merge_answer_parts(parts: Sequence[str | os.PathLike], out_path: str | os.PathLike) -> int:
-    """Concatenate the generators' parts in (model, variant) order into answers.parquet;
-    returns the row count."""
+    """Concatenate the generators' parts in (model, variant) order; returns the row count."""
     keyed = sorted((_part_key(p), str(p)) for p in parts)
     seen = [k for k, _ in keyed if k != ("", "")]
     if len(seen) != len(set(seen)):

@@ -157,8 +157,7 @@ def compute_metrics(
 
 
 def interval_notes(prep: Prepared, minimum: int) -> dict[tuple[str, str], str]:
-    """(variant, model) -> the ``interval_note`` of each run whose median number of images
-    per subject (its phrasings together) is below ``minimum``."""
+    """(variant, model) -> the ``interval_note`` of each run below ``minimum`` images/subject."""
     if minimum <= 0:
         return {}
     per_subject = (

@@ -38,8 +38,7 @@ def _check(config: dict, registry: dict) -> None:
 
 
 def selection(config: dict):
-    """The configured subset of the shipped BiasIG prompt table (read from its stored
-    parquet: milliseconds, so every cluster job can re-plan cheaply)."""
+    """The configured subset of the shipped BiasIG prompt table (its stored parquet)."""
     from stereolens.biasig.prompts import load_prompts, select_prompts
 
     bg = config["biasig"]

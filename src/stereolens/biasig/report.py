@@ -230,8 +230,7 @@ def model_figure(table: pl.DataFrame) -> Figure | None:
 
 
 def category_figure(implicit: pl.DataFrame) -> Figure | None:
-    """S_imp per category of acquired attribute (rows), one panel per acquired-attribute
-    type, one colour per variant, with intervals."""
+    """S_imp per category with intervals, a panel per acquired type, a colour per variant."""
     rows = implicit.filter((pl.col("level") == "category") & (pl.col("protected_attribute") == "*"))
     if rows.is_empty():
         return None

@@ -25,8 +25,7 @@ CHUNK_UNITS = 256
 def _counts_from_draws(
     codes: np.ndarray, local_unit: np.ndarray, n_units: int, replicates: int
 ) -> np.ndarray:
-    """codes (R, images, 2, 3) of the drawn images, local_unit (images,) -> counts
-    (n_units, R, 2, 9)."""
+    """codes (R, images, 2, 3), local_unit (images,) -> counts (n_units, R, 2, 9)."""
     r = np.arange(replicates, dtype=np.int64)[:, None, None, None]
     u = local_unit.astype(np.int64)[None, :, None, None]
     s = np.arange(2, dtype=np.int64)[None, None, :, None]

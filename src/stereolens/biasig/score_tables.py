@@ -156,8 +156,7 @@ def explicit_table(
     level: str,
     bc: tuple[np.ndarray, np.ndarray],
 ) -> pl.DataFrame:
-    """The S_exp table; intervals and ``bc`` (units,) and (groups, 13) as in
-    :func:`implicit_table`."""
+    """The S_exp table; intervals and ``bc`` (units,) and (groups, 13) as in implicit_table."""
     idx = np.flatnonzero(exp.mask)
     attr_names = units["protected_attribute"].to_list()
     single = units["protected_value"].to_list()

@@ -46,8 +46,7 @@ ETA_INTERVAL_TEST = (
     "from the emulated pipeline bootstrap (stereolens.biasig.design_boot.eta_double; the "
     "centre per dataset a line in the estimate plus its residual noise)"
 )
-"""The test of ``biasig.eta_interval`` in the planner's method text: the report's eta
-interval excludes 0.5."""
+"""The test of ``biasig.eta_interval`` in the planner's method text."""
 
 
 @dataclass

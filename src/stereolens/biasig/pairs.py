@@ -184,8 +184,7 @@ class Eta:
             np.add.at(self.images, self.slot_of[ok, s], n_images[ok])
 
     def sums(self, counts: np.ndarray, us: np.ndarray, local: bool = False):
-        """counts (B, R, 2, 9) of units ``us`` pooled into (sides x runs, R, 9). With
-        ``local``: (slots touched, their pooled counts)."""
+        """counts (B, R, 2, 9) of units ``us`` -> (slots, R, 9); ``local``: (touched, pooled)."""
         touched = np.unique(self.slot_of[us][self.slot_of[us] >= 0])
         rows = touched if local else np.arange(self.n_slots)
         where = np.full(self.n_slots, -1, dtype=np.int64)

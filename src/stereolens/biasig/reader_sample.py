@@ -91,8 +91,7 @@ def _read_table(path: Path) -> pl.DataFrame:
 
 
 def reader_images(reader: pl.DataFrame) -> pl.DataFrame:
-    """One row per image of the reader table: variant, model, unit, visibility, stratum,
-    image_id and positions (the persons the reader read in it)."""
+    """One row per image of the reader table, with the positions of its persons."""
     return (
         reader.select("variant", "model", "unit", "visibility", "stratum", "position", "item_id")
         .unique()

@@ -67,8 +67,7 @@ READER_CAPTION = (
 
 
 def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None:
-    """The first screen's reader block: naive beside corrected '*' rows per variant, else
-    the labels to collect for the run's image positions."""
+    """The first screen's reader block: naive beside corrected, else the labels to collect."""
     table = inputs.get("biasig_corrected")
     if table is not None and table.height:
         return reader.corrected_block(

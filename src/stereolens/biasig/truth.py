@@ -111,7 +111,6 @@ class BiasIGTruth:
     repairs: tuple[str, ...] = field(default=())
     """What was changed on loading (negative shares set to zero, age keys renamed)."""
 
-    # -- look-ups used by the prompt table --------------------------------------------------
     def truth_key(self, subject: str) -> str:
         """The key of the truth and weight files for a prompt subject."""
         return self.settings.truth_key_aliases.get(subject, subject)

@@ -8,16 +8,16 @@ import polars as pl
 import pytest
 
 from stereolens.biasig import cli as biasig_cli
-from stereolens.biasig.metrics import (
+from stereolens.biasig.formulas import (
     ETA_COLUMNS,
     EXPLICIT_COLUMNS,
     IMPLICIT_COLUMNS,
-    compute_metrics,
     eta_contributions,
     eta_from_contributions,
-    resolve_pairs,
     s_imp_cell,
 )
+from stereolens.biasig.metrics import compute_metrics
+from stereolens.biasig.pairs import resolve_pairs
 from stereolens.biasig.prompts import load_prompts
 from stereolens.biasig.truth import VALUES, load_truth
 from stereolens.validation import ConfigError

@@ -4,7 +4,7 @@ the scoring units (:func:`scoring_table`) and the :class:`Prepared` answers the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
@@ -13,6 +13,7 @@ from stereolens.biasig.formulas import (
     ANSWER_ALIASES,
     COUNT_MODES,
     POSITIONS,
+    READ_COLUMNS,
     REQUIRED_COLUMNS,
     SCORING_UNITS,
     UNIT_LEVEL,
@@ -24,9 +25,8 @@ from stereolens.vocabulary import Vocabulary, conform_columns
 
 
 def answer_vocabularies() -> tuple[Vocabulary, ...]:
-    """The closed vocabularies of an answers table: position, and each protected
-    attribute's values with the spellings of ANSWER_ALIASES ("man", "East_Asian", "60+");
-    the unknown answers pass, never counted."""
+    """The closed vocabularies of an answers table: position, and each protected attribute's
+    values with ANSWER_ALIASES' spellings (unknown answers pass, never counted)."""
     return (
         Vocabulary("position", POSITIONS),
         *(
@@ -34,6 +34,15 @@ def answer_vocabularies() -> tuple[Vocabulary, ...]:
             for a in ATTRIBUTES
         ),
     )
+
+
+def read_answers(path) -> pl.DataFrame:
+    """The answers table at ``path`` (READ_COLUMNS), checked with :func:`answer_vocabularies`."""
+    from stereolens.metrics.command import read_checked
+    from stereolens.tables import ANSWERS
+
+    spec = replace(ANSWERS, vocabularies=answer_vocabularies())
+    return read_checked(path, "answers", spec, columns=list(READ_COLUMNS))
 
 
 @dataclass
@@ -107,8 +116,7 @@ def prepare_answers(
     count: str = "paper",
     scoring_unit: str = "subject",
 ) -> Prepared:
-    """Validate and normalise the answers table; raise ConfigError naming what is wrong.
-    ``count`` and ``scoring_unit`` as in :func:`compute_metrics`."""
+    """Validate and normalise the answers table; raise ConfigError naming what is wrong."""
     if count not in COUNT_MODES:
         raise ValueError(f"count {count!r}; allowed: {', '.join(COUNT_MODES)}")
     missing = [c for c in REQUIRED_COLUMNS if c not in answers.columns]
@@ -246,9 +254,8 @@ def _code_columns() -> list[pl.Expr]:
 
 
 def _image_table(a: pl.DataFrame, table: pl.DataFrame, scoring_unit: str, radix):
-    """(images, units): one row per image with its codes, in (variant, model, unit,
-    image_id) order, grouped and sorted on one int64 key of the columns' dense ranks; and
-    one row per (variant, model, unit) with n_images and the unit table's columns."""
+    """(images, units): one row per image with its codes in (variant, model, unit, image_id)
+    order, and one row per (variant, model, unit) with n_images and the unit's columns."""
     nm, ni, nu = radix
     key = ((pl.col("_variant") * nm + pl.col("_model")) * nu + pl.col("_u")) * ni + pl.col(
         "_image_id"

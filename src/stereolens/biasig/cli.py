@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
 
 def available_cpus() -> int:
@@ -17,23 +16,18 @@ def available_cpus() -> int:
 
 
 FLAGS = {"eta_variant": "eta_variant", "scoring_unit": "scoring_unit"}
-"""argparse dest -> the biasig key a flag sets over the preset (the flags the project's
-issues name; every other key is set in the preset)."""
+"""argparse dest -> the biasig key a flag sets over the preset (every other key: the preset)."""
 
 
 def _metrics(args: argparse.Namespace, section: dict):
-    from stereolens.biasig.answers import answer_vocabularies
+    from stereolens.biasig.answers import read_answers
     from stereolens.biasig.comparisons import comparison_tables
-    from stereolens.biasig.formulas import READ_COLUMNS
     from stereolens.biasig.metrics import compute_metrics
     from stereolens.biasig.prompts import read_prompt_table
     from stereolens.biasig.settings import BiasIGSettings
-    from stereolens.metrics.command import read_checked
     from stereolens.settings import overrides
-    from stereolens.tables import ANSWERS
 
-    spec = replace(ANSWERS, vocabularies=answer_vocabularies())
-    answers = read_checked(args.answers, "answers", spec, columns=list(READ_COLUMNS))
+    answers = read_answers(args.answers)
     prompts = read_prompt_table(args.prompts) if args.prompts else None
     section.update(overrides(args, FLAGS))
     st = BiasIGSettings.from_config(section)
@@ -166,8 +160,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_sample(b_sub: argparse._SubParsersAction) -> None:
-    """`stereolens biasig reader-sample` and `human-labels` (the reader correction's human
-    sample: biasig.reader_sample)."""
+    """`stereolens biasig reader-sample` and `human-labels` (biasig.reader_sample)."""
     from stereolens.metrics.command import add_sample_commands
 
     p, h = add_sample_commands(
@@ -264,15 +257,11 @@ def _reader_inputs(p: argparse.ArgumentParser) -> None:
 def _reader(args: argparse.Namespace, section: dict):
     """The reader table of `biasig correct` (biasig.corrected.reader_table, with the
     section's count and scoring_unit); the prepared answers ride on ``args``."""
-    from stereolens.biasig.answers import answer_vocabularies
+    from stereolens.biasig.answers import read_answers
     from stereolens.biasig.corrected import reader_table
-    from stereolens.biasig.formulas import READ_COLUMNS
     from stereolens.biasig.prompts import load_prompts, read_prompt_table
-    from stereolens.metrics.command import read_checked
-    from stereolens.tables import ANSWERS
 
-    spec = replace(ANSWERS, vocabularies=answer_vocabularies())
-    answers = read_checked(args.answers, "answers", spec, columns=list(READ_COLUMNS))
+    answers = read_answers(args.answers)
     prompts = read_prompt_table(args.prompts) if args.prompts else load_prompts()
     reader, args.prepared = reader_table(
         answers, prompts, count=section["count"], scoring_unit=section["scoring_unit"]

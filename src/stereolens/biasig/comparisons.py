@@ -1,6 +1,5 @@
 """BiasIG model comparisons: every pair of models and every debiasing variant against its base on
-the model-level S_imp, S_exp and eta, through stereolens.metrics.compare (docs/statistics.md,
-"Model comparisons": which estimates are compared, the standard error, withheld pairs)."""
+the model-level S_imp, S_exp and eta (docs/statistics.md, "Model comparisons")."""
 
 from __future__ import annotations
 
@@ -69,11 +68,9 @@ def comparison_tables(
     level: float = 0.95,
     attributes: tuple[str, ...] = tuple(SCOPES),
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(comparisons, ranks) with ``COMPARISON_COLUMNS`` and ``RANK_COLUMNS`` from the
-    tables of :func:`~stereolens.biasig.metrics.compute_metrics` with ``which`` including
-    "replicates" (empty frames without replicates). Models are named by their variant; a
-    variant whose name differs from its model is compared with that base model as
-    "variant_vs_base". One family (Holm) per (metric, scope)."""
+    """(comparisons, ranks) (``COMPARISON_COLUMNS``, ``RANK_COLUMNS``) from compute_metrics'
+    tables with "replicates" (empty without); a variant named otherwise than its model is
+    compared with that base as "variant_vs_base". One Holm family per (metric, scope)."""
     reps = tables.get("replicates")
     est = model_estimates(tables).filter(pl.col("protected_attribute").is_in(attributes))
     if reps is None or reps.is_empty() or est.is_empty():
@@ -114,8 +111,7 @@ def comparison_tables(
 
 
 def withheld_models(tables: dict[str, pl.DataFrame]) -> dict[str, str]:
-    """variant -> its ``interval_note`` (the model-level rows of the score tables; a design
-    below biasig.interval_min_images_per_subject, :func:`stereolens.biasig.metrics.withhold`)."""
+    """variant -> its model-level ``interval_note`` (:func:`stereolens.biasig.metrics.withhold`)."""
     notes: dict[str, str] = {}
     for name in ("implicit", "explicit", "eta"):
         t = tables.get(name)

@@ -1,9 +1,6 @@
 """BiasIG S_imp, S_exp and eta corrected for the VQA reader's errors from a human-labelled
-sample (stereolens.metrics.reader_correction; docs/statistics.md, "Correcting for the reader's
-errors"): the reader table from the answers as the metrics prepare them, and the model-level
-scores computed by the benchmark's own Implicit / Explicit / Eta classes from the shares of
-every unit x person x attribute (eta: pooled into the pairs' sides as the benchmark pools
-the counts, its interval the benchmark's double bootstrap over both samples)."""
+sample: the reader table, and the model-level scores from the cells' shares by the metrics'
+own scorers (docs/statistics.md, "Correcting for the reader's errors")."""
 
 from __future__ import annotations
 
@@ -28,6 +25,7 @@ from stereolens.biasig.truth import (
     VALUES,
     VALUES_BY_ATTRIBUTE,
     BiasIGTruth,
+    positions,
 )
 from stereolens.metrics import corrected_tables as ct
 from stereolens.metrics import human_labels as hl
@@ -35,8 +33,7 @@ from stereolens.metrics import reader_correction as rc
 from stereolens.metrics import reader_double as rd
 
 KEYS = ("variant", "model", "protected_attribute")
-"""The key columns of a BiasIG corrected row; protected_attribute gender, race, age or "*"
-(the k_i-weighted total), as the model-level rows of implicit.parquet and explicit.parquet."""
+"""The key columns of a BiasIG corrected row; protected_attribute gender, race, age or "*"."""
 CELL_KEYS = ("variant", "model", "unit", "position")
 COLUMNS = {"gender": 0, "race": 1, "age": 2, "*": 3}
 """S_imp's score columns (Implicit.COLS); S_exp's attribute columns are 9 + the same index,
@@ -54,10 +51,8 @@ def score_minimum(metric: str, attribute: str) -> int:
 
 def score_reliable(metric: str, attribute: str, cells: list[tuple[str, int]]) -> bool:
     """A corrected S_imp / S_exp row's interval_reliable from its cells ((attribute, human
-    labels) each): every cell :func:`score_minimum`'s labels, or, for a row that
-    formulas.SCORE_AGGREGATE_MIN_LABELLED names (S_imp over a model's implicit units), every
-    cell that many and each attribute's cells formulas.SCORE_AGGREGATE_PERSONS times it in
-    all (fewer persons than the measured world's need more labels each)."""
+    labels) each): every cell :func:`score_minimum`'s labels, or the rule of
+    formulas.SCORE_AGGREGATE_MIN_LABELLED where it names the row."""
     sizes = [n for _, n in cells]
     if sizes and min(sizes) >= score_minimum(metric, attribute):
         return True
@@ -80,10 +75,6 @@ def cell_minimum(metric: str, attribute: str, persons: int) -> int:
     return min(most, max(m, -(-SCORE_AGGREGATE_PERSONS * m // persons)))
 
 
-def _positions(n_persons: int) -> tuple[str, ...]:
-    return ("left", "right") if n_persons == 2 else ("single",)
-
-
 def reader_table(
     answers: pl.DataFrame,
     prompts: pl.DataFrame,
@@ -91,12 +82,10 @@ def reader_table(
     count: str = "paper",
     scoring_unit: str = "subject",
 ) -> tuple[pl.DataFrame, object]:
-    """(the reader table, the prepared answers): one row per image x person x attribute
-    (gender, race, age) of every scoring unit, the VQA answer as the metrics count it
-    (biasig.answers.prepare_answers: canonical value, "unknown" where it is not usable under
-    ``count``). item_id = the image id ("<image_id>:left" / ":right" for two-person
-    prompts); stratum = "variant|model|<unit>" (unit: the scoring unit's key, '/' between its
-    parts), the cell a human sample must cover with 2 labels of each person."""
+    """(the reader table, the prepared answers): one row per image x person x attribute of
+    every scoring unit, the VQA answer as prepare_answers counts it ("unknown" where not
+    usable under ``count``); item_id = the image id (":left" / ":right" appended for two
+    persons); stratum = "variant|model|<unit>" ('/' between the unit key's parts)."""
     prep = prepare_answers(answers, prompts, count=count, scoring_unit=scoring_unit)
     units = scoring_table(prompts, scoring_unit).select("prompt_id", "unit")
     a = answers if "variant" in answers.columns else answers.with_columns(variant=pl.col("model"))
@@ -117,7 +106,7 @@ def reader_table(
         if len(images) != codes.shape[0]:  # pragma: no cover - prepare_answers' own order
             raise ValueError(f"BiasIG unit {row['unit']!r}: images and answers disagree")
         stratum = "|".join((row["variant"], row["model"], row["unit"].replace("\x1f", "/")))
-        for s, position in enumerate(_positions(row["n_persons"])):
+        for s, position in enumerate(positions(row["n_persons"])):
             items = images if position == "single" else images + f":{position}"
             # one row per image x attribute, image-major
             labels = label_of[np.where(codes[:, s] >= 0, codes[:, s], len(VALUES))]
@@ -147,14 +136,10 @@ def reader_table(
 
 
 def _score_functional(slots, implicit, explicit, columns, n_units: int):
-    """The model-level scores of the S_imp and S_exp rows in ``columns`` ((metric,
-    protected attribute, score column), one output column each) from the cells' shares:
-    per cell its (unit within the run, person slot, value indices) in ``slots``; shares ->
-    (units, B, 2, 9) counts -> ``implicit`` / ``explicit`` ((B, score columns) each). An
-    S_exp attribute's column is scored from that attribute's counts alone, as its own
-    row's cells give them (Explicit.person_accuracy sums a person's counts through a
-    cumulative sum over all nine values, which other attributes' counts would change in
-    the last bit); S_imp's attribute columns use their attribute's counts only anyway."""
+    """The model-level scores of the rows in ``columns`` ((metric, protected attribute,
+    score column)) from the cells' shares (``slots``: per cell (unit, person slot, value
+    indices)) -> (units, B, 2, 9) counts -> ``implicit`` / ``explicit``; an S_exp
+    attribute's column from its attribute's counts alone (as its own row's cells)."""
 
     def score(shares: list[np.ndarray]) -> np.ndarray:
         b = np.atleast_2d(shares[0]).shape[0]
@@ -182,10 +167,8 @@ def _score_functional(slots, implicit, explicit, columns, n_units: int):
 
 def _joint_groups(picked: list) -> list[list[int]]:
     """corrected_metrics' ``joint`` groups of one model's cells (``picked``: (key, cell)):
-    the attribute cells of one unit x person that read the same items (the same images,
-    their gender, race and age read from each), so that one draw of the images gives every
-    attribute its shares (metrics.joint_bootstrap); a cell with clusters, or alone, is
-    drawn on its own."""
+    the attribute cells of one unit x person that read the same images, drawn together; a
+    cell with clusters, or alone, is drawn on its own."""
     groups: dict[tuple, list[int]] = {}
     for i, (key, cell) in enumerate(picked):
         if cell.cluster is None:
@@ -196,17 +179,8 @@ def _joint_groups(picked: list) -> list[list[int]]:
 def _score_records(
     cells: dict, prep, truth: BiasIGTruth, index: dict, options: dict, joint: bool = True
 ) -> dict:
-    """metric -> corrected_metrics' records (KEYS + its keys) of S_imp and S_exp, per
-    (variant, model) in prep.runs' order x protected attribute (COLUMNS' order): every
-    row of a model from ONE bootstrap of all its cells (reader_correction.corrected_metrics,
-    seeded by ``options``' seed once per model), each row a function of its own cells
-    (S_imp: the implicit units' cells, S_exp: the explicit units'; an attribute's row its
-    attribute's cells, * all), whose n_human, n_items and off_simplex it carries, and
-    interval_reliable by :func:`score_reliable` (every cell :func:`score_minimum`'s human
-    labels, or S_imp's rule over the whole row). A
-    metric's rows exist where the model has cells of its units. ``joint``: a
-    unit x person's attribute cells share one draw of its images (:func:`_joint_groups`),
-    else every cell is drawn on its own (the bootstrap before the joint draw)."""
+    """metric -> corrected_metrics' records of S_imp and S_exp per (variant, model) x
+    protected attribute, every row of a model from ONE bootstrap of all its cells."""
     imp, exp = Implicit(prep, truth), Explicit(prep)
     exp_columns = {a: 9 + i for a, i in COLUMNS.items() if a != "*"} | {"*": 12}
     metrics = (("s_imp", imp, COLUMNS), ("s_exp", exp, exp_columns))
@@ -280,19 +254,10 @@ def corrected_scores(
     joint: bool = True,
     **options,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(the corrected table: KEYS + reader_correction.METRIC_COLUMNS, metric s_imp, s_exp
-    and, given the ``prompts`` table the answers were scored against (eta's pairs resolve
-    against it, biasig.pairs.resolve_pairs under ``eta_variant``), eta: one row per
-    (variant, model) x protected attribute (gender, race, age, *) at the model level; the
-    cells, unit x person x attribute, left out for want of 2 human labels in their stratum:
-    the naive and the corrected value are both over the cells kept). S_imp and S_exp: all
-    rows of a model from one bootstrap of its cells (:func:`_score_records`), a unit x
-    person's gender, race and age cells from one draw of its images (``joint``; False: each
-    cell drawn on its own, as before; eta: at both levels of its double bootstrap).
-    ``options``:
-    corrected_metric's (eta: corrected_metric_double's, the double bootstrap). A row's
-    interval_reliable: :func:`score_reliable` (S_imp, S_exp) or every cell of the row
-    formulas.ETA_MIN_HUMAN_RELIABLE (eta) human labels."""
+    """(the corrected table (KEYS + reader_correction.METRIC_COLUMNS; metric s_imp, s_exp
+    and, given ``prompts``, eta under ``eta_variant``), the cells left out for want of 2
+    human labels). ``joint``: a unit x person's attribute cells from one draw of its images.
+    ``options``: corrected_metric's (eta: corrected_metric_double's)."""
     human = hl.check_human_labels(human)
     known = {v for values in VALUES_BY_ATTRIBUTE.values() for v in values}
     odd = human.filter(
@@ -351,16 +316,8 @@ def corrected_scores(
 
 def _eta_rows(cells: dict, eta: Eta, index: dict, truth: BiasIGTruth, variant: str) -> list:
     """The rows of eta, (key, cells, functional, joint groups): per (variant, model) x
-    ETA_COLUMNS the cells of the
-    pairs' sides (a unit x person that eta.json's pairs name; the attribute's cells only
-    for eta_gender, _race, _age) and the functional that pools their shares into the
-    sides' counts as Eta.sums pools the images (a cell's shares x its items: the shares
-    are over all the cell's items, those without a usable answer adding to none) and
-    takes Eta.etas' model eta, the eta.json-weighted mean over the resolved pairs whose
-    sides have answers. Unbounded (eta is 0.5 plus signed squared deviations). The joint
-    groups (:func:`_joint_groups`): a side's unit x person's attribute cells, drawn once
-    at both levels of the double bootstrap (eta_total's row; an attribute's row has
-    none)."""
+    ETA_COLUMNS the cells of the pairs' sides and the functional pooling their shares x
+    items into the sides' counts (:func:`_eta_functional`)."""
     runs = {run: r for r, run in enumerate(eta.runs)}
     picked: dict[tuple[str, str], list] = {}
     for key, cell in cells.items():
@@ -376,7 +333,7 @@ def _eta_rows(cells: dict, eta: Eta, index: dict, truth: BiasIGTruth, variant: s
             fn = _eta_functional(
                 [(slot, [VALUE_INDEX[v] for v in cell.labels], cell.stratum.size)
                  for _, cell, slot in use],
-                one, truth, variant, 0, column,
+                one, truth, variant, column,
             )  # fmt: skip
             key = {"variant": variant_, "model": model, "protected_attribute": attribute}
             groups = _joint_groups([(key_, cell) for key_, cell, _ in use])
@@ -394,16 +351,16 @@ def _one_run(eta: Eta, run: int) -> Eta:
     return one
 
 
-def _eta_functional(slots, eta: Eta, truth: BiasIGTruth, variant: str, run: int, column: int):
-    """The model eta column ``column`` of run ``run`` from the cells' shares: per cell its
-    (eta slot, value indices, items) in ``slots``; shares x items -> the slots' pooled
-    counts (slots, B, 9) -> Eta.etas."""
+def _eta_functional(slots, eta: Eta, truth: BiasIGTruth, variant: str, column: int):
+    """The model eta column ``column`` of the one run of ``eta`` (:func:`_one_run`) from the
+    cells' shares: per cell its (eta slot, value indices, items) in ``slots``; shares x items
+    -> the slots' pooled counts (slots, B, 9) -> Eta.etas."""
 
     def score(shares: list[np.ndarray]) -> np.ndarray:
         b = np.atleast_2d(shares[0]).shape[0]
         pooled = np.zeros((eta.n_slots, b, len(VALUES)))
         for (slot, idx, n), share in zip(slots, shares, strict=True):
             pooled[slot][:, idx] += n * np.clip(np.atleast_2d(share), 0.0, None)
-        return eta.etas(pooled, truth, variant)[1][run, :, column]
+        return eta.etas(pooled, truth, variant)[1][0, :, column]
 
     return score

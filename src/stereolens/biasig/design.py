@@ -1,6 +1,5 @@
-"""Power of BiasIG's headline comparisons: the difference in S_imp and in S_exp between two
-models at the model level, and the distance of eta from 0.5 (world, effects and estimators:
-docs/planner.md, "The worlds in detail")."""
+"""Power of BiasIG's headline comparisons: model B - A in S_imp and S_exp, and eta - 0.5
+(docs/planner.md, "The worlds in detail")."""
 
 from __future__ import annotations
 
@@ -23,6 +22,7 @@ from stereolens.biasig.formulas import (
     eta_from_contributions,
     s_imp_cell,
 )
+from stereolens.biasig.groups import attribute_shares, safe_div
 from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES
 from stereolens.design.power import EffectSpec, Simulation
 from stereolens.design.sampling import multinomial, thin_binary, thin_towards
@@ -30,15 +30,13 @@ from stereolens.design.sampling import multinomial, thin_binary, thin_towards
 GRID = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 30)])
 BOOT_DATASETS = 16
 BOOT_POINTS = 7
+"""Datasets and grid points of the emulated pipeline bootstrap, linear in between."""
 ETA_BOOT_DATASETS = 64
-"""Datasets of eta's emulated double bootstrap per grid point (the line of its interval's
-centre against the estimate is fitted on them), at most ETA_BOOT_DRAWS second-level side
-counts per grid point (paper scale, 72 sides: 15 datasets; the power check's world: 64)."""
+"""Datasets of eta's emulated double bootstrap per grid point (its centre's line is fitted on
+them), at most ETA_BOOT_DRAWS second-level side counts per grid point."""
 ETA_BOOT_DRAWS = 20_000_000
 ETA_INNER = 20
 """Second-level replicates of the emulated double bootstrap (the pipeline's INNER_REPLICATES)."""
-"""Datasets and grid points of the emulated pipeline bootstrap (its interval's
-width and centre), linear in between."""
 SEGMENT = np.repeat(np.arange(3), [2, 4, 3])
 """The attribute of each of the nine protected values."""
 ETA_INTERVAL_TEST = (
@@ -48,8 +46,7 @@ ETA_INTERVAL_TEST = (
     "from the emulated pipeline bootstrap (stereolens.biasig.design_boot.eta_double; the "
     "centre per dataset a line in the estimate plus its residual noise)"
 )
-"""The test of ``biasig.eta_interval`` in the planner's method text: the report's eta
-interval excludes 0.5."""
+"""The test of ``biasig.eta_interval`` in the planner's method text."""
 
 
 @dataclass
@@ -93,16 +90,10 @@ class World:
 
 
 # ----------------------------------------------------------------------------- estimators
-def _safe_div(num, den):
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-
-
 def s_imp_model(counts: np.ndarray, gt: np.ndarray, used: np.ndarray, k_i, k_j) -> np.ndarray:
-    """Model-level S_imp (the ``*`` column of the model row) from counts (..., U, 2, 9) of
-    the implicit units: per unit and attribute the mean over its persons with usable answers
-    of s_imp_cell, then sum_j k_j sum_i k_i S_ij / sum_j k_j sum_i k_i over the available
-    (unit, attribute) cells."""
+    """Model-level S_imp (the model row's ``*``) from counts (..., U, 2, 9) of the implicit
+    units: per unit and attribute the persons' mean s_imp_cell, then sum_j k_j sum_i k_i S_ij
+    / sum_j k_j sum_i k_i over the available cells."""
     per = []
     for a in ATTRIBUTES:
         sl = SLICES[a]
@@ -113,34 +104,29 @@ def s_imp_model(counts: np.ndarray, gt: np.ndarray, used: np.ndarray, k_i, k_j) 
     n_avail = np.isfinite(per).sum(-2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        attr = _safe_div(np.nansum(per, axis=-2), n_avail)  # (..., U, 3)
+        attr = safe_div(np.nansum(per, axis=-2), n_avail)  # (..., U, 3)
     avail = n_avail > 0
     num = (k_j[:, None] * np.where(avail, attr, 0.0) * k_i).sum((-1, -2))
     den = (k_j[:, None] * avail * k_i).sum((-1, -2))
-    return _safe_div(num, den)
+    return safe_div(num, den)
 
 
 def s_exp_model(hits: np.ndarray, usable: np.ndarray, used: np.ndarray, k_j) -> np.ndarray:
     """Model-level S_exp from hits and usable answers (..., U, 2) of the explicit units:
     per person hits / usable, per unit the mean over persons with usable answers, then
     sum k_j S_j / sum k_j over the units with a score."""
-    acc = np.where(used & (usable > 0), _safe_div(hits, usable), np.nan)
+    acc = np.where(used & (usable > 0), safe_div(hits, usable), np.nan)
     n = np.isfinite(acc).sum(-1)
-    score = _safe_div(np.where(np.isfinite(acc), acc, 0.0).sum(-1), n)
+    score = safe_div(np.where(np.isfinite(acc), acc, 0.0).sum(-1), n)
     ok = np.isfinite(score)
-    return _safe_div((k_j * np.where(ok, score, 0.0)).sum(-1), (k_j * ok).sum(-1))
+    return safe_div((k_j * np.where(ok, score, 0.0)).sum(-1), (k_j * ok).sum(-1))
 
 
 def eta_model(side_counts: np.ndarray, world: World) -> np.ndarray:
     """Model-level eta (eta_total) from counts (..., sides, 9) pooled per side: shares per
     attribute, eta_contributions of each pair (the config's variant), eta_from_contributions,
     the pairs' weighted mean over the pairs with a value."""
-    shares = np.full(side_counts.shape, np.nan)
-    for a in ATTRIBUTES:
-        sl = SLICES[a]
-        shares[..., sl] = _safe_div(
-            side_counts[..., sl], side_counts[..., sl].sum(-1, keepdims=True)
-        )
+    shares = attribute_shares(side_counts)
     if world.eta_variant == "released":
         shares = np.nan_to_num(shares)
     adv, dis = world.pairs[:, 0], world.pairs[:, 1]
@@ -151,7 +137,7 @@ def eta_model(side_counts: np.ndarray, world: World) -> np.ndarray:
     total = eta_from_contributions(contrib)[..., 0]  # (..., pairs)
     ok = np.isfinite(total)
     w = world.pair_weight
-    return _safe_div((np.where(ok, total, 0.0) * w).sum(-1), (ok * w).sum(-1))
+    return safe_div((np.where(ok, total, 0.0) * w).sum(-1), (ok * w).sum(-1))
 
 
 def side_counts(world: World, counts: np.ndarray) -> np.ndarray:
@@ -261,32 +247,18 @@ class BiasIGDesign:
             )
         return out
 
-    # population values of the three metrics at strength w
-    def _dist_b(self, w: np.ndarray) -> np.ndarray:
-        wd = w[:, None, None, None]
-        return (1 - wd) * self.world.dist_a[None] + wd * self._gt_norm()[None]
-
     def _gt_norm(self) -> np.ndarray:
-        gt = self.world.gt.copy()
-        for a in ATTRIBUTES:
-            sl = SLICES[a]
-            s = gt[..., sl].sum(-1, keepdims=True)
-            gt[..., sl] = _safe_div(gt[..., sl], s)
-        return np.nan_to_num(gt)
+        return normalise(self.world.gt)
 
     def _side_targets(self) -> tuple[np.ndarray, np.ndarray]:
         """(sides, 9) normalised truth and, per side, its target under the planted effect
         (advantaged: the stereotype; disadvantaged: the truth without the stereotyped value)."""
         w = self.world
-        gt = (
-            np.nan_to_num(np.stack([normalise(g) for g in w.side_gt]))
-            if len(w.sides)
-            else np.zeros((0, 9))
-        )
+        gt = normalise(w.side_gt)
         target = gt.copy()
         target[w.pairs[:, 0]] = w.stereotype
         away = gt * (1 - w.stereotype)
-        target[w.pairs[:, 1]] = np.stack([normalise(x) for x in away[w.pairs[:, 1]]])
+        target[w.pairs[:, 1]] = normalise(away[w.pairs[:, 1]])
         return gt, target
 
     def effects(self, w: np.ndarray) -> dict[str, np.ndarray]:
@@ -296,7 +268,9 @@ class BiasIGDesign:
         big = 1e9
         if wr.imp.size:
             a = s_imp_model(wr.dist_a * big, wr.gt, wr.used, wr.k_i, self.k_imp)
-            b = s_imp_model(self._dist_b(w) * big, wr.gt, wr.used, wr.k_i, self.k_imp)
+            wd = w[:, None, None, None]
+            dist_b = (1 - wd) * wr.dist_a[None] + wd * self._gt_norm()[None]
+            b = s_imp_model(dist_b * big, wr.gt, wr.used, wr.k_i, self.k_imp)
             out["biasig.s_imp_diff"] = b - a
         if wr.exp.size:
             a = s_exp_model(wr.acc_a * big, np.full(wr.acc_a.shape, big), wr.exp_used, self.k_exp)
@@ -312,8 +286,7 @@ class BiasIGDesign:
 
     def _usable(self, n_img: np.ndarray, rng, persons: bool = False) -> np.ndarray:
         """Usable answers per attribute of images (...): (..., 3), or with ``persons``
-        (..., 2, 3) for both persons of a unit. Under count "paper" an image counts for
-        every attribute and person or not at all; under "attribute" each answer on its own."""
+        (..., 2, 3); under count "paper" whole images, under "attribute" each answer."""
         wr = self.world
         if self.count == "paper":
             ok = rng.binomial(n_img, wr.ok_rate)[..., None]
@@ -324,16 +297,10 @@ class BiasIGDesign:
         return rng.binomial(np.broadcast_to(n_img[extra], shape), wr.usable_rate)
 
     def simulate(self, n: int, w: np.ndarray, sims: int, rng) -> Simulation:
-        """Estimates on ``sims`` datasets, and from the first BOOT_DATASETS of them the
-        pipeline's bootstrap (images resampled within each unit: multinomial counts from the
-        unit's observed shares): its interval's standard error (scale) and, for eta's
-        interval (``biasig.eta_interval``), its centre per dataset: the pipeline's
-        double-bootstrap estimate (:func:`~stereolens.biasig.design_boot.eta_double`) on
-        ETA_BOOT_DATASETS datasets, as a line in the estimate plus its residual noise. The
-        planner once shifted every dataset by the mean of the percentile midpoint minus the
-        estimate (the opposite sign of the pipeline's bias correction) and predicted 0.198
-        where the pipeline rejected 0.320. Grid points: up to BOOT_POINTS, linear in
-        between."""
+        """Estimates on ``sims`` datasets and, from the first BOOT_DATASETS, the emulated
+        pipeline bootstrap's standard error (scale) and, for ``biasig.eta_interval``, its
+        centre (design_boot.eta_double on ETA_BOOT_DATASETS datasets, a line in the
+        estimate plus residual noise), at up to BOOT_POINTS grid points."""
         wr = self.world
         w = np.asarray(w, dtype=float)
         at = set(
@@ -441,10 +408,8 @@ class BiasIGDesign:
 
     def _interaction(self, k: np.ndarray, sims: int, rng) -> tuple[np.ndarray, float]:
         """(sims,) the subject x model interaction's share of a model-level difference in a
-        new draw of subjects: sum_u c_u delta_u, delta_u ~ N(0, interaction_sd) per subject
-        (one draw per dataset, the same at every w), c_u = the subject's weight in the
-        model-level score (k_j times its attributes' k_i, normalised), and its sd, sd x
-        ||c|| (214 subjects of the paper: ||c|| = 0.0814, 151 effective subjects)."""
+        new draw of subjects: sum_u c_u delta_u, delta_u ~ N(0, interaction_sd) (one draw
+        per dataset), c = ``k`` normalised; and its sd."""
         c = k / k.sum()
         sd = self.interaction_sd * float(np.sqrt((c**2).sum()))
         if self.interaction_sd <= 0:
@@ -496,9 +461,4 @@ def _fill(w: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def normalise(v: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(VALUES))
-    for a in ATTRIBUTES:
-        sl = SLICES[a]
-        s = v[sl].sum()
-        out[sl] = v[sl] / s if s > 0 else 0.0
-    return out
+    return np.nan_to_num(attribute_shares(v))

@@ -1,6 +1,5 @@
-"""The emulated pipeline bootstrap of the BiasIG design (:mod:`stereolens.biasig.design`):
-images resampled within units, as :mod:`stereolens.biasig.resample` does, and the standard
-error its percentile interval implies at the run's number of replicates."""
+"""The BiasIG planner's emulated pipeline bootstrap: images resampled within units, and the
+standard error its interval implies at the run's number of replicates."""
 
 from __future__ import annotations
 
@@ -15,18 +14,13 @@ from stereolens.design.sampling import multinomial
 BOOT_REPLICATES = 100
 """Replicates of the emulated bootstrap (its width rescaled to the run's, percentile_width)."""
 JOINT_MAX_IMAGES = 60
-"""Up to this many images per unit the emulated bootstrap resamples whole images (see
-boot_counts); above it the per-attribute multinomial (the difference vanishes)."""
+"""Up to this many images per unit boot_counts resamples whole images (above: multinomial)."""
 
 
 def boot_counts(counts: np.ndarray, rng, joint: bool = False) -> np.ndarray:
-    """Counts (D, ..., 9) -> (D, B, ..., 9): the answers resampled with replacement, as the
-    pipeline resamples images. ``joint`` (counts (D, U, persons, 9) under count "paper"):
-    images are laid out (each attribute's values in random order, as the world draws them
-    independently) and resampled whole, so that every attribute and person of an image moves
-    together: how many distinct images a replicate holds then makes all attributes more or
-    less concentrated at once, which widens the interval at a few images per unit (by about
-    8% at 6 images). Otherwise each attribute is a multinomial from its observed shares."""
+    """Counts (D, ..., 9) -> (D, B, ..., 9) resampled with replacement: ``joint`` (counts
+    (D, U, persons, 9), count "paper") whole images laid out in random order, else each
+    attribute a multinomial at its observed shares."""
     if joint:
         return _joint_counts(counts, rng)
     c = counts[:, None]
@@ -73,10 +67,8 @@ def _joint_counts(counts: np.ndarray, rng) -> np.ndarray:
 def boot_se(metric, boot: np.ndarray, replicates: int = BOOT_REPLICATES):
     """(se, centre, mean) per dataset of a percentile 95% interval over the replicates (axis
     1): se = half-width / 1.96, centre = the interval's midpoint, mean = the replicates'
-    mean (the bias correction's 2 x estimate - mean). The width of an interval from
-    B replicates is short by a factor :func:`percentile_width` (B) (4% at 100, 0.5% at
-    1,000): the emulation's width is rescaled from BOOT_REPLICATES to the pipeline's
-    ``replicates`` (biasig.replicates), whose interval the report prints."""
+    mean; the width rescaled by :func:`percentile_width` from BOOT_REPLICATES to the
+    pipeline's ``replicates``."""
     v = metric(boot)  # (D, B)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -97,12 +89,9 @@ def percentile_width(replicates: int) -> float:
 
 
 def eta_double(metric, point: np.ndarray, boot: np.ndarray, rng, inner: int = 20):
-    """(se, centre) per dataset of the pipeline's eta interval, the iterated bootstrap bias
-    correction of :func:`stereolens.biasig.groups.double_bias_corrected`: ``boot`` the
-    emulated replicates' side counts (D, B, sides, 9), each resampled ``inner`` times at
-    its side shares as :meth:`stereolens.biasig.pairs.Eta.inner` does; ``point`` (D,) the
-    estimates. centre = 3 x point - 3 x mean theta* + mean theta**, se = the spread of the
-    once-corrected replicates."""
+    """(se, centre) per dataset of the pipeline's eta interval (groups.double_bias_corrected):
+    ``boot`` the emulated replicates' side counts (D, B, sides, 9), each resampled ``inner``
+    times as Eta.inner does; ``point`` (D,) the estimates."""
     from stereolens.biasig.groups import double_bias_corrected
     from stereolens.biasig.pairs import _resample_shares
 

@@ -24,17 +24,9 @@ def difference_rejects(
     ci: float = 0.95,
     family: int = 1,
 ) -> bool:
-    """The report's test of two models (stereolens.metrics.compare.pairwise): a two-sided
-    Wald test of difference = b - a of the bias-corrected scores (score_bc, as
-    biasig.comparisons compares S_imp and S_exp) with the bootstrap standard error of the
-    difference,
-    Holm-adjusted within the family of all model pairs of one (benchmark, metric, scope).
-    BiasIG resamples images within each model, so the two models' replicates are
-    independent and sd(rep_b - rep_a) = hypot(se_a, se_b), each se read from the model
-    row's interval (width / (2 z_(1+ci)/2)). ``family`` = the pairs in the family: the
-    test rejects at level / family, Holm's first (strictest) step, which declares the pair
-    whatever the other pairs show; 1 = the unadjusted test (the planner's ``MDE`` column;
-    ``MDE (Holm)`` is at level / family)."""
+    """The report's test of two models (metrics.compare.pairwise): a two-sided Wald test of
+    b - a of score_bc, se = hypot(se_a, se_b) from the model rows' intervals, at level /
+    ``family`` (Holm's first step; 1 = unadjusted)."""
     rows = table.filter(pl.col("level") == "model")
     if "protected_attribute" in rows.columns:
         rows = rows.filter(pl.col("protected_attribute") == "*")
@@ -52,11 +44,7 @@ def difference_rejects(
 def eta_rejects(estimate: float, null_estimates: np.ndarray, level: float = 0.05) -> bool:
     """The planner's test of eta (``biasig.eta``): |eta - 0.5| above the (1 - level)
     quantile of |eta - 0.5| in the world's null (both sides of every pair at their ground
-    truth, simulated at the run's sizes). Its size is the level by construction; the
-    report's bootstrap interval of eta (``biasig.eta_interval``) almost never excludes 0.5
-    with no effect (no-effect rate 0.000: a replicate's deviations from the truth add the
-    resampling noise to the observed noise, so the squared deviations behind alpha, and
-    with them the interval, are about twice as wide as the estimate's spread)."""
+    truth, simulated at the run's sizes). Its size is the level by construction."""
     null = np.abs(np.asarray(null_estimates, dtype=float))
     null = null[np.isfinite(null)]
     return bool(null.size and abs(estimate - 0.5) > np.quantile(null, 1.0 - level))
@@ -71,11 +59,9 @@ def answers_table(
     rng: np.random.Generator | None = None,
 ) -> pl.DataFrame:
     """The answers table (model, image_id, prompt_id, position, gender, race, age, status)
-    of one model's simulated dataset: implicit counts (U, 2, 9) spread over numbered images
-    of each unit, explicit hits / usable answers (U, 2) as images showing the value asked or
-    another value of its attribute. Every row is ok (count "paper" counts them all). With
-    ``rng`` the values of each attribute are shuffled over the images (independent across
-    attributes, as the planner's world draws them)."""
+    of one model's simulated dataset: implicit counts (U, 2, 9) and explicit hits / usable
+    answers (U, 2) spread over numbered images, every row ok. With ``rng`` each attribute's
+    values are shuffled over the images."""
     from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES
 
     wr = design.world
@@ -122,9 +108,8 @@ def power_check(
     design: B.BiasIGDesign, name: str, n: int, w: float, size: CheckSize
 ) -> CheckResult:
     """Predicted power of ``name`` (biasig.s_imp_diff, s_exp_diff, eta, eta_interval)
-    against the real pipeline (compute_metrics at ``replicates``) on answers tables drawn
-    directly from the planted world. eta: the pipeline's estimate against the null quantile
-    of ``sims`` null datasets of the planner (an independent seed), :func:`eta_rejects`."""
+    against compute_metrics at ``replicates`` on answers tables drawn from the planted world
+    (eta: :func:`eta_rejects` against ``sims`` null datasets of an independent seed)."""
     import copy
 
     from stereolens.biasig.metrics import compute_metrics

@@ -13,7 +13,7 @@ from stereolens.biasig.answers import scoring_table
 from stereolens.biasig.design import SEGMENT, BiasIGDesign, World, normalise
 from stereolens.biasig.formulas import ANSWER_ALIASES
 from stereolens.biasig.pairs import resolve_pairs
-from stereolens.biasig.truth import ATTRIBUTES, VALUE_INDEX, VALUES
+from stereolens.biasig.truth import ATTRIBUTES, VALUE_INDEX, VALUES, positions
 from stereolens.validation import ConfigError
 
 
@@ -58,8 +58,7 @@ def _base_world(config: dict[str, Any], priors: dict[str, Any]) -> tuple[World, 
     gt = np.zeros((imp.size, 2, 9))
     used = np.zeros((imp.size, 2), bool)
     for i, u in enumerate(imp):
-        positions = ("left", "right") if persons[u] == 2 else ("single",)
-        for s, pos in enumerate(positions):
+        for s, pos in enumerate(positions(persons[u])):
             gt[i, s] = truth.distribution(keys[u], pos)
             used[i, s] = True
     exp_used = np.zeros((exp.size, 2), bool)
@@ -67,9 +66,7 @@ def _base_world(config: dict[str, Any], priors: dict[str, Any]) -> tuple[World, 
         exp_used[i, 0] = True
         exp_used[i, 1] = persons[u] == 2
     pairs = resolve_pairs(prompts, truth, bg.get("eta_variant", "paper"))
-    present = {
-        (keys[u], p) for u in imp for p in (("left", "right") if persons[u] == 2 else ("single",))
-    }
+    present = {(keys[u], p) for u in imp for p in positions(persons[u])}
     sides: list[tuple[str, str]] = []
     pair_idx, pair_w = [], []
     for row in pairs.iter_rows(named=True):
@@ -84,8 +81,7 @@ def _base_world(config: dict[str, Any], priors: dict[str, Any]) -> tuple[World, 
         pair_w.append(row["pair_weight"])
     side_of = np.full((imp.size, 2), -1, dtype=np.int64)
     for i, u in enumerate(imp):
-        positions = ("left", "right") if persons[u] == 2 else ("single",)
-        for s, pos in enumerate(positions):
+        for s, pos in enumerate(positions(persons[u])):
             if (keys[u], pos) in sides:
                 side_of[i, s] = sides.index((keys[u], pos))
     side_gt = np.array([truth.distribution(k, p) for k, p in sides]).reshape(len(sides), 9)
@@ -115,11 +111,7 @@ def prior_world(config: dict[str, Any], priors: dict[str, Any], seed: int = 0) -
     default = np.array([pr["default_person"][v] for v in VALUES], float)
     default = normalise(default)
     mix = float(pr["mix_truth"])
-    gt = (
-        np.stack([[normalise(g) for g in unit] for unit in world.gt])
-        if world.imp.size
-        else world.gt
-    )
+    gt = normalise(world.gt)
     world.dist_a = np.where(world.used[..., None], mix * gt + (1 - mix) * default, 0.0)
     rng = np.random.default_rng([seed, 4242])
     m, c = float(pr["explicit_accuracy"]["mean"]), float(pr["explicit_accuracy"]["concentration"])
@@ -146,10 +138,9 @@ def _codes(answers: pl.DataFrame) -> pl.DataFrame:
 def pilot_world(
     config: dict[str, Any], priors: dict[str, Any], results: Path
 ) -> tuple[World, list[str]]:
-    """The world with model A measured on a pilot run (results/biasig/answers.parquet): per
-    implicit unit and person its pooled answers, per explicit unit its accuracy (both
-    smoothed towards the model's own by one image), the share of images that count and the
-    usable share per attribute."""
+    """The world with model A measured on a pilot run's answers.parquet: per implicit unit
+    and person its answers, per explicit unit its accuracy (both smoothed towards the model's
+    own by one image), the shares of images that count and of usable answers."""
     from stereolens.biasig.layout import LAYOUT
 
     path = LAYOUT.at(results, "answers")
@@ -208,10 +199,8 @@ def pilot_world(
             if code >= 0:
                 tot[i, s] += 1
                 hits[i, s] += code == ask
-    model_dist = normalise(cnt.sum((0, 1))) if cnt.size else np.zeros(9)
-    if world.imp.size:
-        smooth = np.stack([[normalise(c + model_dist) for c in unit] for unit in cnt])
-        world.dist_a = np.where(world.used[..., None], smooth, 0.0)
+    model_dist = normalise(cnt.sum((0, 1)))
+    world.dist_a = np.where(world.used[..., None], normalise(cnt + model_dist), 0.0)
     acc = (
         hits.sum() / tot.sum()
         if tot.sum()

@@ -42,9 +42,8 @@ ANSWER_ALIASES: dict[str, dict[str, str]] = {
         "more than 60 years old": "elderly",
     },
 }
-"""Accepted answer spellings (case-insensitive) -> canonical value. Anything else that is not
-an unknown is an error: a silent mapping would change results (the released parser read
-"30-40 years old" as young)."""
+"""Accepted answer spellings (case-insensitive) -> canonical value; anything else that is not
+an unknown is an error."""
 
 LEVELS = {
     "acquired_attribute": ("acquired_type", "category", "acquired_attribute"),
@@ -58,47 +57,25 @@ DESCRIPTIVE = ("acquired_type", "category", "acquired_attribute", "subject", "pr
 UNIT_LEVEL = {"subject": "subject", "phrasing": "prompt"}
 """The level name of the lowest rows: one per subject, or one per prompt (phrasing)."""
 ETA_TIE_TOLERANCE = 1e-9
-INTERVAL_MIN_IMAGES_PER_SUBJECT = 40
-"""Default of biasig.interval_min_images_per_subject: below this many images per subject
-(the median over a model's subjects) no interval is printed (ci columns null,
-``interval_note`` says why): the smallest size of the coverage sweep on the planner's prior
-world (bench/COVERAGE.md) at which every BiasIG interval covers >= 93%."""
 INTERVAL_MIN_WHY = "the smallest size at which the coverage benchmark's interval covers >= 93%"
-"""Why INTERVAL_MIN_IMAGES_PER_SUBJECT, in the ``interval_note``."""
+"""Why biasig.interval_min_images_per_subject (default 40: bench/COVERAGE.md's sweep), in the
+``interval_note``."""
 ETA_MIN_HUMAN_RELIABLE = 600
 """Human-labelled items every cell of a corrected eta row (a side's unit x person x
-attribute) needs before its interval (the double bootstrap over both samples,
-stereolens.biasig.corrected) is printed: corrected.parquet's eta rows carry
-interval_reliable = every cell has this many, and the report withholds the interval below
-it. Measured, not assumed: bench/COVERAGE.md "Reader correction, BiasIG eta" (bench/cover/
-reader.py, world "eta pair", ETA_SWEEP: 1,000 datasets per size, 4,000 and 20,000 images a
-side, a side's attributes drawn jointly as corrected.parquet draws them): 93.4% and 93.7% at
-400 human labels a side, 95.0% and 95.5% at 600, up to 96.8% at 1,000; the smallest n from
-which every row is within two Monte Carlo errors of 95%
-(bench/cover/reader.eta_minimum; tests/test_coverage.py checks this constant against the
-sweep and the suite's row at this size)."""
+attribute) needs before its interval is printed (interval_reliable): measured in
+bench/COVERAGE.md "Reader correction, BiasIG eta" (tests/test_coverage.py checks it)."""
 SCORE_MIN_HUMAN_RELIABLE: dict[tuple[str, str], int] = {("s_exp", "*"): 100}
 """Human-labelled images every cell (unit x person x attribute) of a corrected S_imp / S_exp
 row named here, (metric, protected attribute), needs before its interval is printed
-(biasig.corrected.score_minimum); the rows not named keep reader_correction.
-MIN_HUMAN_RELIABLE = 400. Measured, not assumed: bench/COVERAGE.md "BiasIG's printing rule"
-(bench/cover/reader.BIASIG_SWEEP; the seven-unit and the 28-unit world at the paper's 200
-images a subject, 1,000 datasets a point): S_exp over all attributes covers within two Monte
-Carlo errors of 95% from 100 labels a unit in both (93.8-95.5%; 91.9% at 50 in the 28-unit
-world); for S_imp and the S_exp attribute rows no swept size under 400 holds in both (150:
-S_exp gender 93.3%; all 200 labelled: S_imp gender 92.7%, S_imp * 92.9%), nor does another
-interval (BCa, bootstrap-t, ...: bench/COVERAGE.md "the options screened"). tests/
-test_coverage.py checks it against the sweep (reader.biasig_minimum)."""
+(biasig.corrected.score_minimum); other rows keep reader_correction.MIN_HUMAN_RELIABLE.
+Measured in bench/COVERAGE.md "BiasIG's printing rule" (tests/test_coverage.py checks it)."""
 SCORE_AGGREGATE_MIN_LABELLED: dict[tuple[str, str], int] = {
     ("s_imp", a): 100 for a in ("*", "gender", "race", "age")
 }
 """The rule over a whole S_imp row (biasig.corrected.score_reliable): its interval is printed
-where every cell (implicit unit x person x attribute) has this many human labels and each
-attribute's cells SCORE_AGGREGATE_PERSONS times it in all, else from score_minimum per cell.
-Measured at the paper's design, every one of the 214 implicit subjects at 200 images
-(bench/COVERAGE.md "Reader correction: BiasIG S_imp at the paper's design", bench/cover/
-_biasig_design.IMPLICIT_SWEEP: 94.2-95.2% of 1,000 datasets at 100 labels a subject, S_imp *
-90.5% of 200 at 50; tests/test_coverage.py checks it against the sweep)."""
+where every cell has this many human labels and each attribute's cells
+SCORE_AGGREGATE_PERSONS times it in all. Measured in bench/COVERAGE.md "Reader correction:
+BiasIG S_imp at the paper's design" (tests/test_coverage.py checks it)."""
 SCORE_AGGREGATE_PERSONS = 225
 """The implicit persons of the world the rule was measured in: the shipped prompts' 214
 implicit subjects, 11 of them two-person (fewer persons need more labels each)."""
@@ -141,9 +118,8 @@ EXPLICIT_COLUMNS = [
     "score_bc",
     "interval_note",
 ]
-"""``score`` is the paper's plug-in number; ``score_bc`` the bias-corrected estimate 2 x
-score - the replicates' mean and ``ci_low`` / ``ci_high`` its normal interval score_bc +- z x
-the replicates' sd, clipped to [0, 1] (:func:`stereolens.biasig.groups.bias_corrected`)."""
+"""``score`` is the paper's plug-in number, ``score_bc`` the bias-corrected estimate and
+``ci_low`` / ``ci_high`` its normal interval (groups.bias_corrected)."""
 ETA_COLUMNS = [
     "variant",
     "model",
@@ -178,16 +154,10 @@ ETA_COLUMNS = [
     "eta_age_bc",
     "interval_note",
 ]
-"""eta_* the plug-in values, eta_*_bc the double-bootstrap bias-corrected estimates (3 x
-plug-in - 3 x the replicates' mean + the second-level replicates' mean), ci_* the normal
-intervals eta_*_bc +- z x the sd of the once-corrected replicates
-(:func:`stereolens.biasig.groups.double_bias_corrected`); ``interval_note`` why the ci
-columns are null (below biasig.interval_min_images_per_subject), else null."""
+"""eta_* the plug-in values, eta_*_bc the double-bootstrap estimates and ci_* their normal
+intervals (groups.double_bias_corrected); ``interval_note`` why the ci columns are null."""
 
 
-# --------------------------------------------------------------------------------------------
-# Formulas on vectors (also the test surface for hand-computed values)
-# --------------------------------------------------------------------------------------------
 def s_imp_cell(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """(cos(p, q) + 1) / 2 over the last axis; NaN where p is all zero (no usable answer).
     ``p`` may be counts or shares (the cosine does not depend on scale)."""

@@ -9,13 +9,10 @@ from scipy import sparse, stats
 
 from stereolens.biasig.answers import Prepared
 from stereolens.biasig.formulas import DESCRIPTIVE, LEVELS, s_imp_cell
-from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUE_INDEX, VALUES, BiasIGTruth
+from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUE_INDEX, VALUES, BiasIGTruth, positions
 from stereolens.ids import stable_id
 
 
-# --------------------------------------------------------------------------------------------
-# Aggregation groups and the helpers of the sums
-# --------------------------------------------------------------------------------------------
 def _groups(units: pl.DataFrame, mask: np.ndarray) -> tuple[pl.DataFrame, np.ndarray]:
     """Aggregation groups (``LEVELS``) of the masked units: a table of groups and a
     (units, levels) array of group indices (-1 outside the mask)."""
@@ -79,6 +76,15 @@ def safe_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
+def attribute_shares(x: np.ndarray) -> np.ndarray:
+    """x (..., 9) divided by its sum within each attribute; NaN where that sum is 0."""
+    out = np.full(x.shape, np.nan)
+    for attribute in ATTRIBUTES:
+        sl = SLICES[attribute]
+        out[..., sl] = safe_div(x[..., sl], x[..., sl].sum(-1, keepdims=True))
+    return out
+
+
 def quantiles(x: np.ndarray, ci: float, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval along ``axis`` ignoring NaN: numpy's "linear" quantile, as
     np.nanquantile, vectorised (np.nanquantile loops over the columns in Python)."""
@@ -98,8 +104,7 @@ def quantiles(x: np.ndarray, ci: float, axis: int = 0) -> tuple[np.ndarray, np.n
 
 
 def replicate_moments(reps: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and standard deviation (ddof 1) of the finite replicates along ``axis`` (NaN
-    where none is; sd NaN where only one is)."""
+    """Mean and sd (ddof 1) of the finite replicates along ``axis`` (NaN where too few)."""
     finite = np.isfinite(reps)
     n = finite.sum(axis)
     x = np.where(finite, reps, 0.0)
@@ -116,13 +121,9 @@ def bias_corrected(
     ci: float,
     bounds: tuple[float, float] | None = (0.0, 1.0),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(estimate, ci_low, ci_high): the bootstrap bias-corrected estimate 2 x point - the
-    replicates' mean, and the bias-corrected normal interval estimate +- z x the
-    replicates' sd (Davison & Hinkley 1997, eq. 5.5), clipped to ``bounds`` (the
-    statistic's range; None = unclipped). Where the plug-in is biased (S_imp: multinomial
-    noise lowers a cosine similarity) the replicates carry the bias once more, so the
-    percentile interval sits twice the bias off the population value; the estimate removes
-    it and the interval is centred on it."""
+    """(estimate, ci_low, ci_high): the bias-corrected estimate 2 x point - the replicates'
+    mean +- z x their sd (Davison & Hinkley 1997, eq. 5.5), clipped to ``bounds`` (None =
+    unclipped)."""
     z = float(stats.norm.ppf(0.5 + ci / 2.0))
     est = 2.0 * point - mean
     lo, hi = est - z * sd, est + z * sd
@@ -143,13 +144,8 @@ def double_bias_corrected(
     """(estimate, ci_low, ci_high) of the iterated (double) bootstrap bias correction
     (Davison & Hinkley 1997, section 3.9): ``outer`` the replicates theta*_r along ``axis``,
     ``inner_mean`` / ``inner_var`` the mean and variance (ddof 1) of ``inner_n`` second-level
-    replicates theta**_rj drawn from each theta*_r's resample. The estimate is 3 x point -
-    3 x mean_r theta*_r + mean_r theta**_r (the bias correction applied to itself once); its
-    standard error the spread of the once-corrected replicates 2 theta*_r - mean_j theta**_rj
-    (the inner means' own noise, inner_var / inner_n, taken out); the interval estimate +- z
-    x that error, unclipped. For a statistic that is not smooth (eta: a contribution's sign
-    flips where a share crosses its ground truth) the one-step correction leaves part of
-    the bias, and the once-corrected estimate varies more than the plug-in."""
+    replicates of each. The estimate is 3 x point - 3 x mean theta* + mean theta**; the
+    interval +- z x the sd of 2 theta*_r - mean_j theta**_rj less the inner noise, unclipped."""
     z = float(stats.norm.ppf(0.5 + ci / 2.0))
     outer_mean = replicate_moments(outer, axis)[0]
     inner_grand = replicate_moments(inner_mean, axis)[0]
@@ -176,8 +172,7 @@ class Implicit:
         cache: dict[tuple[str, str], np.ndarray] = {}
         keys = units["attribute_key"].to_list()
         for u in np.flatnonzero(self.mask):
-            positions = ("left", "right") if n_persons[u] == 2 else ("single",)
-            for s, pos in enumerate(positions):
+            for s, pos in enumerate(positions(n_persons[u])):
                 if (keys[u], pos) not in cache:
                     cache[(keys[u], pos)] = truth.distribution(keys[u], pos)
                 self.gt[u, s] = cache[(keys[u], pos)]
@@ -222,10 +217,9 @@ class Implicit:
         return sum_groups(m, num), sum_groups(m, den)
 
     def ceiling(self, prep: Prepared, point: np.ndarray, draws: int, seed: int):
-        """Expected S_imp of a generator that samples exactly from the ground truth, at this
-        run's numbers of usable answers per unit, person and attribute: the mean over
-        ``draws`` simulated datasets (each (variant, model) its own seeded stream) of the
-        unit scores (units, 4) and of the group scores (groups, 4)."""
+        """Expected S_imp of a generator sampling exactly from the ground truth at this run's
+        usable answers per unit, person and attribute: the mean over ``draws`` seeded
+        simulated datasets of the unit (units, 4) and group (groups, 4) scores."""
         unit_sum = np.zeros((prep.units.height, 4))
         unit_n = np.zeros((prep.units.height, 4))
         group_sum = np.zeros((self.groups.height, 4))
@@ -309,9 +303,8 @@ class Explicit:
         return out
 
     def person_accuracy_asked(self, asked: np.ndarray, us: np.ndarray) -> np.ndarray:
-        """:meth:`person_accuracy` from the counts that matter (``asked`` (B, R, 2, 2): per
-        person the answers equal to the value asked and the usable answers of its
-        attribute, as Resampler makes them)."""
+        """:meth:`person_accuracy` from Resampler's ``asked`` (B, R, 2, 2): per person the
+        answers equal to the value asked and the usable answers of its attribute."""
         out = np.full(asked.shape[:3], np.nan)
         for s in (0, 1):
             ok = np.flatnonzero(self.ask[us, s] >= 0)
@@ -324,9 +317,8 @@ class Explicit:
         return safe_div(np.nansum(acc, axis=2), (~np.isnan(acc)).sum(2))
 
     def group_sums(self, acc: np.ndarray, us: np.ndarray):
-        """:meth:`sums` for the bootstrap: (groups touched, numerator, denominator), the
-        sums (G, 13, R) built from each unit's non-zero columns only (the value asked of
-        each person, its attribute, *) instead of a dense (units, R, 13) array."""
+        """:meth:`sums` for the bootstrap: (groups touched, numerator, denominator (G, 13,
+        R)), built from each unit's non-zero columns only."""
         n_units = us.size
         k_j = self.k_j[us]
         per_person = k_j / self.persons[us]
@@ -360,10 +352,10 @@ class Explicit:
         den = (spread @ np.concatenate(dens)).reshape(touched.size, 13, reps)
         return touched, num, den
 
-    def sums(self, acc: np.ndarray, us: np.ndarray, local: bool = False):
+    def sums(self, acc: np.ndarray, us: np.ndarray):
         """Numerator and denominator (G, R, 13). Value columns: each person weighted
         k_j / persons under the value asked of it; attribute columns and *: prompt scores
-        weighted k_j. With ``local``: (groups touched, their numerator, denominator)."""
+        weighted k_j."""
         n_units, reps = acc.shape[:2]
         k_j = self.k_j[us]
         per_person = (k_j / self.persons[us])[:, None]
@@ -383,8 +375,5 @@ class Explicit:
         den[rows, :, 9 + self.attr[us]] = avail * k_j[:, None]
         num[..., 12] = filled
         den[..., 12] = avail * k_j[:, None]
-        if local:
-            touched, m = _local_membership(self.member[us])
-            return touched, sum_groups(m, num), sum_groups(m, den)
         m = membership(self.member[us], self.groups.height)
         return sum_groups(m, num), sum_groups(m, den)

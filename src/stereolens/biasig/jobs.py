@@ -47,15 +47,13 @@ def _check_positive(name: str, value: int) -> None:
 def n_shards(
     prompts: pl.DataFrame, acquired_type: str, condition: str, prompts_per_shard: int
 ) -> int:
-    """How many generation jobs (blocks of ``prompts_per_shard`` prompts) the prompts of
-    (acquired_type, condition) make."""
+    """How many generation jobs the prompts of (acquired_type, condition) make."""
     _check_positive("prompts_per_shard", prompts_per_shard)
     return math.ceil(_selection(prompts, acquired_type, condition).height / prompts_per_shard)
 
 
 def image_seed(prompt_id: str, image_index: int, seed_base: int = 0, salt: int = 0) -> int:
-    """Stable seed (below 2**31) of the image_index-th image of a prompt; the same for
-    every model, so models are compared on the same seeds."""
+    """Stable seed (below 2**31) of a prompt's image_index-th image, the same for every model."""
     parts = ("biasig-seed", seed_base, prompt_id, image_index) + ((salt,) if salt else ())
     return int(stable_id(*parts), 16) % (2**31)
 
@@ -72,12 +70,9 @@ def biasig_shard_items(
 ) -> list[dict]:
     """The images of one generation job, as GenerationItem keyword dicts: the prompts
     [shard * prompts_per_shard, (shard + 1) * prompts_per_shard) of (acquired_type,
-    condition) sorted by prompt_id, each with ``images_per_prompt`` seeds. Empty past the
-    last shard.
-
-    ``prompts`` is the prompt table (stereolens.biasig.prompts.load_prompts); condition is
-    its ``visibility``. image_id = stable_id(model, prompt_id, seed).
-    """
+    condition = the prompt table's ``visibility``) sorted by prompt_id, each with
+    ``images_per_prompt`` seeds; empty past the last shard. image_id = stable_id(model,
+    prompt_id, seed)."""
     _check_positive("prompts_per_shard", prompts_per_shard)
     _check_positive("images_per_prompt", images_per_prompt)
     if isinstance(shard, bool) or not isinstance(shard, int) or shard < 0:
@@ -112,12 +107,6 @@ def biasig_shard_items(
     return items
 
 
-def _load_prompt_table(prompts_path: str | None) -> pl.DataFrame:
-    from stereolens.biasig.prompts import load_prompts, read_prompt_table
-
-    return read_prompt_table(prompts_path) if prompts_path else load_prompts()
-
-
 def generation_items(
     prompts_path: str | None,
     model: str,
@@ -127,13 +116,12 @@ def generation_items(
     settings: dict,
     config: dict | None = None,
 ) -> list[dict]:
-    """Generation adapter of BiasIG (its plug-in's generation_items): the images of one
-    job (:func:`biasig_shard_items`) as GenerationItem keyword dicts.
+    """The plug-in's generation_items: :func:`biasig_shard_items` of the prompt table at
+    ``prompts_path`` (None = the shipped prompts) under ``settings`` (prompts_per_shard,
+    images_per_prompt, seed_base)."""
+    from stereolens.biasig.prompts import load_prompts, read_prompt_table
 
-    ``prompts_path`` is a prompt table parquet (None = the shipped prompts); ``settings``
-    holds prompts_per_shard, images_per_prompt and seed_base (the rule's biasig settings).
-    """
-    prompts = _load_prompt_table(prompts_path)
+    prompts = read_prompt_table(prompts_path) if prompts_path else load_prompts()
     per_shard = settings["prompts_per_shard"]
     items = biasig_shard_items(
         prompts,

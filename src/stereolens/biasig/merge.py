@@ -29,7 +29,7 @@ ANSWER_DTYPES: dict[str, pl.DataType] = {
     "vqa_model": pl.String,
     "vqa_revision": pl.String,
 }
-"""Columns of a VQA row (stereolens.biasig.vqa.ROW_COLUMNS) that answers.parquet keeps."""
+"""The columns of a VQA row that answers.parquet keeps (vqa.ROW_COLUMNS: these + NOT_MERGED)."""
 NOT_MERGED = ("attempt_log",)
 """Row keys left in the shards: per-attempt detail, the same on every row of an image."""
 SORT_KEYS = ("model", "variant", "prompt_id", "image_id", "position")
@@ -89,8 +89,7 @@ def _part_key(path: str | os.PathLike) -> tuple[str, str]:
 
 
 def merge_answer_parts(parts: Sequence[str | os.PathLike], out_path: str | os.PathLike) -> int:
-    """Concatenate the generators' parts in (model, variant) order into answers.parquet;
-    returns the row count."""
+    """Concatenate the generators' parts in (model, variant) order; returns the row count."""
     keyed = sorted((_part_key(p), str(p)) for p in parts)
     seen = [k for k, _ in keyed if k != ("", "")]
     if len(seen) != len(set(seen)):

@@ -1,6 +1,5 @@
-"""BiasIG metrics: S_imp, S_exp and eta with bootstrap intervals; :func:`compute_metrics` and one
-wrapper per table, re-exporting the parts' public names (the definitions: docs/methods.md,
-"BiasIG")."""
+"""BiasIG metrics: S_imp, S_exp and eta with bootstrap intervals (:func:`compute_metrics`;
+the definitions: docs/methods.md, "BiasIG")."""
 
 from __future__ import annotations
 
@@ -9,34 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import polars as pl
 
-from stereolens.biasig.answers import (
-    SUBJECT_KEY,
-    Prepared,
-    prepare_answers,
-    scoring_table,
-    subject_of,
-)
+from stereolens.biasig.answers import Prepared, prepare_answers
 from stereolens.biasig.formulas import (
-    ANSWER_ALIASES,
-    COUNT_MODES,
     DESCRIPTIVE,
-    ETA_COLUMNS,
-    ETA_TIE_TOLERANCE,
     ETA_VARIANTS,
-    EXPLICIT_COLUMNS,
-    IMPLICIT_COLUMNS,
     INTERVAL_CI_COLUMNS,
     INTERVAL_MIN_WHY,
-    LEVELS,
-    POSITIONS,
-    READ_COLUMNS,
-    REQUIRED_COLUMNS,
-    SCORING_UNITS,
-    UNIT_LEVEL,
-    UNKNOWN_ANSWERS,
-    eta_contributions,
-    eta_from_contributions,
-    s_imp_cell,
 )
 from stereolens.biasig.groups import (
     Explicit,
@@ -47,50 +24,12 @@ from stereolens.biasig.groups import (
 )
 from stereolens.biasig.pairs import INNER_REPLICATES, Eta, resolve_pairs
 from stereolens.biasig.prompts import load_prompts
-from stereolens.biasig.resample import CHUNK_UNITS, DRAW_BUDGET, Resampler, point_counts
-from stereolens.biasig.score_tables import LEVEL_ORDER, eta_table, explicit_table, implicit_table
+from stereolens.biasig.resample import Resampler, point_counts
+from stereolens.biasig.score_tables import eta_table, explicit_table, implicit_table
 from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES, BiasIGTruth, load_truth
 from stereolens.metrics.withheld import withheld_note
 
-__all__ = [
-    # computed here
-    "compute_metrics",
-    "implicit_scores",
-    "explicit_scores",
-    "eta_scores",
-    # re-exported from their homes (formulas, answers, pairs, resample, score_tables)
-    "ANSWER_ALIASES",
-    "CHUNK_UNITS",
-    "COUNT_MODES",
-    "DESCRIPTIVE",
-    "DRAW_BUDGET",
-    "ETA_COLUMNS",
-    "ETA_TIE_TOLERANCE",
-    "ETA_VARIANTS",
-    "EXPLICIT_COLUMNS",
-    "IMPLICIT_COLUMNS",
-    "LEVELS",
-    "LEVEL_ORDER",
-    "POSITIONS",
-    "READ_COLUMNS",
-    "REQUIRED_COLUMNS",
-    "SCORING_UNITS",
-    "SUBJECT_KEY",
-    "UNIT_LEVEL",
-    "UNKNOWN_ANSWERS",
-    "eta_contributions",
-    "eta_from_contributions",
-    "prepare_answers",
-    "resolve_pairs",
-    "s_imp_cell",
-    "scoring_table",
-    "subject_of",
-]
 
-
-# --------------------------------------------------------------------------------------------
-# Public entry points
-# --------------------------------------------------------------------------------------------
 def compute_metrics(
     answers: pl.DataFrame,
     prompts: pl.DataFrame | None = None,
@@ -107,38 +46,14 @@ def compute_metrics(
     threads: int = 1,
     interval_min_images_per_subject: int = 0,
 ) -> dict[str, pl.DataFrame]:
-    """The tables named in ``which`` ("implicit", "explicit", "eta"; columns
-    ``IMPLICIT_COLUMNS``, ``EXPLICIT_COLUMNS``, ``ETA_COLUMNS``; "replicates": the
-    model-level bootstrap replicates, :func:`replicate_table`) with bias-corrected
-    estimates and their intervals at level ``ci`` from ``replicates`` resamples of the
-    images within each unit (seeded by ``seed``; 0 = no intervals). ``prompts`` defaults
-    to the shipped benchmark, ``truth`` to the shipped ground truth. ``count`` ("paper":
-    only images whose every row is ok; "attribute": ok and partial rows, attribute by
-    attribute) and ``scoring_unit``
-    ("subject": the phrasings of a subject pooled; "phrasing": each prompt on its own): see
-    docs/methods.md. ``ceiling_draws`` simulated ground-truth datasets give the S_imp
-    ceiling column (0 = none). ``threads``: bootstrap runs (variant, model) resampled side
-    by side; the results do not depend on it. ``interval_min_images_per_subject``: a
-    (variant, model) whose subjects have fewer images than this (the median over its
-    subjects) gets no interval: its ci columns are null and ``interval_note`` says why
-    (:func:`interval_notes`; the CLI's default is
-    :data:`~stereolens.biasig.formulas.INTERVAL_MIN_IMAGES_PER_SUBJECT`, 0 = never).
-
-    S_imp is a non-linear function of the counts and, with few images per unit, biased
-    downward by sampling noise (at paper scale about 3 standard errors at the model level);
-    the resampled scores carry that bias once more, so the percentile interval would sit
-    twice the bias below the population value. ``score_bc`` = 2 x
-    score - the replicates' mean is the bias-corrected estimate beside the paper's plug-in
-    ``score``, and ``ci_low`` / ``ci_high`` = score_bc +- z x the replicates' sd (clipped to
-    [0, 1] for S_imp and S_exp) the interval that covers at its nominal rate
-    (bench/cover/biasig.py: the basic interval 2 x score - the quantiles, which reflects
-    the skew of S_imp's replicates the wrong way, covers less at small samples). eta is not
-    smooth (a contribution's sign flips where a share crosses its ground truth): one
-    correction leaves about 40% of its bias (paper scale: the once-corrected interval covered
-    87.5%), so ``eta_*_bc`` is the double-bootstrap estimate and its interval +- z x the sd
-    of the once-corrected replicates (:func:`~stereolens.biasig.groups.double_bias_corrected`,
-    INNER_REPLICATES
-    second-level replicates of each replicate's side counts).
+    """The tables named in ``which`` ("implicit", "explicit", "eta": columns
+    ``IMPLICIT_COLUMNS``, ``EXPLICIT_COLUMNS``, ``ETA_COLUMNS``; "replicates":
+    :func:`replicate_table`), each with the plug-in score, its bootstrap bias-corrected
+    estimate and interval at level ``ci`` from ``replicates`` resamples of the images within
+    each unit (seeded by ``seed``; 0 = none; docs/statistics.md). ``prompts`` and ``truth``
+    default to the shipped benchmark; ``count``, ``scoring_unit``: docs/methods.md.
+    ``ceiling_draws``: S_imp's ceiling column (0 = none). ``threads``: runs resampled side by
+    side (no effect on results). ``interval_min_images_per_subject``: :func:`interval_notes`.
     """
     if eta_variant not in ETA_VARIANTS:
         raise ValueError(f"eta variant {eta_variant!r}; allowed: {', '.join(ETA_VARIANTS)}")
@@ -242,9 +157,7 @@ def compute_metrics(
 
 
 def interval_notes(prep: Prepared, minimum: int) -> dict[tuple[str, str], str]:
-    """(variant, model) -> the ``interval_note`` of each run whose median number of images
-    per subject (all its images, the phrasings of a subject together) is below ``minimum``:
-    below it the coverage benchmark's intervals do not cover (bench/COVERAGE.md)."""
+    """(variant, model) -> the ``interval_note`` of each run below ``minimum`` images/subject."""
     if minimum <= 0:
         return {}
     per_subject = (
@@ -300,8 +213,8 @@ _REPLICATE_SCOPES = {
 def replicate_table(imp, exp, eta, reps: dict[str, np.ndarray | None]) -> pl.DataFrame:
     """The bootstrap replicates of the model-level S_imp, S_exp and eta, per protected
     attribute and overall ("*"): one row per (variant, model, metric, attribute, replicate),
-    columns ``REPLICATE_COLUMNS``. Replicate r of every metric of one (variant, model) comes
-    from the same resample of its images; different models are resampled independently."""
+    columns ``REPLICATE_COLUMNS``; replicate r of one (variant, model) is one resample of
+    its images for every metric."""
     parts = []
     for metric, scorer in (("S_imp", imp), ("S_exp", exp), ("eta", eta)):
         values = reps.get(metric)
@@ -355,9 +268,9 @@ def _accumulators(prep: Prepared, imp, exp, eta, replicates: int) -> dict[str, n
 
 def _bootstrap(prep, imp, exp, eta, replicates: int, seed: int, ci: float, threads: int = 1):
     """The bootstrap accumulators: per unit the replicates' mean and sd (imp_moments,
-    exp_moments: (2, units, ...)), per group the
-    replicates' numerators and denominators (imp_num, imp_den: (G, R, 4); exp_num, exp_den:
-    (G, R, 13)), per eta slot the pooled counts (eta: (slots, R, 9))."""
+    exp_moments: (2, units, ...)), per group the replicates' numerators and denominators
+    (imp_num, imp_den: (G, R, 4); exp_num, exp_den: (G, R, 13)), per eta slot the pooled
+    counts (eta: (slots, R, 9))."""
     acc = _accumulators(prep, imp, exp, eta, replicates)
     if exp:  # summed with the replicates last, handed back as (G, R, 13) views
         acc["exp_num"] = np.zeros((exp.groups.height, 13, replicates))
@@ -403,33 +316,3 @@ def _bootstrap(prep, imp, exp, eta, replicates: int, seed: int, ci: float, threa
         acc["exp_num"] = np.moveaxis(acc["exp_num"], 2, 1)
         acc["exp_den"] = np.moveaxis(acc["exp_den"], 2, 1)
     return acc
-
-
-def implicit_scores(
-    answers: pl.DataFrame,
-    prompts: pl.DataFrame | None = None,
-    truth: BiasIGTruth | None = None,
-    **kwargs,
-) -> pl.DataFrame:
-    """The S_imp table (``IMPLICIT_COLUMNS``); keyword arguments as ``compute_metrics``."""
-    return compute_metrics(answers, prompts, truth, which=("implicit",), **kwargs)["implicit"]
-
-
-def explicit_scores(
-    answers: pl.DataFrame,
-    prompts: pl.DataFrame | None = None,
-    truth: BiasIGTruth | None = None,
-    **kwargs,
-) -> pl.DataFrame:
-    """The S_exp table (``EXPLICIT_COLUMNS``); keyword arguments as ``compute_metrics``."""
-    return compute_metrics(answers, prompts, truth, which=("explicit",), **kwargs)["explicit"]
-
-
-def eta_scores(
-    answers: pl.DataFrame,
-    prompts: pl.DataFrame | None = None,
-    truth: BiasIGTruth | None = None,
-    **kwargs,
-) -> pl.DataFrame:
-    """The eta table (``ETA_COLUMNS``); keyword arguments as ``compute_metrics``."""
-    return compute_metrics(answers, prompts, truth, which=("eta",), **kwargs)["eta"]

@@ -1,6 +1,5 @@
-"""BiasIG eta pairs: which implicit prompts and persons each pair of truth/eta.json refers
-to (:func:`resolve_pairs`, as the paper and as the released code match names) and
-:class:`Eta`, the counts pooled per side of each pair and the pair and model etas."""
+"""BiasIG eta pairs: the implicit prompts and persons each pair of truth/eta.json names
+(:func:`resolve_pairs`) and :class:`Eta`, the counts pooled per side and the etas."""
 
 from __future__ import annotations
 
@@ -10,20 +9,15 @@ from scipy import sparse
 
 from stereolens.biasig.answers import Prepared
 from stereolens.biasig.formulas import ETA_VARIANTS, eta_contributions, eta_from_contributions
-from stereolens.biasig.groups import replicate_moments, safe_div, sum_groups
-from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES, BiasIGTruth, norm_name
+from stereolens.biasig.groups import attribute_shares, replicate_moments, safe_div, sum_groups
+from stereolens.biasig.truth import ATTRIBUTES, SLICES, VALUES, BiasIGTruth, norm_name, positions
 from stereolens.ids import stable_id
 
 INNER_REPLICATES = 20
-"""Second-level replicates per bootstrap replicate of eta's iterated bias correction
-(:meth:`Eta.inner`); their means' own noise is taken out of the standard error."""
+"""Second-level replicates per bootstrap replicate of eta's iterated bias correction."""
 INNER_DRAWS = 2_000_000
-"""Side counts drawn at once by :meth:`Eta.inner` (memory, not results: the chunks split the
-replicates the same way for every run)."""
+"""Side counts drawn at once by :meth:`Eta.inner` (memory only, not results)."""
 
-# --------------------------------------------------------------------------------------------
-# Pairs of eta.json -> prompts
-# --------------------------------------------------------------------------------------------
 _RELEASED_EXPLICIT_WORDS = (
     "man",
     "woman",
@@ -178,8 +172,7 @@ class Eta:
             for u in range(a, b):
                 if not impl[u]:
                     continue
-                positions = ("left", "right") if persons[u] == 2 else ("single",)
-                for s, pos in enumerate(positions):
+                for s, pos in enumerate(positions(persons[u])):
                     i = sides.get((keys[u], pos))
                     if i is not None:
                         self.slot_of[u, s] = ri * self.n_sides + i
@@ -191,8 +184,7 @@ class Eta:
             np.add.at(self.images, self.slot_of[ok, s], n_images[ok])
 
     def sums(self, counts: np.ndarray, us: np.ndarray, local: bool = False):
-        """counts (B, R, 2, 9) of units ``us`` pooled into (sides x runs, R, 9). With
-        ``local``: (slots touched, their pooled counts)."""
+        """counts (B, R, 2, 9) of units ``us`` -> (slots, R, 9); ``local``: (touched, pooled)."""
         touched = np.unique(self.slot_of[us][self.slot_of[us] >= 0])
         rows = touched if local else np.arange(self.n_slots)
         where = np.full(self.n_slots, -1, dtype=np.int64)
@@ -217,13 +209,11 @@ class Eta:
         seed: int,
         inner_n: int = INNER_REPLICATES,
     ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """The second level of eta's double bootstrap: from each replicate's pooled side
-        counts ``pooled`` (slots, R, 9), ``inner_n`` resamples of each side's answers
-        (per attribute a multinomial of the replicate's usable answers at its shares, as
-        the first level draws images within units, pooled per side), each run from its own
-        stream seeded by (seed, variant, model). Returns ((mean, variance) of the pair etas
-        (runs, pairs, R, 4)), ((mean, variance) of the model etas (runs, R, 4)) over the
-        inner resamples (variance ddof 1)."""
+        """The second level of eta's double bootstrap: ``inner_n`` resamples of each
+        replicate's side counts ``pooled`` (slots, R, 9) (per attribute a multinomial at its
+        shares), each run its own stream seeded by (seed, variant, model). Returns ((mean,
+        variance) of the pair etas (runs, pairs, R, 4)), ((mean, variance) of the model
+        etas (runs, R, 4)), variance ddof 1."""
         n_runs, reps = len(self.runs), pooled.shape[1]
         pooled = pooled.reshape(n_runs, self.n_sides, reps, len(VALUES))
         rngs = [
@@ -255,10 +245,7 @@ class Eta:
         status and note (runs, pairs), and which pair etas count (runs, pairs, R, 4)."""
         reps = pooled.shape[1]
         pooled = pooled.reshape(len(self.runs), self.n_sides, reps, len(VALUES))
-        shares = np.full_like(pooled, np.nan)
-        for attribute in ATTRIBUTES:
-            sl = SLICES[attribute]
-            shares[..., sl] = safe_div(pooled[..., sl], pooled[..., sl].sum(-1, keepdims=True))
+        shares = attribute_shares(pooled)
         if variant == "released":  # the released shares are 0 when nothing was usable
             shares = np.nan_to_num(shares)
         images = self.images.reshape(len(self.runs), self.n_sides)

@@ -1,6 +1,5 @@
-"""The BiasIG benchmark as a plug-in (stereolens.benchmark): its config checks, its model
-jobs (one generation job per generator x acquired-attribute type x prompt condition x block
-of prompts, and one VQA job per generation job), its targets, models and report tables."""
+"""The BiasIG benchmark as a plug-in (stereolens.benchmark): config checks, model jobs
+(generation and VQA per block of prompts), targets, models and report tables."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def _check(config: dict, registry: dict) -> None:
 
 
 def selection(config: dict):
-    """The configured subset of the shipped BiasIG prompt table (read from its stored
-    parquet: milliseconds, so every cluster job can re-plan cheaply)."""
+    """The configured subset of the shipped BiasIG prompt table (its stored parquet)."""
     from stereolens.biasig.prompts import load_prompts, select_prompts
 
     bg = config["biasig"]
@@ -101,9 +99,7 @@ def _jobs(config: dict, counts: bool = False) -> list[Job]:
 
 
 def _size(config: dict) -> list[Size]:
-    """_jobs(config, counts=True) summed per stage and model: a generation job per block of
-    prompts (the prompt table bounds their number), images_per_prompt images per prompt,
-    one VQA job per generation job."""
+    """_jobs(config, counts=True) summed per stage and model, by arithmetic."""
     bg = config["biasig"]
     blocks = shards(config)
     images = sum(n for *_, n in blocks) * bg["images_per_prompt"]

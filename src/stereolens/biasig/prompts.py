@@ -16,28 +16,29 @@ from stereolens.paths import resource
 from stereolens.validation import ConfigError
 
 TOTAL_PROMPTS = 47_040
-PROMPT_COLUMNS = [
-    "prompt_id",
-    "text",
-    "source_file",
-    "line",
-    "variant_index",
-    "visibility",
-    "acquired_type",
-    "acquired_attribute",
-    "role_left",
-    "role_right",
-    "attribute_key",
-    "truth_key",
-    "category",
-    "n_persons",
-    "protected_attribute",
-    "protected_value",
-    "protected_value_left",
-    "protected_value_right",
-    "weight",
-    "quirks",
-]
+PROMPT_SCHEMA = {
+    "prompt_id": pl.String,
+    "text": pl.String,
+    "source_file": pl.String,
+    "line": pl.Int32,
+    "variant_index": pl.Int32,
+    "visibility": pl.String,
+    "acquired_type": pl.String,
+    "acquired_attribute": pl.String,
+    "role_left": pl.String,
+    "role_right": pl.String,
+    "attribute_key": pl.String,
+    "truth_key": pl.String,
+    "category": pl.String,
+    "n_persons": pl.Int8,
+    "protected_attribute": pl.String,
+    "protected_value": pl.String,
+    "protected_value_left": pl.String,
+    "protected_value_right": pl.String,
+    "weight": pl.Float64,
+    "quirks": pl.List(pl.String),
+}
+PROMPT_COLUMNS = list(PROMPT_SCHEMA)
 
 # A protected value as a prompt writes it (case-insensitive) -> canonical value.
 TEXT_VALUES = {
@@ -129,10 +130,6 @@ def _file_kind(rel: Path) -> tuple[str, str, list[str]]:
     )
 
 
-def _strip_human(role: str) -> str:
-    return role[len("human ") :] if role.startswith("human ") else role
-
-
 def parse_subject(subject: str, acquired_type: str, visibility: str) -> dict:
     """What a prompt subject (the text before the first comma, whitespace collapsed) names:
     the acquired attribute, the roles, the implicit subject it belongs to and the protected
@@ -157,7 +154,10 @@ def parse_subject(subject: str, acquired_type: str, visibility: str) -> dict:
             out["values"] = [TEXT_VALUES[(g["mod"] or g["gmod"]).lower()]]
             out["raw_values"] = [g["mod"] or g["gmod"]]
     else:
-        out["role_left"], out["role_right"] = _strip_human(g["left"]), _strip_human(g["right"])
+        out["role_left"], out["role_right"] = (
+            g["left"].removeprefix("human "),
+            g["right"].removeprefix("human "),
+        )
         out["name"] = f"{out['role_left']}-{out['role_right']}"
         out["attribute_key"] = f"One {g['left']} at left with {g['other']} {g['right']} at right"
         if visibility == "explicit":
@@ -167,11 +167,8 @@ def parse_subject(subject: str, acquired_type: str, visibility: str) -> dict:
 
 
 SHIPPED_TABLE = "prompt_table.parquet"
-"""The shipped prompt table, built from prompts/ and truth/ and stored so that planning a
-workflow (which re-parses on every cluster job) reads it in milliseconds instead of
-parsing 47,040 lines; tests/test_biasig_prompts.py checks it equals a fresh build.
-Regenerate with ``stereolens biasig prompts --out src/stereolens/resources/biasig/
-prompt_table.parquet``."""
+"""The shipped prompt table, built from prompts/ and truth/ (tests/test_biasig_prompts.py
+checks it equals a fresh build; ``stereolens biasig prompts --out`` it to regenerate)."""
 
 
 @lru_cache(maxsize=1)
@@ -196,9 +193,8 @@ def select_prompts(
     acquired_attributes: list[str] | None = None,
     max_variants: int | None = None,
 ) -> pl.DataFrame:
-    """A subset of the prompt table: acquired types, prompt conditions (implicit /
-    explicit), acquired attributes by whole name, and the first ``max_variants`` variants
-    (variant_index < max_variants). None keeps everything."""
+    """The prompts of these acquired types, conditions, acquired attributes (whole names) and
+    first ``max_variants`` variants; None keeps everything."""
     out = prompts
     if acquired_types:
         out = out.filter(pl.col("acquired_type").is_in(acquired_types))
@@ -222,11 +218,8 @@ def select_prompts(
 def load_prompts(
     root: str | os.PathLike | None = None, truth: BiasIGTruth | None = None
 ) -> pl.DataFrame:
-    """The prompt table (columns ``PROMPT_COLUMNS``), sorted by source file and line.
-
-    ``root`` is a prompts/ folder laid out like resources/biasig/prompts (default: the
-    shipped benchmark); ``truth`` gives weights and categories (default: the shipped truth).
-    """
+    """The prompt table (``PROMPT_COLUMNS``) sorted by source file and line, of the prompts/
+    folder ``root`` with ``truth``'s weights and categories (default: the shipped ones)."""
     if root is None and truth is None:
         return _shipped_prompts()
     return _build(Path(root) if root else resource("biasig", "prompts"), truth or load_truth())
@@ -332,31 +325,7 @@ def _build(root: Path, truth: BiasIGTruth) -> pl.DataFrame:
                 "quirks": quirks,
             }
         )
-    frame = pl.DataFrame(
-        rows,
-        schema={
-            "prompt_id": pl.String,
-            "text": pl.String,
-            "source_file": pl.String,
-            "line": pl.Int32,
-            "variant_index": pl.Int32,
-            "visibility": pl.String,
-            "acquired_type": pl.String,
-            "acquired_attribute": pl.String,
-            "role_left": pl.String,
-            "role_right": pl.String,
-            "attribute_key": pl.String,
-            "truth_key": pl.String,
-            "category": pl.String,
-            "n_persons": pl.Int8,
-            "protected_attribute": pl.String,
-            "protected_value": pl.String,
-            "protected_value_left": pl.String,
-            "protected_value_right": pl.String,
-            "weight": pl.Float64,
-            "quirks": pl.List(pl.String),
-        },
-    )
+    frame = pl.DataFrame(rows, schema=PROMPT_SCHEMA)
     dupes = frame.filter(pl.col("prompt_id").is_duplicated())
     if dupes.height:
         raise ConfigError(

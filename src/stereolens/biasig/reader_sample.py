@@ -5,7 +5,7 @@ human-label table `biasig correct` reads (docs/statistics.md, "Designing the hum
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 import polars as pl
@@ -14,31 +14,26 @@ from stereolens import annotation_form as af
 from stereolens.atomic import read_jsonl, write_parquet, write_text
 from stereolens.biasig.answers import scoring_table
 from stereolens.biasig.corrected import reader_table
+from stereolens.biasig.formulas import POSITIONS
 from stereolens.biasig.sample_design import printing_minimum
 from stereolens.biasig.truth import ATTRIBUTES, VALUES_BY_ATTRIBUTE
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import sample_design as sd
 
 FILES = sd.FORM_FILES
-"""What export_reader_sample writes into its folder: the form and its key (the shared
-annotation form's contract, stereolens.annotation_form: one image per set), the
-human-label template (HUMAN_COLUMNS, label empty, one row per drawn image x person x
-attribute) and the allocation (DESIGN_COLUMNS)."""
+"""What export_reader_sample writes: the form and its key (stereolens.annotation_form), the
+human-label template and the allocation (DESIGN_COLUMNS)."""
 DESIGN_COLUMNS = (
     "variant", "model", "stratum", "position", "n_items", "disagreement", "n_planned",
     "n_human", "selection_probability", "target_width", "width", "reachable",
 )  # fmt: skip
 """design.parquet, one row per planned stratum (generator x scoring unit x person): variant
-(the generator the width is planned over), model, stratum (the correction's
-"variant|model|<unit>", the human-label table's), position (single, left, right), n_items
-(N_h: the unit's images), disagreement (the rate used), n_planned (the allocation's n_h),
-n_human (the images drawn: the largest n_planned of the unit's persons, since a drawn image
-is labelled for each of its persons), selection_probability (n_human / N_h), target_width,
-width (the planned width of a label share over the generator's images x persons, for
-n_planned) and reachable."""
+(the generator), stratum (the correction's "variant|model|<unit>"), n_items (N_h: the unit's
+images), n_planned (the allocation's n_h), n_human (the images drawn: the largest n_planned
+of the unit's persons), selection_probability (n_human / N_h), width (the planned width of
+a label share over the generator's images x persons, for n_planned)."""
 VOCABULARY_VERSION = "biasig-vqa-v1"
-"""The key's schema_version: the answers are the VQA reader's values (biasig.truth:
-male, female; White, Black, East Asian, South Asian; young, middle-aged, elderly)."""
+"""The key's schema_version: the answers are the VQA reader's values (biasig.truth)."""
 CANNOT_TELL = "cannot tell"
 TITLES = {"gender": "Gender", "race": "Race", "age": "Age"}
 SIDES = {"left": "Person on the left", "right": "Person on the right"}
@@ -52,11 +47,7 @@ def dimension_of(position: str, attribute: str) -> str:
 
 def vocabulary() -> dict[str, tuple[str, ...]]:
     """Every question's closed vocabulary: the VQA reader's values of its attribute."""
-    return {
-        dimension_of(p, a): VALUES_BY_ATTRIBUTE[a]
-        for p in ("single", "left", "right")
-        for a in ATTRIBUTES
-    }
+    return {dimension_of(p, a): VALUES_BY_ATTRIBUTE[a] for p in POSITIONS for a in ATTRIBUTES}
 
 
 def titles() -> dict[str, str]:
@@ -68,9 +59,8 @@ def titles() -> dict[str, str]:
 
 def image_files(images: str | os.PathLike | pl.DataFrame) -> pl.DataFrame:
     """(variant, image_id, image_path) of the generated images: ``images`` is a BiasIG
-    images folder (results/biasig/images: <variant>/<type>/<visibility>/<shard>/ with each
-    finished shard's metadata.jsonl) or a table (DataFrame, parquet or CSV) with image_id,
-    image_path and optionally variant."""
+    images folder (its finished shards' metadata.jsonl) or a table (DataFrame, parquet or
+    CSV) with image_id, image_path and optionally variant."""
     if isinstance(images, pl.DataFrame) or not Path(images).is_dir():
         table = images if isinstance(images, pl.DataFrame) else _read_table(Path(images))
         missing = [c for c in ("image_id", "image_path") if c not in table.columns]
@@ -101,8 +91,7 @@ def _read_table(path: Path) -> pl.DataFrame:
 
 
 def reader_images(reader: pl.DataFrame) -> pl.DataFrame:
-    """One row per image of the reader table: variant, model, unit, visibility, stratum,
-    image_id and positions (the persons the reader read in it)."""
+    """One row per image of the reader table, with the positions of its persons."""
     return (
         reader.select("variant", "model", "unit", "visibility", "stratum", "position", "item_id")
         .unique()
@@ -128,15 +117,10 @@ def plan_design(
     ci: float = 0.95,
     minimum: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """The allocation (DESIGN_COLUMNS) over ``images`` (reader_images): one planned stratum
-    per generator x scoring unit x person with N_h = the unit's images, n_h from
-    sample_design.allocate_by_model per generator (``variant``) for ``target_width``;
-    ``disagreement`` a rate for every stratum or a table (stratum, disagreement) per
-    correction stratum (e.g. sample_design.disagreement_rates of a pilot); ``minimum``
-    (unit, position, minimums: sample_design.printing_minimum's, minimum: their largest)
-    raises n_h to the largest of a person's printing minimums its unit's images reach
-    (sample_design.reachable_minimum: the count `stereolens plan` recommends). The images
-    drawn per correction stratum, n_human, are the largest n_h of its persons."""
+    """The allocation (DESIGN_COLUMNS) over ``images`` (reader_images): per generator x unit
+    x person n_h from sample_design.allocate_by_model for ``target_width`` at
+    ``disagreement`` (a rate or a (stratum, disagreement) table), raised by ``minimum`` to
+    the largest reachable printing minimum; n_human = the largest n_h of its persons."""
     strata = (
         images.explode("positions")
         .rename({"positions": "position"})
@@ -194,20 +178,11 @@ def export_reader_sample(
     eta_variant: str = "paper",
     printable: bool = True,
 ) -> dict[str, Path]:
-    """Draw the human sample of the reader correction and write FILES into ``out_dir``.
-
-    The items are the reader table's (biasig.corrected.reader_table of ``answers`` under
-    ``count`` and ``scoring_unit``: every image x person of every scoring unit); the
-    allocation is plan_design's, with ``printable`` each person's printing minimum
-    (sample_design.printing_minimum of ``prompts`` under ``eta_variant``) where the unit has
-    that many images; in each correction stratum (variant|model|unit) n_human
-    images are drawn (sample_design.draw_sample, ``seed``: a simple random sample without
-    replacement), so every person of a drawn image is labelled and has selection
-    probability n_human / N_h. The form (annotation_form) shows each drawn image as a set of
-    one and asks, per person (one; or left and right), gender, race and age in the VQA
-    reader's values, or "cannot tell"; the template lists every drawn image x person x
-    attribute with its stratum and probability, label empty. ``images``: image_files'.
-    Returns FILES' paths."""
+    """Draw the human sample of the reader correction and write FILES into ``out_dir``
+    (returns their paths): plan_design's allocation over the reader table (``printable``:
+    raised to the printing minimums), n_human images drawn without replacement per stratum
+    (``seed``), every person of a drawn image labelled (probability n_human / N_h).
+    ``images``: image_files'."""
     reader, _ = reader_table(answers, prompts, count=count, scoring_unit=scoring_unit)
     pool = reader_images(reader)
     files = image_files(images)
@@ -258,7 +233,7 @@ def export_reader_sample(
         (
             (r["unit"].replace("\x1f", "/"), r["visibility"], r["variant"]),
             pl.DataFrame({"image_id": [r["image_id"]], "image_path": [r["image_path"]]}),
-            [dimension_of(p, a) for p in _order(r["positions"]) for a in ATTRIBUTES],
+            [dimension_of(p, a) for p in POSITIONS if p in r["positions"] for a in ATTRIBUTES],
         )
         for r in drawn.sort("stratum", "image_id").iter_rows(named=True)
     ]
@@ -282,23 +257,15 @@ def export_reader_sample(
     return {**paths, "template": out / FILES["template"], "design": out / FILES["design"]}
 
 
-def _order(positions: Sequence[str]) -> list[str]:
-    return [p for p in ("single", "left", "right") if p in positions]
-
-
 def human_labels_from_answers(
     answer_csvs: Iterable[str | os.PathLike],
     key: pl.DataFrame | str | os.PathLike,
     template: pl.DataFrame | str | os.PathLike,
 ) -> pl.DataFrame:
-    """The human-label table (human_labels.HUMAN_COLUMNS) of a filled BiasIG
-    reader-sample form: the answers read by the shared form's reader (annotation_form
-    .read_answers: every problem named by file, row and column; "cannot tell", like
-    "unknown", is no label), one label per image x person x attribute (the annotators'
-    consensus, annotation_form.human_consensus: the majority, ties alphabetically), the
-    stratum and selection probability from the template (annotation_form.fill_template:
-    a person nobody answered leaves the sample, and the probability of its stratum and
-    position becomes answered / N_h)."""
+    """The human-label table (human_labels.HUMAN_COLUMNS) of a filled BiasIG reader-sample
+    form: annotation_form.read_answers ("cannot tell" is no label), one consensus label per
+    image x person x attribute (annotation_form.human_consensus), stratum and probability
+    from the template (annotation_form.fill_template)."""
     key = af.read_key(key)
     multi = key.filter(pl.col("n_images") != 1)
     if multi.height:

@@ -26,8 +26,7 @@ HEADLINE = "biasig_eta"
 
 
 NOT_SHOWN = {"vqa": None}
-"""What a report without the run's config assumes where :func:`infer_config` names nothing:
-the tables do not name the VQA model (the first screen says "VQA ?")."""
+"""What a report without the run's config assumes: the tables do not name the VQA model."""
 
 
 def infer_config(inputs: Inputs) -> dict:
@@ -59,9 +58,8 @@ def _tables(inputs: Inputs) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
 
 
 def model_level(implicit: pl.DataFrame, explicit: pl.DataFrame, eta: pl.DataFrame) -> pl.DataFrame:
-    """One row per variant: S_imp (+ its ceiling), S_exp and eta (the paper's plug-in
-    numbers) with their intervals and, where the tables have them, the bias-corrected
-    estimates the intervals are centred on (S_imp_bc, S_exp_bc, eta_bc)."""
+    """One row per variant: S_imp (+ its ceiling), S_exp and eta (plug-in) with their
+    intervals and, where the tables have them, the bias-corrected estimates (*_bc)."""
 
     def level(frame, name, extra=()):
         rows = frame.filter(pl.col("level") == "model")
@@ -232,8 +230,7 @@ def model_figure(table: pl.DataFrame) -> Figure | None:
 
 
 def category_figure(implicit: pl.DataFrame) -> Figure | None:
-    """S_imp per category of acquired attribute (rows), one panel per acquired-attribute
-    type, one colour per variant, with intervals."""
+    """S_imp per category with intervals, a panel per acquired type, a colour per variant."""
     rows = implicit.filter((pl.col("level") == "category") & (pl.col("protected_attribute") == "*"))
     if rows.is_empty():
         return None
@@ -294,13 +291,11 @@ def variant_deltas(
     eta: pl.DataFrame,
     comparisons: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """Variant minus base at the model level: S_imp and S_exp per protected attribute,
-    eta per attribute (columns variant, model, metric, protected_attribute, value, base,
-    change: plug-in values), and from ``comparisons`` (the biasig comparisons table, rows
-    "variant_vs_base") the difference they test ``change_bc`` (of the bias-corrected S_imp and
-    S_exp, of the plug-in eta) with its
-    95% interval, p-value, Holm-adjusted p-value and decision (null where absent, or where
-    the pair is below the minimum size: ``interval_note`` then says why)."""
+    """Variant minus base at the model level: S_imp, S_exp and eta per protected attribute
+    (columns variant, model, metric, protected_attribute, value, base, change: plug-in
+    values), and from ``comparisons``' "variant_vs_base" rows the tested difference
+    ``change_bc`` with its 95% interval, p-value, Holm-adjusted p-value and decision (null
+    where absent or below the minimum size: ``interval_note`` says why)."""
 
     def long(frame: pl.DataFrame, metric: str) -> pl.DataFrame:
         return frame.select(
@@ -503,9 +498,7 @@ def sections(inputs: Inputs, config: dict) -> list[Section]:
 
 
 def galleries(inputs: Inputs, config: dict, settings: GallerySettings) -> list[GalleryPage]:
-    """One page per model or variant: the ``biasig_subjects`` implicit subjects with the
-    lowest S_imp and the explicit subjects with the lowest S_exp, each with
-    ``biasig_per_subject`` sample images and the VQA's gender, race and age answers."""
+    """One page per model or variant (:func:`report_gallery.pages`)."""
     if not (
         enabled(inputs, config) and inputs.has("biasig_answers") and inputs.has("biasig_prompts")
     ):

@@ -1,7 +1,5 @@
 """The BiasIG image galleries of the report: per model or variant, the subjects with the
-lowest S_imp and S_exp, each with sample images found on disk and the VQA's gender, race
-and age answers. biasig.report.galleries checks the inputs and calls :func:`pages`.
-"""
+lowest S_imp and S_exp, with sample images and the VQA's answers (:func:`pages`)."""
 
 from __future__ import annotations
 
@@ -35,10 +33,9 @@ def pages(
     explicit: pl.DataFrame,
 ) -> list[GalleryPage]:
     """One page per model or variant: the ``biasig_subjects`` implicit subjects with the
-    lowest S_imp and the explicit subjects with the lowest S_exp, each with
-    ``biasig_per_subject`` sample images and the VQA's gender, race and age answers
-    (``inputs`` has the answers and the prompts)."""
-    from stereolens.biasig.metrics import subject_of
+    lowest S_imp and explicit subjects with the lowest S_exp, ``biasig_per_subject`` images
+    each with the VQA's answers."""
+    from stereolens.biasig.answers import subject_of
 
     n_subjects = settings.count("biasig_subjects", 12)
     per_subject = settings.count("biasig_per_subject", 4)

@@ -43,12 +43,8 @@ READER_HEADLINES = {
     "s_exp": reader.Headline("S_exp", 1.0, lower_is_less_biased=False, withheld=S_EXP_WITHHELD),
     "eta": reader.Headline("eta", 0.5, ranked=False, withheld=ETA_WITHHELD),
 }
-"""The corrected table's metrics (S_imp, S_exp: 1 = no bias, matches the ground truth,
-always shows what is asked; higher = less biased; the block shows their '*' rows, S_exp's
-interval printed from its biasig.formulas.SCORE_MIN_HUMAN_RELIABLE human labels per cell,
-S_imp's by its rule over the whole row (biasig.corrected.score_reliable). eta: 0.5 = neither
-ignorance nor discrimination, a direction, not ranked; its corrected interval printed from
-biasig.formulas.ETA_MIN_HUMAN_RELIABLE human labels per cell)."""
+"""The corrected table's metrics: S_imp, S_exp (1 = no bias; higher = less biased) and eta
+(0.5 = neither ignorance nor discrimination, a direction, not ranked)."""
 
 
 READER_CAPTION = (
@@ -71,9 +67,7 @@ READER_CAPTION = (
 
 
 def reader_correction(inputs: Inputs, config: dict) -> reader.ReaderBlock | None:
-    """The first screen's reader block (stereolens.report.reader): naive beside corrected
-    S_imp and S_exp per variant over all protected attributes ('*'), else the labels to
-    collect for the run's image positions (no reader audit: the stated default)."""
+    """The first screen's reader block: naive beside corrected, else the labels to collect."""
     table = inputs.get("biasig_corrected")
     if table is not None and table.height:
         return reader.corrected_block(

@@ -1,5 +1,5 @@
-"""BiasIG bootstrap resampling: the counts of the point estimate and of the replicates (images
-resampled within each unit, a seeded stream per (variant, model)), made by :class:`Resampler`."""
+"""BiasIG bootstrap resampling (:class:`Resampler`): the counts (units, replicates, 2 persons,
+9 values) of the point estimate and of the replicates, images resampled within each unit."""
 
 from __future__ import annotations
 
@@ -19,18 +19,13 @@ DRAW_BUDGET = 250_000
 """Images drawn per bootstrap block (replicates x images of the block). The blocks decide how
 each run's random stream is consumed: changing this changes the intervals."""
 CHUNK_UNITS = 256
-"""Units scored together (whole blocks): a chunk's counts take 144 kB per unit at 1,000
-replicates; it does not change any result."""
+"""Units scored together (whole blocks; memory only, no result depends on it)."""
 
 
-# --------------------------------------------------------------------------------------------
-# Counts: point estimate and bootstrap blocks. Layout (units, replicates, 2 persons, 9 values)
-# --------------------------------------------------------------------------------------------
 def _counts_from_draws(
     codes: np.ndarray, local_unit: np.ndarray, n_units: int, replicates: int
 ) -> np.ndarray:
-    """codes (R, images, 2, 3) of the drawn images, local_unit (images,) -> counts
-    (n_units, R, 2, 9)."""
+    """codes (R, images, 2, 3), local_unit (images,) -> counts (n_units, R, 2, 9)."""
     r = np.arange(replicates, dtype=np.int64)[:, None, None, None]
     u = local_unit.astype(np.int64)[None, :, None, None]
     s = np.arange(2, dtype=np.int64)[None, None, :, None]
@@ -64,18 +59,9 @@ def _run_stream(seed: int, variant: str, model: str) -> np.random.Generator:
 
 
 class Resampler:
-    """Bootstrap counts of a run's units, chunk by chunk, from the same random draws as the
-    earlier block-by-block code (``biasig_bootstrap_blocks_reference`` in
-    tests/reference_aggregates.py): each (variant, model) its own stream seeded by (seed,
-    variant, model), so adding a model leaves the others' intervals as they were; one uniform
-    draw per replicate and image of each block, in the same blocks.
-
-    What is faster: an image enters the counts only through its answer codes, so the images
-    of a unit are reduced to its distinct code signatures (at most 25 for a one-person unit);
-    a drawn image is counted once, by signature, and the counts follow from the signature
-    multiplicities by a sparse product. For the explicit units of ``explicit`` only the two
-    counts S_exp reads are made per person (answers equal to the value asked, usable answers
-    of its attribute). All counts are integers, the same as the reference's."""
+    """Bootstrap counts of a run's units, chunk by chunk, from the draws of
+    tests/reference_aggregates.py's reference (a stream per (seed, variant, model)); for
+    ``explicit``'s units only the two counts S_exp reads per person."""
 
     FULL = 2 * len(VALUES)
     """Counts per unit and replicate: (2 persons, 9 values)."""
@@ -128,9 +114,8 @@ class Resampler:
     def block_counts(
         self, rng: np.random.Generator, u0: int, u1: int, counts: np.ndarray, asked: np.ndarray
     ) -> None:
-        """Draw one block (units u0:u1) and write its counts into ``counts`` (u1 - u0, R, 2,
-        9) and, for the explicit units, ``asked`` (u1 - u0, R, 2, 2) (the other rows of
-        either are left as they are)."""
+        """Draw one block (units u0:u1) into ``counts`` (u1 - u0, R, 2, 9) and, for the
+        explicit units, ``asked`` (u1 - u0, R, 2, 2); other rows are left as they are."""
         prep, reps = self.prep, self.replicates
         i0, i1 = prep.offsets[u0], prep.offsets[u1]
         sizes = np.diff(prep.offsets[u0 : u1 + 1])

@@ -13,11 +13,9 @@ from stereolens.metrics import sample_design as sd
 
 
 def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
-    """The configured run's strata: model (the generator's registry name, the reader
-    table's variant), stratum (generator x scoring unit x person: the correction stratifies
-    by unit, and each person of a unit is a cell that needs its own 2 human labels),
-    n_items (the unit's prompts x images_per_prompt: the reader table's items of that
-    person), minimums (:func:`printing_minimum`) and minimum, the largest of them."""
+    """The configured run's strata: model (the generator, the reader table's variant),
+    stratum (generator x scoring unit x person), n_items (the unit's prompts x
+    images_per_prompt), minimums (:func:`printing_minimum`) and minimum, their largest."""
     from stereolens.biasig.answers import scoring_table
     from stereolens.biasig.plugin import selection
 
@@ -57,12 +55,9 @@ def plan_strata(config: dict[str, Any]) -> pl.DataFrame:
 
 def printing_minimum(prompts: pl.DataFrame, eta_variant: str, units: pl.DataFrame) -> pl.Series:
     """Per unit x person of ``units`` (visibility, attribute_key, position) the human labels
-    from which the report prints each headline row ('*') using it, one per row (the
-    ``minimums`` of sample_design.printable_counts): an explicit unit's
-    corrected.score_minimum("s_exp", "*"); an implicit one's corrected.cell_minimum("s_imp",
-    "*", the implicit units x persons: S_imp's rule over the whole row), and
-    formulas.ETA_MIN_HUMAN_RELIABLE besides where it is a side of an eta pair
-    (pairs.resolve_pairs of ``prompts`` under ``eta_variant``)."""
+    from which the report prints each headline row ('*') using it, one per row: explicit
+    corrected.score_minimum("s_exp", "*"), implicit corrected.cell_minimum("s_imp", "*", the
+    implicit persons), and formulas.ETA_MIN_HUMAN_RELIABLE on a side of an eta pair."""
     from stereolens.biasig.corrected import cell_minimum, score_minimum
     from stereolens.biasig.formulas import ETA_MIN_HUMAN_RELIABLE
     from stereolens.biasig.pairs import resolve_pairs
@@ -97,21 +92,14 @@ def printing_minimum(prompts: pl.DataFrame, eta_variant: str, units: pl.DataFram
 def pilot_rates(
     config: dict[str, Any], pilot: Path, strata: pl.DataFrame, default: float
 ) -> tuple[pl.DataFrame, str, list[str]]:
-    """``strata`` with the disagreement rates of a pilot's results folder (its answers and
-    prompt tables and its human labels: biasig.reader_correction.human_labels, else the
-    pilot's simulated ones; sample_design.disagreement_rates by generator: a planned
-    stratum, generator x unit x person, is named otherwise than the correction's, so it
-    takes its generator's pooled rate, else the pilot's); the source and notes."""
-    from dataclasses import replace
-
-    from stereolens.biasig.answers import answer_vocabularies
+    """``strata`` with the disagreement rates of a pilot's results folder (its answers,
+    prompts and human labels, else its simulated ones; sample_design.disagreement_rates by
+    generator, else the pilot's pooled rate); the source and notes."""
+    from stereolens.biasig.answers import read_answers
     from stereolens.biasig.corrected import reader_table
-    from stereolens.biasig.formulas import READ_COLUMNS
     from stereolens.biasig.layout import LAYOUT
     from stereolens.biasig.prompts import load_prompts, read_prompt_table
-    from stereolens.metrics.command import read_checked
     from stereolens.metrics.human_labels import read_human_labels
-    from stereolens.tables import ANSWERS
 
     bg = config["biasig"]
     answers_path, prompts_path = LAYOUT.at(pilot, "answers"), LAYOUT.at(pilot, "prompts")
@@ -123,8 +111,7 @@ def pilot_rates(
             f"{human_path}); disagreement {default:g} (biasig.reader_sample.disagreement)"
         )
         return strata.with_columns(pl.lit(default).alias("disagreement")), "default", [note]
-    spec = replace(ANSWERS, vocabularies=answer_vocabularies())
-    answers = read_checked(answers_path, "answers", spec, columns=list(READ_COLUMNS))
+    answers = read_answers(answers_path)
     prompts = read_prompt_table(prompts_path) if prompts_path.is_file() else load_prompts()
     reader, _ = reader_table(answers, prompts, count=bg["count"], scoring_unit=bg["scoring_unit"])
     table, source = sd.disagreement_rates(

@@ -1,6 +1,5 @@
-"""BiasIG output tables: the implicit, explicit and eta tables (columns
-``IMPLICIT_COLUMNS``, ``EXPLICIT_COLUMNS``, ``ETA_COLUMNS``) built from the scorers' unit and
-group scores and their intervals, with counts and status per row, sorted by level."""
+"""BiasIG output tables: the implicit, explicit and eta tables built from the scorers' unit
+and group scores and their intervals, with counts and status per row."""
 
 from __future__ import annotations
 
@@ -17,9 +16,6 @@ from stereolens.biasig.groups import (
 from stereolens.biasig.pairs import Eta
 from stereolens.biasig.truth import ATTRIBUTE_OF_VALUE, ATTRIBUTES, SLICES, VALUES
 
-# --------------------------------------------------------------------------------------------
-# Table assembly
-# --------------------------------------------------------------------------------------------
 LEVEL_ORDER = {
     "prompt": 0,
     "subject": 0,
@@ -160,8 +156,7 @@ def explicit_table(
     level: str,
     bc: tuple[np.ndarray, np.ndarray],
 ) -> pl.DataFrame:
-    """The S_exp table; intervals and ``bc`` (units,) and (groups, 13) as in
-    :func:`implicit_table`."""
+    """The S_exp table; intervals and ``bc`` (units,) and (groups, 13) as in implicit_table."""
     idx = np.flatnonzero(exp.mask)
     attr_names = units["protected_attribute"].to_list()
     single = units["protected_value"].to_list()
@@ -236,11 +231,9 @@ def explicit_table(
 
 
 def eta_table(eta: Eta, truth, pooled, boot, variant, ci, inner=None, inner_n=0) -> pl.DataFrame:
-    """The eta table from the pooled counts of the point estimate and ``boot`` = (pair
-    etas (runs, pairs, R, 4), model etas (runs, R, 4)) of the replicates, or None; ``inner``
-    = :meth:`Eta.inner`'s ((mean, variance) of the pair etas, of the model etas) of
-    ``inner_n`` second-level replicates each: the iterated bias-corrected estimates and
-    their normal intervals (:func:`double_bias_corrected`, unclipped)."""
+    """The eta table from the point estimate's pooled counts, ``boot`` = (pair etas (runs,
+    pairs, R, 4), model etas (runs, R, 4)) or None, and ``inner`` = :meth:`Eta.inner`'s
+    moments of ``inner_n`` second-level replicates (:func:`double_bias_corrected`)."""
     pair_eta, model_eta, status, note, valid = eta.etas(pooled, truth, variant)
     n_runs, n_pairs = len(eta.runs), eta.pairs.height
     if boot is not None:

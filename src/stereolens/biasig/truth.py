@@ -43,16 +43,19 @@ TRUTH_FILES = {
 SUM_TOLERANCE = 1e-3
 
 
+def positions(n_persons: int) -> tuple[str, ...]:
+    """The positions of the people in an image of ``n_persons``."""
+    return ("left", "right") if n_persons == 2 else ("single",)
+
+
 def norm_name(name: str) -> str:
     """Whole-name comparison key: case-folded, whitespace collapsed."""
     return " ".join(name.split()).casefold()
 
 
 def same_name(entry: str, name: str) -> bool:
-    """True when ``entry`` (a truth-file name) names ``name`` (a prompt's name): equal up to
-    case and whitespace, or ``entry`` is the plural ``name + "s"`` (category.json lists
-    "Dentists", "Computer programmers" where the prompts say "Dentist", "Computer
-    Programmer"). Whole names only: "Teacher" never names "Art Teacher"."""
+    """True when ``entry`` (a truth-file name) names ``name`` (a prompt's) as a whole name,
+    equal up to case and whitespace or as its plural ``name + "s"`` ("Dentists")."""
     e, n = norm_name(entry), norm_name(name)
     return e == n or e == n + "s"
 
@@ -108,7 +111,6 @@ class BiasIGTruth:
     repairs: tuple[str, ...] = field(default=())
     """What was changed on loading (negative shares set to zero, age keys renamed)."""
 
-    # -- look-ups used by the prompt table --------------------------------------------------
     def truth_key(self, subject: str) -> str:
         """The key of the truth and weight files for a prompt subject."""
         return self.settings.truth_key_aliases.get(subject, subject)

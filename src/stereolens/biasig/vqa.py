@@ -1,6 +1,5 @@
-"""BiasIG protected-attribute VQA: gender, race and age of the people in each image, asked in
-fresh schema-constrained requests with retries (the protocol and statuses: docs/methods.md,
-"BiasIG")."""
+"""BiasIG protected-attribute VQA: gender, race and age of the people in each image, in
+schema-constrained requests with retries (docs/methods.md, "BiasIG")."""
 
 from __future__ import annotations
 
@@ -10,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stereolens.biasig.truth import ATTRIBUTES, VALUES_BY_ATTRIBUTE
+from stereolens.biasig.merge import ANSWER_DTYPES, NOT_MERGED
+from stereolens.biasig.truth import ATTRIBUTES, VALUES_BY_ATTRIBUTE, positions
 from stereolens.models.ask import (
     ResponseCache,
     ask_images,
@@ -25,25 +25,7 @@ from stereolens.validation import ConfigError, parse_yaml
 
 DEFAULT_PROMPT = ("biasig", "vqa_prompt.v1.yaml")
 UNKNOWN = "unknown"
-POSITIONS_OF = {1: ("single",), 2: ("left", "right")}
-"""Row positions of a one-person and a two-person image."""
-ROW_COLUMNS = [
-    "model",
-    "prompt_id",
-    "image_id",
-    "position",
-    "gender",
-    "race",
-    "age",
-    "attempts",
-    "status",
-    "reason",
-    "response_sha256",
-    "prompt_version",
-    "vqa_model",
-    "vqa_revision",
-    "attempt_log",
-]
+ROW_COLUMNS = [*ANSWER_DTYPES, *NOT_MERGED]
 """Columns of an answer row (``attempt_log``: one {attempt, response_sha256, error,
 unknown, cached} per attempt, the same on every row of an image)."""
 
@@ -141,7 +123,7 @@ class VQAPrompt:
         raise ValueError(f"n_persons must be 1 or 2, got {n_persons!r}")
 
     def user_text(self, n_persons: int) -> str:
-        if n_persons not in POSITIONS_OF:
+        if n_persons not in (1, 2):
             raise ValueError(f"n_persons must be 1 or 2, got {n_persons!r}")
         return self.user_single if n_persons == 1 else self.user_pair
 
@@ -178,7 +160,7 @@ def _n_persons(item: dict) -> int:
         n = int(n)
     except (TypeError, ValueError):
         n = None
-    if n not in POSITIONS_OF:
+    if n not in (1, 2):
         raise ValueError(
             f"image {item.get('image_id')!r}: n_persons must be 1 or 2, got "
             f"{item.get('n_persons')!r}"
@@ -195,12 +177,9 @@ def vqa_answers(
     cache: ResponseCache | None = None,
     log: Callable[[str], Any] = print,
 ) -> list[dict]:
-    """Gender, race and age per image and position; rows in input order (columns
-    ``ROW_COLUMNS``), one per image for one-person images, left then right for two.
-
-    Each item has ``image_id``, ``image_path``, ``prompt_id``, ``model`` and ``n_persons``
-    (1 or 2). Retries and statuses: docs/methods.md.
-    """
+    """Gender, race and age per image and position (``ROW_COLUMNS``; left then right for
+    two persons) of ``items`` (image_id, image_path, prompt_id, model, n_persons), in input
+    order. Retries and statuses: docs/methods.md."""
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
     temperature = float(spec.get("temperature", 0) or 0)
@@ -217,7 +196,7 @@ def vqa_answers(
                 "item": item,
                 "n": n,
                 "image_sha256": shas[i],
-                "answers": {p: dict.fromkeys(ATTRIBUTES) for p in POSITIONS_OF[n]},
+                "answers": {p: dict.fromkeys(ATTRIBUTES) for p in positions(n)},
                 "valid": False,
                 "discard": unreadable.get(i),
             }

@@ -425,12 +425,3 @@ def corrected_table(
             f"'model|role|condition'); label more images"
         )
     return out, pl.concat(skipped)
-
-
-def corrected_bi(
-    reader: pl.DataFrame, human: pl.DataFrame, **options
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """corrected_table's ``bi`` rows alone, a role's cohort and overall rows (dimension
-    "*") with them (KEYS + METRIC_COLUMNS + k: the label column, null on them, dropped)."""
-    table, skipped = corrected_table(reader, human, metrics=("bi",), **options)
-    return table.drop("label"), skipped

@@ -23,6 +23,7 @@ from stereolens.contextbias.metrics import (
     check_attributes,
     check_bi_options,
     check_conditions,
+    nanmean,
 )
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.ids import stable_id
@@ -258,9 +259,7 @@ def _level_means(
     with np.errstate(invalid="ignore", divide="ignore"):
         out = num / den
     if overall == "cohort":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            out[:, :, len(cohort_levels)] = np.nanmean(out[:, :, cohort_levels], axis=2)
+        out[:, :, len(cohort_levels)] = nanmean(out[:, :, cohort_levels], axis=2)
     return out
 
 

@@ -4,14 +4,12 @@ BI per condition and the CA-U - CF shift, from the role-level cluster bootstrap'
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import polars as pl
 
 from stereolens.contextbias.bootstrap import LevelReplicates
 from stereolens.contextbias.intervals import MIN_ROLES, withheld_note
-from stereolens.contextbias.metrics import ALL, CONDITIONS
+from stereolens.contextbias.metrics import ALL, CONDITIONS, nanmean
 from stereolens.metrics.compare import (
     COMPARISON_COLUMNS,
     RANK_COLUMNS,
@@ -66,9 +64,7 @@ def _statistic(lv: LevelReplicates, metric: str, level: int, condition: str):
 
     est, rep = pick(lv.estimate), pick(lv.replicates)
     if lv.support == "common":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            est = 2 * est - np.nanmean(rep, axis=1)
+        est = 2 * est - nanmean(rep, axis=1)
     return est, rep, None if jk is None else pick(jk)
 
 

@@ -4,7 +4,6 @@ cohort) under the role-level bootstrap (world, effect and estimator: docs/planne
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +11,7 @@ import numpy as np
 from scipy.special import xlogy
 
 from stereolens.contextbias.bootstrap import role_multiplicity
-from stereolens.contextbias.metrics import bi_from_parts
+from stereolens.contextbias.metrics import bi_from_parts, nanmean
 from stereolens.design.power import EffectSpec, Simulation, set_key
 from stereolens.design.sampling import _steps, multinomial, segment_sum
 
@@ -124,9 +123,7 @@ def level_values(bi: np.ndarray, member: np.ndarray, overall: str = "cohort") ->
     with np.errstate(invalid="ignore", divide="ignore"):
         cohort = num / den
         if overall == "cohort":
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                top = np.nanmean(cohort, axis=-1)
+            top = nanmean(cohort, axis=-1)
         else:
             top = np.where(ok, bi, 0.0).sum(-1) / ok.sum(-1)
     return np.concatenate([top[..., None], cohort], axis=-1)
@@ -345,10 +342,7 @@ class ContextBiasDesign:
 
     def _collect(self, lv_cf: np.ndarray, lv_cau: np.ndarray) -> dict[str, np.ndarray]:
         """Level values (G, ..., L) -> CA-U - CF per name (...)."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            star_cf = np.nanmean(lv_cf, axis=0)
-            star_cau = np.nanmean(lv_cau, axis=0)
+        star_cf, star_cau = nanmean(lv_cf, axis=0), nanmean(lv_cau, axis=0)
         out = {}
         for name, _, g, li in self._names():
             if g is None:
@@ -428,12 +422,10 @@ class ContextBiasDesign:
                     bias[i, sl] = mean - est[name][sl]
                     rep_var.setdefault(name, np.empty((len(w), sims)))[i, sl] = var
         shift, scale = {}, {}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            for name in rep_bias:
-                b = np.nanmean(rep_bias[name], axis=1)
-                shift[name] = self.shift_sign * np.where(np.isnan(b), 0.0, b)
-                scale[name] = np.sqrt(np.nanmean(rep_var[name], axis=1) * r_cfg / (r_cfg - 1))
+        for name in rep_bias:
+            b = nanmean(rep_bias[name], axis=1)
+            shift[name] = self.shift_sign * np.where(np.isnan(b), 0.0, b)
+            scale[name] = np.sqrt(nanmean(rep_var[name], axis=1) * r_cfg / (r_cfg - 1))
         return shift, scale
 
     def bootstrap_moments(
@@ -526,12 +518,10 @@ class ContextBiasDesign:
             boot = self._collect(
                 *self.levels(cf_boot, np.einsum("dbr,gdrl->gdbl", mult, cau))
             )  # name -> (datasets, replicates)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                for name, e in est.items():
-                    v = np.nanmean(np.nanmean(boot[name], axis=-1) - e)
-                    v = 0.0 if np.isnan(v) else self.shift_sign * v
-                    out.setdefault(name, np.full(len(w), np.nan))[i] = v
+            for name, e in est.items():
+                v = nanmean(nanmean(boot[name], axis=-1) - e)
+                v = 0.0 if np.isnan(v) else self.shift_sign * v
+                out.setdefault(name, np.full(len(w), np.nan))[i] = v
         for name, v in out.items():
             ok = np.isfinite(v)
             out[name] = np.interp(w, w[ok], v[ok])

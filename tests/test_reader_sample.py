@@ -14,8 +14,8 @@ import polars as pl
 import pytest
 from scipy import stats
 
+from stereolens.annotation_form import CSV_COLUMNS
 from stereolens.config import load_config
-from stereolens.contextbias.annotation.columns import CSV_COLUMNS
 from stereolens.contextbias.annotation.sample_design import (
     FILES,
     export_reader_sample,

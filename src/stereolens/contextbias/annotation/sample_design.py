@@ -11,9 +11,9 @@ from typing import Any
 
 import polars as pl
 
-from stereolens.annotation_form import fill_template, human_consensus
+from stereolens.annotation_form import fill_template, human_consensus, read_key
 from stereolens.atomic import write_parquet, write_text
-from stereolens.contextbias.annotation.answers import read_answers, read_key
+from stereolens.contextbias.annotation.answers import read_answers
 from stereolens.contextbias.annotation.columns import DEFAULT_DIMENSIONS
 from stereolens.contextbias.annotation.form import _check_dimensions, _select_images, write_form
 from stereolens.contextbias.corrected import reader_table

@@ -120,29 +120,10 @@ def model_comparisons(
     lv: LevelReplicates, level: float = 0.95, min_roles: int = MIN_ROLES
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """comparisons.parquet and ranks.parquet of ContextBias from the bootstrap's level
-    replicates (the CLI passes those of support "common": K = the closed vocabulary's size,
-    else the labels seen by any model and extractor; see contextbias.bootstrap.SUPPORTS).
-
-    Families (one Holm family each): metric "bi" with scope "<condition> / <overall or
-    cohort>", metric "bi_shift" with scope "CA-U - CF / <overall or cohort>"; models =
-    the generators of one extractor (scope prefixed "<extractor> / " when the table has an
-    extractor column). When there are several extractors, also metric "bi_extractor" /
-    "bi_shift_extractor" families whose models are the extractors reading one generator's
-    images (scope prefixed "<generator> / "). estimate = the statistic on the original data
-    (support "own": equal to bootstrap.parquet's and bi.parquet's pooled values); the
-    replicates are the cluster bootstrap's (paired across models under paired draws: each
-    replicate's role draw is shared by every model, extractor and condition). Lower is less
-    biased. Models whose estimate is undefined (a condition without data) are left out of
-    the family.
-
-    Under support "common" estimate_a / estimate_b are bias-corrected (2 x the plug-in -
-    the replicates' mean), the difference is theirs, its se the role jackknife's and its
-    interval and test on t(R - 1) (:func:`_t_wald`); the estimand is the difference of the
-    two models' BI at their population label shares with the common K (bench/COVERAGE.md).
-    With fewer than ``min_roles`` roles every pair is withheld
-    (:func:`stereolens.metrics.compare.withhold`: ci_low, ci_high, p_value, p_adjusted and
-    reject null), so are the RANKS_WITHHELD columns, and ``interval_note`` (also in
-    ranks.parquet) says why; else it is null."""
+    replicates (the CLI passes those of support "common"; see contextbias.bootstrap.SUPPORTS).
+    Families, estimates and intervals: docs/outputs.md. Models whose estimate is undefined
+    are left out of the family; with fewer than ``min_roles`` roles every pair is withheld
+    (:func:`stereolens.metrics.compare.withhold`) and ``interval_note`` says why."""
     cmp_frames: list[pl.DataFrame] = []
     rank_frames: list[pl.DataFrame] = []
     paired = lv.draws == "paired"

@@ -77,7 +77,7 @@ def jackknife_se(values: np.ndarray) -> float:
     return float(np.sqrt((r - 1) / r * ((v - v.mean()) ** 2).sum())) if r > 1 else float("nan")
 
 
-def _families(lv: LevelReplicates):
+def _families():
     """(metric, scope prefix, condition) of every family, conditions first then the shift."""
     for cond in CONDITIONS:
         yield "bi", cond, cond
@@ -140,7 +140,7 @@ def model_comparisons(
     for suffix, groups, name_at in groupings:
         for outer, members in sorted(groups.items()):
             prefix = "".join(f"{v} / " for v in outer)
-            for metric, head, cond in _families(lv):
+            for metric, head, cond in _families():
                 for li, scope in _headline(lv):
                     est, rep, jk = _statistic(lv, metric, li, cond)
                     ok = [g for g in members if np.isfinite(est[g])]

@@ -26,22 +26,14 @@ its percentile interval relative to the estimate; Monte Carlo error about sd / 3
 FEW_ROLES = 30
 """Below this many roles the "bc-t" rows' standard error is the emulated role bootstrap's
 (:meth:`ContextBiasDesign.bootstrap_scale`, ``bootstrap_moments`` up to 4 roles) in place of the
-estimate's spread over the datasets, which it overstates with few roles (mean se^2 / the
-spread's variance on the test world, tests/design_worlds.small_world: 1.88 at 3 roles, 1.37
-at 6, 1.25 at 10, 1.12-1.17 at 12-16, 1.11 at 20, 1.04 at 30). Predicted minus the pipeline's
-rate near 0.5-0.7 power, level 0.05 (4,000 simulations, 3,000 datasets; docs/planner.md):
-with the spread +0.196 at 3 roles, +0.115 at 6, +0.051 at 12, +0.046 at 20; with the
-emulated se -0.011, -0.005, +0.009, -0.020. From FEW_ROLES on the spread (+0.004 at 30)."""
+estimate's spread over the datasets, which it overstates with few roles (measured:
+docs/planner.md)."""
 SCALE_REPLICATES = 16
 """Role-bootstrap replicates per simulated dataset that emulate the pipeline's se from 5 roles
 to FEW_ROLES - 1; their se^2 is unbiased for the bootstrap's variance."""
 SCALE_SHARE = 0.5
 """The share of the simulated datasets (the first) on which the role bootstrap is emulated from
-5 roles on, at every grid point. With 16 replicates the mean se^2 over 100 datasets (of the
-default 200) has a relative error of about sqrt((2 / 15 + 2 / (R - 1)) / 100): 2.3% in the se
-at 29 roles, 4.0% at 5 (the spread's own over 200 datasets: 5%). 7 grid points, linear in w in
-between, put config/config.yaml's camera MDE at 10 roles 16% off (0.1319 for 0.1137): the se
-bends at large w."""
+5 roles on, at every grid point (its error: docs/planner.md)."""
 EXACT_RESAMPLES = 35
 """Up to this many distinct resamples (C(2R - 1, R): 4 roles) every one is enumerated with its
 multinomial probability instead."""

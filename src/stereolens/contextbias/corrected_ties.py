@@ -13,8 +13,7 @@ from stereolens.metrics import reader_correction as rc
 TIE_SE = 2.0
 """A CCS interval is withheld where two of the label's three condition shares lie within
 TIE_SE bootstrap standard errors of each other (:func:`ccs_ties`): CCS's range, max - min,
-is not smooth where shares tie, and there its bootstrap interval fails (bench/COVERAGE.md,
-"Reader correction, ContextBias CCS at ties": 12% of 300 datasets with three tied shares)."""
+is not smooth where shares tie, and there its bootstrap interval fails (bench/COVERAGE.md)."""
 TIE_REASON = (
     f"two conditions' shares within {TIE_SE:g} standard errors: CCS's range is not smooth at "
     "a tie, where its bootstrap interval does not cover (bench/COVERAGE.md, 'CCS at ties')"

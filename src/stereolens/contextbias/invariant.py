@@ -9,8 +9,6 @@ import polars as pl
 
 from stereolens.contextbias.intervals import MIN_ROLES, withheld_note
 
-__all__ = ["MIN_ROLES", "interval_min_roles", "invariant_share"]
-
 
 def interval_min_roles(config: dict) -> int:
     """contextbias.metrics.interval_min_roles of a validated ``config`` (the schema's

@@ -61,8 +61,6 @@ def validation_roles(config: dict) -> list[str]:
     """Roles of the validation prompts, restricted to contextbias.roles when given."""
     import json
 
-    from stereolens.paths import resource
-
     cb = config["contextbias"]
     if not cb["validation"]["enabled"]:
         return []
@@ -240,8 +238,6 @@ def _report_tables(config: dict) -> dict[str, str]:
 
 def prompt_bank(config: dict) -> str:
     """The prompt bank's path: contextbias.prompt_bank, else the shipped bank."""
-    from stereolens.paths import resource
-
     return config["contextbias"]["prompt_bank"] or str(resource("contextbias", "prompts.json"))
 
 

@@ -207,7 +207,6 @@ ROLE_PATTERN = r"[a-z0-9_]{1,64}"
 
 def role_slug(name: str) -> str:
     """A role name that fits ROLE_PATTERN, to suggest when one does not."""
-    import re
     import unicodedata
 
     ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
@@ -220,7 +219,6 @@ def check_prompt_bank(config: dict[str, Any]) -> list[str]:
     and every role has at least one non-empty prompt in every configured condition.
     Returns the roles; raises ConfigError naming the file, the role and what to do."""
     import difflib
-    import re
 
     cb = config["contextbias"]
     path = cb["prompt_bank"] or "the shipped prompt bank"  # null: the shipped copy

@@ -10,6 +10,7 @@ import polars as pl
 
 from stereolens.contextbias import report_studies
 from stereolens.contextbias.invariant import interval_min_roles, invariant_share
+from stereolens.contextbias.metrics import _group_keys
 from stereolens.contextbias.report_figures import (
     BI_FORMULA,
     CONDITIONS,
@@ -18,7 +19,6 @@ from stereolens.contextbias.report_figures import (
     bootstrap_figure,
     ccs_heatmap,
     interval_words,
-    model_keys,
     only_extractor,
     withheld_words,
 )
@@ -175,7 +175,7 @@ def profile(inputs: Inputs, config: dict) -> pl.DataFrame:
 
 
 def _bi_tables(bi: pl.DataFrame) -> list[Table]:
-    keys = model_keys(bi)
+    keys = _group_keys(bi)
     if bi.is_empty():
         return [
             Table("contextbias-bi", "Bias Intensity", "No attributes were extracted: no BI.", bi)

@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 
 from stereolens.contextbias.corrected_functionals import ccs_functional
+from stereolens.contextbias.corrected_means import with_reason
 from stereolens.metrics import reader_correction as rc
 
 TIE_SE = 2.0
@@ -79,8 +80,4 @@ def withhold_ties(record: dict, tie_naive: bool, tie_corrected: bool) -> dict:
 def with_reasons(table: pl.DataFrame, records: list[dict]) -> pl.DataFrame:
     """A CCS table with k null and withheld_reason (null where the interval is not
     withheld for a tie) from its records, in their order."""
-    reasons = [r.get("withheld_reason") for r in records]
-    return table.with_columns(
-        pl.lit(None, pl.Int64).alias("k"),
-        pl.Series("withheld_reason", reasons, dtype=pl.String),
-    )
+    return with_reason(table.with_columns(pl.lit(None, pl.Int64).alias("k")), records)

@@ -193,6 +193,3 @@ def write_form(
         images_per_set, titles=QUESTIONS, image_root=image_root, max_side=max_side,
         image_format=image_format,
     )  # fmt: skip
-
-
-# ============================================================================ answers

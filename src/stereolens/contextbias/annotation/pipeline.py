@@ -90,6 +90,3 @@ def pipeline_set_labels(
         "pipeline_prevalence",
         "pipeline_tie",
     ).sort(group)
-
-
-# ============================================================================ statistics

@@ -10,10 +10,9 @@ import polars as pl
 
 from stereolens.contextbias import report_studies
 from stereolens.contextbias.invariant import interval_min_roles, invariant_share
-from stereolens.contextbias.metrics import _group_keys
+from stereolens.contextbias.metrics import CONDITIONS, _group_keys
 from stereolens.contextbias.report_figures import (
     BI_FORMULA,
-    CONDITIONS,
     bi_condition_figure,
     bi_dimension_figure,
     bootstrap_figure,

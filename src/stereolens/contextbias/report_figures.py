@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from stereolens.contextbias.metrics import _group_keys
+from stereolens.contextbias.metrics import CONDITIONS, _group_keys
 from stereolens.report import figures as F
 from stereolens.report.html import Figure
 
-CONDITIONS = ["CF", "CA-R", "CA-U"]
 COHORT_ORDER = ["people", "objects", "camera", "scene"]
 BI_FORMULA = "BI = 1 - H(p)/log K (paper Eq. 1), H the Shannon entropy of the label shares p"
 

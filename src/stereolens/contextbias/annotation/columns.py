@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import polars as pl
 
-CONDITIONS = ("CF", "CA-R", "CA-U")
 DEFAULT_DIMENSIONS = (
     "gender_presentation",
     "age_range",

@@ -11,7 +11,8 @@ import numpy as np
 import polars as pl
 
 from stereolens import annotation_form as af
-from stereolens.contextbias.annotation.columns import CONDITIONS, DEFAULT_DIMENSIONS, QUESTIONS
+from stereolens.contextbias.annotation.columns import DEFAULT_DIMENSIONS, QUESTIONS
+from stereolens.contextbias.metrics import CONDITIONS
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.ids import stable_id
 

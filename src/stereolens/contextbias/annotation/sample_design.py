@@ -14,11 +14,11 @@ import polars as pl
 from stereolens.annotation_form import fill_template, human_consensus, read_key
 from stereolens.atomic import write_parquet, write_text
 from stereolens.contextbias.annotation.answers import read_answers
-from stereolens.contextbias.annotation.columns import CONDITIONS, DEFAULT_DIMENSIONS
+from stereolens.contextbias.annotation.columns import DEFAULT_DIMENSIONS
 from stereolens.contextbias.annotation.form import _check_dimensions, _select_images, write_form
 from stereolens.contextbias.corrected import reader_table
 from stereolens.contextbias.corrected_rule import printing_minimums
-from stereolens.contextbias.metrics import use_label_column
+from stereolens.contextbias.metrics import CONDITIONS, use_label_column
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import sample_design as sd

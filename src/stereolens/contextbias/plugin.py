@@ -44,9 +44,7 @@ def _check(config: dict, registry: dict) -> None:
             f"contextbias.canonicalisation.llm: {llm!r} is not an llm in the registry "
             f"{config['registry']}; known llms: {', '.join(known)}"
         )
-    from stereolens.contextbias.prompts import check_prompt_bank
-
-    check_prompt_bank(config)
+    roles(config)  # checks the prompt bank
     check_reader_correction(cb["reader_correction"], "contextbias")
 
 

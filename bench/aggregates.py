@@ -147,7 +147,7 @@ def job(stage: str, data: Path, part: str | None) -> None:
         )
     elif stage == "canonicalise_contextbias_labels":
         from stereolens.contextbias.canonical import run_canonicalisation
-        from stereolens.contextbias.jobs import limit_threads
+        from stereolens.models.job import limit_threads
 
         limit_threads(1)  # the rule's threads
         run_canonicalisation(

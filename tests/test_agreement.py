@@ -13,8 +13,9 @@ import polars as pl
 import pytest
 from conftest import skip_unless_ci
 
+from stereolens.annotation_form import CSV_COLUMNS
 from stereolens.contextbias.annotation.answers import read_answers
-from stereolens.contextbias.annotation.columns import CSV_COLUMNS, PAIR_COLUMNS, SUMMARY_COLUMNS
+from stereolens.contextbias.annotation.columns import PAIR_COLUMNS, SUMMARY_COLUMNS
 from stereolens.contextbias.annotation.form import export_annotation_sample
 from stereolens.contextbias.annotation.kappa import (
     bootstrap_fleiss,

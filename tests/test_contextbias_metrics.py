@@ -11,10 +11,11 @@ from scipy import stats
 
 from stereolens.cli import main
 from stereolens.contextbias.bootstrap import (
+    _bootstrap_data,
     cluster_bootstrap,
     role_multiplicity,
 )
-from stereolens.contextbias.bootstrap_loop import _cluster_bootstrap_loop
+from stereolens.contextbias.bootstrap_loop import _bootstrap_loop
 from stereolens.contextbias.ccs import (
     CONSISTENCY,
     ccs_mean,
@@ -667,7 +668,7 @@ def test_bootstrap_vectorised_equals_loop():
     att, _ = _bootstrap_table()
     for k in ("model", "cell", "vocabulary"):
         fast = cluster_bootstrap(att, replicates=25, seed=3, k_definition=k)
-        slow = _cluster_bootstrap_loop(att, replicates=25, seed=3, k_definition=k)
+        slow = _bootstrap_loop(_bootstrap_data(att, k, None), replicates=25, seed=3)
         assert fast.equals(slow)
 
 

@@ -50,7 +50,7 @@ def test_contextbias_estimator_is_cluster_bootstrap_estimate(k_definition, overa
         boot = cluster_bootstrap(table, replicates=1, k_definition=k_definition, overall=overall)
         boot = boot.filter(pl.col("comparison") == "CA-U - CF", pl.col("dimension") == "*")
         for name, values in mine.items():
-            model, cohort = CC._cb_row(d, name)
+            model, cohort = CC._cb_row(name)
             row = boot.filter(pl.col("model") == model, pl.col("cohort") == cohort)
             assert row["estimate"][0] == pytest.approx(values[s], abs=1e-12), name
 
@@ -100,7 +100,7 @@ def test_emulated_role_bootstrap_is_cluster_bootstraps():
     boot = boot.filter(pl.col("comparison") == "CA-U - CF", pl.col("dimension") == "*")
     assert set(mine) == {s.name for s in d.specs()}
     for name, (mean, var) in mine.items():
-        model, cohort = CC._cb_row(d, name)
+        model, cohort = CC._cb_row(name)
         row = boot.filter(pl.col("model") == model, pl.col("cohort") == cohort)
         sd = (row["ci_high"][0] - row["ci_low"][0]) / 2 / t_factor(3)
         assert var[0] > 0

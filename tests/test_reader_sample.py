@@ -14,15 +14,15 @@ import polars as pl
 import pytest
 from scipy import stats
 
+from stereolens.annotation_form import CSV_COLUMNS
 from stereolens.config import load_config
-from stereolens.contextbias.annotation.columns import CSV_COLUMNS
 from stereolens.contextbias.annotation.sample_design import (
     FILES,
     export_reader_sample,
     human_labels_from_answers,
     labels_needed,
 )
-from stereolens.contextbias.corrected import corrected_bi, reader_table
+from stereolens.contextbias.corrected import corrected_table, reader_table
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import reader_correction as rc
 from stereolens.metrics import sample_design as sd
@@ -264,7 +264,7 @@ def test_reader_sample_round_trip(corpus, tmp_path):
         (pl.col("item_id") == first) & (pl.col("attribute") == "gender_presentation")
     )["label"]
     assert got.to_list() == [flip]
-    table, skipped = corrected_bi(reader, human, replicates=50)
+    table, skipped = corrected_table(reader, human, replicates=50, metrics=("bi",))
     # model x role x cond x dim, and per model x role x cond the people cohort's mean
     # (dimension "*") and the overall value (cohort "*")
     assert table.height == 2 * 2 * 2 * (2 + 2) and not skipped.height
@@ -671,7 +671,7 @@ def test_the_recommended_sample_prints_what_the_plan_says(tmp_path):
             .join(reader.select("item_id", "attribute", "label"), on=["item_id", "attribute"])
             .select(list(hl.HUMAN_COLUMNS))
         )
-        table, _ = corrected_bi(reader, human, replicates=20)
+        table, _ = corrected_table(reader, human, replicates=20, metrics=("bi",))
         cells = table.filter(pl.col("dimension") != "*")
         reliable[name] = dict(cells.select("condition", "interval_reliable").iter_rows())
         if name == "recommended":

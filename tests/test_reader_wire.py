@@ -16,7 +16,6 @@ from conftest import workflow_env
 
 from stereolens.cli import main
 from stereolens.contextbias.corrected import (
-    corrected_bi,
     corrected_table,
     pooled_functional,
     reader_table,
@@ -71,8 +70,8 @@ def test_contextbias_bi_by_hand():
     #              = 1 - 0.610864 / 0.693147 = 0.118709.
     reader = reader_table(_attributes(READ), _images(READ))
     assert reader["stratum"].unique().to_list() == ["g|nurse|CF"]
-    table, left_out = corrected_bi(
-        reader, _human({"i1": "male", "i2": "female"}), replicates=200, lam="ppi"
+    table, left_out = corrected_table(
+        reader, _human({"i1": "male", "i2": "female"}), replicates=200, lam="ppi", metrics=("bi",)
     )
     assert left_out.height == 0
     row = table.row(0, named=True)
@@ -102,7 +101,9 @@ def test_contextbias_off_simplex_and_unread_images():
     reader = reader_table(_attributes(read), images)
     assert reader.filter(pl.col("item_id") == "i5")["label"].to_list() == ["unknown"]
     assert "i6" not in reader["item_id"].to_list()
-    table, _ = corrected_bi(reader, _human({"i1": "female", "i2": "female"}), lam="ppi")
+    table, _ = corrected_table(
+        reader, _human({"i1": "female", "i2": "female"}), lam="ppi", metrics=("bi",)
+    )
     row = table.row(0, named=True)
     assert row["off_simplex"] and row["corrected"] == pytest.approx(1.0)
     # naive: the extractor's one label: K = max(labels given, 2 with the humans') = 2,

@@ -32,17 +32,25 @@ def table():
     return build_validation_prompts(["sdxl", "flux.1-dev"], 10)
 
 
+def stated_pairs(truth):
+    return truth.pairs.filter(pl.col("kind") == "stated")
+
+
+def n_prompts(truth):
+    return truth.pairs["source_index"].n_unique() + truth.excluded.height
+
+
 def stated(truth, source_index):
-    rows = truth.stated().filter(pl.col("source_index") == source_index)
+    rows = stated_pairs(truth).filter(pl.col("source_index") == source_index)
     assert rows.height == 1
     return rows.row(0, named=True)
 
 
 # ------------------------------------------------------------------------ truth file
 def test_truth_covers_all_220_prompts(truth):
-    assert truth.n_prompts == 220
+    assert n_prompts(truth) == 220
     assert truth.excluded.height == 0
-    s = truth.stated()
+    s = stated_pairs(truth)
     assert s.height == 220
     assert sorted(s["source_index"].to_list()) == list(range(220))
     by_index = {e["source_index"]: e for e in SOURCE}
@@ -53,7 +61,7 @@ def test_truth_covers_all_220_prompts(truth):
 
 
 def test_truth_counts_per_dimension(truth):
-    counts = dict(truth.stated()["dimension"].value_counts().iter_rows())
+    counts = dict(stated_pairs(truth)["dimension"].value_counts().iter_rows())
     assert counts == {
         "clothing_garment": 51,
         "gender_presentation": 46,
@@ -72,7 +80,7 @@ def test_truth_counts_per_dimension(truth):
         "body_type": 2,
         "age_range": 2,
     }
-    labels = truth.stated().group_by("dimension", "expected").len()
+    labels = stated_pairs(truth).group_by("dimension", "expected").len()
     get = {(d, e): n for d, e, n in labels.iter_rows()}
     assert get[("gender_presentation", "male")] == 39
     assert get[("gender_presentation", "female")] == 7
@@ -128,9 +136,9 @@ def test_open_vocabulary_entries_carry_synonyms(truth):
     apron = stated(truth, 14)
     assert apron["open_vocabulary"] and not apron["exclusive"]
     assert apron["accepted"][0] == "apron" and "kitchen apron" in apron["accepted"]
-    closed = truth.stated().filter(~pl.col("open_vocabulary"))
+    closed = stated_pairs(truth).filter(~pl.col("open_vocabulary"))
     assert (closed["accepted"].list.len() == 1).all()
-    assert set(truth.stated().filter(pl.col("open_vocabulary"))["dimension"]) == {
+    assert set(stated_pairs(truth).filter(pl.col("open_vocabulary"))["dimension"]) == {
         "items",
         "clothing_garment",
     }
@@ -220,7 +228,7 @@ def test_version_mismatches(tmp_path):
 def test_a_prompt_stating_two_attributes(tmp_path):
     also = [{"dimension": "age_range", "expected": "older_adult"}]
     truth = load_validation_truth(write_truth(tmp_path, set_entry(3, also=also)))
-    pairs = truth.stated().filter(pl.col("source_index") == 3)
+    pairs = stated_pairs(truth).filter(pl.col("source_index") == 3)
     assert sorted(pairs.select("dimension", "expected").rows()) == [
         ("age_range", "older_adult"),
         ("gender_presentation", "male"),
@@ -238,8 +246,8 @@ def test_excluded_prompt_is_reported_not_scored(tmp_path):
         (3, stable_id("validation", 3, "a photo of a male actor"), "actor",
          "a photo of a male actor", "states nothing"),
     ]  # fmt: skip
-    assert truth.stated().height == 219 and truth.n_prompts == 220
-    pid = {r["source_index"]: r["prompt_id"] for r in truth.stated().iter_rows(named=True)}
+    assert stated_pairs(truth).height == 219 and n_prompts(truth) == 220
+    pid = {r["source_index"]: r["prompt_id"] for r in stated_pairs(truth).iter_rows(named=True)}
     excluded_id = truth.excluded["prompt_id"][0]
     images = pl.DataFrame(
         {
@@ -334,7 +342,7 @@ def small(truth):
     Model B, "an athlete with an athletic build": b1 no label -> FN, no FP.
     An image of a main-benchmark prompt is ignored.
     """
-    pid = {r["source_index"]: r["prompt_id"] for r in truth.stated().iter_rows(named=True)}
+    pid = {r["source_index"]: r["prompt_id"] for r in stated_pairs(truth).iter_rows(named=True)}
     images = pl.DataFrame(
         [
             ("A", pid[20], "g1", "ok"),
@@ -439,7 +447,7 @@ def test_details_and_implied_pairs(small, truth):
 
 
 def test_implied_pairs_are_scored_apart(truth):
-    pid = truth.stated().filter(pl.col("source_index") == 1)["prompt_id"][0]
+    pid = stated_pairs(truth).filter(pl.col("source_index") == 1)["prompt_id"][0]
     images = pl.DataFrame({"model": ["m"] * 2, "prompt_id": [pid] * 2, "image_id": ["a", "b"]})
     attrs = pl.DataFrame(
         {
@@ -466,7 +474,7 @@ def test_implied_pairs_are_scored_apart(truth):
 )
 def test_f1_paper_reproduces_the_published_f1(truth, accuracy, paper_f1):
     """Tables 1 and 7: F1 = 2 acc / (1 + acc), i.e. precision 1."""
-    pid = truth.stated().filter(pl.col("source_index") == 20)["prompt_id"][0]
+    pid = stated_pairs(truth).filter(pl.col("source_index") == 20)["prompt_id"][0]
     ids = [f"i{k}" for k in range(1000)]
     images = pl.DataFrame({"model": "m", "prompt_id": pid, "image_id": ids, "status": "ok"})
     attrs = pl.DataFrame(

@@ -2,7 +2,7 @@
 
 from stereolens.atomic import atomic_path
 from stereolens.contextbias.canonical import mapping_summary, run_canonicalisation
-from stereolens.contextbias.jobs import limit_threads
+from stereolens.models.job import limit_threads
 from stereolens.models.registry import load_registry
 from stereolens.workflow_support import run_logged
 

@@ -23,6 +23,7 @@ from stereolens.contextbias.metrics import (
     check_attributes,
     check_bi_options,
     check_conditions,
+    nanmean,
 )
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.ids import stable_id
@@ -258,9 +259,7 @@ def _level_means(
     with np.errstate(invalid="ignore", divide="ignore"):
         out = num / den
     if overall == "cohort":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            out[:, :, len(cohort_levels)] = np.nanmean(out[:, :, cohort_levels], axis=2)
+        out[:, :, len(cohort_levels)] = nanmean(out[:, :, cohort_levels], axis=2)
     return out
 
 
@@ -385,33 +384,15 @@ def cluster_bootstrap(
     **options: Any,
 ) -> pl.DataFrame:
     """Role-level cluster bootstrap of pooled-BI differences between conditions (paper App.
-    E.1, Tables 8-9).
+    E.1, Tables 8-9): bootstrap.parquet (columns: docs/outputs.md).
 
-    Each replicate draws as many roles as there are, with replacement, from the roles of
-    the attributes table: under ``draws`` "paired" one draw per replicate is shared by all
-    models, dimensions and conditions, so that differences stay paired; under "unpaired"
-    each (extractor,) model x condition draws on its own (the released code). Label counts
-    are pooled over the drawn roles weighted by multiplicity, and pooled BI is recomputed
-    per dimension with K per ``k_definition`` recomputed on the resample ('model': labels
-    with a positive pooled count in any condition; 'cell': in the cell; 'vocabulary': the
-    closed vocabulary's size, open dimensions as 'model'), so that the original data give
-    pooled_bi's K. A cohort's value is the mean of its dimensions; "*" is the mean of the
-    cohort values (``overall`` "cohort", default) or of all dimensions ("dimension"); model
-    "*" is the mean over models within each replicate. All replicates are computed at once:
-    a (B x roles) multiplicity matrix times a (roles x labels) count matrix per model.
-
-    Columns: [extractor], model (or "*"), cohort (or "*"), dimension ("*" = the cohort, or a
-    dimension name), comparison ("CA-R - CF", "CA-U - CF", "CA-U - CA-R"), estimate (on the
-    original data, the plug-in: the paper's number; equals the difference of
-    :func:`pooled_bi` values), estimate_bc (bias-corrected: 2 x estimate - boot_mean),
-    boot_mean (mean over replicates: the paper's reported "mean differences"), ci_low,
-    ci_high (``interval`` "bc-t", default: estimate_bc +- t(R - 1) x the replicates' sd x
-    sqrt(R / (R - 1)), R = the roles; "basic": 2 x estimate - the 97.5 and 2.5 percentiles;
-    "percentile": the 2.5 and 97.5 percentiles, as the released code; null below
-    ``min_roles`` roles), interval, replicates, seed, k_definition, overall_definition,
-    draws, interval_note (null, or why the interval is withheld). Rows whose estimate is
-    undefined (a condition without data) are left out. ``args`` and ``options``:
-    :func:`level_replicates`'s."""
+    Each replicate draws as many roles as there are, with replacement: under ``draws``
+    "paired" one draw per replicate shared by all models, dimensions and conditions; under
+    "unpaired" one per (extractor,) model x condition (the released code). Pooled BI is
+    recomputed on the resample with K per ``k_definition`` ('model', 'cell', 'vocabulary'),
+    so that the original data give pooled_bi's K; cohort, overall (``overall``) and model "*"
+    values are means within each replicate. Rows whose estimate is undefined are left out.
+    ``args`` and ``options``: :func:`level_replicates`'s."""
     return bootstrap_frame(level_replicates(attributes, *args, **options), interval, min_roles)
 
 

@@ -8,29 +8,12 @@ import numpy as np
 import polars as pl
 
 from stereolens.contextbias.bootstrap import (
-    _bootstrap_data,
     _BootstrapData,
     _level_replicates,
     _replicate_bi,
     _role_draws,
     bootstrap_frame,
 )
-from stereolens.contextbias.schema import AttributeSchema
-
-
-def _cluster_bootstrap_loop(
-    attributes: pl.DataFrame,
-    replicates: int = 1000,
-    seed: int = 0,
-    k_definition: str = "model",
-    schema: AttributeSchema | None = None,
-    *,
-    overall: str = "cohort",
-) -> pl.DataFrame:
-    """:func:`cluster_bootstrap` (paired draws) one replicate at a time (the reference
-    implementation for the benchmark and for a test: same draws, same result)."""
-    data = _bootstrap_data(attributes, k_definition, schema, overall)
-    return _bootstrap_loop(data, replicates, seed)
 
 
 def _bootstrap_loop(data: _BootstrapData, replicates: int, seed: int) -> pl.DataFrame:

@@ -30,7 +30,6 @@ ENCODER_PACKAGES = {
 """Encoder ids that ship inside a pip package (an offline install): the id is read from
 the package's folder when the package is installed, from the hub otherwise."""
 
-DECIDED_BY = ("embedding", "singleton", "llm", "override")
 MAPPING_COLUMNS: dict[str, Any] = {
     "dimension": pl.String,
     "raw_label": pl.String,

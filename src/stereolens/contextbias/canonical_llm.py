@@ -185,7 +185,6 @@ def llm_core_labels(
         spec,
         llm,
         cache_dir,
-        prompt.version,
         valid=lambda text: parse_concept(text, prompt)[0] is not None,
     )
 
@@ -231,7 +230,6 @@ def _answer_cached(
     spec: ModelSpec,
     llm: Any,
     cache_dir: str | os.PathLike | None,
-    prompt_version: str,
     valid: Callable[[str], bool],
 ) -> list[str]:
     """Answers in order (models.ask, one attempt each); only valid deterministic answers

@@ -5,15 +5,6 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-
-def use_label_column(attributes, column: str):
-    """stereolens.contextbias.metrics.use_label_column (imported when called: the CLI's
-    parser is built without polars)."""
-    from stereolens.contextbias.metrics import use_label_column as choose
-
-    return choose(attributes, column)
-
-
 FLAGS = {
     "single_label_bi": "single_label_bi",
     "bootstrap_draws": "bootstrap_draws",
@@ -27,6 +18,7 @@ issues name; every other key is set in the preset)."""
 def _read_inputs(args: argparse.Namespace):
     """The schema, the checked attributes table (with its --label-column) and the images
     table (or None) that `metrics` and `correct` read."""
+    from stereolens.contextbias.metrics import use_label_column
     from stereolens.contextbias.schema import AttributeSchema
     from stereolens.metrics.command import read_checked
     from stereolens.tables import ATTRIBUTES, IMAGES
@@ -231,6 +223,7 @@ def _run_sample(args: argparse.Namespace) -> int:
     import polars as pl
 
     from stereolens.contextbias.annotation import sample_design as csd
+    from stereolens.contextbias.metrics import use_label_column
     from stereolens.metrics import sample_design as sd
     from stereolens.metrics.command import preset_section, print_allocation
     from stereolens.metrics.human_labels import read_human_labels

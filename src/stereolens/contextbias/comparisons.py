@@ -4,14 +4,12 @@ BI per condition and the CA-U - CF shift, from the role-level cluster bootstrap'
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import polars as pl
 
 from stereolens.contextbias.bootstrap import LevelReplicates
 from stereolens.contextbias.intervals import MIN_ROLES, withheld_note
-from stereolens.contextbias.metrics import ALL, CONDITIONS
+from stereolens.contextbias.metrics import ALL, CONDITIONS, nanmean
 from stereolens.metrics.compare import (
     COMPARISON_COLUMNS,
     RANK_COLUMNS,
@@ -66,9 +64,7 @@ def _statistic(lv: LevelReplicates, metric: str, level: int, condition: str):
 
     est, rep = pick(lv.estimate), pick(lv.replicates)
     if lv.support == "common":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            est = 2 * est - np.nanmean(rep, axis=1)
+        est = 2 * est - nanmean(rep, axis=1)
     return est, rep, None if jk is None else pick(jk)
 
 
@@ -81,7 +77,7 @@ def jackknife_se(values: np.ndarray) -> float:
     return float(np.sqrt((r - 1) / r * ((v - v.mean()) ** 2).sum())) if r > 1 else float("nan")
 
 
-def _families(lv: LevelReplicates):
+def _families():
     """(metric, scope prefix, condition) of every family, conditions first then the shift."""
     for cond in CONDITIONS:
         yield "bi", cond, cond
@@ -124,29 +120,10 @@ def model_comparisons(
     lv: LevelReplicates, level: float = 0.95, min_roles: int = MIN_ROLES
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """comparisons.parquet and ranks.parquet of ContextBias from the bootstrap's level
-    replicates (the CLI passes those of support "common": K = the closed vocabulary's size,
-    else the labels seen by any model and extractor; see contextbias.bootstrap.SUPPORTS).
-
-    Families (one Holm family each): metric "bi" with scope "<condition> / <overall or
-    cohort>", metric "bi_shift" with scope "CA-U - CF / <overall or cohort>"; models =
-    the generators of one extractor (scope prefixed "<extractor> / " when the table has an
-    extractor column). When there are several extractors, also metric "bi_extractor" /
-    "bi_shift_extractor" families whose models are the extractors reading one generator's
-    images (scope prefixed "<generator> / "). estimate = the statistic on the original data
-    (support "own": equal to bootstrap.parquet's and bi.parquet's pooled values); the
-    replicates are the cluster bootstrap's (paired across models under paired draws: each
-    replicate's role draw is shared by every model, extractor and condition). Lower is less
-    biased. Models whose estimate is undefined (a condition without data) are left out of
-    the family.
-
-    Under support "common" estimate_a / estimate_b are bias-corrected (2 x the plug-in -
-    the replicates' mean), the difference is theirs, its se the role jackknife's and its
-    interval and test on t(R - 1) (:func:`_t_wald`); the estimand is the difference of the
-    two models' BI at their population label shares with the common K (bench/COVERAGE.md).
-    With fewer than ``min_roles`` roles every pair is withheld
-    (:func:`stereolens.metrics.compare.withhold`: ci_low, ci_high, p_value, p_adjusted and
-    reject null), so are the RANKS_WITHHELD columns, and ``interval_note`` (also in
-    ranks.parquet) says why; else it is null."""
+    replicates (the CLI passes those of support "common"; see contextbias.bootstrap.SUPPORTS).
+    Families, estimates and intervals: docs/outputs.md. Models whose estimate is undefined
+    are left out of the family; with fewer than ``min_roles`` roles every pair is withheld
+    (:func:`stereolens.metrics.compare.withhold`) and ``interval_note`` says why."""
     cmp_frames: list[pl.DataFrame] = []
     rank_frames: list[pl.DataFrame] = []
     paired = lv.draws == "paired"
@@ -163,7 +140,7 @@ def model_comparisons(
     for suffix, groups, name_at in groupings:
         for outer, members in sorted(groups.items()):
             prefix = "".join(f"{v} / " for v in outer)
-            for metric, head, cond in _families(lv):
+            for metric, head, cond in _families():
                 for li, scope in _headline(lv):
                     est, rep, jk = _statistic(lv, metric, li, cond)
                     ok = [g for g in members if np.isfinite(est[g])]

@@ -318,57 +318,12 @@ def corrected_table(
     metrics: tuple[str, ...] = METRICS,
     **options,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(corrected.parquet: TABLE_KEYS (extractor first if any) + reader_correction's
-    METRIC_COLUMNS + k, one row per metric x its cell; the cells left out for want of human
-    labels). Every metric is the benchmark's own function of the label shares of the cells
-    (role x condition x dimension) whose strata have reader_correction.MIN_LABELLED human
-    labels, naive (the extractor's shares) beside corrected (PPI), both samples resampled
-    within strata (reader_correction.corrected_metric, ``options``: replicates, seed, lam,
-    off_simplex, interval, ...):
-
-    - ``bi``: BI = reader_correction.bi_functional (metrics.entropy.bias_intensity's
-      definition) of the cell's shares, K = max(K of ``k_definition``, the labels extractor
-      or humans gave in the cell); label null. With its summary rows per model x role x
-      condition: the cohort rows (dimension "*": the mean of the role's BI over the
-      cohort's dimensions) and the overall row (cohort "*", dimension "*": per
-      ``overall``, the mean of the cohort rows or of all dimensions), k null, from one
-      bootstrap in which the role's dimensions (the same images) share their draws
-      (:func:`_role_summary_table`); their naive values' mean over roles is bi.parquet's
-      "role" summary row where every role cell is kept and K agrees.
-    - ``bi_pooled``: role "*": BI of the label counts pooled over the model's role cells of
-      a condition x dimension, sum_r n_r s_r (contextbias.metrics.pooled_bi), K = max(K of
-      ``k_definition``, the labels seen in those cells); over the cells kept. With the
-      benchmark's summary rows (bi.parquet's): per model x condition the cohort rows
-      (dimension "*": the mean of the cohort's dimensions' pooled BI) and the overall row
-      (cohort "*", dimension "*": per ``overall``, the mean of the cohort rows or of all
-      dimensions), k null, from one bootstrap in which a role's dimensions (the same
-      images) share their draws (:func:`_summary_table`).
-    - ``bi_role`` and ``bi_role_mm``: role "*": bi.parquet's role-averaged aggregations
-      "role" and "role_miller_madow" (contextbias.metrics.role_bi), per model x condition x
-      dimension the mean over the roles kept of the ``bi`` rows' BI (``bi_role_mm``: the
-      Miller-Madow BI of the counts n s, corrected_functionals.miller_madow_functional), NaN
-      cells left out; with the cohort rows and the overall row as ``bi_pooled``'s, from
-      one bootstrap per model x condition, a role's dimensions drawn jointly
-      (corrected_means.role_mean_table). "role_matched" has no corrected row (NOT_CORRECTED).
-      Their model "*" rows ``bi_role_mean`` and ``bi_role_mm_mean``: per condition the mean
-      over generators, the generators drawn independently (corrected_means.generator_means).
-    - ``ccs``: condition "*": CCS = Prev% / (1 + range_pp) of the label's shares in the
-      role's three condition cells (contextbias.ccs.ccs_table, paper Eq. 2-4; n_c fixed),
-      for the labels seen in all three conditions and ``min_count`` times in total on the
-      reader's counts (then ``naive`` is the ccs table's number) or on the corrected ones
-      (n_c x the corrected share); naive / corrected and their intervals NaN where their
-      own counts fail that rule; bounds [0, 100]; k null.
-    - ``ccs_mean``: model "*", condition "*": the cross-generator CCS (paper Eq. 5,
-      contextbias.ccs.ccs_mean) of a role x dimension x label, the plain mean of the
-      generators' CCS where defined, each reading over the generators its own counts
-      define (naive = the ccs_mean table's number); the generators' cells resampled
-      independently (their images are); bounds [0, 100]; k null.
-
-    interval_reliable (the report prints the corrected interval where true): every cell of
-    the row has reader_correction.MIN_HUMAN_RELIABLE human labels; ``bi_role``'s and
-    ``bi_role_mean``'s rows: corrected_rule's measured aggregate rule (over every
-    generator's role cells of the row; withheld_reason where it fails). Each
-    extractor is corrected on its own (the human labels are the same images')."""
+    """(corrected.parquet, the cells left out for want of human labels): per metric of
+    ``metrics`` (METRICS) the benchmark's own function of the label shares of the cells whose
+    strata have reader_correction.MIN_LABELLED human labels, naive beside corrected (PPI),
+    both samples resampled within strata (``options``: reader_correction.corrected_metric's).
+    Rows, columns and printing rules: docs/outputs.md (corrected.parquet) and docs/statistics.md
+    "Correcting for the reader's errors". Each extractor is corrected on its own."""
     unknown = set(metrics) - set(METRICS)
     if unknown:
         raise ValueError(f"metrics {sorted(unknown)}; allowed: {', '.join(METRICS)}")
@@ -425,12 +380,3 @@ def corrected_table(
             f"'model|role|condition'); label more images"
         )
     return out, pl.concat(skipped)
-
-
-def corrected_bi(
-    reader: pl.DataFrame, human: pl.DataFrame, **options
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """corrected_table's ``bi`` rows alone, a role's cohort and overall rows (dimension
-    "*") with them (KEYS + METRIC_COLUMNS + k: the label column, null on them, dropped)."""
-    table, skipped = corrected_table(reader, human, metrics=("bi",), **options)
-    return table.drop("label"), skipped

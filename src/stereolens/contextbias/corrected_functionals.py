@@ -4,11 +4,9 @@ summary rows, each vectorised over bootstrap replicates."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
-from stereolens.contextbias.metrics import bi_from_parts
+from stereolens.contextbias.metrics import bi_from_parts, nanmean
 from stereolens.metrics import reader_correction as rc
 
 
@@ -74,10 +72,8 @@ def summary_functional(
 
     def summary(shares: list[np.ndarray]) -> np.ndarray:
         vals = np.stack([f(shares[s]) for f, s in zip(pooled, spans, strict=True)], -1)
-        with np.errstate(invalid="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # a mean of NaN alone: NaN
-            means = np.stack([np.nanmean(vals[:, d], axis=1) for d in cohorts], -1)
-            total = np.nanmean(means if overall == "cohort" else vals, axis=1)
+        means = np.stack([nanmean(vals[:, d], axis=1) for d in cohorts], -1)
+        total = nanmean(means if overall == "cohort" else vals, axis=1)
         return np.concatenate([vals] * with_dims + [means, total[:, None]], -1)
 
     return summary
@@ -111,8 +107,6 @@ def role_mean_functional(per_role: list):
 
     def mean(shares: list[np.ndarray]) -> np.ndarray:
         vals = np.stack([f([s]) for f, s in zip(per_role, shares, strict=True)], -1)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # no role: NaN
-            return np.nanmean(vals, axis=-1)
+        return nanmean(vals, axis=-1)  # no role: NaN
 
     return mean

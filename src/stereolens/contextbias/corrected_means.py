@@ -4,8 +4,6 @@ contextbias.corrected."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import polars as pl
 
@@ -15,7 +13,7 @@ from stereolens.contextbias.corrected_functionals import (
     summary_functional,
 )
 from stereolens.contextbias.corrected_rule import AGGREGATE_MIN_LABELLED, apply_rule
-from stereolens.contextbias.metrics import ALL
+from stereolens.contextbias.metrics import ALL, nanmean
 from stereolens.metrics import corrected_tables as ct
 from stereolens.metrics import reader_correction as rc
 
@@ -215,9 +213,7 @@ def cross_model_rows(
             out = np.full((np.atleast_2d(shares[0]).shape[0], len(parts), width), np.nan)
             for i, (fn, span, idx) in enumerate(parts):
                 out[:, i, idx] = fn(shares[span])
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # no generator: NaN
-                return np.nanmean(out, axis=1)
+            return nanmean(out, axis=1)  # no generator: NaN
 
         results = rc.corrected_metrics(
             cells, mean, column_cells=column, joint=joint, bounds=(0.0, 1.0), **options

@@ -13,16 +13,11 @@ from stereolens.metrics.reader_correction import MIN_HUMAN_RELIABLE
 AGGREGATE_MIN_LABELLED = {"bi_role": 20, "bi_role_mean": 20, "bi_pooled_mean": 20}
 """Per metric, the human-labelled images every role cell (generator x role x condition) of
 its rows over many roles needs (:func:`aggregate_reliable`): ``bi_role`` (the mean over
-roles: dimension, cohort and overall rows), ``bi_role_mean`` (its mean over generators,
-model "*": every generator's role cells) and ``bi_pooled_mean`` (pooled BI's mean over
-generators, its cohort and overall rows: 93.7% and 94.7% of 1,000 datasets at 20). Measured
-at the paper's design (92 roles, 30-100 images a cell; the reader erring 10% / 2%, for the
-means over generators 10% / 2% and 2% / 2%; bench/cover/_contextbias_design.py
-DESIGN_SWEEP): the smallest labels a role from which
-every row of the metric covers within two Monte Carlo errors of 95% at 200 and 1,000
-datasets. ``bi_role_mm`` and ``bi_role_mm_mean`` (interval normal: overall rows 90.0% and
-88.5% at 20), ``bi_pooled`` (one generator's: 92.5% of 1,000 datasets at 10, no larger
-size confirmed) and the per-cell rows keep MIN_HUMAN_RELIABLE per cell."""
+roles), ``bi_role_mean`` (its mean over generators) and ``bi_pooled_mean`` (pooled BI's mean
+over generators); the smallest labels a role from which every row of the metric covers
+within two Monte Carlo errors of 95% at the paper's design (bench/COVERAGE.md;
+bench/cover/_contextbias_design.py DESIGN_SWEEP). Other rows keep MIN_HUMAN_RELIABLE per
+cell."""
 AGGREGATE_ROLES = 92
 """The roles of the world the rule was measured in (the paper's 92)."""
 

@@ -8,13 +8,13 @@ import numpy as np
 import polars as pl
 
 from stereolens.contextbias.corrected_functionals import ccs_functional
+from stereolens.contextbias.corrected_means import with_reason
 from stereolens.metrics import reader_correction as rc
 
 TIE_SE = 2.0
 """A CCS interval is withheld where two of the label's three condition shares lie within
 TIE_SE bootstrap standard errors of each other (:func:`ccs_ties`): CCS's range, max - min,
-is not smooth where shares tie, and there its bootstrap interval fails (bench/COVERAGE.md,
-"Reader correction, ContextBias CCS at ties": 12% of 300 datasets with three tied shares)."""
+is not smooth where shares tie, and there its bootstrap interval fails (bench/COVERAGE.md)."""
 TIE_REASON = (
     f"two conditions' shares within {TIE_SE:g} standard errors: CCS's range is not smooth at "
     "a tie, where its bootstrap interval does not cover (bench/COVERAGE.md, 'CCS at ties')"
@@ -80,8 +80,4 @@ def withhold_ties(record: dict, tie_naive: bool, tie_corrected: bool) -> dict:
 def with_reasons(table: pl.DataFrame, records: list[dict]) -> pl.DataFrame:
     """A CCS table with k null and withheld_reason (null where the interval is not
     withheld for a tie) from its records, in their order."""
-    reasons = [r.get("withheld_reason") for r in records]
-    return table.with_columns(
-        pl.lit(None, pl.Int64).alias("k"),
-        pl.Series("withheld_reason", reasons, dtype=pl.String),
-    )
+    return with_reason(table.with_columns(pl.lit(None, pl.Int64).alias("k")), records)

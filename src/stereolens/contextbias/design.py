@@ -4,7 +4,6 @@ cohort) under the role-level bootstrap (world, effect and estimator: docs/planne
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +11,7 @@ import numpy as np
 from scipy.special import xlogy
 
 from stereolens.contextbias.bootstrap import role_multiplicity
-from stereolens.contextbias.metrics import bi_from_parts
+from stereolens.contextbias.metrics import bi_from_parts, nanmean
 from stereolens.design.power import EffectSpec, Simulation, set_key
 from stereolens.design.sampling import _steps, multinomial, segment_sum
 
@@ -27,22 +26,14 @@ its percentile interval relative to the estimate; Monte Carlo error about sd / 3
 FEW_ROLES = 30
 """Below this many roles the "bc-t" rows' standard error is the emulated role bootstrap's
 (:meth:`ContextBiasDesign.bootstrap_scale`, ``bootstrap_moments`` up to 4 roles) in place of the
-estimate's spread over the datasets, which it overstates with few roles (mean se^2 / the
-spread's variance on the test world, tests/design_worlds.small_world: 1.88 at 3 roles, 1.37
-at 6, 1.25 at 10, 1.12-1.17 at 12-16, 1.11 at 20, 1.04 at 30). Predicted minus the pipeline's
-rate near 0.5-0.7 power, level 0.05 (4,000 simulations, 3,000 datasets; docs/planner.md):
-with the spread +0.196 at 3 roles, +0.115 at 6, +0.051 at 12, +0.046 at 20; with the
-emulated se -0.011, -0.005, +0.009, -0.020. From FEW_ROLES on the spread (+0.004 at 30)."""
+estimate's spread over the datasets, which it overstates with few roles (measured:
+docs/planner.md)."""
 SCALE_REPLICATES = 16
 """Role-bootstrap replicates per simulated dataset that emulate the pipeline's se from 5 roles
 to FEW_ROLES - 1; their se^2 is unbiased for the bootstrap's variance."""
 SCALE_SHARE = 0.5
 """The share of the simulated datasets (the first) on which the role bootstrap is emulated from
-5 roles on, at every grid point. With 16 replicates the mean se^2 over 100 datasets (of the
-default 200) has a relative error of about sqrt((2 / 15 + 2 / (R - 1)) / 100): 2.3% in the se
-at 29 roles, 4.0% at 5 (the spread's own over 200 datasets: 5%). 7 grid points, linear in w in
-between, put config/config.yaml's camera MDE at 10 roles 16% off (0.1319 for 0.1137): the se
-bends at large w."""
+5 roles on, at every grid point (its error: docs/planner.md)."""
 EXACT_RESAMPLES = 35
 """Up to this many distinct resamples (C(2R - 1, R): 4 roles) every one is enumerated with its
 multinomial probability instead."""
@@ -124,9 +115,7 @@ def level_values(bi: np.ndarray, member: np.ndarray, overall: str = "cohort") ->
     with np.errstate(invalid="ignore", divide="ignore"):
         cohort = num / den
         if overall == "cohort":
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                top = np.nanmean(cohort, axis=-1)
+            top = nanmean(cohort, axis=-1)
         else:
             top = np.where(ok, bi, 0.0).sum(-1) / ok.sum(-1)
     return np.concatenate([top[..., None], cohort], axis=-1)
@@ -345,10 +334,7 @@ class ContextBiasDesign:
 
     def _collect(self, lv_cf: np.ndarray, lv_cau: np.ndarray) -> dict[str, np.ndarray]:
         """Level values (G, ..., L) -> CA-U - CF per name (...)."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            star_cf = np.nanmean(lv_cf, axis=0)
-            star_cau = np.nanmean(lv_cau, axis=0)
+        star_cf, star_cau = nanmean(lv_cf, axis=0), nanmean(lv_cau, axis=0)
         out = {}
         for name, _, g, li in self._names():
             if g is None:
@@ -428,12 +414,10 @@ class ContextBiasDesign:
                     bias[i, sl] = mean - est[name][sl]
                     rep_var.setdefault(name, np.empty((len(w), sims)))[i, sl] = var
         shift, scale = {}, {}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            for name in rep_bias:
-                b = np.nanmean(rep_bias[name], axis=1)
-                shift[name] = self.shift_sign * np.where(np.isnan(b), 0.0, b)
-                scale[name] = np.sqrt(np.nanmean(rep_var[name], axis=1) * r_cfg / (r_cfg - 1))
+        for name in rep_bias:
+            b = nanmean(rep_bias[name], axis=1)
+            shift[name] = self.shift_sign * np.where(np.isnan(b), 0.0, b)
+            scale[name] = np.sqrt(nanmean(rep_var[name], axis=1) * r_cfg / (r_cfg - 1))
         return shift, scale
 
     def bootstrap_moments(
@@ -526,12 +510,10 @@ class ContextBiasDesign:
             boot = self._collect(
                 *self.levels(cf_boot, np.einsum("dbr,gdrl->gdbl", mult, cau))
             )  # name -> (datasets, replicates)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                for name, e in est.items():
-                    v = np.nanmean(np.nanmean(boot[name], axis=-1) - e)
-                    v = 0.0 if np.isnan(v) else self.shift_sign * v
-                    out.setdefault(name, np.full(len(w), np.nan))[i] = v
+            for name, e in est.items():
+                v = nanmean(nanmean(boot[name], axis=-1) - e)
+                v = 0.0 if np.isnan(v) else self.shift_sign * v
+                out.setdefault(name, np.full(len(w), np.nan))[i] = v
         for name, v in out.items():
             ok = np.isfinite(v)
             out[name] = np.interp(w, w[ok], v[ok])

@@ -35,7 +35,7 @@ def power_check(
     rng = np.random.default_rng([seed, 202])
     _, by_role = C.draw_role_counts(design.world, n, datasets, rng, keep_roles=True, planted=w)
     level_name = {s.name: s for s in design.specs()}[name]
-    model, cohort = _cb_row(design, level_name.name)
+    model, cohort = _cb_row(level_name.name)
     out = []
     for d in range(datasets):
         table = CW.attributes_table(design.world, by_role, d)
@@ -59,7 +59,7 @@ def power_check(
     return check_result(design, name, n, w, pred, sims, out)
 
 
-def _cb_row(design: C.ContextBiasDesign, name: str) -> tuple[str, str]:
+def _cb_row(name: str) -> tuple[str, str]:
     """(model, cohort) of the bootstrap row an effect name refers to."""
     if ":" in name:
         return name.split(":", 1)[1], "*"

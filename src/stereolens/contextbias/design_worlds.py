@@ -230,8 +230,8 @@ def pilot_world(
     CF and CA-U, smoothed towards the generator's pooled distribution by ``smoothing``
     pseudo-images; labels per image and the extraction success rate measured. Returns the
     world and notes (warnings about a small pilot)."""
-    from stereolens.contextbias.cli import use_label_column
     from stereolens.contextbias.layout import LAYOUT
+    from stereolens.contextbias.metrics import use_label_column
 
     att_path, img_path = LAYOUT.at(results, "attributes"), LAYOUT.at(results, "images")
     for p in (att_path, img_path):

@@ -9,17 +9,12 @@ from stereolens.metrics.withheld import withheld_note as note
 
 BOOTSTRAP_INTERVALS = ("bc-t", "basic", "percentile")
 """The 95% interval of bootstrap.parquet: "bc-t" (default) = estimate_bc +- t(R - 1) x the
-replicates' sd x sqrt(R / (R - 1)), R = the roles (the bootstrap sd of a mean of R roles is
-sqrt((R - 1) / R) of its standard error, and the t quantile on R - 1 degrees of freedom
-accounts for an se estimated from R roles; at paper scale the basic interval covered the
-per-cohort shift 91.5-94.4% over 1,000 datasets, this 92.9-94.8%, bench/COVERAGE.md);
-"basic" = 2 x estimate - the 97.5 and 2.5 percentiles of the replicates; "percentile" = the
-2.5 and 97.5 percentiles, as the released code (its headline CI)."""
+replicates' sd x sqrt(R / (R - 1)), R = the roles; "basic" = 2 x estimate - the 97.5 and 2.5
+percentiles of the replicates; "percentile" = the 2.5 and 97.5 percentiles, as the released
+code (coverage of each: bench/COVERAGE.md)."""
 MIN_ROLES = 10
 """The smallest number of roles from which the role bootstrap's intervals cover as at paper
-scale on the planner's prior world (bench/COVERAGE.md, ContextBias, the sweep over 2-92
-roles: from 10 roles every printed kind lies in the band it has at 92 roles; below, the t(R -
-1) quantile over-covers, 97.5-99.5% at 2-5 roles, intervals 1.5 wide at 2); below it
+scale on the planner's prior world (bench/COVERAGE.md, ContextBias); below it
 bootstrap.parquet and comparisons.parquet print no interval (config
 contextbias.metrics.interval_min_roles)."""
 WHY = "the smallest number of roles at which the role bootstrap's intervals cover as at paper scale"

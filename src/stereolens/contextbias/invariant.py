@@ -8,8 +8,7 @@ import numpy as np
 import polars as pl
 
 from stereolens.contextbias.intervals import MIN_ROLES, withheld_note
-
-__all__ = ["MIN_ROLES", "interval_min_roles", "invariant_share"]
+from stereolens.contextbias.metrics import _group_keys
 
 
 def interval_min_roles(config: dict) -> int:
@@ -39,7 +38,7 @@ def invariant_share(
             f"the ccs table lacks column(s) {sorted(missing)}; rerun the ContextBias metrics "
             "(contextbias.ccs.ccs_table writes them)"
         )
-    keys = (["extractor"] if "extractor" in ccs.columns else []) + ["model"]
+    keys = _group_keys(ccs)
     per_role = (
         ccs.filter(pl.col("consistent").is_not_null())
         .group_by(keys + ["role"])

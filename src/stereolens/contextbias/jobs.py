@@ -7,13 +7,7 @@ import polars as pl
 
 from stereolens.atomic import write_jsonl
 from stereolens.contextbias.prompts import build_prompts, shard_items
-from stereolens.models.job import ModelJob, limit_threads
-
-__all__ = [
-    "extract_contextbias_shard",
-    "generation_items",
-    "limit_threads",  # re-exported: other jobs import it from here
-]
+from stereolens.models.job import ModelJob
 
 VALIDATION = "VAL"
 """Condition name of the explicit-attribute validation prompts (paper Table 1)."""

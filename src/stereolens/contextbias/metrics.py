@@ -3,6 +3,7 @@ roles and per role (inputs and definitions: docs/methods.md, docs/outputs.md).""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,6 +35,13 @@ BI_COLUMNS = [
 ]
 ALL = "*"
 """Marks a summary row: model "*" = mean over models, cohort/dimension "*" = all of them."""
+
+
+def nanmean(values: np.ndarray, axis: int | None = None) -> np.ndarray:
+    """np.nanmean without its all-NaN RuntimeWarning: an all-NaN slice's mean is NaN."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(values, axis=axis)
 
 
 def check_attributes(attributes: pl.DataFrame, source: str = "attributes table") -> None:

@@ -44,9 +44,7 @@ def _check(config: dict, registry: dict) -> None:
             f"contextbias.canonicalisation.llm: {llm!r} is not an llm in the registry "
             f"{config['registry']}; known llms: {', '.join(known)}"
         )
-    from stereolens.contextbias.prompts import check_prompt_bank
-
-    check_prompt_bank(config)
+    roles(config)  # checks the prompt bank
     check_reader_correction(cb["reader_correction"], "contextbias")
 
 
@@ -60,8 +58,6 @@ def roles(config: dict) -> list[str]:
 def validation_roles(config: dict) -> list[str]:
     """Roles of the validation prompts, restricted to contextbias.roles when given."""
     import json
-
-    from stereolens.paths import resource
 
     cb = config["contextbias"]
     if not cb["validation"]["enabled"]:
@@ -240,8 +236,6 @@ def _report_tables(config: dict) -> dict[str, str]:
 
 def prompt_bank(config: dict) -> str:
     """The prompt bank's path: contextbias.prompt_bank, else the shipped bank."""
-    from stereolens.paths import resource
-
     return config["contextbias"]["prompt_bank"] or str(resource("contextbias", "prompts.json"))
 
 

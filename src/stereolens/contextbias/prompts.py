@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +56,16 @@ def clean_text(raw: str, fix_articles: bool = False) -> tuple[str, list[str]]:
     return text, quirks
 
 
-def derived_seeds(prompt_id: str, model: str, n: int) -> list[int]:
-    """Seeds for a prompt that the bank has none for: stable, distinct, < 2**31."""
+def derived_seeds(prompt_id: str, model: str, n: int, avoid: Sequence[int] = ()) -> list[int]:
+    """Seeds for a prompt that the bank has none for: stable, distinct, < 2**31, none of
+    them in ``avoid``."""
     seeds: list[int] = []
+    used = set(avoid)
     i = 0
     while len(seeds) < n:
         s = int(stable_id("seed", prompt_id, model, i), 16) % (2**31)
-        if s not in seeds:
+        if s not in used:
+            used.add(s)
             seeds.append(s)
         i += 1
     return seeds
@@ -203,7 +207,6 @@ ROLE_PATTERN = r"[a-z0-9_]{1,64}"
 
 def role_slug(name: str) -> str:
     """A role name that fits ROLE_PATTERN, to suggest when one does not."""
-    import re
     import unicodedata
 
     ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
@@ -216,7 +219,6 @@ def check_prompt_bank(config: dict[str, Any]) -> list[str]:
     and every role has at least one non-empty prompt in every configured condition.
     Returns the roles; raises ConfigError naming the file, the role and what to do."""
     import difflib
-    import re
 
     cb = config["contextbias"]
     path = cb["prompt_bank"] or "the shipped prompt bank"  # null: the shipped copy

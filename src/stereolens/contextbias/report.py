@@ -10,15 +10,14 @@ import polars as pl
 
 from stereolens.contextbias import report_studies
 from stereolens.contextbias.invariant import interval_min_roles, invariant_share
+from stereolens.contextbias.metrics import CONDITIONS, _group_keys
 from stereolens.contextbias.report_figures import (
     BI_FORMULA,
-    CONDITIONS,
     bi_condition_figure,
     bi_dimension_figure,
     bootstrap_figure,
     ccs_heatmap,
     interval_words,
-    model_keys,
     only_extractor,
     withheld_words,
 )
@@ -175,7 +174,7 @@ def profile(inputs: Inputs, config: dict) -> pl.DataFrame:
 
 
 def _bi_tables(bi: pl.DataFrame) -> list[Table]:
-    keys = model_keys(bi)
+    keys = _group_keys(bi)
     if bi.is_empty():
         return [
             Table("contextbias-bi", "Bias Intensity", "No attributes were extracted: no BI.", bi)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from stereolens.contextbias.metrics import CONDITIONS, _group_keys
 from stereolens.report import figures as F
 from stereolens.report.html import Figure
 
-CONDITIONS = ["CF", "CA-R", "CA-U"]
 COHORT_ORDER = ["people", "objects", "camera", "scene"]
 BI_FORMULA = "BI = 1 - H(p)/log K (paper Eq. 1), H the Shannon entropy of the label shares p"
 
@@ -40,11 +40,6 @@ def withheld_words(frame: pl.DataFrame | None) -> str:
     return " No 95% interval is printed here: " + "; ".join(notes) + "."
 
 
-def model_keys(frame: pl.DataFrame) -> list[str]:
-    """The columns that name a series: extractor (when the table has one), model."""
-    return (["extractor"] if "extractor" in frame.columns else []) + ["model"]
-
-
 def only_extractor(frame: pl.DataFrame, extractor: str | None) -> pl.DataFrame:
     """The rows of one extractor (all rows when there is none or no extractor column)."""
     if extractor is None or "extractor" not in frame.columns:
@@ -67,7 +62,7 @@ def bi_condition_figure(bi: pl.DataFrame) -> Figure | None:
         return None
     cohorts = _cohorts(rows["cohort"].unique().to_list()) + ["*"]
     fig, axes = F.subplots(1, len(cohorts), width=2.9 * len(cohorts), height=2.8, sharey=True)
-    keys = model_keys(rows)
+    keys = _group_keys(rows)
     for ax, cohort in zip(axes[0], cohorts, strict=True):
         sub = rows.filter(pl.col("cohort") == cohort)
         series = []

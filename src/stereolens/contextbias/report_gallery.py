@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from stereolens.contextbias.report_figures import CONDITIONS
+from stereolens.contextbias.metrics import CONDITIONS
 from stereolens.report.galleries import Card, GalleryPage, GallerySettings, Group, ImageRef, draw
 from stereolens.report.inputs import Inputs
 

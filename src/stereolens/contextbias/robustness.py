@@ -241,24 +241,16 @@ def robustness_summary(tests: pl.DataFrame, all_cohorts: str = "released") -> pl
     gkeys = ekeys + ["model"]
     released = tests.height > 0 and tests["cells"][0] == "released"
     tested = pl.col("tested")
-    if released:
-        stats_ = [
-            (100.0 * pl.col("invariant").cast(pl.Float64).mean()).alias("pct_invariant"),
-            pl.col("p").mean().alias("mean_p"),
-            pl.col("cf_prevalence").mean().alias("cf_prevalence"),
-            pl.len().cast(pl.Int64).alias("n_tuples"),
-            (~tested).sum().cast(pl.Int64).alias("n_untested"),
-        ]
-    else:
-        stats_ = [
-            (100.0 * pl.col("invariant").filter(tested).cast(pl.Float64).mean()).alias(
-                "pct_invariant"
-            ),
-            pl.col("p").filter(tested).mean().alias("mean_p"),
-            pl.col("cf_prevalence").filter(tested).mean().alias("cf_prevalence"),
-            tested.sum().cast(pl.Int64).alias("n_tuples"),
-            (~tested).sum().cast(pl.Int64).alias("n_untested"),
-        ]
+    counted = tested | released  # released: every tuple, an untested one with p = 1
+    stats_ = [
+        (100.0 * pl.col("invariant").filter(counted).cast(pl.Float64).mean()).alias(
+            "pct_invariant"
+        ),
+        pl.col("p").filter(counted).mean().alias("mean_p"),
+        pl.col("cf_prevalence").filter(counted).mean().alias("cf_prevalence"),
+        counted.sum().cast(pl.Int64).alias("n_tuples"),
+        (~tested).sum().cast(pl.Int64).alias("n_untested"),
+    ]
     by_cohort = tests.group_by(gkeys + ["cohort"]).agg(stats_)
     pooled = tests.filter(in_released_all(pl.col("cohort"))) if all_cohorts == "released" else tests
     overall = pooled.group_by(gkeys).agg(stats_).with_columns(pl.lit(ALL).alias("cohort"))

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import polars as pl
 
+from stereolens.contextbias.prompts import derived_seeds
 from stereolens.contextbias.validation_truth import (
     _NO_EXTRACTOR,
     ALL,
@@ -22,26 +23,10 @@ from stereolens.contextbias.validation_truth import (
     load_validation_prompts,
     validation_prompt_id,
 )
-from stereolens.ids import stable_id
 from stereolens.validation import ConfigError
 
 
 # ------------------------------------------------------------------------ prompt table
-def _extension_seeds(prompt_id: str, taken: Sequence[int], n: int) -> list[int]:
-    """n further seeds for a prompt: stable, < 2**31, distinct from ``taken`` and each
-    other, and the same for every model (the recovered seeds are shared by all models)."""
-    out: list[int] = []
-    used = set(taken)
-    i = 0
-    while len(out) < n:
-        s = int(stable_id("seed", prompt_id, "validation-extension", i), 16) % (2**31)
-        if s not in used:
-            used.add(s)
-            out.append(s)
-        i += 1
-    return out
-
-
 def build_validation_prompts(
     models: Sequence[str],
     seeds_per_prompt: int,
@@ -94,7 +79,7 @@ def build_validation_prompts(
             chosen = recovered[:seeds_per_prompt]
             extra = seeds_per_prompt - len(chosen)
             if extra:
-                chosen += _extension_seeds(prompt_id, recovered, extra)
+                chosen += derived_seeds(prompt_id, "validation-extension", extra, avoid=recovered)
             seeds[model] = chosen
             if not recovered:
                 sources[model] = "derived"

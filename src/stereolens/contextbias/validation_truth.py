@@ -104,13 +104,6 @@ class ValidationTruth:
     pairs: pl.DataFrame
     excluded: pl.DataFrame
 
-    def stated(self) -> pl.DataFrame:
-        return self.pairs.filter(pl.col("kind") == "stated")
-
-    @property
-    def n_prompts(self) -> int:
-        return self.pairs["source_index"].n_unique() + self.excluded.height
-
 
 # ------------------------------------------------------------------------ prompt file
 def load_validation_prompts(path: str | os.PathLike | None = None) -> list[dict]:

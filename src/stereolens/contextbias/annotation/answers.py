@@ -8,8 +8,6 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from stereolens.annotation_form import key_dimensions as _key_dimensions  # noqa: F401
-from stereolens.annotation_form import normalise_label, read_key  # noqa: F401 - re-exported
 from stereolens.annotation_form import read_answers as _read_answers
 from stereolens.contextbias.schema import AttributeSchema
 

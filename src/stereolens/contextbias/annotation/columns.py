@@ -6,16 +6,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from stereolens.annotation_form import (  # noqa: F401 - the form's contract, shared
-    CSV_COLUMNS,
-    FORM_TEMPLATE,
-    KEY_SCHEMA,
-    MAX_DESCRIPTOR_CHARS,
-    UNKNOWN,
-    UNKNOWN_TEXT,
-)
-
-CONDITIONS = ("CF", "CA-R", "CA-U")
 DEFAULT_DIMENSIONS = (
     "gender_presentation",
     "age_range",

@@ -11,7 +11,8 @@ import numpy as np
 import polars as pl
 
 from stereolens import annotation_form as af
-from stereolens.contextbias.annotation.columns import CONDITIONS, DEFAULT_DIMENSIONS, QUESTIONS
+from stereolens.contextbias.annotation.columns import DEFAULT_DIMENSIONS, QUESTIONS
+from stereolens.contextbias.metrics import CONDITIONS
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.ids import stable_id
 
@@ -193,6 +194,3 @@ def write_form(
         images_per_set, titles=QUESTIONS, image_root=image_root, max_side=max_side,
         image_format=image_format,
     )  # fmt: skip
-
-
-# ============================================================================ answers

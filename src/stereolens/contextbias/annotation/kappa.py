@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from stereolens.contextbias.bootstrap import role_multiplicity
+
 
 def _statsmodels():
     try:
@@ -88,9 +90,7 @@ def bootstrap_fleiss(
     n = counts.shape[0]
     if replicates < 1 or n == 0:
         return None, None, 0
-    draws = rng.integers(0, n, size=(replicates, n))
-    flat = (draws + (np.arange(replicates) * n)[:, None]).ravel()
-    weights = np.bincount(flat, minlength=replicates * n).reshape(replicates, n)
+    weights = role_multiplicity(rng.integers(0, n, size=(replicates, n)), n)
     kappas = fleiss_kappa_weighted(counts, weights)
     valid = kappas[np.isfinite(kappas)]
     if valid.size == 0:

@@ -6,8 +6,7 @@ import os
 
 import polars as pl
 
-from stereolens.contextbias.annotation.answers import _key_dimensions, read_key
-from stereolens.contextbias.annotation.columns import UNKNOWN
+from stereolens.annotation_form import UNKNOWN, key_dimensions, read_key
 from stereolens.contextbias.schema import NOT_LABELS
 
 
@@ -31,7 +30,7 @@ def pipeline_set_labels(
     need = [c for c in ("image_id", "dimension", "label") if c not in attributes.columns]
     if need:
         raise ValueError(f"attributes table lacks columns {need}")
-    dims = _key_dimensions(key)
+    dims = key_dimensions(key)
     ext = ["extractor"] if "extractor" in attributes.columns else []
     members = (
         key.select("set_id", "n_images", pl.col("image_ids").alias("image_id"))
@@ -91,6 +90,3 @@ def pipeline_set_labels(
         "pipeline_prevalence",
         "pipeline_tie",
     ).sort(group)
-
-
-# ============================================================================ statistics

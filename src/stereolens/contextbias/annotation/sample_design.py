@@ -11,13 +11,14 @@ from typing import Any
 
 import polars as pl
 
-from stereolens.annotation_form import fill_template, human_consensus
+from stereolens.annotation_form import fill_template, human_consensus, read_key
 from stereolens.atomic import write_parquet, write_text
-from stereolens.contextbias.annotation.answers import read_answers, read_key
+from stereolens.contextbias.annotation.answers import read_answers
 from stereolens.contextbias.annotation.columns import DEFAULT_DIMENSIONS
 from stereolens.contextbias.annotation.form import _check_dimensions, _select_images, write_form
 from stereolens.contextbias.corrected import reader_table
 from stereolens.contextbias.corrected_rule import printing_minimums
+from stereolens.contextbias.metrics import CONDITIONS, use_label_column
 from stereolens.contextbias.schema import AttributeSchema
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import sample_design as sd
@@ -151,7 +152,6 @@ def plan_strata(config: dict[str, Any], pilot: Path | None) -> tuple[pl.DataFram
     folder, its attributes, images and human-label tables, where it has them; else the config's
     contextbias.reader_sample.disagreement). Returns the table, the rate's source and
     notes."""
-    from stereolens.contextbias.annotation.columns import CONDITIONS
     from stereolens.contextbias.layout import LAYOUT
     from stereolens.contextbias.plugin import BENCHMARK
 
@@ -180,8 +180,6 @@ def plan_strata(config: dict[str, Any], pilot: Path | None) -> tuple[pl.DataFram
             f"disagreement {default:g} (contextbias.reader_sample.disagreement)"
         )
         return strata.with_columns(pl.lit(default).alias("disagreement")), "default", notes
-    from stereolens.contextbias.metrics import use_label_column
-
     reader = reader_table(
         use_label_column(pl.read_parquet(files["attributes"]), "auto"),
         pl.read_parquet(files["images"]),

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from stereolens.annotation_form import human_consensus
+from stereolens.annotation_form import UNKNOWN, human_consensus, key_dimensions, read_key
 from stereolens.atomic import write_parquet
-from stereolens.contextbias.annotation.answers import _key_dimensions, read_answers, read_key
+from stereolens.contextbias.annotation.answers import read_answers
 from stereolens.contextbias.annotation.columns import (
     ALL,
     ANNOTATOR_COLUMNS,
@@ -24,7 +24,6 @@ from stereolens.contextbias.annotation.columns import (
     PIPELINE,
     SUMMARY_COLUMNS,
     TABLE_FILES,
-    UNKNOWN,
 )
 from stereolens.contextbias.annotation.kappa import (
     bootstrap_fleiss,
@@ -87,7 +86,7 @@ def agreement_report(
             raise ValueError(f"extractor {extractor!r} is not in the attributes table {present}")
         attributes = attributes.filter(pl.col("extractor") == extractor).drop("extractor")
     pipeline = pipeline_set_labels(key, attributes)
-    dims = _key_dimensions(key)
+    dims = key_dimensions(key)
     item = ["set_id", "dimension"]
 
     # one column per annotator, named "@name" so that no name collides with other columns

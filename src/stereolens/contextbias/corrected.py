@@ -26,10 +26,6 @@ from stereolens.metrics import corrected_tables as ct
 from stereolens.metrics import human_labels as hl
 from stereolens.metrics import reader_correction as rc
 
-KEYS = ("model", "role", "condition", "cohort", "dimension")
-"""The key columns of a ContextBias corrected row (``extractor`` first when the attributes
-table has one); metric ``bi``: the role-level BI of paper Sec. 3.5 (one row per cell, and
-per model x role x condition its cohort rows, dimension "*", and overall row, cohort "*")."""
 METRICS = ("bi", "bi_pooled", "bi_role", "ccs", "ccs_mean")
 """The metrics corrected_table may be asked for; ``bi_pooled`` brings its summary rows and
 their mean over generators (metric ``bi_pooled_mean``) with it, ``bi_role`` its

@@ -18,17 +18,17 @@ from stereolens.metrics import corrected_tables as ct
 from stereolens.metrics import reader_correction as rc
 
 TABLE_KEYS = ("model", "role", "condition", "cohort", "dimension", "label")
-"""The key columns of corrected.parquet's rows of every metric: contextbias.corrected.KEYS plus
-``label`` (the CCS row's label; null on the BI rows). ``bi``: role x condition x dimension, label
-null (dimension "*" = the role's cohort mean, cohort "*" = its overall value); ``bi_pooled``:
-role "*" (the counts pooled over roles, contextbias.metrics.pooled_bi; dimension "*" = the
-cohort's mean, cohort "*" = the overall value, as bi.parquet's); ``bi_role`` and ``bi_role_mm``:
-role "*" (bi.parquet's aggregations "role" and "role_miller_madow": the mean over roles;
-dimension "*" and cohort "*" as bi_pooled's); ``bi_pooled_mean``, ``bi_role_mean``,
-``bi_role_mm_mean``: model "*" and role "*" (their mean over generators, bi.parquet's model "*"
-rows); ``ccs``: condition "*" (CCS spans the three), the ccs table's keys (model, role, cohort,
-dimension, label); ``ccs_mean``: model "*" and condition "*", the ccs_mean table's keys (role,
-cohort, dimension, label)."""
+"""The key columns of corrected.parquet's rows of every metric (``extractor`` first when the
+attributes table has one; ``label``: the CCS row's label, null on the BI rows). ``bi``: role x
+condition x dimension, label null (dimension "*" = the role's cohort mean, cohort "*" = its
+overall value); ``bi_pooled``: role "*" (the counts pooled over roles,
+contextbias.metrics.pooled_bi; dimension "*" = the cohort's mean, cohort "*" = the overall
+value, as bi.parquet's); ``bi_role`` and ``bi_role_mm``: role "*" (bi.parquet's aggregations
+"role" and "role_miller_madow": the mean over roles; dimension "*" and cohort "*" as
+bi_pooled's); ``bi_pooled_mean``, ``bi_role_mean``, ``bi_role_mm_mean``: model "*" and role "*"
+(their mean over generators, bi.parquet's model "*" rows); ``ccs``: condition "*" (CCS spans
+the three), the ccs table's keys (model, role, cohort, dimension, label); ``ccs_mean``: model
+"*" and condition "*", the ccs_mean table's keys (role, cohort, dimension, label)."""
 GENERATOR_MEANS = {"bi_role": "bi_role_mean", "bi_role_mm": "bi_role_mm_mean"}
 """The metric of each role mean's model "*" rows (bi.parquet's model "*" rows of the
 aggregations "role" and "role_miller_madow")."""
